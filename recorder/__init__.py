@@ -1,0 +1,35 @@
+"""recorder: a standalone, crash-safe, fast record store for training runs.
+
+A run is a directory of append-only segment files (framed, checksummed msgpack records; scalars
+stored columnar) plus an index that can always be rebuilt from them. The format is documented byte
+by byte in docs/record-format.md. Plain Python, NumPy and msgpack; no knowledge of dashboards.
+"""
+
+from recorder.reader import ReaderStatistics, RunReader, list_runs
+from recorder.records import (
+    CorruptionWarning,
+    FormatError,
+    NotARunError,
+    Position,
+    Record,
+    RecorderError,
+    ScalarSeries,
+    TagInfo,
+)
+from recorder.writer import RunWriter, WriterStatistics
+
+__all__ = [
+    "CorruptionWarning",
+    "FormatError",
+    "NotARunError",
+    "Position",
+    "ReaderStatistics",
+    "Record",
+    "RecorderError",
+    "RunReader",
+    "RunWriter",
+    "ScalarSeries",
+    "TagInfo",
+    "WriterStatistics",
+    "list_runs",
+]

@@ -1,0 +1,169 @@
+"""Record payloads: msgpack encoding of events and columnar scalar chunks (no I/O).
+
+Every payload is the msgpack array ``[kind, tag, step, wall, data]``. For ``kind == "scalars"`` the
+data is a map of columns (see docs/record-format.md for the encodings).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from recorder.records import ScalarSeries
+
+SCALARS = "scalars"
+MAX_STEP_OFFSET = 0xFFFFFFFF
+MAX_WALL_OFFSET_US = 0xFFFFFFFF
+_I8 = np.dtype("<i8")
+_F8 = np.dtype("<f8")
+_U4 = np.dtype("<u4")
+
+
+class PayloadError(ValueError):
+    """A payload passed its checksum but is not a well-formed record."""
+
+
+def encode_record(kind: str, tag: str | None, step: int | None, wall: float, data: Any) -> bytes:
+    """Encode one non-scalar event. Raises TypeError when ``data`` is not msgpack-serialisable."""
+    return msgpack.packb([kind, tag, step, wall, data], use_bin_type=True)
+
+
+def _encode_steps(steps: np.ndarray) -> list:
+    n = len(steps)
+    first = int(steps[0])
+    if n == 1:
+        return ["range", first, 0]
+    diffs = np.diff(steps)
+    stride = int(diffs[0])
+    if (diffs == stride).all():
+        return ["range", first, stride]
+    base = int(steps.min())
+    if int(steps.max()) - base <= MAX_STEP_OFFSET:
+        return ["u4", base, (steps - base).astype(_U4).tobytes()]
+    return ["i8", steps.astype(_I8).tobytes()]
+
+
+def _encode_walls(walls: np.ndarray) -> list:
+    if np.isfinite(walls).all():
+        base = float(walls.min())
+        offsets = np.rint((walls - base) * 1e6)
+        if offsets.max() <= MAX_WALL_OFFSET_US:
+            return ["us", base, offsets.astype(_U4).tobytes()]
+    return ["f8", walls.astype(_F8).tobytes()]
+
+
+def scalar_summary(
+    steps: np.ndarray, values: np.ndarray
+) -> tuple[int, int, float | None, float | None]:
+    """``(step min, step max, finite value min, finite value max)`` of a non-empty chunk."""
+    finite = values[np.isfinite(values)]
+    vmin = float(finite.min()) if len(finite) else None
+    vmax = float(finite.max()) if len(finite) else None
+    return int(steps.min()), int(steps.max()), vmin, vmax
+
+
+def encode_scalars(
+    tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
+) -> tuple[bytes, tuple[int, int, float | None, float | None]]:
+    """Encode one non-empty columnar chunk of a tag's scalar points (int64, float64, float64).
+
+    Returns the payload and the chunk's :func:`scalar_summary`.
+    """
+    summary = smin, smax, vmin, vmax = scalar_summary(steps, values)
+    data = {
+        "n": len(steps),
+        "smin": smin,
+        "smax": smax,
+        "vmin": vmin,
+        "vmax": vmax,
+        "s": _encode_steps(steps),
+        "w": _encode_walls(walls),
+        "v": values.astype(_F8).tobytes(),
+    }
+    payload = msgpack.packb([SCALARS, tag, int(steps[0]), float(walls[0]), data], use_bin_type=True)
+    return payload, summary
+
+
+def decode_payload(payload: bytes | memoryview) -> tuple[str, str | None, int | None, float, Any]:
+    """Decode a payload into ``(kind, tag, step, wall, data)``; scalar data stays encoded.
+
+    Raises:
+        PayloadError: the payload is not a well-formed record.
+    """
+    try:
+        obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise PayloadError(f"payload is not valid msgpack: {exc}") from None
+    if not isinstance(obj, list) or len(obj) != 5:
+        raise PayloadError("payload is not a 5-element array")
+    kind, tag, step, wall, data = obj
+    if (
+        not isinstance(kind, str)
+        or not (tag is None or isinstance(tag, str))
+        or not (step is None or isinstance(step, int))
+        or not isinstance(wall, (int, float))
+    ):
+        raise PayloadError("payload fields have the wrong types")
+    if kind == SCALARS:
+        _check_scalar_data(data)
+    return kind, tag, step, float(wall), data
+
+
+def _check_scalar_data(data: Any) -> None:
+    try:
+        n = data["n"]
+        ok = (
+            isinstance(n, int)
+            and n > 0
+            and isinstance(data["smin"], int)
+            and isinstance(data["smax"], int)
+            and isinstance(data["v"], bytes)
+            and len(data["v"]) == 8 * n
+            and isinstance(data["s"], list)
+            and isinstance(data["w"], list)
+        )
+    except (KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise PayloadError("scalar chunk is malformed")
+
+
+def decode_scalars(data: dict) -> ScalarSeries:
+    """Turn the column map of a scalar chunk into arrays.
+
+    Raises:
+        PayloadError: a column has an unknown encoding or the wrong length.
+    """
+    n = data["n"]
+    try:
+        steps = _decode_steps(data["s"], n)
+        walls = _decode_walls(data["w"], n)
+        values = np.frombuffer(data["v"], dtype=_F8)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise PayloadError(f"scalar chunk is malformed: {exc}") from None
+    if len(steps) != n or len(walls) != n or len(values) != n:
+        raise PayloadError("scalar chunk columns have different lengths")
+    return ScalarSeries(steps, walls, values)
+
+
+def _decode_steps(enc: list, n: int) -> np.ndarray:
+    if enc[0] == "range":
+        return enc[1] + enc[2] * np.arange(n, dtype=np.int64)
+    if enc[0] == "u4":
+        return np.frombuffer(enc[2], dtype=_U4).astype(np.int64) + enc[1]
+    if enc[0] == "i8":
+        return np.frombuffer(enc[1], dtype=_I8)
+    raise ValueError(f"unknown step encoding {enc[0]!r}")
+
+
+def _decode_walls(enc: list, n: int) -> np.ndarray:
+    if enc[0] == "us":
+        walls = np.frombuffer(enc[2], dtype=_U4).astype(np.float64)
+        walls *= 1e-6
+        walls += enc[1]
+        return walls
+    if enc[0] == "f8":
+        return np.frombuffer(enc[1], dtype=_F8)
+    raise ValueError(f"unknown wall encoding {enc[0]!r}")

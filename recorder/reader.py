@@ -1,0 +1,385 @@
+"""RunReader: reads (and tails) a run directory without ever writing to it; list_runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from recorder import codec
+from recorder.catalog import SEGMENT_RE, Catalog, Entry, list_segments
+from recorder.downsample import downsample
+from recorder.records import (
+    NotARunError,
+    Position,
+    Record,
+    RecorderError,
+    ScalarSeries,
+    TagInfo,
+    empty_series,
+)
+
+
+@dataclass(frozen=True)
+class ReaderStatistics:
+    """Counters of a :class:`RunReader`.
+
+    Attributes:
+        records: complete valid records known.
+        scalar_points: scalar points in those records (superseded ones included).
+        corrupt_records: damaged records (or damaged regions) skipped; each also raised a
+            :class:`~recorder.CorruptionWarning`.
+        corrupt_bytes: bytes skipped in those.
+        pending_bytes: bytes at the end of segments not yet forming a complete record (a torn
+            tail, or a record being written).
+        segments: segment files seen.
+        bytes_read: bytes read from segment files.
+        index_used: whether the index file matched the segments and was used.
+    """
+
+    records: int
+    scalar_points: int
+    corrupt_records: int
+    corrupt_bytes: int
+    pending_bytes: int
+    segments: int
+    bytes_read: int
+    index_used: bool
+
+
+class _TagSeries:
+    """A tag's points with restarts applied, kept in memory between queries."""
+
+    __slots__ = ("consumed", "monotonic", "series", "smax")
+
+    def __init__(self) -> None:
+        self.consumed = 0  # chunks of the tag folded in
+        self.series = empty_series()
+        self.smax: int | None = None
+        self.monotonic = True  # steps non-decreasing
+
+
+def _fold(state: _TagSeries, chunks: list[ScalarSeries]) -> None:
+    """Append ``chunks`` to ``state``; a chunk starting at or below the largest step seen so far
+    supersedes every earlier point at or after its first step."""
+    parts = [state.series] if len(state.series.steps) else []
+    maxes = [state.smax] if parts else []
+    for chunk in chunks:
+        first = int(chunk.steps[0])
+        top = max(maxes) if maxes else None
+        if top is not None and first <= top:
+            for i, part in enumerate(parts):
+                if maxes[i] >= first:
+                    keep = part.steps < first
+                    parts[i] = ScalarSeries(*(col[keep] for col in part))
+                    maxes[i] = int(parts[i].steps.max()) if keep.any() else first - 1
+        parts.append(chunk)
+        maxes.append(int(chunk.steps.max()))
+    parts = [p for p in parts if len(p.steps)]
+    if not parts:
+        state.series, state.smax = empty_series(), None
+    elif len(parts) == 1:
+        state.series, state.smax = parts[0], max(maxes)
+    else:
+        state.series = ScalarSeries(*(np.concatenate(cols) for cols in zip(*parts, strict=True)))
+        state.smax = max(maxes)
+    steps = state.series.steps
+    state.monotonic = bool(len(steps) < 2 or (steps[1:] >= steps[:-1]).all())
+
+
+class RunReader:
+    """Reads a run directory, and follows it while another process appends to it.
+
+    Never writes into the run directory (a damaged or missing index is rebuilt in memory only).
+    The constructor reads everything complete so far; :meth:`refresh` picks up what was appended
+    since. Damaged records are skipped with a :class:`~recorder.CorruptionWarning` and counted in
+    :meth:`statistics`; an incomplete last record is left pending until it is complete.
+
+    Args:
+        run_dir: the run directory.
+
+    Raises:
+        NotARunError: ``run_dir`` does not exist, is not a directory, or holds no segment files.
+        FormatError: a segment has a wrong magic number, a newer format version or a damaged
+            header (the message names the file).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self._dir = os.fspath(run_dir)
+        if not os.path.isdir(self._dir):
+            raise NotARunError(f"{self._dir}: not a run directory (no such directory)")
+        if not list_segments(self._dir):
+            raise NotARunError(f"{self._dir}: not a run directory (no segment-*.vdlr files)")
+        self._catalog = Catalog(self._dir)
+        self._by_tag: dict[str, list[Entry]] = {}
+        self._tag_series: dict[str, _TagSeries] = {}
+        self._meta: dict = {}
+        self._meta_done = 0
+        self._closed = False
+        try:
+            self._catalog.load_index()
+            self._add(self._catalog.entries)
+            self._add(self._catalog.update())
+        except BaseException:
+            self._catalog.close()
+            raise
+
+    def _add(self, entries: list[Entry]) -> None:
+        for e in entries:
+            if e.tag is not None:
+                self._by_tag.setdefault(e.tag, []).append(e)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RecorderError(f"{self._dir}: the RunReader is closed")
+
+    def refresh(self, limit: Position | None = None) -> bool:
+        """Read records appended since the last call; return True if there were any.
+
+        Args:
+            limit: read no record that ends after this position (e.g. a writer's flushed
+                position), or everything complete when None.
+        """
+        self._check_open()
+        new = self._catalog.update(limit)
+        self._add(new)
+        return bool(new)
+
+    def _live(self, entries: list[Entry]) -> list[Entry]:
+        return [e for e in entries if e.length >= 0]
+
+    def _load(self, entry: Entry) -> object:
+        """The data of ``entry``; None (and the entry is dropped) if it turned out damaged."""
+        data = self._catalog.load(entry)
+        if data is None:
+            entry.length = -1  # marks it dead: skipped by every later query
+            self._tag_series.pop(entry.tag, None)
+        return data
+
+    def _scalars_of(self, entry: Entry) -> ScalarSeries | None:
+        data = self._load(entry)
+        if data is None:
+            return None
+        try:
+            return codec.decode_scalars(data)
+        except codec.PayloadError:
+            entry.length = -1
+            return None
+
+    def tags(self) -> dict[str, TagInfo]:
+        """Every tag with its kind, count, step range and (scalars) finite value range."""
+        self._check_open()
+        out = {}
+        for tag, entries in self._by_tag.items():
+            live = self._live(entries)
+            if not live:
+                continue
+            steps = [e.smin for e in live if e.smin is not None]
+            steps_hi = [e.smax for e in live if e.smax is not None]
+            lo = [e.vmin for e in live if e.vmin is not None]
+            hi = [e.vmax for e in live if e.vmax is not None]
+            out[tag] = TagInfo(
+                kind=live[0].kind,
+                count=sum(e.count for e in live),
+                step_min=min(steps) if steps else None,
+                step_max=max(steps_hi) if steps_hi else None,
+                vmin=min(lo) if lo else None,
+                vmax=max(hi) if hi else None,
+            )
+        return out
+
+    def _series(self, tag: str) -> ScalarSeries:
+        entries = [e for e in self._by_tag.get(tag, ()) if e.kind == codec.SCALARS]
+        state = self._tag_series.get(tag)
+        if state is None:
+            state = self._tag_series[tag] = _TagSeries()
+        if state.consumed < len(entries):
+            chunks = []
+            for e in entries[state.consumed :]:
+                chunk = self._scalars_of(e) if e.length >= 0 else None
+                if chunk is not None:
+                    chunks.append(chunk)
+            if tag not in self._tag_series:  # a damaged chunk was found: start over without it
+                return self._series(tag)
+            _fold(state, chunks)
+            state.consumed = len(entries)
+        return state.series
+
+    def read_scalars(
+        self,
+        tag: str,
+        start: int | None = None,
+        end: int | None = None,
+        max_points: int | None = None,
+    ) -> ScalarSeries:
+        """The scalar points of ``tag`` in write order, restarts applied.
+
+        When a chunk starts at a step at or below the largest step recorded before it for the tag
+        (training resumed from a checkpoint), it supersedes every earlier point at a step at or
+        after its first step; the file keeps both.
+
+        Args:
+            tag: the tag; an unknown tag gives an empty series.
+            start, end: keep points with ``start <= step <= end`` (None: unbounded).
+            max_points: at most this many points (>= 2): the first, the last, and per bucket the
+                minimum and the maximum, so spikes survive.
+
+        Raises:
+            ValueError: ``max_points`` below 2, or a tag of another kind.
+        """
+        self._check_open()
+        if max_points is not None and (not isinstance(max_points, int) or max_points < 2):
+            raise ValueError(f"max_points must be an int >= 2 or None, got {max_points!r}")
+        entries = self._by_tag.get(tag)
+        if entries and entries[0].kind != codec.SCALARS:
+            raise ValueError(f"tag {tag!r} holds {entries[0].kind!r} records, not scalars")
+        series = self._series(tag)
+        if start is not None or end is not None:
+            steps = series.steps
+            if self._tag_series[tag].monotonic:
+                lo = 0 if start is None else int(np.searchsorted(steps, start, "left"))
+                hi = len(steps) if end is None else int(np.searchsorted(steps, end, "right"))
+                series = ScalarSeries(*(col[lo:hi] for col in series))
+            else:
+                keep = np.ones(len(steps), dtype=bool)
+                if start is not None:
+                    keep &= steps >= start
+                if end is not None:
+                    keep &= steps <= end
+                series = ScalarSeries(*(col[keep] for col in series))
+        if max_points is not None:
+            series = downsample(series, max_points)
+        return series
+
+    def _record(self, entry: Entry) -> Record | None:
+        if entry.kind == codec.SCALARS:
+            data = self._scalars_of(entry)
+        else:
+            data = self._load(entry)
+        if data is None:
+            return None
+        return Record(entry.kind, entry.tag, entry.step, entry.wall, data)
+
+    def read_records(self, kind: str | None = None, tag: str | None = None) -> list[Record]:
+        """Records of ``kind`` and/or ``tag`` (None: any), in write order.
+
+        Scalar chunks are included only when asked for with ``kind="scalars"`` or by their tag.
+        """
+        self._check_open()
+        if tag is not None:
+            entries = self._by_tag.get(tag, [])
+        else:
+            entries = self._catalog.entries
+        out = []
+        for e in entries:
+            if e.length < 0 or (kind is not None and e.kind != kind):
+                continue
+            if kind is None and tag is None and e.kind == codec.SCALARS:
+                continue
+            record = self._record(e)
+            if record is not None:
+                out.append(record)
+        return out
+
+    def iter_records(
+        self, from_step: int | None = None, from_wall: float | None = None
+    ) -> Iterator[Record]:
+        """Every record in write order, for replay.
+
+        Scalar chunks come as ``Record(kind="scalars", tag, step=first step, wall=first wall,
+        data=ScalarSeries)``, raw (restarts not applied). With ``from_step``/``from_wall``, records
+        with a step (or wall time) below it are skipped and scalar chunks are cut to the points at
+        or after it; records without a step pass the ``from_step`` filter.
+        """
+        self._check_open()
+        for e in list(self._catalog.entries):
+            if e.length < 0:
+                continue
+            if e.kind == codec.SCALARS:
+                if from_step is not None and e.smax < from_step:
+                    continue
+            elif (from_step is not None and e.step is not None and e.step < from_step) or (
+                from_wall is not None and e.wall < from_wall
+            ):
+                continue
+            record = self._record(e)
+            if record is None:
+                continue
+            if e.kind == codec.SCALARS and (from_step is not None or from_wall is not None):
+                s = record.data
+                keep = np.ones(len(s.steps), dtype=bool)
+                if from_step is not None:
+                    keep &= s.steps >= from_step
+                if from_wall is not None:
+                    keep &= s.walls >= from_wall
+                if not keep.any():
+                    continue
+                if not keep.all():
+                    s = ScalarSeries(*(col[keep] for col in s))
+                    record = Record(e.kind, e.tag, int(s.steps[0]), float(s.walls[0]), s)
+            yield record
+
+    @property
+    def meta(self) -> dict:
+        """The data of every ``kind="meta"`` record merged in write order (later keys win)."""
+        self._check_open()
+        entries = self._catalog.entries
+        for e in entries[self._meta_done :]:
+            if e.kind == "meta" and e.length >= 0:
+                data = self._load(e)
+                if isinstance(data, dict):
+                    self._meta.update(data)
+        self._meta_done = len(entries)
+        return dict(self._meta)
+
+    def statistics(self) -> ReaderStatistics:
+        """Counters of what was read (see :class:`ReaderStatistics`)."""
+        c = self._catalog
+        live = [e for e in c.entries if e.length >= 0]
+        return ReaderStatistics(
+            records=len(live),
+            scalar_points=sum(e.count for e in live if e.kind == codec.SCALARS),
+            corrupt_records=c.damaged_records,
+            corrupt_bytes=c.damaged_bytes,
+            pending_bytes=c.pending_bytes,
+            segments=len(c.segments),
+            bytes_read=c.bytes_read,
+            index_used=c.index_used,
+        )
+
+    def close(self) -> None:
+        """Close the segment files. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._catalog.close()
+
+    def __enter__(self) -> RunReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def list_runs(logdir: str | os.PathLike[str]) -> list[str]:
+    """Names of the runs under ``logdir``, relative and "/"-separated (e.g. ``"exp1/train"``), sorted.
+
+    A run is a directory holding segment files; runs may be nested at any depth. ``logdir`` itself
+    is not listed. A missing ``logdir`` has no runs.
+
+    Raises:
+        NotADirectoryError: ``logdir`` exists but is not a directory.
+    """
+    root = os.fspath(logdir)
+    if not os.path.exists(root):
+        return []
+    if not os.path.isdir(root):
+        raise NotADirectoryError(f"{root}: logdir is not a directory")
+    runs = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel = os.path.relpath(dirpath, root)
+        if rel != "." and any(SEGMENT_RE.match(name) for name in filenames):
+            runs.append(rel.replace(os.sep, "/"))
+    return sorted(runs)

@@ -1,0 +1,521 @@
+"""RunWriter: appends records to a run directory, with an explicit fsync schedule."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import math
+import numbers
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recorder import codec, framing
+from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
+from recorder.records import NotARunError, Position, RecorderError
+
+SYNC_MODES = ("flush", "interval", "never")
+# Points of one tag coalesced into one on-disk chunk, at most.
+CHUNK_POINTS = 1 << 16
+# Buffered bytes (estimated) above which an append writes the buffer to the OS on its own.
+BUFFER_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class WriterStatistics:
+    """Counters of a :class:`RunWriter` since it was opened.
+
+    Attributes:
+        records: records written to the OS (a scalar chunk counts once).
+        scalar_points: scalar points written to the OS.
+        pending_records: records buffered, not yet written (scalar chunks not counted).
+        pending_points: scalar points buffered, not yet written.
+        bytes: bytes written to segments (headers included).
+        segments: segment files in the run.
+        fsyncs: fsync calls made on segment files.
+        flushes: calls to :meth:`RunWriter.flush` (explicit or from sync/close).
+        truncated_bytes: bytes of torn tail cut off when the run was reopened.
+        position: end of the flushed data.
+    """
+
+    records: int
+    scalar_points: int
+    pending_records: int
+    pending_points: int
+    bytes: int
+    segments: int
+    fsyncs: int
+    flushes: int
+    truncated_bytes: int
+    position: Position
+
+
+class _PendingScalars:
+    """Points of one tag waiting to be written as one chunk (or a few, past CHUNK_POINTS)."""
+
+    __slots__ = ("count", "smax", "steps", "tag", "values", "walls")
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.steps: list[np.ndarray] = []
+        self.walls: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.count = 0
+        self.smax: int | None = None
+
+    def add(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+        self.steps.append(steps)
+        self.walls.append(walls)
+        self.values.append(values)
+        self.count += len(steps)
+        top = int(steps.max())
+        self.smax = top if self.smax is None else max(self.smax, top)
+
+    def encode(self) -> list[tuple[bytes, tuple]]:
+        """Encoded chunks, each with its entry fields ``(kind, tag, step, wall, count, smin, smax,
+        vmin, vmax)``."""
+        steps = np.concatenate(self.steps) if len(self.steps) > 1 else self.steps[0]
+        walls = np.concatenate(self.walls) if len(self.walls) > 1 else self.walls[0]
+        values = np.concatenate(self.values) if len(self.values) > 1 else self.values[0]
+        out = []
+        for lo in range(0, self.count, CHUNK_POINTS):
+            hi = lo + CHUNK_POINTS
+            s, w = steps[lo:hi], walls[lo:hi]
+            payload, (smin, smax, vmin, vmax) = codec.encode_scalars(self.tag, s, w, values[lo:hi])
+            fields = (
+                codec.SCALARS,
+                self.tag,
+                int(s[0]),
+                float(w[0]),
+                len(s),
+                smin,
+                smax,
+                vmin,
+                vmax,
+            )
+            out.append((payload, fields))
+        return out
+
+
+def _array(name: str, value: Any, dtype: type) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {arr.shape}")
+    if dtype is np.int64 and arr.dtype.kind not in "iu" and len(arr):
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if dtype is np.float64 and arr.dtype.kind not in "iuf" and len(arr):
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return np.array(arr, dtype=dtype)  # a copy: the caller may reuse its buffers
+
+
+class RunWriter:
+    """Appends records to the run directory ``run_dir``.
+
+    Creates the directory if missing. If it already holds segments, the run is reopened for
+    append: a torn tail (an incomplete last record, left by a crash) is truncated back to the last
+    valid record first. One writer per run at a time (an advisory lock on the directory).
+
+    Durability: :meth:`append_scalars` and :meth:`append_record` only buffer. :meth:`flush` hands
+    the buffer to the OS (readers see it; it survives the process being killed, not a power loss)
+    and fsyncs according to ``sync``. :meth:`sync` and :meth:`close` fsync always (close: unless
+    ``sync="never"``); after they return the data is durable.
+
+    Args:
+        run_dir: the run directory.
+        sync: ``"flush"``: every flush() fsyncs; ``"interval"``: a flush() fsyncs when at least
+            ``sync_interval`` seconds passed since the last fsync; ``"never"``: only sync() does.
+        sync_interval: seconds, for ``sync="interval"``.
+        segment_bytes: a segment is closed and a new one started before it would grow past this
+            (a single larger record gets a segment of its own).
+
+    Raises:
+        ValueError: a bad argument.
+        RecorderError: ``run_dir`` is a file, or the run is open in another writer.
+        FormatError: an existing segment is not readable by this version.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        sync: str = "interval",
+        sync_interval: float = 1.0,
+        segment_bytes: int = 64 << 20,
+    ) -> None:
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
+        if (
+            not isinstance(sync_interval, numbers.Real)
+            or isinstance(sync_interval, bool)
+            or not sync_interval >= 0
+        ):
+            raise ValueError(f"sync_interval must be a number >= 0, got {sync_interval!r}")
+        if not isinstance(segment_bytes, int) or segment_bytes <= framing.HEADER_SIZE:
+            raise ValueError(
+                f"segment_bytes must be an int > {framing.HEADER_SIZE}, got {segment_bytes!r}"
+            )
+        self._dir = os.fspath(run_dir)
+        self._sync_mode = sync
+        self._sync_interval = float(sync_interval)
+        self._segment_bytes = segment_bytes
+        self._closed = True
+        # Encoded events as (payload, entry fields), and per-tag scalar slots, in append order.
+        self._queue: list[tuple[bytes, tuple] | _PendingScalars] = []
+        self._open_slots: dict[str, _PendingScalars] = {}
+        self._pending_bytes = 0
+        self._pending_points = 0
+        self._pending_records = 0
+        self._records = self._points = self._bytes = 0
+        self._fsyncs = self._flushes = self._truncated = 0
+        self._dir_dirty = False
+        self._unsynced = False
+        self._last_fsync = time.monotonic()
+        self._fd = -1
+
+        if os.path.exists(self._dir) and not os.path.isdir(self._dir):
+            raise NotARunError(f"{self._dir}: not a directory")
+        os.makedirs(self._dir, exist_ok=True)
+        self._dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            try:
+                fcntl.flock(self._dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    raise RecorderError(
+                        f"{self._dir}: the run is already open in another RunWriter"
+                    ) from None
+                raise
+            self._open_run()
+        except BaseException:
+            if self._fd >= 0:
+                os.close(self._fd)
+            os.close(self._dir_fd)
+            raise
+        self._closed = False
+
+    def _open_run(self) -> None:
+        catalog = Catalog(self._dir, keep_data=False)
+        try:
+            catalog.load_index()
+            catalog.update()
+        finally:
+            catalog.close()
+        self._entries: list[Entry] = catalog.entries
+        self._kinds: dict[str, str] = {}
+        for e in self._entries:
+            if e.tag is not None:
+                self._kinds.setdefault(e.tag, e.kind)
+        self._created: dict[int, float] = {
+            n: s.created for n, s in catalog.segments.items() if s.created is not None
+        }
+        numbers = list_segments(self._dir)
+        if not numbers:
+            self._new_segment(0)
+            return
+        last = numbers[-1]
+        state = catalog.segments[last]
+        path = os.path.join(self._dir, segment_name(last))
+        self._fd = os.open(path, os.O_RDWR)
+        if state.created is None:  # torn header: the crash came right after creating the file
+            self._truncated += os.fstat(self._fd).st_size
+            os.ftruncate(self._fd, 0)
+            created = time.time()
+            os.pwrite(self._fd, framing.encode_header(last, created), 0)
+            self._created[last] = created
+            self._segment, self._offset = last, framing.HEADER_SIZE
+        else:
+            self._segment, self._offset = last, state.valid_end
+            size = os.fstat(self._fd).st_size
+            if size > self._offset:
+                self._truncated += size - self._offset
+                os.ftruncate(self._fd, self._offset)
+        if self._truncated:
+            os.fsync(self._fd)
+            self._fsyncs += 1
+
+    def _new_segment(self, number: int) -> None:
+        path = os.path.join(self._dir, segment_name(number))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        created = time.time()
+        header = framing.encode_header(number, created)
+        try:
+            _write_all(fd, header)
+        except BaseException:
+            os.close(fd)
+            raise
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self._segment, self._offset = number, len(header)
+        self._created[number] = created
+        self._bytes += len(header)
+        self._dir_dirty = True
+        self._unsynced = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RecorderError(f"{self._dir}: the RunWriter is closed")
+
+    def _claim_tag(self, tag: str, kind: str) -> None:
+        have = self._kinds.setdefault(tag, kind)
+        if have != kind:
+            raise ValueError(f"tag {tag!r} already holds {have!r} records, cannot add {kind!r}")
+
+    def append_scalars(
+        self, tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
+    ) -> None:
+        """Buffer scalar points of ``tag``: steps int64, walls float64 (Unix seconds), values float64.
+
+        Points of one tag are coalesced into large columnar chunks at :meth:`flush`. A batch whose
+        first step is at or below a step already buffered starts a new chunk, so a restart (training
+        resumed from a checkpoint) stays visible to readers, which let it supersede the older points.
+
+        Raises:
+            ValueError: ``tag`` is not a non-empty str or holds another kind; arrays are not 1-D or
+                have different lengths.
+            TypeError: an array has a non-numeric dtype.
+            RecorderError: the writer is closed.
+        """
+        self._check_open()
+        if not isinstance(tag, str) or not tag:
+            raise ValueError(f"tag must be a non-empty str, got {tag!r}")
+        s = _array("steps", steps, np.int64)
+        w = _array("walls", walls, np.float64)
+        v = _array("values", values, np.float64)
+        if not len(s) == len(w) == len(v):
+            raise ValueError(
+                f"steps, walls and values must have equal lengths, got {len(s)}, {len(w)}, {len(v)}"
+            )
+        if not len(s):
+            return
+        self._claim_tag(tag, codec.SCALARS)
+        slot = self._open_slots.get(tag)
+        if slot is not None and (s[0] <= slot.smax or slot.count >= CHUNK_POINTS):
+            slot = None
+        if slot is None:
+            slot = self._open_slots[tag] = _PendingScalars(tag)
+            self._queue.append(slot)
+        slot.add(s, w, v)
+        self._pending_points += len(s)
+        self._pending_bytes += 24 * len(s)
+        if self._pending_bytes > BUFFER_BYTES:
+            self._write_pending()
+
+    def append_record(
+        self, kind: str, tag: str | None, step: int | None, wall: float, data: dict
+    ) -> None:
+        """Buffer one non-scalar event (histogram, image, text, hparams, telemetry, meta, ...).
+
+        ``data`` is encoded with msgpack right away (later changes to it are not recorded).
+        ``kind="meta"`` records are merged into :attr:`RunReader.meta`.
+
+        Raises:
+            ValueError: a bad ``kind`` (``"scalars"`` is reserved), ``tag``, ``step`` or ``wall``,
+                or ``tag`` already holds another kind.
+            TypeError: ``data`` is not a dict or not msgpack-serialisable.
+            RecorderError: the writer is closed.
+        """
+        self._check_open()
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"kind must be a non-empty str, got {kind!r}")
+        if kind == codec.SCALARS:
+            raise ValueError('kind "scalars" is reserved: use append_scalars()')
+        if tag is not None and (not isinstance(tag, str) or not tag):
+            raise ValueError(f"tag must be None or a non-empty str, got {tag!r}")
+        if step is not None and (not isinstance(step, numbers.Integral) or isinstance(step, bool)):
+            raise ValueError(f"step must be None or an int, got {step!r}")
+        if not isinstance(wall, numbers.Real) or isinstance(wall, bool) or math.isnan(wall):
+            raise ValueError(f"wall must be a number (Unix seconds), got {wall!r}")
+        if not isinstance(data, dict):
+            raise TypeError(f"data must be a dict, got {type(data).__name__}")
+        try:
+            payload = codec.encode_record(
+                kind, tag, None if step is None else int(step), float(wall), data
+            )
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TypeError(f"data is not msgpack-serialisable: {exc}") from None
+        if len(payload) > framing.MAX_PAYLOAD:
+            raise ValueError(f"record is {len(payload)} bytes, over {framing.MAX_PAYLOAD}")
+        if tag is not None:
+            self._claim_tag(tag, kind)
+        step = None if step is None else int(step)
+        self._queue.append((payload, (kind, tag, step, float(wall), 1, step, step, None, None)))
+        self._pending_records += 1
+        self._pending_bytes += len(payload)
+        if self._pending_bytes > BUFFER_BYTES:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write the buffer to the OS, rotating segments by size."""
+        queue, self._queue = self._queue, []
+        self._open_slots.clear()
+        self._pending_bytes = self._pending_points = self._pending_records = 0
+        batch: list[bytes] = []
+        batch_bytes = 0
+        new_entries: list[Entry] = []
+        for item in queue:
+            encoded = item.encode() if isinstance(item, _PendingScalars) else [item]
+            for payload, fields in encoded:
+                frame = framing.encode_frame(payload)
+                at = self._offset + batch_bytes
+                if at + len(frame) > self._segment_bytes and at > framing.HEADER_SIZE:
+                    self._commit(batch, batch_bytes, new_entries)
+                    batch, batch_bytes, new_entries = [], 0, []
+                    self._rotate()
+                    at = self._offset
+                new_entries.append(Entry(self._segment, at, len(payload), *fields))
+                batch.append(frame)
+                batch_bytes += len(frame)
+        self._commit(batch, batch_bytes, new_entries)
+
+    def _commit(self, frames: list[bytes], nbytes: int, entries: list[Entry]) -> None:
+        if not frames:
+            return
+        start = self._offset
+        try:
+            _write_all(self._fd, b"".join(frames), start)
+        except BaseException:
+            # Leave no torn record behind a failed write (e.g. a full disk).
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass
+            raise
+        self._offset += nbytes
+        self._bytes += nbytes
+        self._records += len(entries)
+        self._points += sum(e.count for e in entries if e.kind == codec.SCALARS)
+        self._entries.extend(entries)
+        self._unsynced = True
+
+    def _rotate(self) -> None:
+        if self._sync_mode != "never" and self._unsynced:
+            os.fsync(self._fd)  # the finished segment is durable before the next one starts
+            self._fsyncs += 1
+        self._new_segment(self._segment + 1)
+
+    def _fsync(self) -> None:
+        os.fsync(self._fd)
+        self._fsyncs += 1
+        if self._dir_dirty:
+            os.fsync(self._dir_fd)
+            self._dir_dirty = False
+        self._unsynced = False
+        self._last_fsync = time.monotonic()
+
+    def flush(self) -> Position:
+        """Write everything buffered to the OS, then fsync per the ``sync`` schedule.
+
+        After it returns, readers see the data and it survives the writer process being killed;
+        it is durable against power loss only if this call fsynced (``sync="flush"``, or
+        ``sync="interval"`` with the interval elapsed). Returns the end position.
+        """
+        self._check_open()
+        self._flushes += 1
+        self._write_pending()
+        if self._unsynced and (
+            self._sync_mode == "flush"
+            or (
+                self._sync_mode == "interval"
+                and time.monotonic() - self._last_fsync >= self._sync_interval
+            )
+        ):
+            self._fsync()
+        return self.position()
+
+    def sync(self) -> Position:
+        """Flush and fsync now (the data, and the directory after a new segment).
+
+        After it returns everything appended so far is durable, whatever the ``sync`` mode.
+        Returns the end position.
+        """
+        self._check_open()
+        self._flushes += 1
+        self._write_pending()
+        self._fsync()
+        return self.position()
+
+    def position(self) -> Position:
+        """The end of the flushed data (buffered appends are not included)."""
+        return Position(self._segment, self._offset)
+
+    def statistics(self) -> WriterStatistics:
+        """Counters since the writer was opened (see :class:`WriterStatistics`)."""
+        return WriterStatistics(
+            records=self._records,
+            scalar_points=self._points,
+            pending_records=self._pending_records,
+            pending_points=self._pending_points,
+            bytes=self._bytes,
+            segments=self._segment + 1,
+            fsyncs=self._fsyncs,
+            flushes=self._flushes,
+            truncated_bytes=self._truncated,
+            position=self.position(),
+        )
+
+    def close(self) -> None:
+        """Flush, fsync (unless ``sync="never"``) and write the index. Idempotent.
+
+        If the flush fails the files are closed anyway and the error propagates.
+        """
+        if self._closed:
+            return
+        try:
+            self._write_pending()
+            durable = self._sync_mode != "never"
+            if durable:
+                self._fsync()
+            self._write_index(durable)
+        finally:
+            self._closed = True
+            os.close(self._fd)
+            os.close(self._dir_fd)  # also releases the lock
+
+    def _write_index(self, durable: bool) -> None:
+        segments = [
+            (n, self._created[n], self._offset if n == self._segment else _size(self._dir, n))
+            for n in sorted(self._created)
+        ]
+        blob = encode_index(segments, self._entries, time.time())
+        path = os.path.join(self._dir, INDEX_NAME)
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, blob)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        if durable:
+            os.fsync(self._dir_fd)
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A writer dropped without close() still releases its descriptors (no index, no fsync).
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            os.close(self._fd)
+            os.close(self._dir_fd)
+
+
+def _size(run_dir: str, number: int) -> int:
+    return os.stat(os.path.join(run_dir, segment_name(number))).st_size
+
+
+def _write_all(fd: int, data: bytes, offset: int | None = None) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        view = view[n:]
+        if offset is not None:
+            offset += n
