@@ -406,7 +406,8 @@ class TelemetrySampler:
         prev_cpu, self._cpu_prev = self._cpu_prev, (busy, total)
         if prev_cpu is not None and total > prev_cpu[1]:
             pct = 100.0 * (busy - prev_cpu[0]) / (total - prev_cpu[1])
-            out["cpu/percent"] = min(100.0, max(0.0, pct))
+            # Rounded as psutil rounds it; the float sums leave residues like 2.8e-11 otherwise.
+            out["cpu/percent"] = round(min(100.0, max(0.0, pct)), 1)
 
         vm = psutil.virtual_memory()
         out["ram/used"] = float(vm.used)
