@@ -1,0 +1,246 @@
+// Page entry point: builds the layout, wires the connection to the store and the store to the
+// views, and exposes `window.vdl` for tests and the curious (documented in docs/dashboard.md).
+import "uplot/dist/uPlot.min.css";
+import "./style.css";
+import { Connection, liveUrl, takeToken } from "./connection.js";
+import { PinGroup } from "./chart.js";
+import { colorFor, el } from "./dom.js";
+import { FrameScheduler } from "./frames.js";
+import { initLanguage, language, LANGUAGES, onLanguage, setLanguage, t } from "./i18n.js";
+import { DEFAULT_SMOOTHING } from "./smoothing.js";
+import { STEP, Store, VALUE, WALL } from "./store.js";
+import { ScalarsView } from "./views/scalars.js";
+
+initLanguage();
+
+const store = new Store();
+const scheduler = new FrameScheduler();
+const state = {
+  xKind: "step",
+  logY: false,
+  smoothing: DEFAULT_SMOOTHING,
+  filter: null,
+  hiddenRuns: new Set(),
+  paused: false,
+  view: "scalars",
+};
+const pinGroups = new Map();
+const ctx = {
+  store,
+  scheduler,
+  state,
+  pinsFor(key) {
+    if (!pinGroups.has(key)) pinGroups.set(key, new PinGroup());
+    return pinGroups.get(key);
+  },
+};
+
+const views = { scalars: new ScalarsView(ctx) };
+
+// ---- layout -------------------------------------------------------------------------------------
+
+const conn = el("span", { class: "conn", dataset: { state: "connecting" }, role: "status" });
+const pauseBtn = el("button", { type: "button", class: "pause", on: { click: () => setPaused(!state.paused) } });
+const langSelect = el(
+  "select",
+  { class: "lang", "aria-label": "Language / 语言", on: { change: (e) => setLanguage(e.target.value) } },
+  ...LANGUAGES.map((code) => el("option", { value: code, text: code === "zh" ? "中文" : "English" })),
+);
+const tabs = el("nav", { class: "tabs" });
+const runList = el("ul", { class: "runs" });
+const filterInput = el("input", { type: "search", class: "filter", spellcheck: "false", on: { input: onFilter } });
+const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step: "0.01", value: String(state.smoothing), on: { input: onSmoothing } });
+const smoothingValue = el("output", { text: state.smoothing.toFixed(2) });
+const xSelect = el("select", { class: "xkind", on: { change: (e) => updateSetting({ xKind: e.target.value }) } });
+const logInput = el("input", { type: "checkbox", class: "logy", on: { change: (e) => updateSetting({ logY: e.target.checked }) } });
+const labels = {};
+const label = (key) => (labels[key] = el("span", { text: t(key) }));
+
+const side = el(
+  "aside",
+  { class: "side" },
+  el("label", { class: "field" }, label("tagFilter"), filterInput),
+  el("label", { class: "field" }, label("smoothing"), el("span", { class: "row" }, smoothingInput, smoothingValue)),
+  el("label", { class: "field" }, label("xAxis"), xSelect),
+  el("label", { class: "check" }, logInput, label("logY")),
+  el("h2", {}, label("runs")),
+  runList,
+);
+const main = el("main", {}, ...Object.values(views).map((v) => v.element));
+document.body.replaceChildren(
+  el("header", { class: "top" }, el("h1", { text: "vdl-stream" }), conn, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect),
+  el("div", { class: "layout" }, side, main),
+);
+
+function relabel() {
+  for (const [key, node] of Object.entries(labels)) node.textContent = t(key);
+  filterInput.placeholder = t("tagFilter");
+  pauseBtn.textContent = state.paused ? t("resume") : t("pause");
+  langSelect.value = language();
+  xSelect.replaceChildren(
+    ...[["step", "xStep"], ["relative", "xRelative"], ["wall", "xWall"]].map(([value, key]) => el("option", { value, text: t(key) })),
+  );
+  xSelect.value = state.xKind;
+  tabs.replaceChildren(
+    ...Object.keys(views).map((name) =>
+      el("button", { type: "button", class: name === state.view ? "tab active" : "tab", dataset: { view: name }, text: t(name), on: { click: () => showView(name) } }),
+    ),
+  );
+  setConnState(conn.dataset.state);
+  for (const view of Object.values(views)) view.relabel?.();
+}
+
+function showView(name) {
+  state.view = name;
+  for (const [key, view] of Object.entries(views)) view.element.hidden = key !== name;
+  for (const b of tabs.children) b.classList.toggle("active", b.dataset.view === name);
+}
+
+// ---- settings -----------------------------------------------------------------------------------
+
+function onFilter() {
+  const text = filterInput.value;
+  try {
+    state.filter = text ? new RegExp(text, "iu") : null;
+    filterInput.setCustomValidity("");
+    filterInput.title = "";
+  } catch {
+    filterInput.setCustomValidity(t("badRegex"));
+    filterInput.title = t("badRegex");
+    return;
+  }
+  views.scalars.applyFilter();
+}
+
+let smoothingTimer = 0;
+function onSmoothing() {
+  const w = Number(smoothingInput.value);
+  smoothingValue.textContent = w.toFixed(2);
+  // Re-smoothing every series is O(points); do it once the slider rests.
+  clearTimeout(smoothingTimer);
+  smoothingTimer = setTimeout(() => {
+    state.smoothing = w;
+    store.setSmoothing(w);
+    views.scalars.redrawAll();
+  }, 60);
+}
+
+function updateSetting(patch) {
+  Object.assign(state, patch);
+  views.scalars.redrawAll();
+}
+
+function setPaused(paused) {
+  state.paused = paused;
+  scheduler.setPaused(paused);
+  pauseBtn.textContent = paused ? t("resume") : t("pause");
+  pauseBtn.classList.toggle("active", paused);
+  document.body.classList.toggle("paused", paused);
+}
+
+// ---- runs ---------------------------------------------------------------------------------------
+
+function renderRuns() {
+  const names = [...new Set([...store.announced, ...store.runNames()])].sort();
+  runList.replaceChildren(
+    ...names.map((name) =>
+      el(
+        "li",
+        { dataset: { run: name } },
+        el(
+          "label",
+          {},
+          el("input", {
+            type: "checkbox",
+            checked: !state.hiddenRuns.has(name),
+            on: {
+              change: (e) => {
+                if (e.target.checked) state.hiddenRuns.delete(name);
+                else state.hiddenRuns.add(name);
+                views.scalars.redrawAll();
+              },
+            },
+          }),
+          el("i", { class: "swatch", style: { background: colorFor(name) } }),
+          el("span", { class: "run-name", text: name, title: name }),
+        ),
+      ),
+    ),
+  );
+}
+
+let knownRuns = "";
+store.subscribe((change) => {
+  if (change.kind !== "runs") return;
+  const names = [...new Set([...store.announced, ...store.runNames()])].sort().join("\u0000");
+  if (names !== knownRuns) {
+    knownRuns = names;
+    renderRuns();
+  }
+});
+
+// ---- connection ---------------------------------------------------------------------------------
+
+function setConnState(s, detail = "") {
+  conn.dataset.state = s;
+  conn.textContent = s === "open" ? t("connected") : s === "connecting" ? t("connecting") : t("disconnected");
+  conn.title = detail;
+}
+
+const token = takeToken();
+const connection = new Connection({
+  url: liveUrl(window.location, token),
+  onMessage: (msg) => store.apply(msg),
+  onState: (s, detail) => setConnState(s, detail),
+});
+
+// ---- test and debugging hooks (docs/dashboard.md) ---------------------------------------------
+
+window.vdl = {
+  /** Map of scalar tag -> uPlot instance (rebuilt when its line set changes: read it fresh). */
+  get charts() {
+    const map = new Map();
+    for (const [tag, chart] of views.scalars.charts) if (chart.plot) map.set(tag, chart.plot);
+    return map;
+  },
+  /** The chart wrappers (`Chart`) by tag, with `.renders`, `.zoom`, `.element`. */
+  get chartWrappers() {
+    return views.scalars.charts;
+  },
+  /** Raw received points of one series (not downsampled), as plain arrays. */
+  series(run, tag) {
+    const s = store.series(run, tag);
+    if (!s) return { steps: [], values: [], walls: [] };
+    return { steps: Array.from(s.column(STEP)), values: Array.from(s.column(VALUE)), walls: Array.from(s.column(WALL)) };
+  },
+  /** Run names seen (announced or with data), sorted. */
+  runs: () => [...new Set([...store.announced, ...store.runNames()])].sort(),
+  /** Scalar tags seen, sorted. */
+  tags: () => store.scalarTags(),
+  get connected() {
+    return connection.connected;
+  },
+  get paused() {
+    return state.paused;
+  },
+  setPaused,
+  /** Connection counters: frames, badFrames, reconnects, gaps. */
+  get stats() {
+    return { ...connection.stats, ...scheduler.stats };
+  },
+  state,
+  store,
+  connection,
+  setLanguage,
+};
+
+onLanguage(relabel);
+relabel();
+showView(state.view);
+applyMobileDefaults();
+connection.start();
+
+// On a narrow screen the side panel starts collapsed under the header.
+function applyMobileDefaults() {
+  side.classList.toggle("narrow", window.matchMedia("(max-width: 700px)").matches);
+}

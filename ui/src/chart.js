@@ -1,0 +1,360 @@
+// A uPlot chart that pulls its lines from a source callback when the frame scheduler says so.
+// It owns the uPlot instance (rebuilt only when the set of lines changes), drag-to-zoom with a reset,
+// the value readout under the cursor, click-to-pin shared with its sync group, and PNG export.
+import uPlot from "uplot";
+import { el, fileName } from "./dom.js";
+import { t } from "./i18n.js";
+
+const HEIGHT = 220;
+
+/**
+ * Cursor pins shared by every chart of one cursor-sync group: clicking a chart pins the cursor at
+ * that x on all of them; clicking again releases it.
+ */
+export class PinGroup {
+  constructor() {
+    /** The pinned x value, or null. */
+    this.x = null;
+    this.charts = new Set();
+  }
+
+  /** Pin every chart at `x`, or release when `x` is null. */
+  set(x) {
+    this.x = x;
+    for (const chart of this.charts) chart._applyPin();
+  }
+}
+
+/**
+ * Format a relative time in seconds as `1h02m`, `3m05s` or `12.5s`.
+ * @param {number} s
+ */
+export function formatDuration(s) {
+  if (!Number.isFinite(s)) return "";
+  const sign = s < 0 ? "-" : "";
+  s = Math.abs(s);
+  if (s < 60) return `${sign}${+s.toFixed(s < 10 ? 2 : 1)}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${sign}${m}m${String(Math.floor(s % 60)).padStart(2, "0")}s`;
+  return `${sign}${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m`;
+}
+
+/** A compact number for readouts: up to 5 significant digits, exponent for very small/large. */
+export function formatValue(v) {
+  if (v === null || v === undefined) return "–";
+  if (!Number.isFinite(v)) return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3);
+  return String(+v.toPrecision(5));
+}
+
+/** A byte count as `1.5 GiB`. */
+export function formatBytes(v) {
+  if (!Number.isFinite(v)) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(v) >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${+v.toFixed(v >= 100 || i === 0 ? 0 : 1)} ${units[i]}`;
+}
+
+export class Chart {
+  /**
+   * @param {object} opts
+   * @param {string} opts.key identifies the chart (`data-tag` of its element)
+   * @param {string} opts.title shown above the plot (as text)
+   * @param {(chart: Chart) => Line[]} opts.source the lines to draw, given this chart's width and zoom
+   * @param {string} opts.syncKey uPlot cursor.sync key: charts with the same key share the cursor
+   * @param {PinGroup} opts.pins the pin group of that sync key
+   * @param {"step"|"relative"|"wall"} [opts.xKind] how x is shown
+   * @param {boolean} [opts.logY]
+   * @param {(v: number) => string} [opts.formatY] y tick and readout format
+   *
+   * A Line is `{label, color, xs, ys, alpha?, width?, legend?}`; lines with the same `xs` object
+   * share x values (uPlot's aligned data); others are joined.
+   */
+  constructor({ key, title, source, syncKey, pins, xKind = "step", logY = false, formatY = formatValue }) {
+    this.key = key;
+    this.source = source;
+    this.syncKey = syncKey;
+    this.pins = pins;
+    this.xKind = xKind;
+    this.logY = logY;
+    this.formatY = formatY;
+    /** Visible x range after a drag zoom, or null for everything. */
+    this.zoom = null;
+    /** @type {uPlot|null} */
+    this.plot = null;
+    this.renders = 0;
+    this._signature = "";
+    this._lines = [];
+    this._justSelected = false;
+
+    this.plotBox = el("div", { class: "plot" });
+    this.readout = el("div", { class: "readout" });
+    this.titleEl = el("span", { class: "chart-title", text: title, title });
+    this.resetBtn = el("button", { class: "icon", type: "button", title: t("reset"), text: "⤢", on: { click: () => this.resetZoom() } });
+    this.pngBtn = el("button", { class: "icon", type: "button", title: t("savePng"), text: "PNG", on: { click: () => this.savePng() } });
+    this.element = el(
+      "section",
+      { class: "chart", dataset: { tag: key } },
+      el("header", {}, this.titleEl, el("span", { class: "chart-tools" }, this.resetBtn, this.pngBtn)),
+      this.plotBox,
+      this.readout,
+    );
+    this.resetBtn.hidden = true;
+    pins.charts.add(this);
+    this._resize = new ResizeObserver(() => this._onResize());
+    this._resize.observe(this.plotBox);
+  }
+
+  /** Pixel columns available for data: what downsampling aims for. */
+  get width() {
+    return Math.max(50, Math.round(this.plotBox.clientWidth || 600));
+  }
+
+  /** Pull lines from the source and draw them (called by the frame scheduler). */
+  render() {
+    const lines = this.source(this);
+    this._lines = lines;
+    const signature = `${this.xKind}|${this.logY}|` + lines.map((l) => `${l.label}\u0000${l.color}\u0000${l.alpha ?? 1}`).join("\u0001");
+    const data = alignedData(lines, this.logY);
+    if (!this.plot || signature !== this._signature) {
+      this._signature = signature;
+      this._build(lines, data);
+    } else {
+      this.plot.setData(data, this.zoom === null);
+    }
+    if (this.zoom) this.plot.setScale("x", { min: this.zoom[0], max: this.zoom[1] });
+    this._applyPin();
+    this._updateReadout();
+    this.renders++;
+  }
+
+  /** Undo a drag zoom. */
+  resetZoom() {
+    this.zoom = null;
+    this.resetBtn.hidden = true;
+    this.onChange?.();
+  }
+
+  /** Download the chart (title and plot) as a PNG file named after its tag. */
+  savePng() {
+    if (!this.plot) return;
+    const src = this.plot.ctx.canvas;
+    const ratio = src.width / this.plot.width || 1;
+    const pad = Math.round(28 * ratio);
+    const canvas = document.createElement("canvas");
+    canvas.width = src.width;
+    canvas.height = src.height + pad;
+    const ctx = canvas.getContext("2d");
+    ctx.fillStyle = getComputedStyle(this.element).backgroundColor || "#fff";
+    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    ctx.fillStyle = getComputedStyle(this.element).color || "#000";
+    ctx.font = `${Math.round(14 * ratio)}px system-ui, sans-serif`;
+    ctx.fillText(this.titleEl.textContent, 8 * ratio, 19 * ratio);
+    ctx.drawImage(src, 0, pad);
+    const a = el("a", { download: fileName(this.key, "png"), href: canvas.toDataURL("image/png") });
+    document.body.append(a);
+    a.click();
+    a.remove();
+  }
+
+  /** Remove the chart and its observers. */
+  destroy() {
+    this._resize.disconnect();
+    this.pins.charts.delete(this);
+    this.plot?.destroy();
+    this.plot = null;
+    this.element.remove();
+  }
+
+  /** Set the title text (for language switches). */
+  setTitle(title) {
+    this.titleEl.textContent = title;
+    this.titleEl.title = title;
+  }
+
+  _build(lines, data) {
+    this.plot?.destroy();
+    const xKind = this.xKind;
+    const formatY = this.formatY;
+    const opts = {
+      width: this.width,
+      height: HEIGHT,
+      legend: { show: false },
+      cursor: {
+        sync: { key: this.syncKey, setSeries: false, scales: ["x", null] },
+        drag: { x: true, y: false, setScale: false },
+        y: false,
+        points: { size: 6 },
+      },
+      scales: {
+        x: { time: xKind === "wall" },
+        y: this.logY ? { distr: 3 } : {},
+      },
+      axes: [
+        {
+          stroke: "var(--muted)",
+          grid: { stroke: "rgba(128,128,128,0.15)" },
+          ticks: { stroke: "rgba(128,128,128,0.3)" },
+          ...(xKind === "relative" ? { values: (u, ticks) => ticks.map(formatDuration) } : {}),
+        },
+        {
+          stroke: "var(--muted)",
+          grid: { stroke: "rgba(128,128,128,0.15)" },
+          ticks: { stroke: "rgba(128,128,128,0.3)" },
+          size: 64,
+          values: (u, ticks) => ticks.map(formatY),
+        },
+      ],
+      series: [
+        { label: "x" },
+        ...lines.map((l) => ({
+          label: l.label,
+          stroke: l.color,
+          width: l.width ?? 1.5,
+          alpha: l.alpha ?? 1,
+          spanGaps: true,
+          points: { show: false },
+        })),
+      ],
+      hooks: {
+        setCursor: [() => this._updateReadout()],
+        setSelect: [(u) => this._onSelect(u)],
+      },
+    };
+    // A stroke given as a CSS variable is not understood by canvas; resolve it once here.
+    const muted = getComputedStyle(document.documentElement).getPropertyValue("--muted").trim() || "#666";
+    for (const axis of opts.axes) axis.stroke = muted;
+    this.plot = new uPlot(opts, data, this.plotBox);
+    this.plot.over.addEventListener("click", () => this._onClick());
+    this.plot.over.addEventListener("dblclick", () => this.resetZoom());
+  }
+
+  _onSelect(u) {
+    if (u.select.width < 4) return;
+    const min = u.posToVal(u.select.left, "x");
+    const max = u.posToVal(u.select.left + u.select.width, "x");
+    u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    this._justSelected = true;
+    this.zoom = [min, max];
+    this.resetBtn.hidden = false;
+    this.onChange?.();
+  }
+
+  _onClick() {
+    if (this._justSelected) {
+      this._justSelected = false;
+      return;
+    }
+    const u = this.plot;
+    if (this.pins.x !== null) {
+      this.pins.set(null);
+      return;
+    }
+    const idx = u.cursor.idx;
+    if (idx === null || idx === undefined) return;
+    this.pins.set(u.data[0][idx]);
+  }
+
+  // Keep a pinned cursor on its x value through redraws, and lock it so hovering does not move it.
+  // uPlot has no public lock setter; `cursor._lock` is what its own `cursor.lock` click toggles.
+  _applyPin() {
+    const u = this.plot;
+    if (!u) return;
+    const x = this.pins.x;
+    if (x === null) {
+      if (u.cursor._lock) {
+        u.cursor._lock = false;
+        this.element.classList.remove("pinned");
+        u.setCursor({ left: -10, top: -10 }, true, false);
+      }
+      return;
+    }
+    u.cursor._lock = true;
+    this.element.classList.add("pinned");
+    const left = u.valToPos(x, "x");
+    u.setCursor({ left, top: u.bbox.height / devicePixelRatio / 2 }, true, false);
+  }
+
+  _updateReadout() {
+    const u = this.plot;
+    if (!u) return;
+    const idx = u.cursor.idx;
+    const parts = [];
+    if (idx !== null && idx !== undefined && u.data[0].length) {
+      const x = u.data[0][idx];
+      const xText = this.xKind === "wall" ? new Date(x * 1000).toLocaleString() : this.xKind === "relative" ? formatDuration(x) : `${t("step")} ${x}`;
+      parts.push(el("span", { class: "rx", text: xText }));
+      this._lines.forEach((line, i) => {
+        if (line.legend === false) return;
+        const v = nearest(u.data[i + 1], idx);
+        parts.push(el("span", { class: "rv" }, el("i", { style: { background: line.color } }), `${line.label} ${this.formatY(v)}`));
+      });
+      if (this.pins.x !== null) parts.push(el("span", { class: "rpin", text: t("pinned") }));
+    }
+    this.readout.replaceChildren(...parts);
+  }
+
+  _onResize() {
+    if (!this.plot) return;
+    const w = this.width;
+    if (Math.abs(w - this.plot.width) > 1) {
+      this.plot.setSize({ width: w, height: HEIGHT });
+      this.onChange?.();
+    }
+  }
+}
+
+// The value at idx, or the nearest defined one within a few rows (runs logged at different steps
+// leave holes in joined data).
+function nearest(ys, idx) {
+  if (!ys) return null;
+  for (let d = 0; d < 64; d++) {
+    const a = ys[idx - d];
+    if (a !== undefined && a !== null) return a;
+    const b = ys[idx + d];
+    if (b !== undefined && b !== null) return b;
+  }
+  return null;
+}
+
+/**
+ * Build uPlot's aligned data `[xs, ...ys]` from lines: lines sharing an `xs` form one table; more
+ * than one table (runs at different steps) are joined on x. Non-finite values, and values <= 0 on
+ * a log scale, become null gaps.
+ * @param {object[]} lines
+ * @param {boolean} logY
+ */
+export function alignedData(lines, logY) {
+  if (lines.length === 0) return [[]];
+  const tables = new Map();
+  for (const line of lines) {
+    if (!tables.has(line.xs)) tables.set(line.xs, [line.xs]);
+    tables.get(line.xs).push(cleanYs(line.ys, logY));
+  }
+  const list = [...tables.values()];
+  if (list.length === 1 && ascending(list[0][0])) return list[0];
+  return uPlot.join(list);
+}
+
+function cleanYs(ys, logY) {
+  let ok = true;
+  for (let i = 0; i < ys.length; i++) {
+    const v = ys[i];
+    if (!Number.isFinite(v) || (logY && v <= 0)) {
+      ok = false;
+      break;
+    }
+  }
+  if (ok) return ys;
+  return Array.from(ys, (v) => (Number.isFinite(v) && !(logY && v <= 0) ? v : null));
+}
+
+function ascending(xs) {
+  for (let i = 1; i < xs.length; i++) if (!(xs[i] > xs[i - 1])) return false;
+  return true;
+}

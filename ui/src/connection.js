@@ -1,0 +1,152 @@
+// The /ws/live WebSocket: connect, subscribe, hand decoded frames to the caller, resubscribe after a
+// `gap`, and reconnect with capped exponential backoff (with jitter) whenever the socket closes.
+import { decodeFrame, encodeSubscribe } from "./decode.js";
+
+const TOKEN_KEY = "vdl-stream.token";
+
+/**
+ * Read `?token=` from the page URL into sessionStorage and remove it from the address bar, so it
+ * is neither bookmarked nor sent as a Referer; then return the stored token (or null).
+ * @param {Location} location
+ * @param {History} history
+ * @param {Storage} storage
+ */
+export function takeToken(location = window.location, history = window.history, storage = window.sessionStorage) {
+  const url = new URL(location.href);
+  const token = url.searchParams.get("token");
+  if (token !== null) {
+    try {
+      storage.setItem(TOKEN_KEY, token);
+    } catch {
+      // Storage can be disabled; the token then lives only in this page.
+    }
+    url.searchParams.delete("token");
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    return token;
+  }
+  try {
+    return storage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The live URL on the page's own host: ws: for http pages, wss: for https.
+ * @param {Location} location
+ * @param {string|null} token
+ */
+export function liveUrl(location, token) {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const query = token ? `?token=${encodeURIComponent(token)}` : "";
+  return `${scheme}//${location.host}/ws/live${query}`;
+}
+
+/**
+ * Backoff before reconnect attempt `attempt` (0-based): 250 ms doubling to a 10 s cap, with up to
+ * 30% random jitter so that many tabs do not reconnect in lockstep after a server restart.
+ */
+export function backoffMs(attempt, random = Math.random) {
+  const base = Math.min(10_000, 250 * 2 ** Math.min(attempt, 10));
+  return Math.round(base * (1 + 0.3 * random()));
+}
+
+export class Connection {
+  /**
+   * @param {object} opts
+   * @param {string} opts.url WebSocket URL
+   * @param {(msg: object) => void} opts.onMessage decoded server messages
+   * @param {(state: "connecting"|"open"|"closed", detail?: string) => void} opts.onState
+   * @param {number} [opts.maxPoints] history points per tag in snapshots
+   */
+  constructor({ url, onMessage, onState, maxPoints = 2000 }) {
+    this.url = url;
+    this.onMessage = onMessage;
+    this.onState = onState;
+    this.maxPoints = maxPoints;
+    this.runs = null;
+    this.connected = false;
+    /** Frames received and frames that failed to decode, for the status line and tests. */
+    this.stats = { frames: 0, badFrames: 0, reconnects: 0, gaps: 0 };
+    this._attempt = 0;
+    this._timer = null;
+    this._ws = null;
+    this._closed = false;
+  }
+
+  /** Open the socket (and keep reopening it until close()). */
+  start() {
+    this._closed = false;
+    this._open();
+  }
+
+  /** Close for good: no reconnect. */
+  close() {
+    this._closed = true;
+    clearTimeout(this._timer);
+    this._ws?.close(1000, "page closed");
+  }
+
+  /**
+   * Change the subscription (null: all runs); sent now if connected, and on every reconnect.
+   * @param {string[]|null} runs
+   */
+  subscribe(runs = this.runs) {
+    this.runs = runs;
+    if (this._ws?.readyState === WebSocket.OPEN) this._ws.send(encodeSubscribe(this.runs, this.maxPoints));
+  }
+
+  _open() {
+    this.onState("connecting");
+    let ws;
+    try {
+      ws = new WebSocket(this.url);
+    } catch (err) {
+      this._retry(String(err));
+      return;
+    }
+    ws.binaryType = "arraybuffer";
+    this._ws = ws;
+    ws.onopen = () => {
+      this._attempt = 0;
+      this.connected = true;
+      this.onState("open");
+      this.subscribe();
+    };
+    ws.onmessage = (ev) => {
+      if (!(ev.data instanceof ArrayBuffer)) return;
+      let msg;
+      try {
+        msg = decodeFrame(ev.data);
+      } catch (err) {
+        this.stats.badFrames++;
+        console.warn("vdl-stream: dropped a bad frame:", err);
+        return;
+      }
+      this.stats.frames++;
+      if (msg.type === "gap") {
+        this.stats.gaps++;
+        this.subscribe();
+      }
+      this.onMessage(msg);
+    };
+    ws.onclose = (ev) => {
+      if (this._ws !== ws) return;
+      this._ws = null;
+      this.connected = false;
+      if (this._closed) {
+        this.onState("closed", "");
+        return;
+      }
+      this._retry(ev.reason || `code ${ev.code}`);
+    };
+  }
+
+  _retry(detail) {
+    const delay = backoffMs(this._attempt++);
+    this.stats.reconnects++;
+    this.onState("closed", detail);
+    clearTimeout(this._timer);
+    this._timer = setTimeout(() => this._open(), delay);
+  }
+}

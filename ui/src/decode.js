@@ -1,0 +1,128 @@
+// Wire decoding for /ws/live (docs/protocol.md): msgpack frames in, plain objects and
+// Float64Array columns out. No I/O and no DOM, so Node's test runner exercises it directly.
+import { decode, encode } from "@msgpack/msgpack";
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/**
+ * Turn an `f8` column (raw little-endian doubles in a msgpack `bin`) into a Float64Array.
+ *
+ * The bytes are copied into a fresh buffer: a `bin` decoded from a frame is a view at an arbitrary
+ * offset, and Float64Array needs 8-byte alignment.
+ *
+ * @param {Uint8Array} bytes the column as received
+ * @param {string} name what the column is, for the error message
+ * @returns {Float64Array}
+ * @throws {TypeError} when `bytes` is not a Uint8Array or its length is not a multiple of 8
+ */
+export function f8(bytes, name = "column") {
+  if (!(bytes instanceof Uint8Array)) {
+    throw new TypeError(`${name} must be f8 bytes, got ${describe(bytes)}`);
+  }
+  if (bytes.byteLength % 8 !== 0) {
+    throw new TypeError(`${name} must have a multiple of 8 bytes, got ${bytes.byteLength}`);
+  }
+  const out = new Float64Array(bytes.byteLength / 8);
+  if (LITTLE_ENDIAN) {
+    new Uint8Array(out.buffer).set(bytes);
+  } else {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (let i = 0; i < out.length; i++) out[i] = view.getFloat64(i * 8, true);
+  }
+  return out;
+}
+
+/**
+ * Decode the `scalars` list of a snapshot or data frame.
+ *
+ * @param {Array} entries `[[tag, steps f8, walls f8, values f8], ...]`
+ * @returns {{tag: string, steps: Float64Array, walls: Float64Array, values: Float64Array}[]}
+ * @throws {TypeError} on a malformed entry or columns of different lengths
+ */
+export function decodeScalars(entries) {
+  if (entries == null) return [];
+  if (!Array.isArray(entries)) throw new TypeError(`scalars must be a list, got ${describe(entries)}`);
+  return entries.map((entry, i) => {
+    if (!Array.isArray(entry) || entry.length !== 4) {
+      throw new TypeError(`scalars[${i}] must be [tag, steps, walls, values], got ${describe(entry)}`);
+    }
+    const [tag, stepBytes, wallBytes, valueBytes] = entry;
+    if (typeof tag !== "string" || tag === "") {
+      throw new TypeError(`scalars[${i}] tag must be a non-empty str, got ${describe(tag)}`);
+    }
+    const steps = f8(stepBytes, `scalars[${i}] steps`);
+    const walls = f8(wallBytes, `scalars[${i}] walls`);
+    const values = f8(valueBytes, `scalars[${i}] values`);
+    if (steps.length !== walls.length || steps.length !== values.length) {
+      throw new TypeError(
+        `scalars[${i}] columns differ in length: steps ${steps.length}, walls ${walls.length}, values ${values.length}`,
+      );
+    }
+    return { tag, steps, walls, values };
+  });
+}
+
+/**
+ * Decode the `f8` columns carried by non-scalar events in place of their bytes, so views never see
+ * raw bytes: histogram `edges`/`counts` become Float64Array. Other kinds pass through unchanged.
+ *
+ * @param {object} event one entry of a frame's `events` list
+ * @returns {object} the same event with decoded columns
+ * @throws {TypeError} when a histogram's columns are malformed
+ */
+export function decodeEvent(event) {
+  if (event === null || typeof event !== "object") {
+    throw new TypeError(`event must be a map, got ${describe(event)}`);
+  }
+  if (event.kind === "histogram") {
+    const edges = f8(event.edges, "histogram edges");
+    const counts = f8(event.counts, "histogram counts");
+    if (edges.length !== counts.length + 1) {
+      throw new TypeError(`histogram edges must have counts+1 elements, got ${edges.length} and ${counts.length}`);
+    }
+    return { ...event, edges, counts };
+  }
+  return event;
+}
+
+/**
+ * Decode one binary WebSocket frame into a message object with decoded columns.
+ *
+ * `snapshot` and `data` frames get `scalars` as `{tag, steps, walls, values}` objects and their
+ * `events` passed through {@link decodeEvent}; other types are returned as decoded.
+ *
+ * @param {ArrayBuffer|Uint8Array} frame
+ * @returns {object}
+ * @throws {TypeError|Error} when the frame is not a msgpack map with a string `type`
+ */
+export function decodeFrame(frame) {
+  const bytes = frame instanceof Uint8Array ? frame : new Uint8Array(frame);
+  const msg = decode(bytes);
+  if (msg === null || typeof msg !== "object" || Array.isArray(msg) || typeof msg.type !== "string") {
+    throw new TypeError(`frame must be a map with a str type, got ${describe(msg)}`);
+  }
+  if (msg.type === "snapshot" || msg.type === "data") {
+    if (typeof msg.run !== "string") throw new TypeError(`${msg.type}.run must be a str, got ${describe(msg.run)}`);
+    msg.scalars = decodeScalars(msg.scalars);
+    msg.events = (msg.events ?? []).map(decodeEvent);
+  }
+  return msg;
+}
+
+/**
+ * Encode the `subscribe` message.
+ *
+ * @param {string[]|null} runs run names, or null for all runs
+ * @param {number} maxPoints history points per tag in snapshots
+ * @returns {Uint8Array}
+ */
+export function encodeSubscribe(runs = null, maxPoints = 2000) {
+  return encode({ type: "subscribe", runs, max_points: maxPoints });
+}
+
+function describe(value) {
+  if (value === null) return "nil";
+  if (Array.isArray(value)) return "list";
+  if (value instanceof Uint8Array) return `${value.byteLength} bytes`;
+  return typeof value === "string" ? JSON.stringify(value.slice(0, 40)) : typeof value;
+}

@@ -1,0 +1,59 @@
+// DOM construction without innerHTML: user data (tags, run names, text) only ever becomes text
+// nodes or attribute values, so HTML inside it is shown, never parsed.
+
+/**
+ * Create an element.
+ * @param {string} tag element name
+ * @param {object} [props] `class`, `text`, `dataset`, `on` ({event: handler}), `style` (object),
+ *   anything else is set as an attribute
+ * @param {...(Node|string|null|undefined)} children strings become text nodes
+ * @returns {HTMLElement}
+ */
+export function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key === "style") Object.assign(node.style, value);
+    else if (key === "on") for (const [ev, fn] of Object.entries(value)) node.addEventListener(ev, fn);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(node, children);
+  return node;
+}
+
+/** Append children (strings become text nodes; null/undefined are skipped). */
+export function append(node, children) {
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(typeof child === "string" ? document.createTextNode(child) : child);
+  }
+  return node;
+}
+
+/** Remove every child of `node`. */
+export function clear(node) {
+  while (node.firstChild) node.firstChild.remove();
+}
+
+/** Colors for runs, in order of first appearance (colour-blind friendly, after Okabe & Ito / Tableau). */
+export const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
+
+const colors = new Map();
+/** A stable color for a run (or any series key). */
+export function colorFor(key) {
+  let c = colors.get(key);
+  if (!c) {
+    c = PALETTE[colors.size % PALETTE.length];
+    colors.set(key, c);
+  }
+  return c;
+}
+
+/** A file name for a tag: anything but letters, digits, `-`, `_` and `.` becomes `_`. */
+export function fileName(tag, ext) {
+  const base = String(tag).replace(/[^\p{L}\p{N}._-]+/gu, "_").replace(/^_+|_+$/g, "") || "chart";
+  return `${base}.${ext}`;
+}

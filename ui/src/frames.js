@@ -1,0 +1,90 @@
+// Redraw scheduling: charts are marked dirty as data arrives and redrawn at most once per animation
+// frame; a chart scrolled out of view (IntersectionObserver) stays dirty and is drawn when it comes
+// back; while paused nothing is drawn, and resuming draws whatever changed meanwhile.
+
+export class FrameScheduler {
+  /**
+   * @param {object} [opts]
+   * @param {(cb: FrameRequestCallback) => number} [opts.requestFrame] injectable for tests
+   */
+  constructor({ requestFrame = (cb) => requestAnimationFrame(cb) } = {}) {
+    this._requestFrame = requestFrame;
+    this._dirty = new Set();
+    this._pending = false;
+    this._items = new Map();
+    this.paused = false;
+    /** Frames that drew at least one item, and items drawn, for tests and the status line. */
+    this.stats = { frames: 0, draws: 0 };
+    this._observer =
+      typeof IntersectionObserver === "undefined"
+        ? null
+        : new IntersectionObserver((entries) => this._onIntersect(entries), { rootMargin: "200px 0px" });
+  }
+
+  /**
+   * Track an item `{element, render()}`; it starts visible until the observer says otherwise.
+   * @param {{element: Element, render: () => void, visible?: boolean}} item
+   */
+  observe(item) {
+    item.visible = true;
+    this._items.set(item.element, item);
+    this._observer?.observe(item.element);
+    this.mark(item);
+  }
+
+  /** Stop tracking an item. */
+  unobserve(item) {
+    this._items.delete(item.element);
+    this._dirty.delete(item);
+    this._observer?.unobserve(item.element);
+  }
+
+  /** Ask for `item` to be redrawn on the next frame it is visible and not paused. */
+  mark(item) {
+    this._dirty.add(item);
+    this._schedule();
+  }
+
+  /** Freeze (true) or unfreeze (false) drawing. */
+  setPaused(paused) {
+    this.paused = paused;
+    if (!paused) this._schedule();
+  }
+
+  _schedule() {
+    if (this._pending || this.paused || this._dirty.size === 0) return;
+    this._pending = true;
+    this._requestFrame(() => this._frame());
+  }
+
+  _frame() {
+    this._pending = false;
+    if (this.paused) return;
+    let drew = 0;
+    for (const item of [...this._dirty]) {
+      if (!item.visible) continue;
+      this._dirty.delete(item);
+      try {
+        item.render();
+      } catch (err) {
+        console.error("vdl-stream: drawing failed:", err);
+      }
+      drew++;
+    }
+    if (drew) {
+      this.stats.frames++;
+      this.stats.draws += drew;
+    }
+  }
+
+  _onIntersect(entries) {
+    let woke = false;
+    for (const entry of entries) {
+      const item = this._items.get(entry.target);
+      if (!item) continue;
+      item.visible = entry.isIntersecting;
+      if (item.visible && this._dirty.has(item)) woke = true;
+    }
+    if (woke) this._schedule();
+  }
+}

@@ -1,0 +1,157 @@
+// Interface strings in English and Chinese. The language follows navigator.language until the user
+// picks one with the switch; the choice is kept in localStorage.
+
+const STRINGS = {
+  en: {
+    title: "vdl-stream",
+    connecting: "Connecting…",
+    connected: "Live",
+    disconnected: "Disconnected — retrying",
+    pause: "Pause",
+    resume: "Resume",
+    paused: "Paused",
+    scalars: "Scalars",
+    histograms: "Histograms",
+    system: "System",
+    images: "Images",
+    text: "Text",
+    runs: "Runs",
+    tagFilter: "Filter tags (regex)",
+    badRegex: "Invalid regular expression",
+    smoothing: "Smoothing",
+    xAxis: "X axis",
+    xStep: "Step",
+    xRelative: "Relative",
+    xWall: "Wall time",
+    logY: "Log y",
+    reset: "Reset zoom",
+    savePng: "PNG",
+    noData: "No data yet. Log something with vdl_stream.attach() and it appears here.",
+    noTags: "No tags match the filter.",
+    step: "step",
+    pinned: "pinned — click to release",
+    language: "Language",
+    ridgeline: "Ridgeline",
+    heatmap: "Heatmap",
+    gpuUtil: "GPU utilization (%)",
+    gpuMem: "GPU memory used",
+    gpuTemp: "GPU temperature (°C)",
+    gpuPower: "GPU power (W)",
+    cpuPercent: "CPU (%)",
+    ramUsed: "RAM used",
+    noSystem: "No telemetry yet.",
+    noHist: "No histograms yet.",
+    noImages: "No images yet.",
+    noText: "No text yet.",
+    all: "all",
+    none: "none",
+    frames: "frames",
+  },
+  zh: {
+    title: "vdl-stream",
+    connecting: "正在连接…",
+    connected: "实时",
+    disconnected: "连接断开，正在重试",
+    pause: "暂停",
+    resume: "继续",
+    paused: "已暂停",
+    scalars: "标量",
+    histograms: "直方图",
+    system: "系统",
+    images: "图像",
+    text: "文本",
+    runs: "运行",
+    tagFilter: "筛选标签（正则表达式）",
+    badRegex: "正则表达式无效",
+    smoothing: "平滑",
+    xAxis: "横轴",
+    xStep: "步数",
+    xRelative: "相对时间",
+    xWall: "时间",
+    logY: "对数纵轴",
+    reset: "重置缩放",
+    savePng: "PNG",
+    noData: "暂无数据。用 vdl_stream.attach() 记录后会显示在这里。",
+    noTags: "没有匹配筛选条件的标签。",
+    step: "步",
+    pinned: "已固定，点击取消",
+    language: "语言",
+    ridgeline: "山脊图",
+    heatmap: "热力图",
+    gpuUtil: "GPU 利用率（%）",
+    gpuMem: "GPU 显存占用",
+    gpuTemp: "GPU 温度（°C）",
+    gpuPower: "GPU 功率（W）",
+    cpuPercent: "CPU（%）",
+    ramUsed: "内存占用",
+    noSystem: "暂无系统数据。",
+    noHist: "暂无直方图。",
+    noImages: "暂无图像。",
+    noText: "暂无文本。",
+    all: "全部",
+    none: "无",
+    frames: "帧",
+  },
+};
+
+/** Supported language codes. */
+export const LANGUAGES = Object.keys(STRINGS);
+
+const LANG_KEY = "vdl-stream.lang";
+let current = "en";
+const listeners = new Set();
+
+/**
+ * The language for a browser language list: `zh*` gives Chinese, anything else English.
+ * @param {readonly string[]} languages e.g. navigator.languages
+ */
+export function pickLanguage(languages) {
+  for (const lang of languages ?? []) {
+    const code = String(lang).toLowerCase().split("-")[0];
+    if (code in STRINGS) return code;
+  }
+  return "en";
+}
+
+/** Set the language from storage or the browser; call once at start-up. */
+export function initLanguage() {
+  let saved = null;
+  try {
+    saved = localStorage.getItem(LANG_KEY);
+  } catch {
+    // ignore: storage disabled
+  }
+  current = saved in STRINGS ? saved : pickLanguage(navigator.languages?.length ? navigator.languages : [navigator.language]);
+  document.documentElement.lang = current === "zh" ? "zh-CN" : "en";
+}
+
+/** The current language code. */
+export function language() {
+  return current;
+}
+
+/**
+ * Switch language, remember it, and notify listeners.
+ * @param {string} code one of LANGUAGES
+ */
+export function setLanguage(code) {
+  if (!(code in STRINGS)) throw new RangeError(`language must be one of ${LANGUAGES.join(", ")}, got ${code}`);
+  current = code;
+  try {
+    localStorage.setItem(LANG_KEY, code);
+  } catch {
+    // ignore
+  }
+  document.documentElement.lang = code === "zh" ? "zh-CN" : "en";
+  for (const fn of listeners) fn(code);
+}
+
+/** Call `fn` after each language change. */
+export function onLanguage(fn) {
+  listeners.add(fn);
+}
+
+/** The string for `key` in the current language (the key itself when missing). */
+export function t(key) {
+  return STRINGS[current][key] ?? STRINGS.en[key] ?? key;
+}

@@ -1,0 +1,127 @@
+// Bounded per-series storage: parallel Float64Array columns holding the newest `capacity` rows.
+//
+// Rows live in a window of a backing array twice the capacity. Appends write after the window;
+// when the end of the backing array is reached, the live rows are moved back to the front in one
+// copyWithin. Each row is moved at most once per `capacity` appends (amortised O(1)), and every
+// column is always one contiguous subarray, so downsampling and uPlot read it without copying or
+// index arithmetic. The backing arrays start small and double up to the capacity.
+
+const INITIAL_ROWS = 256;
+
+export class RingBuffer {
+  /**
+   * @param {number} columns number of parallel columns (e.g. step, wall, value)
+   * @param {number} capacity most rows kept; older rows are dropped first
+   * @throws {RangeError} when either argument is not a positive integer
+   */
+  constructor(columns, capacity = 1 << 20) {
+    if (!Number.isInteger(columns) || columns < 1) throw new RangeError(`columns must be a positive int, got ${columns}`);
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`capacity must be a positive int, got ${capacity}`);
+    this.columns = columns;
+    this.capacity = capacity;
+    this._start = 0;
+    this._end = 0;
+    /** Rows ever dropped from the front because the buffer was full. */
+    this.dropped = 0;
+    this._cols = [];
+    this._alloc(Math.min(INITIAL_ROWS, capacity) * 2);
+  }
+
+  /** Number of rows held. */
+  get length() {
+    return this._end - this._start;
+  }
+
+  /**
+   * Append rows. Each argument is one column (array-like), all of the same length.
+   * When more rows arrive than fit, the oldest are dropped.
+   *
+   * @param {...ArrayLike<number>} cols
+   * @throws {RangeError} on a wrong column count or columns of different lengths
+   */
+  push(...cols) {
+    if (cols.length !== this.columns) throw new RangeError(`push needs ${this.columns} columns, got ${cols.length}`);
+    const n = cols[0].length;
+    for (const c of cols) {
+      if (c.length !== n) throw new RangeError(`columns differ in length: ${n} and ${c.length}`);
+    }
+    let from = 0;
+    if (n > this.capacity) {
+      // Only the newest `capacity` rows can survive; skip the rest up front.
+      from = n - this.capacity;
+      this.dropped += this.length + from;
+      this._start = this._end = 0;
+    }
+    const count = n - from;
+    this._reserve(count);
+    for (let c = 0; c < this.columns; c++) {
+      const src = cols[c];
+      const dst = this._cols[c];
+      if (from === 0 && ArrayBuffer.isView(src)) dst.set(src, this._end);
+      else for (let i = 0; i < count; i++) dst[this._end + i] = src[from + i];
+    }
+    this._end += count;
+  }
+
+  /**
+   * Append one row.
+   * @param {...number} row one value per column
+   */
+  pushRow(...row) {
+    this._reserve(1);
+    for (let c = 0; c < this.columns; c++) this._cols[c][this._end] = row[c];
+    this._end += 1;
+  }
+
+  /**
+   * A live view of one column, oldest row first. It is invalidated by the next push.
+   * @param {number} c column index
+   * @returns {Float64Array}
+   */
+  column(c) {
+    return this._cols[c].subarray(this._start, this._end);
+  }
+
+  /** The last row's value in column `c`, or undefined when empty. */
+  last(c) {
+    return this._end > this._start ? this._cols[c][this._end - 1] : undefined;
+  }
+
+  /** Drop every row (capacity and backing arrays are kept). */
+  clear() {
+    this._start = this._end = 0;
+  }
+
+  /** Make room for `count` more rows, dropping the oldest beyond the capacity. */
+  _reserve(count) {
+    const overflow = this.length + count - this.capacity;
+    if (overflow > 0) {
+      this._start += overflow;
+      this.dropped += overflow;
+    }
+    const size = this._cols[0].length;
+    if (this._end + count <= size) return;
+    const live = this.length;
+    const needed = live + count;
+    if (needed * 2 > size && size < this.capacity * 2) {
+      let grown = size;
+      while (grown < needed * 2 && grown < this.capacity * 2) grown *= 2;
+      this._alloc(Math.min(grown, this.capacity * 2));
+      return;
+    }
+    for (const col of this._cols) col.copyWithin(0, this._start, this._end);
+    this._start = 0;
+    this._end = live;
+  }
+
+  _alloc(size) {
+    const live = this.length;
+    this._cols = Array.from({ length: this.columns }, (_, c) => {
+      const col = new Float64Array(size);
+      if (this._cols[c]) col.set(this._cols[c].subarray(this._start, this._end));
+      return col;
+    });
+    this._start = 0;
+    this._end = live;
+  }
+}

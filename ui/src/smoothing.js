@@ -1,0 +1,63 @@
+// Exponential moving average with TensorBoard's debiasing (tensorboard/plugins/scalar/tf_scalar_dashboard
+// `smoothing`): the running average starts at 0 and is divided by (1 - w^n), so the first points are
+// not pulled towards zero. Non-finite values pass through unchanged and do not enter the average.
+
+/** Default smoothing weight, as in TensorBoard and VisualDL. */
+export const DEFAULT_SMOOTHING = 0.6;
+
+/**
+ * Incremental debiased EMA, so a live series is smoothed once per new point rather than from the
+ * start on every frame.
+ */
+export class Ema {
+  /**
+   * @param {number} weight in [0, 1); 0 means no smoothing
+   * @throws {RangeError} when weight is outside [0, 1)
+   */
+  constructor(weight = DEFAULT_SMOOTHING) {
+    if (!(weight >= 0 && weight < 1)) throw new RangeError(`weight must be in [0, 1), got ${weight}`);
+    this.weight = weight;
+    this.reset();
+  }
+
+  /** Forget every point seen. */
+  reset() {
+    this._last = 0;
+    this._count = 0;
+  }
+
+  /**
+   * Feed one value and return its smoothed value.
+   * @param {number} value
+   * @returns {number}
+   */
+  next(value) {
+    if (!Number.isFinite(value)) return value;
+    this._last = this._last * this.weight + (1 - this.weight) * value;
+    this._count += 1;
+    const debias = this.weight === 0 ? 1 : 1 - Math.pow(this.weight, this._count);
+    return this._last / debias;
+  }
+
+  /**
+   * Smooth `values[from..]` into `out[from..]`, continuing from the state left by earlier calls.
+   * @param {ArrayLike<number>} values
+   * @param {Float64Array|number[]} out may be the same array as `values`
+   * @param {number} from first index to smooth
+   */
+  fill(values, out, from = 0) {
+    for (let i = from; i < values.length; i++) out[i] = this.next(values[i]);
+  }
+}
+
+/**
+ * Smooth a whole series at once.
+ * @param {ArrayLike<number>} values
+ * @param {number} weight in [0, 1)
+ * @returns {Float64Array}
+ */
+export function smooth(values, weight = DEFAULT_SMOOTHING) {
+  const out = new Float64Array(values.length);
+  new Ema(weight).fill(values, out);
+  return out;
+}

@@ -1,0 +1,256 @@
+// Everything the page has received, by run: scalar series in ring buffers, and bounded lists of the
+// other event kinds. Applies `snapshot` (replace a run) and `data` (append) frames and tells its
+// listeners what changed. No DOM.
+import { RingBuffer } from "./ringbuffer.js";
+import { DEFAULT_SMOOTHING, Ema } from "./smoothing.js";
+
+// Columns of a scalar series' ring buffer.
+export const STEP = 0;
+export const WALL = 1;
+export const VALUE = 2;
+export const SMOOTHED = 3;
+
+/** Most points kept per scalar series; older points are dropped first. */
+export const SERIES_CAPACITY = 1 << 20;
+/** Most events kept per (run, tag) for histograms, images and text. */
+export const EVENTS_PER_TAG = 500;
+/** Most samples kept per telemetry field and source. */
+export const TELEMETRY_CAPACITY = 1 << 16;
+
+/** One scalar tag of one run. */
+export class Series {
+  constructor(run, tag, smoothing) {
+    this.run = run;
+    this.tag = tag;
+    this.buffer = new RingBuffer(4, SERIES_CAPACITY);
+    this.ema = new Ema(smoothing);
+    /** Bumped on every change, so a chart can tell whether it is stale. */
+    this.version = 0;
+  }
+
+  /** Append decoded columns, smoothing the new values incrementally. */
+  append(steps, walls, values) {
+    const smoothed = new Float64Array(values.length);
+    this.ema.fill(values, smoothed);
+    this.buffer.push(steps, walls, values, smoothed);
+    this.version++;
+  }
+
+  /** Recompute the smoothed column with another weight. */
+  resmooth(weight) {
+    this.ema = new Ema(weight);
+    this.ema.fill(this.buffer.column(VALUE), this.buffer.column(SMOOTHED));
+    this.version++;
+  }
+
+  get length() {
+    return this.buffer.length;
+  }
+
+  column(c) {
+    return this.buffer.column(c);
+  }
+}
+
+/** A telemetry field of one source (run, host, rank), sampled over wall time. */
+export class Telemetry {
+  constructor(source, field) {
+    this.source = source;
+    this.field = field;
+    this.buffer = new RingBuffer(2, TELEMETRY_CAPACITY);
+    this.version = 0;
+  }
+}
+
+/** Per-run state. */
+class Run {
+  constructor(name) {
+    this.name = name;
+    /** @type {Map<string, Series>} */
+    this.scalars = new Map();
+    /** @type {Map<string, object[]>} tag -> events sorted by step, for each kind */
+    this.histograms = new Map();
+    this.images = new Map();
+    this.texts = new Map();
+    /** @type {Map<string, Telemetry>} `${source}\u0000${field}` -> samples */
+    this.telemetry = new Map();
+    this.seq = 0;
+  }
+}
+
+export class Store {
+  constructor() {
+    /** @type {Map<string, Run>} */
+    this.runs = new Map();
+    /** Run names announced by the server (may include runs with no data yet). */
+    this.announced = [];
+    this.smoothing = DEFAULT_SMOOTHING;
+    this._listeners = new Set();
+  }
+
+  /**
+   * Listen for changes. The callback gets `{kind, run, tags}` where kind is one of
+   * `runs`, `scalars`, `histogram`, `image`, `text`, `telemetry`, and `tags` the tags touched.
+   * @returns {() => void} unsubscribe
+   */
+  subscribe(fn) {
+    this._listeners.add(fn);
+    return () => this._listeners.delete(fn);
+  }
+
+  /**
+   * Apply one decoded server message (see decode.js). Unknown types are ignored.
+   * @param {object} msg
+   */
+  apply(msg) {
+    switch (msg.type) {
+      case "runs":
+        this.announced = (msg.runs ?? []).filter((r) => typeof r === "string");
+        for (const name of this.announced) this._run(name);
+        this._emit({ kind: "runs", run: null, tags: [] });
+        break;
+      case "snapshot":
+        this._clearRun(msg.run);
+        this._ingest(msg);
+        break;
+      case "data":
+        this._ingest(msg);
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** The series of `run`/`tag`, or undefined. */
+  series(run, tag) {
+    return this.runs.get(run)?.scalars.get(tag);
+  }
+
+  /** Every scalar tag of every run, sorted. */
+  scalarTags() {
+    const tags = new Set();
+    for (const run of this.runs.values()) for (const tag of run.scalars.keys()) tags.add(tag);
+    return [...tags].sort();
+  }
+
+  /** Run names, sorted. */
+  runNames() {
+    return [...this.runs.keys()].sort();
+  }
+
+  /**
+   * Change the smoothing weight of every series.
+   * @param {number} weight in [0, 1)
+   */
+  setSmoothing(weight) {
+    this.smoothing = weight;
+    for (const run of this.runs.values()) for (const s of run.scalars.values()) s.resmooth(weight);
+    for (const run of this.runs.values()) this._emit({ kind: "scalars", run: run.name, tags: [...run.scalars.keys()] });
+  }
+
+  _run(name) {
+    let run = this.runs.get(name);
+    if (!run) {
+      run = new Run(name);
+      this.runs.set(name, run);
+      this._emit({ kind: "runs", run: name, tags: [] });
+    }
+    return run;
+  }
+
+  _clearRun(name) {
+    const run = this._run(name);
+    for (const s of run.scalars.values()) {
+      s.buffer.clear();
+      s.ema.reset();
+      s.version++;
+    }
+    run.histograms.clear();
+    run.images.clear();
+    run.texts.clear();
+    for (const t of run.telemetry.values()) {
+      t.buffer.clear();
+      t.version++;
+    }
+    this._emit({ kind: "scalars", run: name, tags: [...run.scalars.keys()] });
+    for (const kind of ["histogram", "image", "text", "telemetry"]) this._emit({ kind, run: name, tags: [] });
+  }
+
+  _ingest(msg) {
+    const run = this._run(msg.run);
+    if (typeof msg.seq === "number") run.seq = Math.max(run.seq, msg.seq);
+    const touched = [];
+    for (const { tag, steps, walls, values } of msg.scalars) {
+      let s = run.scalars.get(tag);
+      if (!s) {
+        s = new Series(run.name, tag, this.smoothing);
+        run.scalars.set(tag, s);
+      }
+      s.append(steps, walls, values);
+      touched.push(tag);
+    }
+    if (touched.length) this._emit({ kind: "scalars", run: run.name, tags: touched });
+
+    const byKind = new Map();
+    for (const ev of msg.events) {
+      const tag = this._event(run, ev);
+      if (tag === undefined) continue;
+      if (!byKind.has(ev.kind)) byKind.set(ev.kind, new Set());
+      byKind.get(ev.kind).add(tag);
+    }
+    for (const [kind, tags] of byKind) this._emit({ kind, run: run.name, tags: [...tags] });
+  }
+
+  // Store one non-scalar event; returns its tag (or field) when it was kept.
+  _event(run, ev) {
+    switch (ev.kind) {
+      case "histogram":
+        return insertByStep(run.histograms, ev);
+      case "image":
+        return insertByStep(run.images, ev);
+      case "text":
+        return insertByStep(run.texts, ev);
+      case "telemetry": {
+        if (typeof ev.wall !== "number" || ev.fields == null || typeof ev.fields !== "object") return undefined;
+        const source = `${ev.host ?? "?"}#${ev.rank ?? 0}`;
+        for (const [field, value] of Object.entries(ev.fields)) {
+          if (typeof value !== "number") continue;
+          const key = `${source}\u0000${field}`;
+          let t = run.telemetry.get(key);
+          if (!t) {
+            t = new Telemetry(source, field);
+            run.telemetry.set(key, t);
+          }
+          t.buffer.pushRow(ev.wall, value);
+          t.version++;
+        }
+        return source;
+      }
+      default:
+        return undefined;
+    }
+  }
+
+  _emit(change) {
+    for (const fn of this._listeners) fn(change);
+  }
+}
+
+// Keep events of one tag sorted by step (a late event is inserted in place; the same step replaces)
+// and bounded to the newest EVENTS_PER_TAG.
+function insertByStep(byTag, ev) {
+  if (typeof ev.tag !== "string") return undefined;
+  let list = byTag.get(ev.tag);
+  if (!list) {
+    list = [];
+    byTag.set(ev.tag, list);
+  }
+  const step = typeof ev.step === "number" ? ev.step : list.length ? list[list.length - 1].step + 1 : 0;
+  const item = { ...ev, step };
+  let i = list.length;
+  while (i > 0 && list[i - 1].step > step) i--;
+  if (i > 0 && list[i - 1].step === step) list[i - 1] = item;
+  else list.splice(i, 0, item);
+  if (list.length > EVENTS_PER_TAG) list.splice(0, list.length - EVENTS_PER_TAG);
+  return ev.tag;
+}

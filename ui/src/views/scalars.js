@@ -1,0 +1,157 @@
+// The scalars view: one chart per tag, grouped by the tag's prefix (`train/loss` is in `train`),
+// runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
+import { Chart } from "../chart.js";
+import { colorFor, el } from "../dom.js";
+import { gather, minMaxIndices } from "../downsample.js";
+import { t } from "../i18n.js";
+import { SMOOTHED, STEP, VALUE, WALL } from "../store.js";
+
+/** The group a tag is shown in: the part before its first `/` (empty for none). */
+export function tagGroup(tag) {
+  const i = tag.indexOf("/");
+  return i > 0 ? tag.slice(0, i) : "";
+}
+
+export class ScalarsView {
+  /**
+   * @param {object} ctx shared page context: `store`, `scheduler`, `state`, `pinsFor(syncKey)`
+   */
+  constructor(ctx) {
+    this.ctx = ctx;
+    /** @type {Map<string, Chart>} */
+    this.charts = new Map();
+    this.groups = new Map();
+    this.empty = el("p", { class: "empty", text: t("noData") });
+    this.element = el("div", { class: "view scalars" }, this.empty);
+    ctx.store.subscribe((change) => {
+      if (change.kind === "scalars") for (const tag of change.tags) this._touch(tag);
+      else if (change.kind === "runs") this.redrawAll();
+    });
+  }
+
+  /** Redraw every chart (after a setting such as the x axis or the run toggles changed). */
+  redrawAll() {
+    const { state } = this.ctx;
+    for (const chart of this.charts.values()) {
+      const syncKey = scalarSyncKey(state.xKind);
+      if (chart.xKind !== state.xKind || chart.logY !== state.logY) {
+        chart.zoom = null;
+        chart.resetBtn.hidden = true;
+      }
+      if (chart.syncKey !== syncKey) {
+        chart.pins.charts.delete(chart);
+        chart.syncKey = syncKey;
+        chart.pins = this.ctx.pinsFor(syncKey);
+        chart.pins.charts.add(chart);
+        chart._signature = ""; // the uPlot sync key is fixed at build time
+      }
+      chart.xKind = state.xKind;
+      chart.logY = state.logY;
+      this.ctx.scheduler.mark(chart);
+    }
+    this.applyFilter();
+  }
+
+  /** Show only charts whose tag matches the filter regex. */
+  applyFilter() {
+    const re = this.ctx.state.filter;
+    let shown = 0;
+    for (const [tag, chart] of this.charts) {
+      const ok = !re || re.test(tag);
+      chart.element.hidden = !ok;
+      if (ok) shown++;
+    }
+    for (const group of this.groups.values()) {
+      group.element.hidden = ![...group.charts].some((c) => !c.element.hidden);
+    }
+    this.empty.hidden = shown > 0;
+    this.empty.textContent = this.charts.size ? t("noTags") : t("noData");
+  }
+
+  /** Re-apply interface strings after a language switch. */
+  relabel() {
+    this.applyFilter();
+    for (const chart of this.charts.values()) {
+      chart.resetBtn.title = t("reset");
+      chart.pngBtn.title = t("savePng");
+      chart._updateReadout();
+    }
+  }
+
+  _touch(tag) {
+    let chart = this.charts.get(tag);
+    if (!chart) chart = this._create(tag);
+    this.ctx.scheduler.mark(chart);
+  }
+
+  _create(tag) {
+    const { state, scheduler } = this.ctx;
+    const syncKey = scalarSyncKey(state.xKind);
+    const chart = new Chart({
+      key: tag,
+      title: tag,
+      syncKey,
+      pins: this.ctx.pinsFor(syncKey),
+      xKind: state.xKind,
+      logY: state.logY,
+      source: (c) => this._lines(c, tag),
+    });
+    chart.onChange = () => scheduler.mark(chart);
+    this.charts.set(tag, chart);
+
+    const name = tagGroup(tag);
+    let group = this.groups.get(name);
+    if (!group) {
+      const body = el("div", { class: "grid" });
+      group = {
+        body,
+        charts: new Set(),
+        element: el("details", { class: "group", open: true, dataset: { group: name } }, el("summary", { text: name || "·" }), body),
+      };
+      this.groups.set(name, group);
+      const names = [...this.groups.keys()].sort();
+      const next = names[names.indexOf(name) + 1];
+      this.element.insertBefore(group.element, next === undefined ? null : this.groups.get(next).element);
+    }
+    group.charts.add(chart);
+    const tags = [...group.charts].map((c) => c.key).sort();
+    const after = tags[tags.indexOf(tag) + 1];
+    group.body.insertBefore(chart.element, after === undefined ? null : this.charts.get(after).element);
+    scheduler.observe(chart);
+    this.applyFilter();
+    return chart;
+  }
+
+  // The lines of one chart: per visible run, the raw values (faint when smoothing) and the
+  // smoothed values, downsampled to the chart's width over its zoomed range.
+  _lines(chart, tag) {
+    const { store, state } = this.ctx;
+    const lines = [];
+    for (const run of store.runNames()) {
+      if (state.hiddenRuns.has(run)) continue;
+      const series = store.series(run, tag);
+      if (!series || series.length === 0) continue;
+      const walls = series.column(WALL);
+      const xsFull = state.xKind === "step" ? series.column(STEP) : walls;
+      const offset = state.xKind === "relative" ? walls[0] : 0;
+      const zoom = chart.zoom;
+      const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined);
+      const xs = gather(xsFull, idx);
+      if (offset) for (let i = 0; i < xs.length; i++) xs[i] -= offset;
+      const color = colorFor(run);
+      const raw = gather(series.column(VALUE), idx);
+      if (state.smoothing > 0) {
+        lines.push({ label: `${run} (raw)`, color, xs, ys: raw, alpha: 0.25, width: 1, legend: false });
+        lines.push({ label: run, color, xs, ys: gather(series.column(SMOOTHED), idx) });
+      } else {
+        lines.push({ label: run, color, xs, ys: raw });
+      }
+    }
+    return lines;
+  }
+}
+
+/** Scalar charts share the cursor by step; on wall time they join the telemetry charts' group. */
+export function scalarSyncKey(xKind) {
+  return xKind === "wall" ? "wall" : `scalars-${xKind}`;
+}
