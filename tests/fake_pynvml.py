@@ -132,6 +132,8 @@ def make_module(
 
     @api
     def nvmlDeviceGetHandleByIndex(index: int) -> FakeDevice:
+        if "nvmlDeviceGetHandleByIndex" in devices[index].fail:
+            raise devices[index].fail["nvmlDeviceGetHandleByIndex"]()
         return devices[index]
 
     @api

@@ -333,6 +333,24 @@ def test_devices(nvml) -> None:
     assert s.devices()[0]["name"] == "NVIDIA H200"  # a copy each time
 
 
+def test_gpu_without_handle_is_skipped_others_keep_index(monkeypatch, caplog) -> None:
+    lost = partial_device()
+    lost.index = 0
+    lost.fail["nvmlDeviceGetHandleByIndex"] = fake.NVMLError_NotSupported
+    good = full_device()
+    good.index = 1
+    monkeypatch.setitem(sys.modules, "pynvml", fake.make_module([lost, good]))
+    caplog.set_level(logging.INFO, logger="vdl_stream.telemetry")
+    s = TelemetrySampler()
+    ev = s.sample()
+    assert [d["index"] for d in s.devices()] == [1]
+    assert gpu_fields(ev, 1)["util"] == 87.0
+    assert gpu_fields(ev, 0) == {}
+    assert [r.getMessage() for r in _no_gpu_log(caplog)] == [
+        "GPU telemetry: skipping GPU 0, NVML gives no handle (3)"
+    ]
+
+
 def test_devices_name_unsupported_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
     dev = full_device()
     dev.fail["nvmlDeviceGetUUID"] = fake.NVMLError_NotSupported

@@ -85,8 +85,9 @@ class _Gpu:
 class TelemetrySampler:
     """Samples GPU and host telemetry into ``telemetry`` events.
 
-    Construction initialises NVML (when ``gpus`` is true) and reads the static device list; every
-    ``sample()`` then costs a few dozen NVML calls per GPU and a few psutil calls. A call that a
+    Construction initialises NVML (when ``gpus`` is true) and reads the static device list, which
+    can block for seconds on GPUs without persistence mode, so construct it off the event loop
+    too. Every ``sample()`` then costs a few dozen NVML calls per GPU and a few psutil calls. A call that a
     device does not support (any ``NVMLError``) is remembered and never made again, and its field is
     left out of the events; nothing is faked. Without NVML (no ``pynvml`` module, no driver, no GPU)
     the sampler logs one info line and produces host fields only.
@@ -232,14 +233,19 @@ class TelemetrySampler:
             return
         try:
             count = pynvml.nvmlDeviceGetCount()
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         except errors as exc:
-            logger.info("GPU telemetry off: NVML lists no usable GPU (%s)", exc)
+            logger.info("GPU telemetry off: NVML cannot count the GPUs (%s)", exc)
             _shutdown_quietly(pynvml, errors)
             return
         self._nvml = pynvml
         self._nvml_errors = errors
-        self._gpus = [_Gpu(i, h) for i, h in enumerate(handles)]
+        for index in range(count):
+            # One unusable GPU (lost, or hidden from this container) must not hide the others;
+            # the rest keep their NVML index, so gpu{i} always means nvidia-smi's GPU i.
+            try:
+                self._gpus.append(_Gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index)))
+            except errors as exc:
+                logger.info("GPU telemetry: skipping GPU %d, NVML gives no handle (%s)", index, exc)
         for gpu in self._gpus:
             mem = self._memory_info(gpu)
             self._devices.append(
