@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite from a clean clone: installs what it needs, then runs lint, JS and Python tests.
+# Usage: bash scripts/test.sh [extra pytest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian's chromium drives the browser tests (Playwright's own browser download does not work offline);
+# Noto CJK lets screenshots show Chinese text.
+if ! command -v chromium >/dev/null 2>&1 || ! dpkg -s fonts-noto-cjk >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq chromium fonts-noto-cjk >/dev/null
+fi
+
+python3 -m pip install --quiet --disable-pip-version-check -e ".[test]"
+
+echo "== ruff"
+ruff check .
+ruff format --check .
+
+echo "== ui: JS unit tests and bundle freshness"
+(cd ui && npm ci --no-audit --no-fund --loglevel=error && npm test && npm run build)
+git diff --exit-code --stat -- vdl_stream/static || {
+    echo "vdl_stream/static is stale: run 'npm run build' in ui/ and commit the bundle" >&2
+    exit 1
+}
+
+echo "== pytest"
+python3 -m pytest "$@"

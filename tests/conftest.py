@@ -1,0 +1,99 @@
+"""Shared fixtures: a real ``vdl-stream serve`` process and a real Chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+@dataclass
+class ServeProcess:
+    """A ``vdl-stream serve`` subprocess on 127.0.0.1 with a free port."""
+
+    url: str
+    logdir: Path
+    proc: subprocess.Popen
+
+    @property
+    def ws_url(self) -> str:
+        return "ws" + self.url.removeprefix("http")
+
+
+def start_serve(logdir: Path, *extra: str, port: int = 0) -> ServeProcess:
+    """Start ``vdl-stream serve`` and wait (at most 30 s) for the line that gives its URL."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vdl_stream.cli",
+            "serve",
+            "--logdir",
+            str(logdir),
+            "--port",
+            str(port),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    line = proc.stdout.readline()  # "vdl-stream X: serving DIR at http://127.0.0.1:PORT/"
+    if " at http" not in line:
+        proc.kill()
+        raise RuntimeError(f"serve did not start: {line!r} {proc.stderr.read()!r}")
+    url = line.rsplit(" at ", 1)[1].strip().split("/?")[0].rstrip("/")
+    return ServeProcess(url, logdir, proc)
+
+
+def stop_serve(server: ServeProcess) -> int:
+    """SIGTERM the server and wait for its graceful exit (killing it after 15 s)."""
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+    return server.proc.returncode
+
+
+@pytest.fixture
+def serve_process(tmp_path: Path) -> Iterator[ServeProcess]:
+    """A running ``vdl-stream serve`` over a fresh log directory, stopped after the test."""
+    server = start_serve(tmp_path / "logs")
+    try:
+        yield server
+    finally:
+        stop_serve(server)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium, driven by Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.fail("chromium is not installed: run scripts/test.sh, which installs it")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

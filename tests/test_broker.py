@@ -1,0 +1,137 @@
+"""The broker and the server, with real files and real WebSocket clients on 127.0.0.1."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import msgpack
+import numpy as np
+import pytest
+import trio
+from trio_websocket import ConnectionClosed, open_websocket_url
+
+import recorder
+from vdl_stream import codec
+from vdl_stream.broker import Broker, Subscriber
+from vdl_stream.codec import Batch, ScalarColumns
+from vdl_stream.server import run_server
+
+
+def scalars(tag: str, steps: range, scale: float = 1.0) -> ScalarColumns:
+    s = np.arange(steps.start, steps.stop, dtype=np.int64)
+    return ScalarColumns(tag, s, 1.7e9 + s.astype(np.float64), s * scale)
+
+
+async def test_ingest_persists_durably_and_reads_back(tmp_path):
+    with trio.fail_after(20):
+        broker = Broker(tmp_path)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            seq = await broker.ingest(Batch("w", 1, "run-a", [scalars("loss", range(100), 0.5)]))
+            event = {"kind": "text", "tag": "note", "step": 3, "wall": 1.7e9, "text": "hi"}
+            seq = await broker.ingest(
+                Batch("w", 2, "run-a", [scalars("loss", range(100, 150), 0.5)], [event], sync=True)
+            )
+            await broker.wait_persisted(seq, durable=True)
+            assert broker.statistics().durable_seq >= seq
+            broker.close()
+            await broker.wait_closed()
+    with recorder.RunReader(tmp_path / "run-a") as reader:
+        series = reader.read_scalars("loss")
+        assert series.steps.tolist() == list(range(150))
+        assert series.values.tolist() == [s * 0.5 for s in range(150)]
+        texts = reader.read_records(kind="text")
+        assert [r.data["text"] for r in texts] == ["hi"]
+
+
+async def test_duplicate_batches_are_dropped_even_after_a_restart(tmp_path):
+    with trio.fail_after(20):
+        for attempt in range(2):
+            broker = Broker(tmp_path)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(broker.run)
+                # the second broker sees seq 1-3 again (a writer re-sending after a reconnect)
+                for seq in range(1, 4 + attempt):
+                    await broker.ingest(
+                        Batch("w", seq, "r", [scalars("x", range(seq * 10, seq * 10 + 10))])
+                    )
+                broker.close()
+                await broker.wait_closed()
+            assert broker.statistics().duplicates == (3 if attempt else 0)
+    with recorder.RunReader(tmp_path / "r") as reader:
+        assert reader.read_scalars("x").steps.tolist() == list(range(10, 50))
+
+
+async def test_full_subscriber_gets_a_gap_not_a_stall():
+    sub = Subscriber(None, capacity=2)
+    for seq in range(1, 6):
+        sub.offer(seq, f"frame{seq}".encode())
+    stats = sub.statistics()
+    assert (stats.depth, stats.dropped, stats.gaps) == (2, 3, 1)
+    assert await sub.receive() == b"frame1"
+    assert await sub.receive() == b"frame2"
+    gap = msgpack.unpackb(await sub.receive())
+    assert gap["type"] == "gap"
+    sub.offer(9, b"frame9")  # after the gap was reported, frames flow again
+    assert await sub.receive() == b"frame9"
+
+
+async def receive(ws) -> dict:
+    return msgpack.unpackb(await ws.get_message())
+
+
+async def until(ws, kind: str) -> dict:
+    while True:
+        message = await receive(ws)
+        if message["type"] == kind:
+            return message
+
+
+async def test_browser_gets_snapshot_then_live_data(tmp_path, nursery):
+    with trio.fail_after(30):
+        url = await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0))
+        ws_url = "ws" + url.removeprefix("http")
+        async with open_websocket_url(ws_url + "/ws/ingest") as writer:
+            first = Batch("w", 1, "run", [scalars("loss", range(10))])
+            await writer.send_message(codec.encode_batch(first))
+            assert (await receive(writer))["seq"] == 1
+            async with open_websocket_url(ws_url + "/ws/live") as browser:
+                assert (await receive(browser))["type"] == "hello"
+                await browser.send_message(
+                    codec.encode_message({"type": "subscribe", "runs": None})
+                )
+                snap = await until(browser, "snapshot")
+                tag, steps, _, values = snap["scalars"][0]
+                assert (snap["run"], tag) == ("run", "loss")
+                assert np.frombuffer(steps, "<f8").tolist() == list(range(10))
+                second = Batch("w", 2, "run", [scalars("loss", range(10, 15), 2.0)])
+                await writer.send_message(codec.encode_batch(second))
+                data = await until(browser, "data")
+                assert data["seq"] > snap["seq"]
+                assert np.frombuffer(data["scalars"][0][3], "<f8").tolist() == [
+                    20.0,
+                    22.0,
+                    24.0,
+                    26.0,
+                    28.0,
+                ]
+
+
+async def test_a_bad_frame_closes_only_that_client(tmp_path, nursery):
+    with trio.fail_after(30):
+        url = await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0))
+        ws_url = "ws" + url.removeprefix("http") + "/ws/ingest"
+        async with open_websocket_url(ws_url) as good, open_websocket_url(ws_url) as bad:
+            await good.send_message(
+                codec.encode_batch(Batch("g", 1, "r", [scalars("a", range(5))]))
+            )
+            await bad.send_message(b"\xc1 not msgpack")
+            with pytest.raises(ConnectionClosed) as closed:
+                await bad.get_message()
+            assert closed.value.reason.code == 1008
+            assert "malformed msgpack" in closed.value.reason.reason
+            await good.send_message(
+                codec.encode_batch(Batch("g", 2, "r", [scalars("a", range(5, 9))], sync=True))
+            )
+            acks = [(await receive(good))["seq"] for _ in range(2)]
+            assert acks == [1, 2]

@@ -1,0 +1,136 @@
+"""The wire codec, without sockets: round trips, schema checks and refusals."""
+
+import math
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vdl_stream import codec
+from vdl_stream.codec import Batch, ProtocolError, ScalarColumns
+
+tags = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=40)
+floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@given(
+    st.lists(
+        st.tuples(tags, st.integers(-(2**62), 2**62), floats, st.floats(0, 2e9)),
+        max_size=60,
+    ),
+    st.integers(1, 2**40),
+    st.booleans(),
+)
+def test_batch_round_trip(points, seq, sync):
+    batch = Batch("w1", seq, "exp/run-1", codec.columns_from_points(points), [], sync)
+    back = codec.decode_batch(codec.decode_message(codec.encode_batch(batch)))
+    assert (back.writer, back.seq, back.run, back.sync) == ("w1", seq, "exp/run-1", sync)
+    assert [c.tag for c in back.scalars] == [c.tag for c in batch.scalars]
+    for a, b in zip(batch.scalars, back.scalars, strict=True):
+        np.testing.assert_array_equal(a.steps, b.steps)
+        np.testing.assert_array_equal(a.walls, b.walls)
+        # NaN == NaN bit-for-bit: compare the raw bytes
+        assert a.values.tobytes() == b.values.tobytes()
+
+
+def test_columns_group_by_tag_in_arrival_order():
+    points = [("a", 1, 0.5, 10.0), ("b", 1, 2.0, 10.0), ("a", 2, math.nan, 11.0)]
+    cols = codec.columns_from_points(points)
+    assert [c.tag for c in cols] == ["a", "b"]
+    assert cols[0].steps.tolist() == [1, 2]
+    assert cols[0].walls.tolist() == [10.0, 11.0]
+    assert math.isnan(cols[0].values[1])
+    assert cols[0].steps.dtype == np.int64
+
+
+def test_live_frame_sends_steps_as_f8():
+    cols = [ScalarColumns("loss", np.array([3, 4]), np.array([1.0, 2.0]), np.array([0.1, 0.2]))]
+    frame = msgpack.unpackb(codec.encode_live("data", 7, "r", cols, []))
+    assert frame["type"] == "data" and frame["seq"] == 7 and frame["run"] == "r"
+    tag, steps, walls, values = frame["scalars"][0]
+    assert tag == "loss"
+    assert np.frombuffer(steps, "<f8").tolist() == [3.0, 4.0]
+    assert np.frombuffer(values, "<f8").tolist() == [0.1, 0.2]
+
+
+@pytest.mark.parametrize(
+    ("tag", "error", "text"),
+    [
+        (3, TypeError, "tag must be a non-empty str, got int 3"),
+        ("", ValueError, "non-empty"),
+        ("x" * 257, ValueError, "at most 256"),
+        ("a\nb", ValueError, "control characters"),
+    ],
+)
+def test_check_tag_names_the_problem(tag, error, text):
+    with pytest.raises(error, match=text):
+        codec.check_tag(tag)
+
+
+@pytest.mark.parametrize("run", ["", "/abs", "a/../b", "..", "a//b", "a\\b", "c:x", "a/./b", 3])
+def test_run_names_cannot_escape_the_logdir(run):
+    with pytest.raises(ValueError, match="run must be"):
+        codec.check_run_name(run)
+
+
+def test_run_names_may_nest():
+    assert codec.check_run_name("exp1/train") == "exp1/train"
+    assert codec.check_run_name("运行-1") == "运行-1"
+
+
+def _batch_message(**overrides):
+    message = {
+        "type": "batch",
+        "writer": "w",
+        "seq": 1,
+        "run": "r",
+        "scalars": [["t", b"\0" * 8, b"\0" * 8, b"\0" * 8]],
+        "events": [],
+    }
+    message.update(overrides)
+    return message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "text"),
+    [
+        ({"writer": ""}, "writer"),
+        ({"seq": 0}, "seq"),
+        ({"seq": "1"}, "seq"),
+        ({"run": "../x"}, "run must be"),
+        ({"scalars": [["t", b"\0" * 8, b"\0" * 16, b"\0" * 8]]}, "differ in length"),
+        ({"scalars": [["t", b"\0" * 7, b"\0" * 8, b"\0" * 8]]}, "8-byte"),
+        ({"scalars": [[5, b"", b"", b""]]}, "bad scalar tag"),
+        ({"scalars": [["t", b""]]}, r"\[tag, steps, walls, values\]"),
+        ({"events": [{"kind": "nope", "wall": 1.0}]}, "unknown event kind"),
+        ({"events": [{"kind": "text", "tag": "t", "step": 1.5, "wall": 1.0}]}, "step"),
+        ({"events": [{"kind": "text", "tag": "t", "wall": math.inf}]}, "wall"),
+        ({"events": "x"}, "arrays"),
+    ],
+)
+def test_decode_batch_refuses_schema_breaks(overrides, text):
+    with pytest.raises(ProtocolError, match=text):
+        codec.decode_batch(_batch_message(**overrides))
+
+
+def test_decode_message_refusals():
+    with pytest.raises(ProtocolError, match="text frame"):
+        codec.decode_message("{}")
+    with pytest.raises(ProtocolError, match="malformed msgpack"):
+        codec.decode_message(b"\xc1")
+    with pytest.raises(ProtocolError, match="map with a str 'type'"):
+        codec.decode_message(msgpack.packb([1, 2]))
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        codec.decode_message(b"\0" * (codec.MAX_FRAME_BYTES + 1))
+
+
+@given(st.binary(max_size=200))
+def test_decode_never_raises_anything_but_protocol_error(data):
+    try:
+        batch = codec.decode_batch(codec.decode_message(data))
+    except ProtocolError as exc:
+        assert str(exc)
+    else:
+        assert isinstance(batch, Batch)

@@ -1,0 +1,11 @@
+"""vdl-stream: a streaming training dashboard.
+
+Training code calls :func:`attach` and logs with the VisualDL / TensorBoard method names it
+already knows; a broker persists every event and pushes it to browsers within milliseconds.
+"""
+
+__version__ = "0.1.0"
+
+from .writer import Writer, attach
+
+__all__ = ["Writer", "__version__", "attach"]

@@ -1,0 +1,478 @@
+"""The broker: takes batches from writers, persists every one through ``recorder``, fans them out.
+
+One broker owns one log directory. Its data path::
+
+    ingest()  --(bounded channel)-->  persist task  --(to_thread)-->  recorder.RunWriter
+       \\--> offer() to every subscriber's own bounded channel (never awaited)
+
+Ingest assigns each batch a broker sequence number and offers the encoded frame to every subscriber
+without waiting; a subscriber whose queue is full is marked with a gap and re-syncs from a snapshot.
+Persistence runs in its own task, so no browser can hold back durability. Writers are acknowledged
+only after their batch is written (and fsynced, when they asked for it with ``sync``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import trio
+
+import recorder
+
+from . import codec
+from .codec import Batch, ScalarColumns
+
+#: Bookkeeping record kind: the last (writer, seq) persisted, so a restarted broker still dedupes.
+INGEST_KIND = "ingest"
+#: At most this many non-scalar events per (kind, tag) go into a snapshot.
+SNAPSHOT_EVENTS = 100
+
+
+@dataclass(frozen=True)
+class SubscriberStatistics:
+    """A point-in-time view of one subscriber's queue."""
+
+    depth: int
+    peak: int
+    capacity: int
+    sent: int
+    dropped: int
+    gaps: int
+
+
+class Subscriber:
+    """One browser's subscription: its own bounded queue of encoded frames, fed without awaiting.
+
+    When the queue is full the *gap* policy applies: further frames are dropped, and once the
+    consumer has drained what was queued it receives a ``gap`` message, after which the client
+    subscribes again and gets a fresh snapshot.
+    """
+
+    def __init__(self, runs: set[str] | None, capacity: int) -> None:
+        self.runs = runs
+        self.after_seq = 0
+        self._capacity = capacity
+        self._send, self._receive = trio.open_memory_channel[tuple[int, bytes]](capacity)
+        self._gap = False
+        self._peak = self._sent = self._dropped = self._gaps = 0
+
+    def wants(self, run: str) -> bool:
+        """Return whether this subscription covers ``run``."""
+        return self.runs is None or run in self.runs
+
+    def offer(self, seq: int, frame: bytes) -> None:
+        """Queue a frame if there is room; never blocks. On overflow, apply the gap policy."""
+        if self._gap:
+            self._dropped += 1
+            return
+        try:
+            self._send.send_nowait((seq, frame))
+        except trio.WouldBlock:
+            self._gap = True
+            self._gaps += 1
+            self._dropped += 1
+            return
+        except trio.ClosedResourceError:
+            return
+        depth = self._send.statistics().current_buffer_used
+        self._peak = max(self._peak, depth)
+
+    async def receive(self) -> bytes:
+        """Return the next frame to send: queued data, or a ``gap`` message after an overflow."""
+        while True:
+            try:
+                seq, frame = self._receive.receive_nowait()
+            except trio.WouldBlock:
+                if self._gap:
+                    self._gap = False
+                    return codec.encode_message({"type": "gap", "seq": self.after_seq})
+                seq, frame = await self._receive.receive()
+            if seq > self.after_seq:
+                self._sent += 1
+                return frame
+
+    def close(self) -> None:
+        """Stop accepting frames; a pending ``receive`` ends with ``trio.EndOfChannel``."""
+        self._send.close()
+
+    def statistics(self) -> SubscriberStatistics:
+        """Return queue depth, peak, capacity and sent/dropped/gap counts."""
+        return SubscriberStatistics(
+            self._send.statistics().current_buffer_used,
+            self._peak,
+            self._capacity,
+            self._sent,
+            self._dropped,
+            self._gaps,
+        )
+
+
+@dataclass(frozen=True)
+class BrokerStatistics:
+    """A point-in-time view of the broker: counters and its ingest queue."""
+
+    batches: int
+    events: int
+    duplicates: int
+    seq: int
+    written_seq: int
+    durable_seq: int
+    runs: int
+    subscribers: int
+    queue_depth: int
+    queue_peak: int
+
+
+class _Run:
+    """A run directory: the writer the persist task owns, and a reader for snapshots."""
+
+    def __init__(self, name: str, path: Path) -> None:
+        self.name = name
+        self.path = path
+        self.writer: recorder.RunWriter | None = None
+        self.reader: recorder.RunReader | None = None
+        self.position: Any = None  # end of what the persist task has flushed
+        self.last_seq: dict[str, int] = {}  # writer id -> last accepted seq
+        self.loaded = False  # whether last_seq was read back from disk
+        self.lock = trio.Lock()  # RunReader is not thread-safe
+
+    def load_ingest_state(self) -> None:
+        """Read which writer sequence numbers this run already holds (blocking)."""
+        self.loaded = True
+        if not self.path.is_dir():
+            return
+        try:
+            reader = recorder.RunReader(self.path)
+        except recorder.NotARunError:
+            return
+        with reader:
+            for record in reader.read_records(kind=INGEST_KIND):
+                for writer, seq in record.data.items():
+                    self.last_seq[writer] = max(seq, self.last_seq.get(writer, 0))
+
+
+def _thin(items: list, limit: int) -> list:
+    """Return at most ``limit`` items evenly spread over ``items``, always keeping the last."""
+    if len(items) <= limit:
+        return items
+    picks = np.linspace(0, len(items) - 1, limit).round().astype(int)
+    return [items[i] for i in picks]
+
+
+def _record_event(record: recorder.Record) -> dict[str, Any]:
+    return {
+        **record.data,
+        "kind": record.kind,
+        "tag": record.tag,
+        "step": record.step,
+        "wall": record.wall,
+    }
+
+
+class Broker:
+    """Ingests writer batches for one log directory, persists them and fans them out.
+
+    Args:
+        logdir: the directory holding one sub-directory per run.
+        sync_interval: fsync dirty runs at least this often, in seconds.
+        queue_size: capacity of the ingest queue, in batches; ``ingest`` waits when it is full.
+        subscriber_queue: capacity of each subscriber's queue, in frames.
+    """
+
+    def __init__(
+        self,
+        logdir: str | Path,
+        *,
+        sync_interval: float = 1.0,
+        queue_size: int = 64,
+        subscriber_queue: int = 256,
+    ) -> None:
+        self.logdir = Path(logdir)
+        self._sync_interval = sync_interval
+        self._subscriber_queue = subscriber_queue
+        self._runs: dict[str, _Run] = {}
+        self._subscribers: set[Subscriber] = set()
+        self._send, self._receive = trio.open_memory_channel[tuple[int, Batch | None, bool]](
+            queue_size
+        )
+        self._seq = self._written_seq = self._durable_seq = 0
+        self._progress = trio.Event()
+        self._open_lock = trio.Lock()
+        self._queue_peak = self._batches = self._events = self._duplicates = 0
+        self._limiter = trio.CapacityLimiter(1)
+        self._closed = trio.Event()
+
+    # -- ingest ---------------------------------------------------------------------------------
+
+    async def ingest(self, batch: Batch) -> int:
+        """Accept a batch: fan it out and queue it for persistence.
+
+        Waits only while the persistence queue is full. Returns the broker sequence number that
+        :meth:`wait_persisted` takes. A batch whose (writer, seq) was already accepted is a
+        duplicate from a re-sending writer: it is dropped, and the number returned covers the
+        original.
+        """
+        run = await self._get_run(batch.run)
+        last = run.last_seq.get(batch.writer, 0)
+        if batch.seq <= last:
+            self._duplicates += 1
+            if batch.sync:
+                await self._send.send((self._seq, None, True))
+            return self._seq
+        run.last_seq[batch.writer] = batch.seq
+        self._seq += 1
+        seq = self._seq
+        self._batches += 1
+        self._events += batch.count()
+        frame = None
+        for sub in self._subscribers:
+            if sub.wants(batch.run):
+                if frame is None:
+                    frame = codec.encode_live("data", seq, batch.run, batch.scalars, batch.events)
+                sub.offer(seq, frame)
+        await self._send.send((seq, batch, batch.sync))
+        self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
+        return seq
+
+    async def wait_persisted(self, seq: int, *, durable: bool = False) -> None:
+        """Return once every batch up to broker sequence ``seq`` is written (and fsynced if durable)."""
+        while (self._durable_seq if durable else self._written_seq) < seq:
+            await self._progress.wait()
+
+    async def _get_run(self, name: str) -> _Run:
+        run = self._runs.get(name)
+        if run is not None and run.loaded:
+            return run
+        async with self._open_lock:
+            run = self._runs.get(name)
+            if run is None or not run.loaded:
+                new = run is None
+                run = run or _Run(name, self.logdir / name)
+                await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
+                self._runs[name] = run
+                if not new:
+                    return run
+                names = codec.encode_message({"type": "runs", "runs": sorted(self._runs)})
+                for sub in self._subscribers:
+                    if sub.runs is None:
+                        sub.offer(self._seq + 1, names)
+        return run
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the persist task until :meth:`aclose` closes ingest; then flush, fsync and close runs."""
+        names = await trio.to_thread.run_sync(recorder.list_runs, self.logdir)
+        for name in names:
+            self._runs.setdefault(name, _Run(name, self.logdir / name))
+        task_status.started()
+        last_sync = time.monotonic()
+        done = False
+        try:
+            while not done:
+                items: list[tuple[int, Batch | None, bool]] = []
+                with trio.move_on_after(self._sync_interval):
+                    try:
+                        items.append(await self._receive.receive())
+                    except trio.EndOfChannel:
+                        done = True
+                while not done:
+                    try:
+                        items.append(self._receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                    except trio.EndOfChannel:
+                        done = True
+                sync = done or any(s for _, _, s in items)
+                sync = sync or time.monotonic() - last_sync >= self._sync_interval
+                positions = await trio.to_thread.run_sync(
+                    self._persist, items, sync, limiter=self._limiter
+                )
+                for name, position in positions.items():
+                    self._runs[name].position = position
+                if items:
+                    self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
+                if sync:
+                    last_sync = time.monotonic()
+                    self._durable_seq = self._written_seq
+                self._progress.set()
+                self._progress = trio.Event()
+        finally:
+            # Cancelled or closed: what was accepted but not yet written is written now.
+            leftovers = []
+            while True:
+                try:
+                    leftovers.append(self._receive.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+            with trio.move_on_after(10, shield=True):
+                await trio.to_thread.run_sync(self._persist, leftovers, True, limiter=self._limiter)
+                await trio.to_thread.run_sync(self._close_runs, limiter=self._limiter)
+            for sub in self._subscribers:
+                sub.close()
+            self._closed.set()
+
+    def _persist(self, items: list[tuple[int, Batch | None, bool]], sync: bool) -> dict[str, Any]:
+        """Append batches to their runs and flush (fsync when ``sync``); runs in a worker thread."""
+        touched: dict[str, _Run] = {}
+        for _, batch, _ in items:
+            if batch is None:
+                continue
+            run = self._runs[batch.run]
+            if run.writer is None:
+                run.writer = recorder.RunWriter(run.path, sync_interval=self._sync_interval)
+            w = run.writer
+            for cols in batch.scalars:
+                w.append_scalars(cols.tag, cols.steps, cols.walls, cols.values)
+            for event in batch.events:
+                data = {k: v for k, v in event.items() if k not in ("kind", "tag", "step", "wall")}
+                w.append_record(
+                    event["kind"], event.get("tag"), event.get("step"), event["wall"], data
+                )
+            touched[run.name] = run
+        for run in touched.values():
+            # Written after the data it covers, in the same flush, so a restart never skips data.
+            run.writer.append_record(INGEST_KIND, None, None, time.time(), dict(run.last_seq))
+        if sync:
+            touched.update((r.name, r) for r in self._runs.values() if r.writer is not None)
+        return {
+            name: (run.writer.sync() if sync else run.writer.flush())
+            for name, run in touched.items()
+        }
+
+    def _close_runs(self) -> None:
+        for run in self._runs.values():
+            if run.writer is not None:
+                run.writer.close()
+            if run.reader is not None:
+                run.reader.close()
+
+    def close(self) -> None:
+        """Stop accepting batches. The persist task drains what was accepted, fsyncs and returns."""
+        self._send.close()
+
+    async def wait_closed(self) -> None:
+        """Return once the persist task has drained, fsynced and closed every run."""
+        await self._closed.wait()
+
+    # -- subscribers ----------------------------------------------------------------------------
+
+    def runs(self) -> list[str]:
+        """Return the names of the runs the broker knows, sorted."""
+        return sorted(self._runs)
+
+    def subscribe(self, runs: set[str] | None = None) -> Subscriber:
+        """Register a subscriber that receives every batch ingested from now on."""
+        sub = Subscriber(runs, self._subscriber_queue)
+        sub.after_seq = self._seq
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        """Remove a subscriber and close its queue."""
+        self._subscribers.discard(sub)
+        sub.close()
+
+    async def snapshot(self, sub: Subscriber, max_points: int = 2000) -> list[bytes]:
+        """Return snapshot frames for a fresh subscriber: every run's history up to now.
+
+        Frames queued for ``sub`` that the snapshot already covers are skipped afterwards.
+        """
+        await self.wait_persisted(sub.after_seq)
+        covered = self._written_seq
+        limits = {name: run.position for name, run in self._runs.items() if sub.wants(name)}
+        sub.after_seq = covered
+        frames = []
+        for name, limit in limits.items():
+            run = self._runs[name]
+            async with run.lock:
+                scalars, events = await trio.to_thread.run_sync(
+                    _read_snapshot, run, limit, max_points
+                )
+            frames.append(codec.encode_live("snapshot", covered, name, scalars, events))
+        return frames
+
+    async def read_scalars(
+        self, name: str, tag: str, *, start: int | None, end: int | None, max_points: int | None
+    ) -> recorder.ScalarSeries:
+        """Read one tag of one run from disk, as the HTTP API serves it."""
+        run = self._runs.get(name)
+        if run is None:
+            raise KeyError(name)
+        async with run.lock:
+            return await trio.to_thread.run_sync(_read_scalars, run, tag, start, end, max_points)
+
+    async def tags(self, name: str) -> dict[str, recorder.TagInfo]:
+        """Return the tags of a run with their kinds and ranges."""
+        run = self._runs.get(name)
+        if run is None:
+            raise KeyError(name)
+        async with run.lock:
+            return await trio.to_thread.run_sync(_read_tags, run)
+
+    def statistics(self) -> BrokerStatistics:
+        """Return counters and queue depths; cheap enough to poll."""
+        return BrokerStatistics(
+            self._batches,
+            self._events,
+            self._duplicates,
+            self._seq,
+            self._written_seq,
+            self._durable_seq,
+            len(self._runs),
+            len(self._subscribers),
+            self._send.statistics().current_buffer_used,
+            self._queue_peak,
+        )
+
+    def subscriber_statistics(self) -> list[SubscriberStatistics]:
+        """Return the statistics of every subscriber."""
+        return [s.statistics() for s in self._subscribers]
+
+
+def _open_reader(run: _Run, limit: Any) -> recorder.RunReader:
+    """Return the run's reader, refreshed up to ``limit`` (blocking; hold ``run.lock``)."""
+    if run.reader is None:
+        run.reader = recorder.RunReader(run.path)
+    run.reader.refresh(limit)
+    return run.reader
+
+
+def _read_snapshot(
+    run: _Run, limit: Any, max_points: int
+) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+    """Read a run up to ``limit``, downsampled for drawing (blocking; hold ``run.lock``)."""
+    try:
+        reader = _open_reader(run, limit)
+    except recorder.NotARunError:
+        return [], []
+    scalars, events = [], []
+    for tag, info in reader.tags().items():
+        if info.kind == "scalars":
+            s = reader.read_scalars(tag, max_points=max_points)
+            scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
+        elif info.kind in codec.EVENT_KINDS:
+            records = reader.read_records(kind=info.kind, tag=tag)
+            events.extend(_record_event(r) for r in _thin(records, SNAPSHOT_EVENTS))
+    events.sort(key=lambda e: e["wall"])
+    return scalars, events
+
+
+def _read_scalars(
+    run: _Run, tag: str, start: int | None, end: int | None, max_points: int | None
+) -> recorder.ScalarSeries:
+    return _open_reader(run, run.position).read_scalars(
+        tag, start=start, end=end, max_points=max_points
+    )
+
+
+def _read_tags(run: _Run) -> dict[str, recorder.TagInfo]:
+    return {
+        tag: info
+        for tag, info in _open_reader(run, run.position).tags().items()
+        if info.kind == "scalars" or info.kind in codec.EVENT_KINDS
+    }

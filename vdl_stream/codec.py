@@ -1,0 +1,259 @@
+"""The wire codec: msgpack frames with columnar scalar batches.
+
+Plain functions over bytes and numpy arrays, with no I/O, so that every transport (the in-process
+channel, the WebSocket client, the server) shares one tested definition of the format. The format
+itself is written down in docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import numpy as np
+
+PROTOCOL_VERSION = 1
+#: Frames larger than this are refused before they are decoded.
+MAX_FRAME_BYTES = 32 << 20
+#: Tags longer than this are refused at the call site.
+MAX_TAG_LENGTH = 256
+EVENT_KINDS = frozenset(
+    {
+        "histogram",
+        "image",
+        "text",
+        "audio",
+        "hparams",
+        "pr_curve",
+        "roc_curve",
+        "telemetry",
+        "meta",
+    }
+)
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_RUN_PART = re.compile(r"^[^\x00-\x1f\x7f/\\:]+$")
+
+
+class ProtocolError(ValueError):
+    """A frame broke the wire schema. The message is safe to show to the remote peer."""
+
+
+@dataclass
+class ScalarColumns:
+    """The points of one tag in one batch, as parallel arrays."""
+
+    tag: str
+    steps: np.ndarray  # int64
+    walls: np.ndarray  # float64, seconds since the epoch
+    values: np.ndarray  # float64, NaN and Inf allowed
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+@dataclass
+class Batch:
+    """What a writer publishes at once: columnar scalars and other events of one run."""
+
+    writer: str
+    seq: int
+    run: str
+    scalars: list[ScalarColumns] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    sync: bool = False
+
+    def count(self) -> int:
+        """Return the number of events in the batch, scalar points included."""
+        return sum(len(c) for c in self.scalars) + len(self.events)
+
+
+def check_tag(tag: object, name: str = "tag") -> str:
+    """Return ``tag`` if it is a valid tag, else raise ``TypeError``/``ValueError`` naming ``name``."""
+    if type(tag) is not str:
+        raise TypeError(f"{name} must be a non-empty str, got {type(tag).__name__} {tag!r:.80}")
+    if not tag:
+        raise ValueError(f"{name} must be a non-empty str, got ''")
+    if len(tag) > MAX_TAG_LENGTH:
+        raise ValueError(f"{name} must be at most {MAX_TAG_LENGTH} characters, got {len(tag)}")
+    if _CONTROL.search(tag):
+        raise ValueError(f"{name} must not contain control characters, got {tag!r:.80}")
+    return tag
+
+
+def check_run_name(run: object) -> str:
+    """Return ``run`` if it is a safe relative run path (``a`` or ``a/b``), else raise ``ValueError``.
+
+    Run names become directories under the log directory, so they may never be absolute, contain
+    ``..`` or backslashes, or otherwise reach outside it.
+    """
+    if type(run) is not str or not run:
+        raise ValueError(f"run must be a non-empty str, got {run!r:.80}")
+    if len(run) > 512:
+        raise ValueError(f"run must be at most 512 characters, got {len(run)}")
+    parts = run.split("/")
+    for part in parts:
+        if part in ("", ".", "..") or not _RUN_PART.match(part):
+            raise ValueError(f"run must be a relative path of plain names, got {run!r:.80}")
+    return run
+
+
+def columns_from_points(points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
+    """Group ``(tag, step, value, wall)`` tuples by tag into columns, keeping arrival order."""
+    by_tag: dict[str, tuple[list[int], list[float], list[float]]] = {}
+    for tag, step, value, wall in points:
+        cols = by_tag.get(tag)
+        if cols is None:
+            cols = by_tag[tag] = ([], [], [])
+        cols[0].append(step)
+        cols[1].append(wall)
+        cols[2].append(value)
+    return [
+        ScalarColumns(
+            tag,
+            np.array(s, dtype=np.int64),
+            np.array(w, dtype=np.float64),
+            np.array(v, dtype=np.float64),
+        )
+        for tag, (s, w, v) in by_tag.items()
+    ]
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def encode_batch(batch: Batch) -> bytes:
+    """Encode a writer's batch as one ``batch`` frame."""
+    return _packb(
+        {
+            "type": "batch",
+            "writer": batch.writer,
+            "seq": batch.seq,
+            "run": batch.run,
+            "scalars": [
+                [
+                    c.tag,
+                    c.steps.astype("<i8", copy=False).tobytes(),
+                    c.walls.astype("<f8", copy=False).tobytes(),
+                    c.values.astype("<f8", copy=False).tobytes(),
+                ]
+                for c in batch.scalars
+            ],
+            "events": batch.events,
+            "sync": batch.sync,
+        }
+    )
+
+
+def encode_ack(writer: str, seq: int) -> bytes:
+    """Encode the broker's acknowledgement of every batch of ``writer`` up to ``seq``."""
+    return _packb({"type": "ack", "writer": writer, "seq": seq})
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    """Encode a control message (``hello``, ``runs``, ``gap``, ``subscribe``...) as a frame."""
+    return _packb(message)
+
+
+def encode_live(
+    kind: str, seq: int, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]
+) -> bytes:
+    """Encode a ``snapshot`` or ``data`` frame for browsers; steps travel as f8 there."""
+    return _packb(
+        {
+            "type": kind,
+            "seq": seq,
+            "run": run,
+            "scalars": [
+                [
+                    c.tag,
+                    c.steps.astype("<f8").tobytes(),
+                    c.walls.astype("<f8", copy=False).tobytes(),
+                    c.values.astype("<f8", copy=False).tobytes(),
+                ]
+                for c in scalars
+            ],
+            "events": events,
+        }
+    )
+
+
+def decode_message(data: bytes | bytearray | memoryview | str) -> dict[str, Any]:
+    """Decode one frame into a map with a ``type``; raise ``ProtocolError`` on anything else."""
+    if isinstance(data, str):
+        raise ProtocolError("frames must be binary msgpack, got a text frame")
+    if len(data) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(data)} bytes exceeds the limit of {MAX_FRAME_BYTES}")
+    try:
+        message = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise ProtocolError(f"malformed msgpack: {type(exc).__name__}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ProtocolError("a frame must be a map with a str 'type'")
+    return message
+
+
+def _column(raw: object, dtype: str, what: str) -> np.ndarray:
+    if not isinstance(raw, bytes) or len(raw) % 8:
+        raise ProtocolError(f"{what} must be bin data of 8-byte elements")
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def check_event(event: object) -> dict[str, Any]:
+    """Validate the common keys of a non-scalar event map; raise ``ProtocolError`` if broken."""
+    if not isinstance(event, dict):
+        raise ProtocolError("an event must be a map")
+    kind = event.get("kind")
+    if kind not in EVENT_KINDS:
+        raise ProtocolError(f"unknown event kind {kind!r:.40}")
+    tag = event.get("tag")
+    if tag is not None:
+        try:
+            check_tag(tag)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"bad event tag: {exc}") from None
+    step = event.get("step")
+    if step is not None and type(step) is not int:
+        raise ProtocolError("event step must be an int or nil")
+    wall = event.get("wall")
+    if type(wall) not in (int, float) or not math.isfinite(wall):
+        raise ProtocolError("event wall must be a finite number")
+    return event
+
+
+def decode_batch(message: dict[str, Any]) -> Batch:
+    """Turn a decoded ``batch`` map into a :class:`Batch`, checking every field of the schema."""
+    writer = message.get("writer")
+    seq = message.get("seq")
+    if type(writer) is not str or not writer or len(writer) > 128:
+        raise ProtocolError("batch writer must be a non-empty str of at most 128 characters")
+    if type(seq) is not int or seq < 1:
+        raise ProtocolError("batch seq must be a positive int")
+    try:
+        run = check_run_name(message.get("run"))
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+    raw_scalars = message.get("scalars", [])
+    raw_events = message.get("events", [])
+    if not isinstance(raw_scalars, list) or not isinstance(raw_events, list):
+        raise ProtocolError("batch scalars and events must be arrays")
+    scalars = []
+    for entry in raw_scalars:
+        if not isinstance(entry, list) or len(entry) != 4:
+            raise ProtocolError("a scalars entry must be [tag, steps, walls, values]")
+        try:
+            tag = check_tag(entry[0])
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"bad scalar tag: {exc}") from None
+        steps = _column(entry[1], "<i8", "steps")
+        walls = _column(entry[2], "<f8", "walls")
+        values = _column(entry[3], "<f8", "values")
+        if not len(steps) == len(walls) == len(values):
+            raise ProtocolError(f"columns of tag {tag!r:.80} differ in length")
+        scalars.append(ScalarColumns(tag, steps, walls, values))
+    events = [check_event(e) for e in raw_events]
+    return Batch(writer, seq, run, scalars, events, bool(message.get("sync", False)))

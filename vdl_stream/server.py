@@ -1,0 +1,377 @@
+"""The web server: the dashboard page, the WebSocket endpoints and the HTTP API, over one broker.
+
+``run_server`` is the whole ``vdl-stream serve`` task tree (broker, then web server);
+``serve_dashboard`` serves an existing broker, which is how ``attach(serve=True)`` uses it. The
+broker is started by the caller's nursery, never in quart-trio's ``app.nursery``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import ipaddress
+import logging
+import math
+import socket
+from collections.abc import Awaitable, Callable
+from functools import partial
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+from quart import Response, jsonify, request, websocket
+from quart_trio import QuartTrio
+
+from . import __version__, codec
+from .broker import Broker
+from .errors import InsecureBindError, PortInUseError
+
+log = logging.getLogger("vdl_stream.server")
+
+STATIC_TYPES = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+}
+# The page loads nothing from elsewhere and may connect only back to this server.
+CSP = (
+    "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+SHUTDOWN_DEADLINE = 10.0
+
+
+def is_loopback(host: str) -> bool:
+    """Return whether ``host`` is a loopback address or ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind a listening TCP socket, turning "address in use" into a one-line :class:`PortInUseError`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUseError(
+                errno.EADDRINUSE,
+                f"port {port} on {host} is already in use; choose another with --port "
+                "(or port= in attach()), or 0 for any free port",
+            ) from None
+        raise
+    sock.listen(1024)
+    return sock
+
+
+def _token_ok(expected: str | None, headers: Any, args: Any) -> bool:
+    if expected is None:
+        return True
+    given = args.get("token", "")
+    auth = headers.get("Authorization", "")
+    if auth.startswith("Bearer "):
+        given = auth[len("Bearer ") :]
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def _origin_ok(headers: Any) -> bool:
+    """Browsers send Origin on WebSockets; refuse pages from other sites (cross-site hijacking)."""
+    origin = headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc == headers.get("Host", "")
+
+
+def _finite(x: float | None) -> float | None:
+    """JSON has no NaN or Infinity: they travel as null."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
+    """Build the quart-trio application serving ``broker``."""
+    app = QuartTrio("vdl_stream")
+    static = resources.files("vdl_stream") / "static"
+
+    @app.before_request
+    async def require_token() -> Any:
+        if request.path.startswith("/api/") and not _token_ok(token, request.headers, request.args):
+            return jsonify(error="missing or wrong token"), 401
+        return None
+
+    @app.after_request
+    async def security_headers(response: Response) -> Response:
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response
+
+    @app.get("/")
+    async def index() -> Response:
+        return _static_response(static, "index.html")
+
+    @app.get("/static/<name>")
+    async def static_file(name: str) -> Response:
+        if name not in STATIC_TYPES:
+            return Response("not found", 404)
+        return _static_response(static, name)
+
+    @app.get("/api/runs")
+    async def api_runs() -> Any:
+        return jsonify(runs=broker.runs())
+
+    @app.get("/api/tags")
+    async def api_tags() -> Any:
+        name = request.args.get("run", "")
+        try:
+            tags = await broker.tags(name)
+        except KeyError:
+            return jsonify(error=f"no run named {name!r}"), 404
+        return jsonify(
+            run=name,
+            tags={
+                tag: {
+                    "kind": i.kind,
+                    "count": i.count,
+                    "step_min": i.step_min,
+                    "step_max": i.step_max,
+                    "min": _finite(i.vmin),
+                    "max": _finite(i.vmax),
+                }
+                for tag, i in tags.items()
+            },
+        )
+
+    @app.get("/api/scalars")
+    async def api_scalars() -> Any:
+        args = request.args
+        name, tag = args.get("run", ""), args.get("tag", "")
+        try:
+            start = int(args["start"]) if "start" in args else None
+            end = int(args["end"]) if "end" in args else None
+            max_points = int(args["max_points"]) if "max_points" in args else None
+        except ValueError:
+            return jsonify(error="start, end and max_points must be integers"), 400
+        if max_points is not None and max_points < 2:
+            return jsonify(error=f"max_points must be at least 2, got {max_points}"), 400
+        try:
+            series = await broker.read_scalars(
+                name, tag, start=start, end=end, max_points=max_points
+            )
+        except KeyError:
+            return jsonify(error=f"no run {name!r} with tag {tag!r}"), 404
+        return jsonify(
+            run=name,
+            tag=tag,
+            steps=series.steps.tolist(),
+            wall_times=series.walls.tolist(),
+            values=[_finite(v) for v in series.values.tolist()],
+        )
+
+    @app.get("/api/stats")
+    async def api_stats() -> Any:
+        return jsonify(
+            broker=broker.statistics().__dict__,
+            subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
+        )
+
+    @app.websocket("/ws/live")
+    async def ws_live() -> Any:
+        if not _origin_ok(websocket.headers):
+            return Response("cross-origin WebSocket refused", 403)
+        if not _token_ok(token, websocket.headers, websocket.args):
+            return Response("missing or wrong token", 401)
+        await websocket.accept()
+        await websocket.send(
+            codec.encode_message(
+                {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
+            )
+        )
+        await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
+        await _live_session(broker)
+        return None
+
+    @app.websocket("/ws/ingest")
+    async def ws_ingest() -> Any:
+        if not _origin_ok(websocket.headers):
+            return Response("cross-origin WebSocket refused", 403)
+        if not _token_ok(token, websocket.headers, websocket.args):
+            return Response("missing or wrong token", 401)
+        await websocket.accept()
+        await _ingest_session(broker)
+        return None
+
+    return app
+
+
+def _static_response(static: Any, name: str) -> Response:
+    response = Response((static / name).read_bytes(), content_type=STATIC_TYPES[name])
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+async def _live_session(broker: Broker) -> None:
+    """Serve one browser: (re)subscribe on request, stream snapshot then live frames."""
+
+    async def stream(runs: set[str] | None, max_points: int, scope: trio.CancelScope) -> None:
+        with scope:
+            sub = broker.subscribe(runs)
+            try:
+                for frame in await broker.snapshot(sub, max_points):
+                    await websocket.send(frame)
+                while True:
+                    await websocket.send(await sub.receive())
+            except trio.EndOfChannel:
+                await websocket.close(1001, "server shutting down")
+            finally:
+                broker.unsubscribe(sub)
+
+    async with trio.open_nursery() as nursery:
+        current: trio.CancelScope | None = None
+        while True:
+            try:
+                message = codec.decode_message(await websocket.receive())
+                if message["type"] != "subscribe":
+                    raise codec.ProtocolError(f"unexpected message type {message['type']!r:.40}")
+                runs = message.get("runs")
+                if runs is not None and not (
+                    isinstance(runs, list) and all(isinstance(r, str) for r in runs)
+                ):
+                    raise codec.ProtocolError("subscribe runs must be nil or an array of str")
+                max_points = message.get("max_points", 2000)
+                if type(max_points) is not int or not 2 <= max_points <= 100_000:
+                    raise codec.ProtocolError("subscribe max_points must be an int in [2, 100000]")
+            except codec.ProtocolError as exc:
+                await websocket.close(1008, str(exc)[:120])
+                nursery.cancel_scope.cancel()
+                return
+            if current is not None:
+                current.cancel()
+            current = trio.CancelScope()
+            nursery.start_soon(stream, None if runs is None else set(runs), max_points, current)
+
+
+async def _ingest_session(broker: Broker) -> None:
+    """Serve one writer: ingest its batches in order, acknowledge each once persisted."""
+    send, receive = trio.open_memory_channel[tuple[str, int, int, bool]](1024)
+
+    async def acknowledge() -> None:
+        async for writer, seq, broker_seq, durable in receive:
+            await broker.wait_persisted(broker_seq, durable=durable)
+            await websocket.send(codec.encode_ack(writer, seq))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(acknowledge)
+        async with send:
+            while True:
+                data = await websocket.receive()
+                try:
+                    message = codec.decode_message(data)
+                    if message["type"] != "batch":
+                        raise codec.ProtocolError(
+                            f"unexpected message type {message['type']!r:.40}"
+                        )
+                    batch = codec.decode_batch(message)
+                except codec.ProtocolError as exc:
+                    await websocket.close(1008, str(exc)[:120])
+                    nursery.cancel_scope.cancel()
+                    return
+                try:
+                    broker_seq = await broker.ingest(batch)
+                except trio.ClosedResourceError:
+                    await websocket.close(1001, "server shutting down")
+                    nursery.cancel_scope.cancel()
+                    return
+                await send.send((batch.writer, batch.seq, broker_seq, batch.sync))
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve_dashboard(
+    broker: Broker,
+    host: str = "127.0.0.1",
+    port: int = 8040,
+    token: str | None = None,
+    *,
+    insecure: bool = False,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the dashboard and WebSocket endpoints for ``broker`` until cancelled.
+
+    Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns, stops
+    accepting and gives open connections ``graceful_timeout`` to finish.
+
+    Raises:
+        PortInUseError: the port is taken.
+        InsecureBindError: ``host`` is not loopback and neither ``token`` nor ``insecure`` is given.
+    """
+    if not is_loopback(host) and token is None and not insecure:
+        raise InsecureBindError(
+            f"refusing to serve on {host} without a token: anyone who can reach it could read "
+            "and write your runs. Pass --token T (the page then needs ?token=T), or --insecure."
+        )
+    sock = bind_socket(host, port)
+    bound_port = sock.getsockname()[1]
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the socket from here on
+    config.websocket_max_message_size = codec.MAX_FRAME_BYTES
+    config.accesslog = None  # access logs would carry ?token= query strings
+    config.graceful_timeout = 2.0
+    app = create_app(broker, token)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            partial(hypercorn_serve, app, config, shutdown_trigger=shutdown_trigger)
+        )
+        task_status.started(_url(host, bound_port))
+
+
+async def run_server(
+    logdir: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8040,
+    token: str | None = None,
+    *,
+    insecure: bool = False,
+    shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``vdl-stream serve``: a broker over ``logdir`` and its web server.
+
+    Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
+    down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
+    (they get close code 1001), then stop the web server.
+    """
+    broker = Broker(logdir)
+    web_stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        url = await nursery.start(
+            partial(
+                serve_dashboard,
+                broker,
+                host,
+                port,
+                token,
+                insecure=insecure,
+                shutdown_trigger=web_stop.wait,
+            )
+        )
+        task_status.started(url)
+        await shutdown_trigger()
+        with trio.move_on_after(SHUTDOWN_DEADLINE) as deadline:
+            broker.close()
+            await broker.wait_closed()
+        web_stop.set()
+        if deadline.cancelled_caught:
+            nursery.cancel_scope.cancel()

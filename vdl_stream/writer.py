@@ -1,0 +1,370 @@
+"""The writer: what training code calls on every batch.
+
+The hot path (``add_scalar``) validates cheaply and appends a tuple to a list; nothing else. A
+background thread running its own trio loop wakes every ``flush_interval``, takes what was appended,
+groups it into columnar batches and hands them to a transport: the in-process broker, or a remote
+``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
+``flush()`` and ``close()``, which wait (with a timeout) for durability.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import trio
+
+from . import codec
+from .codec import Batch
+from .errors import unwrap
+from .transport import InProcessTransport, Transport, WebSocketTransport
+
+log = logging.getLogger("vdl_stream.writer")
+
+
+def make_run_name() -> str:
+    """Return a unique run name that sorts by start time, e.g. ``20261129-161700-3fa2c1``."""
+    return time.strftime("%Y%m%d-%H%M%S") + f"-{random.getrandbits(24):06x}"
+
+
+def to_float(value: object, name: str = "value") -> float:
+    """Convert a Python/numpy number or a one-element tensor-like to ``float``.
+
+    Accepts anything with ``.item()`` (numpy, torch, paddle, jax scalars and one-element arrays)
+    or ``__float__``, without importing any framework. Raises ``TypeError`` naming ``name``.
+    """
+    try:
+        if hasattr(value, "item"):
+            value = value.item()  # type: ignore[union-attr]
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be a real number or a one-element tensor, got {type(value).__name__}"
+        ) from None
+
+
+def to_step(step: object, name: str = "step") -> int:
+    """Convert an int-like step (Python/numpy int, one-element tensor) to ``int``."""
+    if hasattr(step, "item"):
+        step = step.item()  # type: ignore[union-attr]
+    if isinstance(step, bool) or not isinstance(step, int):
+        try:
+            as_int = int(step)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            as_int = None
+        if as_int is None or as_int != step:
+            raise TypeError(f"{name} must be an int, got {type(step).__name__} {step!r:.40}")
+        step = as_int
+    return step
+
+
+def to_array(values: object, name: str = "values") -> np.ndarray:
+    """Convert an array-like or tensor (numpy, torch, paddle, jax) to a float64 numpy array."""
+    if hasattr(values, "detach"):  # torch: leave the autograd graph and the device
+        values = values.detach()
+    if hasattr(values, "cpu"):
+        values = values.cpu()
+    if hasattr(values, "numpy") and not isinstance(values, np.ndarray):
+        values = values.numpy()
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be an array of numbers or a tensor, got {type(values).__name__}"
+        ) from None
+
+
+class Writer:
+    """Logs events of one run. Create it with :func:`vdl_stream.attach`.
+
+    Thread-compatible: call it from one training thread (the background thread is internal).
+    """
+
+    def __init__(
+        self,
+        run: str,
+        open_transport: Callable[[trio.Nursery], Any],
+        *,
+        flush_interval: float = 0.05,
+        flush_timeout: float = 30.0,
+    ) -> None:
+        self.run = codec.check_run_name(run)
+        self.url: str | None = None  # the dashboard URL when this writer serves one
+        self._id = uuid.uuid4().hex[:16]
+        self._points: list[tuple[str, int, float, float]] = []
+        self._events: list[dict[str, Any]] = []
+        self._tags: set[str] = set()
+        self._closed = False
+        self._flush_interval = flush_interval
+        self._flush_timeout = flush_timeout
+        self._seq = 0
+        self._open_transport = open_transport
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._wake: trio.Event | None = None
+        self._flushes: list[tuple[threading.Event, list[bool]]] = []
+        self._closing = False
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._thread_main, name="vdl-stream", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        _live_writers.add(self)
+
+    # -- the hot path ---------------------------------------------------------------------------
+
+    def add_scalar(self, tag: str, value: float, step: int, walltime: float | None = None) -> None:
+        """Log one scalar point.
+
+        Args:
+            tag: the series name, e.g. ``"train/loss"``: a non-empty str of at most 256 characters.
+            value: a number, numpy scalar or one-element tensor; NaN and Inf are recorded as such.
+            step: the training step (int).
+            walltime: seconds since the epoch; now when omitted.
+
+        Raises:
+            TypeError, ValueError: a bad argument, named in the message. Nothing logged before is lost.
+        """
+        if tag not in self._tags or type(tag) is not str:
+            self._tags.add(codec.check_tag(tag))
+        if type(value) is not float:
+            value = to_float(value)
+        if type(step) is not int:
+            step = to_step(step)
+        if self._closed:
+            raise ValueError(f"writer for run {self.run!r} is closed")
+        self._points.append((tag, step, value, time.time() if walltime is None else walltime))
+
+    def add_histogram(
+        self,
+        tag: str,
+        values: Any,
+        step: int,
+        walltime: float | None = None,
+        buckets: int = 10,
+    ) -> None:
+        """Log the distribution of ``values`` (any array-like or tensor) in ``buckets`` bins.
+
+        Non-finite values are counted (``nan``, ``inf`` keys) and left out of the bins.
+        """
+        codec.check_tag(tag)
+        step = to_step(step)
+        if type(buckets) is not int or buckets < 1:
+            raise ValueError(f"buckets must be a positive int, got {buckets!r}")
+        arr = to_array(values, "values").ravel()
+        finite = arr[np.isfinite(arr)]
+        counts, edges = (
+            np.histogram(finite, bins=buckets)
+            if len(finite)
+            else (np.zeros(buckets), np.zeros(buckets + 1))
+        )
+        self._add_event(
+            {
+                "kind": "histogram",
+                "tag": tag,
+                "step": step,
+                "wall": time.time() if walltime is None else float(walltime),
+                "edges": edges.astype("<f8").tobytes(),
+                "counts": counts.astype("<f8").tobytes(),
+                "num": int(arr.size),
+                "nan": int(np.isnan(arr).sum()),
+                "inf": int(arr.size - len(finite) - np.isnan(arr).sum()),
+                "min": float(finite.min()) if len(finite) else None,
+                "max": float(finite.max()) if len(finite) else None,
+                "sum": float(finite.sum()),
+                "sum_sq": float(np.square(finite, dtype=np.float64).sum()),
+            }
+        )
+
+    def _add_event(self, event: dict[str, Any]) -> None:
+        """Queue a non-scalar event map (already validated by the caller)."""
+        if self._closed:
+            raise ValueError(f"writer for run {self.run!r} is closed")
+        self._events.append(event)
+
+    # -- flushing and closing -------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything logged so far is persisted and fsynced by the broker.
+
+        Returns True when durable. If that cannot happen within ``timeout`` seconds (default
+        ``flush_timeout``), warns and returns False; the data stays queued and is retried.
+        """
+        if self._closed:
+            return True
+        done = threading.Event()
+        result = [False]
+        self._call_soon(self._flushes.append, (done, result))
+        if not done.wait(self._flush_timeout if timeout is None else timeout):
+            warnings.warn(
+                f"vdl-stream: flush of run {self.run!r} not confirmed within the timeout; "
+                "the data stays queued",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return False
+        return result[0]
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, stop the background thread and release the run. Idempotent."""
+        if self._closed:
+            return
+        self.flush(timeout)
+        self._closed = True
+        self._call_soon(lambda: setattr(self, "_closing", True))
+        self._thread.join(self._flush_timeout if timeout is None else timeout)
+        _live_writers.discard(self)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` in the background loop and wake the pump."""
+
+        def run() -> None:
+            fn(*args)
+            assert self._wake is not None
+            self._wake.set()
+
+        with contextlib.suppress(trio.RunFinishedError):
+            trio.from_thread.run_sync(run, trio_token=self._token)
+
+    # -- the background thread ------------------------------------------------------------------
+
+    def _thread_main(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as exc:  # reported to attach() if start-up failed
+            exc = unwrap(exc)
+            if not self._ready.is_set():
+                self._error = exc
+                self._ready.set()
+            else:
+                log.exception("vdl-stream background thread failed")
+
+    async def _main(self) -> None:
+        async with trio.open_nursery() as nursery:
+            transport: Transport = await self._open_transport(nursery)
+            self.url = getattr(transport, "url", None)
+            self._token = trio.lowlevel.current_trio_token()
+            self._wake = trio.Event()
+            self._ready.set()
+            try:
+                await self._pump(transport)
+            finally:
+                with trio.move_on_after(self._flush_timeout, shield=True):
+                    await transport.aclose()
+            nursery.cancel_scope.cancel()
+
+    async def _pump(self, transport: Transport) -> None:
+        while True:
+            with trio.move_on_after(self._flush_interval):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            closing = self._closing
+            flushes, self._flushes = self._flushes, []
+            seq = await self._send_pending(transport, sync=bool(flushes) or closing)
+            if flushes:
+                ok = False
+                with trio.move_on_after(self._flush_timeout):
+                    await transport.wait_acked(seq)
+                    ok = True
+                for done, result in flushes:
+                    result[0] = ok
+                    done.set()
+            if closing:
+                return
+
+    async def _send_pending(self, transport: Transport, *, sync: bool) -> int:
+        """Hand everything appended so far to the transport; return the last writer seq used."""
+        # Take a prefix and delete it: appends racing with us land after it and stay queued.
+        n, m = len(self._points), len(self._events)
+        if n or m or sync:
+            points = self._points[:n]
+            del self._points[:n]
+            events = self._events[:m]
+            del self._events[:m]
+            self._seq += 1
+            batch = Batch(
+                self._id, self._seq, self.run, codec.columns_from_points(points), events, sync
+            )
+            await transport.send(batch)
+        return self._seq
+
+
+_live_writers: weakref.WeakSet[Writer] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Flush writers the program forgot to close, so a script that just ends loses nothing."""
+    for writer in list(_live_writers):
+        writer.close(timeout=10.0)
+
+
+def attach(
+    logdir: str | os.PathLike[str] = "vdl_logs",
+    run: str | None = None,
+    *,
+    url: str | None = None,
+    serve: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 8040,
+    token: str | None = None,
+    flush_interval: float = 0.05,
+) -> Writer:
+    """Start logging a run and return its :class:`Writer`.
+
+    Args:
+        logdir: where an in-process broker records runs (``logdir/<run>/``).
+        run: the run name; a unique, time-sortable name when omitted. An existing run is appended to.
+        url: publish to a running ``vdl-stream serve`` at this ``ws://host:port`` instead of
+            recording in-process.
+        serve: also serve the dashboard from this process (in-process broker only).
+        host, port: where the dashboard listens when ``serve`` is true (``port=0``: any free port).
+        token: the access token for ``url``, or required by the served dashboard.
+        flush_interval: how often, in seconds, the background thread publishes what was logged.
+
+    Raises:
+        PortInUseError: ``serve`` and the port is taken.
+    """
+    run = make_run_name() if run is None else run
+    if url is not None:
+        if serve:
+            raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
+
+        async def open_remote(nursery: trio.Nursery) -> Transport:
+            return await nursery.start(WebSocketTransport.run, url, token)
+
+        return Writer(run, open_remote, flush_interval=flush_interval)
+
+    async def open_local(nursery: trio.Nursery) -> Transport:
+        from .broker import Broker
+
+        broker = Broker(logdir)
+        await nursery.start(broker.run)
+        transport = InProcessTransport(broker)
+        if serve:
+            from .server import serve_dashboard  # the web stack loads only when serving
+
+            transport.url = await nursery.start(serve_dashboard, broker, host, port, token)
+        return transport
+
+    return Writer(run, open_local, flush_interval=flush_interval)
