@@ -102,6 +102,7 @@ async def test_browser_gets_snapshot_then_live_data(tmp_path, nursery):
                 )
                 snap = await until(browser, "snapshot")
                 tag, steps, _, values = snap["scalars"][0]
+                assert np.frombuffer(values, "<f8").tolist() == [float(s) for s in range(10)]
                 assert (snap["run"], tag) == ("run", "loss")
                 assert np.frombuffer(steps, "<f8").tolist() == list(range(10))
                 second = Batch("w", 2, "run", [scalars("loss", range(10, 15), 2.0)])
