@@ -50,6 +50,7 @@ def test_live_frame_sends_steps_as_f8():
     frame = msgpack.unpackb(codec.encode_live("data", 7, "r", cols, []))
     assert frame["type"] == "data" and frame["seq"] == 7 and frame["run"] == "r"
     tag, steps, walls, values = frame["scalars"][0]
+    assert np.frombuffer(walls, "<f8").tolist() == [1.0, 2.0]
     assert tag == "loss"
     assert np.frombuffer(steps, "<f8").tolist() == [3.0, 4.0]
     assert np.frombuffer(values, "<f8").tolist() == [0.1, 0.2]
