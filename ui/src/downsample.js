@@ -20,6 +20,22 @@ export function lowerBound(xs, x) {
 }
 
 /**
+ * First index `i` in sorted `xs` with `xs[i] > x` (xs.length when none).
+ * @param {ArrayLike<number>} xs ascending
+ * @param {number} x
+ */
+export function upperBound(xs, x) {
+  let lo = 0;
+  let hi = xs.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (xs[mid] <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
  * Choose the rows to draw.
  *
  * @param {ArrayLike<number>} xs x of each row, normally ascending (steps, wall times); when not
@@ -41,8 +57,7 @@ export function minMaxIndices(xs, ys, columns, xMin, xMax) {
   let hi = n;
   if (xMin !== undefined && xMax !== undefined && xMin <= xMax) {
     lo = Math.max(0, lowerBound(xs, xMin) - 1);
-    hi = Math.min(n, lowerBound(xs, xMax) + 1);
-    if (hi < n && xs[hi] === xMax) hi += 1;
+    hi = Math.min(n, upperBound(xs, xMax) + 1);
   }
   if (hi - lo <= columns * 2) return range(lo, hi, n);
 

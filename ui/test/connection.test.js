@@ -1,0 +1,25 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { backoffMs, liveUrl, takeToken } from "../src/connection.js";
+
+test("liveUrl follows the page's scheme and host and encodes the token", () => {
+  assert.equal(liveUrl({ protocol: "http:", host: "127.0.0.1:8040" }, null), "ws://127.0.0.1:8040/ws/live");
+  assert.equal(liveUrl({ protocol: "https:", host: "x.org" }, "a b&c"), "wss://x.org/ws/live?token=a%20b%26c");
+});
+
+test("backoff doubles from 250 ms to a 10 s cap, with bounded jitter", () => {
+  assert.deepEqual([0, 1, 2, 3].map((a) => backoffMs(a, () => 0)), [250, 500, 1000, 2000]);
+  assert.equal(backoffMs(50, () => 0), 10_000);
+  assert.equal(backoffMs(50, () => 1), 13_000);
+});
+
+test("takeToken moves ?token= into storage and strips it from the URL", () => {
+  const store = new Map();
+  const storage = { setItem: (k, v) => store.set(k, v), getItem: (k) => store.get(k) ?? null };
+  let replaced = null;
+  const history = { state: null, replaceState: (_s, _t, url) => (replaced = url) };
+  const token = takeToken({ href: "http://h:1/?token=s3cret&x=1#top" }, history, storage);
+  assert.equal(token, "s3cret");
+  assert.equal(replaced, "/?x=1#top");
+  assert.equal(takeToken({ href: "http://h:1/" }, history, storage), "s3cret");
+});

@@ -1,0 +1,72 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { decode, encode } from "@msgpack/msgpack";
+import { decodeEvent, decodeFrame, decodeScalars, encodeSubscribe, f8 } from "../src/decode.js";
+
+const bytesOf = (values) => new Uint8Array(new Float64Array(values).buffer);
+
+test("f8 reads little-endian doubles, including NaN and infinities", () => {
+  const out = f8(bytesOf([1.5, -2, NaN, Infinity, 2 ** 53]));
+  assert.ok(out instanceof Float64Array);
+  assert.deepEqual(Array.from(out), [1.5, -2, NaN, Infinity, 2 ** 53]);
+});
+
+test("f8 copies from an unaligned offset", () => {
+  const backing = new Uint8Array(8 * 3 + 3);
+  backing.set(bytesOf([3.25, 4.5, -7]), 3);
+  const view = backing.subarray(3);
+  assert.equal(view.byteOffset % 8, 3);
+  assert.deepEqual(Array.from(f8(view)), [3.25, 4.5, -7]);
+});
+
+test("f8 refuses a length that is not a multiple of 8 and non-bytes", () => {
+  assert.throws(() => f8(new Uint8Array(7), "steps"), /steps must have a multiple of 8 bytes, got 7/);
+  assert.throws(() => f8([1, 2], "values"), /values must be f8 bytes, got list/);
+});
+
+test("decodeScalars returns one typed column set per tag", () => {
+  const [s] = decodeScalars([["train/loss", bytesOf([0, 1]), bytesOf([10, 11]), bytesOf([0.5, 0.25])]]);
+  assert.equal(s.tag, "train/loss");
+  assert.deepEqual(Array.from(s.steps), [0, 1]);
+  assert.deepEqual(Array.from(s.walls), [10, 11]);
+  assert.deepEqual(Array.from(s.values), [0.5, 0.25]);
+});
+
+test("decodeScalars refuses columns of different lengths and bad tags", () => {
+  assert.throws(() => decodeScalars([["a", bytesOf([0, 1]), bytesOf([1]), bytesOf([1, 2])]]), /differ in length/);
+  assert.throws(() => decodeScalars([[3, bytesOf([]), bytesOf([]), bytesOf([])]]), /tag must be a non-empty str, got number/);
+  assert.throws(() => decodeScalars([["a", bytesOf([])]]), /must be \[tag, steps, walls, values\]/);
+});
+
+test("decodeFrame decodes a data frame end to end from msgpack", () => {
+  const frame = encode({
+    type: "data",
+    seq: 7,
+    run: "r1",
+    scalars: [["loss", bytesOf([5]), bytesOf([100.5]), bytesOf([0.125])]],
+    events: [{ kind: "histogram", tag: "w", step: 5, wall: 100.5, edges: bytesOf([0, 1, 2]), counts: bytesOf([3, 4]) }],
+  });
+  const msg = decodeFrame(frame.buffer.slice(frame.byteOffset, frame.byteOffset + frame.byteLength));
+  assert.equal(msg.type, "data");
+  assert.equal(msg.seq, 7);
+  assert.deepEqual(Array.from(msg.scalars[0].values), [0.125]);
+  assert.deepEqual(Array.from(msg.events[0].edges), [0, 1, 2]);
+  assert.deepEqual(Array.from(msg.events[0].counts), [3, 4]);
+});
+
+test("decodeFrame passes other types through and refuses non-maps", () => {
+  assert.deepEqual(decodeFrame(encode({ type: "gap", seq: 3 })), { type: "gap", seq: 3 });
+  assert.throws(() => decodeFrame(encode([1, 2])), /frame must be a map with a str type, got list/);
+  assert.throws(() => decodeFrame(encode({ seq: 1 })), /frame must be a map with a str type/);
+});
+
+test("decodeEvent checks histogram shapes", () => {
+  assert.throws(() => decodeEvent({ kind: "histogram", edges: bytesOf([0, 1]), counts: bytesOf([1, 2]) }), /counts\+1/);
+  const text = { kind: "text", tag: "t", text: "<b>x</b>" };
+  assert.equal(decodeEvent(text), text);
+});
+
+test("encodeSubscribe produces the protocol's subscribe map", () => {
+  assert.deepEqual(decode(encodeSubscribe()), { type: "subscribe", runs: null, max_points: 2000 });
+  assert.deepEqual(decode(encodeSubscribe(["a"], 500)), { type: "subscribe", runs: ["a"], max_points: 500 });
+});

@@ -1,0 +1,73 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { RingBuffer } from "../src/ringbuffer.js";
+
+const col = (rb, c) => Array.from(rb.column(c));
+
+test("keeps rows in order while below capacity, growing as needed", () => {
+  const rb = new RingBuffer(2, 10_000);
+  for (let i = 0; i < 1000; i++) rb.pushRow(i, i * 2);
+  assert.equal(rb.length, 1000);
+  assert.deepEqual(col(rb, 0).slice(0, 3), [0, 1, 2]);
+  assert.deepEqual(col(rb, 1).slice(-2), [1996, 1998]);
+  assert.equal(rb.dropped, 0);
+});
+
+test("drops the oldest rows beyond capacity, across many wraps", () => {
+  const rb = new RingBuffer(1, 7);
+  for (let i = 0; i < 100; i++) rb.pushRow(i);
+  assert.deepEqual(col(rb, 0), [93, 94, 95, 96, 97, 98, 99]);
+  assert.equal(rb.dropped, 93);
+  assert.equal(rb.last(0), 99);
+});
+
+test("bulk push of columns matches row-by-row pushes", () => {
+  const a = new RingBuffer(2, 50);
+  const b = new RingBuffer(2, 50);
+  let next = 0;
+  for (const size of [3, 17, 1, 40, 60, 5, 49, 2]) {
+    const xs = Float64Array.from({ length: size }, (_, i) => next + i);
+    const ys = xs.map((x) => -x);
+    a.push(xs, ys);
+    for (let i = 0; i < size; i++) b.pushRow(xs[i], ys[i]);
+    next += size;
+    assert.deepEqual(col(a, 0), col(b, 0));
+    assert.deepEqual(col(a, 1), col(b, 1));
+  }
+  assert.equal(a.length, 50);
+  assert.equal(a.last(0), next - 1);
+  assert.equal(a.dropped, next - 50);
+});
+
+test("a push larger than the capacity keeps its newest rows", () => {
+  const rb = new RingBuffer(1, 4);
+  rb.pushRow(-1);
+  rb.push([0, 1, 2, 3, 4, 5]);
+  assert.deepEqual(col(rb, 0), [2, 3, 4, 5]);
+  assert.equal(rb.dropped, 3);
+});
+
+test("plain arrays are accepted and columns must agree in length", () => {
+  const rb = new RingBuffer(2, 8);
+  rb.push([1, 2], [3, 4]);
+  assert.deepEqual(col(rb, 1), [3, 4]);
+  assert.throws(() => rb.push([1], [1, 2]), /columns differ in length: 1 and 2/);
+  assert.throws(() => rb.push([1]), /push needs 2 columns, got 1/);
+});
+
+test("clear empties it, and bad arguments are refused", () => {
+  const rb = new RingBuffer(1, 3);
+  rb.push([1, 2, 3]);
+  rb.clear();
+  assert.equal(rb.length, 0);
+  assert.equal(rb.last(0), undefined);
+  assert.throws(() => new RingBuffer(0), /columns must be a positive int, got 0/);
+  assert.throws(() => new RingBuffer(1, 2.5), /capacity must be a positive int, got 2.5/);
+});
+
+test("memory stays bounded at twice the capacity", () => {
+  const rb = new RingBuffer(1, 1000);
+  for (let i = 0; i < 100_000; i++) rb.pushRow(i);
+  assert.ok(rb._cols[0].length <= 2000, `backing array has ${rb._cols[0].length} rows`);
+  assert.equal(rb.column(0)[0], 99_000);
+});

@@ -1,0 +1,63 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { DEFAULT_SMOOTHING, Ema, smooth } from "../src/smoothing.js";
+
+// TensorBoard's reference implementation (tf_scalar_dashboard), written out independently.
+function tensorboard(values, weight) {
+  let last = 0;
+  let n = 0;
+  return values.map((v) => {
+    if (!Number.isFinite(v)) return v;
+    last = last * weight + (1 - weight) * v;
+    n++;
+    const debias = weight === 1 ? 1 : 1 - Math.pow(weight, n);
+    return last / debias;
+  });
+}
+
+const close = (a, b) => a.every((x, i) => (Number.isNaN(x) && Number.isNaN(b[i])) || Math.abs(x - b[i]) < 1e-12);
+
+test("default weight is 0.6", () => {
+  assert.equal(DEFAULT_SMOOTHING, 0.6);
+});
+
+test("debiased: the first smoothed value equals the first raw value", () => {
+  assert.equal(smooth([5, 1, 1])[0], 5);
+  // without debiasing it would be 0.4 * 5 = 2
+});
+
+test("matches TensorBoard's debiased EMA", () => {
+  const values = [1, 3, 2, 8, -4, 0.5, 7, 7, 7, 2];
+  for (const w of [0, 0.3, 0.6, 0.95]) {
+    assert.ok(close(Array.from(smooth(values, w)), tensorboard(values, w)), `weight ${w}`);
+  }
+  assert.deepEqual(Array.from(smooth([1, 2], 0.6)), [1, (0.24 * 1 + 0.4 * 2) / 0.64]);
+});
+
+test("a constant series stays constant", () => {
+  for (const v of Array.from(smooth(new Array(50).fill(3.5), 0.9))) assert.ok(Math.abs(v - 3.5) < 1e-12);
+});
+
+test("non-finite values pass through without entering the average", () => {
+  const out = Array.from(smooth([1, NaN, Infinity, 1], 0.6));
+  assert.ok(Number.isNaN(out[1]));
+  assert.equal(out[2], Infinity);
+  assert.ok(Math.abs(out[3] - 1) < 1e-12);
+});
+
+test("incremental fill equals smoothing all at once", () => {
+  const values = Array.from({ length: 100 }, (_, i) => Math.sin(i) * 10 + i);
+  const ema = new Ema(0.8);
+  const out = new Float64Array(values.length);
+  ema.fill(values.slice(0, 37), out);
+  const rest = new Float64Array(values.length - 37);
+  ema.fill(values.slice(37), rest);
+  out.set(rest, 37);
+  assert.ok(close(Array.from(out), Array.from(smooth(values, 0.8))));
+});
+
+test("weight outside [0, 1) is refused", () => {
+  assert.throws(() => new Ema(1), /weight must be in \[0, 1\), got 1/);
+  assert.throws(() => new Ema(-0.1), /got -0.1/);
+  assert.throws(() => new Ema(NaN), /got NaN/);
+});
