@@ -181,8 +181,9 @@ class Catalog:
         head = os.pread(state.fd, framing.HEADER_SIZE, 0)
         try:
             if len(head) < framing.HEADER_SIZE and not sealed:
-                framing.decode_header(head)  # raises only for a wrong magic
-                return False
+                if head != framing.MAGIC[: len(head)]:
+                    raise framing.HeaderError("wrong magic number: not a vdl-stream recorder file")
+                return False  # the writer is creating it (or crashed doing so)
             _, number, created = framing.decode_header(head)
         except framing.HeaderError as exc:
             raise FormatError(f"{state.path}: {exc}") from None

@@ -254,10 +254,7 @@ class RunReader:
         return series
 
     def _record(self, entry: Entry) -> Record | None:
-        if entry.kind == codec.SCALARS:
-            data = self._scalars_of(entry)
-        else:
-            data = self._load(entry)
+        data = self._scalars_of(entry) if entry.kind == codec.SCALARS else self._load(entry)
         if data is None:
             return None
         return Record(entry.kind, entry.tag, entry.step, entry.wall, data)
@@ -268,10 +265,7 @@ class RunReader:
         Scalar chunks are included only when asked for with ``kind="scalars"`` or by their tag.
         """
         self._check_open()
-        if tag is not None:
-            entries = self._by_tag.get(tag, [])
-        else:
-            entries = self._catalog.entries
+        entries = self._by_tag.get(tag, []) if tag is not None else self._catalog.entries
         out = []
         for e in entries:
             if e.length < 0 or (kind is not None and e.kind != kind):

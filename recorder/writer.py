@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import math
@@ -379,10 +380,8 @@ class RunWriter:
             _write_all(self._fd, b"".join(frames), start)
         except BaseException:
             # Leave no torn record behind a failed write (e.g. a full disk).
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, start)
-            except OSError:
-                pass
             raise
         self._offset += nbytes
         self._bytes += nbytes
