@@ -21,9 +21,9 @@ from recorder import (
     RunWriter,
     ScalarSeries,
     TagInfo,
+    framing,
     list_runs,
 )
-from recorder import framing
 from recorder.catalog import INDEX_NAME, segment_name
 
 
@@ -47,13 +47,10 @@ def test_round_trip_of_scalars_and_records(tmp_path):
         w.append_record("meta", None, None, BASE_WALL + 3, {"lr": 0.01, "seed": 1})
     r = RunReader(run)
     assert same_series(r.read_scalars("loss"), loss)
-    assert r.tags() == {
-        "loss": TagInfo("scalars", 1000, 0, 2997, float(np.sin(np.arange(1000)).min()), 1.0)
-        if False
-        else r.tags()["loss"],
-        "notes": TagInfo("text", 1, 7, 7, None, None),
-        "w": TagInfo("histogram", 1, 7, 7, None, None),
-    }
+    tags = r.tags()
+    assert set(tags) == {"loss", "notes", "w"}
+    assert tags["notes"] == TagInfo("text", 1, 7, 7, None, None)
+    assert tags["w"] == TagInfo("histogram", 1, 7, 7, None, None)
     info = r.tags()["loss"]
     assert (info.kind, info.count, info.step_min, info.step_max) == ("scalars", 1000, 0, 2997)
     assert info.vmin == loss.values.min() and info.vmax == loss.values.max()
@@ -86,7 +83,7 @@ def test_iter_records_in_write_order_and_from_step(tmp_path):
         ("scalars", "a", 5),
         ("meta", None, None),
     ]
-    assert list(r.iter_records())[0].data.steps.tolist() == [0, 1, 2, 3, 4]
+    assert next(iter(r.iter_records())).data.steps.tolist() == [0, 1, 2, 3, 4]
     late = list(r.iter_records(from_step=4))
     assert [(rec.kind, rec.tag, rec.step) for rec in late] == [
         ("scalars", "a", 4),
@@ -108,7 +105,7 @@ def test_restart_supersedes_older_points_but_keeps_them_in_the_file(tmp_path):
         append(w, "loss", series(np.arange(85, 87), np.full(2, 3.0)))  # restart inside the buffer
     r = RunReader(run)
     s = r.read_scalars("loss")
-    assert s.steps.tolist() == list(range(85)) + [85, 86]
+    assert s.steps.tolist() == [*list(range(85)), 85, 86]
     assert s.values[:60].tolist() == [0.0] * 60
     assert s.values[60:80].tolist() == [1.0] * 20
     assert s.values[80:85].tolist() == [2.0] * 5
@@ -174,22 +171,6 @@ def test_flush_makes_data_visible_and_position_grows(tmp_path):
     assert end > start and end == w.position() and hash(end) == hash(Position(*end))
     assert r.refresh() and r.read_scalars("x").steps.tolist() == [1, 2]
     w.close()
-
-
-def test_refresh_stops_at_a_limit_position(tmp_path):
-    run = tmp_path / "run"
-    w = RunWriter(run, segment_bytes=200)
-    positions = []
-    for i in range(10):
-        w.append_record("text", "t", i, BASE_WALL, {"text": "x" * 40})
-        positions.append(w.flush())
-    assert positions[-1].segment > 1  # it rotated
-    w.close()
-    r = RunReader.__new__(RunReader)  # constructing reads everything; use refresh from a fresh one
-    r = RunReader(run)
-    assert len(r.read_records("text")) == 10
-    limited = RunReader(tmp_path / "run")
-    assert [rec.step for rec in limited.read_records()] == list(range(10))
 
 
 def test_refresh_with_limit_reads_only_up_to_it(tmp_path):
@@ -527,7 +508,7 @@ def test_list_runs_finds_nested_runs(tmp_path):
     (tmp_path / "exp1" / "notes.txt").write_text("x")
     assert list_runs(tmp_path) == ["b", "deep/a/b/c", "exp1/eval", "exp1/train"]
     assert list_runs(tmp_path / "missing") == []
-    with pytest.raises(NotADirectoryError, match="notes.txt"):
+    with pytest.raises(NotADirectoryError, match=r"notes\.txt"):
         list_runs(tmp_path / "exp1" / "notes.txt")
 
 
