@@ -9,7 +9,11 @@ import { FrameScheduler } from "./frames.js";
 import { initLanguage, language, LANGUAGES, onLanguage, setLanguage, t } from "./i18n.js";
 import { DEFAULT_SMOOTHING } from "./smoothing.js";
 import { STEP, Store, VALUE, WALL } from "./store.js";
+import { HistogramsView } from "./views/histograms.js";
+import { ImagesView } from "./views/images.js";
 import { ScalarsView } from "./views/scalars.js";
+import { SystemView } from "./views/system.js";
+import { TextView } from "./views/text.js";
 
 initLanguage();
 
@@ -22,7 +26,8 @@ const state = {
   filter: null,
   hiddenRuns: new Set(),
   paused: false,
-  view: "scalars",
+  /** Views shown on the page (the tab buttons toggle them). */
+  views: new Set(["scalars", "system", "histograms", "images", "text"]),
 };
 const pinGroups = new Map();
 const ctx = {
@@ -35,7 +40,20 @@ const ctx = {
   },
 };
 
-const views = { scalars: new ScalarsView(ctx) };
+// Page order: training curves first, then the system charts right under them.
+const views = {
+  scalars: new ScalarsView(ctx),
+  system: new SystemView(ctx),
+  histograms: new HistogramsView(ctx),
+  images: new ImagesView(ctx),
+  text: new TextView(ctx),
+};
+const viewTitles = {};
+for (const [name, view] of Object.entries(views)) {
+  viewTitles[name] = el("h2", { class: "view-title" });
+  view.element.prepend(viewTitles[name]);
+  view.element.dataset.view = name;
+}
 
 // ---- layout -------------------------------------------------------------------------------------
 
@@ -83,17 +101,33 @@ function relabel() {
   xSelect.value = state.xKind;
   tabs.replaceChildren(
     ...Object.keys(views).map((name) =>
-      el("button", { type: "button", class: name === state.view ? "tab active" : "tab", dataset: { view: name }, text: t(name), on: { click: () => showView(name) } }),
+      el("button", { type: "button", class: "tab", dataset: { view: name }, text: t(name), on: { click: () => toggleView(name) } }),
     ),
   );
+  for (const [name, h] of Object.entries(viewTitles)) h.textContent = t(name);
+  showViews();
   setConnState(conn.dataset.state);
   for (const view of Object.values(views)) view.relabel?.();
 }
 
-function showView(name) {
-  state.view = name;
-  for (const [key, view] of Object.entries(views)) view.element.hidden = key !== name;
-  for (const b of tabs.children) b.classList.toggle("active", b.dataset.view === name);
+function toggleView(name) {
+  if (state.views.has(name)) state.views.delete(name);
+  else state.views.add(name);
+  showViews();
+}
+
+// A view that is not shown is display:none, so its charts are not drawn at all.
+function showViews() {
+  for (const [name, view] of Object.entries(views)) view.element.hidden = !state.views.has(name);
+  for (const b of tabs.children) {
+    const on = state.views.has(b.dataset.view);
+    b.classList.toggle("active", on);
+    b.setAttribute("aria-pressed", String(on));
+  }
+}
+
+function refreshViews() {
+  for (const view of Object.values(views)) view.refresh?.();
 }
 
 // ---- settings -----------------------------------------------------------------------------------
@@ -121,13 +155,13 @@ function onSmoothing() {
   smoothingTimer = setTimeout(() => {
     state.smoothing = w;
     store.setSmoothing(w);
-    views.scalars.redrawAll();
+    refreshViews();
   }, 60);
 }
 
 function updateSetting(patch) {
   Object.assign(state, patch);
-  views.scalars.redrawAll();
+  refreshViews();
 }
 
 function setPaused(paused) {
@@ -157,7 +191,7 @@ function renderRuns() {
               change: (e) => {
                 if (e.target.checked) state.hiddenRuns.delete(name);
                 else state.hiddenRuns.add(name);
-                views.scalars.redrawAll();
+                refreshViews();
               },
             },
           }),
@@ -215,6 +249,20 @@ window.vdl = {
   },
   /** Run names seen (announced or with data), sorted. */
   runs: () => [...new Set([...store.announced, ...store.runNames()])].sort(),
+  /** Telemetry charts: Map of metric (`gpu/util`, `cpu/percent`, ...) -> uPlot instance. */
+  get systemCharts() {
+    const map = new Map();
+    for (const [metric, chart] of views.system.charts) if (chart.plot) map.set(metric, chart.plot);
+    return map;
+  },
+  /** Show or hide a view: `scalars`, `system`, `histograms`, `images`, `text`. */
+  showView(name, shown = true) {
+    if (shown) state.views.add(name);
+    else state.views.delete(name);
+    showViews();
+  },
+  /** Histogram display: "ridgeline" or "heatmap". */
+  setHistogramMode: (mode) => views.histograms.setMode(mode),
   /** Scalar tags seen, sorted. */
   tags: () => store.scalarTags(),
   get connected() {
@@ -236,7 +284,6 @@ window.vdl = {
 
 onLanguage(relabel);
 relabel();
-showView(state.view);
 applyMobileDefaults();
 connection.start();
 

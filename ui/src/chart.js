@@ -71,11 +71,12 @@ export class Chart {
    * @param {"step"|"relative"|"wall"} [opts.xKind] how x is shown
    * @param {boolean} [opts.logY]
    * @param {(v: number) => string} [opts.formatY] y tick and readout format
+   * @param {object} [opts.dataset] data attributes of the chart element (default `{tag: key}`)
    *
    * A Line is `{label, color, xs, ys, alpha?, width?, legend?}`; lines with the same `xs` object
    * share x values (uPlot's aligned data); others are joined.
    */
-  constructor({ key, title, source, syncKey, pins, xKind = "step", logY = false, formatY = formatValue }) {
+  constructor({ key, title, source, syncKey, pins, xKind = "step", logY = false, formatY = formatValue, dataset = { tag: key } }) {
     this.key = key;
     this.source = source;
     this.syncKey = syncKey;
@@ -99,7 +100,7 @@ export class Chart {
     this.pngBtn = el("button", { class: "icon", type: "button", title: t("savePng"), text: "PNG", on: { click: () => this.savePng() } });
     this.element = el(
       "section",
-      { class: "chart", dataset: { tag: key } },
+      { class: "chart", dataset },
       el("header", {}, this.titleEl, el("span", { class: "chart-tools" }, this.resetBtn, this.pngBtn)),
       this.plotBox,
       this.readout,

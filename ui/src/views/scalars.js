@@ -25,12 +25,12 @@ export class ScalarsView {
     this.element = el("div", { class: "view scalars" }, this.empty);
     ctx.store.subscribe((change) => {
       if (change.kind === "scalars") for (const tag of change.tags) this._touch(tag);
-      else if (change.kind === "runs") this.redrawAll();
+      else if (change.kind === "runs") this.refresh();
     });
   }
 
   /** Redraw every chart (after a setting such as the x axis or the run toggles changed). */
-  redrawAll() {
+  refresh() {
     const { state } = this.ctx;
     for (const chart of this.charts.values()) {
       const syncKey = scalarSyncKey(state.xKind);

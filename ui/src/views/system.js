@@ -1,0 +1,116 @@
+// The system view: GPU utilization, memory, temperature and power, CPU and RAM, over wall time.
+// One chart per metric (`gpu0/util` and `gpu1/util` share the "GPU utilization" chart), one line per
+// device and source; cursors are synced by wall time with each other and with the scalar charts
+// when those use wall time.
+import { Chart, formatBytes, formatValue } from "../chart.js";
+import { colorFor, el } from "../dom.js";
+import { gather, minMaxIndices } from "../downsample.js";
+import { t } from "../i18n.js";
+
+// Known metrics, in display order: key -> [title string key, format].
+const KNOWN = new Map([
+  ["gpu/util", ["gpuUtil", formatValue]],
+  ["gpu/mem_used", ["gpuMem", formatBytes]],
+  ["gpu/temp", ["gpuTemp", formatValue]],
+  ["gpu/power", ["gpuPower", formatValue]],
+  ["cpu/percent", ["cpuPercent", formatValue]],
+  ["ram/used", ["ramUsed", formatBytes]],
+]);
+
+/**
+ * Split a telemetry field into the chart it belongs to and the device it describes:
+ * `gpu0/util` -> {metric: "gpu/util", device: "gpu0"}; `cpu/percent` -> {metric: "cpu/percent", device: "cpu"}.
+ * @param {string} field
+ */
+export function splitField(field) {
+  const i = field.indexOf("/");
+  if (i <= 0) return { metric: field, device: "" };
+  const device = field.slice(0, i);
+  const kind = device.replace(/\d+$/, "");
+  return { metric: `${kind}/${field.slice(i + 1)}`, device };
+}
+
+export class SystemView {
+  /** @param {object} ctx shared page context: `store`, `scheduler`, `state`, `pinsFor(syncKey)` */
+  constructor(ctx) {
+    this.ctx = ctx;
+    /** @type {Map<string, Chart>} metric -> chart */
+    this.charts = new Map();
+    this.empty = el("p", { class: "empty", text: t("noSystem") });
+    this.grid = el("div", { class: "grid" });
+    this.element = el("div", { class: "view system" }, this.empty, this.grid);
+    ctx.store.subscribe((change) => {
+      if (change.kind !== "telemetry") return;
+      const run = ctx.store.runs.get(change.run);
+      if (!run) return;
+      for (const series of run.telemetry.values()) this._touch(splitField(series.field).metric);
+    });
+  }
+
+  /** Redraw after the run toggles changed. */
+  refresh() {
+    for (const chart of this.charts.values()) this.ctx.scheduler.mark(chart);
+  }
+
+  /** Re-apply interface strings after a language switch. */
+  relabel() {
+    this.empty.textContent = t("noSystem");
+    for (const [metric, chart] of this.charts) chart.setTitle(titleOf(metric));
+  }
+
+  _touch(metric) {
+    let chart = this.charts.get(metric);
+    if (!chart) {
+      chart = new Chart({
+        key: `system:${metric}`,
+        title: titleOf(metric),
+        dataset: { metric },
+        syncKey: "wall",
+        pins: this.ctx.pinsFor("wall"),
+        xKind: "wall",
+        formatY: KNOWN.get(metric)?.[1] ?? formatValue,
+        source: (c) => this._lines(c, metric),
+      });
+      chart.onChange = () => this.ctx.scheduler.mark(chart);
+      this.charts.set(metric, chart);
+      const order = (m) => {
+        const i = [...KNOWN.keys()].indexOf(m);
+        return i < 0 ? `~${m}` : String(i);
+      };
+      const sorted = [...this.charts.keys()].sort((a, b) => order(a).localeCompare(order(b)));
+      const next = sorted[sorted.indexOf(metric) + 1];
+      this.grid.insertBefore(chart.element, next === undefined ? null : this.charts.get(next).element);
+      this.ctx.scheduler.observe(chart);
+      this.empty.hidden = true;
+    }
+    this.ctx.scheduler.mark(chart);
+  }
+
+  _lines(chart, metric) {
+    const { store, state } = this.ctx;
+    const lines = [];
+    const runs = store.runNames().filter((r) => !state.hiddenRuns.has(r));
+    const withTelemetry = runs.filter((r) => store.runs.get(r).telemetry.size > 0);
+    for (const runName of withTelemetry) {
+      const entries = [...store.runs.get(runName).telemetry.values()]
+        .filter((s) => splitField(s.field).metric === metric && s.buffer.length > 0)
+        .sort((a, b) => (a.source + a.field).localeCompare(b.source + b.field));
+      for (const series of entries) {
+        const walls = series.buffer.column(0);
+        const values = series.buffer.column(1);
+        const zoom = chart.zoom;
+        const idx = minMaxIndices(walls, values, chart.width, zoom?.[0], zoom?.[1]);
+        const { device } = splitField(series.field);
+        const source = series.source.endsWith("#0") ? series.source.slice(0, -2) : series.source;
+        const label = `${withTelemetry.length > 1 ? `${runName} ` : ""}${source} ${device}`.trim();
+        lines.push({ label, color: colorFor(`telemetry:${label}`), xs: gather(walls, idx), ys: gather(values, idx) });
+      }
+    }
+    return lines;
+  }
+}
+
+function titleOf(metric) {
+  const known = KNOWN.get(metric);
+  return known ? t(known[0]) : metric;
+}
