@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import os
 import random
@@ -20,6 +21,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,8 +35,21 @@ from .transport import InProcessTransport, Transport, WebSocketTransport
 log = logging.getLogger("vdl_stream.writer")
 
 
-def make_run_name() -> str:
-    """Return a unique run name that sorts by start time, e.g. ``20261129-161700-3fa2c1``."""
+JOB_ID_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PADDLE_JOB_ID", "MASTER_ADDR")
+
+
+def make_run_name(world_size: int = 1) -> str:
+    """Return a unique run name that sorts by start time, e.g. ``20261129-161700-3fa2c1``.
+
+    In a distributed job (``world_size > 1``) every rank must agree on the name without talking,
+    so it is derived from the job's id in the environment (``TORCHELASTIC_RUN_ID``,
+    ``SLURM_JOB_ID``, ``PADDLE_JOB_ID``, or ``MASTER_ADDR:MASTER_PORT``): ``job-<hash>``.
+    """
+    if world_size > 1:
+        for name in JOB_ID_VARIABLES:
+            if os.environ.get(name):
+                key = f"{name}={os.environ[name]}:{os.environ.get('MASTER_PORT', '')}"
+                return "job-" + hashlib.sha1(key.encode()).hexdigest()[:12]
     return time.strftime("%Y%m%d-%H%M%S") + f"-{random.getrandbits(24):06x}"
 
 
@@ -100,6 +115,8 @@ class Writer:
         *,
         flush_interval: float = 0.05,
         flush_timeout: float = 30.0,
+        telemetry: dict[str, Any] | None = None,
+        mute: bool = False,
     ) -> None:
         self.run = codec.check_run_name(run)
         self.url: str | None = None  # the dashboard URL when this writer serves one
@@ -118,6 +135,10 @@ class Writer:
         self._closing = False
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._telemetry = telemetry
+        if mute:  # a rank that does not log: the calls stay valid and cost nothing
+            self.add_scalar = _discard  # type: ignore[method-assign]
+            self._add_event = _discard  # type: ignore[method-assign]
         self._thread = threading.Thread(target=self._thread_main, name="vdl-stream", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -266,12 +287,27 @@ class Writer:
             self._token = trio.lowlevel.current_trio_token()
             self._wake = trio.Event()
             self._ready.set()
+            if self._telemetry is not None:
+                nursery.start_soon(partial(self._sample_telemetry, **self._telemetry))
             try:
                 await self._pump(transport)
             finally:
                 with trio.move_on_after(self._flush_timeout, shield=True):
                     await transport.aclose()
             nursery.cancel_scope.cancel()
+
+    async def _sample_telemetry(self, interval: float, rank: int, gpus: bool) -> None:
+        """Sample GPU and host telemetry every ``interval`` s into the same path as scalars."""
+        from .telemetry import TelemetrySampler
+
+        # nvmlInit can take seconds on GPUs without persistence mode: keep it off the loop.
+        sampler = await trio.to_thread.run_sync(partial(TelemetrySampler, rank=rank, gpus=gpus))
+        try:
+            while True:
+                self._events.append(await trio.to_thread.run_sync(sampler.sample))
+                await trio.sleep(interval)
+        finally:
+            sampler.close()
 
     async def _pump(self, transport: Transport) -> None:
         while True:
@@ -309,6 +345,10 @@ class Writer:
         return self._seq
 
 
+def _discard(*args: Any, **kwargs: Any) -> None:
+    """Stand-in for the logging calls of a rank that does not log."""
+
+
 _live_writers: weakref.WeakSet[Writer] = weakref.WeakSet()
 
 
@@ -328,7 +368,10 @@ def attach(
     host: str = "127.0.0.1",
     port: int = 8040,
     token: str | None = None,
+    telemetry: bool = True,
+    telemetry_interval: float = 1.0,
     flush_interval: float = 0.05,
+    all_ranks: bool = False,
 ) -> Writer:
     """Start logging a run and return its :class:`Writer`.
 
@@ -340,20 +383,45 @@ def attach(
         serve: also serve the dashboard from this process (in-process broker only).
         host, port: where the dashboard listens when ``serve`` is true (``port=0``: any free port).
         token: the access token for ``url``, or required by the served dashboard.
+        telemetry: sample GPU (NVML) and host (psutil) telemetry into the run.
+        telemetry_interval: seconds between telemetry samples (at least 0.1).
         flush_interval: how often, in seconds, the background thread publishes what was logged.
+        all_ranks: in a distributed job, let every rank log, each as the sub-run ``<run>/rank<N>``.
+            By default only rank 0 logs, and every rank sends telemetry.
 
     Raises:
         PortInUseError: ``serve`` and the port is taken.
+        ValueError: a bad argument, named in the message.
     """
-    run = make_run_name() if run is None else run
+    from .telemetry import distributed_env
+
+    if telemetry_interval < 0.1:
+        raise ValueError(f"telemetry_interval must be at least 0.1 s, got {telemetry_interval!r}")
+    if serve and url is not None:
+        raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
+    rank, local_rank, world_size = distributed_env()
+    run = make_run_name(world_size) if run is None else codec.check_run_name(run)
+    mute = False
+    if world_size > 1:
+        if all_ranks:
+            run = f"{run}/rank{rank}"
+        elif rank != 0:
+            mute = True  # telemetry only
+            if url is None:  # two processes must not append to one run directory
+                run = f"{run}/rank{rank}"
+    # NVML sees every GPU of the node, so one process per node reports them.
+    sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
+    options = {
+        "flush_interval": flush_interval,
+        "telemetry": sampling if telemetry else None,
+        "mute": mute,
+    }
     if url is not None:
-        if serve:
-            raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
 
         async def open_remote(nursery: trio.Nursery) -> Transport:
             return await nursery.start(WebSocketTransport.run, url, token)
 
-        return Writer(run, open_remote, flush_interval=flush_interval)
+        return Writer(run, open_remote, **options)
 
     async def open_local(nursery: trio.Nursery) -> Transport:
         from .broker import Broker
@@ -367,4 +435,4 @@ def attach(
             transport.url = await nursery.start(serve_dashboard, broker, host, port, token)
         return transport
 
-    return Writer(run, open_local, flush_interval=flush_interval)
+    return Writer(run, open_local, **options)
