@@ -181,7 +181,7 @@ class Catalog:
         head = os.pread(state.fd, framing.HEADER_SIZE, 0)
         try:
             if len(head) < framing.HEADER_SIZE and not sealed:
-                if head != framing.MAGIC[: len(head)]:
+                if head[: len(framing.MAGIC)] != framing.MAGIC[: len(head)]:
                     raise framing.HeaderError("wrong magic number: not a vdl-stream recorder file")
                 return False  # the writer is creating it (or crashed doing so)
             _, number, created = framing.decode_header(head)
