@@ -9,12 +9,18 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 import warnings
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
-from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+from trio_websocket import (
+    ConnectionClosed,
+    HandshakeError,
+    WebSocketConnection,
+    open_websocket_url,
+)
 
 from . import codec
 from .codec import Batch
@@ -61,28 +67,116 @@ class InProcessTransport:
         await self._broker.wait_closed()
 
 
+class Spool:
+    """Unacknowledged frames by sequence number: in memory up to a bound, then in a temporary file.
+
+    While a broker is unreachable a writer keeps everything it could not deliver. The first
+    ``memory_bytes`` stay in memory; later frames go to an anonymous temporary file (gone when the
+    process ends). Past ``disk_bytes`` in all, the oldest frames are dropped, with a warning, so a
+    broker that never comes back cannot fill the disk either. Writes are small appends to the
+    page cache, so they are made directly rather than from a worker thread.
+    """
+
+    def __init__(self, memory_bytes: int = 64 << 20, disk_bytes: int = 4 << 30) -> None:
+        self._memory_limit = memory_bytes
+        self._disk_limit = disk_bytes
+        self._memory: OrderedDict[int, bytes] = OrderedDict()
+        self._disk: OrderedDict[int, tuple[int, int]] = OrderedDict()  # seq -> (offset, length)
+        self._file: Any = None
+        self._end = 0  # end of the spool file
+        self._memory_bytes = self._disk_bytes = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._memory) + len(self._disk)
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._memory or seq in self._disk
+
+    def last(self) -> int | None:
+        """Return the newest sequence number held, or None."""
+        if self._disk:
+            return next(reversed(self._disk))
+        return next(reversed(self._memory)) if self._memory else None
+
+    def put(self, seq: int, frame: bytes) -> None:
+        """Keep ``frame`` until :meth:`ack` covers ``seq``; seqs must increase."""
+        if not self._disk and self._memory_bytes + len(frame) <= self._memory_limit:
+            self._memory[seq] = frame
+            self._memory_bytes += len(frame)
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="vdl-stream-spool-")  # noqa: SIM115 (closed by close())
+        self._file.seek(self._end)
+        self._file.write(frame)
+        self._disk[seq] = (self._end, len(frame))
+        self._end += len(frame)
+        self._disk_bytes += len(frame)
+        while self._disk_bytes > self._disk_limit and len(self) > 1:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        if self._memory:
+            _, frame = self._memory.popitem(last=False)
+            self._memory_bytes -= len(frame)
+        else:
+            _, (_, length) = self._disk.popitem(last=False)
+            self._disk_bytes -= length
+        self.dropped += 1
+        if self.dropped == 1:
+            warnings.warn(
+                "vdl-stream: the broker has been unreachable for long and the spool is full; "
+                "dropping the oldest batches",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+
+    def get(self, seq: int) -> bytes | None:
+        """Return the frame of ``seq``, or None if it was acknowledged or dropped."""
+        frame = self._memory.get(seq)
+        if frame is not None or seq not in self._disk:
+            return frame
+        offset, length = self._disk[seq]
+        self._file.seek(offset)
+        return self._file.read(length)
+
+    def after(self, seq: int) -> list[int]:
+        """Return the sequence numbers held above ``seq``, in order."""
+        return [s for s in (*self._memory, *self._disk) if s > seq]
+
+    def ack(self, seq: int) -> None:
+        """Forget every frame up to ``seq``."""
+        while self._memory and next(iter(self._memory)) <= seq:
+            self._memory_bytes -= len(self._memory.popitem(last=False)[1])
+        while self._disk and next(iter(self._disk)) <= seq:
+            self._disk_bytes -= self._disk.popitem(last=False)[1][1]
+        if not self._disk and self._file is not None:
+            self._file.truncate(0)
+            self._end = 0
+
+    def close(self) -> None:
+        """Release the spool file."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
 class WebSocketTransport:
     """Publishes batches to a remote broker over a WebSocket, re-sending until acknowledged.
 
     Args:
         url: the server, ``ws://host:port`` (the ``/ws/ingest`` path is added when missing).
         token: sent as ``Authorization: Bearer <token>`` when given.
-        max_queued_bytes: unacknowledged batches kept in memory; beyond it the oldest are dropped
-            with a warning, so a broker that stays down never exhausts the training process.
+        spool: where unacknowledged batches wait (memory, then a temporary file).
     """
 
-    def __init__(
-        self, url: str, token: str | None = None, *, max_queued_bytes: int = 256 << 20
-    ) -> None:
+    def __init__(self, url: str, token: str | None = None, *, spool: Spool | None = None) -> None:
         if not url.startswith(("ws://", "wss://")):
             raise ValueError(f"url must start with ws:// or wss://, got {url!r}")
         self.url = url if url.rstrip("/").endswith("/ws/ingest") else url.rstrip("/") + "/ws/ingest"
         self._headers = [("Authorization", f"Bearer {token}")] if token else []
-        self._max_bytes = max_queued_bytes
-        self._unacked: OrderedDict[int, bytes] = OrderedDict()
-        self._queued_bytes = 0
+        self._spool = spool or Spool()
         self._acked = 0
-        self._dropped = 0
         self._changed = trio.Event()
         self._warned = False
 
@@ -97,36 +191,27 @@ class WebSocketTransport:
         """Create a transport, report it through ``task_status`` and keep it connected."""
         self = cls(url, token)
         task_status.started(self)
-        await self._connect_forever()
+        try:
+            await self._connect_forever()
+        finally:
+            self._spool.close()
 
     def _notify(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
     async def send(self, batch: Batch) -> None:
-        frame = codec.encode_batch(batch)
-        self._unacked[batch.seq] = frame
-        self._queued_bytes += len(frame)
-        while self._queued_bytes > self._max_bytes and len(self._unacked) > 1:
-            _, old = self._unacked.popitem(last=False)
-            self._queued_bytes -= len(old)
-            self._dropped += 1
-            if self._dropped == 1:
-                warnings.warn(
-                    "vdl-stream: the broker is unreachable and the send queue is full; "
-                    "dropping the oldest batches",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
+        self._spool.put(batch.seq, codec.encode_batch(batch))
         self._notify()
 
     async def wait_acked(self, seq: int) -> None:
-        while self._acked < seq and seq in self._unacked:
+        while self._acked < seq and seq in self._spool:
             await self._changed.wait()
 
     async def aclose(self) -> None:
-        if self._unacked:
-            await self.wait_acked(next(reversed(self._unacked)))
+        last = self._spool.last()
+        if last is not None:
+            await self.wait_acked(last)
 
     async def _connect_forever(self) -> None:
         delay = 0.05
@@ -147,7 +232,8 @@ class WebSocketTransport:
                 if not self._warned:
                     self._warned = True
                     warnings.warn(
-                        f"vdl-stream: cannot reach the broker at {self.url} ({exc!s:.200}); "
+                        f"vdl-stream: cannot reach the broker at {self.url} "
+                        f"({type(exc).__name__}: {exc!s:.200}); "
                         "training continues and batches are re-sent when it is back",
                         RuntimeWarning,
                         stacklevel=1,
@@ -155,27 +241,26 @@ class WebSocketTransport:
             await trio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def _send_loop(self, ws) -> None:
-        sent = 0
+    async def _send_loop(self, ws: WebSocketConnection) -> None:
+        sent = self._acked  # after a reconnect, everything unacknowledged goes again
         while True:
-            pending = [s for s in self._unacked if s > sent]
+            pending = self._spool.after(sent)
             for seq in pending:
-                frame = self._unacked.get(seq)
+                frame = self._spool.get(seq)
                 if frame is not None:
                     await ws.send_message(frame)
                 sent = seq
             if not pending:
                 await self._changed.wait()
 
-    async def _receive_acks(self, ws, cancel_scope: trio.CancelScope) -> None:
+    async def _receive_acks(self, ws: WebSocketConnection, cancel_scope: trio.CancelScope) -> None:
         try:
             while True:
                 message = codec.decode_message(await ws.get_message())
                 if message.get("type") == "ack":
                     seq = int(message["seq"])
                     self._acked = max(self._acked, seq)
-                    for s in [s for s in self._unacked if s <= seq]:
-                        self._queued_bytes -= len(self._unacked.pop(s))
+                    self._spool.ack(seq)
                     self._notify()
         except (ConnectionClosed, codec.ProtocolError):
             pass

@@ -244,7 +244,8 @@ class Writer:
         """Flush, stop the background thread and release the run. Idempotent."""
         if self._closed:
             return
-        self.flush(timeout)
+        if not self.flush(timeout):
+            self._flush_timeout = 1.0  # undeliverable now: do not stall the program's exit
         self._closed = True
         self._call_soon(lambda: setattr(self, "_closing", True))
         self._thread.join(self._flush_timeout if timeout is None else timeout)
