@@ -1,0 +1,152 @@
+"""Crash stress for recorder/: a writer process killed with SIGKILL at random moments, many times.
+
+Each trial starts a writer subprocess on the same run directory. The writer reopens the run (which
+truncates whatever torn tail the previous kill left), appends scalar batches and text records, and
+after each ``flush()`` (``sync="flush"``: fsynced) prints how far the run is durable. The parent kills
+it at a random moment, then checks with a RunReader that every acknowledged point and record is
+there, contiguous, with no damage reported. The next trial appends after it.
+
+    python bench/recorder_stress.py --trials 500          # the longer stress run
+    python bench/recorder_stress.py --trials 50 --seed 1  # what tests/recorder runs
+
+tests/recorder/test_recorder_crash.py imports :func:`run_trials` from this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = r"""
+import random, sys, time
+import numpy as np
+from recorder import RunWriter
+
+run, start, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(seed)
+w = RunWriter(run, sync="flush", segment_bytes=16384)
+print("open", w.statistics().truncated_bytes, flush=True)
+i = start
+while True:
+    n = rng.randint(1, 200)
+    steps = np.arange(i, i + n)
+    w.append_scalars("x", steps, time.time() + steps * 1e-3, steps * 0.5)
+    w.append_record("text", "t", i, time.time(), {"i": i, "pad": "p" * rng.randint(0, 3000)})
+    i += n
+    w.flush()
+    print(i, flush=True)
+"""
+
+
+class CrashCheckError(AssertionError):
+    """A trial found the run in a state the recorder promises never to leave it in."""
+
+
+def _durable(out: str) -> int | None:
+    """The last step count the child reported durable, or None if it never flushed."""
+    done = [int(line) for line in out.splitlines() if line.isdigit()]
+    return done[-1] if done else None
+
+
+def verify(run_dir: str, acknowledged: int) -> int:
+    """Check the run holds steps 0..n-1 with n >= acknowledged, and no damage; return n."""
+    from recorder import RunReader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any CorruptionWarning fails the check
+        r = RunReader(run_dir)
+        steps = r.read_scalars("x").steps
+        texts = [rec.step for rec in r.read_records("text")]
+        stats = r.statistics()
+        r.close()
+    n = len(steps)
+    if not np.array_equal(steps, np.arange(n)):
+        raise CrashCheckError(f"steps are not 0..{n - 1}: {steps[:10]}...")
+    if n < acknowledged:
+        raise CrashCheckError(f"lost fsynced data: {n} steps, {acknowledged} acknowledged")
+    if stats.corrupt_records:
+        raise CrashCheckError(f"{stats.corrupt_records} damaged records after a kill")
+    if texts != sorted(texts) or any(t >= n for t in texts):
+        raise CrashCheckError(f"text records out of step with scalars: {texts[-3:]}, n={n}")
+    return n
+
+
+def run_trials(run_dir: str, trials: int, seed: int, max_delay: float = 0.1) -> dict:
+    """Run ``trials`` kill trials on ``run_dir``; raise CrashCheckError on a broken promise.
+
+    Most kills come within ``max_delay`` seconds after the writer opened the run; one in eight
+    comes at a random moment of its start-up (possibly while it reopens and truncates).
+
+    Returns counters: trials, kills before the writer opened, reopens that truncated a torn tail,
+    steps durable at the end.
+    """
+    rng = random.Random(seed)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    n = 0
+    early = torn = 0
+    for trial in range(trials):
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, run_dir, str(n), str(rng.randrange(1 << 30))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        if rng.random() < 0.125:
+            time.sleep(rng.uniform(0.0, 0.4))
+            head = ""
+        else:
+            head = child.stdout.readline()
+            time.sleep(rng.uniform(0.0, max_delay))
+        child.send_signal(signal.SIGKILL)
+        out, err = child.communicate()
+        out = head + out
+        if child.returncode != -signal.SIGKILL:
+            raise CrashCheckError(f"trial {trial}: writer exited {child.returncode}: {err[-2000:]}")
+        if "open" not in out:
+            early += 1
+        elif int(out.split()[1]) > 0:
+            torn += 1
+        acknowledged = _durable(out)
+        if not os.path.isdir(run_dir) or not any(
+            name.startswith("segment-") for name in os.listdir(run_dir)
+        ):
+            continue  # killed before the run existed
+        n = verify(run_dir, acknowledged or 0)
+    # Finally, the run reopens in this process and appending continues.
+    from recorder import RunWriter
+
+    with RunWriter(run_dir) as w:
+        steps = np.arange(n, n + 10)
+        w.append_scalars("x", steps, time.time() + steps * 0.0, steps * 0.5)
+    n = verify(run_dir, n + 10)
+    return {"trials": trials, "killed_before_open": early, "torn_tails_truncated": torn, "steps": n}
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-delay", type=float, default=0.1, help="seconds after open to kill")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        result = run_trials(os.path.join(tmp, "run"), args.trials, args.seed, args.max_delay)
+        result["seconds"] = round(time.perf_counter() - start, 1)
+    print(result)
+
+
+if __name__ == "__main__":
+    main()
