@@ -1,0 +1,568 @@
+"""Event builders for the non-scalar kinds: validate the arguments, return a msgpack-native map.
+
+Plain functions with no I/O, shared by :class:`vdl_stream.Writer` and the drop-in facades in
+``compat.py``. Each returns a map with the common keys of docs/protocol.md (``kind``, ``tag``,
+``step``, ``wall``) plus the kind's own keys, documented in docs/guide.md. Values are only str, int,
+float, bool, None, bytes, lists and maps; numeric arrays travel as little-endian ``<f8`` bytes.
+
+Every function raises ``TypeError``/``ValueError`` naming the bad argument, so a mistake surfaces at
+the call site in the training loop and never later in the background thread.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+import wave
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import codec
+from . import writer as _convert  # to_float, to_step, to_array; a module import survives the cycle
+
+#: Most buckets a histogram may have.
+MAX_BUCKETS = 10_000
+#: Most thresholds a PR or ROC curve may have.
+MAX_THRESHOLDS = 10_000
+#: Largest encoded payload (PNG, WAV, text) of one event, so every event fits a wire frame.
+MAX_PAYLOAD_BYTES = codec.MAX_FRAME_BYTES // 2
+#: The dataformats an image may be given in, as letters (any order of them is accepted).
+IMAGE_FORMATS = ("HW", "HWC", "CHW", "NHWC", "NCHW")
+#: Images of a batch per row of the tiled grid, as tensorboardX's make_grid.
+GRID_COLUMNS = 8
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_COLOR_TYPE = {1: 0, 3: 2, 4: 6}  # channels -> grey, RGB, RGBA
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+_MINIMUM_COUNT = 1e-7  # keeps precision/recall finite on empty buckets, as TensorBoard does
+
+
+# -- shared checks ------------------------------------------------------------------------------
+
+
+def _common(kind: str, tag: str | None, step: int | None, wall: float) -> dict[str, Any]:
+    return {"kind": kind, "tag": tag, "step": step, "wall": wall}
+
+
+def check_wall(wall: object, name: str = "walltime") -> float:
+    """Return ``wall`` as a finite float of seconds since the epoch, else raise naming ``name``."""
+    value = _convert.to_float(wall, name)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    return value
+
+
+def _step(step: object, optional: bool = False) -> int | None:
+    if step is None and optional:
+        return None
+    return _convert.to_step(step)
+
+
+def _positive_int(value: object, name: str, limit: int, least: int = 1) -> int:
+    if hasattr(value, "item") and not isinstance(value, bool):
+        value = value.item()  # numpy integer
+    if type(value) is not int or not least <= value <= limit:
+        raise ValueError(f"{name} must be an int from {least} to {limit}, got {value!r:.40}")
+    return value
+
+
+def as_numpy(value: object, name: str) -> np.ndarray:
+    """Return an array-like or tensor (numpy, torch, paddle, jax) as a numpy array, keeping its dtype.
+
+    Raises:
+        TypeError: ``value`` is not an array of numbers (named ``name`` in the message).
+    """
+    original = type(value).__name__
+    if hasattr(value, "detach"):  # torch: leave the autograd graph and the device
+        value = value.detach()
+    if hasattr(value, "cpu"):
+        value = value.cpu()
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = value.numpy()
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.dtype.kind not in "buif":
+        raise TypeError(f"{name} must be an array of numbers or a tensor, got {original}")
+    return arr
+
+
+def _f8(arr: np.ndarray) -> bytes:
+    return np.ascontiguousarray(arr, dtype="<f8").tobytes()
+
+
+# -- histogram ----------------------------------------------------------------------------------
+
+
+def histogram_event(
+    tag: str, values: Any, step: int, wall: float, buckets: int = 10
+) -> dict[str, Any]:
+    """Build a ``histogram`` event: the distribution of ``values`` in ``buckets`` equal bins.
+
+    The bins span the finite values' range (a single value ``v`` gets the range ``v ± 0.5``, as
+    ``np.histogram``). NaN and ±Inf are counted in ``nan`` and ``inf`` and left out of the bins and
+    of ``min``/``max``/``sum``/``sum_sq``. A value within rounding of an inner edge may be counted in
+    the neighbouring bin (the price of a histogram about 3x faster than ``np.histogram``).
+
+    Args:
+        tag: the tag (see :func:`vdl_stream.codec.check_tag`).
+        values: any array-like or tensor of numbers, of any shape (flattened).
+        step: the training step.
+        wall: seconds since the epoch.
+        buckets: the number of bins, 1 to :data:`MAX_BUCKETS`.
+
+    Returns:
+        The event map with ``edges`` (``<f8`` bytes, ``buckets + 1``), ``counts`` (``<f8`` bytes,
+        ``buckets``), ``num``, ``nan``, ``inf``, ``min``, ``max`` (None without finite values),
+        ``sum`` and ``sum_sq``.
+
+    Raises:
+        TypeError, ValueError: a bad argument, named in the message.
+    """
+    codec.check_tag(tag)
+    event = _common("histogram", tag, _step(step), check_wall(wall))
+    n = _positive_int(buckets, "buckets", MAX_BUCKETS)
+    arr = _convert.to_array(values, "values").ravel()
+    event.update(_histogram(arr, n))
+    return event
+
+
+def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
+    num = int(arr.size)
+    nan = inf = 0
+    lo = hi = math.nan
+    if num:
+        lo, hi = float(arr.min()), float(arr.max())
+    if num and not (math.isfinite(lo) and math.isfinite(hi)):  # NaN poisons min and max
+        finite_mask = np.isfinite(arr)
+        nan = int(np.isnan(arr).sum())
+        inf = num - nan - int(finite_mask.sum())
+        arr = arr[finite_mask]
+        lo, hi = (float(arr.min()), float(arr.max())) if arr.size else (math.nan, math.nan)
+    if not arr.size:
+        return {
+            "edges": bytes(8 * (n + 1)),
+            "counts": bytes(8 * n),
+            "num": num,
+            "nan": nan,
+            "inf": inf,
+            "min": None,
+            "max": None,
+            "sum": 0.0,
+            "sum_sq": 0.0,
+        }
+    vmin, vmax = lo, hi
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    # One multiply and a bincount instead of np.histogram's per-element edge checks.
+    scaled = arr - lo
+    scaled *= n / (hi - lo)
+    counts = np.bincount(scaled.astype(np.intp), minlength=n + 1)
+    counts[n - 1] += counts[n]  # the maximum lands at n: it belongs to the last, closed bin
+    edges = np.arange(n + 1, dtype=np.float64)
+    edges *= (hi - lo) / n
+    edges += lo
+    edges[n] = hi
+    return {
+        "edges": _f8(edges),
+        "counts": _f8(counts[:n]),
+        "num": num,
+        "nan": nan,
+        "inf": inf,
+        "min": vmin,
+        "max": vmax,
+        "sum": float(arr.sum()),
+        "sum_sq": float(np.dot(arr, arr)),
+    }
+
+
+# -- image --------------------------------------------------------------------------------------
+
+
+def image_event(
+    tag: str, img: Any, step: int, wall: float, dataformats: str = "HWC"
+) -> dict[str, Any]:
+    """Build an ``image`` event: ``img`` encoded as PNG.
+
+    Args:
+        tag: the tag.
+        img: a numpy array or tensor of dtype uint8 (0..255) or float (0..1, scaled to 0..255,
+            clipped; NaN becomes 0), with C (channels) 1 (grey), 3 (RGB) or 4 (RGBA).
+        step: the training step.
+        wall: seconds since the epoch.
+        dataformats: the order of ``img``'s axes: ``HW``, ``HWC``, ``CHW``, ``NHWC``, ``NCHW``
+            (any order of those letters). A batch (``N``) is tiled into a grid of at most
+            :data:`GRID_COLUMNS` images per row, as tensorboardX does.
+
+    Returns:
+        The event map with ``format`` (``"png"``), ``data`` (the PNG bytes), ``width``, ``height``.
+
+    Raises:
+        TypeError, ValueError: a bad argument; for a bad shape the message names the expected
+        ``dataformats`` and the shape received.
+    """
+    codec.check_tag(tag)
+    event = _common("image", tag, _step(step), check_wall(wall))
+    pixels = _image_hwc(as_numpy(img, "img"), dataformats)
+    data = encode_png(pixels)
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise ValueError(
+            f"img encodes to {len(data)} bytes of PNG, over the limit of {MAX_PAYLOAD_BYTES}"
+        )
+    event.update(format="png", data=data, width=pixels.shape[1], height=pixels.shape[0])
+    return event
+
+
+def _image_hwc(arr: np.ndarray, dataformats: object) -> np.ndarray:
+    """Return ``arr`` as HWC uint8 pixels, a batch tiled into a grid."""
+    fmt = dataformats.upper() if isinstance(dataformats, str) else None
+    if fmt is None or "".join(sorted(fmt)) not in ("HW", "CHW", "CHNW"):
+        raise ValueError(
+            f"dataformats must be one of {', '.join(IMAGE_FORMATS)} (letters in any order), "
+            f"got {dataformats!r:.40}"
+        )
+    if arr.ndim != len(fmt):
+        raise ValueError(
+            f"img with dataformats={fmt!r} must have {len(fmt)} dimensions, got shape {arr.shape}"
+        )
+    if "C" not in fmt:
+        arr, fmt = arr[..., None], fmt + "C"
+    if arr.shape[fmt.index("C")] not in _PNG_COLOR_TYPE:
+        raise ValueError(
+            f"img with dataformats={fmt!r} must have C of 1, 3 or 4 channels, got shape {arr.shape}"
+        )
+    if 0 in arr.shape:
+        raise ValueError(f"img with dataformats={fmt!r} must not be empty, got shape {arr.shape}")
+    if arr.dtype == np.uint8:
+        pixels = arr
+    elif arr.dtype.kind == "f":
+        scaled = np.nan_to_num(arr.astype(np.float32), nan=0.0, posinf=1.0, neginf=0.0)
+        np.clip(scaled, 0.0, 1.0, out=scaled)
+        scaled *= 255.0
+        pixels = np.rint(scaled).astype(np.uint8)
+    else:
+        raise ValueError(f"img must be uint8 (0..255) or float (0..1), got dtype {arr.dtype}")
+    if "N" not in fmt:
+        return np.ascontiguousarray(pixels.transpose([fmt.index(c) for c in "HWC"]))
+    batch = pixels.transpose([fmt.index(c) for c in "NHWC"])
+    n, h, w, c = batch.shape
+    cols = min(n, GRID_COLUMNS)
+    rows = -(-n // cols)
+    grid = np.zeros((rows * cols, h, w, c), dtype=np.uint8)
+    grid[:n] = batch
+    return grid.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
+
+
+def encode_png(pixels: np.ndarray) -> bytes:
+    """Encode HWC uint8 ``pixels`` (C = 1, 3 or 4) as a PNG (8-bit grey, RGB or RGBA).
+
+    Every row uses the PNG "Up" filter (the byte-wise difference to the row above), which helps
+    zlib on smooth images and costs one numpy subtraction.
+    """
+    h, w, c = pixels.shape
+    rows = pixels.reshape(h, w * c)
+    filtered = np.empty((h, 1 + w * c), dtype=np.uint8)
+    filtered[:, 0] = 2  # filter type Up; the row above the first counts as zeros
+    filtered[0, 1:] = rows[0]
+    np.subtract(rows[1:], rows[:-1], out=filtered[1:, 1:])  # uint8 arithmetic wraps mod 256
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", w, h, 8, _PNG_COLOR_TYPE[c], 0, 0, 0)
+    return b"".join(
+        (
+            _PNG_SIGNATURE,
+            chunk(b"IHDR", header),
+            chunk(b"IDAT", zlib.compress(filtered.tobytes(), 6)),
+            chunk(b"IEND", b""),
+        )
+    )
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def text_event(tag: str, text_string: str, step: int | None, wall: float) -> dict[str, Any]:
+    """Build a ``text`` event with key ``text``.
+
+    Args:
+        tag: the tag.
+        text_string: the text (a ``str``; Markdown is shown as such by the dashboard).
+        step: the training step, or None.
+        wall: seconds since the epoch.
+
+    Raises:
+        TypeError: ``text_string`` is not a str; ValueError: it is over the size limit.
+    """
+    codec.check_tag(tag)
+    event = _common("text", tag, _step(step, optional=True), check_wall(wall))
+    if type(text_string) is not str:
+        raise TypeError(f"text_string must be a str, got {type(text_string).__name__}")
+    if len(text_string) * 4 > MAX_PAYLOAD_BYTES and len(text_string.encode()) > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"text_string must be at most {MAX_PAYLOAD_BYTES} bytes of UTF-8")
+    event["text"] = text_string
+    return event
+
+
+# -- audio --------------------------------------------------------------------------------------
+
+
+def audio_event(
+    tag: str, audio_array: Any, step: int, wall: float, sample_rate: int = 8000
+) -> dict[str, Any]:
+    """Build an ``audio`` event: ``audio_array`` encoded as a 16-bit PCM WAV file.
+
+    Args:
+        tag: the tag.
+        audio_array: float samples in [-1, 1] (scaled to ±32767; beyond that clipped, NaN made 0)
+            or int16 samples; mono ``(frames,)`` or ``(frames, 1)``, stereo ``(frames, 2)``, or
+            channels first ``(1, frames)``/``(2, frames)`` as torchaudio has them.
+        step: the training step.
+        wall: seconds since the epoch.
+        sample_rate: samples per second per channel, 1 to 1,000,000.
+
+    Returns:
+        The event map with ``format`` (``"wav"``), ``data`` (the WAV bytes), ``sample_rate``,
+        ``channels``, ``frames``, and ``clipped`` (float samples that were out of range or NaN).
+
+    Raises:
+        TypeError, ValueError: a bad argument; a bad shape or dtype is named in the message.
+    """
+    codec.check_tag(tag)
+    event = _common("audio", tag, _step(step), check_wall(wall))
+    rate = _positive_int(sample_rate, "sample_rate", 1_000_000)
+    arr = as_numpy(audio_array, "audio_array")
+    if arr.ndim == 2 and arr.shape[1] not in (1, 2) and arr.shape[0] in (1, 2):
+        arr = arr.T  # channels first
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or arr.shape[1] not in (1, 2) or arr.shape[0] == 0:
+        raise ValueError(
+            "audio_array must be mono (frames,) or stereo (frames, 2) / (2, frames) with at least "
+            f"one frame, got shape {np.shape(audio_array)}"
+        )
+    clipped = 0
+    if arr.dtype == np.int16:
+        pcm = arr.astype("<i2")
+    elif arr.dtype.kind == "f":
+        samples = arr.astype(np.float64)
+        bad = ~(np.abs(samples) <= 1.0)  # out of range, ±Inf or NaN
+        clipped = int(bad.sum())
+        if clipped:
+            samples = np.clip(np.nan_to_num(samples, nan=0.0), -1.0, 1.0)
+        pcm = np.rint(samples * 32767.0).astype("<i2")
+    else:
+        raise ValueError(f"audio_array must be float (-1..1) or int16, got dtype {arr.dtype}")
+    frames, channels = pcm.shape
+    if frames * channels * 2 > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"audio_array of {frames} frames is over {MAX_PAYLOAD_BYTES} bytes of WAV")
+    out = io.BytesIO()
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(channels)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(np.ascontiguousarray(pcm).tobytes())
+    event.update(
+        format="wav",
+        data=out.getvalue(),
+        sample_rate=rate,
+        channels=channels,
+        frames=frames,
+        clipped=clipped,
+    )
+    return event
+
+
+# -- hparams ------------------------------------------------------------------------------------
+
+
+def _hparam_value(value: object, name: str) -> str | int | float | bool:
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalars, one-element tensors
+    if type(value) in (str, bool, float):
+        return value  # type: ignore[return-value]
+    if type(value) is int:
+        if not _INT64_MIN <= value <= _UINT64_MAX:
+            raise ValueError(f"{name} must fit in 64 bits, got {value}")
+        return value
+    raise TypeError(f"{name} must be a str, int, float or bool, got {type(value).__name__}")
+
+
+def hparams_event(hparams_dict: Any, metrics_list: Any, wall: float) -> dict[str, Any]:
+    """Build an ``hparams`` event: a run's hyperparameters and the metrics that judge it.
+
+    Args:
+        hparams_dict: ``{name: value}`` with str names and str, int, float or bool values (numpy
+            scalars are converted).
+        metrics_list: the tags of the metrics (VisualDL's ``metrics_list``: the dashboard takes
+            their values from those scalar series), or ``{tag: value}`` (tensorboardX's
+            ``metric_dict``: final values given here).
+        wall: seconds since the epoch.
+
+    Returns:
+        The event map (``tag`` and ``step`` None) with ``hparams`` (the map), ``metrics`` (the list
+        of metric tags, in either form) and ``metric_values`` (``{tag: float}`` when a dict was
+        given, else None).
+
+    Raises:
+        TypeError, ValueError: a bad argument, named with its key in the message.
+    """
+    event = _common("hparams", None, None, check_wall(wall))
+    if not isinstance(hparams_dict, Mapping):
+        raise TypeError(f"hparams_dict must be a dict, got {type(hparams_dict).__name__}")
+    hparams = {}
+    for key, value in hparams_dict.items():
+        codec.check_tag(key, "hparams_dict key")
+        hparams[key] = _hparam_value(value, f"hparams_dict[{key!r}]")
+    metric_values: dict[str, float] | None = None
+    if isinstance(metrics_list, Mapping):
+        metric_values = {}
+        for key, value in metrics_list.items():
+            codec.check_tag(key, "metric_dict key")
+            metric_values[key] = _convert.to_float(value, f"metric_dict[{key!r}]")
+        metrics = list(metric_values)
+    elif isinstance(metrics_list, (list, tuple)):
+        metrics = [codec.check_tag(m, f"metrics_list[{i}]") for i, m in enumerate(metrics_list)]
+    else:
+        raise TypeError(
+            "metrics_list must be a list of metric tags or a dict {tag: value}, "
+            f"got {type(metrics_list).__name__}"
+        )
+    event.update(hparams=hparams, metrics=metrics, metric_values=metric_values)
+    return event
+
+
+# -- PR and ROC curves --------------------------------------------------------------------------
+
+
+def curve_counts(
+    labels: Any, predictions: Any, num_thresholds: int, weights: Any = None
+) -> dict[str, np.ndarray]:
+    """Compute the confusion counts at ``num_thresholds`` thresholds, as VisualDL/TensorBoard do.
+
+    Threshold ``i`` is ``i / (num_thresholds - 1)``; a prediction ``p`` counts as positive at
+    threshold ``i`` when ``floor(p * (num_thresholds - 1)) >= i``.
+
+    Returns:
+        float64 arrays ``thresholds``, ``tp``, ``fp``, ``tn``, ``fn`` (weighted counts).
+
+    Raises:
+        TypeError, ValueError: bad labels (not 0/1), predictions (outside [0, 1] or NaN), sizes,
+        weights or ``num_thresholds``, named in the message.
+    """
+    n = _positive_int(num_thresholds, "num_thresholds", MAX_THRESHOLDS, least=2)
+    truth = _convert.to_array(labels, "labels").ravel()
+    scores = _convert.to_array(predictions, "predictions").ravel()
+    if truth.size != scores.size or not truth.size:
+        raise ValueError(
+            "labels and predictions must have the same, non-zero number of elements, "
+            f"got {truth.size} and {scores.size}"
+        )
+    bad = (truth != 0) & (truth != 1)
+    if bad.any():
+        raise ValueError(f"labels must be 0 or 1 (or bool), got {truth[bad][0]!r}")
+    bad = ~((scores >= 0) & (scores <= 1))
+    if bad.any():
+        raise ValueError(f"predictions must be probabilities in [0, 1], got {scores[bad][0]!r}")
+    if weights is None:
+        weight = np.ones_like(truth)
+    else:
+        weight = _convert.to_array(weights, "weights").ravel()
+        if weight.size == 1:
+            weight = np.full_like(truth, weight[0])
+        if weight.size != truth.size:
+            raise ValueError(
+                f"weights must be one number or one per label, got {weight.size} for "
+                f"{truth.size} labels"
+            )
+        bad = ~((weight >= 0) & np.isfinite(weight))
+        if bad.any():
+            raise ValueError(f"weights must be finite and non-negative, got {weight[bad][0]!r}")
+    bucket = np.floor(scores * (n - 1)).astype(np.intp)
+    tp_buckets = np.bincount(bucket, weights=truth * weight, minlength=n)
+    fp_buckets = np.bincount(bucket, weights=(1.0 - truth) * weight, minlength=n)
+    tp = np.cumsum(tp_buckets[::-1])[::-1]
+    fp = np.cumsum(fp_buckets[::-1])[::-1]
+    return {
+        "thresholds": np.arange(n) / (n - 1),
+        "tp": tp,
+        "fp": fp,
+        "tn": fp[0] - fp,
+        "fn": tp[0] - tp,
+    }
+
+
+def pr_curve_event(
+    tag: str,
+    labels: Any,
+    predictions: Any,
+    step: int,
+    wall: float,
+    num_thresholds: int = 10,
+    weights: Any = None,
+) -> dict[str, Any]:
+    """Build a ``pr_curve`` event: precision and recall of binary ``predictions`` by threshold.
+
+    Args:
+        tag: the tag.
+        labels: the true labels, 0/1 or bool, any shape (flattened).
+        predictions: the predicted probabilities of label 1, in [0, 1], as many as ``labels``.
+        step: the training step.
+        wall: seconds since the epoch.
+        num_thresholds: the number of thresholds, 2 to :data:`MAX_THRESHOLDS`.
+        weights: None, one number, or one non-negative weight per label.
+
+    Returns:
+        The event map with ``num_thresholds`` and ``<f8`` bytes of ``num_thresholds`` elements:
+        ``thresholds``, ``tp``, ``fp``, ``tn``, ``fn``, ``precision`` (``tp / (tp + fp)``),
+        ``recall`` (``tp / (tp + fn)``); a zero denominator is taken as 1e-7, as TensorBoard does.
+
+    Raises:
+        TypeError, ValueError: a bad argument, named in the message.
+    """
+    codec.check_tag(tag)
+    event = _common("pr_curve", tag, _step(step), check_wall(wall))
+    c = curve_counts(labels, predictions, num_thresholds, weights)
+    tp, fp, fn = c["tp"], c["fp"], c["fn"]
+    event.update({key: _f8(value) for key, value in c.items()})
+    event["precision"] = _f8(tp / np.maximum(_MINIMUM_COUNT, tp + fp))
+    event["recall"] = _f8(tp / np.maximum(_MINIMUM_COUNT, tp + fn))
+    event["num_thresholds"] = len(tp)
+    return event
+
+
+def roc_curve_event(
+    tag: str,
+    labels: Any,
+    predictions: Any,
+    step: int,
+    wall: float,
+    num_thresholds: int = 10,
+    weights: Any = None,
+) -> dict[str, Any]:
+    """Build a ``roc_curve`` event: true and false positive rates of ``predictions`` by threshold.
+
+    Arguments as :func:`pr_curve_event`. The map has ``num_thresholds`` and ``<f8`` bytes of
+    ``thresholds``, ``tp``, ``fp``, ``tn``, ``fn``, ``tpr`` (``tp / (tp + fn)``) and ``fpr``
+    (``fp / (fp + tn)``).
+
+    Raises:
+        TypeError, ValueError: a bad argument, named in the message.
+    """
+    codec.check_tag(tag)
+    event = _common("roc_curve", tag, _step(step), check_wall(wall))
+    c = curve_counts(labels, predictions, num_thresholds, weights)
+    tp, fp, tn, fn = c["tp"], c["fp"], c["tn"], c["fn"]
+    event.update({key: _f8(value) for key, value in c.items()})
+    event["tpr"] = _f8(tp / np.maximum(_MINIMUM_COUNT, tp + fn))
+    event["fpr"] = _f8(fp / np.maximum(_MINIMUM_COUNT, fp + tn))
+    event["num_thresholds"] = len(tp)
+    return event
