@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import trio
 
-from . import codec
+from . import codec, summaries
 from .codec import Batch
 from .errors import unwrap
 from .transport import InProcessTransport, Transport, WebSocketTransport
@@ -180,35 +180,98 @@ class Writer:
     ) -> None:
         """Log the distribution of ``values`` (any array-like or tensor) in ``buckets`` bins.
 
-        Non-finite values are counted (``nan``, ``inf`` keys) and left out of the bins.
+        Non-finite values are counted (``nan``, ``inf`` keys) and left out of the bins. See
+        :func:`vdl_stream.summaries.histogram_event`.
         """
-        codec.check_tag(tag)
+        wall = time.time() if walltime is None else walltime
+        self._add_event(summaries.histogram_event(tag, values, step, wall, buckets))
+
+    def add_scalars(
+        self,
+        main_tag: str,
+        tag_scalar_dict: dict[str, Any],
+        step: int,
+        walltime: float | None = None,
+    ) -> None:
+        """Log several scalars at one step, each under the tag ``main_tag/key`` (as VisualDL).
+
+        Every key and value is checked before any is logged.
+        """
+        codec.check_tag(main_tag, "main_tag")
+        if not isinstance(tag_scalar_dict, dict):
+            raise TypeError(f"tag_scalar_dict must be a dict, got {type(tag_scalar_dict).__name__}")
+        wall = time.time() if walltime is None else summaries.check_wall(walltime)
         step = to_step(step)
-        if type(buckets) is not int or buckets < 1:
-            raise ValueError(f"buckets must be a positive int, got {buckets!r}")
-        arr = to_array(values, "values").ravel()
-        finite = arr[np.isfinite(arr)]
-        counts, edges = (
-            np.histogram(finite, bins=buckets)
-            if len(finite)
-            else (np.zeros(buckets), np.zeros(buckets + 1))
-        )
+        points = []
+        for key, value in tag_scalar_dict.items():
+            tag = codec.check_tag(f"{main_tag}/{codec.check_tag(key, 'tag_scalar_dict key')}")
+            points.append((tag, to_float(value, f"tag_scalar_dict[{key!r}]")))
+        for tag, value in points:
+            self.add_scalar(tag, value, step, wall)
+
+    def add_image(
+        self, tag: str, img: Any, step: int, walltime: float | None = None, dataformats: str = "HWC"
+    ) -> None:
+        """Log an image (uint8, or float in [0, 1]) as PNG. See :func:`summaries.image_event`."""
+        wall = time.time() if walltime is None else walltime
+        self._add_event(summaries.image_event(tag, img, step, wall, dataformats))
+
+    def add_text(
+        self, tag: str, text_string: str, step: int | None = None, walltime: float | None = None
+    ) -> None:
+        """Log a text (a str). See :func:`summaries.text_event`."""
+        wall = time.time() if walltime is None else walltime
+        self._add_event(summaries.text_event(tag, text_string, step, wall))
+
+    def add_audio(
+        self,
+        tag: str,
+        audio_array: Any,
+        step: int,
+        sample_rate: int = 8000,
+        walltime: float | None = None,
+    ) -> None:
+        """Log audio (float in [-1, 1] or int16) as WAV. See :func:`summaries.audio_event`."""
+        wall = time.time() if walltime is None else walltime
+        self._add_event(summaries.audio_event(tag, audio_array, step, wall, sample_rate))
+
+    def add_hparams(
+        self, hparams_dict: dict[str, Any], metrics_list: Any, walltime: float | None = None
+    ) -> None:
+        """Log the run's hyperparameters and its metric tags. See :func:`summaries.hparams_event`."""
+        wall = time.time() if walltime is None else walltime
+        self._add_event(summaries.hparams_event(hparams_dict, metrics_list, wall))
+
+    def add_pr_curve(
+        self,
+        tag: str,
+        labels: Any,
+        predictions: Any,
+        step: int,
+        num_thresholds: int = 10,
+        weights: Any = None,
+        walltime: float | None = None,
+    ) -> None:
+        """Log a precision-recall curve. See :func:`summaries.pr_curve_event`."""
+        wall = time.time() if walltime is None else walltime
         self._add_event(
-            {
-                "kind": "histogram",
-                "tag": tag,
-                "step": step,
-                "wall": time.time() if walltime is None else float(walltime),
-                "edges": edges.astype("<f8").tobytes(),
-                "counts": counts.astype("<f8").tobytes(),
-                "num": int(arr.size),
-                "nan": int(np.isnan(arr).sum()),
-                "inf": int(arr.size - len(finite) - np.isnan(arr).sum()),
-                "min": float(finite.min()) if len(finite) else None,
-                "max": float(finite.max()) if len(finite) else None,
-                "sum": float(finite.sum()),
-                "sum_sq": float(np.square(finite, dtype=np.float64).sum()),
-            }
+            summaries.pr_curve_event(tag, labels, predictions, step, wall, num_thresholds, weights)
+        )
+
+    def add_roc_curve(
+        self,
+        tag: str,
+        labels: Any,
+        predictions: Any,
+        step: int,
+        num_thresholds: int = 10,
+        weights: Any = None,
+        walltime: float | None = None,
+    ) -> None:
+        """Log a ROC curve. See :func:`summaries.roc_curve_event`."""
+        wall = time.time() if walltime is None else walltime
+        self._add_event(
+            summaries.roc_curve_event(tag, labels, predictions, step, wall, num_thresholds, weights)
         )
 
     def _add_event(self, event: dict[str, Any]) -> None:
