@@ -117,6 +117,9 @@ def test_decode_batch_refuses_schema_breaks(overrides, text):
 
 
 def test_decode_message_refusals():
+    for empty in (b"", None):
+        with pytest.raises(ProtocolError, match="empty frame"):
+            codec.decode_message(empty)
     with pytest.raises(ProtocolError, match="text frame"):
         codec.decode_message("{}")
     with pytest.raises(ProtocolError, match="malformed msgpack"):

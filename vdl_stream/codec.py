@@ -182,8 +182,13 @@ def encode_live(
     )
 
 
-def decode_message(data: bytes | bytearray | memoryview | str) -> dict[str, Any]:
-    """Decode one frame into a map with a ``type``; raise ``ProtocolError`` on anything else."""
+def decode_message(data: bytes | bytearray | memoryview | str | None) -> dict[str, Any]:
+    """Decode one frame into a map with a ``type``; raise ``ProtocolError`` on anything else.
+
+    ``None`` is what quart hands over for an empty frame.
+    """
+    if not data:
+        raise ProtocolError("empty frame")
     if isinstance(data, str):
         raise ProtocolError("frames must be binary msgpack, got a text frame")
     if len(data) > MAX_FRAME_BYTES:
