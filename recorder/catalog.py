@@ -166,6 +166,11 @@ class Catalog:
             stacklevel=4,
         )
 
+    def report_damage(self, entry: Entry, why: str) -> None:
+        """Count and warn about a record found damaged after its checksum passed."""
+        state = self._open_segment(entry.segment)
+        self._damage(state, entry.offset, framing.FRAME_OVERHEAD + entry.length, why)
+
     def _open_segment(self, number: int) -> SegmentState:
         state = self.segments.get(number)
         if state is None:

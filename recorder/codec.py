@@ -148,6 +148,43 @@ def decode_scalars(data: dict) -> ScalarSeries:
     return ScalarSeries(steps, walls, values)
 
 
+def decode_scalars_into(
+    data: dict, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
+) -> None:
+    """Decode the column map of a scalar chunk into the given arrays of length ``data["n"]``.
+
+    Writing straight into a caller's buffer saves a copy when many chunks make one series.
+
+    Raises:
+        PayloadError: a column has an unknown encoding or the wrong length (nothing is written).
+    """
+    n = data["n"]
+    s, w = data["s"], data["w"]
+    try:
+        sizes_ok = (
+            (s[0] == "range" and len(s) == 3)
+            or (s[0] == "u4" and len(s[2]) == 4 * n)
+            or (s[0] == "i8" and len(s[1]) == 8 * n)
+        ) and ((w[0] == "us" and len(w[2]) == 4 * n) or (w[0] == "f8" and len(w[1]) == 8 * n))
+    except (TypeError, IndexError):
+        sizes_ok = False
+    if not sizes_ok:
+        raise PayloadError("scalar chunk columns are malformed")
+    if s[0] == "range":
+        np.multiply(np.arange(n, dtype=np.int64), s[2], out=steps)
+        steps += s[1]
+    elif s[0] == "u4":
+        np.add(np.frombuffer(s[2], dtype=_U4), s[1], out=steps, dtype=np.int64)
+    else:
+        steps[:] = np.frombuffer(s[1], dtype=_I8)
+    if w[0] == "us":
+        np.multiply(np.frombuffer(w[2], dtype=_U4), 1e-6, out=walls, dtype=np.float64)
+        walls += w[1]
+    else:
+        walls[:] = np.frombuffer(w[1], dtype=_F8)
+    values[:] = np.frombuffer(data["v"], dtype=_F8)
+
+
 def _decode_steps(enc: list, n: int) -> np.ndarray:
     if enc[0] == "range":
         return enc[1] + enc[2] * np.arange(n, dtype=np.int64)

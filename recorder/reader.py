@@ -18,7 +18,6 @@ from recorder.records import (
     RecorderError,
     ScalarSeries,
     TagInfo,
-    empty_series,
 )
 
 
@@ -50,43 +49,64 @@ class ReaderStatistics:
 
 
 class _TagSeries:
-    """A tag's points with restarts applied, kept in memory between queries."""
+    """A tag's points with restarts applied, in growable arrays kept between queries.
 
-    __slots__ = ("consumed", "monotonic", "series", "smax")
+    New points go past the visible length and a restart builds new arrays, so a series handed out
+    earlier (read-only views) never changes under its holder.
+    """
+
+    __slots__ = ("consumed", "monotonic", "n", "smax", "steps", "values", "walls")
 
     def __init__(self) -> None:
-        self.consumed = 0  # chunks of the tag folded in
-        self.series = empty_series()
+        self.consumed = 0  # entries of the tag folded in
+        self.n = 0
         self.smax: int | None = None
         self.monotonic = True  # steps non-decreasing
+        self.steps = np.empty(0, dtype=np.int64)
+        self.walls = np.empty(0, dtype=np.float64)
+        self.values = np.empty(0, dtype=np.float64)
 
+    def _resize(self, capacity: int, keep: np.ndarray | slice) -> None:
+        cols = []
+        for col in (self.steps, self.walls, self.values):
+            kept = col[: self.n][keep]
+            new = np.empty(max(capacity, len(kept)), dtype=col.dtype)
+            new[: len(kept)] = kept
+            cols.append(new)
+        self.steps, self.walls, self.values = cols
+        self.n = len(kept)
 
-def _fold(state: _TagSeries, chunks: list[ScalarSeries]) -> None:
-    """Append ``chunks`` to ``state``; a chunk starting at or below the largest step seen so far
-    supersedes every earlier point at or after its first step."""
-    parts = [state.series] if len(state.series.steps) else []
-    maxes = [state.smax] if parts else []
-    for chunk in chunks:
-        first = int(chunk.steps[0])
-        top = max(maxes) if maxes else None
-        if top is not None and first <= top:
-            for i, part in enumerate(parts):
-                if maxes[i] >= first:
-                    keep = part.steps < first
-                    parts[i] = ScalarSeries(*(col[keep] for col in part))
-                    maxes[i] = int(parts[i].steps.max()) if keep.any() else first - 1
-        parts.append(chunk)
-        maxes.append(int(chunk.steps.max()))
-    parts = [p for p in parts if len(p.steps)]
-    if not parts:
-        state.series, state.smax = empty_series(), None
-    elif len(parts) == 1:
-        state.series, state.smax = parts[0], max(maxes)
-    else:
-        state.series = ScalarSeries(*(np.concatenate(cols) for cols in zip(*parts, strict=True)))
-        state.smax = max(maxes)
-    steps = state.series.steps
-    state.monotonic = bool(len(steps) < 2 or (steps[1:] >= steps[:-1]).all())
+    def reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more points."""
+        need = self.n + extra
+        if need > len(self.steps):
+            self._resize(max(need, 2 * len(self.steps)), slice(None))
+
+    def supersede(self, first: int, extra: int) -> None:
+        """Drop every point at a step >= ``first``; leave room for ``extra`` more."""
+        keep = self.steps[: self.n] < first
+        self._resize(int(keep.sum()) + extra, keep)
+        steps = self.steps[: self.n]
+        self.smax = int(steps.max()) if self.n else None
+        self.monotonic = bool(self.n < 2 or (steps[1:] >= steps[:-1]).all())
+
+    def add(self, data: dict, count: int, smax: int) -> None:
+        """Decode one chunk after the points held (room must have been reserved)."""
+        lo, hi = self.n, self.n + count
+        codec.decode_scalars_into(data, self.steps[lo:hi], self.walls[lo:hi], self.values[lo:hi])
+        new = self.steps[lo:hi]
+        if self.monotonic:
+            self.monotonic = bool(
+                (lo == 0 or new[0] >= self.steps[lo - 1]) and (new[1:] >= new[:-1]).all()
+            )
+        self.n = hi
+        self.smax = smax if self.smax is None else max(self.smax, smax)
+
+    def view(self) -> ScalarSeries:
+        """The points, as views of the buffers (the caller makes them read-only before handing
+        them out; NumPy reductions run several times slower on read-only arrays)."""
+        n = self.n
+        return ScalarSeries(self.steps[:n], self.walls[:n], self.values[:n])
 
 
 class RunReader:
@@ -164,8 +184,10 @@ class RunReader:
             return None
         try:
             return codec.decode_scalars(data)
-        except codec.PayloadError:
+        except codec.PayloadError as exc:
+            self._catalog.report_damage(entry, str(exc))
             entry.length = -1
+            self._tag_series.pop(entry.tag, None)
             return None
 
     def tags(self) -> dict[str, TagInfo]:
@@ -190,22 +212,36 @@ class RunReader:
             )
         return out
 
-    def _series(self, tag: str) -> ScalarSeries:
+    def _series(self, tag: str) -> tuple[ScalarSeries, bool]:
+        """The tag's points with restarts applied, and whether its steps are non-decreasing."""
         entries = [e for e in self._by_tag.get(tag, ()) if e.kind == codec.SCALARS]
         state = self._tag_series.get(tag)
         if state is None:
             state = self._tag_series[tag] = _TagSeries()
         if state.consumed < len(entries):
-            chunks = []
+            loaded = []
             for e in entries[state.consumed :]:
-                chunk = self._scalars_of(e) if e.length >= 0 else None
-                if chunk is not None:
-                    chunks.append(chunk)
+                data = self._load(e) if e.length >= 0 else None
+                if data is not None:
+                    loaded.append((e, data))
             if tag not in self._tag_series:  # a damaged chunk was found: start over without it
                 return self._series(tag)
-            _fold(state, chunks)
+            left = sum(e.count for e, _ in loaded)
+            state.reserve(left)
+            for e, data in loaded:
+                left -= e.count
+                if state.smax is not None and e.step <= state.smax:
+                    state.supersede(e.step, e.count + left)
+                try:
+                    state.add(data, e.count, e.smax)
+                except codec.PayloadError as exc:
+                    self._catalog.report_damage(e, str(exc))
+                    e.length = -1
+                    del self._tag_series[tag]
+                    return self._series(tag)
+                e.data = None  # the arrays hold it now; replay reads it again from disk
             state.consumed = len(entries)
-        return state.series
+        return state.view(), state.monotonic
 
     def read_scalars(
         self,
@@ -226,6 +262,9 @@ class RunReader:
             max_points: at most this many points (>= 2): the first, the last, and per bucket the
                 minimum and the maximum, so spikes survive.
 
+        Returns:
+            Read-only arrays (they may share memory with the reader's cache).
+
         Raises:
             ValueError: ``max_points`` below 2, or a tag of another kind.
         """
@@ -235,10 +274,10 @@ class RunReader:
         entries = self._by_tag.get(tag)
         if entries and entries[0].kind != codec.SCALARS:
             raise ValueError(f"tag {tag!r} holds {entries[0].kind!r} records, not scalars")
-        series = self._series(tag)
+        series, monotonic = self._series(tag)
         if start is not None or end is not None:
             steps = series.steps
-            if self._tag_series[tag].monotonic:
+            if monotonic:
                 lo = 0 if start is None else int(np.searchsorted(steps, start, "left"))
                 hi = len(steps) if end is None else int(np.searchsorted(steps, end, "right"))
                 series = ScalarSeries(*(col[lo:hi] for col in series))
@@ -251,6 +290,8 @@ class RunReader:
                 series = ScalarSeries(*(col[keep] for col in series))
         if max_points is not None:
             series = downsample(series, max_points)
+        for col in series:
+            col.flags.writeable = False  # they may be views of the cache
         return series
 
     def _record(self, entry: Entry) -> Record | None:

@@ -294,7 +294,7 @@ class RunWriter:
             return
         self._claim_tag(tag, codec.SCALARS)
         slot = self._open_slots.get(tag)
-        if slot is not None and (s[0] <= slot.smax or slot.count >= CHUNK_POINTS):
+        if slot is not None and (s[0] <= slot.smax or slot.count + len(s) > CHUNK_POINTS):
             slot = None
         if slot is None:
             slot = self._open_slots[tag] = _PendingScalars(tag)
