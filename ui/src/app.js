@@ -3,7 +3,7 @@
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
 import { Connection, liveUrl, takeToken } from "./connection.js";
-import { PinGroup } from "./chart.js";
+import { SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler } from "./frames.js";
 import { initLanguage, language, LANGUAGES, onLanguage, setLanguage, t } from "./i18n.js";
@@ -18,7 +18,9 @@ import { TextView } from "./views/text.js";
 initLanguage();
 
 const store = new Store();
-const scheduler = new FrameScheduler();
+// Charts redraw at most once per animation frame and at most 10 times a second: curves read just
+// as live, and with 20 charts on screen the browser spends most of a frame compositing canvases.
+const scheduler = new FrameScheduler({ minInterval: 100 });
 const state = {
   xKind: "step",
   logY: false,
@@ -29,14 +31,14 @@ const state = {
   /** Views shown on the page (the tab buttons toggle them). */
   views: new Set(["scalars", "system", "histograms", "images", "text"]),
 };
-const pinGroups = new Map();
+const syncGroups = new Map();
 const ctx = {
   store,
   scheduler,
   state,
-  pinsFor(key) {
-    if (!pinGroups.has(key)) pinGroups.set(key, new PinGroup());
-    return pinGroups.get(key);
+  syncGroup(key) {
+    if (!syncGroups.has(key)) syncGroups.set(key, new SyncGroup());
+    return syncGroups.get(key);
   },
 };
 
@@ -65,6 +67,8 @@ const langSelect = el(
   ...LANGUAGES.map((code) => el("option", { value: code, text: code === "zh" ? "中文" : "English" })),
 );
 const tabs = el("nav", { class: "tabs" });
+// On a phone the settings panel is folded away behind this button.
+const menuBtn = el("button", { type: "button", class: "menu", "aria-label": "Settings / 设置", text: "☰", on: { click: () => document.body.classList.toggle("show-side") } });
 const runList = el("ul", { class: "runs" });
 const filterInput = el("input", { type: "search", class: "filter", spellcheck: "false", on: { input: onFilter } });
 const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step: "0.01", value: String(state.smoothing), on: { input: onSmoothing } });
@@ -86,7 +90,7 @@ const side = el(
 );
 const main = el("main", {}, ...Object.values(views).map((v) => v.element));
 document.body.replaceChildren(
-  el("header", { class: "top" }, el("h1", { text: "vdl-stream" }), conn, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect),
+  el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect),
   el("div", { class: "layout" }, side, main),
 );
 
@@ -272,6 +276,8 @@ window.vdl = {
     return state.paused;
   },
   setPaused,
+  /** Draw every chart now, including those scrolled out of view (before a full-page screenshot). */
+  drawAll: () => scheduler.drawAll(),
   /** Connection counters: frames, badFrames, reconnects, gaps. */
   get stats() {
     return { ...connection.stats, ...scheduler.stats };
@@ -279,15 +285,11 @@ window.vdl = {
   state,
   store,
   connection,
+  /** The frame scheduler; `vdl.scheduler.minInterval` (ms, default 100) caps the redraw rate. */
+  scheduler,
   setLanguage,
 };
 
 onLanguage(relabel);
 relabel();
-applyMobileDefaults();
 connection.start();
-
-// On a narrow screen the side panel starts collapsed under the header.
-function applyMobileDefaults() {
-  side.classList.toggle("narrow", window.matchMedia("(max-width: 700px)").matches);
-}

@@ -8,10 +8,11 @@ import { t } from "./i18n.js";
 const HEIGHT = 220;
 
 /**
- * Cursor pins shared by every chart of one cursor-sync group: clicking a chart pins the cursor at
- * that x on all of them; clicking again releases it.
+ * What the charts of one cursor-sync group share besides uPlot's cursor sync: a pinned cursor
+ * (clicking a chart pins the cursor at that x on all of them; clicking again releases it) and the
+ * zoom reset (a drag zoom reaches every chart of the group through uPlot's synced selection).
  */
-export class PinGroup {
+export class SyncGroup {
   constructor() {
     /** The pinned x value, or null. */
     this.x = null;
@@ -22,6 +23,11 @@ export class PinGroup {
   set(x) {
     this.x = x;
     for (const chart of this.charts) chart._applyPin();
+  }
+
+  /** Undo the zoom of every chart of the group. */
+  resetZoom() {
+    for (const chart of this.charts) chart.resetZoom();
   }
 }
 
@@ -44,7 +50,7 @@ export function formatValue(v) {
   if (v === null || v === undefined) return "–";
   if (!Number.isFinite(v)) return String(v);
   const a = Math.abs(v);
-  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3).replace(/\.?0+e/, "e");
   return String(+v.toPrecision(5));
 }
 
@@ -67,7 +73,7 @@ export class Chart {
    * @param {string} opts.title shown above the plot (as text)
    * @param {(chart: Chart) => Line[]} opts.source the lines to draw, given this chart's width and zoom
    * @param {string} opts.syncKey uPlot cursor.sync key: charts with the same key share the cursor
-   * @param {PinGroup} opts.pins the pin group of that sync key
+   * @param {SyncGroup} opts.group the SyncGroup of that sync key
    * @param {"step"|"relative"|"wall"} [opts.xKind] how x is shown
    * @param {boolean} [opts.logY]
    * @param {(v: number) => string} [opts.formatY] y tick and readout format
@@ -76,11 +82,11 @@ export class Chart {
    * A Line is `{label, color, xs, ys, alpha?, width?, legend?}`; lines with the same `xs` object
    * share x values (uPlot's aligned data); others are joined.
    */
-  constructor({ key, title, source, syncKey, pins, xKind = "step", logY = false, formatY = formatValue, dataset = { tag: key } }) {
+  constructor({ key, title, source, syncKey, group, xKind = "step", logY = false, formatY = formatValue, dataset = { tag: key } }) {
     this.key = key;
     this.source = source;
     this.syncKey = syncKey;
-    this.pins = pins;
+    this.group = group;
     this.xKind = xKind;
     this.logY = logY;
     this.formatY = formatY;
@@ -91,12 +97,12 @@ export class Chart {
     this.renders = 0;
     this._signature = "";
     this._lines = [];
-    this._justSelected = false;
+    this._downX = null;
 
     this.plotBox = el("div", { class: "plot" });
     this.readout = el("div", { class: "readout" });
     this.titleEl = el("span", { class: "chart-title", text: title, title });
-    this.resetBtn = el("button", { class: "icon", type: "button", title: t("reset"), text: "⤢", on: { click: () => this.resetZoom() } });
+    this.resetBtn = el("button", { class: "icon", type: "button", title: t("reset"), text: "⤢", on: { click: () => this.group.resetZoom() } });
     this.pngBtn = el("button", { class: "icon", type: "button", title: t("savePng"), text: "PNG", on: { click: () => this.savePng() } });
     this.element = el(
       "section",
@@ -106,7 +112,7 @@ export class Chart {
       this.readout,
     );
     this.resetBtn.hidden = true;
-    pins.charts.add(this);
+    group.charts.add(this);
     this._resize = new ResizeObserver(() => this._onResize());
     this._resize.observe(this.plotBox);
   }
@@ -134,8 +140,9 @@ export class Chart {
     this.renders++;
   }
 
-  /** Undo a drag zoom. */
+  /** Undo a drag zoom of this chart only (see SyncGroup.resetZoom for the whole group). */
   resetZoom() {
+    if (this.zoom === null) return;
     this.zoom = null;
     this.resetBtn.hidden = true;
     this.onChange?.();
@@ -166,7 +173,7 @@ export class Chart {
   /** Remove the chart and its observers. */
   destroy() {
     this._resize.disconnect();
-    this.pins.charts.delete(this);
+    this.group.charts.delete(this);
     this.plot?.destroy();
     this.plot = null;
     this.element.remove();
@@ -208,7 +215,8 @@ export class Chart {
           grid: { stroke: "rgba(128,128,128,0.15)" },
           ticks: { stroke: "rgba(128,128,128,0.3)" },
           size: 64,
-          values: (u, ticks) => ticks.map(formatY),
+          // On a log scale uPlot puts ticks at 1..9 x 10^k; label the powers of ten only.
+          values: this.logY ? (u, ticks) => ticks.map((v) => (isPowerOfTen(v) ? formatY(v) : "")) : (u, ticks) => ticks.map(formatY),
         },
       ],
       series: [
@@ -231,8 +239,9 @@ export class Chart {
     const muted = getComputedStyle(document.documentElement).getPropertyValue("--muted").trim() || "#666";
     for (const axis of opts.axes) axis.stroke = muted;
     this.plot = new uPlot(opts, data, this.plotBox);
-    this.plot.over.addEventListener("click", () => this._onClick());
-    this.plot.over.addEventListener("dblclick", () => this.resetZoom());
+    this.plot.over.addEventListener("mousedown", (e) => (this._downX = e.clientX));
+    this.plot.over.addEventListener("click", (e) => this._onClick(e));
+    this.plot.over.addEventListener("dblclick", () => this.group.resetZoom());
   }
 
   _onSelect(u) {
@@ -240,7 +249,6 @@ export class Chart {
     const min = u.posToVal(u.select.left, "x");
     const max = u.posToVal(u.select.left + u.select.width, "x");
     u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
-    this._justSelected = true;
     this.zoom = [min, max];
     this.resetBtn.hidden = false;
     this.onChange?.();
@@ -248,17 +256,17 @@ export class Chart {
 
   _onClick() {
     if (this._justSelected) {
-      this._justSelected = false;
+      this._downX = null;
       return;
     }
     const u = this.plot;
-    if (this.pins.x !== null) {
-      this.pins.set(null);
+    if (this.group.x !== null) {
+      this.group.set(null);
       return;
     }
     const idx = u.cursor.idx;
     if (idx === null || idx === undefined) return;
-    this.pins.set(u.data[0][idx]);
+    this.group.set(u.data[0][idx]);
   }
 
   // Keep a pinned cursor on its x value through redraws, and lock it so hovering does not move it.
@@ -266,7 +274,7 @@ export class Chart {
   _applyPin() {
     const u = this.plot;
     if (!u) return;
-    const x = this.pins.x;
+    const x = this.group.x;
     if (x === null) {
       if (u.cursor._lock) {
         u.cursor._lock = false;
@@ -278,7 +286,7 @@ export class Chart {
     u.cursor._lock = true;
     this.element.classList.add("pinned");
     const left = u.valToPos(x, "x");
-    u.setCursor({ left, top: u.bbox.height / devicePixelRatio / 2 }, true, false);
+    u.setCursor({ left, top: u.over.clientHeight / 2 }, true, false);
   }
 
   _updateReadout() {
@@ -295,7 +303,7 @@ export class Chart {
         const v = nearest(u.data[i + 1], idx);
         parts.push(el("span", { class: "rv" }, el("i", { style: { background: line.color } }), `${line.label} ${this.formatY(v)}`));
       });
-      if (this.pins.x !== null) parts.push(el("span", { class: "rpin", text: t("pinned") }));
+      if (this.group.x !== null) parts.push(el("span", { class: "rpin", text: t("pinned") }));
     }
     this.readout.replaceChildren(...parts);
   }
@@ -353,6 +361,12 @@ function cleanYs(ys, logY) {
   }
   if (ok) return ys;
   return Array.from(ys, (v) => (Number.isFinite(v) && !(logY && v <= 0) ? v : null));
+}
+
+function isPowerOfTen(v) {
+  if (!(v > 0)) return false;
+  const e = Math.log10(v);
+  return Math.abs(e - Math.round(e)) < 1e-9;
 }
 
 function ascending(xs) {

@@ -6,9 +6,14 @@ export class FrameScheduler {
   /**
    * @param {object} [opts]
    * @param {(cb: FrameRequestCallback) => number} [opts.requestFrame] injectable for tests
+   * @param {number} [opts.minInterval] least milliseconds between two drawing frames
+   * @param {() => number} [opts.now] clock, injectable for tests
    */
-  constructor({ requestFrame = (cb) => requestAnimationFrame(cb) } = {}) {
+  constructor({ requestFrame = (cb) => requestAnimationFrame(cb), minInterval = 0, now = () => performance.now() } = {}) {
     this._requestFrame = requestFrame;
+    this.minInterval = minInterval;
+    this._now = now;
+    this._lastDraw = -Infinity;
     this._dirty = new Set();
     this._pending = false;
     this._items = new Map();
@@ -51,18 +56,28 @@ export class FrameScheduler {
     if (!paused) this._schedule();
   }
 
+  /**
+   * Draw every dirty item now, visible or not (for full-page screenshots and tests; the page itself
+   * never needs it). Paused still wins.
+   */
+  drawAll() {
+    if (!this.paused) this._frame(true);
+  }
+
   _schedule() {
     if (this._pending || this.paused || this._dirty.size === 0) return;
     this._pending = true;
-    this._requestFrame(() => this._frame());
+    const wait = this._lastDraw + this.minInterval - this._now();
+    if (wait > 0) setTimeout(() => this._requestFrame(() => this._frame()), wait);
+    else this._requestFrame(() => this._frame());
   }
 
-  _frame() {
+  _frame(all = false) {
     this._pending = false;
     if (this.paused) return;
     let drew = 0;
     for (const item of [...this._dirty]) {
-      if (!item.visible) continue;
+      if (!item.visible && !all) continue;
       this._dirty.delete(item);
       try {
         item.render();
@@ -72,6 +87,7 @@ export class FrameScheduler {
       drew++;
     }
     if (drew) {
+      this._lastDraw = this._now();
       this.stats.frames++;
       this.stats.draws += drew;
     }

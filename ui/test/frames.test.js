@@ -52,3 +52,35 @@ test("pause draws nothing; resume draws what changed", () => {
   assert.equal(a.renders, 2);
   assert.equal(b.renders, 1);
 });
+
+test("drawAll draws hidden items too, without marking them visible", () => {
+  const { scheduler, runFrame, item } = setup();
+  const a = item("a");
+  scheduler.observe(a);
+  runFrame();
+  scheduler._onIntersect([{ target: a.element, isIntersecting: false }]);
+  scheduler.mark(a);
+  scheduler.drawAll();
+  assert.equal(a.renders, 2);
+  assert.equal(a.visible, false);
+  scheduler.mark(a);
+  runFrame();
+  assert.equal(a.renders, 2);
+});
+
+test("minInterval spaces drawing frames apart", async () => {
+  let now = 0;
+  const frames = [];
+  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), minInterval: 30, now: () => now });
+  const a = { element: {}, renders: 0, render() { this.renders++; } };
+  scheduler.observe(a);
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(a.renders, 1);
+  now = 10;
+  scheduler.mark(a);
+  assert.equal(frames.length, 0); // waits for the interval instead of asking for a frame now
+  await new Promise((r) => setTimeout(r, 40));
+  assert.equal(frames.length, 1);
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(a.renders, 2);
+});

@@ -14,7 +14,7 @@ export function tagGroup(tag) {
 
 export class ScalarsView {
   /**
-   * @param {object} ctx shared page context: `store`, `scheduler`, `state`, `pinsFor(syncKey)`
+   * @param {object} ctx shared page context: `store`, `scheduler`, `state`, `syncGroup(syncKey)`
    */
   constructor(ctx) {
     this.ctx = ctx;
@@ -39,10 +39,10 @@ export class ScalarsView {
         chart.resetBtn.hidden = true;
       }
       if (chart.syncKey !== syncKey) {
-        chart.pins.charts.delete(chart);
+        chart.group.charts.delete(chart);
         chart.syncKey = syncKey;
-        chart.pins = this.ctx.pinsFor(syncKey);
-        chart.pins.charts.add(chart);
+        chart.group = this.ctx.syncGroup(syncKey);
+        chart.group.charts.add(chart);
         chart._signature = ""; // the uPlot sync key is fixed at build time
       }
       chart.xKind = state.xKind;
@@ -91,7 +91,7 @@ export class ScalarsView {
       key: tag,
       title: tag,
       syncKey,
-      pins: this.ctx.pinsFor(syncKey),
+      group: this.ctx.syncGroup(syncKey),
       xKind: state.xKind,
       logY: state.logY,
       source: (c) => this._lines(c, tag),

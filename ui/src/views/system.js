@@ -31,7 +31,7 @@ export function splitField(field) {
 }
 
 export class SystemView {
-  /** @param {object} ctx shared page context: `store`, `scheduler`, `state`, `pinsFor(syncKey)` */
+  /** @param {object} ctx shared page context: `store`, `scheduler`, `state`, `syncGroup(syncKey)` */
   constructor(ctx) {
     this.ctx = ctx;
     /** @type {Map<string, Chart>} metric -> chart */
@@ -66,7 +66,7 @@ export class SystemView {
         title: titleOf(metric),
         dataset: { metric },
         syncKey: "wall",
-        pins: this.ctx.pinsFor("wall"),
+        group: this.ctx.syncGroup("wall"),
         xKind: "wall",
         formatY: KNOWN.get(metric)?.[1] ?? formatValue,
         source: (c) => this._lines(c, metric),
