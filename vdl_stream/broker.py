@@ -13,6 +13,7 @@ only after their batch is written (and fsynced, when they asked for it with ``sy
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +53,11 @@ class Subscriber:
     subscribes again and gets a fresh snapshot.
     """
 
-    def __init__(self, runs: set[str] | None, capacity: int) -> None:
+    def __init__(
+        self, runs: set[str] | None, capacity: int, tags: re.Pattern[str] | None = None
+    ) -> None:
         self.runs = runs
+        self.tags = tags
         self.after_seq = 0
         self._capacity = capacity
         self._send, self._receive = trio.open_memory_channel[tuple[int, bytes]](capacity)
@@ -63,6 +67,18 @@ class Subscriber:
     def wants(self, run: str) -> bool:
         """Return whether this subscription covers ``run``."""
         return self.runs is None or run in self.runs
+
+    def select(
+        self, scalars: list[ScalarColumns], events: list[dict[str, Any]]
+    ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+        """Keep what the tag pattern matches; events without a tag (telemetry) always pass."""
+        if self.tags is None:
+            return scalars, events
+        search = self.tags.search
+        return (
+            [c for c in scalars if search(c.tag)],
+            [e for e in events if e.get("tag") is None or search(e["tag"])],
+        )
 
     def offer(self, seq: int, frame: bytes) -> None:
         """Queue a frame if there is room; never blocks. On overflow, apply the gap policy."""
@@ -228,12 +244,19 @@ class Broker:
         seq = self._seq
         self._batches += 1
         self._events += batch.count()
-        frame = None
+        frames: dict[str | None, bytes | None] = {}  # one encoding per distinct tag pattern
         for sub in self._subscribers:
             if sub.wants(batch.run):
-                if frame is None:
-                    frame = codec.encode_live("data", seq, batch.run, batch.scalars, batch.events)
-                sub.offer(seq, frame)
+                key = None if sub.tags is None else sub.tags.pattern
+                if key not in frames:
+                    scalars, events = sub.select(batch.scalars, batch.events)
+                    frames[key] = (
+                        codec.encode_live("data", seq, batch.run, scalars, events)
+                        if scalars or events
+                        else None
+                    )
+                if frames[key] is not None:
+                    sub.offer(seq, frames[key])
         await self._send.send((seq, batch, batch.sync))
         self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
         return seq
@@ -365,9 +388,14 @@ class Broker:
         """Return the names of the runs the broker knows, sorted."""
         return sorted(self._runs)
 
-    def subscribe(self, runs: set[str] | None = None) -> Subscriber:
-        """Register a subscriber that receives every batch ingested from now on."""
-        sub = Subscriber(runs, self._subscriber_queue)
+    def subscribe(
+        self, runs: set[str] | None = None, tags: re.Pattern[str] | None = None
+    ) -> Subscriber:
+        """Register a subscriber to ``runs`` (None: all) and tags matching ``tags`` (None: all).
+
+        It receives every matching batch ingested from now on.
+        """
+        sub = Subscriber(runs, self._subscriber_queue, tags)
         sub.after_seq = self._seq
         self._subscribers.add(sub)
         return sub
@@ -393,6 +421,7 @@ class Broker:
                 scalars, events = await trio.to_thread.run_sync(
                     _read_snapshot, run, limit, max_points
                 )
+            scalars, events = sub.select(scalars, events)
             frames.append(codec.encode_live("snapshot", covered, name, scalars, events))
         return frames
 
@@ -405,6 +434,17 @@ class Broker:
             raise KeyError(name)
         async with run.lock:
             return await trio.to_thread.run_sync(_read_scalars, run, tag, start, end, max_points)
+
+    async def read_events(
+        self, name: str, kind: str, tag: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Read the events of one kind (and tag) of a run from disk, as event maps, in write order."""
+        run = self._runs.get(name)
+        if run is None or kind not in codec.EVENT_KINDS:
+            raise KeyError(name)
+        async with run.lock:
+            records = await trio.to_thread.run_sync(_read_records, run, kind, tag)
+        return [_record_event(r) for r in records]
 
     async def tags(self, name: str) -> dict[str, recorder.TagInfo]:
         """Return the tags of a run with their kinds and ranges."""
@@ -468,6 +508,10 @@ def _read_scalars(
     return _open_reader(run, run.position).read_scalars(
         tag, start=start, end=end, max_points=max_points
     )
+
+
+def _read_records(run: _Run, kind: str, tag: str | None) -> list[recorder.Record]:
+    return _open_reader(run, run.position).read_records(kind=kind, tag=tag)
 
 
 def _read_tags(run: _Run) -> dict[str, recorder.TagInfo]:

@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import logging
 import math
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
@@ -43,6 +45,7 @@ CSP = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
 SHUTDOWN_DEADLINE = 10.0
+BLOB_TYPES = {"image": "image/png", "audio": "audio/wav"}
 
 
 def is_loopback(host: str) -> bool:
@@ -94,6 +97,21 @@ def _origin_ok(headers: Any) -> bool:
 def _finite(x: float | None) -> float | None:
     """JSON has no NaN or Infinity: they travel as null."""
     return x if x is not None and math.isfinite(x) else None
+
+
+def _jsonable(event: dict[str, Any]) -> dict[str, Any]:
+    """Make an event map JSON-ready: ``<f8`` columns become lists, media become their size."""
+    out: dict[str, Any] = {}
+    for key, value in event.items():
+        if key == "data" and isinstance(value, bytes):
+            out["data_bytes"] = len(value)  # fetch the media itself from /api/blob
+        elif isinstance(value, bytes):
+            out[key] = [_finite(v) for v in np.frombuffer(value, "<f8").tolist()]
+        elif isinstance(value, float):
+            out[key] = _finite(value)
+        else:
+            out[key] = value
+    return out
 
 
 def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
@@ -176,6 +194,46 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
             values=[_finite(v) for v in series.values.tolist()],
         )
 
+    @app.get("/api/events")
+    async def api_events() -> Any:
+        args = request.args
+        name, kind, tag = args.get("run", ""), args.get("kind", ""), args.get("tag")
+        try:
+            events = await broker.read_events(name, kind, tag)
+        except KeyError:
+            return jsonify(error=f"no run {name!r} with events of kind {kind!r}"), 404
+        return jsonify(run=name, kind=kind, tag=tag, events=[_jsonable(e) for e in events])
+
+    @app.get("/api/blob")
+    async def api_blob() -> Any:
+        """The media of one image or audio event: ``run``, ``kind``, ``tag`` and ``index``."""
+        args = request.args
+        name, kind, tag = args.get("run", ""), args.get("kind", ""), args.get("tag", "")
+        if kind not in BLOB_TYPES:
+            return jsonify(error=f"kind must be one of {sorted(BLOB_TYPES)}, got {kind!r}"), 400
+        try:
+            index = int(args.get("index", "-1"))
+            event = (await broker.read_events(name, kind, tag))[index]
+        except (KeyError, IndexError, ValueError):
+            return jsonify(error=f"no {kind} event {args.get('index')!r} for that run and tag"), 404
+        return Response(event["data"], content_type=BLOB_TYPES[kind])
+
+    @app.get("/api/telemetry")
+    async def api_telemetry() -> Any:
+        name = request.args.get("run", "")
+        try:
+            events = await broker.read_events(name, "telemetry")
+        except KeyError:
+            return jsonify(error=f"no run named {name!r}"), 404
+        series: dict[str, dict[str, list[float | None]]] = {}
+        for event in events:
+            source = f"{event.get('host', '?')}/rank{event.get('rank', 0)}"
+            for field, value in event.get("fields", {}).items():
+                s = series.setdefault(f"{source}/{field}", {"wall_times": [], "values": []})
+                s["wall_times"].append(event["wall"])
+                s["values"].append(_finite(value))
+        return jsonify(run=name, series=series)
+
     @app.get("/api/stats")
     async def api_stats() -> Any:
         return jsonify(
@@ -221,9 +279,14 @@ def _static_response(static: Any, name: str) -> Response:
 async def _live_session(broker: Broker) -> None:
     """Serve one browser: (re)subscribe on request, stream snapshot then live frames."""
 
-    async def stream(runs: set[str] | None, max_points: int, scope: trio.CancelScope) -> None:
+    async def stream(
+        runs: set[str] | None,
+        tags: re.Pattern[str] | None,
+        max_points: int,
+        scope: trio.CancelScope,
+    ) -> None:
         with scope:
-            sub = broker.subscribe(runs)
+            sub = broker.subscribe(runs, tags)
             try:
                 for frame in await broker.snapshot(sub, max_points):
                     await websocket.send(frame)
@@ -249,6 +312,7 @@ async def _live_session(broker: Broker) -> None:
                 max_points = message.get("max_points", 2000)
                 if type(max_points) is not int or not 2 <= max_points <= 100_000:
                     raise codec.ProtocolError("subscribe max_points must be an int in [2, 100000]")
+                tags = _tag_pattern(message.get("tags"))
             except codec.ProtocolError as exc:
                 await websocket.close(1008, str(exc)[:120])
                 nursery.cancel_scope.cancel()
@@ -256,7 +320,21 @@ async def _live_session(broker: Broker) -> None:
             if current is not None:
                 current.cancel()
             current = trio.CancelScope()
-            nursery.start_soon(stream, None if runs is None else set(runs), max_points, current)
+            nursery.start_soon(
+                stream, None if runs is None else set(runs), tags, max_points, current
+            )
+
+
+def _tag_pattern(raw: object) -> re.Pattern[str] | None:
+    """Compile a subscriber's tag pattern (a regular expression searched in each tag)."""
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str) or len(raw) > 200:
+        raise codec.ProtocolError("subscribe tags must be nil or a regex of at most 200 characters")
+    try:
+        return re.compile(raw)
+    except re.error as exc:
+        raise codec.ProtocolError(f"subscribe tags is not a valid regex: {exc}") from None
 
 
 async def _ingest_session(broker: Broker) -> None:
