@@ -1,0 +1,317 @@
+"""Benchmark of recorder/ against the targets of issue 3, with TensorBoard and VisualDL as anchors.
+
+    python bench/bench_recorder.py            # full sizes (a few minutes on 2 cores)
+    python bench/bench_recorder.py --quick    # sizes / 10, anchors included (under a minute)
+
+Measures, on the same machine in one run:
+
+* append: scalar batches of 1,000 points per tag into RunWriter (default sync="interval"), a flush
+  after every 100,000 points, close() included; also 1-point batches (per-call overhead);
+* bytes on disk per scalar event (segments only; the index is reported apart);
+* loading all of a run of 100 tags x 10,000 steps (RunReader + read_scalars of every tag), with the
+  index (a closed run) and without it (a live run: every segment scanned and verified), median of
+  --repeat fresh readers, peak memory (RSS, interpreter included) from a fresh process;
+* loading one tag of 10,000,000 points, and max_points=2000 over it with the reader warm;
+* anchors, from the venv at bench/.venv-anchors (tensorboard, tensorboardX, visualdl): the same
+  1M-point run written by tensorboardX and VisualDL, loaded by EventAccumulator (no sampling) and
+  VisualDL's LogReader. Disable with --no-anchors.
+
+Results go to stdout (a Markdown table) and bench/out/recorder.json. Page cache is warm for every
+reader, ours and the anchors alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+from recorder_data import tag_series  # noqa: E402
+
+from recorder import RunReader, RunWriter  # noqa: E402
+from recorder.catalog import INDEX_NAME  # noqa: E402
+
+ANCHORS_PYTHON = os.path.join(HERE, ".venv-anchors", "bin", "python")
+FLUSH_POINTS = 100_000
+
+
+def _segments_bytes(run_dir: str) -> int:
+    return sum(
+        os.path.getsize(os.path.join(run_dir, f))
+        for f in os.listdir(run_dir)
+        if f.endswith(".vdlr")
+    )
+
+
+def write_run(
+    run_dir: str, tags: int, steps: int, batch: int = 1000, flush_points: int = FLUSH_POINTS
+) -> dict:
+    """Append ``tags`` x ``steps`` points in batches of ``batch`` per tag, flushing after every
+    ``flush_points`` points; time it."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    data = [tag_series(t, steps) for t in range(tags)]
+    names = [f"tag{t}" for t in range(tags)]
+    since_flush = 0
+    start = time.perf_counter()
+    with RunWriter(run_dir) as w:
+        for lo in range(0, steps, batch):
+            hi = lo + batch
+            for name, (s, walls, values) in zip(names, data, strict=True):
+                w.append_scalars(name, s[lo:hi], walls[lo:hi], values[lo:hi])
+            since_flush += tags * min(batch, steps - lo)
+            if since_flush >= flush_points:
+                w.flush()
+                since_flush = 0
+    seconds = time.perf_counter() - start
+    points = tags * steps
+    return {
+        "points": points,
+        "seconds": seconds,
+        "events_per_s": points / seconds,
+        "bytes_per_event": _segments_bytes(run_dir) / points,
+        "index_bytes": os.path.getsize(os.path.join(run_dir, INDEX_NAME)),
+    }
+
+
+def append_small_batches(run_dir: str, points: int) -> dict:
+    """Points appended one per call (the per-call overhead), flushed every 1,000."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    s, walls, values = tag_series(0, points)
+    start = time.perf_counter()
+    with RunWriter(run_dir) as w:
+        for i in range(points):
+            w.append_scalars("x", s[i : i + 1], walls[i : i + 1], values[i : i + 1])
+            if i % 1000 == 999:
+                w.flush()
+    seconds = time.perf_counter() - start
+    return {"points": points, "seconds": seconds, "events_per_s": points / seconds}
+
+
+def load_all(run_dir: str) -> int:
+    """Open the run and read every scalar tag; return the number of points."""
+    r = RunReader(run_dir)
+    n = sum(len(r.read_scalars(tag).steps) for tag in r.tags())
+    r.close()
+    return n
+
+
+def median_time(fn, repeat: int) -> tuple[float, list[float]]:
+    """Median and all of ``repeat`` timed calls of ``fn`` (garbage collected between)."""
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times
+
+
+def load_in_fresh_process(run_dir: str) -> dict:
+    """Time and peak memory of load_all in a new interpreter."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--load-rss", run_dir],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out)
+
+
+def _load_rss(run_dir: str) -> None:
+    start = time.perf_counter()
+    points = load_all(run_dir)
+    seconds = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # peak, interpreter included
+    print(json.dumps({"seconds": seconds, "points": points, "rss_mb": rss}))
+
+
+def anchors(out: str, tags: int, steps: int) -> dict | None:
+    """Run bench/recorder_anchors.py in the anchors' venv; None when it is not installed."""
+    if not os.path.exists(ANCHORS_PYTHON):
+        print(f"(anchors skipped: {ANCHORS_PYTHON} not found)", file=sys.stderr)
+        return None
+    script = os.path.join(HERE, "recorder_anchors.py")
+
+    def call(*args: str) -> dict:
+        res = subprocess.run(
+            [ANCHORS_PYTHON, script, *args], check=True, capture_output=True, text=True
+        )
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    result = call("write", "--tags", str(tags), "--steps", str(steps), "--out", out)
+    result["tb_load"] = call("load-tb", os.path.join(out, "tbx"))
+    result["vdl_load"] = call("load-vdl", os.path.join(out, "vdl"))
+    return result
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="sizes / 10")
+    parser.add_argument("--repeat", type=int, default=7, help="fresh readers per load figure")
+    parser.add_argument("--no-anchors", action="store_true")
+    parser.add_argument("--out", default=os.path.join(HERE, "out", "recorder"))
+    parser.add_argument("--load-rss", metavar="RUN_DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.load_rss:
+        _load_rss(args.load_rss)
+        return
+
+    scale = 10 if args.quick else 1
+    tags, steps, big = 100, 10_000 // scale, 10_000_000 // scale
+    os.makedirs(args.out, exist_ok=True)
+    run_1m = os.path.join(args.out, "run-1m")
+    run_10m = os.path.join(args.out, "run-10m")
+    res: dict = {"quick": args.quick, "tags": tags, "steps": steps, "big_points": big}
+
+    res["append_1m"] = write_run(run_1m, tags, steps)
+    res["append_1m_fine"] = write_run(
+        os.path.join(args.out, "run-1m-fine"), tags, steps, batch=100, flush_points=1
+    )
+    res["append_1_point_calls"] = append_small_batches(
+        os.path.join(args.out, "run-small"), 100_000 // scale
+    )
+    res["load_1m_index_s"], res["load_1m_index_all"] = median_time(
+        lambda: load_all(run_1m), args.repeat
+    )
+    index = os.path.join(run_1m, INDEX_NAME)
+    os.rename(index, index + ".away")
+    try:
+        res["load_1m_scan_s"], _ = median_time(lambda: load_all(run_1m), args.repeat)
+    finally:
+        os.rename(index + ".away", index)
+    fine = os.path.join(args.out, "run-1m-fine")
+    res["load_1m_fine_s"], _ = median_time(lambda: load_all(fine), args.repeat)
+    res["load_1m_fresh_process"] = load_in_fresh_process(run_1m)
+
+    res["append_10m"] = write_run(run_10m, 1, big)
+
+    def load_big() -> None:
+        r = RunReader(run_10m)
+        assert len(r.read_scalars("tag0").steps) == big
+        r.close()
+
+    res["load_10m_s"], res["load_10m_all"] = median_time(load_big, args.repeat)
+    warm = RunReader(run_10m)
+    warm.read_scalars("tag0")
+    res["max_points_2000_s"], _ = median_time(
+        lambda: warm.read_scalars("tag0", max_points=2000), 3 * args.repeat
+    )
+    picked = warm.read_scalars("tag0", max_points=2000)
+    res["max_points_returned"] = len(picked.steps)
+    warm.close()
+
+    if not args.no_anchors:
+        res["anchors"] = anchors(os.path.join(args.out, "anchors"), tags, steps)
+
+    with open(os.path.join(args.out, "..", "recorder.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    print(report(res))
+
+
+def report(res: dict) -> str:
+    """The results as a Markdown table (the figures of docs/performance.md)."""
+    n1 = res["tags"] * res["steps"]
+    big = res["big_points"]
+    a1 = res["append_1m"]
+    rows = [
+        (
+            "append, 1,000-point batches, 100 tags",
+            f"{a1['events_per_s'] / 1e6:.1f} M events/s",
+            ">= 2 M/s",
+        ),
+        (
+            f"append, one tag of {big:,}",
+            f"{res['append_10m']['events_per_s'] / 1e6:.1f} M events/s",
+            ">= 2 M/s",
+        ),
+        (
+            "append, 1-point calls",
+            f"{res['append_1_point_calls']['events_per_s'] / 1e3:.0f} k events/s",
+            "",
+        ),
+        ("bytes on disk per scalar event", f"{a1['bytes_per_event']:.2f}", "<= 16"),
+        (
+            "bytes/event, flushed every 100 steps",
+            f"{res['append_1m_fine']['bytes_per_event']:.2f}",
+            "<= 16",
+        ),
+        (
+            f"load all {n1:,} points ({res['tags']} tags), index",
+            f"{res['load_1m_index_s'] * 1e3:.0f} ms",
+            "<= 100 ms",
+        ),
+        (
+            f"load all {n1:,} points, no index (live run)",
+            f"{res['load_1m_scan_s'] * 1e3:.0f} ms",
+            "<= 100 ms",
+        ),
+        (f"load all {n1:,} points, 100-point chunks", f"{res['load_1m_fine_s'] * 1e3:.0f} ms", ""),
+        (
+            "  same, fresh process: time / peak RSS",
+            f"{res['load_1m_fresh_process']['seconds'] * 1e3:.0f} ms / {res['load_1m_fresh_process']['rss_mb']:.0f} MB",
+            "",
+        ),
+        (f"load one tag of {big:,} points", f"{res['load_10m_s'] * 1e3:.0f} ms", "<= 500 ms"),
+        (
+            f"max_points=2000 over {big:,} (warm)",
+            f"{res['max_points_2000_s'] * 1e3:.1f} ms",
+            "<= 100 ms",
+        ),
+    ]
+    anchors = res.get("anchors")
+    if anchors:
+        ev = anchors["events"]
+        tb, vdl = anchors["tb_load"], anchors["vdl_load"]
+        ours = res["load_1m_index_s"]
+        rows += [
+            (
+                f"TensorBoard EventAccumulator, load {ev:,} (tensorboardX file)",
+                f"{tb['seconds']:.2f} s / {tb['rss_mb']:.0f} MB",
+                f"ours {tb['seconds'] / ours:.0f}x faster",
+            ),
+            (
+                "VisualDL LogReader, load the same",
+                f"{vdl['seconds']:.2f} s / {vdl['rss_mb']:.0f} MB",
+                f"ours {vdl['seconds'] / ours:.0f}x faster",
+            ),
+            (
+                "tensorboardX bytes/event",
+                f"{anchors['tbx_bytes'] / ev:.1f}",
+                f"ours {anchors['tbx_bytes'] / ev / a1['bytes_per_event']:.1f}x smaller",
+            ),
+            (
+                "VisualDL bytes/event",
+                f"{anchors['vdl_bytes'] / ev:.1f}",
+                f"ours {anchors['vdl_bytes'] / ev / a1['bytes_per_event']:.1f}x smaller",
+            ),
+            (
+                "tensorboardX add_scalar rate",
+                f"{ev / anchors['tbx_write_s'] / 1e3:.0f} k events/s",
+                f"ours {a1['events_per_s'] * anchors['tbx_write_s'] / ev:.0f}x faster",
+            ),
+            (
+                "VisualDL add_scalar rate",
+                f"{ev / anchors['vdl_write_s'] / 1e3:.0f} k events/s",
+                f"ours {a1['events_per_s'] * anchors['vdl_write_s'] / ev:.0f}x faster",
+            ),
+        ]
+    lines = ["| measurement | result | target / ratio |", "| --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
