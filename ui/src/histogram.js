@@ -84,13 +84,20 @@ function ramp(t) {
   return `rgb(${Math.round(a[0] + (b[0] - a[0]) * f)},${Math.round(a[1] + (b[1] - a[1]) * f)},${Math.round(a[2] + (b[2] - a[2]) * f)})`;
 }
 
-function niceTicks(lo, hi, count) {
+/**
+ * Round tick values (1, 2 or 5 times a power of ten apart) covering [lo, hi].
+ * @param {number} lo
+ * @param {number} hi
+ * @param {number} count roughly how many ticks
+ */
+export function niceTicks(lo, hi, count) {
   const span = hi - lo;
   const step0 = span / Math.max(1, count);
   const mag = 10 ** Math.floor(Math.log10(step0));
   const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= step0) ?? step0;
   const ticks = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(+v.toPrecision(12));
+  const first = Math.ceil(lo / step);
+  for (let i = first; i * step <= hi + step * 1e-9; i++) ticks.push(i === 0 ? 0 : +(i * step).toPrecision(12));
   return ticks;
 }
 
@@ -169,6 +176,8 @@ function drawRidges(ctx, shown, lo, hi, plot, color) {
   for (const r of rebinned) for (const c of r) if (c > max) max = c;
   if (!(max > 0)) max = 1;
   const fg = ctx.fillStyle;
+  // Label the newest ridge, then every k-th older one so that labels stay 14 px apart.
+  const labelEvery = offset > 0 ? Math.max(1, Math.ceil(14 / offset)) : 1;
   for (let i = 0; i < n; i++) {
     const base = plot.top + ridgeH + i * offset;
     const r = rebinned[i];
@@ -188,7 +197,8 @@ function drawRidges(ctx, shown, lo, hi, plot, color) {
     ctx.strokeStyle = "rgba(255,255,255,0.7)";
     ctx.lineWidth = 0.8;
     ctx.stroke();
-    if (i === n - 1 || i === 0 || (n > 6 && i % Math.ceil(n / 6) === 0)) {
+    // Label the newest ridge, and older ones only where they clear the previous label by 14 px.
+    if ((n - 1 - i) % labelEvery === 0) {
       ctx.fillStyle = fg;
       ctx.globalAlpha = 0.8;
       ctx.textAlign = "left";

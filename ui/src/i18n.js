@@ -46,6 +46,7 @@ const STRINGS = {
     all: "all",
     none: "none",
     frames: "frames",
+    more: "More",
   },
   zh: {
     title: "vdl-stream",
@@ -91,6 +92,7 @@ const STRINGS = {
     all: "全部",
     none: "无",
     frames: "帧",
+    more: "更多",
   },
 };
 

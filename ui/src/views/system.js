@@ -7,15 +7,27 @@ import { colorFor, el } from "../dom.js";
 import { gather, minMaxIndices } from "../downsample.js";
 import { t } from "../i18n.js";
 
-// Known metrics, in display order: key -> [title string key, format].
-const KNOWN = new Map([
-  ["gpu/util", ["gpuUtil", formatValue]],
-  ["gpu/mem_used", ["gpuMem", formatBytes]],
-  ["gpu/temp", ["gpuTemp", formatValue]],
-  ["gpu/power", ["gpuPower", formatValue]],
-  ["cpu/percent", ["cpuPercent", formatValue]],
-  ["ram/used", ["ramUsed", formatBytes]],
+// The main metrics, in display order: key -> title string key. Every other field (docs/telemetry.md
+// lists them) gets a chart under "More", folded away until opened.
+const MAIN = new Map([
+  ["gpu/util", "gpuUtil"],
+  ["gpu/mem_used", "gpuMem"],
+  ["gpu/temp", "gpuTemp"],
+  ["gpu/power", "gpuPower"],
+  ["cpu/percent", "cpuPercent"],
+  ["ram/used", "ramUsed"],
 ]);
+
+/**
+ * The y format of a metric, from its unit in docs/telemetry.md: byte counts and byte rates are
+ * shown as KiB/MiB/GiB, everything else as a number.
+ * @param {string} metric
+ */
+export function formatFor(metric) {
+  if (/bytes_per_s$|\/pcie_(tx|rx)$/.test(metric)) return (v) => `${formatBytes(v)}/s`;
+  if (/\/(mem_used|mem_total|proc_mem|used|total|rss)$/.test(metric)) return formatBytes;
+  return formatValue;
+}
 
 /**
  * Split a telemetry field into the chart it belongs to and the device it describes:
@@ -38,7 +50,11 @@ export class SystemView {
     this.charts = new Map();
     this.empty = el("p", { class: "empty", text: t("noSystem") });
     this.grid = el("div", { class: "grid" });
-    this.element = el("div", { class: "view system" }, this.empty, this.grid);
+    this.moreGrid = el("div", { class: "grid" });
+    this.moreTitle = el("summary", { text: t("more") });
+    this.more = el("details", { class: "group more" }, this.moreTitle, this.moreGrid);
+    this.more.hidden = true;
+    this.element = el("div", { class: "view system" }, this.empty, this.grid, this.more);
     ctx.store.subscribe((change) => {
       if (change.kind !== "telemetry") return;
       const run = ctx.store.runs.get(change.run);
@@ -55,6 +71,7 @@ export class SystemView {
   /** Re-apply interface strings after a language switch. */
   relabel() {
     this.empty.textContent = t("noSystem");
+    this.moreTitle.textContent = t("more");
     for (const [metric, chart] of this.charts) chart.setTitle(titleOf(metric));
   }
 
@@ -68,18 +85,17 @@ export class SystemView {
         syncKey: "wall",
         group: this.ctx.syncGroup("wall"),
         xKind: "wall",
-        formatY: KNOWN.get(metric)?.[1] ?? formatValue,
+        formatY: formatFor(metric),
         source: (c) => this._lines(c, metric),
       });
       chart.onChange = () => this.ctx.scheduler.mark(chart);
       this.charts.set(metric, chart);
-      const order = (m) => {
-        const i = [...KNOWN.keys()].indexOf(m);
-        return i < 0 ? `~${m}` : String(i);
-      };
-      const sorted = [...this.charts.keys()].sort((a, b) => order(a).localeCompare(order(b)));
-      const next = sorted[sorted.indexOf(metric) + 1];
-      this.grid.insertBefore(chart.element, next === undefined ? null : this.charts.get(next).element);
+      const main = MAIN.has(metric);
+      const order = (m) => (MAIN.has(m) ? String([...MAIN.keys()].indexOf(m)) : `~${m}`);
+      const siblings = [...this.charts.keys()].filter((m) => MAIN.has(m) === main).sort((a, b) => order(a).localeCompare(order(b)));
+      const next = siblings[siblings.indexOf(metric) + 1];
+      (main ? this.grid : this.moreGrid).insertBefore(chart.element, next === undefined ? null : this.charts.get(next).element);
+      if (!main) this.more.hidden = false;
       this.ctx.scheduler.observe(chart);
       this.empty.hidden = true;
     }
@@ -111,6 +127,5 @@ export class SystemView {
 }
 
 function titleOf(metric) {
-  const known = KNOWN.get(metric);
-  return known ? t(known[0]) : metric;
+  return MAIN.has(metric) ? t(MAIN.get(metric)) : metric;
 }
