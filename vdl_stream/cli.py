@@ -1,4 +1,4 @@
-"""The ``vdl-stream`` command: ``serve`` and ``demo``."""
+"""The ``vdl-stream`` command: ``serve``, ``demo``, ``import`` and ``export``."""
 
 from __future__ import annotations
 
@@ -113,6 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--delay", type=float, default=0.005, help="seconds to pause per step (default: 0.005)"
     )
     demo.set_defaults(func=_demo)
+
+    from . import interop
+
+    imp = commands.add_parser("import", help="import TensorBoard / VisualDL logs as runs")
+    interop.add_import_arguments(imp)
+    imp.set_defaults(func=interop.run_import)
+
+    export = commands.add_parser("export", help="write a run's scalars as CSV or JSON")
+    interop.add_export_arguments(export)
+    export.set_defaults(func=interop.run_export)
     return parser
 
 

@@ -1,0 +1,513 @@
+"""``vdl-stream import`` and ``vdl-stream export``: TensorBoard and VisualDL logs in, CSV and JSON out.
+
+Import turns every directory holding TensorBoard event files (``events.out.tfevents.*``) or VisualDL
+records (``vdlrecords.*.log``) into one run, written with :class:`recorder.RunWriter`. Damaged
+records are skipped, reported and counted; they never stop an import. Export writes the scalars of
+one run (and its telemetry) as CSV or JSON. See docs/interop.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import numpy as np
+
+import recorder
+
+from . import tfevents, vdlrecords
+
+#: Scalar points of one tag held in memory before they are handed to the RunWriter.
+TAG_BUFFER_POINTS = 1 << 20
+#: Damage reports printed at most (the rest is counted).
+SHOWN_CORRUPTIONS = 20
+
+_BAD_RUN_CHARS = re.compile(r"[\x00-\x1f\x7f\\:]")
+
+
+# -- finding sources ---------------------------------------------------------------------------
+
+
+def source_kind(name: str) -> str | None:
+    """Return ``"tensorboard"``, ``"visualdl"`` or None for a file name."""
+    if tfevents.is_event_file(name):
+        return "tensorboard"
+    if vdlrecords.is_record_file(name):
+        return "visualdl"
+    return None
+
+
+def _run_name(parts: list[str]) -> str:
+    clean = [_BAD_RUN_CHARS.sub("_", p) for p in parts if p not in ("", ".")]
+    clean = ["_" if p == ".." else p for p in clean]
+    return "/".join(clean) or "run"
+
+
+def find_sources(paths: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """Map run names to their ``(file, kind)`` sources, files in name order.
+
+    A directory given contributes one run per directory under it holding event or record files,
+    named by its path relative to the given directory (as TensorBoard names runs); files directly
+    in it form a run named after the directory itself. A file given forms a run named after the
+    directory holding it.
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+        ValueError: a file given is neither kind, or two sources map to one run name.
+    """
+    runs: dict[str, list[tuple[str, str]]] = {}
+    origin: dict[str, str] = {}
+
+    def add(run: str, path: str, kind: str, root: str) -> None:
+        if origin.setdefault(run, root) != root:
+            raise ValueError(
+                f"{root!r} and {origin[run]!r} both give a run named {run!r}; import them into "
+                "different --logdir directories"
+            )
+        runs.setdefault(run, []).append((path, kind))
+
+    for given in paths:
+        if not os.path.exists(given):
+            raise FileNotFoundError(f"{given}: no such file or directory")
+        top = os.path.basename(os.path.abspath(given))
+        if os.path.isfile(given):
+            kind = source_kind(os.path.basename(given))
+            if kind is None:
+                raise ValueError(
+                    f"{given}: not a TensorBoard event file (events.out.tfevents.*) or a "
+                    "VisualDL record file (vdlrecords.*.log)"
+                )
+            parent = os.path.basename(os.path.dirname(os.path.abspath(given)))
+            add(_run_name([parent]), given, kind, given)
+            continue
+        for dirpath, dirnames, filenames in os.walk(given):
+            dirnames.sort()
+            rel = os.path.relpath(dirpath, given)
+            run = _run_name([top] if rel == "." else rel.split(os.sep))
+            for name in sorted(filenames):
+                kind = source_kind(name)
+                if kind is not None:
+                    add(run, os.path.join(dirpath, name), kind, given)
+    for files in runs.values():
+        files.sort(key=lambda f: (f[1], os.path.basename(f[0])))
+    return runs
+
+
+# -- importing ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ImportReport:
+    """What an import did.
+
+    Attributes:
+        runs: run name -> number of scalar points and events written.
+        files: source files read.
+        bytes: source bytes read.
+        records: source records read (valid framing).
+        scalars: scalar points written.
+        events: non-scalar events written.
+        corrupt: ``(file, Corruption)`` for every damaged stretch skipped.
+        skipped: counts of source records or values not imported, by what they were.
+    """
+
+    runs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    files: int = 0
+    bytes: int = 0
+    records: int = 0
+    scalars: int = 0
+    events: int = 0
+    corrupt: list[tuple[str, tfevents.Corruption]] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+class _TagBuffer:
+    """Points of one tag not yet handed to the writer; a step going back (a restart) flushes."""
+
+    __slots__ = ("count", "parts", "top")
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.count = 0
+        self.top: int | None = None
+
+
+class _RunImport:
+    """Writes one run from decoded blocks, keeping restarts (a step going back) as restarts."""
+
+    def __init__(self, writer: recorder.RunWriter, report: ImportReport) -> None:
+        self.writer = writer
+        self.report = report
+        self.tags: dict[str, _TagBuffer] = {}
+        self.bad_tags: set[str] = set()
+        self.scalars = 0
+        self.events = 0
+        self.first_wall: float | None = None
+
+    def add(self, block: tfevents.EventBlock) -> None:
+        if block.first_wall is not None and (
+            self.first_wall is None or block.first_wall < self.first_wall
+        ):
+            self.first_wall = block.first_wall
+        for tag, (steps, walls, values) in block.scalars.items():
+            self._scalars(
+                tag,
+                np.array(steps, dtype=np.int64),
+                np.array(walls, dtype=np.float64),
+                np.array(values, dtype=np.float64),
+            )
+        for kind, tag, step, wall, data in block.events:
+            if tag in self.bad_tags:
+                self.report.skipped[f"{kind} under a tag of another kind"] += 1
+                continue
+            try:
+                self.writer.append_record(kind, tag, step, wall, data)
+            except ValueError as exc:  # the tag already holds another kind
+                self.bad_tags.add(tag)
+                self.report.skipped[f"{kind} under a tag of another kind"] += 1
+                print(f"vdl-stream import: {exc}; skipping those", file=sys.stderr)
+                continue
+            self.events += 1
+
+    def _scalars(self, tag: str, s: np.ndarray, w: np.ndarray, v: np.ndarray) -> None:
+        if tag in self.bad_tags or not len(s):
+            if len(s):
+                self.report.skipped["scalar under a tag of another kind"] += len(s)
+            return
+        buf = self.tags.get(tag)
+        if buf is None:
+            buf = self.tags[tag] = _TagBuffer()
+        # A point whose step is below a step before it in the tag starts a restart (as TensorBoard
+        # purges): points before it are flushed as their own chunk, which readers let the restart
+        # supersede. Equal steps are kept, as TensorBoard keeps them.
+        start = 0
+        while start < len(s):
+            seg = s[start:]
+            running = np.maximum.accumulate(seg)
+            prev = np.empty_like(running)
+            prev[0] = seg[0] if buf.top is None else buf.top
+            prev[1:] = running[:-1] if buf.top is None else np.maximum(running[:-1], buf.top)
+            back = np.nonzero(seg < prev)[0]
+            cut = len(seg) if not len(back) else int(back[0])
+            if cut:
+                end = start + cut
+                buf.parts.append((s[start:end], w[start:end], v[start:end]))
+                buf.count += cut
+                top = int(running[cut - 1])
+                buf.top = top if buf.top is None else max(buf.top, top)
+            if cut == len(seg):
+                break
+            self._flush(tag, buf)
+            buf.top = None
+            start += cut
+        if buf.count >= TAG_BUFFER_POINTS:
+            self._flush(tag, buf)
+
+    def _flush(self, tag: str, buf: _TagBuffer) -> None:
+        if not buf.parts:
+            return
+        cols = [
+            np.concatenate(c) if len(buf.parts) > 1 else buf.parts[0][i]
+            for i, c in enumerate(zip(*buf.parts, strict=True))
+        ]
+        buf.parts = []
+        buf.count = 0
+        try:
+            self.writer.append_scalars(tag, *cols)
+        except ValueError as exc:
+            self.bad_tags.add(tag)
+            self.report.skipped["scalar under a tag of another kind"] += len(cols[0])
+            print(f"vdl-stream import: {exc}; skipping those", file=sys.stderr)
+            return
+        self.scalars += len(cols[0])
+
+    def finish(self) -> None:
+        for tag, buf in self.tags.items():
+            self._flush(tag, buf)
+
+
+def _blocks(path: str, kind: str) -> Iterator[tfevents.EventBlock]:
+    if kind == "tensorboard":
+        return tfevents.read_event_file(path)
+    return vdlrecords.read_record_file(path)
+
+
+def import_runs(
+    paths: list[str],
+    logdir: str | os.PathLike[str],
+    *,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> ImportReport:
+    """Import TensorBoard and VisualDL logs under ``paths`` as runs in ``logdir``.
+
+    Args:
+        paths: event files, record files, or directories holding them (searched recursively).
+        logdir: the log directory the runs are written into.
+        progress: called now and then with ``(bytes done, bytes total, points and events done)``.
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+        ValueError: a file is neither kind, no source was found, or a run already exists.
+    """
+    sources = find_sources(paths)
+    if not sources:
+        raise ValueError(
+            "found no TensorBoard event files (events.out.tfevents.*) or VisualDL record files "
+            f"(vdlrecords.*.log) under {', '.join(paths)}"
+        )
+    logdir = os.fspath(logdir)
+    for run in sources:
+        if os.path.exists(os.path.join(logdir, run)):
+            raise ValueError(
+                f"run {run!r} already exists in {logdir}; import into another --logdir or "
+                "remove it first"
+            )
+    report = ImportReport()
+    total = sum(os.path.getsize(p) for files in sources.values() for p, _ in files)
+    done = decoded = 0
+    for run, files in sources.items():
+        writer = recorder.RunWriter(os.path.join(logdir, run), sync_interval=1e9)
+        with writer:
+            job = _RunImport(writer, report)
+            for path, kind in files:
+                report.files += 1
+                base = done
+                for block in _blocks(path, kind):
+                    job.add(block)
+                    report.records += block.records
+                    report.corrupt.extend((path, c) for c in block.corrupt)
+                    report.skipped.update(block.skipped)
+                    done = base + block.end
+                    decoded += block.scalar_count() + len(block.events)
+                    if progress is not None:
+                        progress(done, total, decoded)
+                done = base + os.path.getsize(path)
+            job.finish()
+            writer.append_record(
+                "meta",
+                None,
+                None,
+                job.first_wall if job.first_wall is not None else time.time(),
+                {
+                    "imported_from": sorted({kind for _, kind in files}),
+                    "source_files": [os.path.abspath(p) for p, _ in files],
+                },
+            )
+        report.runs[run] = (job.scalars, job.events)
+        report.scalars += job.scalars
+        report.events += job.events
+    report.bytes = total
+    if progress is not None:
+        progress(total, total, decoded)
+    return report
+
+
+class ProgressBar:
+    """A one-line progress bar on a stream (stderr), redrawn at most 10 times a second."""
+
+    def __init__(self, stream: TextIO, label: str, width: int = 30) -> None:
+        self.stream = stream
+        self.label = label
+        self.width = width
+        self.last = 0.0
+        self.drawn = False
+
+    def __call__(self, done: int, total: int, items: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self.last < 0.1:
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        fill = int(frac * self.width)
+        self.stream.write(
+            f"\r{self.label} [{'#' * fill}{'.' * (self.width - fill)}] {frac:4.0%} "
+            f"{done / 1e6:.1f}/{total / 1e6:.1f} MB {items:,} events"
+        )
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        """End the bar's line."""
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def add_import_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the arguments of ``vdl-stream import`` to ``parser``."""
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="event/record files or directories holding them"
+    )
+    parser.add_argument("--logdir", required=True, help="directory to write the runs into")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--progress", action="store_true", help="always draw the progress bar (default: on a tty)"
+    )
+    group.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Run ``vdl-stream import``; return 0, 1 if damaged records were skipped, 2 on bad input."""
+    err = sys.stderr
+    show = not args.quiet and (args.progress or err.isatty())
+    bar = ProgressBar(err, "import") if show else None
+    started = time.perf_counter()
+    try:
+        report = import_runs(args.paths, args.logdir, progress=bar)
+    except (FileNotFoundError, ValueError, recorder.RecorderError) as exc:
+        if bar is not None:
+            bar.close()
+        print(f"vdl-stream import: {exc}", file=err)
+        return 2
+    if bar is not None:
+        bar.close()
+    seconds = time.perf_counter() - started
+    for run, (scalars, events) in report.runs.items():
+        print(f"  {run}: {scalars:,} scalar points, {events:,} events", file=err)
+    print(
+        f"imported {len(report.runs)} run(s) from {report.files} file(s) into {args.logdir}: "
+        f"{report.scalars:,} scalar points and {report.events:,} events in {seconds:.2f} s; "
+        f"{len(report.corrupt)} damaged record(s) skipped",
+        file=err,
+    )
+    if report.skipped:
+        parts = ", ".join(f"{what} {n:,}" for what, n in sorted(report.skipped.items()))
+        print(f"not imported: {parts}", file=err)
+    for path, c in report.corrupt[:SHOWN_CORRUPTIONS]:
+        print(f"damaged: {path}: offset {c.offset}: {c.reason} ({c.length} bytes)", file=err)
+    if len(report.corrupt) > SHOWN_CORRUPTIONS:
+        print(f"damaged: ... and {len(report.corrupt) - SHOWN_CORRUPTIONS} more", file=err)
+    return 1 if report.corrupt else 0
+
+
+# -- exporting ---------------------------------------------------------------------------------
+
+
+def export_rows(
+    run_dir: str | os.PathLike[str], pattern: str | None = None
+) -> Iterator[tuple[str, recorder.ScalarSeries | list[tuple[None, float, float]]]]:
+    """Yield ``(tag, series)`` for the scalar tags of a run, then its telemetry fields.
+
+    Scalar series have restarts applied (as the dashboard shows them). Telemetry fields come as
+    lists of ``(None, wall, value)`` under tags ``telemetry/<host>/rank<r>/<field>``. ``pattern``
+    is a regular expression searched in the tag.
+
+    Raises:
+        recorder.NotARunError: ``run_dir`` is not a run.
+        re.error: a bad pattern.
+    """
+    regex = re.compile(pattern) if pattern else None
+    with recorder.RunReader(run_dir) as reader:
+        tags = reader.tags()
+        for tag in sorted(t for t, info in tags.items() if info.kind == "scalars"):
+            if regex is None or regex.search(tag):
+                yield tag, reader.read_scalars(tag)
+        fields: dict[str, list[tuple[None, float, float]]] = {}
+        for record in reader.read_records(kind="telemetry"):
+            data = record.data
+            prefix = f"telemetry/{data.get('host', 'host')}/rank{data.get('rank', 0)}/"
+            for name, value in (data.get("fields") or {}).items():
+                tag = prefix + name
+                if regex is None or regex.search(tag):
+                    fields.setdefault(tag, []).append((None, record.wall, float(value)))
+        yield from sorted(fields.items())
+
+
+def _rows(series: Any) -> Iterator[tuple[int | None, float, float]]:
+    if isinstance(series, list):
+        yield from series
+    else:
+        yield from zip(
+            series.steps.tolist(), series.walls.tolist(), series.values.tolist(), strict=True
+        )
+
+
+def write_csv(rows: Iterator[tuple[str, Any]], out: TextIO) -> int:
+    """Write ``tag,step,wall_time,value`` rows; floats in shortest round-trip form. Returns rows."""
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["tag", "step", "wall_time", "value"])
+    n = 0
+    for tag, series in rows:
+        for step, wall, value in _rows(series):
+            w.writerow([tag, "" if step is None else step, repr(wall), repr(value)])
+            n += 1
+    return n
+
+
+def write_json(rows: Iterator[tuple[str, Any]], out: TextIO) -> int:
+    """Write ``{tag: [[wall_time, step, value], ...]}`` (TensorBoard's JSON rows); NaN/Inf -> null."""
+    n = 0
+    out.write("{")
+    for i, (tag, series) in enumerate(rows):
+        out.write(("," if i else "") + "\n" + json.dumps(tag) + ": [")
+        parts = []
+        for step, wall, value in _rows(series):
+            parts.append(
+                f"[{wall!r}, {'null' if step is None else step}, "
+                f"{repr(value) if math.isfinite(value) else 'null'}]"
+            )
+        n += len(parts)
+        out.write(", ".join(parts) + "]")
+    out.write("\n}\n")
+    return n
+
+
+def add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the arguments of ``vdl-stream export`` to ``parser``."""
+    parser.add_argument("run", metavar="RUN", help="a run directory")
+    parser.add_argument("--format", choices=("csv", "json"), default="csv", help="default: csv")
+    parser.add_argument("--tag", metavar="PATTERN", help="only tags matching this regex")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Run ``vdl-stream export``; return 0, or 2 on bad input."""
+    try:
+        if args.tag:
+            re.compile(args.tag)
+        rows = export_rows(args.run, args.tag)
+        first = next(rows, None)
+    except re.error as exc:
+        print(f"vdl-stream export: --tag is not a valid regular expression: {exc}", file=sys.stderr)
+        return 2
+    except recorder.RecorderError as exc:
+        print(f"vdl-stream export: {exc}", file=sys.stderr)
+        return 2
+
+    def all_rows() -> Iterator[tuple[str, Any]]:
+        if first is not None:
+            yield first
+            yield from rows
+
+    write = write_csv if args.format == "csv" else write_json
+    if args.output:
+        tmp = args.output + ".tmp"
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            n = write(all_rows(), f)
+        os.replace(tmp, args.output)
+    else:
+        out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="")
+        try:
+            n = write(all_rows(), out)
+            out.flush()
+        except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        finally:
+            out.detach()
+    if first is None:
+        print(f"vdl-stream export: no scalar tags in {args.run} match", file=sys.stderr)
+    else:
+        print(f"exported {n:,} rows", file=sys.stderr)
+    return 0

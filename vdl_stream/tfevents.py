@@ -1,0 +1,860 @@
+"""TensorBoard event files: TFRecord framing with masked CRC-32C, and the Event/Summary protobufs.
+
+No TensorFlow and no protobuf package: the framing and the few messages needed are decoded by hand
+from the protobuf wire format. The core is I/O-free (functions over bytes and numpy arrays); only
+:func:`read_event_file` touches a file.
+
+A TFRecord file is a sequence of records, each::
+
+    length      u64 little-endian
+    length_crc  u32 little-endian   masked CRC-32C of the 8 length bytes
+    payload     length bytes        one serialized tensorflow.Event
+    data_crc    u32 little-endian   masked CRC-32C of the payload
+
+where ``masked(c) = ((c >> 15) | (c << 17)) + 0xA282EAD8 (mod 2**32)``. CRCs are checked for many
+records at once with numpy (:func:`crc32c_many`), so checking costs little next to decoding.
+
+Decoded (field numbers from tensorflow/core/util/event.proto and framework/summary.proto)::
+
+    Event         wall_time double = 1, step int64 = 2, summary Summary = 5 (others are skipped)
+    Summary       value Value = 1 (repeated)
+    Value         tag string = 1, simple_value float = 2, image Image = 4, histo HistogramProto = 5,
+                  audio Audio = 6, tensor TensorProto = 8, metadata SummaryMetadata = 9
+    Metadata      plugin_data PluginData = 1 { plugin_name string = 1 }
+    Histogram     min = 1, max = 2, num = 3, sum = 4, sum_squares = 5 (double),
+                  bucket_limit = 6, bucket = 7 (repeated double, packed or not)
+    Image         height int32 = 1, width int32 = 2, colorspace int32 = 3, encoded_image_string = 4
+    Audio         sample_rate float = 1, num_channels = 2, length_frames = 3 (int64),
+                  encoded_audio_string = 4, content_type string = 5
+    TensorProto   dtype = 1, tensor_shape = 2 { dim = 2 { size = 1 } }, tensor_content bytes = 4,
+                  float_val = 5, double_val = 6, int_val = 7, string_val = 8, int64_val = 10
+
+What becomes what: ``simple_value`` and one-element numeric tensors of the ``scalars`` plugin (or of
+no plugin) are scalars; ``histo`` and ``histograms``-plugin tensors (``[k, 3]`` rows of left edge,
+right edge, count) are histograms; ``image`` and ``images``-plugin tensors (``[width, height,
+encoded...]``) are images (the first image of a batch); ``text``-plugin string tensors are text
+(elements joined by newlines); ``audio`` is audio. Everything else (graphs, run metadata, session
+logs, other plugins) is counted as skipped, by name.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Records decoded per :class:`EventBlock` (at most).
+BLOCK_RECORDS = 65536
+#: Payload bytes per block (at most; one larger record gets a block of its own).
+BLOCK_BYTES = 16 << 20
+#: Records longer than this are refused as damage (TensorBoard's own limit is far lower in practice).
+MAX_RECORD = 1 << 31
+HEADER = 12  # length u64 + length crc u32
+FOOTER = 4
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_F32 = struct.Struct("<f")
+_F64 = struct.Struct("<d")
+_MASK_DELTA = 0xA282EAD8
+
+# -- CRC-32C (Castagnoli) ----------------------------------------------------------------------
+
+
+def _make_table() -> np.ndarray:
+    t = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        t = np.where(t & 1, (t >> 1) ^ np.uint32(0x82F63B78), t >> 1).astype(np.uint32)
+    return t
+
+
+_TABLE = _make_table()
+_TABLE_LIST = _TABLE.tolist()
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """Return the CRC-32C of ``data`` (plain Python; the reference for :func:`crc32c_many`)."""
+    crc = 0xFFFFFFFF
+    table = _TABLE_LIST
+    for b in bytes(data):
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def mask(crc: int | np.ndarray) -> Any:
+    """Apply TFRecord's CRC mask to one CRC or an array of them (uint32)."""
+    if isinstance(crc, np.ndarray):
+        c = crc.astype(np.uint32)
+        return ((c >> np.uint32(15)) | (c << np.uint32(17))) + np.uint32(_MASK_DELTA)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
+    """Return the masked CRC-32C of ``data`` as TFRecord stores it."""
+    return mask(crc32c(data))
+
+
+_ZERO_TABLES: dict[int, np.ndarray] = {}
+
+
+def _zero_tables(lane: int) -> np.ndarray:
+    """Tables ``z[i][v]``: the CRC state ``v << 8i`` advanced over ``lane`` zero bytes (linear)."""
+    z = _ZERO_TABLES.get(lane)
+    if z is None:
+        rows = []
+        for i in range(4):
+            s = np.arange(256, dtype=np.uint32) << np.uint32(8 * i)
+            for _ in range(lane):
+                s = _TABLE[s & 0xFF] ^ (s >> np.uint32(8))
+            rows.append(s)
+        z = _ZERO_TABLES[lane] = np.stack(rows)
+    return z
+
+
+def _crc_group(buf: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, lane: int) -> np.ndarray:
+    """CRC-32C of records all at least 4 bytes long, computed lane-parallel.
+
+    Each record is left-padded with zeros to a whole number of ``lane``-byte lanes. With the
+    register starting at 0 leading zeros change nothing, and starting at 0xFFFFFFFF is the same as
+    starting at 0 with the first four message bytes inverted. So every lane's CRC is computed at
+    once (one numpy pass per byte column), and the lanes of a record are folded left to right with
+    ``crc(A || B) = zero_advance(crc(A), len(B)) ^ crc(B)``.
+    """
+    n = len(offsets)
+    lanes = np.maximum((lengths + lane - 1) // lane, 1)
+    padded = lanes * lane
+    starts = np.cumsum(padded) - padded
+    dst = starts + padded - lengths
+    flat = np.zeros(int(padded.sum()), dtype=np.uint8)
+    if n > 64 and int(lengths.max()) <= 1024:
+        total = int(lengths.sum())
+        rec = np.repeat(np.arange(n), lengths)
+        within = np.arange(total, dtype=np.int64) - (np.cumsum(lengths) - lengths)[rec]
+        flat[dst[rec] + within] = buf[offsets[rec] + within]
+    else:
+        for o, d, k in zip(offsets.tolist(), dst.tolist(), lengths.tolist(), strict=True):
+            flat[d : d + k] = buf[o : o + k]
+    for k in range(4):
+        flat[dst + k] ^= 0xFF
+    m = flat.reshape(-1, lane)
+    s = np.zeros(len(m), dtype=np.uint32)
+    eight = np.uint32(8)
+    for j in range(lane):
+        s = _TABLE[(s ^ m[:, j]) & 0xFF] ^ (s >> eight)
+    first = starts // lane
+    acc = s[first]
+    multi = np.nonzero(lanes > 1)[0]
+    if len(multi):
+        z = _zero_tables(lane)
+        multi = multi[np.argsort(-lanes[multi], kind="stable")]
+        counts = lanes[multi]
+        for k in range(1, int(counts[0])):
+            sel = multi[: int(np.searchsorted(-counts, -k, side="left"))]
+            a = acc[sel]
+            a = z[0][a & 0xFF] ^ z[1][(a >> eight) & 0xFF] ^ z[2][(a >> 16) & 0xFF] ^ z[3][a >> 24]
+            acc[sel] = a ^ s[first[sel] + k]
+    return acc ^ np.uint32(0xFFFFFFFF)
+
+
+def crc32c_many(
+    buf: bytes | bytearray | memoryview | np.ndarray, offsets: Any, lengths: Any
+) -> np.ndarray:
+    """Return the CRC-32C of ``buf[o:o+n]`` for every ``(o, n)`` pair, as a uint32 array.
+
+    Vectorized with numpy: short records are processed 64 bytes per lane, long ones 4096.
+    """
+    data = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    out = np.zeros(len(offsets), dtype=np.uint32)
+    tiny = lengths < 4
+    for i in np.nonzero(tiny)[0].tolist():
+        out[i] = crc32c(data[offsets[i] : offsets[i] + lengths[i]].tobytes())
+    for lo, hi, lane in ((4, 1024, 64), (1024, None, 4096)):
+        sel = (lengths >= lo) if hi is None else ((lengths >= lo) & (lengths < hi))
+        idx = np.nonzero(sel)[0]
+        if len(idx):
+            out[idx] = _crc_group(data, offsets[idx], lengths[idx], lane)
+    return out
+
+
+def encode_record(payload: bytes) -> bytes:
+    """Frame ``payload`` as one TFRecord (length, masked CRCs), as TensorFlow writes it."""
+    length = _U64.pack(len(payload))
+    return b"".join(
+        (
+            length,
+            _U32.pack(masked_crc32c(length)),
+            payload,
+            _U32.pack(masked_crc32c(payload)),
+        )
+    )
+
+
+# -- framing -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """A damaged stretch of a file that was skipped.
+
+    Attributes:
+        offset: byte offset of the damage in the file.
+        length: bytes skipped.
+        reason: what was wrong, e.g. ``"payload checksum mismatch"``.
+    """
+
+    offset: int
+    length: int
+    reason: str
+
+
+@dataclass
+class Frames:
+    """Records found in a buffer: payload offsets and lengths, with damage and the end reached."""
+
+    offsets: np.ndarray
+    lengths: np.ndarray
+    corrupt: list[Corruption]
+    end: int  # bytes consumed: the next record (or the torn tail) starts here
+
+
+def _header_crcs_ok(data: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    stored = (
+        data[positions + 8].astype(np.uint32)
+        | (data[positions + 9].astype(np.uint32) << 8)
+        | (data[positions + 10].astype(np.uint32) << 16)
+        | (data[positions + 11].astype(np.uint32) << 24)
+    )
+    return mask(crc32c_many(data, positions, np.full(len(positions), 8))) == stored
+
+
+def _u32_at(data: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    return (
+        data[positions].astype(np.uint32)
+        | (data[positions + 1].astype(np.uint32) << 8)
+        | (data[positions + 2].astype(np.uint32) << 16)
+        | (data[positions + 3].astype(np.uint32) << 24)
+    )
+
+
+def _resync(data: np.ndarray, start: int, size: int) -> int:
+    """Return the first offset at or after ``start`` holding a valid record header, or ``size``."""
+    window = 1 << 20
+    pos = start
+    while pos + HEADER <= size:
+        hi = min(pos + window, size - HEADER + 1)
+        cand = np.arange(pos, hi, dtype=np.int64)
+        ok = np.nonzero(_header_crcs_ok(data, cand))[0]
+        if len(ok):
+            return int(cand[ok[0]])
+        pos = hi
+    return size
+
+
+def scan_frames(
+    buf: bytes | bytearray | memoryview | np.ndarray,
+    start: int = 0,
+    max_records: int = BLOCK_RECORDS,
+    max_bytes: int = BLOCK_BYTES,
+    final: bool = True,
+) -> Frames:
+    """Find the valid records of ``buf`` from ``start`` on, checking both checksums of each.
+
+    Stops after ``max_records`` records or ``max_bytes`` payload bytes, or at an incomplete record
+    at the end (a torn tail: ``end`` points at it, and nothing is reported for it). A header whose
+    checksum fails is damage: the bytes up to the next valid header are skipped and reported. A
+    payload whose checksum fails is reported and skipped (its length was checked). With
+    ``final=False`` damage in the last incomplete stretch is left for a later call.
+    """
+    data = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+    size = len(data)
+    raw = memoryview(data)
+    offsets: list[int] = []
+    lengths: list[int] = []
+    corrupt: list[Corruption] = []
+    pos = start
+    nbytes = 0
+    while len(offsets) < max_records and nbytes < max_bytes:
+        # Optimistic pass: walk the lengths, then check the header CRCs of all at once.
+        heads: list[int] = []
+        sizes: list[int] = []
+        p = pos
+        budget = max_records - len(offsets)
+        while len(heads) < budget and p + HEADER <= size:
+            (n,) = _U64.unpack_from(raw, p)
+            heads.append(p)
+            sizes.append(n)
+            if n > MAX_RECORD or p + HEADER + n + FOOTER > size:
+                break
+            p += HEADER + n + FOOTER
+            if nbytes + p - pos >= max_bytes:
+                break
+        if not heads:
+            break
+        hpos = np.array(heads, dtype=np.int64)
+        good = _header_crcs_ok(data, hpos)
+        bad = np.nonzero(~good)[0]
+        n_good = int(bad[0]) if len(bad) else len(heads)
+        # Of the records with good headers, the last may be incomplete (torn tail).
+        complete = n_good
+        torn = False
+        if n_good and (
+            sizes[n_good - 1] > MAX_RECORD
+            or heads[n_good - 1] + HEADER + sizes[n_good - 1] + FOOTER > size
+        ):
+            complete = n_good - 1
+            torn = True
+        if complete:
+            hp = hpos[:complete]
+            ln = np.array(sizes[:complete], dtype=np.int64)
+            payload_at = hp + HEADER
+            stored = _u32_at(data, payload_at + ln)
+            ok = mask(crc32c_many(data, payload_at, ln)) == stored
+            for i in np.nonzero(~ok)[0].tolist():
+                corrupt.append(
+                    Corruption(heads[i], HEADER + sizes[i] + FOOTER, "payload checksum mismatch")
+                )
+            offsets.extend(payload_at[ok].tolist())
+            lengths.extend(ln[ok].tolist())
+            nbytes += int(ln.sum())
+            pos = heads[complete - 1] + HEADER + sizes[complete - 1] + FOOTER
+        if torn:
+            if sizes[n_good - 1] > MAX_RECORD:  # a valid header with an absurd length
+                nxt = _resync(data, pos + 1, size)
+                corrupt.append(Corruption(pos, nxt - pos, "record length out of range"))
+                pos = nxt
+                continue
+            break  # wait for the rest of the record (or report it as truncated at the end)
+        if complete < len(heads):  # a header checksum failed at heads[complete]
+            nxt = _resync(data, pos + 1, size)
+            if nxt >= size - HEADER and not final:
+                break
+            corrupt.append(Corruption(pos, nxt - pos, "header checksum mismatch"))
+            pos = nxt
+    return Frames(
+        np.array(offsets, dtype=np.int64), np.array(lengths, dtype=np.int64), corrupt, pos
+    )
+
+
+# -- protobuf wire format ----------------------------------------------------------------------
+
+
+class DecodeError(ValueError):
+    """A payload is not a well-formed protobuf message of the expected type."""
+
+
+def _varint(b: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        byte = b[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varint longer than 10 bytes")
+
+
+def _skip(b: bytes, pos: int, wire: int) -> int:
+    if wire == 0:
+        return _varint(b, pos)[1]
+    if wire == 1:
+        return pos + 8
+    if wire == 2:
+        n, pos = _varint(b, pos)
+        return pos + n
+    if wire == 5:
+        return pos + 4
+    raise DecodeError(f"unsupported wire type {wire}")
+
+
+def wire_fields(b: bytes) -> list[tuple[int, int, Any]]:
+    """Split a message into ``(field, wire type, value)``; length-delimited values as bytes."""
+    out = []
+    pos = 0
+    n = len(b)
+    while pos < n:
+        key, pos = _varint(b, pos)
+        fnum, wire = key >> 3, key & 7
+        if wire == 0:
+            v, pos = _varint(b, pos)
+        elif wire == 1:
+            v = b[pos : pos + 8]
+            pos += 8
+        elif wire == 2:
+            k, pos = _varint(b, pos)
+            v = b[pos : pos + k]
+            pos += k
+        elif wire == 5:
+            v = b[pos : pos + 4]
+            pos += 4
+        else:
+            raise DecodeError(f"unsupported wire type {wire}")
+        if pos > n:
+            raise DecodeError("message truncated")
+        out.append((fnum, wire, v))
+    return out
+
+
+def packed_doubles(items: list[tuple[int, Any]]) -> list[float]:
+    """Repeated double values, packed (wire 2) or not (wire 1)."""
+    out: list[float] = []
+    for wire, v in items:
+        if wire == 2:
+            if len(v) % 8:
+                raise DecodeError("packed doubles not a multiple of 8 bytes")
+            out.extend(np.frombuffer(v, dtype="<f8").tolist())
+        elif wire == 1:
+            out.append(_F64.unpack(v)[0])
+    return out
+
+
+def _floats(items: list[tuple[int, Any]]) -> list[float]:
+    out: list[float] = []
+    for wire, v in items:
+        if wire == 2:
+            if len(v) % 4:
+                raise DecodeError("packed floats not a multiple of 4 bytes")
+            out.extend(np.frombuffer(v, dtype="<f4").astype(np.float64).tolist())
+        elif wire == 5:
+            out.append(_F32.unpack(v)[0])
+    return out
+
+
+def _varints(items: list[tuple[int, Any]], signed64: bool = True) -> list[int]:
+    out: list[int] = []
+    for wire, v in items:
+        if wire == 2:
+            pos = 0
+            while pos < len(v):
+                x, pos = _varint(v, pos)
+                out.append(x)
+        elif wire == 0:
+            out.append(v)
+    if signed64:
+        out = [x - (1 << 64) if x >= 1 << 63 else x for x in out]
+    return out
+
+
+def group_fields(fields: list[tuple[int, int, Any]]) -> dict[int, list[tuple[int, Any]]]:
+    """Group :func:`wire_fields` output by field number: ``{field: [(wire type, value), ...]}``."""
+    out: dict[int, list[tuple[int, Any]]] = {}
+    for fnum, wire, v in fields:
+        out.setdefault(fnum, []).append((wire, v))
+    return out
+
+
+def last_field(g: dict[int, list[tuple[int, Any]]], fnum: int, default: Any = None) -> Any:
+    """The value of field ``fnum`` (the last one wins, as protobuf merges), or ``default``."""
+    items = g.get(fnum)
+    return items[-1][1] if items else default
+
+
+# TensorFlow DataType numbers and their numpy little-endian types.
+_DTYPES = {
+    1: "<f4",  # DT_FLOAT
+    2: "<f8",  # DT_DOUBLE
+    3: "<i4",  # DT_INT32
+    4: "u1",  # DT_UINT8
+    5: "<i2",  # DT_INT16
+    6: "i1",  # DT_INT8
+    9: "<i8",  # DT_INT64
+    10: "u1",  # DT_BOOL
+    19: "<f2",  # DT_HALF
+}
+DT_STRING = 7
+
+
+@dataclass
+class Tensor:
+    """A decoded TensorProto: ``dtype`` number, ``shape``, and numbers or byte strings."""
+
+    dtype: int
+    shape: tuple[int, ...]
+    numbers: np.ndarray | None = None
+    strings: list[bytes] | None = None
+
+
+def decode_tensor(b: bytes) -> Tensor:
+    """Decode a TensorProto of a numeric or string dtype.
+
+    Raises:
+        DecodeError: malformed bytes, or a dtype this decoder does not know.
+    """
+    g = group_fields(wire_fields(b))
+    dtype = last_field(g, 1, 0)
+    shape: list[int] = []
+    shape_msg = last_field(g, 2)
+    if shape_msg is not None:
+        for wire, dim in group_fields(wire_fields(shape_msg)).get(2, []):
+            if wire == 2:
+                shape.append(last_field(group_fields(wire_fields(dim)), 1, 0))
+    if dtype == DT_STRING:
+        return Tensor(dtype, tuple(shape), strings=[v for w, v in g.get(8, []) if w == 2])
+    np_type = _DTYPES.get(dtype)
+    if np_type is None:
+        raise DecodeError(f"tensor dtype {dtype} is not supported")
+    content = last_field(g, 4)
+    if content:
+        numbers = np.frombuffer(content, dtype=np_type).astype(np.float64)
+    elif dtype == 1:
+        numbers = np.array(_floats(g.get(5, [])), dtype=np.float64)
+    elif dtype == 2:
+        numbers = np.array(packed_doubles(g.get(6, [])), dtype=np.float64)
+    elif dtype == 9:
+        numbers = np.array(_varints(g.get(10, [])), dtype=np.float64)
+    elif dtype == 19:  # half_val: the bits of each half in an int32
+        bits = np.array(_varints(g.get(13, []), signed64=False), dtype=np.uint16)
+        numbers = bits.view("<f2").astype(np.float64)
+    else:
+        vals = _varints(g.get(7, []))
+        numbers = np.array([x - (1 << 32) if x >= 1 << 31 else x for x in vals], np.float64)
+    return Tensor(dtype, tuple(shape), numbers=numbers)
+
+
+def image_format(data: bytes) -> str:
+    """Name the encoding of an image from its first bytes: png, jpeg, gif, webp or unknown."""
+    if data.startswith(b"\x89PNG"):
+        return "png"
+    if data.startswith(b"\xff\xd8"):
+        return "jpeg"
+    if data.startswith(b"GIF8"):
+        return "gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return "unknown"
+
+
+def histogram_event(
+    edges: np.ndarray,
+    counts: np.ndarray,
+    *,
+    hmin: float | None,
+    hmax: float | None,
+    num: float,
+    total: float,
+    sum_sq: float,
+) -> dict[str, Any]:
+    """Build the data of a ``histogram`` event (docs/protocol.md) from bucket edges and counts."""
+    return {
+        "edges": np.asarray(edges, dtype="<f8").tobytes(),
+        "counts": np.asarray(counts, dtype="<f8").tobytes(),
+        "num": int(num),
+        "nan": 0,
+        "inf": 0,
+        "min": hmin,
+        "max": hmax,
+        "sum": float(total),
+        "sum_sq": float(sum_sq),
+    }
+
+
+_HUGE = 1e300  # TensorFlow's outer bucket limits are +-DBL_MAX
+
+
+def _histo(b: bytes) -> dict[str, Any]:
+    g = group_fields(wire_fields(b))
+
+    def dbl(f: int) -> float:
+        v = last_field(g, f)
+        return _F64.unpack(v)[0] if v is not None else 0.0
+
+    hmin, hmax, num, total, sum_sq = dbl(1), dbl(2), dbl(3), dbl(4), dbl(5)
+    limits = np.array(packed_doubles(g.get(6, [])), dtype=np.float64)
+    counts = np.array(packed_doubles(g.get(7, [])), dtype=np.float64)
+    if len(limits) != len(counts):
+        raise DecodeError(f"histogram has {len(limits)} limits and {len(counts)} buckets")
+    # bucket i covers (limits[i-1], limits[i]]; the first starts at the minimum.
+    left = hmin if not len(limits) or hmin <= limits[0] else limits[0]
+    edges = np.concatenate([[left], limits])
+    if num:
+        edges[edges >= _HUGE] = hmax
+        edges[edges <= -_HUGE] = hmin
+    return histogram_event(edges, counts, hmin=hmin, hmax=hmax, num=num, total=total, sum_sq=sum_sq)
+
+
+def _tensor_histogram(t: Tensor) -> dict[str, Any]:
+    if t.numbers is None or t.numbers.size % 3:
+        raise DecodeError("a histograms tensor must have shape [k, 3]")
+    rows = t.numbers.reshape(-1, 3)
+    counts = rows[:, 2]
+    edges = np.concatenate([rows[:1, 0], rows[:, 1]]) if len(rows) else np.zeros(1)
+    centers = (rows[:, 0] + rows[:, 1]) / 2
+    nonzero = rows[counts > 0]
+    return histogram_event(
+        edges,
+        counts,
+        hmin=float(nonzero[0, 0]) if len(nonzero) else None,
+        hmax=float(nonzero[-1, 1]) if len(nonzero) else None,
+        num=float(counts.sum()),
+        total=float((centers * counts).sum()),
+        sum_sq=float((centers * centers * counts).sum()),
+    )
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+@dataclass
+class EventBlock:
+    """What a run of records decoded into.
+
+    Attributes:
+        scalars: tag -> ``(steps, walls, values)`` lists, in file order.
+        events: ``(kind, tag, step, wall, data)`` tuples of non-scalar events, in file order;
+            ``data`` is the event's kind-specific map (docs/protocol.md).
+        corrupt: damaged stretches skipped (framing) or records that did not decode.
+        skipped: counts of records or values not imported, by what they were.
+        records: records read (valid framing), including skipped ones.
+        end: the file offset up to which this block consumed bytes.
+        first_wall: the smallest wall time seen (None when no event had one).
+    """
+
+    scalars: dict[str, tuple[list[int], list[float], list[float]]] = field(default_factory=dict)
+    events: list[tuple[str, str | None, int | None, float, dict[str, Any]]] = field(
+        default_factory=list
+    )
+    corrupt: list[Corruption] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    records: int = 0
+    end: int = 0
+    first_wall: float | None = None
+
+    def add_scalar(self, tag: str, step: int, wall: float, value: float) -> None:
+        """Append one scalar point of ``tag``."""
+        cols = self.scalars.get(tag)
+        if cols is None:
+            cols = self.scalars[tag] = ([], [], [])
+        cols[0].append(step)
+        cols[1].append(wall)
+        cols[2].append(value)
+
+    def scalar_count(self) -> int:
+        """The number of scalar points in the block."""
+        return sum(len(cols[0]) for cols in self.scalars.values())
+
+
+def _decode_value(block: EventBlock, v: bytes, step: int, wall: float) -> None:
+    """Decode one Summary.Value into ``block``."""
+    # Fast path for tensorboardX's add_scalar: tag (field 1) then simple_value (field 2), nothing else.
+    if v[0] == 0x0A:
+        n = v[1]
+        if n < 0x80 and len(v) == n + 7 and v[n + 2] == 0x15:
+            block.add_scalar(v[2 : n + 2].decode(), step, wall, _F32.unpack_from(v, n + 3)[0])
+            return
+    g = group_fields(wire_fields(v))
+    tag = last_field(g, 1, b"").decode()
+    if not tag:
+        tag = last_field(g, 7, b"").decode()  # node_name, in very old files
+    if not tag:
+        block.skipped["value without a tag"] += 1
+        return
+    plugin = ""
+    meta = last_field(g, 9)
+    if meta is not None:
+        pdata = last_field(group_fields(wire_fields(meta)), 1)
+        if pdata is not None:
+            plugin = last_field(group_fields(wire_fields(pdata)), 1, b"").decode()
+    simple = last_field(g, 2)
+    if simple is not None:
+        block.add_scalar(tag, step, wall, _F32.unpack(simple)[0])
+        return
+    histo = last_field(g, 5)
+    if histo is not None:
+        block.events.append(("histogram", tag, step, wall, _histo(histo)))
+        return
+    image = last_field(g, 4)
+    if image is not None:
+        ig = group_fields(wire_fields(image))
+        data = last_field(ig, 4, b"")
+        block.events.append(
+            (
+                "image",
+                tag,
+                step,
+                wall,
+                {
+                    "format": image_format(data),
+                    "data": bytes(data),
+                    "width": last_field(ig, 2, 0),
+                    "height": last_field(ig, 1, 0),
+                    "channels": last_field(ig, 3, 0),
+                },
+            )
+        )
+        return
+    audio = last_field(g, 6)
+    if audio is not None:
+        ag = group_fields(wire_fields(audio))
+        rate = last_field(ag, 1)
+        block.events.append(
+            (
+                "audio",
+                tag,
+                step,
+                wall,
+                {
+                    "format": (last_field(ag, 5, b"audio/wav").decode().split("/")[-1] or "wav"),
+                    "data": bytes(last_field(ag, 4, b"")),
+                    "sample_rate": _F32.unpack(rate)[0] if rate is not None else None,
+                    "channels": last_field(ag, 2, 0),
+                    "frames": last_field(ag, 3, 0),
+                },
+            )
+        )
+        return
+    tensor = last_field(g, 8)
+    if tensor is None:
+        block.skipped["value of another type"] += 1
+        return
+    t = decode_tensor(tensor)
+    if plugin in ("scalars", "") and t.numbers is not None and t.numbers.size == 1:
+        block.add_scalar(tag, step, wall, float(t.numbers[0]))
+    elif plugin == "histograms" and t.numbers is not None:
+        block.events.append(("histogram", tag, step, wall, _tensor_histogram(t)))
+    elif plugin == "images" and t.strings is not None and len(t.strings) >= 3:
+        data = bytes(t.strings[2])
+        block.events.append(
+            (
+                "image",
+                tag,
+                step,
+                wall,
+                {
+                    "format": image_format(data),
+                    "data": data,
+                    "width": int(t.strings[0] or 0),
+                    "height": int(t.strings[1] or 0),
+                },
+            )
+        )
+    elif plugin == "text" and t.strings is not None:
+        text = "\n".join(s.decode("utf-8", "replace") for s in t.strings)
+        block.events.append(("text", tag, step, wall, {"text": text}))
+    else:
+        block.skipped[f"plugin {plugin or 'none'}"] += 1
+
+
+def decode_event(payload: bytes, block: EventBlock) -> None:
+    """Decode one serialized ``tensorflow.Event`` into ``block``.
+
+    Raises:
+        DecodeError: the payload is not a well-formed Event (also IndexError/struct.error/
+            UnicodeDecodeError from deep inside; :func:`decode_records` turns all into damage).
+    """
+    pos = 0
+    n = len(payload)
+    wall = 0.0
+    step = 0
+    summary = None
+    what = None
+    while pos < n:
+        key = payload[pos]
+        if key == 0x09:
+            wall = _F64.unpack_from(payload, pos + 1)[0]
+            pos += 9
+        elif key == 0x10:
+            step, pos = _varint(payload, pos + 1)
+            if step >= 1 << 63:
+                step -= 1 << 64
+        elif key == 0x2A:
+            k, pos = _varint(payload, pos + 1)
+            summary = payload[pos : pos + k]
+            pos += k
+        else:
+            key, pos = _varint(payload, pos)
+            if key >> 3 == 3:
+                what = "file_version"
+            elif what is None:
+                what = {
+                    4: "graph_def",
+                    6: "log_message",
+                    7: "session_log",
+                    8: "tagged_run_metadata",
+                    9: "meta_graph_def",
+                }.get(key >> 3, f"event field {key >> 3}")
+            pos = _skip(payload, pos, key & 7)
+    if pos != n:
+        raise DecodeError("event truncated")
+    if block.first_wall is None or wall < block.first_wall:
+        block.first_wall = wall
+    if summary is None:
+        block.skipped[what or "empty event"] += 1
+        return
+    spos = 0
+    sn = len(summary)
+    while spos < sn:
+        key, spos = _varint(summary, spos)
+        if key == 0x0A:
+            k, spos = _varint(summary, spos)
+            _decode_value(block, summary[spos : spos + k], step, wall)
+            spos += k
+        else:
+            spos = _skip(summary, spos, key & 7)
+    if spos != sn:
+        raise DecodeError("summary truncated")
+
+
+_DECODE_ERRORS = (DecodeError, IndexError, struct.error, UnicodeDecodeError, ValueError)
+
+
+def decode_records(
+    buf: bytes | mmap.mmap, frames: Frames, block: EventBlock, base: int = 0
+) -> EventBlock:
+    """Decode the payloads ``frames`` found in ``buf`` into ``block`` (damage recorded there)."""
+    block.corrupt.extend(frames.corrupt)
+    for o, n in zip(frames.offsets.tolist(), frames.lengths.tolist(), strict=True):
+        block.records += 1
+        try:
+            decode_event(buf[o : o + n], block)
+        except _DECODE_ERRORS as exc:
+            block.corrupt.append(Corruption(base + o - HEADER, n + HEADER + FOOTER, str(exc)))
+    block.end = base + frames.end
+    return block
+
+
+def read_event_file(path: str | os.PathLike[str], block_records: int = BLOCK_RECORDS) -> Any:
+    """Yield :class:`EventBlock` s decoded from a TensorBoard event file, in file order.
+
+    Checksums are verified; damaged records are skipped and listed in ``corrupt``. An incomplete
+    record at the end (the file was still being written, or cut off) is reported as a
+    :class:`Corruption` with reason ``"truncated record at end of file"``.
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            data = np.frombuffer(mm, dtype=np.uint8)
+            try:
+                pos = 0
+                while pos < size:
+                    frames = scan_frames(data, pos, max_records=block_records)
+                    block = decode_records(mm, frames, EventBlock())
+                    if frames.end == pos and not frames.corrupt and not len(frames.offsets):
+                        block.corrupt.append(
+                            Corruption(pos, size - pos, "truncated record at end of file")
+                        )
+                        block.end = size
+                        yield block
+                        break
+                    pos = frames.end
+                    yield block
+            finally:
+                del data  # release the buffer before the mmap closes
+
+
+def is_event_file(name: str) -> bool:
+    """Return whether a file name looks like a TensorBoard event file."""
+    return "tfevents" in name and not name.endswith((".tmp", ".lock"))
