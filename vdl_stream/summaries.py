@@ -38,6 +38,7 @@ GRID_COLUMNS = 8
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_COLOR_TYPE = {1: 0, 3: 2, 4: 6}  # channels -> grey, RGB, RGBA
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+_FLOAT_MAX = float(np.finfo(np.float64).max)
 _MINIMUM_COUNT = 1e-7  # keeps precision/recall finite on empty buckets, as TensorBoard does
 
 
@@ -157,17 +158,28 @@ def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
             "sum_sq": 0.0,
         }
     vmin, vmax = lo, hi
-    if lo == hi:
-        lo, hi = lo - 0.5, hi + 0.5
-    # One multiply and a bincount instead of np.histogram's per-element edge checks.
-    scaled = arr - lo
-    scaled *= n / (hi - lo)
-    counts = np.bincount(scaled.astype(np.intp), minlength=n + 1)
-    counts[n - 1] += counts[n]  # the maximum lands at n: it belongs to the last, closed bin
-    edges = np.arange(n + 1, dtype=np.float64)
-    edges *= (hi - lo) / n
-    edges += lo
+    if not math.isfinite(n / (hi - lo) if hi > lo else math.inf):
+        # One value, or a range too narrow for distinct edges: ±0.5 as numpy (relatively more
+        # for values beyond 1e8, where ±0.5 would round away).
+        pad = max(0.5, abs(lo) * 1e-9, abs(hi) * 1e-9)
+        lo, hi = max(lo - pad, -_FLOAT_MAX), min(hi + pad, _FLOAT_MAX)
+    if math.isfinite(hi - lo):
+        # One multiply and a bincount instead of np.histogram's per-element edge checks.
+        scaled = arr - lo
+        scaled *= n / (hi - lo)
+        counts = np.bincount(scaled.astype(np.intp), minlength=n + 1)
+        counts[n - 1] += counts[n]  # the maximum lands at n: it belongs to the last, closed bin
+        edges = np.arange(n + 1, dtype=np.float64)
+        edges[:n] *= (hi - lo) / n  # edges[n] is set to hi below: n * step may round past 1.8e308
+        edges += lo
+    else:  # the range overflows a float64 (values near ±1.8e308): interpolate, then search
+        t = np.arange(n + 1) / n
+        edges = lo * (1 - t) + hi * t
+        index = np.searchsorted(edges, arr, side="right") - 1
+        counts = np.bincount(np.clip(index, 0, n - 1), minlength=n + 1)
     edges[n] = hi
+    with np.errstate(over="ignore"):  # a sum past 1.8e308 is recorded as inf
+        total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
     return {
         "edges": _f8(edges),
         "counts": _f8(counts[:n]),
@@ -176,8 +188,8 @@ def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
         "inf": inf,
         "min": vmin,
         "max": vmax,
-        "sum": float(arr.sum()),
-        "sum_sq": float(np.dot(arr, arr)),
+        "sum": total,
+        "sum_sq": total_sq,
     }
 
 
@@ -468,10 +480,12 @@ def curve_counts(
         )
     bad = (truth != 0) & (truth != 1)
     if bad.any():
-        raise ValueError(f"labels must be 0 or 1 (or bool), got {truth[bad][0]!r}")
+        raise ValueError(f"labels must be 0 or 1 (or bool), got {float(truth[bad][0])!r}")
     bad = ~((scores >= 0) & (scores <= 1))
     if bad.any():
-        raise ValueError(f"predictions must be probabilities in [0, 1], got {scores[bad][0]!r}")
+        raise ValueError(
+            f"predictions must be probabilities in [0, 1], got {float(scores[bad][0])!r}"
+        )
     if weights is None:
         weight = np.ones_like(truth)
     else:
@@ -485,7 +499,9 @@ def curve_counts(
             )
         bad = ~((weight >= 0) & np.isfinite(weight))
         if bad.any():
-            raise ValueError(f"weights must be finite and non-negative, got {weight[bad][0]!r}")
+            raise ValueError(
+                f"weights must be finite and non-negative, got {float(weight[bad][0])!r}"
+            )
     bucket = np.floor(scores * (n - 1)).astype(np.intp)
     tp_buckets = np.bincount(bucket, weights=truth * weight, minlength=n)
     fp_buckets = np.bincount(bucket, weights=(1.0 - truth) * weight, minlength=n)
