@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Predicates are passed as functions, never as expression strings: Playwright evaluates strings
+# with eval(), which the page's Content-Security-Policy rightly forbids.
+
 from vdl_stream import attach
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -17,13 +20,13 @@ def test_logged_points_arrive_live_in_the_chart(serve_process, browser):
     page.on("request", lambda r: requests.append(r.url))
     try:
         page.goto(serve_process.url + "/")
-        page.wait_for_function("window.vdl && window.vdl.connected", timeout=15_000)
+        page.wait_for_function("() => window.vdl && window.vdl.connected", timeout=15_000)
         with attach(url=serve_process.ws_url, run="live-run") as writer:
             for step in range(300):
                 writer.add_scalar("train/loss", 1.0 / (step + 1), step)
             assert writer.flush(timeout=20)
             page.wait_for_function(
-                "window.vdl.series('live-run', 'train/loss').steps.length === 300", timeout=15_000
+                "() => window.vdl.series('live-run', 'train/loss').steps.length === 300", timeout=15_000
             )
             received = page.evaluate("window.vdl.series('live-run', 'train/loss')")
             assert received["steps"] == list(range(300))
@@ -33,12 +36,12 @@ def test_logged_points_arrive_live_in_the_chart(serve_process, browser):
                 writer.add_scalar("train/loss", -1.0, step)
             writer.flush(timeout=20)
             page.wait_for_function(
-                "window.vdl.series('live-run', 'train/loss').steps.length === 350", timeout=15_000
+                "() => window.vdl.series('live-run', 'train/loss').steps.length === 350", timeout=15_000
             )
         # the chart itself draws those points: uPlot's data is [xs, ...ys]
         page.wait_for_function(
-            "(() => { const u = window.vdl.charts.get('train/loss');"
-            " return u && u.data[0].length > 0 && u.data[0][u.data[0].length - 1] === 349; })()",
+            "() => { const u = window.vdl.charts.get('train/loss');"
+            " return u && u.data[0].length > 0 && u.data[0][u.data[0].length - 1] === 349; }",
             timeout=15_000,
         )
         drawn = page.evaluate(
