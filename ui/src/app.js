@@ -9,7 +9,9 @@ import { FrameScheduler } from "./frames.js";
 import { initLanguage, language, LANGUAGES, onLanguage, setLanguage, t } from "./i18n.js";
 import { DEFAULT_SMOOTHING } from "./smoothing.js";
 import { STEP, Store, VALUE, WALL } from "./store.js";
+import { CurvesView } from "./views/curves.js";
 import { HistogramsView } from "./views/histograms.js";
+import { HparamsView } from "./views/hparams.js";
 import { ImagesView } from "./views/images.js";
 import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
@@ -29,7 +31,7 @@ const state = {
   hiddenRuns: new Set(),
   paused: false,
   /** Views shown on the page (the tab buttons toggle them). */
-  views: new Set(["scalars", "system", "histograms", "images", "text"]),
+  views: new Set(["scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
 };
 const syncGroups = new Map();
 const ctx = {
@@ -49,6 +51,8 @@ const views = {
   histograms: new HistogramsView(ctx),
   images: new ImagesView(ctx),
   text: new TextView(ctx),
+  curves: new CurvesView(ctx),
+  hparams: new HparamsView(ctx),
 };
 const viewTitles = {};
 for (const [name, view] of Object.entries(views)) {
@@ -259,7 +263,7 @@ window.vdl = {
     for (const [metric, chart] of views.system.charts) if (chart.plot) map.set(metric, chart.plot);
     return map;
   },
-  /** Show or hide a view: `scalars`, `system`, `histograms`, `images`, `text`. */
+  /** Show or hide a view: `scalars`, `system`, `histograms`, `images`, `text`, `curves`, `hparams`. */
   showView(name, shown = true) {
     if (shown) state.views.add(name);
     else state.views.delete(name);

@@ -74,7 +74,9 @@ export class Chart {
    * @param {(chart: Chart) => Line[]} opts.source the lines to draw, given this chart's width and zoom
    * @param {string} opts.syncKey uPlot cursor.sync key: charts with the same key share the cursor
    * @param {SyncGroup} opts.group the SyncGroup of that sync key
-   * @param {"step"|"relative"|"wall"} [opts.xKind] how x is shown
+   * @param {"step"|"relative"|"wall"|"value"} [opts.xKind] how x is shown
+   * @param {string} [opts.xLabel] name of x in the readout, for xKind "value"
+   * @param {[number, number]} [opts.yRange] fixed y range instead of auto
    * @param {boolean} [opts.logY]
    * @param {(v: number) => string} [opts.formatY] y tick and readout format
    * @param {object} [opts.dataset] data attributes of the chart element (default `{tag: key}`)
@@ -82,7 +84,7 @@ export class Chart {
    * A Line is `{label, color, xs, ys, alpha?, width?, legend?}`; lines with the same `xs` object
    * share x values (uPlot's aligned data); others are joined.
    */
-  constructor({ key, title, source, syncKey, group, xKind = "step", logY = false, formatY = formatValue, dataset = { tag: key } }) {
+  constructor({ key, title, source, syncKey, group, xKind = "step", logY = false, formatY = formatValue, dataset = { tag: key }, xLabel = "", yRange = null }) {
     this.key = key;
     this.source = source;
     this.syncKey = syncKey;
@@ -90,6 +92,8 @@ export class Chart {
     this.xKind = xKind;
     this.logY = logY;
     this.formatY = formatY;
+    this.xLabel = xLabel;
+    this.yRange = yRange;
     /** Visible x range after a drag zoom, or null for everything. */
     this.zoom = null;
     /** @type {uPlot|null} */
@@ -196,12 +200,23 @@ export class Chart {
       cursor: {
         sync: { key: this.syncKey, setSeries: false, scales: ["x", null] },
         drag: { x: true, y: false, setScale: false },
+        // Shift + drag pans instead of selecting a range to zoom into.
+        bind: {
+          mousedown: (u, target, handler) => (e) => {
+            if (e.shiftKey && e.button === 0) {
+              this._startPan(e);
+              return null;
+            }
+            return handler(e);
+          },
+        },
         y: false,
         points: { size: 6 },
       },
       scales: {
-        x: { time: xKind === "wall" },
-        y: this.logY ? { distr: 3 } : {},
+        // A single point would otherwise get an arbitrary range (years, on a time axis).
+        x: { time: xKind === "wall", range: (u, min, max) => (min === max ? [min - (xKind === "step" ? 1 : 30), max + (xKind === "step" ? 1 : 30)] : [min, max]) },
+        y: this.logY ? { distr: 3 } : this.yRange ? { auto: false, range: this.yRange } : {},
       },
       axes: [
         {
@@ -227,7 +242,7 @@ export class Chart {
           width: l.width ?? 1.5,
           alpha: l.alpha ?? 1,
           spanGaps: true,
-          points: { show: false },
+          // uPlot's default: dots only where points are sparse enough to tell apart.
         })),
       ],
       hooks: {
@@ -254,11 +269,30 @@ export class Chart {
     this.onChange?.();
   }
 
-  _onClick() {
-    if (this._justSelected) {
-      this._downX = null;
-      return;
-    }
+  _startPan(e) {
+    const u = this.plot;
+    const { min, max } = u.scales.x;
+    if (!(max > min)) return;
+    e.preventDefault();
+    const x0 = e.clientX;
+    const perPx = (max - min) / u.over.clientWidth;
+    const move = (ev) => {
+      const shift = (ev.clientX - x0) * perPx;
+      this.zoom = [min - shift, max - shift];
+      this.resetBtn.hidden = false;
+      this.onChange?.();
+    };
+    const up = () => {
+      document.removeEventListener("mousemove", move);
+      document.removeEventListener("mouseup", up);
+    };
+    document.addEventListener("mousemove", move);
+    document.addEventListener("mouseup", up);
+  }
+
+  _onClick(e) {
+    // A drag (zoom or pan) also ends in a click; only a click that stayed put pins.
+    if (this._downX === null || Math.abs(e.clientX - this._downX) > 3) return;
     const u = this.plot;
     if (this.group.x !== null) {
       this.group.set(null);
@@ -296,7 +330,11 @@ export class Chart {
     const parts = [];
     if (idx !== null && idx !== undefined && u.data[0].length) {
       const x = u.data[0][idx];
-      const xText = this.xKind === "wall" ? new Date(x * 1000).toLocaleString() : this.xKind === "relative" ? formatDuration(x) : `${t("step")} ${x}`;
+      const xText =
+        this.xKind === "wall" ? new Date(x * 1000).toLocaleString()
+        : this.xKind === "relative" ? formatDuration(x)
+        : this.xKind === "value" ? `${this.xLabel} ${formatValue(x)}`
+        : `${t("step")} ${x}`;
       parts.push(el("span", { class: "rx", text: xText }));
       this._lines.forEach((line, i) => {
         if (line.legend === false) return;

@@ -62,17 +62,33 @@ export function decodeScalars(entries) {
   });
 }
 
+// The f8 columns of curve events (vdl_stream/summaries.py), all of num_thresholds elements.
+const CURVE_COLUMNS = {
+  pr_curve: ["thresholds", "tp", "fp", "tn", "fn", "precision", "recall"],
+  roc_curve: ["thresholds", "tp", "fp", "tn", "fn", "tpr", "fpr"],
+};
+
 /**
  * Decode the `f8` columns carried by non-scalar events in place of their bytes, so views never see
- * raw bytes: histogram `edges`/`counts` become Float64Array. Other kinds pass through unchanged.
+ * raw bytes: histogram `edges`/`counts` and the columns of `pr_curve`/`roc_curve` become
+ * Float64Array. Other kinds pass through unchanged.
  *
  * @param {object} event one entry of a frame's `events` list
  * @returns {object} the same event with decoded columns
- * @throws {TypeError} when a histogram's columns are malformed
+ * @throws {TypeError} when a histogram's or curve's columns are malformed
  */
 export function decodeEvent(event) {
   if (event === null || typeof event !== "object") {
     throw new TypeError(`event must be a map, got ${describe(event)}`);
+  }
+  if (event.kind === "pr_curve" || event.kind === "roc_curve") {
+    const out = { ...event };
+    for (const key of CURVE_COLUMNS[event.kind]) out[key] = f8(event[key], `${event.kind} ${key}`);
+    const n = out.thresholds.length;
+    for (const key of CURVE_COLUMNS[event.kind]) {
+      if (out[key].length !== n) throw new TypeError(`${event.kind} ${key} must have ${n} elements, got ${out[key].length}`);
+    }
+    return out;
   }
   if (event.kind === "histogram") {
     const edges = f8(event.edges, "histogram edges");
@@ -89,7 +105,8 @@ export function decodeEvent(event) {
  * Decode one binary WebSocket frame into a message object with decoded columns.
  *
  * `snapshot` and `data` frames get `scalars` as `{tag, steps, walls, values}` objects and their
- * `events` passed through {@link decodeEvent}; other types are returned as decoded.
+ * `events` passed through {@link decodeEvent}; an event that fails to decode is left out and
+ * counted in `badEvents`. Other types are returned as decoded.
  *
  * @param {ArrayBuffer|Uint8Array} frame
  * @returns {object}
@@ -104,7 +121,17 @@ export function decodeFrame(frame) {
   if (msg.type === "snapshot" || msg.type === "data") {
     if (typeof msg.run !== "string") throw new TypeError(`${msg.type}.run must be a str, got ${describe(msg.run)}`);
     msg.scalars = decodeScalars(msg.scalars);
-    msg.events = (msg.events ?? []).map(decodeEvent);
+    // One malformed event is dropped (and counted) rather than losing the frame's scalars.
+    const events = [];
+    msg.badEvents = 0;
+    for (const ev of msg.events ?? []) {
+      try {
+        events.push(decodeEvent(ev));
+      } catch {
+        msg.badEvents++;
+      }
+    }
+    msg.events = events;
   }
   return msg;
 }

@@ -42,12 +42,19 @@ export function clear(node) {
 export const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
 
 const colors = new Map();
-/** A stable color for a run (or any series key). */
-export function colorFor(key) {
-  let c = colors.get(key);
+/**
+ * A stable color for a key, assigned in order of first use within its namespace (runs and
+ * telemetry lines each start at the first palette color).
+ * @param {string} key
+ * @param {string} [space]
+ */
+export function colorFor(key, space = "run") {
+  let map = colors.get(space);
+  if (!map) colors.set(space, (map = new Map()));
+  let c = map.get(key);
   if (!c) {
-    c = PALETTE[colors.size % PALETTE.length];
-    colors.set(key, c);
+    c = PALETTE[map.size % PALETTE.length];
+    map.set(key, c);
   }
   return c;
 }

@@ -47,6 +47,11 @@ const STRINGS = {
     none: "none",
     frames: "frames",
     more: "More",
+    curves: "PR / ROC",
+    noCurves: "No PR or ROC curves yet.",
+    hparams: "Hyperparameters",
+    noHparams: "No hyperparameters yet.",
+    run: "Run",
   },
   zh: {
     title: "vdl-stream",
@@ -93,6 +98,11 @@ const STRINGS = {
     none: "无",
     frames: "帧",
     more: "更多",
+    curves: "PR / ROC 曲线",
+    noCurves: "暂无 PR 或 ROC 曲线。",
+    hparams: "超参数",
+    noHparams: "暂无超参数。",
+    run: "运行",
   },
 };
 

@@ -72,6 +72,10 @@ class Run {
     this.histograms = new Map();
     this.images = new Map();
     this.texts = new Map();
+    this.prCurves = new Map();
+    this.rocCurves = new Map();
+    /** The latest `hparams` event of the run, or null. */
+    this.hparams = null;
     /** @type {Map<string, Telemetry>} `${source}\u0000${field}` -> samples */
     this.telemetry = new Map();
     this.seq = 0;
@@ -89,8 +93,9 @@ export class Store {
   }
 
   /**
-   * Listen for changes. The callback gets `{kind, run, tags}` where kind is one of
-   * `runs`, `scalars`, `histogram`, `image`, `text`, `telemetry`, and `tags` the tags touched.
+   * Listen for changes. The callback gets `{kind, run, tags}` where kind is `runs`, `scalars` or
+   * an event kind (`histogram`, `image`, `text`, `telemetry`, `pr_curve`, `roc_curve`, `hparams`),
+   * and `tags` the tags touched.
    * @returns {() => void} unsubscribe
    */
   subscribe(fn) {
@@ -168,12 +173,15 @@ export class Store {
     run.histograms.clear();
     run.images.clear();
     run.texts.clear();
+    run.prCurves.clear();
+    run.rocCurves.clear();
+    run.hparams = null;
     for (const t of run.telemetry.values()) {
       t.buffer.clear();
       t.version++;
     }
     this._emit({ kind: "scalars", run: name, tags: [...run.scalars.keys()] });
-    for (const kind of ["histogram", "image", "text", "telemetry"]) this._emit({ kind, run: name, tags: [] });
+    for (const kind of ["histogram", "image", "text", "telemetry", "pr_curve", "roc_curve", "hparams"]) this._emit({ kind, run: name, tags: [] });
   }
 
   _ingest(msg) {
@@ -210,6 +218,14 @@ export class Store {
         return insertByStep(run.images, ev);
       case "text":
         return insertByStep(run.texts, ev);
+      case "pr_curve":
+        return insertByStep(run.prCurves, ev);
+      case "roc_curve":
+        return insertByStep(run.rocCurves, ev);
+      case "hparams":
+        if (ev.hparams === null || typeof ev.hparams !== "object") return undefined;
+        run.hparams = ev;
+        return "";
       case "telemetry": {
         if (typeof ev.wall !== "number" || ev.fields == null || typeof ev.fields !== "object") return undefined;
         const source = `${ev.host ?? "?"}#${ev.rank ?? 0}`;

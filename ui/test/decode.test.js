@@ -70,3 +70,17 @@ test("encodeSubscribe produces the protocol's subscribe map", () => {
   assert.deepEqual(decode(encodeSubscribe()), { type: "subscribe", runs: null, max_points: 2000 });
   assert.deepEqual(decode(encodeSubscribe(["a"], 500)), { type: "subscribe", runs: ["a"], max_points: 500 });
 });
+
+test("decodeEvent decodes PR and ROC curve columns and checks their lengths", () => {
+  const cols = ["thresholds", "tp", "fp", "tn", "fn"];
+  const pr = { kind: "pr_curve", tag: "pr", step: 1, wall: 1, num_thresholds: 2 };
+  for (const c of [...cols, "precision", "recall"]) pr[c] = bytesOf([0, 1]);
+  const out = decodeEvent(pr);
+  assert.deepEqual(Array.from(out.recall), [0, 1]);
+  pr.recall = bytesOf([0]);
+  assert.throws(() => decodeEvent(pr), /pr_curve recall must have 2 elements, got 1/);
+  const roc = { kind: "roc_curve", tag: "roc", step: 1, wall: 1 };
+  for (const c of cols) roc[c] = bytesOf([0, 1]);
+  roc.tpr = bytesOf([1, 0]);
+  assert.throws(() => decodeEvent(roc), /roc_curve fpr must be f8 bytes, got undefined/);
+});

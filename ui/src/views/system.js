@@ -119,7 +119,7 @@ export class SystemView {
         const { device } = splitField(series.field);
         const source = series.source.endsWith("#0") ? series.source.slice(0, -2) : series.source;
         const label = `${withTelemetry.length > 1 ? `${runName} ` : ""}${source} ${device}`.trim();
-        lines.push({ label, color: colorFor(`telemetry:${label}`), xs: gather(walls, idx), ys: gather(values, idx) });
+        lines.push({ label, color: colorFor(label, "telemetry"), xs: gather(walls, idx), ys: gather(values, idx) });
       }
     }
     return lines;

@@ -1,0 +1,128 @@
+// The hyperparameters view: a table with one row per run, its hyperparameters and the metrics that
+// judge it (the values given with the hparams event, else the newest value of that scalar tag),
+// sortable by any column.
+import { formatValue } from "../chart.js";
+import { colorFor, el } from "../dom.js";
+import { t } from "../i18n.js";
+import { VALUE } from "../store.js";
+
+/**
+ * Compare two cells for sorting: numbers numerically, before strings; strings in natural order;
+ * missing values last in either direction.
+ */
+export function compareCells(a, b) {
+  const missingA = a === undefined || a === null;
+  const missingB = b === undefined || b === null;
+  if (missingA || missingB) return missingA === missingB ? 0 : missingA ? 1 : -1;
+  const numA = typeof a === "number" || typeof a === "boolean";
+  const numB = typeof b === "number" || typeof b === "boolean";
+  if (numA && numB) return Number(a) - Number(b);
+  if (numA !== numB) return numA ? -1 : 1;
+  return String(a).localeCompare(String(b), undefined, { numeric: true });
+}
+
+export class HparamsView {
+  /** @param {object} ctx shared page context: `store`, `scheduler`, `state` */
+  constructor(ctx) {
+    this.ctx = ctx;
+    this.sort = { column: null, descending: false };
+    this.empty = el("p", { class: "empty", text: t("noHparams") });
+    this.table = el("table", { class: "hparams-table" });
+    this.element = el("div", { class: "view hparams" }, this.empty, el("div", { class: "table-box" }, this.table));
+    // Redrawn through the scheduler like a chart: at most once per frame, not while hidden or paused.
+    this.item = { element: this.element, render: () => this._render() };
+    ctx.scheduler.observe(this.item);
+    ctx.store.subscribe((change) => {
+      if (change.kind === "hparams" || change.kind === "scalars" || change.kind === "runs") ctx.scheduler.mark(this.item);
+    });
+  }
+
+  /** Redraw after the run toggles changed. */
+  refresh() {
+    this.ctx.scheduler.mark(this.item);
+  }
+
+  /** Re-apply interface strings after a language switch. */
+  relabel() {
+    this.empty.textContent = t("noHparams");
+    this.ctx.scheduler.mark(this.item);
+  }
+
+  /** The table's rows: `{run, values: Map(column -> value)}`, and its columns. */
+  rows() {
+    const { store, state } = this.ctx;
+    const params = new Set();
+    const metrics = new Set();
+    const rows = [];
+    for (const name of store.runNames()) {
+      const ev = store.runs.get(name).hparams;
+      if (!ev || state.hiddenRuns.has(name)) continue;
+      const values = new Map();
+      for (const [k, v] of Object.entries(ev.hparams)) {
+        params.add(k);
+        values.set(`h:${k}`, v);
+      }
+      for (const tag of Array.isArray(ev.metrics) ? ev.metrics : []) {
+        metrics.add(tag);
+        const given = ev.metric_values?.[tag];
+        const series = store.series(name, tag);
+        const v = typeof given === "number" ? given : series?.length ? series.column(VALUE)[series.length - 1] : undefined;
+        values.set(`m:${tag}`, v);
+      }
+      rows.push({ run: name, values });
+    }
+    const columns = [
+      ...[...params].sort().map((k) => ({ id: `h:${k}`, label: k, metric: false })),
+      ...[...metrics].sort().map((k) => ({ id: `m:${k}`, label: k, metric: true })),
+    ];
+    return { rows, columns };
+  }
+
+  _render() {
+    const { rows, columns } = this.rows();
+    this.empty.hidden = rows.length > 0;
+    this.table.hidden = rows.length === 0;
+    const { column, descending } = this.sort;
+    if (column) {
+      rows.sort((a, b) => {
+        const c = column === "run" ? compareCells(a.run, b.run) : compareCells(a.values.get(column), b.values.get(column));
+        return descending ? -c : c;
+      });
+    }
+    const header = (id, label, cls) =>
+      el(
+        "th",
+        {
+          class: cls,
+          dataset: { column: id },
+          "aria-sort": column === id ? (descending ? "descending" : "ascending") : "none",
+          on: { click: () => this._sortBy(id) },
+        },
+        label,
+        column === id ? (descending ? " ▼" : " ▲") : "",
+      );
+    this.table.replaceChildren(
+      el("thead", {}, el("tr", {}, header("run", t("run"), "run-col"), ...columns.map((c) => header(c.id, c.label, c.metric ? "metric" : "")))),
+      el(
+        "tbody",
+        {},
+        ...rows.map((row) =>
+          el(
+            "tr",
+            { dataset: { run: row.run } },
+            el("td", { class: "run-col" }, el("i", { class: "swatch", style: { background: colorFor(row.run) } }), ` ${row.run}`),
+            ...columns.map((c) => {
+              const v = row.values.get(c.id);
+              return el("td", { class: c.metric ? "metric" : "" }, v === undefined ? "" : typeof v === "number" ? formatValue(v) : String(v));
+            }),
+          ),
+        ),
+      ),
+    );
+  }
+
+  _sortBy(id) {
+    this.sort = this.sort.column === id ? { column: id, descending: !this.sort.descending } : { column: id, descending: false };
+    this._render();
+  }
+}
