@@ -119,6 +119,7 @@ class RunReader:
 
     Args:
         run_dir: the run directory.
+        limit: read nothing that ends after this position (a snapshot of a live run).
 
     Raises:
         NotARunError: ``run_dir`` does not exist, is not a directory, or holds no segment files.
@@ -126,7 +127,7 @@ class RunReader:
             header (the message names the file).
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], limit: Position | None = None) -> None:
         self._dir = os.fspath(run_dir)
         if not os.path.isdir(self._dir):
             raise NotARunError(f"{self._dir}: not a run directory (no such directory)")
@@ -141,7 +142,7 @@ class RunReader:
         try:
             self._catalog.load_index()
             self._add(self._catalog.entries)
-            self._add(self._catalog.update())
+            self._add(self._catalog.update(limit))
         except BaseException:
             self._catalog.close()
             raise
@@ -154,6 +155,25 @@ class RunReader:
     def _check_open(self) -> None:
         if self._closed:
             raise RecorderError(f"{self._dir}: the RunReader is closed")
+
+    def poll(self, limit: Position | None = None) -> list[Record]:
+        """Read records appended since the last call and return them, in write order.
+
+        For following a live run: scalar chunks come as in :meth:`iter_records`. Records that
+        turn out damaged are skipped (and counted).
+        """
+        self._check_open()
+        new = self._catalog.update(limit)
+        self._add(new)
+        return [r for r in map(self._record, new) if r is not None]
+
+    def position(self) -> Position:
+        """The end of what this reader has read: pass it as ``limit`` to read no further."""
+        segments = self._catalog.segments
+        if not segments:
+            return Position(0, 0)
+        last = max(segments)
+        return Position(last, segments[last].scanned)
 
     def refresh(self, limit: Position | None = None) -> bool:
         """Read records appended since the last call; return True if there were any.
