@@ -249,3 +249,38 @@ def test_an_empty_or_cut_file_is_not_an_error(tmp_path):
 def test_event_file_names(name):
     assert tfevents.is_event_file(name)
     assert not tfevents.is_event_file("vdlrecords.1.log")
+
+
+def test_bulk_and_one_by_one_decoding_keep_file_order(tmp_path):
+    """Plain scalar events are decoded in bulk, others one by one; a tag mixing both stays in order."""
+    long_tag = "t" * 200  # a two-byte length: not the bulk layout
+    expected: dict[str, list] = {"mix": [], "损失": [], long_tag: []}
+    with SummaryWriter(str(tmp_path)) as w:
+        for i in range(300):
+            step = -5 + i * 2**35 if i % 7 else i  # large and negative steps: long varints
+            if i % 3:
+                w.add_scalar("mix", i, step, walltime=WALL + i)
+            else:
+                t = TensorProto(dtype=1, float_val=[i])
+                _add(
+                    w, Summary.Value(tag="mix", tensor=t, metadata=_meta("scalars")), step, WALL + i
+                )
+            expected["mix"].append((step, WALL + i, float(i)))
+            w.add_scalar("损失", -i, i, walltime=WALL + i)
+            expected["损失"].append((i, WALL + i, float(-i)))
+            w.add_scalar(long_tag, i / 4, i, walltime=WALL + i)
+            expected[long_tag].append((i, WALL + i, i / 4))
+    path = _event_file(tmp_path)
+    for block_records in (7, 65536):  # block edges anywhere
+        got: dict[str, list] = {}
+        for block in tfevents.read_event_file(path, block_records=block_records):
+            for tag, (s, wl, v) in block.scalars.items():
+                got.setdefault(tag, []).extend(
+                    zip(
+                        np.asarray(s).tolist(),
+                        np.asarray(wl).tolist(),
+                        np.asarray(v).tolist(),
+                        strict=True,
+                    )
+                )
+        assert got == expected
