@@ -136,6 +136,11 @@ def test_tensorboard_defaults_global_step_zero_and_bins(tmp_path):
             writer.add_histogram("edges", values, 1, bins=[0, 1, 2])
         with pytest.raises(ValueError, match="bins must be an int, 'tensorflow' or a numpy"):
             writer.add_histogram("bad", values, 1, bins="nope")
+        with pytest.raises(ValueError, match="bins must be from 1 to 10000, got 0"):
+            writer.add_histogram("bad", values, 1, bins=0)
+        with pytest.raises(TypeError, match=r"explicit edges are not supported.* got ndarray"):
+            writer.add_histogram("bad", values, 1, bins=np.array([0.0, 1.0]))
+        writer.add_histogram("np_int", values, 1, bins=np.int64(7))
     with recorder.RunReader(tmp_path / "run") as reader:
         assert reader.read_scalars("x").steps.tolist() == [0]
         buckets = {
@@ -146,6 +151,7 @@ def test_tensorboard_defaults_global_step_zero_and_bins(tmp_path):
             "tf": 30,
             "auto": len(np.histogram_bin_edges(values, "auto")) - 1,
             "capped": 50,
+            "np_int": 7,
         }
         (batch,) = reader.read_records(kind="image")
         assert (batch.step, batch.data["width"], batch.data["height"]) == (0, 12, 4)

@@ -471,22 +471,29 @@ def _tensorboard_bins(bins: Any, values: Any, max_bins: int | None) -> int:
             arr = arr[np.isfinite(arr)]
             try:
                 count = len(np.histogram_bin_edges(arr, bins=bins)) - 1 if arr.size else 1
+                count = min(count, summaries.MAX_BUCKETS)
             except ValueError:
                 raise ValueError(
                     f"bins must be an int, 'tensorflow' or a numpy estimator name, got {bins!r:.40}"
                 ) from None
-    elif hasattr(bins, "item") or type(bins) is int:
-        count = bins.item() if hasattr(bins, "item") else bins
-        if type(count) is not int:
-            raise TypeError(f"bins must be an int or a str, got {type(bins).__name__}")
+    elif isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
+        count = int(bins)
+        if not 1 <= count <= summaries.MAX_BUCKETS:
+            raise ValueError(f"bins must be from 1 to {summaries.MAX_BUCKETS}, got {count}")
     else:
         raise TypeError(
             "bins must be an int, 'tensorflow' or a numpy estimator name (explicit edges are not "
             f"supported), got {type(bins).__name__}"
         )
     if max_bins is not None:
-        count = min(count, max_bins)
-    return min(max(count, 1), summaries.MAX_BUCKETS)
+        if (
+            not isinstance(max_bins, (int, np.integer))
+            or isinstance(max_bins, bool)
+            or max_bins < 1
+        ):
+            raise ValueError(f"max_bins must be a positive int or None, got {max_bins!r:.40}")
+        count = min(count, int(max_bins))
+    return count
 
 
 class SummaryWriter(_Recorder):
