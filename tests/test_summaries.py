@@ -152,8 +152,8 @@ def test_histogram_invariants(values, buckets):
         ({"step": 1.5}, TypeError, "step must be an int, got float"),
         ({"wall": "now"}, TypeError, "walltime must be a real number"),
         ({"wall": math.nan}, ValueError, "walltime must be a finite number"),
-        ({"buckets": 0}, ValueError, "buckets must be an int from 1 to 10000, got 0"),
-        ({"buckets": 2.5}, ValueError, "buckets must be an int .* got 2.5"),
+        ({"buckets": 0}, ValueError, "buckets must be from 1 to 10000, got 0"),
+        ({"buckets": 2.5}, TypeError, "buckets must be an int, got float 2.5"),
     ],
 )
 def test_histogram_bad_input(kwargs, error, text):
@@ -328,8 +328,8 @@ def test_audio_out_of_range_is_clipped_and_counted():
         (np.zeros((2, 3, 4)), 8000, ValueError, r"got shape \(2, 3, 4\)"),
         (np.zeros(0), 8000, ValueError, "at least one frame"),
         (np.zeros(10, np.int32), 8000, ValueError, "audio_array must be float .* or int16, got dtype int32"),
-        (np.zeros(10), 0, ValueError, "sample_rate must be an int from 1 to 1000000, got 0"),
-        (np.zeros(10), 44100.0, ValueError, "sample_rate must be an int .* got 44100.0"),
+        (np.zeros(10), 0, ValueError, "sample_rate must be from 1 to 1000000, got 0"),
+        (np.zeros(10), 44100.0, TypeError, "sample_rate must be an int, got float 44100.0"),
         ("loud", 8000, TypeError, "audio_array must be an array of numbers"),
     ],
 )  # fmt: skip
@@ -450,7 +450,7 @@ def test_pr_curve_agrees_with_tensorboardx():
         ([1, 0], [0.1, math.nan], {}, ValueError, "predictions must be probabilities .* got nan"),
         ([1, 0, 1], [0.1, 0.2], {}, ValueError, "same, non-zero number of elements, got 3 and 2"),
         ([], [], {}, ValueError, "got 0 and 0"),
-        ([1], [0.5], {"num_thresholds": 1}, ValueError, "num_thresholds must be an int from 2"),
+        ([1], [0.5], {"num_thresholds": 1}, ValueError, "num_thresholds must be from 2 to 10000, got 1"),
         ([1], [0.5], {"weights": [1, 2]}, ValueError, "weights must be one number or one per label"),
         ([1], [0.5], {"weights": -1}, ValueError, "weights must be finite and non-negative, got -1.0"),
         (["a"], [0.5], {}, TypeError, "labels must be an array of numbers"),
