@@ -273,11 +273,12 @@ class Catalog:
         self._damage(state, entry.offset, len(frame), why)
         return None
 
-    def load_index(self) -> bool:
+    def load_index(self, limit: Position | None = None) -> bool:
         """Adopt the index file if it matches the segments; return whether it was used.
 
         A missing index is normal (a live run); a damaged or stale one is reported with a warning
-        and ignored, and the records are then found by scanning the segments.
+        and ignored, and the records are then found by scanning the segments. With ``limit``, only
+        the records ending at or before it are adopted.
         """
         path = os.path.join(self.run_dir, INDEX_NAME)
         try:
@@ -304,7 +305,14 @@ class Catalog:
             self.close()
             self.segments.clear()
             return False
+        if limit is not None:
+            entries = [e for e in entries if e.end <= limit]
         for state, size in states:
+            if limit is not None and Position(state.number, size) > limit:
+                if state.number > limit.segment:
+                    continue  # scanned from its header by a later update()
+                ends = [e.end.offset for e in entries if e.segment == state.number]
+                size = max(ends, default=framing.HEADER_SIZE)
             state.scanned = state.valid_end = size
         self.entries.extend(entries)
         self.index_used = True

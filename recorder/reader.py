@@ -140,7 +140,7 @@ class RunReader:
         self._meta_done = 0
         self._closed = False
         try:
-            self._catalog.load_index()
+            self._catalog.load_index(limit)
             self._add(self._catalog.entries)
             self._add(self._catalog.update(limit))
         except BaseException:

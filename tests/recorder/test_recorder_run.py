@@ -191,6 +191,23 @@ def test_refresh_with_limit_reads_only_up_to_it(tmp_path):
     assert [rec.step for rec in r.read_records()] == list(range(10))
 
 
+def test_reader_limit_applies_to_indexed_records_too(tmp_path):
+    run = tmp_path / "run"
+    positions = []
+    with RunWriter(run, segment_bytes=300) as w:
+        for i in range(8):
+            w.append_record("text", "t", i, BASE_WALL, {"text": "x" * 40})
+            positions.append(w.flush())
+    assert positions[-1].segment >= 2
+    for k in (0, 3, 7):
+        r = RunReader(run, limit=positions[k])
+        assert r.statistics().index_used
+        assert [rec.step for rec in r.read_records()] == list(range(k + 1))
+        assert r.refresh() == (k < 7)  # the rest is read by scanning, in order
+        assert [rec.step for rec in r.read_records()] == list(range(8))
+        r.close()
+
+
 def test_segments_rotate_by_size_and_read_back_across_them(tmp_path):
     run = tmp_path / "run"
     with RunWriter(run, segment_bytes=4096) as w:
