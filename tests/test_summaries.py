@@ -245,6 +245,8 @@ def test_image_png_round_trip_property(img):
         (np.zeros((8, 8, 3), np.uint8), "NCHW", ValueError, r"dataformats='NCHW' must have 4 dimensions, got shape \(8, 8, 3\)"),
         (np.zeros((8, 8), np.uint8), "HWC", ValueError, r"dataformats='HWC' must have 3 dimensions, got shape \(8, 8\)"),
         (np.zeros((0, 8, 3), np.uint8), "HWC", ValueError, r"must not be empty, got shape \(0, 8, 3\)"),
+        (np.zeros((0, 8), np.uint8), "HW", ValueError, r"dataformats='HW' must not be empty, got shape \(0, 8\)"),
+        (np.broadcast_to(np.uint8(0), (9000, 9000, 3)), "HWC", ValueError, r"img must have at most 67108864 values .* got shape \(9000, 9000, 3\)"),
         (np.zeros((8, 8, 3), np.int64), "HWC", ValueError, "img must be uint8 .* got dtype int64"),
         (np.zeros((8, 8, 3), np.uint8), "HWX", ValueError, "dataformats must be one of HW, HWC, CHW, NHWC, NCHW"),
         (np.zeros((8, 8, 3), np.uint8), 3, ValueError, "dataformats must be one of .* got 3"),

@@ -32,6 +32,8 @@ MAX_THRESHOLDS = 10_000
 MAX_PAYLOAD_BYTES = codec.MAX_FRAME_BYTES // 2
 #: The dataformats an image may be given in, as letters (any order of them is accepted).
 IMAGE_FORMATS = ("HW", "HWC", "CHW", "NHWC", "NCHW")
+#: Most values (pixels times channels) of an image, checked before it is converted or encoded.
+MAX_IMAGE_VALUES = 4 * MAX_PAYLOAD_BYTES
 #: Images of a batch per row of the tiled grid, as tensorboardX's make_grid.
 GRID_COLUMNS = 8
 
@@ -240,18 +242,24 @@ def _image_hwc(arr: np.ndarray, dataformats: object) -> np.ndarray:
             f"dataformats must be one of {', '.join(IMAGE_FORMATS)} (letters in any order), "
             f"got {dataformats!r:.40}"
         )
+    given, shape = fmt, arr.shape
     if arr.ndim != len(fmt):
         raise ValueError(
-            f"img with dataformats={fmt!r} must have {len(fmt)} dimensions, got shape {arr.shape}"
+            f"img with dataformats={given!r} must have {len(fmt)} dimensions, got shape {shape}"
         )
     if "C" not in fmt:
         arr, fmt = arr[..., None], fmt + "C"
     if arr.shape[fmt.index("C")] not in _PNG_COLOR_TYPE:
         raise ValueError(
-            f"img with dataformats={fmt!r} must have C of 1, 3 or 4 channels, got shape {arr.shape}"
+            f"img with dataformats={given!r} must have C of 1, 3 or 4 channels, got shape {shape}"
         )
-    if 0 in arr.shape:
-        raise ValueError(f"img with dataformats={fmt!r} must not be empty, got shape {arr.shape}")
+    if 0 in shape:
+        raise ValueError(f"img with dataformats={given!r} must not be empty, got shape {shape}")
+    if arr.size > MAX_IMAGE_VALUES:
+        raise ValueError(
+            f"img must have at most {MAX_IMAGE_VALUES} values (pixels times channels), "
+            f"got shape {shape}"
+        )
     if arr.dtype == np.uint8:
         pixels = arr
     elif arr.dtype.kind == "f":
@@ -318,8 +326,9 @@ def text_event(tag: str, text_string: str, step: int | None, wall: float) -> dic
     """
     codec.check_tag(tag)
     event = _common("text", tag, _step(step, optional=True), check_wall(wall))
-    if type(text_string) is not str:
+    if not isinstance(text_string, str):
         raise TypeError(f"text_string must be a str, got {type(text_string).__name__}")
+    text_string = str(text_string)  # a str subclass becomes a plain str for msgpack
     if len(text_string) * 4 > MAX_PAYLOAD_BYTES and len(text_string.encode()) > MAX_PAYLOAD_BYTES:
         raise ValueError(f"text_string must be at most {MAX_PAYLOAD_BYTES} bytes of UTF-8")
     event["text"] = text_string
