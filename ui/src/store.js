@@ -1,6 +1,7 @@
 // Everything the page has received, by run: scalar series in ring buffers, and bounded lists of the
 // other event kinds. Applies `snapshot` (replace a run) and `data` (append) frames and tells its
 // listeners what changed. No DOM.
+import { isAscending } from "./downsample.js";
 import { RingBuffer } from "./ringbuffer.js";
 import { DEFAULT_SMOOTHING, Ema } from "./smoothing.js";
 
@@ -24,15 +25,31 @@ export class Series {
     this.tag = tag;
     this.buffer = new RingBuffer(4, SERIES_CAPACITY);
     this.ema = new Ema(smoothing);
+    /** Whether steps (walls) never decrease: a restarted run breaks this until the next snapshot. */
+    this.stepsAscending = true;
+    this.wallsAscending = true;
     /** Bumped on every change, so a chart can tell whether it is stale. */
     this.version = 0;
   }
 
   /** Append decoded columns, smoothing the new values incrementally. */
   append(steps, walls, values) {
+    if (steps.length === 0) return;
+    // Kept up to date here so that drawing need not scan the whole series for order.
+    this.stepsAscending &&= !(steps[0] < this.buffer.last(STEP)) && isAscending(steps);
+    this.wallsAscending &&= !(walls[0] < this.buffer.last(WALL)) && isAscending(walls);
     const smoothed = new Float64Array(values.length);
     this.ema.fill(values, smoothed);
     this.buffer.push(steps, walls, values, smoothed);
+    this.version++;
+  }
+
+  /** Drop every point (before a snapshot refills the series). */
+  clear() {
+    this.buffer.clear();
+    this.ema.reset();
+    this.stepsAscending = true;
+    this.wallsAscending = true;
     this.version++;
   }
 
@@ -165,11 +182,7 @@ export class Store {
 
   _clearRun(name) {
     const run = this._run(name);
-    for (const s of run.scalars.values()) {
-      s.buffer.clear();
-      s.ema.reset();
-      s.version++;
-    }
+    for (const s of run.scalars.values()) s.clear();
     run.histograms.clear();
     run.images.clear();
     run.texts.clear();

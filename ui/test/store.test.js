@@ -65,3 +65,14 @@ test("runs messages announce runs before they have data", () => {
   store.apply({ type: "runs", runs: ["x", "y", 3] });
   assert.deepEqual(store.announced, ["x", "y"]);
 });
+
+test("series track whether steps stay ascending, and a snapshot resets it", () => {
+  const store = new Store();
+  store.apply({ type: "data", seq: 1, run: "a", scalars: [cols([0, 1, 2], [1, 1, 1])], events: [] });
+  const s = store.series("a", "loss");
+  assert.equal(s.stepsAscending, true);
+  store.apply({ type: "data", seq: 2, run: "a", scalars: [cols([1], [1])], events: [] });
+  assert.equal(s.stepsAscending, false);
+  store.apply({ type: "snapshot", seq: 3, run: "a", scalars: [cols([0, 5], [1, 1])], events: [] });
+  assert.equal(s.stepsAscending, true);
+});

@@ -135,7 +135,8 @@ export class ScalarsView {
       const xsFull = state.xKind === "step" ? series.column(STEP) : walls;
       const offset = state.xKind === "relative" ? walls[0] : 0;
       const zoom = chart.zoom;
-      const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined);
+      const ascending = state.xKind === "step" ? series.stepsAscending : series.wallsAscending;
+      const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined, ascending);
       const xs = gather(xsFull, idx);
       if (offset) for (let i = 0; i < xs.length; i++) xs[i] -= offset;
       const color = colorFor(run);
