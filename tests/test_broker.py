@@ -65,14 +65,14 @@ async def test_duplicate_batches_are_dropped_even_after_a_restart(tmp_path):
 async def test_full_subscriber_gets_a_gap_not_a_stall():
     sub = Subscriber(None, capacity=2)
     for seq in range(1, 6):
-        sub.offer(seq, f"frame{seq}".encode())
+        sub.offer(seq, "r", f"frame{seq}".encode())
     stats = sub.statistics()
     assert (stats.depth, stats.dropped, stats.gaps) == (2, 3, 1)
     assert await sub.receive() == b"frame1"
     assert await sub.receive() == b"frame2"
     gap = msgpack.unpackb(await sub.receive())
     assert gap["type"] == "gap"
-    sub.offer(9, b"frame9")  # after the gap was reported, frames flow again
+    sub.offer(9, "r", b"frame9")  # after the gap was reported, frames flow again
     assert await sub.receive() == b"frame9"
 
 
@@ -136,3 +136,37 @@ async def test_a_bad_frame_closes_only_that_client(tmp_path, nursery):
             )
             acks = [(await receive(good))["seq"] for _ in range(2)]
             assert acks == [1, 2]
+
+
+async def test_runs_written_by_another_process_are_discovered_and_followed(tmp_path):
+    with recorder.RunWriter(tmp_path / "old", sync="never") as old:
+        old.append_scalars("loss", np.arange(5), np.zeros(5), np.ones(5))
+    other = recorder.RunWriter(tmp_path / "other", sync="never")  # "another process"
+    other.append_scalars("loss", np.arange(3), np.zeros(3), np.zeros(3))
+    other.flush()
+    broker = Broker(tmp_path)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(partial(broker.follow, 0.05))
+            assert broker.runs() == ["old", "other"]
+            sub = broker.subscribe()
+            snapshots = {
+                msgpack.unpackb(f)["run"]: msgpack.unpackb(f) for f in await broker.snapshot(sub)
+            }
+            assert np.frombuffer(snapshots["other"]["scalars"][0][1], "<f8").tolist() == [0, 1, 2]
+            other.append_scalars("loss", np.arange(3, 6), np.zeros(3), np.full(3, 7.0))
+            other.append_record("text", "note", 4, 1.0, {"text": "appended"})
+            other.flush()
+            data = msgpack.unpackb(await sub.receive())
+            while data["type"] != "data":
+                data = msgpack.unpackb(await sub.receive())
+            assert data["run"] == "other"
+            assert np.frombuffer(data["scalars"][0][1], "<f8").tolist() == [3, 4, 5]
+            assert data["events"][0]["text"] == "appended"
+            with recorder.RunWriter(tmp_path / "new", sync="never") as new:  # a run that appears
+                new.append_scalars("acc", np.arange(2), np.zeros(2), np.ones(2))
+            runs = msgpack.unpackb(await sub.receive())
+            assert runs == {"type": "runs", "runs": ["new", "old", "other"]}
+            nursery.cancel_scope.cancel()
+    other.close()

@@ -59,8 +59,12 @@ class Subscriber:
         self.runs = runs
         self.tags = tags
         self.after_seq = 0
+        # run -> the broker seq up to which its snapshot already covers that run
+        self.covered: dict[str, int] = {}
         self._capacity = capacity
-        self._send, self._receive = trio.open_memory_channel[tuple[int, bytes]](capacity)
+        self._send, self._receive = trio.open_memory_channel[tuple[int, str | None, bytes]](
+            capacity
+        )
         self._gap = False
         self._peak = self._sent = self._dropped = self._gaps = 0
 
@@ -80,13 +84,16 @@ class Subscriber:
             [e for e in events if e.get("tag") is None or search(e["tag"])],
         )
 
-    def offer(self, seq: int, frame: bytes) -> None:
-        """Queue a frame if there is room; never blocks. On overflow, apply the gap policy."""
+    def offer(self, seq: int, run: str | None, frame: bytes) -> None:
+        """Queue a frame (about ``run``, or None) if there is room; never blocks.
+
+        On overflow, apply the gap policy.
+        """
         if self._gap:
             self._dropped += 1
             return
         try:
-            self._send.send_nowait((seq, frame))
+            self._send.send_nowait((seq, run, frame))
         except trio.WouldBlock:
             self._gap = True
             self._gaps += 1
@@ -101,13 +108,13 @@ class Subscriber:
         """Return the next frame to send: queued data, or a ``gap`` message after an overflow."""
         while True:
             try:
-                seq, frame = self._receive.receive_nowait()
+                seq, run, frame = self._receive.receive_nowait()
             except trio.WouldBlock:
                 if self._gap:
                     self._gap = False
                     return codec.encode_message({"type": "gap", "seq": self.after_seq})
-                seq, frame = await self._receive.receive()
-            if seq > self.after_seq:
+                seq, run, frame = await self._receive.receive()
+            if seq > self.covered.get(run, self.after_seq):  # type: ignore[arg-type]
                 self._sent += 1
                 return frame
 
@@ -154,6 +161,8 @@ class _Run:
         self.position: Any = None  # end of what the persist task has flushed
         self.last_seq: dict[str, int] = {}  # writer id -> last accepted seq
         self.loaded = False  # whether last_seq was read back from disk
+        self.local = False  # this broker writes it; otherwise another process may, and we follow
+        self.follower: recorder.RunReader | None = None
         self.lock = trio.Lock()  # RunReader is not thread-safe
 
     def load_ingest_state(self) -> None:
@@ -240,26 +249,37 @@ class Broker:
                 await self._send.send((self._seq, None, True))
             return self._seq
         run.last_seq[batch.writer] = batch.seq
-        self._seq += 1
-        seq = self._seq
+        run.local = True
         self._batches += 1
         self._events += batch.count()
-        frames: dict[str | None, bytes | None] = {}  # one encoding per distinct tag pattern
-        for sub in self._subscribers:
-            if sub.wants(batch.run):
-                key = None if sub.tags is None else sub.tags.pattern
-                if key not in frames:
-                    scalars, events = sub.select(batch.scalars, batch.events)
-                    frames[key] = (
-                        codec.encode_live("data", seq, batch.run, scalars, events)
-                        if scalars or events
-                        else None
-                    )
-                if frames[key] is not None:
-                    sub.offer(seq, frames[key])
+        seq = self._fan_out(batch.run, batch.scalars, batch.events)
         await self._send.send((seq, batch, batch.sync))
         self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
         return seq
+
+    def _fan_out(self, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]) -> int:
+        """Give new data of ``run`` the next broker seq and offer it to every subscriber of it."""
+        self._seq += 1
+        seq = self._seq
+        frames: dict[str | None, bytes | None] = {}  # one encoding per distinct tag pattern
+        for sub in self._subscribers:
+            if sub.wants(run):
+                key = None if sub.tags is None else sub.tags.pattern
+                if key not in frames:
+                    picked = sub.select(scalars, events)
+                    frames[key] = (
+                        codec.encode_live("data", seq, run, *picked) if any(picked) else None
+                    )
+                if frames[key] is not None:
+                    sub.offer(seq, run, frames[key])
+        return seq
+
+    def _announce(self) -> None:
+        """Tell subscribers of every run which runs exist now."""
+        names = codec.encode_message({"type": "runs", "runs": sorted(self._runs)})
+        for sub in self._subscribers:
+            if sub.runs is None:
+                sub.offer(self._seq + 1, None, names)
 
     async def wait_persisted(self, seq: int, *, durable: bool = False) -> None:
         """Return once every batch up to broker sequence ``seq`` is written (and fsynced if durable)."""
@@ -277,21 +297,14 @@ class Broker:
                 run = run or _Run(name, self.logdir / name)
                 await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
                 self._runs[name] = run
-                if not new:
-                    return run
-                names = codec.encode_message({"type": "runs", "runs": sorted(self._runs)})
-                for sub in self._subscribers:
-                    if sub.runs is None:
-                        sub.offer(self._seq + 1, names)
+                if new:
+                    self._announce()
         return run
 
     # -- persistence ----------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the persist task until :meth:`aclose` closes ingest; then flush, fsync and close runs."""
-        names = await trio.to_thread.run_sync(recorder.list_runs, self.logdir)
-        for name in names:
-            self._runs.setdefault(name, _Run(name, self.logdir / name))
         task_status.started()
         last_sync = time.monotonic()
         done = False
@@ -339,6 +352,47 @@ class Broker:
                 sub.close()
             self._closed.set()
 
+    async def _discover(self) -> None:
+        """Find runs on disk this broker does not know yet, and start following them."""
+        names = await trio.to_thread.run_sync(recorder.list_runs, self.logdir)
+        found = [_Run(n, self.logdir / n) for n in names if n not in self._runs]
+        for run in found:
+            # The follower reads the history now; only what is appended later is fanned out.
+            run.position = await trio.to_thread.run_sync(_follow, run, limiter=self._limiter)
+            self._runs.setdefault(run.name, run)
+        if found:
+            self._announce()
+
+    async def follow(
+        self,
+        interval: float = 1.0,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Every ``interval`` s, discover new runs in the log directory and tail the runs other
+        processes write there, fanning out what they append. Returns once the broker is closed."""
+        await self._discover()
+        task_status.started()
+        while True:
+            with trio.move_on_after(interval):
+                await self._closed.wait()
+            if self._closed.is_set():
+                return
+            await self._discover()
+            for run in list(self._runs.values()):
+                if run.local or run.follower is None:
+                    continue
+                records = await trio.to_thread.run_sync(_poll, run, limiter=self._limiter)
+                scalars = [
+                    ScalarColumns(r.tag, r.data.steps, r.data.walls, r.data.values)
+                    for r in records
+                    if r.kind == "scalars"
+                ]
+                events = [_record_event(r) for r in records if r.kind in codec.EVENT_KINDS]
+                if scalars or events:
+                    self._fan_out(run.name, scalars, events)
+                run.position = run.follower.position()
+
     def _persist(self, items: list[tuple[int, Batch | None, bool]], sync: bool) -> dict[str, Any]:
         """Append batches to their runs and flush (fsync when ``sync``); runs in a worker thread."""
         touched: dict[str, _Run] = {}
@@ -371,8 +425,9 @@ class Broker:
         for run in self._runs.values():
             if run.writer is not None:
                 run.writer.close()
-            if run.reader is not None:
-                run.reader.close()
+            for reader in (run.reader, run.follower):
+                if reader is not None:
+                    reader.close()
 
     def close(self) -> None:
         """Stop accepting batches. The persist task drains what was accepted, fsyncs and returns."""
@@ -412,8 +467,13 @@ class Broker:
         """
         await self.wait_persisted(sub.after_seq)
         covered = self._written_seq
-        limits = {name: run.position for name, run in self._runs.items() if sub.wants(name)}
-        sub.after_seq = covered
+        limits = {}
+        for name, run in self._runs.items():
+            if sub.wants(name):
+                limits[name] = run.position
+                # A followed run's position moves together with its fan-out, so everything
+                # offered so far is in the snapshot; a written run's, with persistence.
+                sub.covered[name] = covered if run.local else self._seq
         frames = []
         for name, limit in limits.items():
             run = self._runs[name]
@@ -477,9 +537,25 @@ class Broker:
 def _open_reader(run: _Run, limit: Any) -> recorder.RunReader:
     """Return the run's reader, refreshed up to ``limit`` (blocking; hold ``run.lock``)."""
     if run.reader is None:
-        run.reader = recorder.RunReader(run.path)
-    run.reader.refresh(limit)
+        run.reader = recorder.RunReader(run.path, limit=limit)
+    else:
+        run.reader.refresh(limit)
     return run.reader
+
+
+def _follow(run: _Run) -> Any:
+    """Open the follower of a run found on disk; return the position it has read to (blocking)."""
+    try:
+        run.follower = recorder.RunReader(run.path)
+    except recorder.NotARunError:
+        return None
+    return run.follower.position()
+
+
+def _poll(run: _Run) -> list[recorder.Record]:
+    """Read what was appended to a followed run since the last poll (blocking)."""
+    assert run.follower is not None
+    return run.follower.poll()
 
 
 def _read_snapshot(

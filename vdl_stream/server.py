@@ -434,6 +434,7 @@ async def run_server(
     web_stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
+        await nursery.start(broker.follow)
         url = await nursery.start(
             partial(
                 serve_dashboard,

@@ -496,6 +496,7 @@ def attach(
         if serve:
             from .server import serve_dashboard  # the web stack loads only when serving
 
+            await nursery.start(broker.follow)  # show the other runs of the log directory too
             transport.url = await nursery.start(serve_dashboard, broker, host, port, token)
         return transport
 
