@@ -22,6 +22,8 @@ from recorder.records import CorruptionWarning, FormatError, Position
 SEGMENT_RE = re.compile(r"^segment-(\d{6,})\.vdlr$")
 INDEX_NAME = "index.vdli"
 INDEX_VERSION = 1
+# Event payloads larger than this are not kept in memory after scanning (read again on demand).
+KEEP_EVENT_BYTES = 16 << 10
 
 
 def segment_name(number: int) -> str:
@@ -131,8 +133,10 @@ class Catalog:
 
     Args:
         run_dir: the run directory (must exist).
-        keep_data: keep decoded payloads of scanned records in memory (a reader does; a writer
-            reopening a run only needs the summaries).
+        keep_data: keep decoded payloads in memory once read: scalar chunks (until a reader has
+            folded them into its arrays) and events up to KEEP_EVENT_BYTES; larger events
+            (images, audio) are read again from disk when asked for. A writer reopening a run
+            only needs the summaries.
     """
 
     def __init__(self, run_dir: str, *, keep_data: bool = True) -> None:
@@ -242,13 +246,16 @@ class Catalog:
                 self._damage(state, start + offset, framing.FRAME_OVERHEAD + length, str(exc))
                 continue
             entry = Entry.from_payload(state.number, start + offset, length, decoded)
-            if not self.keep_data:
+            if not self._keeps(entry):
                 entry.data = None
             out.append(entry)
         state.scanned = start + scan.end
         if scan.frames:
             state.valid_end = start + scan.valid_end
         state.pending = size - state.scanned
+
+    def _keeps(self, entry: Entry) -> bool:
+        return self.keep_data and (entry.kind == codec.SCALARS or entry.length <= KEEP_EVENT_BYTES)
 
     def load(self, entry: Entry) -> Any:
         """The decoded data of ``entry``, reading and verifying it if needed; None if damaged."""
@@ -266,7 +273,7 @@ class Catalog:
                 why = str(exc)
             else:
                 if decoded[0] == entry.kind and decoded[1] == entry.tag:
-                    if self.keep_data:
+                    if self._keeps(entry):
                         entry.data = decoded[4]
                     return decoded[4]
                 why = "record does not match the index"

@@ -231,6 +231,20 @@ def test_one_record_larger_than_a_segment_gets_a_segment_of_its_own(tmp_path):
     assert [len(rec.data["png"]) for rec in r.read_records("image")] == [5000, 10]
 
 
+def test_large_events_are_not_held_in_memory_but_read_again(tmp_path):
+    run = tmp_path / "run"
+    with RunWriter(run) as w:
+        w.append_record("image", "img", 0, BASE_WALL, {"png": b"\x07" * 100_000})
+        w.append_record("text", "t", 0, BASE_WALL, {"text": "small"})
+    os.remove(run / INDEX_NAME)
+    r = RunReader(run)
+    entries = {e.kind: e for e in r._catalog.entries}
+    assert entries["image"].data is None and entries["text"].data is not None
+    for _ in range(2):
+        assert r.read_records("image")[0].data["png"] == b"\x07" * 100_000
+    assert entries["image"].data is None
+
+
 def test_large_batches_are_split_into_bounded_chunks(tmp_path):
     run = tmp_path / "run"
     n = 200_000
