@@ -170,3 +170,28 @@ async def test_runs_written_by_another_process_are_discovered_and_followed(tmp_p
             assert runs == {"type": "runs", "runs": ["new", "old", "other"]}
             nursery.cancel_scope.cancel()
     other.close()
+
+
+async def test_snapshots_carry_untagged_events(tmp_path):
+    broker = Broker(tmp_path)
+    hparams = {"kind": "hparams", "tag": None, "step": None, "wall": 1.0, "hparams": {"lr": 0.1}}
+    samples = [
+        {
+            "kind": "telemetry",
+            "tag": None,
+            "step": None,
+            "wall": 2.0 + i,
+            "fields": {"cpu/percent": i},
+        }
+        for i in range(3)
+    ]
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await broker.ingest(Batch("w", 1, "r", [], [hparams, *samples]))
+            sub = broker.subscribe()
+            (frame,) = await broker.snapshot(sub)
+            nursery.cancel_scope.cancel()
+    events = msgpack.unpackb(frame)["events"]
+    assert [e["kind"] for e in events] == ["hparams", "telemetry", "telemetry", "telemetry"]
+    assert events[0]["hparams"] == {"lr": 0.1} and events[-1]["fields"] == {"cpu/percent": 2}

@@ -6,6 +6,7 @@ already knows; a broker persists every event and pushes it to browsers within mi
 
 __version__ = "0.1.0"
 
+from .compat import LogWriter, SummaryWriter
 from .writer import Writer, attach
 
-__all__ = ["Writer", "__version__", "attach"]
+__all__ = ["LogWriter", "SummaryWriter", "Writer", "__version__", "attach"]

@@ -31,6 +31,8 @@ from .codec import Batch, ScalarColumns
 INGEST_KIND = "ingest"
 #: At most this many non-scalar events per (kind, tag) go into a snapshot.
 SNAPSHOT_EVENTS = 100
+#: Untagged kinds in a snapshot, with their limits: an hour of telemetry at one sample a second.
+UNTAGGED_SNAPSHOT = {"telemetry": 3600, "hparams": SNAPSHOT_EVENTS, "meta": SNAPSHOT_EVENTS}
 
 
 @dataclass(frozen=True)
@@ -574,6 +576,9 @@ def _read_snapshot(
         elif info.kind in codec.EVENT_KINDS:
             records = reader.read_records(kind=info.kind, tag=tag)
             events.extend(_record_event(r) for r in _thin(records, SNAPSHOT_EVENTS))
+    for kind, limit in UNTAGGED_SNAPSHOT.items():  # events without a tag are not in tags()
+        records = [r for r in reader.read_records(kind=kind) if r.tag is None]
+        events.extend(_record_event(r) for r in _thin(records, limit))
     events.sort(key=lambda e: e["wall"])
     return scalars, events
 

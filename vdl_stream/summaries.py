@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from . import codec
-from . import writer as _convert  # to_float, to_step, to_array; a module import survives the cycle
 
 #: Most buckets a histogram may have.
 MAX_BUCKETS = 10_000
@@ -47,13 +46,62 @@ _MINIMUM_COUNT = 1e-7  # keeps precision/recall finite on empty buckets, as Tens
 # -- shared checks ------------------------------------------------------------------------------
 
 
+def to_float(value: object, name: str = "value") -> float:
+    """Convert a Python/numpy number or a one-element tensor-like to ``float``.
+
+    Accepts anything with ``.item()`` (numpy, torch, paddle, jax scalars and one-element arrays)
+    or ``__float__``, without importing any framework. Raises ``TypeError`` naming ``name``.
+    """
+    try:
+        if hasattr(value, "item"):
+            value = value.item()  # type: ignore[union-attr]
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be a real number or a one-element tensor, got {type(value).__name__}"
+        ) from None
+
+
+def to_step(step: object, name: str = "step") -> int:
+    """Convert an int-like step (Python/numpy int, one-element tensor) to ``int``."""
+    if hasattr(step, "item"):
+        step = step.item()  # type: ignore[union-attr]
+    if isinstance(step, bool) or not isinstance(step, int):
+        try:
+            as_int = int(step)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            as_int = None
+        if as_int is None or as_int != step:
+            raise TypeError(f"{name} must be an int, got {type(step).__name__} {step!r:.40}")
+        step = as_int
+    return step
+
+
+def to_array(values: object, name: str = "values") -> np.ndarray:
+    """Convert an array-like or tensor (numpy, torch, paddle, jax) to a float64 numpy array."""
+    if hasattr(values, "detach"):  # torch: leave the autograd graph and the device
+        values = values.detach()
+    if hasattr(values, "cpu"):
+        values = values.cpu()
+    if hasattr(values, "numpy") and not isinstance(values, np.ndarray):
+        values = values.numpy()
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be an array of numbers or a tensor, got {type(values).__name__}"
+        ) from None
+
+
 def _common(kind: str, tag: str | None, step: int | None, wall: float) -> dict[str, Any]:
     return {"kind": kind, "tag": tag, "step": step, "wall": wall}
 
 
 def check_wall(wall: object, name: str = "walltime") -> float:
     """Return ``wall`` as a finite float of seconds since the epoch, else raise naming ``name``."""
-    value = _convert.to_float(wall, name)
+    value = to_float(wall, name)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
     return value
@@ -62,7 +110,7 @@ def check_wall(wall: object, name: str = "walltime") -> float:
 def _step(step: object, optional: bool = False) -> int | None:
     if step is None and optional:
         return None
-    return _convert.to_step(step)
+    return to_step(step)
 
 
 def _positive_int(value: object, name: str, limit: int, least: int = 1) -> int:
@@ -132,7 +180,7 @@ def histogram_event(
     codec.check_tag(tag)
     event = _common("histogram", tag, _step(step), check_wall(wall))
     n = _positive_int(buckets, "buckets", MAX_BUCKETS)
-    arr = _convert.to_array(values, "values").ravel()
+    arr = to_array(values, "values").ravel()
     event.update(_histogram(arr, n))
     return event
 
@@ -450,7 +498,7 @@ def hparams_event(hparams_dict: Any, metrics_list: Any, wall: float) -> dict[str
         metric_values = {}
         for key, value in metrics_list.items():
             codec.check_tag(key, "metric_dict key")
-            metric_values[key] = _convert.to_float(value, f"metric_dict[{key!r}]")
+            metric_values[key] = to_float(value, f"metric_dict[{key!r}]")
         metrics = list(metric_values)
     elif isinstance(metrics_list, (list, tuple)):
         metrics = [codec.check_tag(m, f"metrics_list[{i}]") for i, m in enumerate(metrics_list)]
@@ -482,8 +530,8 @@ def curve_counts(
         weights or ``num_thresholds``, named in the message.
     """
     n = _positive_int(num_thresholds, "num_thresholds", MAX_THRESHOLDS, least=2)
-    truth = _convert.to_array(labels, "labels").ravel()
-    scores = _convert.to_array(predictions, "predictions").ravel()
+    truth = to_array(labels, "labels").ravel()
+    scores = to_array(predictions, "predictions").ravel()
     if truth.size != scores.size or not truth.size:
         raise ValueError(
             "labels and predictions must have the same, non-zero number of elements, "
@@ -500,7 +548,7 @@ def curve_counts(
     if weights is None:
         weight = np.ones_like(truth)
     else:
-        weight = _convert.to_array(weights, "weights").ravel()
+        weight = to_array(weights, "weights").ravel()
         if weight.size == 1:
             weight = np.full_like(truth, weight[0])
         if weight.size != truth.size:

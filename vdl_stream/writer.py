@@ -24,12 +24,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import numpy as np
 import trio
 
 from . import codec, summaries
 from .codec import Batch
 from .errors import unwrap
+from .summaries import to_float, to_step
 from .transport import InProcessTransport, Transport, WebSocketTransport
 
 log = logging.getLogger("vdl_stream.writer")
@@ -53,53 +53,18 @@ def make_run_name(world_size: int = 1) -> str:
     return time.strftime("%Y%m%d-%H%M%S") + f"-{random.getrandbits(24):06x}"
 
 
-def to_float(value: object, name: str = "value") -> float:
-    """Convert a Python/numpy number or a one-element tensor-like to ``float``.
-
-    Accepts anything with ``.item()`` (numpy, torch, paddle, jax scalars and one-element arrays)
-    or ``__float__``, without importing any framework. Raises ``TypeError`` naming ``name``.
-    """
-    try:
-        if hasattr(value, "item"):
-            value = value.item()  # type: ignore[union-attr]
-        if isinstance(value, (str, bytes)):
-            raise TypeError
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be a real number or a one-element tensor, got {type(value).__name__}"
-        ) from None
-
-
-def to_step(step: object, name: str = "step") -> int:
-    """Convert an int-like step (Python/numpy int, one-element tensor) to ``int``."""
-    if hasattr(step, "item"):
-        step = step.item()  # type: ignore[union-attr]
-    if isinstance(step, bool) or not isinstance(step, int):
-        try:
-            as_int = int(step)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            as_int = None
-        if as_int is None or as_int != step:
-            raise TypeError(f"{name} must be an int, got {type(step).__name__} {step!r:.40}")
-        step = as_int
-    return step
-
-
-def to_array(values: object, name: str = "values") -> np.ndarray:
-    """Convert an array-like or tensor (numpy, torch, paddle, jax) to a float64 numpy array."""
-    if hasattr(values, "detach"):  # torch: leave the autograd graph and the device
-        values = values.detach()
-    if hasattr(values, "cpu"):
-        values = values.cpu()
-    if hasattr(values, "numpy") and not isinstance(values, np.ndarray):
-        values = values.numpy()
-    try:
-        return np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be an array of numbers or a tensor, got {type(values).__name__}"
-        ) from None
+#: The public logging calls; a rank that does not log replaces them all with a no-op.
+LOGGING_METHODS = (
+    "add_scalar",
+    "add_scalars",
+    "add_histogram",
+    "add_image",
+    "add_text",
+    "add_audio",
+    "add_hparams",
+    "add_pr_curve",
+    "add_roc_curve",
+)
 
 
 class Writer:
@@ -137,8 +102,8 @@ class Writer:
         self._error: BaseException | None = None
         self._telemetry = telemetry
         if mute:  # a rank that does not log: the calls stay valid and cost nothing
-            self.add_scalar = _discard  # type: ignore[method-assign]
-            self._add_event = _discard  # type: ignore[method-assign]
+            for name in LOGGING_METHODS:
+                setattr(self, name, _discard)
         self._thread = threading.Thread(target=self._thread_main, name="vdl-stream", daemon=True)
         self._thread.start()
         self._ready.wait()
