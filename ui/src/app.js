@@ -229,10 +229,18 @@ function setConnState(s, detail = "") {
   conn.title = detail;
 }
 
+/** The /ws/live protocol version this page implements (docs/protocol.md). */
+const PROTOCOL_VERSION = 1;
 const token = takeToken();
 const connection = new Connection({
   url: liveUrl(window.location, token),
-  onMessage: (msg) => store.apply(msg),
+  onMessage: (msg) => {
+    if (msg.type === "hello") {
+      if (msg.version !== PROTOCOL_VERSION) console.warn(`vdl-stream: server speaks protocol ${msg.version}, this page ${PROTOCOL_VERSION}`);
+      conn.dataset.server = String(msg.server ?? "");
+    }
+    store.apply(msg);
+  },
   onState: (s, detail) => setConnState(s, detail),
 });
 

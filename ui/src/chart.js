@@ -224,6 +224,8 @@ export class Chart {
           grid: { stroke: "rgba(128,128,128,0.15)" },
           ticks: { stroke: "rgba(128,128,128,0.3)" },
           ...(xKind === "relative" ? { values: (u, ticks) => ticks.map(formatDuration) } : {}),
+          // Date-time labels are wide; space them so that they do not run into each other.
+          ...(xKind === "wall" ? { space: 90 } : {}),
         },
         {
           stroke: "var(--muted)",

@@ -28,6 +28,8 @@ export class Series {
     /** Whether steps (walls) never decrease: a restarted run breaks this until the next snapshot. */
     this.stepsAscending = true;
     this.wallsAscending = true;
+    /** Wall time of the first point since the last snapshot: the origin of relative time. */
+    this.firstWall = NaN;
     /** Bumped on every change, so a chart can tell whether it is stale. */
     this.version = 0;
   }
@@ -35,6 +37,7 @@ export class Series {
   /** Append decoded columns, smoothing the new values incrementally. */
   append(steps, walls, values) {
     if (steps.length === 0) return;
+    if (this.buffer.length === 0) this.firstWall = walls[0];
     // Kept up to date here so that drawing need not scan the whole series for order.
     this.stepsAscending &&= !(steps[0] < this.buffer.last(STEP)) && isAscending(steps);
     this.wallsAscending &&= !(walls[0] < this.buffer.last(WALL)) && isAscending(walls);
@@ -48,6 +51,7 @@ export class Series {
   clear() {
     this.buffer.clear();
     this.ema.reset();
+    this.firstWall = NaN;
     this.stepsAscending = true;
     this.wallsAscending = true;
     this.version++;
@@ -91,6 +95,7 @@ class Run {
     this.texts = new Map();
     this.prCurves = new Map();
     this.rocCurves = new Map();
+    this.audio = new Map();
     /** The latest `hparams` event of the run, or null. */
     this.hparams = null;
     /** @type {Map<string, Telemetry>} `${source}\u0000${field}` -> samples */
@@ -111,7 +116,7 @@ export class Store {
 
   /**
    * Listen for changes. The callback gets `{kind, run, tags}` where kind is `runs`, `scalars` or
-   * an event kind (`histogram`, `image`, `text`, `telemetry`, `pr_curve`, `roc_curve`, `hparams`),
+   * an event kind (`histogram`, `image`, `audio`, `text`, `telemetry`, `pr_curve`, `roc_curve`, `hparams`),
    * and `tags` the tags touched.
    * @returns {() => void} unsubscribe
    */
@@ -188,13 +193,14 @@ export class Store {
     run.texts.clear();
     run.prCurves.clear();
     run.rocCurves.clear();
+    run.audio.clear();
     run.hparams = null;
     for (const t of run.telemetry.values()) {
       t.buffer.clear();
       t.version++;
     }
     this._emit({ kind: "scalars", run: name, tags: [...run.scalars.keys()] });
-    for (const kind of ["histogram", "image", "text", "telemetry", "pr_curve", "roc_curve", "hparams"]) this._emit({ kind, run: name, tags: [] });
+    for (const kind of ["histogram", "image", "audio", "text", "telemetry", "pr_curve", "roc_curve", "hparams"]) this._emit({ kind, run: name, tags: [] });
   }
 
   _ingest(msg) {
@@ -231,6 +237,8 @@ export class Store {
         return insertByStep(run.images, ev);
       case "text":
         return insertByStep(run.texts, ev);
+      case "audio":
+        return insertByStep(run.audio, ev);
       case "pr_curve":
         return insertByStep(run.prCurves, ev);
       case "roc_curve":

@@ -1,10 +1,16 @@
-// The images view: one card per (tag, run) showing one logged image at a time, with a step slider
-// that follows the newest image until moved back.
+// The images view: one card per (tag, run) showing one logged image (or audio clip) at a time,
+// with a step slider that follows the newest one until moved back.
 import { colorFor, el } from "../dom.js";
 import { t } from "../i18n.js";
 
 // Only raster formats are shown; anything else (e.g. SVG) is not turned into an image.
-const MIME = { png: "image/png", jpeg: "image/jpeg", jpg: "image/jpeg", gif: "image/gif", webp: "image/webp" };
+const MIME = { png: "image/png", jpeg: "image/jpeg", jpg: "image/jpeg", gif: "image/gif", webp: "image/webp", wav: "audio/wav" };
+
+// Per kind: the store's list and the card's data attribute.
+const KINDS = {
+  image: { list: "images", attr: "imageTag" },
+  audio: { list: "audio", attr: "audioTag" },
+};
 
 export class ImagesView {
   /** @param {object} ctx shared page context: `store`, `scheduler`, `state` */
@@ -15,10 +21,10 @@ export class ImagesView {
     this.grid = el("div", { class: "grid images-grid" });
     this.element = el("div", { class: "view images" }, this.empty, this.grid);
     ctx.store.subscribe((change) => {
-      if (change.kind !== "image") return;
+      if (!(change.kind in KINDS)) return;
       const run = ctx.store.runs.get(change.run);
       if (!run) return;
-      for (const tag of run.images.keys()) this._card(tag, change.run);
+      for (const tag of run[KINDS[change.kind].list].keys()) this._card(change.kind, tag, change.run);
       for (const card of this.cards.values()) if (card.run === change.run) ctx.scheduler.mark(card);
     });
   }
@@ -34,16 +40,17 @@ export class ImagesView {
     for (const card of this.cards.values()) this.ctx.scheduler.mark(card);
   }
 
-  _card(tag, run) {
-    const key = `${tag}\u0000${run}`;
+  _card(kind, tag, run) {
+    const key = `${kind}\u0000${tag}\u0000${run}`;
     let card = this.cards.get(key);
     if (card) return card;
-    const img = el("img", { class: "media", alt: tag });
+    const spec = KINDS[kind];
+    const img = kind === "audio" ? el("audio", { class: "media", controls: true, preload: "none" }) : el("img", { class: "media", alt: tag });
     const slider = el("input", { type: "range", min: "0", max: "0", step: "1", value: "0", class: "step-slider", "aria-label": tag });
     const caption = el("div", { class: "readout" });
     const element = el(
       "section",
-      { class: "chart image-card", dataset: { imageTag: tag, run } },
+      { class: `chart ${kind}-card`, dataset: { [spec.attr]: tag, run } },
       el("header", {}, el("i", { class: "swatch", style: { background: colorFor(run) } }), el("span", { class: "chart-title", text: tag, title: tag }), el("span", { class: "run-label", text: run })),
       el("div", { class: "media-box" }, img),
       slider,
@@ -51,7 +58,7 @@ export class ImagesView {
     );
     card = { element, run, tag, follow: true, shownKey: null, url: null };
     card.render = () => {
-      const list = this.ctx.store.runs.get(run)?.images.get(tag) ?? [];
+      const list = this.ctx.store.runs.get(run)?.[spec.list].get(tag) ?? [];
       const max = Math.max(0, list.length - 1);
       slider.max = String(max);
       if (card.follow) slider.value = String(max);
@@ -60,7 +67,10 @@ export class ImagesView {
         caption.textContent = "";
         return;
       }
-      caption.textContent = `${t("step")} ${ev.step} · ${Number(slider.value) + 1}/${list.length}${ev.width && ev.height ? ` · ${ev.width}×${ev.height}` : ""}`;
+      const size =
+        kind === "audio" ? (ev.frames && ev.sample_rate ? ` · ${(ev.frames / ev.sample_rate).toFixed(2)} s` : "")
+        : ev.width && ev.height ? ` · ${ev.width}×${ev.height}` : "";
+      caption.textContent = `${t("step")} ${ev.step} · ${Number(slider.value) + 1}/${list.length}${size}`;
       const shownKey = `${ev.step}:${ev.wall}`;
       if (shownKey === card.shownKey) return;
       card.shownKey = shownKey;

@@ -133,7 +133,8 @@ export class ScalarsView {
       if (!series || series.length === 0) continue;
       const walls = series.column(WALL);
       const xsFull = state.xKind === "step" ? series.column(STEP) : walls;
-      const offset = state.xKind === "relative" ? walls[0] : 0;
+      // Relative time counts from the run's first point, even after the ring buffer dropped it.
+      const offset = state.xKind === "relative" ? series.firstWall : 0;
       const zoom = chart.zoom;
       const ascending = state.xKind === "step" ? series.stepsAscending : series.wallsAscending;
       const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined, ascending);
