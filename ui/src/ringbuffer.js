@@ -1,10 +1,11 @@
 // Bounded per-series storage: parallel Float64Array columns holding the newest `capacity` rows.
 //
-// Rows live in a window of a backing array twice the capacity. Appends write after the window;
-// when the end of the backing array is reached, the live rows are moved back to the front in one
-// copyWithin. Each row is moved at most once per `capacity` appends (amortised O(1)), and every
-// column is always one contiguous subarray, so downsampling and uPlot read it without copying or
-// index arithmetic. The backing arrays start small and double up to the capacity.
+// Rows live in a window of a backing array a quarter larger than the capacity. Appends write after
+// the window; when the end of the backing array is reached, the live rows are moved back to the
+// front in one copyWithin. A full buffer moves its rows once per capacity/4 appends (amortised
+// O(1): four row copies per append at most), and every column is always one contiguous subarray,
+// so downsampling and uPlot read it without copying or index arithmetic. The backing arrays start
+// small and double up to their final size.
 
 const INITIAL_ROWS = 256;
 
@@ -19,12 +20,14 @@ export class RingBuffer {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`capacity must be a positive int, got ${capacity}`);
     this.columns = columns;
     this.capacity = capacity;
+    /** Most rows the backing arrays hold: the capacity plus room to append before compacting. */
+    this.maxRows = capacity + Math.max(INITIAL_ROWS, Math.ceil(capacity / 4));
     this._start = 0;
     this._end = 0;
     /** Rows ever dropped from the front because the buffer was full. */
     this.dropped = 0;
     this._cols = [];
-    this._alloc(Math.min(INITIAL_ROWS, capacity) * 2);
+    this._alloc(Math.min(INITIAL_ROWS * 2, this.maxRows));
   }
 
   /** Number of rows held. */
@@ -103,10 +106,10 @@ export class RingBuffer {
     if (this._end + count <= size) return;
     const live = this.length;
     const needed = live + count;
-    if (needed * 2 > size && size < this.capacity * 2) {
+    if (needed * 2 > size && size < this.maxRows) {
       let grown = size;
-      while (grown < needed * 2 && grown < this.capacity * 2) grown *= 2;
-      this._alloc(Math.min(grown, this.capacity * 2));
+      while (grown < needed * 2 && grown < this.maxRows) grown *= 2;
+      this._alloc(Math.min(grown, this.maxRows));
       return;
     }
     for (const col of this._cols) col.copyWithin(0, this._start, this._end);

@@ -65,9 +65,32 @@ test("clear empties it, and bad arguments are refused", () => {
   assert.throws(() => new RingBuffer(1, 2.5), /capacity must be a positive int, got 2.5/);
 });
 
-test("memory stays bounded at twice the capacity", () => {
-  const rb = new RingBuffer(1, 1000);
+test("memory stays bounded at a quarter above the capacity", () => {
+  const rb = new RingBuffer(1, 4000);
   for (let i = 0; i < 100_000; i++) rb.pushRow(i);
-  assert.ok(rb._cols[0].length <= 2000, `backing array has ${rb._cols[0].length} rows`);
-  assert.equal(rb.column(0)[0], 99_000);
+  assert.ok(rb._cols[0].length <= 5000, `backing array has ${rb._cols[0].length} rows`);
+  assert.equal(rb.column(0)[0], 96_000);
+  const bulk = new RingBuffer(2, 4000);
+  for (let i = 0; i < 100; i++) bulk.push(new Float64Array(3999), new Float64Array(3999));
+  assert.ok(bulk._cols[0].length <= 5000, `backing array has ${bulk._cols[0].length} rows`);
+});
+
+test("random pushes always hold exactly the newest rows (model check)", () => {
+  let seed = 12345;
+  const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  for (const capacity of [1, 3, 64, 1000]) {
+    const rb = new RingBuffer(2, capacity);
+    const model = [];
+    let next = 0;
+    for (let round = 0; round < 300; round++) {
+      const size = Math.floor(random() * capacity * 1.5);
+      const xs = Float64Array.from({ length: size }, () => next++);
+      rb.push(xs, xs.map((x) => x * 10));
+      model.push(...xs);
+      const expected = model.slice(-capacity);
+      assert.deepEqual(col(rb, 0), expected, `capacity ${capacity}, round ${round}`);
+      assert.deepEqual(col(rb, 1), expected.map((x) => x * 10));
+      assert.equal(rb.dropped, model.length - expected.length);
+    }
+  }
 });
