@@ -224,6 +224,10 @@ class Catalog:
             if not self._read_header(state, sealed):
                 state.pending = size
                 continue
+            if size < state.scanned:
+                # A writer reopened the run and cut off a damaged tail this reader had skipped;
+                # what it appends next starts at the last valid record.
+                state.scanned = min(state.valid_end, size)
             if size <= state.scanned:
                 state.pending = 0
                 continue

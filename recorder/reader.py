@@ -211,13 +211,18 @@ class RunReader:
             return None
 
     def tags(self) -> dict[str, TagInfo]:
-        """Every tag with its kind, count, step range and (scalars) finite value range."""
+        """Every tag with its kind, count, step range and (scalars) finite value range.
+
+        A tag used with several kinds (say scalars and text) is summarised by the kind of its first
+        record; :meth:`read_scalars` and :meth:`read_records` still return the others.
+        """
         self._check_open()
         out = {}
         for tag, entries in self._by_tag.items():
             live = self._live(entries)
             if not live:
                 continue
+            live = [e for e in live if e.kind == live[0].kind]
             steps = [e.smin for e in live if e.smin is not None]
             steps_hi = [e.smax for e in live if e.smax is not None]
             lo = [e.vmin for e in live if e.vmin is not None]
@@ -286,13 +291,13 @@ class RunReader:
             Read-only arrays (they may share memory with the reader's cache).
 
         Raises:
-            ValueError: ``max_points`` below 2, or a tag of another kind.
+            ValueError: ``max_points`` below 2, or a tag that holds only records of another kind.
         """
         self._check_open()
         if max_points is not None and (not isinstance(max_points, int) or max_points < 2):
             raise ValueError(f"max_points must be an int >= 2 or None, got {max_points!r}")
         entries = self._by_tag.get(tag)
-        if entries and entries[0].kind != codec.SCALARS:
+        if entries and all(e.kind != codec.SCALARS for e in entries):
             raise ValueError(f"tag {tag!r} holds {entries[0].kind!r} records, not scalars")
         series, monotonic = self._series(tag)
         if start is not None or end is not None:

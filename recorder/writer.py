@@ -205,10 +205,6 @@ class RunWriter:
         finally:
             catalog.close()
         self._entries: list[Entry] = catalog.entries
-        self._kinds: dict[str, str] = {}
-        for e in self._entries:
-            if e.tag is not None:
-                self._kinds.setdefault(e.tag, e.kind)
         self._created: dict[int, float] = {
             n: s.created for n, s in catalog.segments.items() if s.created is not None
         }
@@ -260,11 +256,6 @@ class RunWriter:
         if self._closed:
             raise RecorderError(f"{self._dir}: the RunWriter is closed")
 
-    def _claim_tag(self, tag: str, kind: str) -> None:
-        have = self._kinds.setdefault(tag, kind)
-        if have != kind:
-            raise ValueError(f"tag {tag!r} already holds {have!r} records, cannot add {kind!r}")
-
     def append_scalars(
         self, tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
     ) -> None:
@@ -275,8 +266,8 @@ class RunWriter:
         resumed from a checkpoint) stays visible to readers, which let it supersede the older points.
 
         Raises:
-            ValueError: ``tag`` is not a non-empty str or holds another kind; arrays are not 1-D or
-                have different lengths.
+            ValueError: ``tag`` is not a non-empty str; arrays are not 1-D or have different
+                lengths.
             TypeError: an array has a non-numeric dtype.
             RecorderError: the writer is closed.
         """
@@ -292,7 +283,6 @@ class RunWriter:
             )
         if not len(s):
             return
-        self._claim_tag(tag, codec.SCALARS)
         slot = self._open_slots.get(tag)
         if slot is not None and (s[0] <= slot.smax or slot.count + len(s) > CHUNK_POINTS):
             slot = None
@@ -314,8 +304,7 @@ class RunWriter:
         ``kind="meta"`` records are merged into :attr:`RunReader.meta`.
 
         Raises:
-            ValueError: a bad ``kind`` (``"scalars"`` is reserved), ``tag``, ``step`` or ``wall``,
-                or ``tag`` already holds another kind.
+            ValueError: a bad ``kind`` (``"scalars"`` is reserved), ``tag``, ``step`` or ``wall``.
             TypeError: ``data`` is not a dict or not msgpack-serialisable.
             RecorderError: the writer is closed.
         """
@@ -340,8 +329,6 @@ class RunWriter:
             raise TypeError(f"data is not msgpack-serialisable: {exc}") from None
         if len(payload) > framing.MAX_PAYLOAD:
             raise ValueError(f"record is {len(payload)} bytes, over {framing.MAX_PAYLOAD}")
-        if tag is not None:
-            self._claim_tag(tag, kind)
         step = None if step is None else int(step)
         self._queue.append((payload, (kind, tag, step, float(wall), 1, step, step, None, None)))
         self._pending_records += 1

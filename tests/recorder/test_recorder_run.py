@@ -387,6 +387,32 @@ def test_writer_reopen_truncates_a_torn_tail_and_appends(tmp_path):
     assert r.statistics().corrupt_records == 0
 
 
+def test_a_tailing_reader_follows_a_reopen_that_cut_a_damaged_tail(tmp_path):
+    run = tmp_path / "run"
+    w = RunWriter(run)
+    for i in range(3):
+        w.append_record("text", "t", i, BASE_WALL, {"text": "abc"})
+        w.flush()
+    del w  # crashed
+    seg = run / segment_name(0)
+    blob = bytearray(seg.read_bytes())
+    blob[-6] ^= 0x01  # inside the payload of the last record
+    seg.write_bytes(bytes(blob))
+    with pytest.warns(CorruptionWarning):
+        r = RunReader(run)
+    assert [rec.step for rec in r.read_records()] == [0, 1]
+    w = RunWriter(run)  # cuts the damaged tail off
+    w.append_record("text", "t", 2, BASE_WALL, {"text": "again"})
+    w.append_record("text", "t", 3, BASE_WALL, {"text": "more"})
+    w.flush()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert r.refresh()
+    assert [rec.step for rec in r.read_records()] == [0, 1, 2, 3]
+    assert r.statistics().corrupt_records == 1
+    w.close()
+
+
 def test_writer_reopen_repairs_a_torn_segment_header(tmp_path):
     run = tmp_path / "run"
     with RunWriter(run, segment_bytes=300) as w:
@@ -475,13 +501,15 @@ def test_bad_arguments_are_refused_with_exact_messages(tmp_path, call, error, me
         assert w.statistics().pending_points == w.statistics().pending_records == 0
 
 
-def test_a_tag_keeps_one_kind_across_reopen(tmp_path):
+def test_a_tag_used_with_two_kinds_keeps_both(tmp_path):
     with RunWriter(tmp_path / "run") as w:
-        append(w, "loss", series([1]))
-        with pytest.raises(ValueError, match="tag 'loss' already holds 'scalars' records"):
-            w.append_record("text", "loss", 1, 1.0, {})
-    with RunWriter(tmp_path / "run") as w, pytest.raises(ValueError, match="already holds"):
-        w.append_record("text", "loss", 1, 1.0, {})
+        append(w, "loss", series([1, 2]))
+        w.flush()
+        w.append_record("text", "loss", 1, 1.0, {"text": "a note"})
+    r = RunReader(tmp_path / "run")
+    assert r.tags()["loss"].kind == "scalars" and r.tags()["loss"].count == 2
+    assert r.read_scalars("loss").steps.tolist() == [1, 2]
+    assert r.read_records("text", "loss")[0].data == {"text": "a note"}
     with RunWriter(tmp_path / "run2") as w:
         w.append_record("text", "t", 1, 1.0, {})
     with pytest.raises(ValueError, match="tag 't' holds 'text' records, not scalars"):
