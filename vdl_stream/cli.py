@@ -1,4 +1,4 @@
-"""The ``vdl-stream`` command: ``serve``, ``demo``, ``import`` and ``export``."""
+"""The ``vdl-stream`` command: ``serve``, ``demo``, ``import``, ``export`` and ``replay``."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=_demo)
 
-    from . import interop
+    from . import interop, replay
 
     imp = commands.add_parser("import", help="import TensorBoard / VisualDL logs as runs")
     interop.add_import_arguments(imp)
@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="write a run's scalars as CSV or JSON")
     interop.add_export_arguments(export)
     export.set_defaults(func=interop.run_export)
+
+    rep = commands.add_parser("replay", help="replay recorded runs through the live dashboard")
+    replay.add_replay_arguments(rep)
+    rep.set_defaults(func=replay.run_replay)
     return parser
 
 
