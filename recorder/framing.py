@@ -5,9 +5,10 @@ The byte layout is documented in docs/record-format.md. A frame is::
     length u32 LE | crc32(length bytes) u32 LE | payload (length bytes) | crc32(payload) u32 LE
 
 Scanning distinguishes three states of the bytes after the last good frame: a *torn tail* (an
-incomplete frame, the normal state of a file being written, left pending), *damage* (a complete frame
-whose checksum fails, or garbage followed by a valid frame: skipped and reported), and *undecided*
-garbage with no valid frame after it yet (left pending, unless the segment is sealed).
+incomplete frame, the normal state of a file being written, left pending), *damage* (a frame whose
+checksum fails, or garbage, followed by a valid frame: skipped and reported), and *undecided*
+damage with no valid frame after it yet (left pending like a torn tail, unless the segment is
+sealed).
 """
 
 from __future__ import annotations
@@ -165,6 +166,11 @@ def scan_frames(data: bytes | memoryview, start: int = 0, *, sealed: bool = Fals
     if sealed and pos < n:
         scan.damaged.append((pos, n - pos))
         pos = n
+    elif not sealed and pos > scan.valid_end:
+        # Damaged frames with no valid frame after them may be a write that a crash tore (or that
+        # a writer is about to truncate on reopen): keep them pending, like a torn tail.
+        scan.damaged = [d for d in scan.damaged if d[0] < scan.valid_end]
+        pos = scan.valid_end
     scan.end = pos
     return scan
 
