@@ -19,7 +19,10 @@ import { TextView } from "./views/text.js";
 
 initLanguage();
 
-const store = new Store();
+const token = takeToken();
+/** History points per tag asked for in snapshots (`max_points` of `subscribe`). */
+const MAX_POINTS = 2000;
+const store = new Store({ maxPoints: MAX_POINTS });
 // Charts redraw at most once per animation frame and at most 10 times a second: curves read just
 // as live, and with 20 charts on screen the browser spends most of a frame compositing canvases.
 const scheduler = new FrameScheduler({ minInterval: 100 });
@@ -35,6 +38,7 @@ const state = {
 };
 const syncGroups = new Map();
 const ctx = {
+  token,
   store,
   scheduler,
   state,
@@ -231,8 +235,8 @@ function setConnState(s, detail = "") {
 
 /** The /ws/live protocol version this page implements (docs/protocol.md). */
 const PROTOCOL_VERSION = 1;
-const token = takeToken();
 const connection = new Connection({
+  maxPoints: MAX_POINTS,
   url: liveUrl(window.location, token),
   onMessage: (msg) => {
     if (msg.type === "hello") {

@@ -20,6 +20,21 @@ export class Ema {
     this.reset();
   }
 
+  /**
+   * An EMA that continues from an already smoothed value (no debiasing left to do), for smoothing
+   * a stretch of a series whose earlier part was smoothed elsewhere.
+   * @param {number} weight in [0, 1)
+   * @param {number} smoothed the smoothed value just before the stretch
+   */
+  static continuing(weight, smoothed) {
+    const ema = new Ema(weight);
+    if (Number.isFinite(smoothed)) {
+      ema._last = smoothed;
+      ema._count = Infinity; // weight^Infinity = 0: the debias divisor is 1
+    }
+    return ema;
+  }
+
   /** Forget every point seen. */
   reset() {
     this._last = 0;

@@ -33,6 +33,11 @@ export class Series {
     this.wallsAscending = true;
     /** Wall time of the first point since the last snapshot: the origin of relative time. */
     this.firstWall = NaN;
+    /** Last step of the last snapshot's points, and whether the server downsampled them. */
+    this.historyEnd = -Infinity;
+    this.historyDownsampled = false;
+    /** Bumped when the series is cleared (a snapshot replaces it). */
+    this.generation = 0;
     /** Bumped on every change, so a chart can tell whether it is stale. */
     this.version = 0;
   }
@@ -55,6 +60,9 @@ export class Series {
     this.buffer.clear();
     this.ema.reset();
     this.firstWall = NaN;
+    this.historyEnd = -Infinity;
+    this.historyDownsampled = false;
+    this.generation++;
     this.stepsAscending = true;
     this.wallsAscending = true;
     this.version++;
@@ -108,7 +116,13 @@ class Run {
 }
 
 export class Store {
-  constructor() {
+  /**
+   * @param {object} [opts]
+   * @param {number} [opts.maxPoints] the `max_points` the page subscribes with: a snapshot series
+   *   with more than half as many points is taken to have been downsampled by the server
+   */
+  constructor({ maxPoints = 2000 } = {}) {
+    this.maxPoints = maxPoints;
     /** @type {Map<string, Run>} */
     this.runs = new Map();
     /** Run names announced by the server (may include runs with no data yet). */
@@ -217,6 +231,10 @@ export class Store {
         run.scalars.set(tag, s);
       }
       s.append(steps, walls, values);
+      if (msg.type === "snapshot" && steps.length) {
+        s.historyEnd = steps[steps.length - 1];
+        s.historyDownsampled = steps.length > this.maxPoints / 2;
+      }
       touched.push(tag);
     }
     if (touched.length) this._emit({ kind: "scalars", run: run.name, tags: touched });

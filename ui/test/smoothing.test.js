@@ -61,3 +61,13 @@ test("weight outside [0, 1) is refused", () => {
   assert.throws(() => new Ema(-0.1), /got -0.1/);
   assert.throws(() => new Ema(NaN), /got NaN/);
 });
+
+test("a continuing EMA picks up where a full smoothing left off (once the debiasing has faded)", () => {
+  const values = Array.from({ length: 100 }, (_, i) => Math.sin(i / 3) * 5 + i / 10);
+  const full = smooth(values, 0.7);
+  const tail = new Float64Array(50);
+  Ema.continuing(0.7, full[49]).fill(values.slice(50), tail);
+  // 0.7^50 ~ 2e-8: what is left of the debiasing is far below this tolerance.
+  for (let i = 0; i < tail.length; i++) assert.ok(Math.abs(tail[i] - full[50 + i]) < 1e-6, `index ${i}: ${tail[i]} vs ${full[50 + i]}`);
+  assert.equal(Ema.continuing(0.7, NaN).next(2), 2); // no seed: an ordinary debiased start
+});

@@ -2,8 +2,10 @@
 // runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
 import { Chart } from "../chart.js";
 import { colorFor, el } from "../dom.js";
-import { gather, minMaxIndices } from "../downsample.js";
+import { gather, lowerBound, minMaxIndices } from "../downsample.js";
+import { fetchScalars, needsHistory, spliceRange } from "../history.js";
 import { t } from "../i18n.js";
+import { Ema } from "../smoothing.js";
 import { SMOOTHED, STEP, VALUE, WALL } from "../store.js";
 
 /** The group a tag is shown in: the part before its first `/` (empty for none). */
@@ -14,13 +16,17 @@ export function tagGroup(tag) {
 
 export class ScalarsView {
   /**
-   * @param {object} ctx shared page context: `store`, `scheduler`, `state`, `syncGroup(syncKey)`
+   * @param {object} ctx shared page context: `store`, `scheduler`, `state`, `syncGroup(syncKey)`,
+   *   `token` (for the HTTP API)
    */
   constructor(ctx) {
     this.ctx = ctx;
     /** @type {Map<string, Chart>} */
     this.charts = new Map();
     this.groups = new Map();
+    /** Fetched full-resolution history by `${tag}\u0000${run}`, and requests in flight. */
+    this.details = new Map();
+    this.pending = new Map();
     this.empty = el("p", { class: "empty", text: t("noData") });
     this.element = el("div", { class: "view scalars" }, this.empty);
     ctx.store.subscribe((change) => {
@@ -123,7 +129,8 @@ export class ScalarsView {
   }
 
   // The lines of one chart: per visible run, the raw values (faint when smoothing) and the
-  // smoothed values, downsampled to the chart's width over its zoomed range.
+  // smoothed values, downsampled to the chart's width over its zoomed range. Zoomed into history
+  // the page only has downsampled (or no longer has), the full-resolution points are fetched.
   _lines(chart, tag) {
     const { store, state } = this.ctx;
     const lines = [];
@@ -138,18 +145,66 @@ export class ScalarsView {
       const zoom = chart.zoom;
       const ascending = state.xKind === "step" ? series.stepsAscending : series.wallsAscending;
       const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined, ascending);
-      const xs = gather(xsFull, idx);
-      if (offset) for (let i = 0; i < xs.length; i++) xs[i] -= offset;
+      let cols = { xs: gather(xsFull, idx), raw: gather(series.column(VALUE), idx), smoothed: gather(series.column(SMOOTHED), idx) };
+      if (offset) for (let i = 0; i < cols.xs.length; i++) cols.xs[i] -= offset;
+      if (zoom && state.xKind === "step" && ascending) {
+        const detail = this._detail(chart, series, zoom);
+        if (detail) cols = spliceRange(cols, detail, detail.start, detail.end);
+      }
       const color = colorFor(run);
-      const raw = gather(series.column(VALUE), idx);
       if (state.smoothing > 0) {
-        lines.push({ label: `${run} (raw)`, color, xs, ys: raw, alpha: 0.25, width: 1, legend: false });
-        lines.push({ label: run, color, xs, ys: gather(series.column(SMOOTHED), idx) });
+        lines.push({ label: `${run} (raw)`, color, xs: cols.xs, ys: cols.raw, alpha: 0.25, width: 1, legend: false });
+        lines.push({ label: run, color, xs: cols.xs, ys: cols.smoothed });
       } else {
-        lines.push({ label: run, color, xs, ys: raw });
+        lines.push({ label: run, color, xs: cols.xs, ys: cols.raw });
       }
     }
     return lines;
+  }
+
+  // Fetched full-resolution points of `series` covering the zoom, or null (asking for them when the
+  // zoom reaches history the page lacks; the chart is redrawn when they arrive).
+  _detail(chart, series, zoom) {
+    const [x0, x1] = zoom;
+    if (!needsHistory(series, x0, x1)) return null;
+    const key = `${series.tag}\u0000${series.run}`;
+    const have = this.details.get(key);
+    // A fetch covers the zoom when it spans it and is fine enough: the server sent every point
+    // (well under max_points), or the zoom is at least half as wide as the fetched range.
+    const covers = (d) =>
+      d.generation === series.generation && d.start <= x0 && d.end >= x1 && d.maxPoints >= chart.width * 2 &&
+      (d.failed || d.xs.length < d.maxPoints / 2 || d.end - d.start <= 2 * (x1 - x0));
+    if (have && covers(have)) return have.failed ? null : have;
+    if (this.pending.get(key)?.covers?.(zoom)) return null;
+    this.pending.get(key)?.abort.abort();
+    const abort = new AbortController();
+    const request = { start: Math.floor(x0), end: Math.ceil(x1), maxPoints: chart.width * 2, generation: series.generation };
+    this.pending.set(key, { abort, covers: ([a, b]) => request.start <= a && request.end >= b });
+    fetchScalars({ run: series.run, tag: series.tag, start: request.start, end: request.end, maxPoints: request.maxPoints, token: this.ctx.token, signal: abort.signal })
+      .then(({ steps, walls, values }) => {
+        const detail = { ...request, xs: steps, walls, raw: values, smoothed: this._smoothDetail(series, request.start, values) };
+        this.details.set(key, detail);
+      })
+      .catch((err) => {
+        if (err.name === "AbortError") return;
+        console.warn(`vdl-stream: no full-resolution history for ${series.tag} of ${series.run}:`, err);
+        this.details.set(key, { ...request, failed: true });
+      })
+      .finally(() => {
+        if (this.pending.get(key)?.abort === abort) this.pending.delete(key);
+        this.ctx.scheduler.mark(chart);
+      });
+    return null;
+  }
+
+  // Smooth fetched values, continuing from the received series' smoothed value just before them.
+  _smoothDetail(series, start, values) {
+    const steps = series.column(STEP);
+    const before = lowerBound(steps, start) - 1;
+    const seed = before >= 0 ? series.column(SMOOTHED)[before] : NaN;
+    const out = new Float64Array(values.length);
+    (before >= 0 ? Ema.continuing(this.ctx.state.smoothing, seed) : new Ema(this.ctx.state.smoothing)).fill(values, out);
+    return out;
   }
 }
 
