@@ -405,6 +405,7 @@ async def serve_dashboard(
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the socket from here on
     config.websocket_max_message_size = codec.MAX_FRAME_BYTES
     config.accesslog = None  # access logs would carry ?token= query strings
+    config.loglevel = "WARNING"  # our own start-up line says where we listen
     config.graceful_timeout = 2.0
     app = create_app(broker, token)
     async with trio.open_nursery() as nursery:
