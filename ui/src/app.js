@@ -42,6 +42,10 @@ const ctx = {
   store,
   scheduler,
   state,
+  /** Whether a card of `run` (null: any) and `tag` passes the run toggles and the tag filter. */
+  shown(run, tag) {
+    return !(run !== null && state.hiddenRuns.has(run)) && !(state.filter && !state.filter.test(tag));
+  },
   syncGroup(key) {
     if (!syncGroups.has(key)) syncGroups.set(key, new SyncGroup());
     return syncGroups.get(key);
@@ -155,7 +159,7 @@ function onFilter() {
     filterInput.title = t("badRegex");
     return;
   }
-  views.scalars.applyFilter();
+  refreshViews();
 }
 
 let smoothingTimer = 0;

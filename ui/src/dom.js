@@ -38,6 +38,20 @@ export function clear(node) {
   while (node.firstChild) node.firstChild.remove();
 }
 
+/**
+ * Insert `element` under `parent` so that the elements of a keyed collection stay in key order.
+ * @param {Element} parent
+ * @param {Map<string, any>} items the collection, already holding `key`
+ * @param {string} key the new item's key
+ * @param {Element} element the new item's element
+ * @param {(item: any) => Element} elementOf the element of another item
+ */
+export function insertSorted(parent, items, key, element, elementOf = (item) => item.element) {
+  const keys = [...items.keys()].sort();
+  const next = keys[keys.indexOf(key) + 1];
+  parent.insertBefore(element, next === undefined ? null : elementOf(items.get(next)));
+}
+
 /** Colors for runs, in order of first appearance (colour-blind friendly, after Okabe & Ito / Tableau). */
 export const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
 

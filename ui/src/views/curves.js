@@ -2,7 +2,7 @@
 // rate), one chart per kind and tag, runs overlaid, with a step slider that follows the newest step
 // until moved back.
 import { Chart } from "../chart.js";
-import { colorFor, el } from "../dom.js";
+import { colorFor, el, insertSorted } from "../dom.js";
 import { t } from "../i18n.js";
 
 const KINDS = {
@@ -41,9 +41,12 @@ export class CurvesView {
     });
   }
 
-  /** Redraw after the run toggles changed. */
+  /** Apply the run toggles and the tag filter. */
   refresh() {
-    for (const card of this.cards.values()) this.ctx.scheduler.mark(card.chart);
+    for (const card of this.cards.values()) {
+      card.chart.element.hidden = !this.ctx.shown(null, card.tag);
+      this.ctx.scheduler.mark(card.chart);
+    }
   }
 
   /** Re-apply interface strings after a language switch. */
@@ -90,9 +93,8 @@ export class CurvesView {
     });
     card.chart = chart;
     this.cards.set(key, card);
-    const keys = [...this.cards.keys()].sort();
-    const next = keys[keys.indexOf(key) + 1];
-    this.grid.insertBefore(chart.element, next === undefined ? null : this.cards.get(next).chart.element);
+    insertSorted(this.grid, this.cards, key, chart.element, (c) => c.chart.element);
+    chart.element.hidden = !this.ctx.shown(null, tag);
     this.ctx.scheduler.observe(chart);
     this.empty.hidden = true;
     return card;

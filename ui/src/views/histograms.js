@@ -1,7 +1,7 @@
 // The histograms view: one card per (tag, run) showing the distribution over steps, as a
 // ridgeline or a heatmap (a switch at the top of the view), redrawn live through the scheduler.
 import { formatValue } from "../chart.js";
-import { clear, colorFor, el, fileName } from "../dom.js";
+import { clear, colorFor, el, fileName, insertSorted } from "../dom.js";
 import { drawHistograms } from "../histogram.js";
 import { t } from "../i18n.js";
 
@@ -31,10 +31,10 @@ export class HistogramsView {
     for (const card of this.cards.values()) this.ctx.scheduler.mark(card);
   }
 
-  /** Apply the run toggles (a hidden run's cards are hidden, so they are not drawn either). */
+  /** Apply the run toggles and the tag filter (hidden cards are not drawn either). */
   refresh() {
     for (const card of this.cards.values()) {
-      card.element.hidden = this.ctx.state.hiddenRuns.has(card.run);
+      card.element.hidden = !this.ctx.shown(card.run, card.tag);
       this.ctx.scheduler.mark(card);
     }
   }
@@ -109,10 +109,8 @@ export class HistogramsView {
     });
     canvas.addEventListener("mouseleave", () => clear(readout));
     this.cards.set(key, card);
-    const keys = [...this.cards.keys()].sort();
-    const next = keys[keys.indexOf(key) + 1];
-    this.grid.insertBefore(element, next === undefined ? null : this.cards.get(next).element);
-    element.hidden = this.ctx.state.hiddenRuns.has(run);
+    insertSorted(this.grid, this.cards, key, element);
+    element.hidden = !this.ctx.shown(run, tag);
     this.ctx.scheduler.observe(card);
     this.empty.hidden = true;
     return card;

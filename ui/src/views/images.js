@@ -1,6 +1,6 @@
 // The images view: one card per (tag, run) showing one logged image (or audio clip) at a time,
 // with a step slider that follows the newest one until moved back.
-import { colorFor, el } from "../dom.js";
+import { colorFor, el, insertSorted } from "../dom.js";
 import { t } from "../i18n.js";
 
 // Only raster formats are shown; anything else (e.g. SVG) is not turned into an image.
@@ -29,9 +29,9 @@ export class ImagesView {
     });
   }
 
-  /** Apply the run toggles. */
+  /** Apply the run toggles and the tag filter. */
   refresh() {
-    for (const card of this.cards.values()) card.element.hidden = this.ctx.state.hiddenRuns.has(card.run);
+    for (const card of this.cards.values()) card.element.hidden = !this.ctx.shown(card.run, card.tag);
   }
 
   /** Re-apply interface strings after a language switch. */
@@ -89,10 +89,8 @@ export class ImagesView {
       card.render();
     });
     this.cards.set(key, card);
-    const keys = [...this.cards.keys()].sort();
-    const next = keys[keys.indexOf(key) + 1];
-    this.grid.insertBefore(element, next === undefined ? null : this.cards.get(next).element);
-    element.hidden = this.ctx.state.hiddenRuns.has(run);
+    insertSorted(this.grid, this.cards, key, element);
+    element.hidden = !this.ctx.shown(run, tag);
     this.ctx.scheduler.observe(card);
     this.empty.hidden = true;
     return card;

@@ -1,6 +1,6 @@
 // The text view: one card per (tag, run) listing logged text, newest first. Text and tags are only
 // ever set as textContent, so markup in them is shown, never run.
-import { colorFor, el } from "../dom.js";
+import { colorFor, el, insertSorted } from "../dom.js";
 import { t } from "../i18n.js";
 
 /** Most entries listed per card. */
@@ -23,9 +23,9 @@ export class TextView {
     });
   }
 
-  /** Apply the run toggles. */
+  /** Apply the run toggles and the tag filter. */
   refresh() {
-    for (const card of this.cards.values()) card.element.hidden = this.ctx.state.hiddenRuns.has(card.run);
+    for (const card of this.cards.values()) card.element.hidden = !this.ctx.shown(card.run, card.tag);
   }
 
   /** Re-apply interface strings after a language switch. */
@@ -60,10 +60,8 @@ export class TextView {
       },
     };
     this.cards.set(key, card);
-    const keys = [...this.cards.keys()].sort();
-    const next = keys[keys.indexOf(key) + 1];
-    this.list.insertBefore(element, next === undefined ? null : this.cards.get(next).element);
-    element.hidden = this.ctx.state.hiddenRuns.has(run);
+    insertSorted(this.list, this.cards, key, element);
+    element.hidden = !this.ctx.shown(run, tag);
     this.ctx.scheduler.observe(card);
     this.empty.hidden = true;
     return card;
