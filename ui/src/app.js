@@ -310,6 +310,11 @@ window.vdl = {
   setLanguage,
 };
 
+// Escape releases a pinned cursor.
+document.addEventListener("keydown", (e) => {
+  if (e.key === "Escape") for (const group of syncGroups.values()) if (group.x !== null) group.set(null);
+});
+
 onLanguage(relabel);
 relabel();
 connection.start();

@@ -16,10 +16,15 @@ export const SMOOTHED = 3;
  * columns take 8 MiB (10 MiB with the ring's slack). Snapshots bring history downsampled anyway.
  */
 export const SERIES_CAPACITY = 1 << 18;
-/** Most events kept per (run, tag) for histograms, images and text. */
+/** Most events kept per (run, tag) for histograms, text and curves. */
 export const EVENTS_PER_TAG = 500;
-/** Most samples kept per telemetry field and source. */
-export const TELEMETRY_CAPACITY = 1 << 16;
+/** Most images or audio clips kept per (run, tag): they can be large. */
+export const MEDIA_PER_TAG = 100;
+/**
+ * Most samples kept per telemetry field and source: 4.5 hours at the writer's default 1 s
+ * interval, 320 KiB per field (8 GPUs with every NVML field is about 40 MiB).
+ */
+export const TELEMETRY_CAPACITY = 1 << 14;
 
 /** One scalar tag of one run. */
 export class Series {
@@ -255,11 +260,11 @@ export class Store {
       case "histogram":
         return insertByStep(run.histograms, ev);
       case "image":
-        return insertByStep(run.images, ev);
+        return insertByStep(run.images, ev, MEDIA_PER_TAG);
       case "text":
         return insertByStep(run.texts, ev);
       case "audio":
-        return insertByStep(run.audio, ev);
+        return insertByStep(run.audio, ev, MEDIA_PER_TAG);
       case "pr_curve":
         return insertByStep(run.prCurves, ev);
       case "roc_curve":
@@ -295,8 +300,8 @@ export class Store {
 }
 
 // Keep events of one tag sorted by step (a late event is inserted in place; the same step replaces)
-// and bounded to the newest EVENTS_PER_TAG.
-function insertByStep(byTag, ev) {
+// and bounded to the newest `limit`.
+function insertByStep(byTag, ev, limit = EVENTS_PER_TAG) {
   if (typeof ev.tag !== "string") return undefined;
   let list = byTag.get(ev.tag);
   if (!list) {
@@ -309,6 +314,6 @@ function insertByStep(byTag, ev) {
   while (i > 0 && list[i - 1].step > step) i--;
   if (i > 0 && list[i - 1].step === step) list[i - 1] = item;
   else list.splice(i, 0, item);
-  if (list.length > EVENTS_PER_TAG) list.splice(0, list.length - EVENTS_PER_TAG);
+  if (list.length > limit) list.splice(0, list.length - limit);
   return ev.tag;
 }

@@ -76,3 +76,12 @@ test("series track whether steps stay ascending, and a snapshot resets it", () =
   store.apply({ type: "snapshot", seq: 3, run: "a", scalars: [cols([0, 5], [1, 1])], events: [] });
   assert.equal(s.stepsAscending, true);
 });
+
+test("images keep fewer events per tag than text", async () => {
+  const { MEDIA_PER_TAG } = await import("../src/store.js");
+  const store = new Store();
+  const img = (step) => ({ kind: "image", tag: "i", step, wall: step, format: "png", data: new Uint8Array(1) });
+  store.apply({ type: "data", seq: 1, run: "a", scalars: [], events: Array.from({ length: MEDIA_PER_TAG + 5 }, (_, i) => img(i)) });
+  assert.equal(store.runs.get("a").images.get("i").length, MEDIA_PER_TAG);
+  assert.ok(MEDIA_PER_TAG < EVENTS_PER_TAG);
+});
