@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from functools import partial
@@ -125,3 +126,31 @@ async def test_tag_patterns_filter_snapshots_and_live_data(nursery, tmp_path):
                 with pytest.raises(Exception, match="not a valid regex"):
                     while True:
                         await live.get_message()
+
+
+async def test_export_as_csv_and_json(nursery, recorded):
+    url = await nursery.start(partial(run_server, recorded, "127.0.0.1", 0))
+
+    def fetch(path: str) -> tuple[int, str, str]:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(url + path, timeout=10) as response:
+                return response.status, response.headers["Content-Type"], response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, "", exc.read().decode()
+
+    with trio.fail_after(30):
+        status, kind, csv_text = await trio.to_thread.run_sync(fetch, "/api/export?run=r&tag=loss")
+        assert status == 200 and kind.startswith("text/csv")
+        lines = csv_text.splitlines()
+        assert lines[0] == "tag,step,wall_time,value"
+        assert len(lines) == 1 + 1001 and lines[1].startswith("train/loss,0,")
+        status, kind, json_text = await trio.to_thread.run_sync(
+            fetch, "/api/export?run=r&format=json&tag=loss"
+        )
+        assert status == 200 and len(json.loads(json_text)["train/loss"]) == 1001
+        assert (await trio.to_thread.run_sync(fetch, "/api/export?run=r&format=xml"))[0] == 400
+        assert (await trio.to_thread.run_sync(fetch, "/api/export?run=r&tag=("))[0] == 400
+        assert (await trio.to_thread.run_sync(fetch, "/api/export?run=nope"))[0] == 404

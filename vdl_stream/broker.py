@@ -441,6 +441,10 @@ class Broker:
 
     # -- subscribers ----------------------------------------------------------------------------
 
+    def run_path(self, name: str) -> Path:
+        """Return the directory of a run the broker knows; ``KeyError`` for any other name."""
+        return self._runs[name].path
+
     def runs(self) -> list[str]:
         """Return the names of the runs the broker knows, sorted."""
         return sorted(self._runs)

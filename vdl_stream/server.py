@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hmac
+import io
 import ipaddress
 import logging
 import math
@@ -45,6 +46,7 @@ CSP = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
 SHUTDOWN_DEADLINE = 10.0
+EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 BLOB_TYPES = {"image": "image/png", "audio": "audio/wav"}
 
 
@@ -234,6 +236,25 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
                 s["values"].append(_finite(value))
         return jsonify(run=name, series=series)
 
+    @app.get("/api/export")
+    async def api_export() -> Any:
+        """A run's scalars and telemetry as CSV (``tag,step,wall_time,value``) or JSON."""
+        args = request.args
+        name, fmt, pattern = args.get("run", ""), args.get("format", "csv"), args.get("tag")
+        if fmt not in EXPORT_TYPES:
+            return jsonify(error=f"format must be csv or json, got {fmt!r}"), 400
+        try:
+            path = broker.run_path(name)
+            text = await trio.to_thread.run_sync(_export, path, fmt, pattern)
+        except KeyError:
+            return jsonify(error=f"no run named {name!r}"), 404
+        except re.error as exc:
+            return jsonify(error=f"tag is not a valid regex: {exc}"), 400
+        filename = name.replace("/", "_") + "." + fmt
+        response = Response(text, content_type=EXPORT_TYPES[fmt])
+        response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+
     @app.get("/api/stats")
     async def api_stats() -> Any:
         return jsonify(
@@ -268,6 +289,15 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
         return None
 
     return app
+
+
+def _export(path: Path, fmt: str, pattern: str | None) -> str:
+    """Render a run's export in memory (blocking)."""
+    from .interop import export_rows, write_csv, write_json
+
+    out = io.StringIO()
+    (write_csv if fmt == "csv" else write_json)(export_rows(path, pattern), out)
+    return out.getvalue()
 
 
 def _static_response(static: Any, name: str) -> Response:
