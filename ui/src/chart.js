@@ -214,8 +214,8 @@ export class Chart {
         points: { size: 6 },
       },
       scales: {
-        // A single point would otherwise get an arbitrary range (years, on a time axis).
-        x: { time: xKind === "wall", range: (u, min, max) => (min === max ? [min - (xKind === "step" ? 1 : 30), max + (xKind === "step" ? 1 : 30)] : [min, max]) },
+        // A single point would otherwise get an arbitrary range (uPlot gives a time axis 1,000 days).
+        x: { time: xKind === "wall", range: (u, min, max) => singlePointRange(u, min, max, xKind === "step" ? 1 : 30) },
         y: this.logY ? { distr: 3 } : this.yRange ? { auto: false, range: this.yRange } : {},
       },
       axes: [
@@ -401,6 +401,16 @@ function cleanYs(ys, logY) {
   }
   if (ok) return ys;
   return Array.from(ys, (v) => (Number.isFinite(v) && !(logY && v <= 0) ? v : null));
+}
+
+// The x range: the data's own, except around a lone point, which gets `pad` on each side.
+function singlePointRange(u, min, max, pad) {
+  const xs = u.data[0];
+  if (xs.length === 1 || min === max) {
+    const x = xs.length ? xs[0] : min;
+    return [x - pad, x + pad];
+  }
+  return [min, max];
 }
 
 function isPowerOfTen(v) {

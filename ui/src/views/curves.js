@@ -105,6 +105,7 @@ export class CurvesView {
     const { store, state } = this.ctx;
     const steps = this._steps(card.kind, card.tag);
     slider.max = String(Math.max(0, steps.length - 1));
+    slider.disabled = steps.length <= 1;
     if (card.follow) slider.value = slider.max;
     const step = steps[Number(slider.value)];
     stepLabel.textContent = step === undefined ? "" : `${t("step")} ${step}`;

@@ -61,6 +61,7 @@ export class ImagesView {
       const list = this.ctx.store.runs.get(run)?.[spec.list].get(tag) ?? [];
       const max = Math.max(0, list.length - 1);
       slider.max = String(max);
+      slider.disabled = max === 0;
       if (card.follow) slider.value = String(max);
       const ev = list[Number(slider.value)];
       if (!ev) {
