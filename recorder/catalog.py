@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from recorder import codec, framing
 from recorder.records import CorruptionWarning, FormatError, Position
@@ -51,7 +52,9 @@ class Entry:
         "kind",
         "length",
         "offset",
+        "parts",
         "segment",
+        "seq",
         "smax",
         "smin",
         "step",
@@ -76,6 +79,7 @@ class Entry:
         vmin: float | None,
         vmax: float | None,
         data: Any = None,
+        parts: list | None = None,
     ) -> None:
         self.segment = segment
         self.offset = offset
@@ -90,15 +94,20 @@ class Entry:
         self.vmin = vmin
         self.vmax = vmax
         self.data = data
+        self.parts = parts  # a group chunk's part columns (codec.group_parts), else None
+        self.seq = -1  # its number in write order, set by a reader
 
     @classmethod
     def from_payload(cls, segment: int, offset: int, length: int, decoded: tuple) -> Entry:
         """Build the entry of a decoded payload ``(kind, tag, step, wall, data)``."""
         kind, tag, step, wall, data = decoded
         if kind == codec.SCALARS:
+            parts = None
+            if tag is None:
+                parts = codec.group_parts(data["tags"], data["c"], codec.decode_scalars(data))
             return cls(
                 segment, offset, length, kind, tag, step, wall, data["n"], data["smin"],
-                data["smax"], data.get("vmin"), data.get("vmax"), data,
+                data["smax"], data.get("vmin"), data.get("vmax"), data, parts,
             )  # fmt: skip
         return cls(segment, offset, length, kind, tag, step, wall, 1, step, step, None, None, data)
 
@@ -107,6 +116,9 @@ class Entry:
         return [
             self.segment, self.offset, self.length, self.kind, self.tag, self.step, self.wall,
             self.count, self.smin, self.smax, self.vmin, self.vmax,
+            None if self.parts is None else [
+                c.tolist() if isinstance(c, np.ndarray) else c for c in self.parts
+            ],
         ]  # fmt: skip
 
     @property
@@ -246,10 +258,10 @@ class Catalog:
             payload = framing.payload_of(data, offset, length)
             try:
                 decoded = codec.decode_payload(payload)
+                entry = Entry.from_payload(state.number, start + offset, length, decoded)
             except codec.PayloadError as exc:
                 self._damage(state, start + offset, framing.FRAME_OVERHEAD + length, str(exc))
                 continue
-            entry = Entry.from_payload(state.number, start + offset, length, decoded)
             if not self._keeps(entry):
                 entry.data = None
             out.append(entry)
@@ -306,7 +318,7 @@ class Catalog:
                 if state.created != created or os.fstat(state.fd).st_size < size:
                     raise ValueError(f"segment {number} changed since the index was written")
                 states.append((state, size))
-            entries = [Entry(*row) for row in rows]
+            entries = [Entry(*row[:12], None, row[12]) for row in rows]
         except (ValueError, TypeError, FormatError, OSError) as exc:
             warnings.warn(
                 f"{path}: ignoring the index ({exc}); rebuilding it from the segments",
@@ -342,7 +354,7 @@ def _decode_index(blob: bytes) -> tuple[list, list]:
     if not isinstance(obj, dict) or obj.get("version") != INDEX_VERSION:
         raise ValueError("unknown index layout")
     segments, rows = obj["segments"], obj["rows"]
-    if any(len(row) != 12 for row in rows):
+    if any(len(row) != 13 for row in rows):
         raise ValueError("malformed index row")
     return segments, rows
 

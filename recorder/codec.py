@@ -1,7 +1,8 @@
 """Record payloads: msgpack encoding of events and columnar scalar chunks (no I/O).
 
 Every payload is the msgpack array ``[kind, tag, step, wall, data]``. For ``kind == "scalars"`` the
-data is a map of columns (see docs/record-format.md for the encodings).
+data is a map of columns (see docs/record-format.md for the encodings); with tag None it is a
+*group chunk* holding a few points of each of several tags.
 """
 
 from __future__ import annotations
@@ -86,6 +87,68 @@ def encode_scalars(
     return payload, summary
 
 
+def encode_group(
+    parts: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[bytes, tuple[int, int, float | None, float | None], list]:
+    """Encode the points of several tags, each few, as one *group chunk* (tag None).
+
+    The points are stored tag-major: part ``i`` is the ``counts[i]`` points after those of the
+    parts before it. Returns the payload, the summary over all points (as :func:`scalar_summary`)
+    and the part columns (see :func:`group_parts`).
+    """
+    steps = np.concatenate([p[1] for p in parts])
+    walls = np.concatenate([p[2] for p in parts])
+    values = np.concatenate([p[3] for p in parts])
+    summary = smin, smax, vmin, vmax = scalar_summary(steps, values)
+    data = {
+        "n": len(steps),
+        "smin": smin,
+        "smax": smax,
+        "vmin": vmin,
+        "vmax": vmax,
+        "tags": [p[0] for p in parts],
+        "c": [len(p[1]) for p in parts],
+        "s": _encode_steps(steps),
+        "w": _encode_walls(walls),
+        "v": values.astype(_F8).tobytes(),
+    }
+    payload = msgpack.packb(
+        [SCALARS, None, int(steps[0]), float(walls[0]), data], use_bin_type=True
+    )
+    return (
+        payload,
+        summary,
+        group_parts(data["tags"], data["c"], ScalarSeries(steps, walls, values)),
+    )
+
+
+def group_parts(tags: list[str], counts: list[int], series: ScalarSeries) -> list:
+    """The part columns of a group chunk, from its decoded points.
+
+    Returns ``[tags, counts, first steps, first walls, step mins, step maxes, value mins, value
+    maxes]``: a list of str and NumPy arrays, one element per part (value extremes over finite
+    values, NaN when a part has none).
+    """
+    counts_arr = np.asarray(counts, dtype=np.int64)
+    starts = np.cumsum(counts_arr) - counts_arr
+    steps, walls, values = series
+    finite = np.isfinite(values)
+    lo = np.minimum.reduceat(np.where(finite, values, np.inf), starts)
+    hi = np.maximum.reduceat(np.where(finite, values, -np.inf), starts)
+    lo[lo == np.inf] = np.nan
+    hi[hi == -np.inf] = np.nan
+    return [
+        list(tags),
+        counts_arr,
+        steps[starts],
+        walls[starts],
+        np.minimum.reduceat(steps, starts),
+        np.maximum.reduceat(steps, starts),
+        lo,
+        hi,
+    ]
+
+
 def decode_payload(payload: bytes | memoryview) -> tuple[str, str | None, int | None, float, Any]:
     """Decode a payload into ``(kind, tag, step, wall, data)``; scalar data stays encoded.
 
@@ -107,13 +170,24 @@ def decode_payload(payload: bytes | memoryview) -> tuple[str, str | None, int | 
     ):
         raise PayloadError("payload fields have the wrong types")
     if kind == SCALARS:
-        _check_scalar_data(data)
+        _check_scalar_data(data, group=tag is None)
     return kind, tag, step, float(wall), data
 
 
-def _check_scalar_data(data: Any) -> None:
+def _check_scalar_data(data: Any, group: bool) -> None:
     try:
         n = data["n"]
+        if group:
+            tags, counts = data["tags"], data["c"]
+            if not (
+                isinstance(tags, list)
+                and isinstance(counts, list)
+                and len(tags) == len(counts) > 0
+                and all(isinstance(t, str) and t for t in tags)
+                and all(isinstance(c, int) and c > 0 for c in counts)
+                and sum(counts) == n
+            ):
+                raise PayloadError("group chunk parts are malformed")
         ok = (
             isinstance(n, int)
             and n > 0

@@ -11,6 +11,7 @@ import numpy as np
 from recorder import codec
 from recorder.catalog import SEGMENT_RE, Catalog, Entry, list_segments
 from recorder.downsample import downsample
+from recorder.parts import PartTable
 from recorder.records import (
     NotARunError,
     Position,
@@ -55,10 +56,11 @@ class _TagSeries:
     earlier (read-only views) never changes under its holder.
     """
 
-    __slots__ = ("consumed", "monotonic", "n", "smax", "steps", "values", "walls")
+    __slots__ = ("consumed", "monotonic", "n", "rows_consumed", "smax", "steps", "values", "walls")
 
     def __init__(self) -> None:
-        self.consumed = 0  # entries of the tag folded in
+        self.consumed = 0  # chunks of the tag folded in
+        self.rows_consumed = 0  # group parts of the tag folded in
         self.n = 0
         self.smax: int | None = None
         self.monotonic = True  # steps non-decreasing
@@ -102,6 +104,43 @@ class _TagSeries:
         self.n = hi
         self.smax = smax if self.smax is None else max(self.smax, smax)
 
+    def extend(self, pieces: ScalarSeries, counts: np.ndarray, firsts: np.ndarray) -> None:
+        """Append consecutive pieces (chunks or group parts: ``counts`` points each, starting at
+        step ``firsts``) at once, restarts applied.
+
+        A piece supersedes every earlier point at a step >= its first step. Applying that rule
+        to every piece is the same as applying it to restarts only (a piece that is no restart
+        has no earlier point at or above its first step), so it vectorises.
+        """
+        if not len(counts):
+            return
+        suffix = np.minimum.accumulate(firsts[::-1])[::-1]
+        limits = np.empty(len(counts), np.int64)
+        limits[:-1] = suffix[1:]
+        limits[-1] = np.iinfo(np.int64).max
+        keep = pieces.steps < np.repeat(limits, counts)
+        if not keep.all():
+            pieces = ScalarSeries(*(col[keep] for col in pieces))
+        k = len(pieces.steps)
+        if self.smax is not None and int(suffix[0]) <= self.smax:
+            self.supersede(int(suffix[0]), k)
+        else:
+            self.reserve(k)
+        if not k:
+            return
+        lo, hi = self.n, self.n + k
+        self.steps[lo:hi] = pieces.steps
+        self.walls[lo:hi] = pieces.walls
+        self.values[lo:hi] = pieces.values
+        new = self.steps[lo:hi]
+        if self.monotonic:
+            self.monotonic = bool(
+                (lo == 0 or new[0] >= self.steps[lo - 1]) and (new[1:] >= new[:-1]).all()
+            )
+        self.n = hi
+        top = int(new.max())
+        self.smax = top if self.smax is None else max(self.smax, top)
+
     def view(self) -> ScalarSeries:
         """The points, as views of the buffers (the caller makes them read-only before handing
         them out; NumPy reductions run several times slower on read-only arrays)."""
@@ -135,6 +174,8 @@ class RunReader:
             raise NotARunError(f"{self._dir}: not a run directory (no segment-*.vdlr files)")
         self._catalog = Catalog(self._dir)
         self._by_tag: dict[str, list[Entry]] = {}
+        self._parts = PartTable()
+        self._seq = 0
         self._tag_series: dict[str, _TagSeries] = {}
         self._meta: dict = {}
         self._meta_done = 0
@@ -149,7 +190,11 @@ class RunReader:
 
     def _add(self, entries: list[Entry]) -> None:
         for e in entries:
-            if e.tag is not None:
+            e.seq = self._seq
+            self._seq += 1
+            if e.parts is not None:
+                self._parts.add(e, e.seq)
+            elif e.tag is not None:
                 self._by_tag.setdefault(e.tag, []).append(e)
 
     def _check_open(self) -> None:
@@ -165,7 +210,7 @@ class RunReader:
         self._check_open()
         new = self._catalog.update(limit)
         self._add(new)
-        return [r for r in map(self._record, new) if r is not None]
+        return [r for e in new for r in self._records_of(e)]
 
     def position(self) -> Position:
         """The end of what this reader has read: pass it as ``limit`` to read no further."""
@@ -194,9 +239,17 @@ class RunReader:
         """The data of ``entry``; None (and the entry is dropped) if it turned out damaged."""
         data = self._catalog.load(entry)
         if data is None:
-            entry.length = -1  # marks it dead: skipped by every later query
-            self._tag_series.pop(entry.tag, None)
+            self._kill(entry)
         return data
+
+    def _kill(self, entry: Entry) -> None:
+        """Drop a record found damaged from every later query."""
+        entry.length = -1
+        if entry.parts is not None:
+            self._parts.drop(entry)
+            self._tag_series.clear()
+        else:
+            self._tag_series.pop(entry.tag, None)
 
     def _scalars_of(self, entry: Entry) -> ScalarSeries | None:
         data = self._load(entry)
@@ -206,8 +259,7 @@ class RunReader:
             return codec.decode_scalars(data)
         except codec.PayloadError as exc:
             self._catalog.report_damage(entry, str(exc))
-            entry.length = -1
-            self._tag_series.pop(entry.tag, None)
+            self._kill(entry)
             return None
 
     def tags(self) -> dict[str, TagInfo]:
@@ -218,18 +270,33 @@ class RunReader:
         """
         self._check_open()
         out = {}
-        for tag, entries in self._by_tag.items():
-            live = self._live(entries)
-            if not live:
-                continue
-            live = [e for e in live if e.kind == live[0].kind]
+        cols = self._parts.cols
+        grouped = set(self._parts.tag_names())
+        for tag in sorted(set(self._by_tag) | grouped):
+            live = self._live(self._by_tag.get(tag, []))
+            rows = self._parts.rows_of(tag) if tag in grouped else None
+            if live and (rows is None or live[0].seq < cols["seq"][rows[0]]):
+                kind = live[0].kind
+            else:
+                kind = codec.SCALARS
+            live = [e for e in live if e.kind == kind]
+            count = sum(e.count for e in live)
             steps = [e.smin for e in live if e.smin is not None]
             steps_hi = [e.smax for e in live if e.smax is not None]
             lo = [e.vmin for e in live if e.vmin is not None]
             hi = [e.vmax for e in live if e.vmax is not None]
+            if kind == codec.SCALARS and rows is not None:
+                count += int(cols["count"][rows].sum())
+                steps.append(int(cols["smin"][rows].min()))
+                steps_hi.append(int(cols["smax"][rows].max()))
+                for bucket, col, pick in ((lo, "vmin", np.min), (hi, "vmax", np.max)):
+                    finite = cols[col][rows]
+                    finite = finite[~np.isnan(finite)]
+                    if len(finite):
+                        bucket.append(float(pick(finite)))
             out[tag] = TagInfo(
-                kind=live[0].kind,
-                count=sum(e.count for e in live),
+                kind=kind,
+                count=count,
                 step_min=min(steps) if steps else None,
                 step_max=max(steps_hi) if steps_hi else None,
                 vmin=min(lo) if lo else None,
@@ -243,7 +310,11 @@ class RunReader:
         state = self._tag_series.get(tag)
         if state is None:
             state = self._tag_series[tag] = _TagSeries()
-        if state.consumed < len(entries):
+        rows = self._parts.rows_of(tag)
+        if state.rows_consumed < len(rows):
+            if not self._fold_with_parts(tag, state, entries, rows):
+                return self._series(tag)
+        elif state.consumed < len(entries):
             loaded = []
             for e in entries[state.consumed :]:
                 data = self._load(e) if e.length >= 0 else None
@@ -267,6 +338,47 @@ class RunReader:
                 e.data = None  # the arrays hold it now; replay reads it again from disk
             state.consumed = len(entries)
         return state.view(), state.monotonic
+
+    def _fold_with_parts(
+        self, tag: str, state: _TagSeries, entries: list[Entry], rows: np.ndarray
+    ) -> bool:
+        """Fold new chunks and group parts of ``tag`` into ``state`` in write order; False if
+        damage was found (the caller starts over)."""
+        new_rows = rows[state.rows_consumed :]
+        if not self._parts.load(new_rows, self._catalog.load):
+            self._tag_series.clear()
+            return False
+        loaded = []
+        for e in entries[state.consumed :]:
+            series = self._scalars_of(e) if e.length >= 0 else None
+            if series is not None:
+                loaded.append((e, series))
+        if tag not in self._tag_series:
+            return False
+        cols = self._parts.cols
+        cuts = np.searchsorted(cols["seq"][new_rows], [e.seq for e, _ in loaded]).tolist()
+        pieces, counts, firsts = [], [], []
+        prev = 0
+        for (e, series), cut in zip([*loaded, (None, None)], [*cuts, len(new_rows)], strict=True):
+            if cut > prev:
+                part_rows = new_rows[prev:cut]
+                pieces.append(self._parts.gather(part_rows))
+                counts.append(cols["count"][part_rows])
+                firsts.append(cols["first"][part_rows])
+                prev = cut
+            if e is not None:
+                pieces.append(series)
+                counts.append(np.array([len(series.steps)]))
+                firsts.append(np.array([int(series.steps[0])]))
+                e.data = None
+        state.extend(
+            ScalarSeries(*(np.concatenate(c) for c in zip(*pieces, strict=True))),
+            np.concatenate(counts),
+            np.concatenate(firsts),
+        )
+        state.consumed = len(entries)
+        state.rows_consumed = len(rows)
+        return True
 
     def read_scalars(
         self,
@@ -297,7 +409,11 @@ class RunReader:
         if max_points is not None and (not isinstance(max_points, int) or max_points < 2):
             raise ValueError(f"max_points must be an int >= 2 or None, got {max_points!r}")
         entries = self._by_tag.get(tag)
-        if entries and all(e.kind != codec.SCALARS for e in entries):
+        if (
+            entries
+            and all(e.kind != codec.SCALARS for e in entries)
+            and not len(self._parts.rows_of(tag))
+        ):
             raise ValueError(f"tag {tag!r} holds {entries[0].kind!r} records, not scalars")
         series, monotonic = self._series(tag)
         if start is not None or end is not None:
@@ -319,11 +435,29 @@ class RunReader:
             col.flags.writeable = False  # they may be views of the cache
         return series
 
-    def _record(self, entry: Entry) -> Record | None:
-        data = self._scalars_of(entry) if entry.kind == codec.SCALARS else self._load(entry)
-        if data is None:
-            return None
-        return Record(entry.kind, entry.tag, entry.step, entry.wall, data)
+    def _records_of(self, entry: Entry) -> list[Record]:
+        """The records of one entry: one, or one per part of a group chunk; none if damaged."""
+        if entry.length < 0:
+            return []
+        if entry.kind != codec.SCALARS:
+            data = self._load(entry)
+            return (
+                []
+                if data is None
+                else [Record(entry.kind, entry.tag, entry.step, entry.wall, data)]
+            )
+        series = self._scalars_of(entry)
+        if series is None:
+            return []
+        if entry.parts is None:
+            return [Record(entry.kind, entry.tag, entry.step, entry.wall, series)]
+        tags, counts = entry.parts[0], np.asarray(entry.parts[1])
+        ends = np.cumsum(counts).tolist()
+        out = []
+        for tag, lo, hi in zip(tags, [0, *ends[:-1]], ends, strict=True):
+            part = ScalarSeries(*(col[lo:hi] for col in series))
+            out.append(Record(codec.SCALARS, tag, int(part.steps[0]), float(part.walls[0]), part))
+        return out
 
     def read_records(self, kind: str | None = None, tag: str | None = None) -> list[Record]:
         """Records of ``kind`` and/or ``tag`` (None: any), in write order.
@@ -331,16 +465,19 @@ class RunReader:
         Scalar chunks are included only when asked for with ``kind="scalars"`` or by their tag.
         """
         self._check_open()
-        entries = self._by_tag.get(tag, []) if tag is not None else self._catalog.entries
+        if tag is not None and kind not in (None, codec.SCALARS):
+            entries = self._by_tag.get(tag, [])
+        else:
+            entries = self._catalog.entries
         out = []
         for e in entries:
             if e.length < 0 or (kind is not None and e.kind != kind):
                 continue
             if kind is None and tag is None and e.kind == codec.SCALARS:
                 continue
-            record = self._record(e)
-            if record is not None:
-                out.append(record)
+            if tag is not None and (e.tag != tag if e.parts is None else tag not in e.parts[0]):
+                continue
+            out.extend(r for r in self._records_of(e) if tag is None or r.tag == tag)
         return out
 
     def iter_records(
@@ -349,9 +486,10 @@ class RunReader:
         """Every record in write order, for replay.
 
         Scalar chunks come as ``Record(kind="scalars", tag, step=first step, wall=first wall,
-        data=ScalarSeries)``, raw (restarts not applied). With ``from_step``/``from_wall``, records
-        with a step (or wall time) below it are skipped and scalar chunks are cut to the points at
-        or after it; records without a step pass the ``from_step`` filter.
+        data=ScalarSeries)``, raw (restarts not applied); a group chunk comes as one such record
+        per tag in it. With ``from_step``/``from_wall``, records with a step (or wall time) below
+        it are skipped and scalar chunks are cut to the points at or after it; records without a
+        step pass the ``from_step`` filter.
         """
         self._check_open()
         for e in list(self._catalog.entries):
@@ -364,22 +502,20 @@ class RunReader:
                 from_wall is not None and e.wall < from_wall
             ):
                 continue
-            record = self._record(e)
-            if record is None:
-                continue
-            if e.kind == codec.SCALARS and (from_step is not None or from_wall is not None):
-                s = record.data
-                keep = np.ones(len(s.steps), dtype=bool)
-                if from_step is not None:
-                    keep &= s.steps >= from_step
-                if from_wall is not None:
-                    keep &= s.walls >= from_wall
-                if not keep.any():
-                    continue
-                if not keep.all():
-                    s = ScalarSeries(*(col[keep] for col in s))
-                    record = Record(e.kind, e.tag, int(s.steps[0]), float(s.walls[0]), s)
-            yield record
+            for record in self._records_of(e):
+                if e.kind == codec.SCALARS and (from_step is not None or from_wall is not None):
+                    s = record.data
+                    keep = np.ones(len(s.steps), dtype=bool)
+                    if from_step is not None:
+                        keep &= s.steps >= from_step
+                    if from_wall is not None:
+                        keep &= s.walls >= from_wall
+                    if not keep.any():
+                        continue
+                    if not keep.all():
+                        s = ScalarSeries(*(col[keep] for col in s))
+                        record = Record(e.kind, record.tag, int(s.steps[0]), float(s.walls[0]), s)
+                yield record
 
     @property
     def meta(self) -> dict:

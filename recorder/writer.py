@@ -9,6 +9,7 @@ import math
 import numbers
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,9 @@ from recorder.records import NotARunError, Position, RecorderError
 SYNC_MODES = ("flush", "interval", "never")
 # Points of one tag coalesced into one on-disk chunk, at most.
 CHUNK_POINTS = 1 << 16
+# Tags with fewer points than this pending at a flush share one group chunk (when there are two or
+# more of them), so frequent small flushes do not cost a record per tag.
+GROUP_BELOW = 256
 # Buffered bytes (estimated) above which an append writes the buffer to the OS on its own.
 BUFFER_BYTES = 32 << 20
 
@@ -75,9 +79,9 @@ class _PendingScalars:
         top = int(steps.max())
         self.smax = top if self.smax is None else max(self.smax, top)
 
-    def encode(self) -> list[tuple[bytes, tuple]]:
+    def encode(self) -> list[tuple[bytes, tuple, None]]:
         """Encoded chunks, each with its entry fields ``(kind, tag, step, wall, count, smin, smax,
-        vmin, vmax)``."""
+        vmin, vmax)`` (and no part rows)."""
         steps = np.concatenate(self.steps) if len(self.steps) > 1 else self.steps[0]
         walls = np.concatenate(self.walls) if len(self.walls) > 1 else self.walls[0]
         values = np.concatenate(self.values) if len(self.values) > 1 else self.values[0]
@@ -97,8 +101,53 @@ class _PendingScalars:
                 vmin,
                 vmax,
             )
-            out.append((payload, fields))
+            out.append((payload, fields, None))
         return out
+
+
+class _PendingGroup:
+    """Small pending slots of several tags, written as one group chunk."""
+
+    __slots__ = ("slots",)
+
+    def __init__(self, slots: list[_PendingScalars]) -> None:
+        self.slots = slots
+
+    def encode(self) -> list[tuple[bytes, tuple, list]]:
+        """The encoded group chunk with its entry fields and part columns."""
+        parts = []
+        for slot in self.slots:
+            cols = (slot.steps, slot.walls, slot.values)
+            parts.append((slot.tag, *(np.concatenate(c) if len(c) > 1 else c[0] for c in cols)))
+        payload, (smin, smax, vmin, vmax), rows = codec.encode_group(parts)
+        first = parts[0]
+        fields = (
+            codec.SCALARS, None, int(first[1][0]), float(first[2][0]),
+            sum(len(p[1]) for p in parts), smin, smax, vmin, vmax,
+        )  # fmt: skip
+        return [(payload, fields, rows)]
+
+
+def _group_small(queue: list) -> list:
+    """Replace the small scalar slots of ``queue`` by one group at the place of the first.
+
+    Only tags with a single slot in the queue are grouped, so each tag's chunks stay in the order
+    they were appended (a restart must come after the points it supersedes).
+    """
+    slots = [item for item in queue if isinstance(item, _PendingScalars)]
+    per_tag = Counter(slot.tag for slot in slots)
+    small = [
+        i
+        for i, item in enumerate(queue)
+        if isinstance(item, _PendingScalars) and item.count < GROUP_BELOW and per_tag[item.tag] == 1
+    ]
+    if len(small) < 2:
+        return queue
+    group = _PendingGroup([queue[i] for i in small])
+    drop = set(small[1:])
+    out = [item for i, item in enumerate(queue) if i not in drop]
+    out[small[0]] = group
+    return out
 
 
 def _array(name: str, value: Any, dtype: type) -> np.ndarray:
@@ -164,7 +213,7 @@ class RunWriter:
         self._segment_bytes = segment_bytes
         self._closed = True
         # Encoded events as (payload, entry fields), and per-tag scalar slots, in append order.
-        self._queue: list[tuple[bytes, tuple] | _PendingScalars] = []
+        self._queue: list[tuple[bytes, tuple] | _PendingScalars | _PendingGroup] = []
         self._open_slots: dict[str, _PendingScalars] = {}
         self._pending_bytes = 0
         self._pending_points = 0
@@ -338,15 +387,15 @@ class RunWriter:
 
     def _write_pending(self) -> None:
         """Write the buffer to the OS, rotating segments by size."""
-        queue, self._queue = self._queue, []
+        queue, self._queue = _group_small(self._queue), []
         self._open_slots.clear()
         self._pending_bytes = self._pending_points = self._pending_records = 0
         batch: list[bytes] = []
         batch_bytes = 0
         new_entries: list[Entry] = []
         for item in queue:
-            encoded = item.encode() if isinstance(item, _PendingScalars) else [item]
-            for payload, fields in encoded:
+            encoded = item.encode() if not isinstance(item, tuple) else [(*item, None)]
+            for payload, fields, parts in encoded:
                 frame = framing.encode_frame(payload)
                 at = self._offset + batch_bytes
                 if at + len(frame) > self._segment_bytes and at > framing.HEADER_SIZE:
@@ -354,7 +403,7 @@ class RunWriter:
                     batch, batch_bytes, new_entries = [], 0, []
                     self._rotate()
                     at = self._offset
-                new_entries.append(Entry(self._segment, at, len(payload), *fields))
+                new_entries.append(Entry(self._segment, at, len(payload), *fields, None, parts))
                 batch.append(frame)
                 batch_bytes += len(frame)
         self._commit(batch, batch_bytes, new_entries)
