@@ -108,7 +108,7 @@ def encode_group(
         "vmax": vmax,
         "tags": [p[0] for p in parts],
         "c": [len(p[1]) for p in parts],
-        "s": _encode_steps(steps),
+        "s": _encode_group_steps(steps, np.array([len(p[1]) for p in parts])),
         "w": _encode_walls(walls),
         "v": values.astype(_F8).tobytes(),
     }
@@ -120,6 +120,23 @@ def encode_group(
         summary,
         group_parts(data["tags"], data["c"], ScalarSeries(steps, walls, values)),
     )
+
+
+def _encode_group_steps(steps: np.ndarray, counts: np.ndarray) -> list:
+    """Steps of a group: ``["ranges", firsts, strides]`` when every part is an arithmetic
+    progression and that is smaller than 4 bytes a point, else as :func:`_encode_steps`."""
+    n = len(steps)
+    starts = np.cumsum(counts) - counts
+    if 6 * len(counts) < 4 * n:
+        diffs = np.diff(steps)
+        strides = np.zeros(len(counts), np.int64)
+        multi = counts > 1
+        strides[multi] = diffs[starts[multi]]
+        inside = np.ones(n - 1, bool)
+        inside[starts[1:] - 1] = False
+        if (diffs[inside] == np.repeat(strides, counts)[1:][inside]).all():
+            return ["ranges", steps[starts].tolist(), strides.tolist()]
+    return _encode_steps(steps)
 
 
 def group_parts(tags: list[str], counts: list[int], series: ScalarSeries) -> list:
@@ -212,10 +229,10 @@ def decode_scalars(data: dict) -> ScalarSeries:
     """
     n = data["n"]
     try:
-        steps = _decode_steps(data["s"], n)
+        steps = _decode_steps(data["s"], n, data.get("c"))
         walls = _decode_walls(data["w"], n)
         values = np.frombuffer(data["v"], dtype=_F8)
-    except (ValueError, TypeError, IndexError) as exc:
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise PayloadError(f"scalar chunk is malformed: {exc}") from None
     if len(steps) != n or len(walls) != n or len(values) != n:
         raise PayloadError("scalar chunk columns have different lengths")
@@ -237,14 +254,17 @@ def decode_scalars_into(
     try:
         sizes_ok = (
             (s[0] == "range" and len(s) == 3)
+            or (s[0] == "ranges" and len(s[1]) == len(s[2]) == len(data["c"]))
             or (s[0] == "u4" and len(s[2]) == 4 * n)
             or (s[0] == "i8" and len(s[1]) == 8 * n)
         ) and ((w[0] == "us" and len(w[2]) == 4 * n) or (w[0] == "f8" and len(w[1]) == 8 * n))
-    except (TypeError, IndexError):
+    except (TypeError, IndexError, KeyError):
         sizes_ok = False
     if not sizes_ok:
         raise PayloadError("scalar chunk columns are malformed")
-    if s[0] == "range":
+    if s[0] == "ranges":
+        steps[:] = _decode_ranges(s, data.get("c"), n)
+    elif s[0] == "range":
         np.multiply(np.arange(n, dtype=np.int64), s[2], out=steps)
         steps += s[1]
     elif s[0] == "u4":
@@ -259,7 +279,20 @@ def decode_scalars_into(
     values[:] = np.frombuffer(data["v"], dtype=_F8)
 
 
-def _decode_steps(enc: list, n: int) -> np.ndarray:
+def _decode_ranges(enc: list, counts: list | None, n: int) -> np.ndarray:
+    if counts is None or len(enc[1]) != len(counts) or len(enc[2]) != len(counts):
+        raise ValueError("ranges do not match the parts")
+    counts_arr = np.asarray(counts, dtype=np.int64)
+    starts = np.cumsum(counts_arr) - counts_arr
+    firsts = np.asarray(enc[1], dtype=np.int64)
+    strides = np.asarray(enc[2], dtype=np.int64)
+    per_point = np.repeat(strides, counts_arr)
+    return np.repeat(firsts - strides * starts, counts_arr) + per_point * np.arange(n)
+
+
+def _decode_steps(enc: list, n: int, counts: list | None = None) -> np.ndarray:
+    if enc[0] == "ranges":
+        return _decode_ranges(enc, counts, n)
     if enc[0] == "range":
         return enc[1] + enc[2] * np.arange(n, dtype=np.int64)
     if enc[0] == "u4":

@@ -208,3 +208,43 @@ def test_downsampling_shows_a_single_spike_among_ten_million_points():
     values[1_234_567] = -5.0
     keep = extreme_indices(values, 2000)
     assert 6_543_210 in keep and 1_234_567 in keep and len(keep) <= 2000
+
+
+@pytest.mark.parametrize(
+    ("parts", "encoding"),
+    [
+        ([("a", [0, 1, 2]), ("b", [7]), ("c", [10, 20, 30, 40])], "ranges"),
+        ([("a", [0, 1, 5]), ("b", [7, 8])], "u4"),  # a part that is no progression
+        ([("a", [3]), ("b", [9]), ("c", [4])], "u4"),  # one point a part: ranges cost more
+    ],
+)
+def test_group_chunks_round_trip(parts, encoding):
+    cols = [
+        (tag, np.array(s, np.int64), 1.79e9 + np.arange(len(s)) * 0.5, np.arange(len(s)) * 1.5)
+        for tag, s in parts
+    ]
+    payload, summary, columns = codec.encode_group(cols)
+    kind, tag, step, _, data = codec.decode_payload(payload)
+    assert (kind, tag, step) == ("scalars", None, parts[0][1][0])
+    assert data["s"][0] == encoding and data["tags"] == [p[0] for p in parts]
+    got = codec.decode_scalars(data)
+    assert got.steps.tolist() == [x for _, s in parts for x in s]
+    out = (np.empty(data["n"], np.int64), np.empty(data["n"]), np.empty(data["n"]))
+    codec.decode_scalars_into(data, *out)
+    assert out[0].tolist() == got.steps.tolist()
+    assert columns[0] == [p[0] for p in parts]
+    assert columns[1].tolist() == [len(s) for _, s in parts]
+    assert columns[2].tolist() == [s[0] for _, s in parts]
+    assert summary[:2] == (min(min(s) for _, s in parts), max(max(s) for _, s in parts))
+
+
+def test_malformed_group_chunk_is_refused():
+    cols = [
+        ("a", np.arange(3), np.full(3, 1.79e9), np.zeros(3)),
+        ("b", np.arange(2), np.full(2, 1.79e9), np.zeros(2)),
+    ]
+    payload, _, _ = codec.encode_group(cols)
+    data = codec.decode_payload(payload)[4]
+    data["c"] = [3, 3]
+    with pytest.raises(codec.PayloadError, match="group chunk parts"):
+        codec._check_scalar_data(data, group=True)
