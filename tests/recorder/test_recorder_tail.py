@@ -31,44 +31,57 @@ event_data = st.dictionaries(
 
 
 @st.composite
-def records(draw) -> list[Record]:
-    """A list of records, each to be written as one frame (appended then flushed)."""
+def scalar_record(draw, tag: str) -> Record:
+    n = draw(st.integers(1, 20))
+    first = draw(st.integers(-1000, 1000))
+    stride = draw(st.sampled_from([0, 1, 7, None]))
+    if stride is None:
+        steps = np.array(draw(st.lists(st.integers(-(2**40), 2**40), min_size=n, max_size=n)))
+    else:
+        steps = first + stride * np.arange(n)
+    walls = BASE_WALL + np.cumsum(draw(st.lists(st.floats(0, 100), min_size=n, max_size=n)))
+    values = np.array(draw(st.lists(scalar_values, min_size=n, max_size=n)))
+    data = ScalarSeries(steps.astype(np.int64), walls, values)
+    return Record("scalars", tag, int(steps[0]), float(walls[0]), data)
+
+
+@st.composite
+def records(draw) -> list[list[Record]]:
+    """Units of records, each unit written as one frame (appended, then flushed): an event, a
+    scalar chunk, or a group chunk of a few points of several tags."""
     out = []
     for _ in range(draw(st.integers(1, 6))):
-        if draw(st.booleans()):
-            n = draw(st.integers(1, 20))
-            first = draw(st.integers(-1000, 1000))
-            stride = draw(st.sampled_from([0, 1, 7, None]))
-            if stride is None:
-                steps = np.array(
-                    draw(st.lists(st.integers(-(2**40), 2**40), min_size=n, max_size=n))
-                )
-            else:
-                steps = first + stride * np.arange(n)
-            walls = BASE_WALL + np.cumsum(draw(st.lists(st.floats(0, 100), min_size=n, max_size=n)))
-            values = np.array(draw(st.lists(scalar_values, min_size=n, max_size=n)))
-            data = ScalarSeries(steps.astype(np.int64), walls, values)
-            tag = draw(st.sampled_from(["loss", "acc", "lr"]))
-            out.append(Record("scalars", tag, int(steps[0]), float(walls[0]), data))
+        choice = draw(st.sampled_from(["scalars", "group", "event"]))
+        if choice == "scalars":
+            out.append([draw(scalar_record(draw(st.sampled_from(["loss", "acc", "lr"]))))])
+        elif choice == "group":
+            tags = draw(st.lists(st.sampled_from(["g1", "g2", "g3"]), min_size=2, unique=True))
+            out.append([draw(scalar_record(tag)) for tag in tags])
         else:
             kind = draw(st.sampled_from(["text", "histogram", "meta", "ack"]))
             tag = None if kind in ("meta", "ack") else kind + draw(st.sampled_from(["1", "2"]))
             step = draw(st.one_of(st.none(), st.integers(0, 10**9)))
             wall = draw(st.floats(0, 2e9))
-            out.append(Record(kind, tag, step, wall, draw(event_data)))
+            out.append([Record(kind, tag, step, wall, draw(event_data))])
     return out
 
 
-def write(run_dir, items: list[Record]) -> list[int]:
-    """Write ``items`` one frame each; return the end offset of each in segment 0."""
+def flat(units: list[list[Record]]) -> list[Record]:
+    return [rec for unit in units for rec in unit]
+
+
+def write(run_dir, units: list[list[Record]]) -> list[int]:
+    """Write each unit as one frame; return the end offset of each in segment 0."""
     ends = []
     with RunWriter(run_dir, sync="never") as w:
-        for rec in items:
-            if rec.kind == "scalars":
-                w.append_scalars(rec.tag, *rec.data)
-            else:
-                w.append_record(rec.kind, rec.tag, rec.step, rec.wall, rec.data)
+        for unit in units:
+            for rec in unit:
+                if rec.kind == "scalars":
+                    w.append_scalars(rec.tag, *rec.data)
+                else:
+                    w.append_record(rec.kind, rec.tag, rec.step, rec.wall, rec.data)
             ends.append(w.flush().offset)
+    assert len(ends) == len(set(ends))  # one frame per unit
     os.remove(os.path.join(run_dir, INDEX_NAME))
     return ends
 
@@ -90,7 +103,7 @@ def test_every_record_round_trips(tmp_path, items):
     shutil.rmtree(run, ignore_errors=True)
     write(run, items)
     got, _ = read_all(run)
-    assert same_records(got, items)
+    assert same_records(got, flat(items))
 
 
 @common
@@ -109,7 +122,7 @@ def test_cut_at_every_offset_yields_exactly_the_complete_records(tmp_path, items
             seg.write_bytes(blob[:cut])
             got, r = read_all(cut_dir)
             complete = sum(1 for e in ends if e <= cut)
-            assert same_records(got, items[:complete]), cut
+            assert same_records(got, flat(items[:complete])), cut
             assert r.statistics().corrupt_records == 0
             r.close()
 
@@ -135,7 +148,7 @@ def test_random_byte_flips_are_detected_never_returned(tmp_path_factory, items, 
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         got, r = read_all(src)
-    assert same_records(got, [rec for i, rec in enumerate(items) if i not in touched])
+    assert same_records(got, flat([unit for i, unit in enumerate(items) if i not in touched]))
     stats = r.statistics()
     assert stats.corrupt_records > 0 or stats.pending_bytes > 0
 
@@ -163,8 +176,8 @@ def test_tailing_a_growing_file_split_mid_header_and_mid_payload(tmp_path_factor
             r.refresh()
             seen = list(r.iter_records())
             complete = sum(1 for e in ends if e <= done)
-            assert same_records(seen, items[:complete])
-    assert same_records(seen, items)
+            assert same_records(seen, flat(items[:complete]))
+    assert same_records(seen, flat(items))
 
 
 def test_tailing_a_live_writer_in_the_same_process(tmp_path):
