@@ -117,13 +117,17 @@ export class Chart {
     );
     this.resetBtn.hidden = true;
     group.charts.add(this);
-    this._resize = new ResizeObserver(() => this._onResize());
+    this._resize = new ResizeObserver((entries) => this._onResize(entries[entries.length - 1].contentRect.width));
     this._resize.observe(this.plotBox);
   }
 
-  /** Pixel columns available for data: what downsampling aims for. */
+  /**
+   * Pixel columns available for data: what downsampling aims for. Taken from the ResizeObserver,
+   * so that drawing one chart after another never forces a layout in between.
+   */
   get width() {
-    return Math.max(50, Math.round(this.plotBox.clientWidth || 600));
+    if (this._width === undefined) this._width = this.plotBox.clientWidth;
+    return Math.max(50, Math.round(this._width || 600));
   }
 
   /** Pull lines from the source and draw them (called by the frame scheduler). */
@@ -329,6 +333,7 @@ export class Chart {
     const u = this.plot;
     if (!u) return;
     const idx = u.cursor.idx;
+    if ((idx === null || idx === undefined) && !this.readout.firstChild) return; // nothing shown, nothing to show
     const parts = [];
     if (idx !== null && idx !== undefined && u.data[0].length) {
       const x = u.data[0][idx];
@@ -348,7 +353,8 @@ export class Chart {
     this.readout.replaceChildren(...parts);
   }
 
-  _onResize() {
+  _onResize(width) {
+    this._width = width;
     if (!this.plot) return;
     const w = this.width;
     if (Math.abs(w - this.plot.width) > 1) {
