@@ -310,7 +310,8 @@ class RunWriter:
     ) -> None:
         """Buffer scalar points of ``tag``: steps int64, walls float64 (Unix seconds), values float64.
 
-        Points of one tag are coalesced into large columnar chunks at :meth:`flush`. A batch whose
+        Points of one tag are coalesced into large columnar chunks at :meth:`flush`; tags with only
+        a few points pending share one group chunk, so frequent flushes stay cheap. A batch whose
         first step is at or below a step already buffered starts a new chunk, so a restart (training
         resumed from a checkpoint) stays visible to readers, which let it supersede the older points.
 
