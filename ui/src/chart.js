@@ -77,6 +77,8 @@ export class Chart {
    * @param {"step"|"relative"|"wall"|"value"} [opts.xKind] how x is shown
    * @param {string} [opts.xLabel] name of x in the readout, for xKind "value"
    * @param {[number, number]} [opts.yRange] fixed y range instead of auto
+   * @param {(x: number) => ({x: number, values: {label: string, color: string, value: number}[]}|null)} [opts.lookup]
+   *   the values to read out at an x (default: the drawn points nearest the cursor)
    * @param {boolean} [opts.logY]
    * @param {(v: number) => string} [opts.formatY] y tick and readout format
    * @param {object} [opts.dataset] data attributes of the chart element (default `{tag: key}`)
@@ -84,7 +86,7 @@ export class Chart {
    * A Line is `{label, color, xs, ys, alpha?, width?, legend?}`; lines with the same `xs` object
    * share x values (uPlot's aligned data); others are joined.
    */
-  constructor({ key, title, source, syncKey, group, xKind = "step", logY = false, formatY = formatValue, dataset = { tag: key }, xLabel = "", yRange = null }) {
+  constructor({ key, title, source, syncKey, group, xKind = "step", logY = false, formatY = formatValue, dataset = { tag: key }, xLabel = "", yRange = null, lookup = null }) {
     this.key = key;
     this.source = source;
     this.syncKey = syncKey;
@@ -94,6 +96,7 @@ export class Chart {
     this.formatY = formatY;
     this.xLabel = xLabel;
     this.yRange = yRange;
+    this.lookup = lookup;
     /** Visible x range after a drag zoom, or null for everything. */
     this.zoom = null;
     /** @type {uPlot|null} */
@@ -336,21 +339,28 @@ export class Chart {
     if ((idx === null || idx === undefined) && !this.readout.firstChild) return; // nothing shown, nothing to show
     const parts = [];
     if (idx !== null && idx !== undefined && u.data[0].length) {
-      const x = u.data[0][idx];
-      const xText =
-        this.xKind === "wall" ? new Date(x * 1000).toLocaleString()
-        : this.xKind === "relative" ? formatDuration(x)
-        : this.xKind === "value" ? `${this.xLabel} ${formatValue(x)}`
-        : `${t("step")} ${x}`;
-      parts.push(el("span", { class: "rx", text: xText }));
-      this._lines.forEach((line, i) => {
-        if (line.legend === false) return;
-        const v = nearest(u.data[i + 1], idx);
-        parts.push(el("span", { class: "rv" }, el("i", { style: { background: line.color } }), `${line.label} ${this.formatY(v)}`));
-      });
+      // The source's own lookup reads the received points (not the downsampled ones drawn), at the
+      // cursor's x itself, so every chart of a group reports the same step.
+      const cursorX = this.group.x ?? u.posToVal(u.cursor.left, "x");
+      const found = this.lookup?.(cursorX) ?? null;
+      const x = found ? found.x : u.data[0][idx];
+      const values = found
+        ? found.values
+        : this._lines.flatMap((line, i) => (line.legend === false ? [] : [{ label: line.label, color: line.color, value: nearest(u.data[i + 1], idx) }]));
+      parts.push(el("span", { class: "rx", text: this._formatX(x) }));
+      for (const { label, color, value } of values) {
+        parts.push(el("span", { class: "rv" }, el("i", { style: { background: color } }), `${label} ${this.formatY(value)}`));
+      }
       if (this.group.x !== null) parts.push(el("span", { class: "rpin", text: t("pinned") }));
     }
     this.readout.replaceChildren(...parts);
+  }
+
+  _formatX(x) {
+    if (this.xKind === "wall") return new Date(x * 1000).toLocaleString();
+    if (this.xKind === "relative") return formatDuration(x);
+    if (this.xKind === "value") return `${this.xLabel} ${formatValue(x)}`;
+    return `${t("step")} ${x}`;
   }
 
   _onResize(width) {

@@ -20,6 +20,18 @@ export function lowerBound(xs, x) {
 }
 
 /**
+ * Index of the element of sorted, non-empty `xs` nearest to x (the earlier one on a tie).
+ * @param {ArrayLike<number>} xs ascending
+ * @param {number} x
+ */
+export function nearestIndex(xs, x) {
+  const i = lowerBound(xs, x);
+  if (i === 0) return 0;
+  if (i === xs.length) return xs.length - 1;
+  return x - xs[i - 1] <= xs[i] - x ? i - 1 : i;
+}
+
+/**
  * First index `i` in sorted `xs` with `xs[i] > x` (xs.length when none).
  * @param {ArrayLike<number>} xs ascending
  * @param {number} x

@@ -88,3 +88,13 @@ test("upperBound finds the first element above x", () => {
   assert.equal(upperBound(xs, 2), 3);
   assert.equal(upperBound(xs, 5), 4);
 });
+
+test("nearestIndex picks the closest element, the earlier on a tie", async () => {
+  const { nearestIndex } = await import("../src/downsample.js");
+  const xs = [0, 10, 20];
+  assert.equal(nearestIndex(xs, -5), 0);
+  assert.equal(nearestIndex(xs, 4), 0);
+  assert.equal(nearestIndex(xs, 5), 0);
+  assert.equal(nearestIndex(xs, 6), 1);
+  assert.equal(nearestIndex(xs, 99), 2);
+});

@@ -2,7 +2,7 @@
 // runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
 import { Chart } from "../chart.js";
 import { colorFor, el } from "../dom.js";
-import { gather, lowerBound, minMaxIndices } from "../downsample.js";
+import { gather, lowerBound, minMaxIndices, nearestIndex } from "../downsample.js";
 import { fetchScalars, needsHistory, spliceRange } from "../history.js";
 import { t } from "../i18n.js";
 import { Ema } from "../smoothing.js";
@@ -101,6 +101,7 @@ export class ScalarsView {
       xKind: state.xKind,
       logY: state.logY,
       source: (c) => this._lines(c, tag),
+      lookup: (x) => this._lookup(tag, x),
     });
     chart.onChange = () => scheduler.mark(chart);
     this.charts.set(tag, chart);
@@ -160,6 +161,27 @@ export class ScalarsView {
       }
     }
     return lines;
+  }
+
+  // The received point nearest to x of every visible run (smoothed value when smoothing), for the
+  // readout; x is reported as the first run's step (or time) of that point.
+  _lookup(tag, x) {
+    const { store, state } = this.ctx;
+    let at = null;
+    const values = [];
+    for (const run of store.runNames()) {
+      if (state.hiddenRuns.has(run)) continue;
+      const series = store.series(run, tag);
+      if (!series || series.length === 0) continue;
+      const ascending = state.xKind === "step" ? series.stepsAscending : series.wallsAscending;
+      if (!ascending) continue;
+      const xs = series.column(state.xKind === "step" ? STEP : WALL);
+      const offset = state.xKind === "relative" ? series.firstWall : 0;
+      const i = nearestIndex(xs, x + offset);
+      at ??= xs[i] - offset;
+      values.push({ label: run, color: colorFor(run), value: series.column(state.smoothing > 0 ? SMOOTHED : VALUE)[i] });
+    }
+    return at === null ? null : { x: at, values };
   }
 
   // Fetched full-resolution points of `series` covering the zoom, or null (asking for them when the
