@@ -231,8 +231,8 @@ export class Chart {
           grid: { stroke: "rgba(128,128,128,0.15)" },
           ticks: { stroke: "rgba(128,128,128,0.3)" },
           ...(xKind === "relative" ? { values: (u, ticks) => ticks.map(formatDuration) } : {}),
-          // Date-time labels are wide; space them so that they do not run into each other.
-          ...(xKind === "wall" ? { space: 90 } : {}),
+          // Date-time labels are wide and two lines high; others need one short line.
+          ...(xKind === "wall" ? { space: 90, size: 48 } : { space: 64, size: 32 }),
         },
         {
           stroke: "var(--muted)",
