@@ -3,7 +3,7 @@
 // sortable by any column.
 import { formatValue } from "../chart.js";
 import { colorFor, el } from "../dom.js";
-import { t } from "../i18n.js";
+import { language, t } from "../i18n.js";
 import { VALUE } from "../store.js";
 
 /**
@@ -80,6 +80,10 @@ export class HparamsView {
 
   _render() {
     const { rows, columns } = this.rows();
+    // Scalars stream in all the time; rebuild the table only when what it shows changed.
+    const content = JSON.stringify([language(), this.sort, columns, rows.map((r) => [r.run, [...r.values]])]);
+    if (content === this._content) return;
+    this._content = content;
     this.empty.hidden = rows.length > 0;
     this.table.hidden = rows.length === 0;
     const { column, descending } = this.sort;
