@@ -97,7 +97,13 @@ const side = el(
   el("label", { class: "field" }, label("smoothing"), el("span", { class: "row" }, smoothingInput, smoothingValue)),
   el("label", { class: "field" }, label("xAxis"), xSelect),
   el("label", { class: "check" }, logInput, label("logY")),
-  el("h2", {}, label("runs")),
+  el(
+    "h2",
+    { class: "runs-head" },
+    label("runs"),
+    el("button", { type: "button", class: "icon runs-all", on: { click: () => setAllRuns(true) } }, label("all")),
+    el("button", { type: "button", class: "icon runs-none", on: { click: () => setAllRuns(false) } }, label("none")),
+  ),
   runList,
 );
 const main = el("main", {}, ...Object.values(views).map((v) => v.element));
@@ -217,6 +223,16 @@ function renderRuns() {
       ),
     ),
   );
+}
+
+/** Show (true) or hide (false) every run. */
+function setAllRuns(shown) {
+  for (const name of window.vdl.runs()) {
+    if (shown) state.hiddenRuns.delete(name);
+    else state.hiddenRuns.add(name);
+  }
+  renderRuns();
+  refreshViews();
 }
 
 let knownRuns = "";

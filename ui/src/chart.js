@@ -113,7 +113,7 @@ export class Chart {
     this.pngBtn = el("button", { class: "icon", type: "button", title: t("savePng"), text: "PNG", on: { click: () => this.savePng() } });
     this.element = el(
       "section",
-      { class: "chart", dataset },
+      { class: "chart", dataset, "aria-label": title },
       el("header", {}, this.titleEl, el("span", { class: "chart-tools" }, this.resetBtn, this.pngBtn)),
       this.plotBox,
       this.readout,
