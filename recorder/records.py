@@ -49,13 +49,6 @@ class ScalarSeries(NamedTuple):
         return len(self.steps)
 
 
-def empty_series() -> ScalarSeries:
-    """Return a series with no points."""
-    return ScalarSeries(
-        np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), np.empty(0, dtype=np.float64)
-    )
-
-
 @dataclass(frozen=True)
 class Record:
     """One recorded event.
