@@ -42,7 +42,8 @@ STATIC_TYPES = {
 }
 # The page loads nothing from elsewhere and may connect only back to this server.
 CSP = (
-    "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; "
+    "default-src 'self'; img-src 'self' data: blob:; media-src 'self' blob:; "
+    "style-src 'self' 'unsafe-inline'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
 SHUTDOWN_DEADLINE = 10.0
