@@ -25,6 +25,9 @@ CHUNK_POINTS = 1 << 16
 # Tags with fewer points than this pending at a flush share one group chunk (when there are two or
 # more of them), so frequent small flushes do not cost a record per tag.
 GROUP_BELOW = 256
+# Index rows a writer keeps in memory, at most; a run with more records gets no new index (readers
+# then scan the segments past the old index, if any), so a long-lived writer stays bounded.
+INDEX_MAX_ROWS = 1_000_000
 # Buffered bytes (estimated) above which an append writes the buffer to the OS on its own.
 BUFFER_BYTES = 32 << 20
 
@@ -253,7 +256,9 @@ class RunWriter:
             catalog.update()
         finally:
             catalog.close()
-        self._entries: list[Entry] = catalog.entries
+        self._entries: list[Entry] | None = catalog.entries
+        if len(self._entries) > INDEX_MAX_ROWS:
+            self._entries = None
         self._created: dict[int, float] = {
             n: s.created for n, s in catalog.segments.items() if s.created is not None
         }
@@ -424,7 +429,10 @@ class RunWriter:
         self._bytes += nbytes
         self._records += len(entries)
         self._points += sum(e.count for e in entries if e.kind == codec.SCALARS)
-        self._entries.extend(entries)
+        if self._entries is not None:
+            self._entries.extend(entries)
+            if len(self._entries) > INDEX_MAX_ROWS:
+                self._entries = None  # too many to index: readers will scan
         self._unsynced = True
 
     def _rotate(self) -> None:
@@ -496,6 +504,8 @@ class RunWriter:
     def close(self) -> None:
         """Flush, fsync (unless ``sync="never"``) and write the index. Idempotent.
 
+        A run of more than ``INDEX_MAX_ROWS`` records gets no new index (readers scan instead).
+
         If the flush fails the files are closed anyway and the error propagates.
         """
         if self._closed:
@@ -512,6 +522,8 @@ class RunWriter:
             os.close(self._dir_fd)  # also releases the lock
 
     def _write_index(self, durable: bool) -> None:
+        if self._entries is None:
+            return
         segments = [
             (n, self._created[n], self._offset if n == self._segment else _size(self._dir, n))
             for n in sorted(self._created)

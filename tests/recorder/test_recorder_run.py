@@ -310,6 +310,21 @@ def test_index_covers_a_prefix_and_the_rest_is_scanned(tmp_path):
     w.close()
 
 
+def test_a_run_too_large_to_index_is_read_by_scanning(tmp_path, monkeypatch):
+    from recorder import writer
+
+    monkeypatch.setattr(writer, "INDEX_MAX_ROWS", 5)
+    run = tmp_path / "run"
+    with RunWriter(run) as w:
+        for i in range(8):
+            w.append_record("text", "t", i, BASE_WALL, {"text": "x"})
+            w.flush()
+    assert not (run / INDEX_NAME).exists()
+    r = RunReader(run)
+    assert not r.statistics().index_used
+    assert [rec.step for rec in r.read_records()] == list(range(8))
+
+
 def test_stale_index_is_ignored_with_a_warning(tmp_path):
     run = tmp_path / "run"
     with RunWriter(run) as w:
