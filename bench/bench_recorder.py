@@ -16,8 +16,10 @@ Measures, on the same machine in one run:
 * how bytes/event and load time depend on the points of a tag per flush (each flush writes one
   chunk per tag with pending points), 1 to 1,000;
 * anchors, from the venv at bench/.venv-anchors (tensorboard, tensorboardX, visualdl): the same
-  1M-point run written by tensorboardX and VisualDL, loaded by EventAccumulator (no sampling) and
-  VisualDL's LogReader, each once, in a fresh process (they take seconds each). Disable with
+  1M-point run written by tensorboardX and VisualDL, loaded by EventAccumulator (no sampling),
+  TensorBoard's Rust data server (one load cycle as it logs it; by default it keeps 1,000 points a
+  tag, and it verifies checksums only when a record fails to parse) and VisualDL's LogReader, each
+  once, in a fresh process (they take seconds each). Disable with
   --no-anchors. To create the venv:
 
       python -m venv bench/.venv-anchors
@@ -184,6 +186,9 @@ def anchors(out: str, tags: int, steps: int) -> dict | None:
     result = call("write", "--tags", str(tags), "--steps", str(steps), "--out", out)
     result["tb_load"] = call("load-tb", os.path.join(out, "tbx"))
     result["vdl_load"] = call("load-vdl", os.path.join(out, "vdl"))
+    tbx = os.path.join(out, "tbx")
+    result["rust_load"] = call("load-rust", tbx)
+    result["rust_load_all"] = call("load-rust", tbx, "--samples", "scalars=all")
     return result
 
 
@@ -322,6 +327,17 @@ def report(res: dict) -> str:
                 f"TensorBoard EventAccumulator, load {ev:,} (tensorboardX file)",
                 f"{tb['seconds']:.2f} s / {tb['rss_mb']:.0f} MB",
                 f"ours {tb['seconds'] / ours:.0f}x faster",
+            ),
+            (
+                "TensorBoard Rust data server, one load cycle, 1,000 points a tag kept",
+                f"{anchors['rust_load']['seconds']:.2f} s / {anchors['rust_load']['rss_mb']:.0f} MB",
+                f"ours {anchors['rust_load']['seconds'] / ours:.0f}x faster",
+            ),
+            (
+                "TensorBoard Rust data server, every point kept",
+                f"{anchors['rust_load_all']['seconds']:.2f} s / "
+                f"{anchors['rust_load_all']['rss_mb']:.0f} MB",
+                f"ours {anchors['rust_load_all']['seconds'] / ours:.0f}x faster",
             ),
             (
                 "VisualDL LogReader, load the same",

@@ -6,6 +6,7 @@ load runs in a fresh process so its peak memory can be reported. Prints one JSON
 
     bench/.venv-anchors/bin/python bench/recorder_anchors.py write --tags 100 --steps 10000 --out DIR
     bench/.venv-anchors/bin/python bench/recorder_anchors.py load-tb DIR/tbx
+    bench/.venv-anchors/bin/python bench/recorder_anchors.py load-rust DIR/tbx --samples scalars=all
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import time
 
@@ -73,6 +75,43 @@ def load_tb(path: str) -> dict:
     return {"seconds": time.perf_counter() - start, "points": points, "rss_mb": _rss_mb()}
 
 
+def _rust_seconds(text: str) -> float:
+    """Parse a Rust ``Duration`` as printed by ``{:?}`` (``843.5ms``, ``1.2s``, ``950µs``)."""
+    for unit, scale in (("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("s", 1.0)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * scale
+    raise ValueError(f"unknown duration {text!r}")
+
+
+def load_rust(path: str, samples: str) -> dict:
+    """One load cycle of TensorBoard's Rust data server (``--load_fast``), as it logs it.
+
+    ``samples`` is passed as ``--samples-per-plugin`` (``""``: the default, 1,000 points a tag).
+    """
+    from tensorboard_data_server import server_binary
+
+    args = [server_binary(), "--logdir", path, "--reload", "once", "--port", "0", "-v"]
+    if samples:
+        args += ["--samples-per-plugin", samples]
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        for line in proc.stderr:
+            if "Finished load cycle" in line:
+                seconds = _rust_seconds(line.rsplit("(", 1)[1].rstrip(")\n "))
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Rust data server did not finish loading")
+        else:
+            raise RuntimeError("the Rust data server exited without loading")
+        with open(f"/proc/{proc.pid}/status") as f:
+            rss = next(int(x.split()[1]) for x in f if x.startswith("VmHWM")) / 1024
+    finally:
+        proc.kill()
+        proc.wait()
+    return {"seconds": seconds, "rss_mb": rss, "samples": samples or "default (1000 a tag)"}
+
+
 def load_vdl(path: str) -> dict:
     """Load every scalar of the run with VisualDL's LogReader."""
     from visualdl import LogReader
@@ -87,7 +126,8 @@ def load_vdl(path: str) -> dict:
 def main() -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["write", "load-tb", "load-vdl"])
+    parser.add_argument("mode", choices=["write", "load-tb", "load-vdl", "load-rust"])
+    parser.add_argument("--samples", default="", help="load-rust: --samples-per-plugin")
     parser.add_argument("path", nargs="?", default=None)
     parser.add_argument("--tags", type=int, default=100)
     parser.add_argument("--steps", type=int, default=10_000)
@@ -97,6 +137,8 @@ def main() -> None:
         result = write(args.tags, args.steps, args.out)
     elif args.mode == "load-tb":
         result = load_tb(args.path)
+    elif args.mode == "load-rust":
+        result = load_rust(args.path, args.samples)
     else:
         result = load_vdl(args.path)
     print(json.dumps(result))
