@@ -1,0 +1,133 @@
+"""Writer hot-path benchmark: vdl-stream against tensorboardX on the same events, in one run.
+
+For each library, in a fresh subprocess:
+- loop-visible cost of add_scalar: 200,000 calls over 10 tags, timed in chunks of 1,000 calls;
+  the median chunk gives the median per-call cost;
+- total process CPU per scalar event (all threads: background encoding, persistence, close);
+- add_histogram: total process CPU per call over 2,000 histograms of 10,000 float32;
+- bytes on disk per scalar event.
+
+Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TAGS = [f"train/metric{i}" for i in range(10)]
+CHUNK = 1000
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def open_writer(lib: str, logdir: Path):
+    if lib == "vdl-stream":
+        import vdl_stream
+
+        return vdl_stream.attach(logdir, run="bench", telemetry=False)
+    from tensorboardX import SummaryWriter
+
+    return SummaryWriter(str(logdir / "bench"))
+
+
+def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
+    cpu0 = time.process_time()
+    writer = open_writer(lib, logdir)
+    add = writer.add_scalar
+    chunks = []
+    perf = time.perf_counter
+    tags = TAGS
+    for start in range(0, n, CHUNK):
+        t0 = perf()
+        for i in range(start, start + CHUNK):
+            add(tags[i % 10], i * 0.001, i // 10)
+        chunks.append((perf() - t0) / CHUNK)
+    writer.close()
+    cpu = time.process_time() - cpu0
+    return {
+        "add_scalar_median_us": statistics.median(chunks) * 1e6,
+        "add_scalar_p99_us": sorted(chunks)[int(len(chunks) * 0.99)] * 1e6,
+        "cpu_per_scalar_us": cpu / n * 1e6,
+        "bytes_per_scalar": dir_bytes(logdir / "bench") / n,
+    }
+
+
+def measure_histograms(lib: str, n: int, logdir: Path) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = [rng.normal(size=10_000).astype(np.float32) for _ in range(20)]
+    writer = open_writer(lib, logdir)
+    cpu0 = time.process_time()
+    for i in range(n):
+        writer.add_histogram("weights", data[i % 20], i)
+    writer.close()
+    return {"cpu_per_histogram_us": (time.process_time() - cpu0) / n * 1e6}
+
+
+def child(lib: str, what: str, n: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        logdir = Path(tmp)
+        result = (
+            measure_scalars(lib, n, logdir)
+            if what == "scalars"
+            else measure_histograms(lib, n, logdir)
+        )
+    print(json.dumps(result))
+
+
+def run_child(lib: str, what: str, n: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", lib, what, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scalars", type=int, default=200_000)
+    parser.add_argument("--histograms", type=int, default=2_000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per library; medians reported")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    libs = ["vdl-stream", "tensorboardX"]
+    results: dict[str, dict[str, float]] = {}
+    for lib in libs:
+        runs = [
+            {
+                **run_child(lib, "scalars", args.scalars),
+                **run_child(lib, "histograms", args.histograms),
+            }
+            for _ in range(args.repeat)
+        ]
+        results[lib] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    ours, anchor = results["vdl-stream"], results["tensorboardX"]
+    print(
+        f"{args.scalars} scalars over {len(TAGS)} tags, {args.histograms} histograms of 10,000 float32; "
+        f"median of {args.repeat} runs each"
+    )
+    print(f"{'metric':28} {'vdl-stream':>12} {'tensorboardX':>13} {'ratio':>8}")
+    for key in ours:
+        ratio = anchor[key] / ours[key] if ours[key] else float("inf")
+        print(f"{key:28} {ours[key]:12.3f} {anchor[key]:13.3f} {ratio:7.1f}x")
+
+
+if __name__ == "__main__":
+    main()
