@@ -108,36 +108,42 @@ class _TagSeries:
         """Append consecutive pieces (chunks or group parts: ``counts`` points each, starting at
         step ``firsts``) at once, restarts applied.
 
-        A piece supersedes every earlier point at a step >= its first step. Applying that rule
-        to every piece is the same as applying it to restarts only (a piece that is no restart
-        has no earlier point at or above its first step), so it vectorises.
+        Only a piece starting below the largest step of all points before it (superseded or not)
+        can be a restart; the runs of pieces between such candidates are copied in bulk, and each
+        candidate is checked against the points kept, as :meth:`add` does.
         """
-        if not len(counts):
+        total = len(pieces.steps)
+        if not total:
             return
-        suffix = np.minimum.accumulate(firsts[::-1])[::-1]
-        limits = np.empty(len(counts), np.int64)
-        limits[:-1] = suffix[1:]
-        limits[-1] = np.iinfo(np.int64).max
-        keep = pieces.steps < np.repeat(limits, counts)
-        if not keep.all():
-            pieces = ScalarSeries(*(col[keep] for col in pieces))
-        k = len(pieces.steps)
-        if self.smax is not None and int(suffix[0]) <= self.smax:
-            self.supersede(int(suffix[0]), k)
-        else:
-            self.reserve(k)
-        if not k:
+        offsets = np.cumsum(counts) - counts
+        before = np.empty(len(counts), np.int64)
+        before[0] = np.iinfo(np.int64).min if self.smax is None else self.smax
+        before[1:] = np.maximum.accumulate(np.maximum.reduceat(pieces.steps, offsets))[:-1]
+        before[1:] = np.maximum(before[1:], before[0])
+        candidates = np.flatnonzero(firsts < before).tolist()
+        self.reserve(total)
+        done = 0
+        for j in [*candidates, len(counts)]:
+            stop = total if j == len(counts) else int(offsets[j])
+            self._append(pieces, done, stop)
+            done = stop
+            if j < len(counts) and self.smax is not None and int(firsts[j]) < self.smax:
+                self.supersede(int(firsts[j]), total - done)
+
+    def _append(self, pieces: ScalarSeries, lo: int, hi: int) -> None:
+        """Copy ``pieces[lo:hi]`` after the points held (room reserved), no restart among them."""
+        if hi <= lo:
             return
-        lo, hi = self.n, self.n + k
-        self.steps[lo:hi] = pieces.steps
-        self.walls[lo:hi] = pieces.walls
-        self.values[lo:hi] = pieces.values
-        new = self.steps[lo:hi]
+        start, end = self.n, self.n + hi - lo
+        self.steps[start:end] = pieces.steps[lo:hi]
+        self.walls[start:end] = pieces.walls[lo:hi]
+        self.values[start:end] = pieces.values[lo:hi]
+        new = self.steps[start:end]
         if self.monotonic:
             self.monotonic = bool(
-                (lo == 0 or new[0] >= self.steps[lo - 1]) and (new[1:] >= new[:-1]).all()
+                (start == 0 or new[0] >= self.steps[start - 1]) and (new[1:] >= new[:-1]).all()
             )
-        self.n = hi
+        self.n = end
         top = int(new.max())
         self.smax = top if self.smax is None else max(self.smax, top)
 
@@ -326,7 +332,7 @@ class RunReader:
             state.reserve(left)
             for e, data in loaded:
                 left -= e.count
-                if state.smax is not None and e.step <= state.smax:
+                if state.smax is not None and e.step < state.smax:
                     state.supersede(e.step, e.count + left)
                 try:
                     state.add(data, e.count, e.smax)
@@ -389,9 +395,10 @@ class RunReader:
     ) -> ScalarSeries:
         """The scalar points of ``tag`` in write order, restarts applied.
 
-        When a chunk starts at a step at or below the largest step recorded before it for the tag
-        (training resumed from a checkpoint), it supersedes every earlier point at a step at or
-        after its first step; the file keeps both.
+        When a chunk starts at a step below the largest step kept before it for the tag (training
+        resumed from a checkpoint), it supersedes every earlier point at a step at or after its
+        first step; the file keeps both. As in TensorBoard, only a step going back is a restart:
+        a chunk starting at the same step as the last one keeps both (steps may repeat).
 
         Args:
             tag: the tag; an unknown tag gives an empty series.

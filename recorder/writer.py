@@ -317,7 +317,7 @@ class RunWriter:
 
         Points of one tag are coalesced into large columnar chunks at :meth:`flush`; tags with only
         a few points pending share one group chunk, so frequent flushes stay cheap. A batch whose
-        first step is at or below a step already buffered starts a new chunk, so a restart (training
+        first step is below a step already buffered starts a new chunk, so a restart (training
         resumed from a checkpoint) stays visible to readers, which let it supersede the older points.
 
         Raises:
@@ -339,7 +339,7 @@ class RunWriter:
         if not len(s):
             return
         slot = self._open_slots.get(tag)
-        if slot is not None and (s[0] <= slot.smax or slot.count + len(s) > CHUNK_POINTS):
+        if slot is not None and (s[0] < slot.smax or slot.count + len(s) > CHUNK_POINTS):
             slot = None
         if slot is None:
             slot = self._open_slots[tag] = _PendingScalars(tag)

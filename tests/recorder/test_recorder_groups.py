@@ -26,19 +26,22 @@ def operations(draw) -> list[tuple[str, int, int, bool]]:
         tag = draw(st.sampled_from(TAGS))
         n = draw(st.one_of(st.integers(1, 20), st.integers(GROUP_BELOW - 5, GROUP_BELOW + 50)))
         if top[tag] >= 0 and draw(st.integers(0, 4)) == 0:
-            first = draw(st.integers(0, top[tag]))  # a restart
+            first = draw(st.integers(0, top[tag]))  # a restart, or a repeat of the last step
         else:
-            first = top[tag] + 1 + draw(st.integers(0, 3))
+            first = top[tag] + draw(st.integers(0, 3))  # 0: the last step again
         top[tag] = max(top[tag], first + n - 1)
         ops.append((tag, first, n, draw(st.booleans())))
     return ops
 
 
 def expected(ops) -> dict[str, tuple[list[int], list[float]]]:
-    """What read_scalars must return: each batch supersedes earlier points at or above its start."""
+    """What read_scalars must return: a batch starting below the largest step kept supersedes
+    the points at or above its start."""
     kept: dict[str, list[tuple[int, float]]] = {}
     for i, (tag, first, n, _) in enumerate(ops):
-        points = [p for p in kept.get(tag, []) if p[0] < first]
+        points = kept.get(tag, [])
+        if points and first < max(p[0] for p in points):
+            points = [p for p in points if p[0] < first]
         points += [(first + k, i * 1000.0 + k) for k in range(n)]
         kept[tag] = points
     return {tag: ([s for s, _ in pts], [v for _, v in pts]) for tag, pts in kept.items()}

@@ -117,6 +117,18 @@ def test_restart_supersedes_older_points_but_keeps_them_in_the_file(tmp_path):
     assert r.read_scalars("loss", start=50, end=61).steps.tolist() == list(range(50, 62))
 
 
+def test_a_repeated_step_is_no_restart_wherever_the_flushes_fall(tmp_path):
+    run = tmp_path / "run"
+    with RunWriter(run) as w:
+        append(w, "acc", series([0, 1, 1], [0.0, 1.0, 1.5]))
+        w.flush()
+        append(w, "acc", series([1, 2], [1.7, 2.0]))  # step 1 again, in a new chunk
+        append(w, "acc", series([2, 3], [2.5, 3.0]))  # and step 2 again, in the same buffer
+    s = RunReader(run).read_scalars("acc")
+    assert s.steps.tolist() == [0, 1, 1, 1, 2, 2, 3]
+    assert s.values.tolist() == [0.0, 1.0, 1.5, 1.7, 2.0, 2.5, 3.0]
+
+
 def test_restart_seen_by_a_tailing_reader(tmp_path):
     run = tmp_path / "run"
     w = RunWriter(run)
