@@ -9,9 +9,12 @@ The rate is points and events received by the subscriber per second, from the fi
 last frame received; the time until the broker has also written and fsynced everything is printed
 too.
 
+With ``--websocket`` the subscriber is also measured as a WebSocket client of ``/ws/live`` (the
+browser's path), started paused so that it is subscribed before the first batch.
+
 Usage::
 
-    python bench/bench_replay.py --points 10000000
+    python bench/bench_replay.py --points 10000000 --websocket
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 import trio
 
 import recorder
-from vdl_stream.replay import BrokerSlot, Replayer, load_timelines
+from vdl_stream.replay import BrokerSlot, Replayer, load_timelines, serve_replay
 
 TAGS = 10
 
@@ -88,9 +91,44 @@ async def replay(logdir: str, workdir: str, total: int) -> tuple[float, float, f
     return load, elapsed, persisted, received, gaps
 
 
+async def replay_websocket(logdir: str, workdir: str, total: int) -> tuple[float, int]:
+    """The same, with the subscriber a WebSocket client of ``/ws/live`` on 127.0.0.1."""
+    from trio_websocket import open_websocket_url
+
+    timelines = await trio.to_thread.run_sync(load_timelines, logdir)
+    received = 0
+    async with trio.open_nursery() as nursery:
+        slot = BrokerSlot(workdir, nursery)
+        await slot.start()
+        replayer = Replayer(timelines, slot, speed=math.inf, start_paused=True)
+        await nursery.start(replayer.run)
+        url = await nursery.start(serve_replay, slot, replayer, "127.0.0.1", 0)
+        ws_url = url.replace("http", "ws", 1) + "/ws/live"
+        async with open_websocket_url(ws_url, max_message_size=64 << 20) as ws:
+            await ws.send_message(msgpack.packb({"type": "subscribe", "runs": None}))
+            while not slot.statistics().subscribers:  # subscribed (no run yet: no snapshot)
+                await trio.sleep(0.01)
+            started = time.perf_counter()
+            replayer.play()
+            while received < total:
+                frame = msgpack.unpackb(await ws.get_message())
+                if frame["type"] == "gap":
+                    break
+                if frame["type"] == "data":
+                    received += sum(len(c[1]) // 8 for c in frame["scalars"])
+                    received += len(frame["events"])
+            elapsed = time.perf_counter() - started
+        await slot.aclose()
+        nursery.cancel_scope.cancel()
+    return elapsed, received
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=10_000_000)
+    parser.add_argument(
+        "--websocket", action="store_true", help="also measure through /ws/live on 127.0.0.1"
+    )
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="vdl-bench-replay-")
     try:
@@ -110,6 +148,15 @@ def main() -> None:
             f"broker done persisting them (temporary directory, fsynced) after {persisted:.2f} s: "
             f"{received / persisted:,.0f} events/s"
         )
+        if args.websocket:
+            os.makedirs(os.path.join(work, "broker2"))
+            elapsed, received = trio.run(
+                replay_websocket, os.path.join(work, "logs"), os.path.join(work, "broker2"), total
+            )
+            print(
+                f"through /ws/live: {received:,} of {total:,} in {elapsed:.2f} s: "
+                f"{received / elapsed:,.0f} events/s"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
