@@ -239,3 +239,14 @@ def test_import_directory_of_event_files_names_the_run_after_it(tmp_path):
     assert main(["import", str(src), "--logdir", str(tmp_path / "runs"), "--quiet"]) == 0
     assert recorder.list_runs(tmp_path / "runs") == ["my_exp", "vdl"]
     assert os.path.isdir(tmp_path / "runs" / "my_exp")
+
+
+def test_files_given_one_by_one_join_their_directory_run(tmp_path):
+    for i in range(2):
+        with SummaryWriter(str(tmp_path / "exp"), filename_suffix=f".{i}") as w:
+            w.add_scalar("x", float(i), i, walltime=WALL + i)
+    files = sorted(glob.glob(str(tmp_path / "exp" / "events.out.tfevents.*")))
+    assert len(files) == 2
+    assert main(["import", *files, "--logdir", str(tmp_path / "runs"), "--quiet"]) == 0
+    with recorder.RunReader(tmp_path / "runs" / "exp") as reader:
+        assert reader.read_scalars("x").values.tolist() == [0.0, 1.0]

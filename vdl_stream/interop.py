@@ -88,8 +88,8 @@ def find_sources(paths: list[str]) -> dict[str, list[tuple[str, str]]]:
                     f"{given}: not a TensorBoard event file (events.out.tfevents.*) or a "
                     "VisualDL record file (vdlrecords.*.log)"
                 )
-            parent = os.path.basename(os.path.dirname(os.path.abspath(given)))
-            add(_run_name([parent]), given, kind, given)
+            parent = os.path.dirname(os.path.abspath(given))
+            add(_run_name([os.path.basename(parent)]), given, kind, parent)
             continue
         for dirpath, dirnames, filenames in os.walk(given):
             dirnames.sort()
