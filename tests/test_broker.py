@@ -195,3 +195,16 @@ async def test_snapshots_carry_untagged_events(tmp_path):
     events = msgpack.unpackb(frame)["events"]
     assert [e["kind"] for e in events] == ["hparams", "telemetry", "telemetry", "telemetry"]
     assert events[0]["hparams"] == {"lr": 0.1} and events[-1]["fields"] == {"cpu/percent": 2}
+
+
+async def test_the_dedup_record_names_only_batches_handed_to_disk(tmp_path):
+    """A batch accepted but still queued when the broker dies must be taken again on restart."""
+    broker = Broker(tmp_path)
+    run = await broker._get_run("r")
+    run.last_seq["w"] = 2  # batch 2 was accepted and is still queued for persistence
+    batch = Batch("w", 1, "r", [scalars("x", range(3))])
+    await trio.to_thread.run_sync(broker._persist, [(1, batch, False)], True)
+    await trio.to_thread.run_sync(broker._close_runs)
+    with recorder.RunReader(tmp_path / "r") as reader:
+        (record,) = reader.read_records(kind="ingest")
+    assert record.data == {"w": 1}

@@ -162,6 +162,8 @@ class _Run:
         self.reader: recorder.RunReader | None = None
         self.position: Any = None  # end of what the persist task has flushed
         self.last_seq: dict[str, int] = {}  # writer id -> last accepted seq
+        self.persisted_seq: dict[str, int] = {}  # writer id -> last seq handed to the recorder
+        self.unsynced = False  # written since its last fsync
         self.loaded = False  # whether last_seq was read back from disk
         self.local = False  # this broker writes it; otherwise another process may, and we follow
         self.follower: recorder.RunReader | None = None
@@ -180,6 +182,7 @@ class _Run:
             for record in reader.read_records(kind=INGEST_KIND):
                 for writer, seq in record.data.items():
                     self.last_seq[writer] = max(seq, self.last_seq.get(writer, 0))
+        self.persisted_seq = dict(self.last_seq)
 
 
 def _thin(items: list, limit: int) -> list:
@@ -412,16 +415,20 @@ class Broker:
                 w.append_record(
                     event["kind"], event.get("tag"), event.get("step"), event["wall"], data
                 )
+            run.persisted_seq[batch.writer] = batch.seq
             touched[run.name] = run
         for run in touched.values():
-            # Written after the data it covers, in the same flush, so a restart never skips data.
-            run.writer.append_record(INGEST_KIND, None, None, time.time(), dict(run.last_seq))
+            # Written after the data it covers, in the same flush, so a restart never skips data;
+            # it names only batches handed over here, never ones still queued for persistence.
+            run.writer.append_record(INGEST_KIND, None, None, time.time(), dict(run.persisted_seq))
+            run.unsynced = True
         if sync:
-            touched.update((r.name, r) for r in self._runs.values() if r.writer is not None)
-        return {
-            name: (run.writer.sync() if sync else run.writer.flush())
-            for name, run in touched.items()
-        }
+            touched.update((r.name, r) for r in self._runs.values() if r.unsynced)
+        positions = {}
+        for name, run in touched.items():
+            positions[name] = run.writer.sync() if sync else run.writer.flush()
+            run.unsynced = run.unsynced and not sync
+        return positions
 
     def _close_runs(self) -> None:
         for run in self._runs.values():
