@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# Predicates are passed as functions, never as expression strings: Playwright evaluates strings
-# with eval(), which the page's Content-Security-Policy rightly forbids.
-
 from vdl_stream import attach
 
+# Predicates are passed as functions, never as expression strings: Playwright evaluates strings
+# with eval(), which the page's Content-Security-Policy rightly forbids.
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
@@ -26,7 +25,8 @@ def test_logged_points_arrive_live_in_the_chart(serve_process, browser):
                 writer.add_scalar("train/loss", 1.0 / (step + 1), step)
             assert writer.flush(timeout=20)
             page.wait_for_function(
-                "() => window.vdl.series('live-run', 'train/loss').steps.length === 300", timeout=15_000
+                "() => window.vdl.series('live-run', 'train/loss').steps.length === 300",
+                timeout=15_000,
             )
             received = page.evaluate("window.vdl.series('live-run', 'train/loss')")
             assert received["steps"] == list(range(300))
@@ -36,7 +36,8 @@ def test_logged_points_arrive_live_in_the_chart(serve_process, browser):
                 writer.add_scalar("train/loss", -1.0, step)
             writer.flush(timeout=20)
             page.wait_for_function(
-                "() => window.vdl.series('live-run', 'train/loss').steps.length === 350", timeout=15_000
+                "() => window.vdl.series('live-run', 'train/loss').steps.length === 350",
+                timeout=15_000,
             )
         # the chart itself draws those points: uPlot's data is [xs, ...ys]
         page.wait_for_function(
