@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import math
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -284,3 +285,41 @@ def test_bulk_and_one_by_one_decoding_keep_file_order(tmp_path):
                     )
                 )
         assert got == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.binary(max_size=60), min_size=1, max_size=8))
+def test_garbage_with_valid_checksums_is_reported_never_raised(payloads):
+    """Any payload, however wrong, ends up decoded, skipped or reported as damage."""
+    data = _records(payloads)
+    frames = tfevents.scan_frames(data)
+    assert len(frames.offsets) == len(payloads)
+    block = tfevents.decode_records(data, frames, tfevents.EventBlock())
+    assert block.records == len(payloads)
+    assert len(block.corrupt) <= len(payloads)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=300))
+def test_visualdl_garbage_is_reported_never_raised(data):
+    from vdl_stream import vdlrecords
+
+    block = tfevents.EventBlock()
+    end = vdlrecords.decode_records(data, 0, len(data), block)
+    assert 0 <= end <= len(data)
+    assert block.records >= len(block.corrupt) - 1
+
+
+def test_visualdl_fixture_cut_at_every_offset_never_raises(tmp_path):
+    from vdl_stream import vdlrecords
+
+    data = (Path(__file__).parent / "data" / "visualdl" / "vdlrecords.1700000000.log").read_bytes()
+    whole = None
+    for cut in [*range(0, len(data), 7), len(data)]:
+        block = tfevents.EventBlock()
+        end = vdlrecords.decode_records(data[:cut], 0, cut, block)
+        assert end <= cut and block.corrupt == []
+        points = block.scalar_count()
+        assert whole is None or points >= whole  # more bytes never give fewer points
+        whole = points
+    assert whole == 150
