@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -328,3 +329,64 @@ def test_command_line_replay_exits_at_the_end_and_leaves_the_run_alone(tmp_path)
         [*cmd[:-1], str(tmp_path / "none")], capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "neither a run directory" in bad.stderr
+
+
+def _post(url: str, body: dict) -> dict:
+    import urllib.request
+
+    req = urllib.request.Request(
+        url + "/api/replay",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_the_page_shows_a_replay_and_a_seek_back(tmp_path, browser):
+    """In Chromium: replayed points reach the charts; seeking back shows the run as it stood."""
+    record_run(tmp_path / "logs" / "r", points=300, spacing=0.01)
+    run = str(tmp_path / "logs" / "r")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vdl_stream.cli", "replay", run, "--paused", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        line = proc.stdout.readline()
+        assert " at http" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+        url = line.rsplit(" at ", 1)[1].strip().rstrip("/")
+        page.goto(url + "/")
+        page.wait_for_function("() => window.vdl && window.vdl.connected", timeout=15_000)
+        assert _post(url, {"action": "speed", "speed": "max"})["speed"] == "max"
+        assert _post(url, {"action": "play"})["playing"] is True
+        page.wait_for_function(
+            "() => window.vdl.series('r', 'acc').steps.length === 300", timeout=15_000
+        )
+        got = page.evaluate("window.vdl.series('r', 'acc')")
+        assert got["steps"] == list(range(300))
+        assert got["values"] == [s / 300 for s in range(300)]
+        _post(url, {"action": "pause"})
+        status = _post(url, {"action": "seek", "step": 100})
+        assert status["playing"] is False
+        # a fresh broker: the page reconnects by itself and gets the run as it stood at step 100
+        page.wait_for_function(
+            "() => window.vdl.series('r', 'acc').steps.length === 100", timeout=15_000
+        )
+        assert page.evaluate("window.vdl.series('r', 'acc')")["steps"] == list(range(100))
+        assert errors == []
+    finally:
+        page.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
