@@ -390,3 +390,15 @@ def test_the_page_shows_a_replay_and_a_seek_back(tmp_path, browser):
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
+
+
+def test_a_live_runs_many_small_chunks_become_one_per_tag_and_restart(tmp_path):
+    with recorder.RunWriter(tmp_path / "r") as w:
+        for step in range(500):  # a flush per point, as a live broker writes
+            w.append_scalars("acc", [step], [WALL + step], [step / 2])
+            w.flush()
+        w.append_scalars("acc", [100, 101], [WALL + 600, WALL + 601], [-1.0, -2.0])  # restart
+    t = timeline(tmp_path / "r")
+    assert [len(c.steps) for c in t.chunks] == [500, 2]
+    scalars, _ = t.take(math.inf, max_points=10**6)
+    assert [c.steps[0] for c in scalars] == [0, 100]  # the restart is fed as its own batch part

@@ -76,16 +76,38 @@ class RunTimeline:
 
     def __init__(self, name: str, records: list[recorder.Record]) -> None:
         self.name = name
-        self.chunks: list[_Chunk] = []
+        # Consecutive chunks of a tag are joined (a live run has one per flush) unless the next
+        # one starts at or below a step already seen: that is a restart and stays a chunk of its
+        # own, so that the broker records it as a restart again.
+        groups: list[tuple[str, list[recorder.ScalarSeries]]] = []
+        open_groups: dict[str, tuple[list[recorder.ScalarSeries], list[int]]] = {}
         events: list[dict[str, Any]] = []
         for r in records:
             if r.kind == "scalars":
-                if len(r.data):
-                    self.chunks.append(_Chunk(r.tag, r.data))
+                if not len(r.data):
+                    continue
+                first, top = int(r.data.steps[0]), int(r.data.steps.max())
+                group = open_groups.get(r.tag)
+                if group is None or first <= group[1][0]:
+                    group = open_groups[r.tag] = ([], [top])
+                    groups.append((r.tag, group[0]))
+                group[0].append(r.data)
+                group[1][0] = max(group[1][0], top)
             elif r.kind in codec.EVENT_KINDS:
                 events.append(
                     {**r.data, "kind": r.kind, "tag": r.tag, "step": r.step, "wall": r.wall}
                 )
+        self.chunks = [
+            _Chunk(
+                tag,
+                parts[0]
+                if len(parts) == 1
+                else recorder.ScalarSeries(
+                    *(np.concatenate(cols) for cols in zip(*parts, strict=True))
+                ),
+            )
+            for tag, parts in groups
+        ]
         self.chunks.sort(key=lambda c: float(c.release[0]))  # stable: write order among equals
         events.sort(key=lambda e: e["wall"])
         self.events = events
