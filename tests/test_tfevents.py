@@ -49,6 +49,14 @@ def test_crc32c_many_on_many_small_records():
     assert got.tolist() == [tfevents.crc32c(c) for c in chunks]
 
 
+def test_crc32c_many_on_long_records():
+    rng = np.random.default_rng(2)
+    chunks = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in (100_003, 4096, 65_536)]
+    lengths = [len(c) for c in chunks]
+    got = tfevents.crc32c_many(b"".join(chunks), np.cumsum([0, *lengths])[:-1], lengths)
+    assert got.tolist() == [tfevents.crc32c(c) for c in chunks]
+
+
 def test_masked_crc_matches_tensorboardx():
     from tensorboardX.crc32c import crc32c as tbx_crc
 

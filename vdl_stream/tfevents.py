@@ -161,6 +161,49 @@ def _crc_group(buf: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, lane: 
     return acc ^ np.uint32(0xFFFFFFFF)
 
 
+def _advance(z: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Advance CRC states ``a`` over the zero bytes that the tables ``z`` stand for."""
+    eight = np.uint32(8)
+    return z[0][a & 0xFF] ^ z[1][(a >> eight) & 0xFF] ^ z[2][(a >> 16) & 0xFF] ^ z[3][a >> 24]
+
+
+def _doubled_tables(lane: int, doublings: int) -> np.ndarray:
+    """Zero-advance tables for ``lane << doublings`` bytes (Z_2L = Z_L after Z_L)."""
+    key = -(lane << doublings)
+    z = _ZERO_TABLES.get(key)
+    if z is None:
+        z = _zero_tables(lane) if not doublings else _doubled_tables(lane, doublings - 1)
+        if doublings:
+            z = np.stack([_advance(z, row) for row in z])
+        _ZERO_TABLES[key] = z
+    return z
+
+
+def _crc_long(data: np.ndarray, offset: int, length: int, lane: int = 64) -> int:
+    """CRC-32C of one long record: 64-byte lanes at once, then folded pairwise, log2(lanes) times.
+
+    The record is left-padded with zero lanes to a power of two (leading zeros do not change a
+    CRC whose register starts at 0), so every level folds equal-length halves:
+    ``crc(A || B) = zero_advance(crc(A), len(B)) ^ crc(B)``.
+    """
+    lanes = max(1, -(-length // lane))
+    lanes = 1 << (lanes - 1).bit_length()
+    total = lanes * lane
+    flat = np.zeros(total, dtype=np.uint8)
+    flat[total - length :] = data[offset : offset + length]
+    flat[total - length : total - length + 4] ^= 0xFF
+    m = flat.reshape(lanes, lane)
+    s = np.zeros(lanes, dtype=np.uint32)
+    eight = np.uint32(8)
+    for j in range(lane):
+        s = _TABLE[(s ^ m[:, j]) & 0xFF] ^ (s >> eight)
+    level = 0
+    while len(s) > 1:
+        s = _advance(_doubled_tables(lane, level), s[0::2]) ^ s[1::2]
+        level += 1
+    return int(s[0]) ^ 0xFFFFFFFF
+
+
 def _crc_same_length(data: np.ndarray, offsets: np.ndarray, length: int) -> np.ndarray:
     """CRC-32C of records that all have ``length`` (>= 4) bytes: one numpy pass per byte column."""
     m = data[offsets[:, None] + np.arange(length)]
@@ -177,8 +220,8 @@ def crc32c_many(
 ) -> np.ndarray:
     """Return the CRC-32C of ``buf[o:o+n]`` for every ``(o, n)`` pair, as a uint32 array.
 
-    Vectorized with numpy: records shorter than 256 bytes in groups of equal length, longer ones
-    lane-parallel (64-byte lanes up to 4 KiB, 4 KiB lanes above).
+    Vectorized with numpy: records shorter than 256 bytes in groups of equal length, up to 4 KiB
+    lane-parallel in 64-byte lanes, longer ones one by one with a pairwise fold of their lanes.
     """
     data = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -197,11 +240,11 @@ def crc32c_many(
             idx = short[order[lo:hi]]
             out[idx] = _crc_same_length(data, offsets[idx], size)
             lo = hi
-    for lo, hi, lane in ((256, 4096, 64), (4096, None, 4096)):
-        sel = (lengths >= lo) if hi is None else ((lengths >= lo) & (lengths < hi))
-        idx = np.nonzero(sel)[0]
-        if len(idx):
-            out[idx] = _crc_group(data, offsets[idx], lengths[idx], lane)
+    idx = np.nonzero((lengths >= 256) & (lengths < 4096))[0]
+    if len(idx):
+        out[idx] = _crc_group(data, offsets[idx], lengths[idx], 64)
+    for i in np.nonzero(lengths >= 4096)[0].tolist():
+        out[i] = _crc_long(data, int(offsets[i]), int(lengths[i]))
     return out
 
 
