@@ -156,6 +156,7 @@ class _RunImport:
         self.first_wall: float | None = None
 
     def add(self, block: tfevents.EventBlock) -> None:
+        """Write a block's events now and buffer its scalar points (restarts flush)."""
         if block.first_wall is not None and (
             self.first_wall is None or block.first_wall < self.first_wall
         ):
@@ -233,6 +234,7 @@ class _RunImport:
         self.scalars += len(cols[0])
 
     def finish(self) -> None:
+        """Hand every buffered point to the writer."""
         for tag, buf in self.tags.items():
             self._flush(tag, buf)
 
