@@ -106,7 +106,8 @@ async def replay_websocket(logdir: str, workdir: str, total: int) -> tuple[float
         ws_url = url.replace("http", "ws", 1) + "/ws/live"
         async with open_websocket_url(ws_url, max_message_size=64 << 20) as ws:
             await ws.send_message(msgpack.packb({"type": "subscribe", "runs": None}))
-            while not slot.statistics().subscribers:  # subscribed (no run yet: no snapshot)
+            # The broker announces nothing to a new subscriber while it has no run: poll for it.
+            while not slot.statistics().subscribers:  # noqa: ASYNC110
                 await trio.sleep(0.01)
             started = time.perf_counter()
             replayer.play()
