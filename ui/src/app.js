@@ -13,6 +13,7 @@ import { CurvesView } from "./views/curves.js";
 import { HistogramsView } from "./views/histograms.js";
 import { HparamsView } from "./views/hparams.js";
 import { ImagesView } from "./views/images.js";
+import { ReplayBar } from "./views/replay.js";
 import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
 import { TextView } from "./views/text.js";
@@ -62,6 +63,8 @@ const views = {
   curves: new CurvesView(ctx),
   hparams: new HparamsView(ctx),
 };
+// Shown only under `vdl-stream replay` (it asks GET /api/replay once the connection starts).
+const replayBar = new ReplayBar(ctx);
 const viewTitles = {};
 for (const [name, view] of Object.entries(views)) {
   viewTitles[name] = el("h2", { class: "view-title" });
@@ -108,7 +111,7 @@ const side = el(
 );
 const main = el("main", {}, ...Object.values(views).map((v) => v.element));
 document.body.replaceChildren(
-  el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect),
+  el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect, replayBar.element),
   el("div", { class: "layout" }, side, main),
 );
 
@@ -130,6 +133,7 @@ function relabel() {
   showViews();
   setConnState(conn.dataset.state);
   for (const view of Object.values(views)) view.relabel?.();
+  replayBar.relabel();
 }
 
 function toggleView(name) {
@@ -263,9 +267,13 @@ const connection = new Connection({
       if (msg.version !== PROTOCOL_VERSION) console.warn(`vdl-stream: server speaks protocol ${msg.version}, this page ${PROTOCOL_VERSION}`);
       conn.dataset.server = String(msg.server ?? "");
     }
+    replayBar.beforeMessage(msg);
     store.apply(msg);
   },
-  onState: (s, detail) => setConnState(s, detail),
+  onState: (s, detail) => {
+    if (s === "open") replayBar.connectionOpened();
+    setConnState(s, detail);
+  },
 });
 
 // ---- test and debugging hooks (docs/dashboard.md) ---------------------------------------------
@@ -324,6 +332,8 @@ window.vdl = {
   /** The frame scheduler; `vdl.scheduler.minInterval` (ms, default 100) caps the redraw rate. */
   scheduler,
   setLanguage,
+  /** Replay controls (only active under `vdl-stream replay`): status, play, pause, setSpeed, seek. */
+  replay: replayBar.hook(),
 };
 
 // Escape releases a pinned cursor.
@@ -334,3 +344,4 @@ document.addEventListener("keydown", (e) => {
 onLanguage(relabel);
 relabel();
 connection.start();
+replayBar.start(connection);

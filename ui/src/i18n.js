@@ -52,6 +52,13 @@ const STRINGS = {
     hparams: "Hyperparameters",
     noHparams: "No hyperparameters yet.",
     run: "Run",
+    replay: "Replay",
+    replayPlay: "Play",
+    replayPause: "Pause",
+    replayAgain: "Replay again",
+    replaySpeed: "Replay speed",
+    replayMax: "max",
+    replayPosition: "Replay position",
   },
   zh: {
     title: "vdl-stream",
@@ -103,6 +110,13 @@ const STRINGS = {
     hparams: "超参数",
     noHparams: "暂无超参数。",
     run: "运行",
+    replay: "回放",
+    replayPlay: "播放",
+    replayPause: "暂停",
+    replayAgain: "重新回放",
+    replaySpeed: "回放速度",
+    replayMax: "最快",
+    replayPosition: "回放位置",
   },
 };
 

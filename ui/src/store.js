@@ -175,6 +175,15 @@ export class Store {
     return this.runs.get(run)?.scalars.get(tag);
   }
 
+  /**
+   * Empty a run: its points and events go, the run itself stays known (for a server that no
+   * longer has them, such as a replay that went back to before they were logged).
+   * @param {string} name
+   */
+  clearRun(name) {
+    if (this.runs.has(name)) this._clearRun(name);
+  }
+
   /** Every scalar tag of every run, sorted. */
   scalarTags() {
     const tags = new Set();
