@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,9 +45,11 @@ import numpy as np
 import psutil
 import trio
 from broker_clients import (
+    STARTED,
     ServeProcess,
     SubscriberResult,
     WriterResult,
+    kill_started,
     live_subscriber,
     stalled_subscriber,
     stream_batches,
@@ -132,6 +136,7 @@ class Profiler:
             stdout=subprocess.DEVNULL,
             stderr=open(directory / f"{name}.log", "wb"),  # noqa: SIM115 (short-lived)
         )
+        STARTED.add(self.proc)
         time.sleep(0.5)
 
     def stop(self) -> None:
@@ -574,12 +579,14 @@ def _cpu(pid: int) -> float:
 
 
 def _child(argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, __file__, "--child", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    STARTED.add(proc)
+    return proc
 
 
 def _child_result(proc: subprocess.Popen, timeout: float) -> dict:
@@ -843,6 +850,15 @@ def main() -> None:
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="vdl-bench-broker-") as tmp:
+
+        def abort(signum: int, frame: object) -> None:
+            # SIGTERM (e.g. from `timeout`): unwinding through trio.run is not safe from a signal
+            # handler, so kill what was started, remove the scratch directory and exit.
+            kill_started()
+            shutil.rmtree(tmp, ignore_errors=True)
+            os._exit(128 + signum)
+
+        signal.signal(signal.SIGTERM, abort)
         bench = Bench(args, settings, Path(tmp))
         steps = {
             "ingest": bench.phase_ingest,

@@ -36,6 +36,15 @@ from vdl_stream.codec import Batch, ScalarColumns
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_MESSAGE = 64 << 20
+#: Every process the benchmark starts, so an abort (SIGTERM) can kill what is still running.
+STARTED: set[subprocess.Popen] = set()
+
+
+def kill_started() -> None:
+    """Kill every started process that is still running (the abort path; normal exits stop each)."""
+    for proc in list(STARTED):
+        if proc.poll() is None:
+            proc.kill()
 
 
 class ServeProcess:
@@ -69,6 +78,7 @@ class ServeProcess:
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
         )
+        STARTED.add(self.proc)
         try:
             ready, _, _ = select.select([self.proc.stdout], [], [], 30)
             line = self.proc.stdout.readline().decode() if ready else ""

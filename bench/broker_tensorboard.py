@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from broker_clients import free_port
+from broker_clients import STARTED, free_port
 
 RUN, TAG = "fresh", "fresh/value"
 POLL_S = 0.05
@@ -86,6 +86,7 @@ def measure(
         args += ["--reload_interval", str(reload_interval)]
     log = open(workdir / f"tensorboard-{port}.log", "wb")  # noqa: SIM115 (closed in finally)
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    STARTED.add(proc)
     writer = SummaryWriter(str(logdir / RUN))
     event_file = next((logdir / RUN).glob("events.out.tfevents.*"))
     _flush(writer, event_file)  # the file-version record, queued when the writer opened
