@@ -203,7 +203,7 @@ async def test_the_dedup_record_names_only_batches_handed_to_disk(tmp_path):
     run = await broker._get_run("r")
     run.last_seq["w"] = 2  # batch 2 was accepted and is still queued for persistence
     batch = Batch("w", 1, "r", [scalars("x", range(3))])
-    await trio.to_thread.run_sync(broker._persist, [(1, batch, False)], True)
+    await trio.to_thread.run_sync(broker._persist, [(1, batch, False)])
     await trio.to_thread.run_sync(broker._close_runs)
     with recorder.RunReader(tmp_path / "r") as reader:
         (record,) = reader.read_records(kind="ingest")

@@ -87,3 +87,18 @@ def test_gpu_telemetry_travels_with_the_run(tmp_path, monkeypatch):
     assert fields["gpu0/util"] == 87.0
     assert fields["gpu0/mem_used"] == float(3 << 30)
     assert "ram/used" in fields and samples[-1].data["rank"] == 0 and samples[-1].data["host"]
+
+
+def test_flush_is_confirmed_even_when_its_request_races_the_pump(tmp_path, monkeypatch):
+    from vdl_stream.writer import Writer
+
+    original = Writer._call_soon
+
+    def late(self, fn, *args):
+        time.sleep(0.2)  # the pump swaps its list of pending flushes meanwhile
+        original(self, fn, *args)
+
+    monkeypatch.setattr(Writer, "_call_soon", late)
+    with attach(tmp_path, run="race", telemetry=False) as w:
+        w.add_scalar("x", 1.0, 0)
+        assert w.flush(timeout=5) is True

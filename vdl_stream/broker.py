@@ -328,20 +328,21 @@ class Broker:
                         break
                     except trio.EndOfChannel:
                         done = True
-                sync = done or any(s for _, _, s in items)
-                sync = sync or time.monotonic() - last_sync >= self._sync_interval
                 positions = await trio.to_thread.run_sync(
-                    self._persist, items, sync, limiter=self._limiter
+                    self._persist, items, limiter=self._limiter
                 )
                 for name, position in positions.items():
                     self._runs[name].position = position
                 if items:
                     self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
-                if sync:
+                    self._wake_waiters()  # written: acknowledge writers that did not ask to sync
+                sync = done or any(s for _, _, s in items)
+                if sync or time.monotonic() - last_sync >= self._sync_interval:
+                    written = self._written_seq
+                    await trio.to_thread.run_sync(self._sync_runs, limiter=self._limiter)
                     last_sync = time.monotonic()
-                    self._durable_seq = self._written_seq
-                self._progress.set()
-                self._progress = trio.Event()
+                    self._durable_seq = written
+                    self._wake_waiters()
         finally:
             # Cancelled or closed: what was accepted but not yet written is written now.
             leftovers = []
@@ -351,7 +352,8 @@ class Broker:
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
             with trio.move_on_after(10, shield=True):
-                await trio.to_thread.run_sync(self._persist, leftovers, True, limiter=self._limiter)
+                await trio.to_thread.run_sync(self._persist, leftovers, limiter=self._limiter)
+                await trio.to_thread.run_sync(self._sync_runs, limiter=self._limiter)
                 await trio.to_thread.run_sync(self._close_runs, limiter=self._limiter)
             for sub in self._subscribers:
                 sub.close()
@@ -398,15 +400,24 @@ class Broker:
                     self._fan_out(run.name, scalars, events)
                 run.position = run.follower.position()
 
-    def _persist(self, items: list[tuple[int, Batch | None, bool]], sync: bool) -> dict[str, Any]:
-        """Append batches to their runs and flush (fsync when ``sync``); runs in a worker thread."""
+    def _wake_waiters(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def _persist(self, items: list[tuple[int, Batch | None, bool]]) -> dict[str, Any]:
+        """Append batches to their runs and write them to the OS; runs in a worker thread.
+
+        Returns the new end position of every run written. fsync is :meth:`_sync_runs`'s job, so
+        that writers that did not ask for durability are acknowledged without waiting for it.
+        """
         touched: dict[str, _Run] = {}
         for _, batch, _ in items:
             if batch is None:
                 continue
             run = self._runs[batch.run]
             if run.writer is None:
-                run.writer = recorder.RunWriter(run.path, sync_interval=self._sync_interval)
+                # The broker schedules fsync itself (_sync_runs), off the acknowledgement path.
+                run.writer = recorder.RunWriter(run.path, sync="never")
             w = run.writer
             for cols in batch.scalars:
                 w.append_scalars(cols.tag, cols.steps, cols.walls, cols.values)
@@ -422,13 +433,14 @@ class Broker:
             # it names only batches handed over here, never ones still queued for persistence.
             run.writer.append_record(INGEST_KIND, None, None, time.time(), dict(run.persisted_seq))
             run.unsynced = True
-        if sync:
-            touched.update((r.name, r) for r in self._runs.values() if r.unsynced)
-        positions = {}
-        for name, run in touched.items():
-            positions[name] = run.writer.sync() if sync else run.writer.flush()
-            run.unsynced = run.unsynced and not sync
-        return positions
+        return {name: run.writer.flush() for name, run in touched.items()}
+
+    def _sync_runs(self) -> None:
+        """fsync every run written since its last fsync; runs in a worker thread."""
+        for run in self._runs.values():
+            if run.unsynced and run.writer is not None:
+                run.writer.sync()
+                run.unsynced = False
 
     def _close_runs(self) -> None:
         for run in self._runs.values():

@@ -132,7 +132,7 @@ class LogWriter(_Recorder):
             Default: ``runs/<unique time-sortable name>[.comment]``.
         comment: appended to the default run name (ignored with ``logdir``), as VisualDL.
         max_queue, flush_secs, filename_suffix, file_name: accepted and ignored: vdl-stream
-            batches every ``flush_interval`` (50 ms) and keeps its own files.
+            batches every ``flush_interval`` (20 ms) and keeps its own files.
         display_name: recorded as a ``meta`` event ``{"display_name": ...}`` of the run.
         **kwargs: ``attach()`` options (``url``, ``serve``, ``token``, ``telemetry``, ...), ``run``
             (then ``logdir`` is the root directory), and VisualDL's ``write_to_disk`` and 1.x's

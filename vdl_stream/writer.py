@@ -78,7 +78,7 @@ class Writer:
         run: str,
         open_transport: Callable[[trio.Nursery], Any],
         *,
-        flush_interval: float = 0.05,
+        flush_interval: float = 0.02,
         flush_timeout: float = 30.0,
         telemetry: dict[str, Any] | None = None,
         mute: bool = False,
@@ -257,7 +257,8 @@ class Writer:
             return True
         done = threading.Event()
         result = [False]
-        self._call_soon(self._flushes.append, (done, result))
+        # Look the list up in the loop, not here: the pump swaps in a new one every interval.
+        self._call_soon(lambda: self._flushes.append((done, result)))
         if not done.wait(self._flush_timeout if timeout is None else timeout):
             warnings.warn(
                 f"vdl-stream: flush of run {self.run!r} not confirmed within the timeout; "
@@ -399,7 +400,7 @@ def attach(
     token: str | None = None,
     telemetry: bool = True,
     telemetry_interval: float = 1.0,
-    flush_interval: float = 0.05,
+    flush_interval: float = 0.02,
     all_ranks: bool = False,
 ) -> Writer:
     """Start logging a run and return its :class:`Writer`.
@@ -415,6 +416,8 @@ def attach(
         telemetry: sample GPU (NVML) and host (psutil) telemetry into the run.
         telemetry_interval: seconds between telemetry samples (at least 0.1).
         flush_interval: how often, in seconds, the background thread publishes what was logged.
+            A point waits half of it on average before it leaves the process; 20 ms keeps the
+            dashboard's end-to-end latency near 10 ms at a few hundred small batches a second.
         all_ranks: in a distributed job, let every rank log, each as the sub-run ``<run>/rank<N>``.
             By default only rank 0 logs, and every rank sends telemetry.
 
