@@ -376,7 +376,7 @@ class Bench:
         source: str,
         seconds: float,
         stalled: int = 0,
-        flush_interval: float = 0.05,
+        flush_interval: float | None = None,
     ) -> dict:
         """Run one latency configuration and return p50/p99 (ms), RSS samples and subscriber stats.
 
@@ -428,7 +428,7 @@ class Bench:
                                 str(s.latency_rate),
                                 str(seconds),
                                 str(s.latency_tags),
-                                str(flush_interval),
+                                "default" if flush_interval is None else str(flush_interval),
                             ]
                         )
                         result = await trio.to_thread.run_sync(_child_result, child, seconds + 60)
@@ -664,9 +664,11 @@ def child_main(argv: list[str]) -> None:
         )
     elif mode == "attach-latency":
         url, run, rate, seconds = argv[1], argv[2], int(argv[3]), float(argv[4])
-        ntags, flush_interval = int(argv[5]), float(argv[6])
+        ntags = int(argv[5])
+        # "default": whatever attach() defaults to, so the figure follows the library
+        options = {} if argv[6] == "default" else {"flush_interval": float(argv[6])}
         tags = [f"train/metric{i}" for i in range(ntags)]
-        writer = attach(url=url, run=run, telemetry=False, flush_interval=flush_interval)
+        writer = attach(url=url, run=run, telemetry=False, **options)
         add = writer.add_scalar
         t0 = time.perf_counter()
         n = 0
