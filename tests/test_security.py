@@ -151,5 +151,6 @@ async def test_remote_writer_sends_its_token(secured, tmp_path):
         )
         await transport.send(Batch("w", 1, "tok", sync=True))
         with trio.fail_after(20):
-            await transport.wait_acked(1)
+            await transport.wait_acked(1)  # never acknowledged without the token
         nursery.cancel_scope.cancel()
+    assert (tmp_path / "tok").is_dir()  # the server took the batch into the run
