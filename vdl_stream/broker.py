@@ -309,7 +309,7 @@ class Broker:
     # -- persistence ----------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the persist task until :meth:`aclose` closes ingest; then flush, fsync and close runs."""
+        """Run the persist task until :meth:`close` closes ingest; then flush, fsync and close runs."""
         task_status.started()
         last_sync = time.monotonic()
         done = False

@@ -148,7 +148,7 @@ class Writer:
         Non-finite values are counted (``nan``, ``inf`` keys) and left out of the bins. See
         :func:`vdl_stream.summaries.histogram_event`.
         """
-        wall = time.time() if walltime is None else walltime
+        wall = _wall(walltime)
         self._add_event(summaries.histogram_event(tag, values, step, wall, buckets))
 
     def add_scalars(
@@ -178,14 +178,14 @@ class Writer:
         self, tag: str, img: Any, step: int, walltime: float | None = None, dataformats: str = "HWC"
     ) -> None:
         """Log an image (uint8, or float in [0, 1]) as PNG. See :func:`summaries.image_event`."""
-        wall = time.time() if walltime is None else walltime
+        wall = _wall(walltime)
         self._add_event(summaries.image_event(tag, img, step, wall, dataformats))
 
     def add_text(
         self, tag: str, text_string: str, step: int | None = None, walltime: float | None = None
     ) -> None:
         """Log a text (a str). See :func:`summaries.text_event`."""
-        wall = time.time() if walltime is None else walltime
+        wall = _wall(walltime)
         self._add_event(summaries.text_event(tag, text_string, step, wall))
 
     def add_audio(
@@ -197,14 +197,14 @@ class Writer:
         walltime: float | None = None,
     ) -> None:
         """Log audio (float in [-1, 1] or int16) as WAV. See :func:`summaries.audio_event`."""
-        wall = time.time() if walltime is None else walltime
+        wall = _wall(walltime)
         self._add_event(summaries.audio_event(tag, audio_array, step, wall, sample_rate))
 
     def add_hparams(
         self, hparams_dict: dict[str, Any], metrics_list: Any, walltime: float | None = None
     ) -> None:
         """Log the run's hyperparameters and its metric tags. See :func:`summaries.hparams_event`."""
-        wall = time.time() if walltime is None else walltime
+        wall = _wall(walltime)
         self._add_event(summaries.hparams_event(hparams_dict, metrics_list, wall))
 
     def add_pr_curve(
@@ -218,7 +218,7 @@ class Writer:
         walltime: float | None = None,
     ) -> None:
         """Log a precision-recall curve. See :func:`summaries.pr_curve_event`."""
-        wall = time.time() if walltime is None else walltime
+        wall = _wall(walltime)
         self._add_event(
             summaries.pr_curve_event(tag, labels, predictions, step, wall, num_thresholds, weights)
         )
@@ -234,7 +234,7 @@ class Writer:
         walltime: float | None = None,
     ) -> None:
         """Log a ROC curve. See :func:`summaries.roc_curve_event`."""
-        wall = time.time() if walltime is None else walltime
+        wall = _wall(walltime)
         self._add_event(
             summaries.roc_curve_event(tag, labels, predictions, step, wall, num_thresholds, weights)
         )
@@ -373,6 +373,11 @@ class Writer:
             )
             await transport.send(batch)
         return self._seq
+
+
+def _wall(walltime: float | None) -> float:
+    """The wall time of an event: the caller's, or now."""
+    return time.time() if walltime is None else walltime
 
 
 def _discard(*args: Any, **kwargs: Any) -> None:
