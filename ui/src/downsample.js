@@ -58,10 +58,13 @@ export function upperBound(xs, x) {
  * @param {number} [xMin] left edge of the visible range (default: first x)
  * @param {number} [xMax] right edge of the visible range (default: last x)
  * @param {boolean} [ascending] whether xs is ascending, when the caller knows (saves a pass)
+ * @param {import("./extremes.js").BlockExtremes} [extremes] block summaries of ys (same length):
+ *   with them a column's lowest and highest rows are found from whole blocks and the rows at the
+ *   column's ends, so the cost follows the columns rather than the rows; the result is the same
  * @returns {Uint32Array} ascending row indices, at most 2 per column plus the neighbours just
  *   outside the range (so lines reach the edges), the first row and the last row
  */
-export function minMaxIndices(xs, ys, columns, xMin, xMax, ascending = isAscending(xs)) {
+export function minMaxIndices(xs, ys, columns, xMin, xMax, ascending = isAscending(xs), extremes = null) {
   const n = xs.length;
   if (n === 0) return new Uint32Array(0);
   columns = Math.max(1, Math.floor(columns));
@@ -85,34 +88,73 @@ export function minMaxIndices(xs, ys, columns, xMin, xMax, ascending = isAscendi
   emit(0);
   if (lo > 0) emit(lo);
 
-  let bucket = -1;
-  let iMin = -1;
-  let iMax = -1;
-  const flush = () => {
-    if (iMin < 0) return;
+  const bucketOf = (i) => {
+    const b = Math.floor(((xs[i] - x0) / width) * columns);
+    return b >= columns ? columns - 1 : b < 0 ? 0 : b;
+  };
+  const emitPair = (iMin, iMax) => {
     if (iMin === iMax) emit(iMin);
     else if (iMin < iMax) { emit(iMin); emit(iMax); }
     else { emit(iMax); emit(iMin); }
   };
-  for (let i = lo; i < hi; i++) {
-    let b = Math.floor(((xs[i] - x0) / width) * columns);
-    if (b >= columns) b = columns - 1;
-    else if (b < 0) b = 0;
-    if (b !== bucket) {
-      flush();
-      bucket = b;
-      iMin = iMax = -1;
+  // A column's rows are contiguous (bucketOf never decreases along ascending xs, as long as the
+  // range is finite), so its end can be found by search and its inside read from the summaries.
+  if (extremes && extremes.length === n && Number.isFinite(x0) && Number.isFinite(x1) && width > 0) {
+    const found = new Int32Array(2);
+    for (let start = lo; start < hi; ) {
+      const end = bucketEnd(bucketOf, start, hi);
+      // The column's first row is kept unless a later finite row is lower (higher): the full
+      // scan's rule, which also lets a finite row replace a leading NaN.
+      let iMin = start;
+      let iMax = start;
+      extremes.scan(ys, start + 1, end, found);
+      if (found[0] >= 0 && !(ys[found[0]] >= ys[start])) iMin = found[0];
+      if (found[1] >= 0 && !(ys[found[1]] <= ys[start])) iMax = found[1];
+      emitPair(iMin, iMax);
+      start = end;
     }
-    const y = ys[i];
-    if (iMin < 0) { iMin = iMax = i; continue; }
-    if (!Number.isFinite(y)) continue;
-    if (!(y >= ys[iMin])) iMin = i;
-    if (!(y <= ys[iMax])) iMax = i;
+  } else {
+    let bucket = -1;
+    let iMin = -1;
+    let iMax = -1;
+    for (let i = lo; i < hi; i++) {
+      const b = bucketOf(i);
+      if (b !== bucket) {
+        if (iMin >= 0) emitPair(iMin, iMax);
+        bucket = b;
+        iMin = iMax = -1;
+      }
+      const y = ys[i];
+      if (iMin < 0) { iMin = iMax = i; continue; }
+      if (!Number.isFinite(y)) continue;
+      if (!(y >= ys[iMin])) iMin = i;
+      if (!(y <= ys[iMax])) iMax = i;
+    }
+    if (iMin >= 0) emitPair(iMin, iMax);
   }
-  flush();
   if (hi < n) emit(hi - 1);
   emit(n - 1);
   return out.slice(0, k);
+}
+
+// The first row after `start` (and before `hi`) in a later column than `start`'s, or `hi`: a
+// galloping search, so a column of m rows costs O(log m) bucket computations.
+function bucketEnd(bucketOf, start, hi) {
+  const b = bucketOf(start);
+  let inside = start; // known to be in column b
+  let step = 1;
+  while (inside + step < hi && bucketOf(inside + step) === b) {
+    inside += step;
+    step *= 2;
+  }
+  let lo = inside + 1;
+  let end = Math.min(hi, inside + step);
+  while (lo < end) {
+    const mid = (lo + end) >>> 1;
+    if (bucketOf(mid) === b) lo = mid + 1;
+    else end = mid;
+  }
+  return lo;
 }
 
 /**

@@ -2,6 +2,7 @@
 // other event kinds. Applies `snapshot` (replace a run) and `data` (append) frames and tells its
 // listeners what changed. No DOM.
 import { isAscending } from "./downsample.js";
+import { BlockExtremes } from "./extremes.js";
 import { RingBuffer } from "./ringbuffer.js";
 import { DEFAULT_SMOOTHING, Ema } from "./smoothing.js";
 
@@ -32,6 +33,8 @@ export class Series {
     this.run = run;
     this.tag = tag;
     this.buffer = new RingBuffer(4, SERIES_CAPACITY);
+    /** Block summaries of the raw values, so that drawing need not scan every point. */
+    this.extremes = new BlockExtremes(SERIES_CAPACITY);
     this.ema = new Ema(smoothing);
     /** Whether steps (walls) never decrease: a restarted run breaks this until the next snapshot. */
     this.stepsAscending = true;
@@ -51,18 +54,21 @@ export class Series {
   append(steps, walls, values) {
     if (steps.length === 0) return;
     if (this.buffer.length === 0) this.firstWall = walls[0];
-    // Kept up to date here so that drawing need not scan the whole series for order.
-    this.stepsAscending &&= !(steps[0] < this.buffer.last(STEP)) && isAscending(steps);
-    this.wallsAscending &&= !(walls[0] < this.buffer.last(WALL)) && isAscending(walls);
+    // Kept up to date here so that drawing need not scan the whole series for order. A NaN x
+    // counts as out of order (drawing relies on ascending x being sorted).
+    this.stepsAscending &&= !(steps[0] < this.buffer.last(STEP)) && !Number.isNaN(steps[0]) && isAscending(steps);
+    this.wallsAscending &&= !(walls[0] < this.buffer.last(WALL)) && !Number.isNaN(walls[0]) && isAscending(walls);
     const smoothed = new Float64Array(values.length);
     this.ema.fill(values, smoothed);
     this.buffer.push(steps, walls, values, smoothed);
+    this.extremes.append(values);
     this.version++;
   }
 
   /** Drop every point (before a snapshot refills the series). */
   clear() {
     this.buffer.clear();
+    this.extremes.clear();
     this.ema.reset();
     this.firstWall = NaN;
     this.historyEnd = -Infinity;

@@ -145,7 +145,7 @@ export class ScalarsView {
       const offset = state.xKind === "relative" ? series.firstWall : 0;
       const zoom = chart.zoom;
       const ascending = state.xKind === "step" ? series.stepsAscending : series.wallsAscending;
-      const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined, ascending);
+      const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined, ascending, series.extremes);
       let cols = { xs: gather(xsFull, idx), raw: gather(series.column(VALUE), idx), smoothed: gather(series.column(SMOOTHED), idx) };
       if (offset) for (let i = 0; i < cols.xs.length; i++) cols.xs[i] -= offset;
       if (zoom && state.xKind === "step" && ascending) {

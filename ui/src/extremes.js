@@ -1,0 +1,139 @@
+// Per-block extremes of one ring-buffer column, kept up to date as rows are appended, so that the
+// lowest and highest value of any row range is found by reading a few block summaries instead of
+// every row.
+//
+// Rows are numbered from the last clear (row r is the r-th value appended), so a block's summary
+// stays valid while the ring drops rows from its front or moves them in its backing array: block k
+// of size S covers rows [k*S, (k+1)*S) whatever their place in memory. Blocks come in levels of
+// 16, 256, 4,096 and 65,536 rows (up to the capacity); each level keeps, in a circular table with
+// a slot for every block the ring can hold, the offset in the block of its first lowest and first
+// highest finite value (-1: none finite). A range query reads whole blocks of the coarsest level
+// that fits, finer blocks towards its ends and single rows at the very ends: at most 15 rows and
+// 15 blocks of each level per end.
+
+const BASE_SHIFT = 4; // the finest blocks have 16 rows
+const LEVEL_SHIFT = 4; // each level's blocks are 16 times larger
+
+export class BlockExtremes {
+  /**
+   * @param {number} capacity most rows the summarised ring buffer holds (its `capacity`)
+   * @throws {RangeError} when capacity is not a positive integer
+   */
+  constructor(capacity) {
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`capacity must be a positive int, got ${capacity}`);
+    this.capacity = capacity;
+    /** Rows appended since the last clear. */
+    this.total = 0;
+    this._levels = [];
+    for (let shift = BASE_SHIFT; 2 ** shift <= capacity; shift += LEVEL_SHIFT) {
+      const size = 2 ** shift;
+      // Enough slots for every block that rows still held can be in (a partly dropped one included).
+      const slots = Math.ceil(capacity / size) + 1;
+      this._levels.push({ size, slots, minAt: new Int32Array(slots), maxAt: new Int32Array(slots), minVal: 0, maxVal: 0 });
+    }
+  }
+
+  /** Rows held, as in the ring buffer: the newest `capacity` of those appended. */
+  get length() {
+    return Math.min(this.total, this.capacity);
+  }
+
+  /**
+   * Summarise rows appended to the ring buffer (call with the same values, in the same order).
+   * @param {ArrayLike<number>} values
+   */
+  append(values) {
+    const levels = this._levels;
+    for (let j = 0; j < values.length; j++) {
+      const r = this.total + j;
+      const y = values[j];
+      const finite = Number.isFinite(y);
+      for (let l = 0; l < levels.length; l++) {
+        const level = levels[l];
+        const block = Math.floor(r / level.size);
+        const off = r - block * level.size;
+        const slot = block % level.slots;
+        if (off === 0) level.minAt[slot] = level.maxAt[slot] = -1;
+        if (!finite) continue;
+        // Strict comparisons: the first of equal extremes is kept, as the full scan does.
+        if (level.minAt[slot] < 0 || y < level.minVal) {
+          level.minAt[slot] = off;
+          level.minVal = y;
+        }
+        if (level.maxAt[slot] < 0 || y > level.maxVal) {
+          level.maxAt[slot] = off;
+          level.maxVal = y;
+        }
+      }
+    }
+    this.total += values.length;
+  }
+
+  /** Forget every row (with the ring buffer's clear). */
+  clear() {
+    this.total = 0;
+  }
+
+  /**
+   * Find the first lowest and first highest finite value among rows [from, to) of `ys`.
+   *
+   * @param {ArrayLike<number>} ys the summarised column as the ring buffer shows it now (oldest
+   *   row first); its length must equal `this.length`
+   * @param {number} from first row, an index into ys
+   * @param {number} to end of the range (exclusive)
+   * @param {Int32Array|number[]} out receives the index of the lowest in out[0] and of the highest in
+   *   out[1], -1 where the range holds no finite value
+   */
+  scan(ys, from, to, out) {
+    const origin = this.total - this.length;
+    this._min = this._max = -1;
+    this._minVal = this._maxVal = NaN;
+    this._ys = ys;
+    this._origin = origin;
+    this._walk(origin + from, origin + to, this._levels.length - 1);
+    this._ys = null;
+    out[0] = this._min < 0 ? -1 : this._min - origin;
+    out[1] = this._max < 0 ? -1 : this._max - origin;
+  }
+
+  // Fold rows [a, b) (numbered since the clear) into the running extremes, in row order: the
+  // whole blocks of the coarsest level that has any inside, and the ends recursively.
+  _walk(a, b, l) {
+    const ys = this._ys;
+    const origin = this._origin;
+    for (; l >= 0; l--) {
+      const { size } = this._levels[l];
+      const first = Math.ceil(a / size);
+      const last = Math.floor(b / size);
+      if (first >= last) continue;
+      this._walk(a, first * size, l - 1);
+      const { slots, minAt, maxAt } = this._levels[l];
+      for (let k = first; k < last; k++) {
+        const slot = k % slots;
+        if (minAt[slot] < 0) continue;
+        const lo = k * size + minAt[slot];
+        const hi = k * size + maxAt[slot];
+        this._take(lo, ys[lo - origin], hi, ys[hi - origin]);
+      }
+      this._walk(last * size, b, l - 1);
+      return;
+    }
+    for (let r = a; r < b; r++) {
+      const y = ys[r - origin];
+      if (Number.isFinite(y)) this._take(r, y, r, y);
+    }
+  }
+
+  // Offer a candidate lowest (row lo, value yLo) and highest (row hi, value yHi) that come after
+  // every earlier one: strict comparisons keep the first of equal values.
+  _take(lo, yLo, hi, yHi) {
+    if (this._min < 0 || yLo < this._minVal) {
+      this._min = lo;
+      this._minVal = yLo;
+    }
+    if (this._max < 0 || yHi > this._maxVal) {
+      this._max = hi;
+      this._maxVal = yHi;
+    }
+  }
+}
