@@ -466,6 +466,16 @@ class RunReader:
             out.append(Record(codec.SCALARS, tag, int(part.steps[0]), float(part.walls[0]), part))
         return out
 
+    def last_record(self, kind: str) -> Record | None:
+        """The newest intact record of a non-scalar ``kind``, or None; reads only that record."""
+        self._check_open()
+        for e in reversed(self._catalog.entries):
+            if e.length >= 0 and e.kind == kind and e.kind != codec.SCALARS:
+                records = self._records_of(e)
+                if records:
+                    return records[0]
+        return None
+
     def read_records(self, kind: str | None = None, tag: str | None = None) -> list[Record]:
         """Records of ``kind`` and/or ``tag`` (None: any), in write order.
 

@@ -179,9 +179,10 @@ class _Run:
         except recorder.NotARunError:
             return
         with reader:
-            for record in reader.read_records(kind=INGEST_KIND):
-                for writer, seq in record.data.items():
-                    self.last_seq[writer] = max(seq, self.last_seq.get(writer, 0))
+            # Each bookkeeping record holds every writer the run has seen: the newest suffices.
+            record = reader.last_record(INGEST_KIND)
+        if record is not None:
+            self.last_seq.update(record.data)
         self.persisted_seq = dict(self.last_seq)
 
 

@@ -24,3 +24,13 @@ def test_poll_returns_only_new_records_and_position_bounds_a_reader(tmp_path):
             assert bounded.read_records(kind="text") == []
         assert follower.position() > seen_to
         follower.close()
+
+
+def test_last_record_is_the_newest_of_its_kind(tmp_path):
+    with RunWriter(tmp_path / "r", sync="never") as w:
+        for i in range(5):
+            w.append_record("ingest", None, None, float(i), {"w": i})
+            w.append_scalars("a", np.array([i]), np.zeros(1), np.ones(1))
+    with RunReader(tmp_path / "r") as reader:
+        assert reader.last_record("ingest").data == {"w": 4}
+        assert reader.last_record("text") is None
