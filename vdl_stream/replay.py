@@ -556,30 +556,18 @@ async def serve_replay(
         PortInUseError: the port is taken.
         InsecureBindError: a non-loopback ``host`` without ``token`` or ``insecure``.
     """
-    from hypercorn.config import Config
-    from hypercorn.trio import serve as hypercorn_serve
+    from .server import serve_dashboard
 
-    from .errors import InsecureBindError
-    from .server import bind_socket, create_app, is_loopback
-
-    if not is_loopback(host) and token is None and not insecure:
-        raise InsecureBindError(
-            f"refusing to serve on {host} without a token: pass --token T, or --insecure."
-        )
-    sock = bind_socket(host, port)
-    bound = sock.getsockname()[1]
-    config = Config()
-    config.bind = [f"fd://{sock.detach()}"]
-    config.websocket_max_message_size = codec.MAX_FRAME_BYTES
-    config.accesslog = None
-    config.graceful_timeout = 2.0
-    app = create_app(slot, token)
-    app.register_blueprint(replay_blueprint(replayer))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(
-            partial(hypercorn_serve, app, config, shutdown_trigger=shutdown_trigger)
-        )
-        task_status.started(f"http://[{host}]:{bound}" if ":" in host else f"http://{host}:{bound}")
+    await serve_dashboard(
+        slot,  # type: ignore[arg-type]  (a BrokerSlot stands in for the broker it holds)
+        host,
+        port,
+        token,
+        insecure=insecure,
+        shutdown_trigger=shutdown_trigger,
+        blueprints=[replay_blueprint(replayer)],
+        task_status=task_status,
+    )
 
 
 # -- command line ------------------------------------------------------------------------------

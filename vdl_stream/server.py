@@ -15,7 +15,7 @@ import logging
 import math
 import re
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -26,7 +26,7 @@ import numpy as np
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
-from quart import Response, jsonify, request, websocket
+from quart import Blueprint, Response, jsonify, request, websocket
 from quart_trio import QuartTrio
 
 from . import __version__, codec
@@ -414,12 +414,14 @@ async def serve_dashboard(
     *,
     insecure: bool = False,
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
+    blueprints: Sequence[Blueprint] = (),
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the dashboard and WebSocket endpoints for ``broker`` until cancelled.
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns, stops
-    accepting and gives open connections ``graceful_timeout`` to finish.
+    accepting and gives open connections ``graceful_timeout`` to finish. ``blueprints`` are
+    mounted on the app too (``vdl-stream replay`` adds its control endpoints this way).
 
     Raises:
         PortInUseError: the port is taken.
@@ -439,6 +441,8 @@ async def serve_dashboard(
     config.loglevel = "WARNING"  # our own start-up line says where we listen
     config.graceful_timeout = 2.0
     app = create_app(broker, token)
+    for blueprint in blueprints:
+        app.register_blueprint(blueprint)
     async with trio.open_nursery() as nursery:
         await nursery.start(
             partial(hypercorn_serve, app, config, shutdown_trigger=shutdown_trigger)
