@@ -66,16 +66,8 @@ from dashboard_snapshot import snapshot_time  # noqa: E402
 from dashboard_writer import tag_name  # noqa: E402
 
 from recorder import RunWriter  # noqa: E402
+from tests.conftest import CHROMIUM_ARGS  # noqa: E402  (one set of browser flags)
 
-# The same flags as tests/conftest.py: no sandbox (containers), software rendering.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 VIEWPORT = {"width": 1400, "height": 1000}
 LIVE_RUN = "live"
 BIG_RUN = "big"
