@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,22 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
+
+
+def http_request(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
+    """GET ``url`` (blocking, 10 s at most); return status, content type and body, errors included."""
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read()
+
+
+def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    """GET a JSON ``url``; return the status and the decoded body."""
+    status, _, body = http_request(url, headers)
+    return status, json.loads(body or b"{}")
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from tests.test_security import http_get
+from tests.conftest import http_get, http_request
 from vdl_stream import attach, codec
 from vdl_stream.codec import Batch, ScalarColumns
 from vdl_stream.server import run_server
@@ -78,15 +78,9 @@ async def test_events_blobs_and_telemetry(nursery, recorded):
 async def test_blob_serves_the_png(nursery, recorded):
     url = await nursery.start(partial(run_server, recorded, "127.0.0.1", 0))
 
-    def fetch(path: str) -> tuple[str, bytes]:
-        import urllib.request
-
-        with urllib.request.urlopen(url + path, timeout=10) as response:
-            return response.headers["Content-Type"], response.read()
-
     with trio.fail_after(20):
-        kind, body = await trio.to_thread.run_sync(
-            fetch, "/api/blob?run=r&kind=image&tag=sample&index=0"
+        _, kind, body = await trio.to_thread.run_sync(
+            http_request, url + "/api/blob?run=r&kind=image&tag=sample&index=0"
         )
     assert kind == "image/png" and body.startswith(b"\x89PNG\r\n\x1a\n")
 
@@ -132,14 +126,8 @@ async def test_export_as_csv_and_json(nursery, recorded):
     url = await nursery.start(partial(run_server, recorded, "127.0.0.1", 0))
 
     def fetch(path: str) -> tuple[int, str, str]:
-        import urllib.error
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(url + path, timeout=10) as response:
-                return response.status, response.headers["Content-Type"], response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, "", exc.read().decode()
+        status, kind, body = http_request(url + path)
+        return status, kind, body.decode()
 
     with trio.fail_after(30):
         status, kind, csv_text = await trio.to_thread.run_sync(fetch, "/api/export?run=r&tag=loss")

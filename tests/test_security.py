@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from functools import partial
 
 import msgpack
@@ -15,20 +12,11 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
-from tests.conftest import start_serve
+from tests.conftest import http_get, start_serve
 from vdl_stream import codec
 from vdl_stream.codec import Batch
 from vdl_stream.server import run_server
 from vdl_stream.transport import WebSocketTransport
-
-
-def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
 
 
 def test_a_public_address_without_a_token_is_refused(tmp_path):
