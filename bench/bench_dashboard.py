@@ -45,7 +45,6 @@ import os
 import platform
 import select
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
+from broker_clients import ServeProcess  # noqa: E402
 from dashboard_snapshot import snapshot_time  # noqa: E402
 from dashboard_writer import tag_name  # noqa: E402
 
@@ -105,36 +105,15 @@ def readline(proc: subprocess.Popen, timeout: float) -> str:
     return proc.stdout.readline() if ready else ""
 
 
-class Serve:
-    """A ``vdl-stream serve`` subprocess on 127.0.0.1 with a free port; stderr goes to a file."""
+class Serve(ServeProcess):
+    """The benchmarks' ``vdl-stream serve`` subprocess, also timing its start-up and reporting
+    the server's memory and CPU."""
 
     def __init__(self, logdir: Path, log: Path) -> None:
         t0 = time.perf_counter()
-        self._log = open(log, "a")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vdl_stream.cli",
-                "serve",
-                "--logdir",
-                str(logdir),
-                "--port",
-                "0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        line = readline(self.proc, 60)
-        if " at http" not in line:
-            self.stop()
-            raise RuntimeError(f"serve did not start: {line!r} (see {log})")
+        super().__init__(logdir, log)
         self.start_s = time.perf_counter() - t0
-        self.url = line.rsplit(" at ", 1)[1].strip().split("/?")[0].rstrip("/")
-        self.ws_url = "ws" + self.url.removeprefix("http")
+        self.ws_url = self.ws
 
     def rss_mb(self) -> float:
         """The server process's resident memory, MB."""
@@ -144,17 +123,6 @@ class Serve:
         """CPU seconds the server process has used so far."""
         t = psutil.Process(self.proc.pid).cpu_times()
         return t.user + t.system
-
-    def stop(self) -> None:
-        """SIGTERM, wait up to 15 s for the graceful exit, then kill."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 def stop_process(proc: subprocess.Popen | None, grace: float = 10) -> None:

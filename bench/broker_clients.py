@@ -61,7 +61,7 @@ class ServeProcess:
     def __init__(self, logdir: Path, stderr_path: Path) -> None:
         self.logdir = logdir
         self.stderr_path = stderr_path
-        self._stderr = open(stderr_path, "wb")  # noqa: SIM115 (closed in stop())
+        self._stderr = open(stderr_path, "ab")  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
             [
                 sys.executable,
