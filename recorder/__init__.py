@@ -13,6 +13,7 @@ from recorder.records import (
     Position,
     Record,
     RecorderError,
+    RunLockedError,
     ScalarSeries,
     TagInfo,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "ReaderStatistics",
     "Record",
     "RecorderError",
+    "RunLockedError",
     "RunReader",
     "RunWriter",
     "ScalarSeries",

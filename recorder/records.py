@@ -24,6 +24,13 @@ class NotARunError(RecorderError):
     """A path given as a run directory is not one. The message names the path."""
 
 
+class RunLockedError(RecorderError):
+    """Another :class:`~recorder.RunWriter` (in this process or another) has the run open.
+
+    The message names the run directory and, where known, the holder's process id.
+    """
+
+
 class CorruptionWarning(UserWarning):
     """Damaged bytes were skipped while reading a run (the damage is also counted in statistics)."""
 
