@@ -14,7 +14,9 @@ import string
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -319,13 +321,52 @@ async def test_errors_answer_json_without_internals(nursery, recorded_run):
         assert status == 400
         status, body = await get(url + "/api/scalars?run=r&tag=loss&start=1000000")
         assert status == 200 and body["steps"] == []  # an empty range of a real tag
-        assert (await get(url + "/api/nowhere"))[0] == 404
+        assert await get(url + "/api/nowhere") == (404, {"error": "not found"})
+        post = partial(urllib.request.Request, method="POST")
+        status, kind, body = await trio.to_thread.run_sync(
+            http_request_object, post(url + "/api/runs", data=b"{}")
+        )
+        assert (status, kind, json.loads(body)) == (
+            405,
+            "application/json",
+            {"error": "method not allowed"},
+        )
         for name in ("r\u202e", "r\u2028", "\u200br", "r%00"):
             query = urllib.parse.quote(name) if "%" not in name else name
             status, body = await get(f"{url}/api/tags?run={query}")
             assert status == 400 and "invisible" in body["error"], name
             status, body = await get(f"{url}/api/scalars?run=r&tag=lo{query}ss")
             assert status == 400, name
+
+
+def http_request_object(request: urllib.request.Request) -> tuple[int, str, bytes]:
+    """Send a prepared request (blocking); return status, content type and body."""
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read()
+
+
+def test_start_up_errors_are_one_line_and_the_port_comes_first(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    done = _cli("serve", "--logdir", str(not_a_dir), "--port", "0")
+    assert done.returncode == 2
+    assert done.stderr == f"vdl-stream: --logdir {not_a_dir} is not a directory\n"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # The port is bound before the log directory is read (reading a large one takes long),
+        # so a taken port is what is reported, at once, though this log directory is unreadable.
+        started = time.monotonic()
+        done = _cli("serve", "--logdir", str(not_a_dir / "sub"), "--port", str(port))
+    assert done.returncode == 2 and time.monotonic() - started < 20
+    assert done.stderr.startswith(f"vdl-stream: port {port} on 127.0.0.1 is already in use")
+    assert done.stderr.count("\n") == 1
+    done = _cli("serve", "--logdir", str(tmp_path), "--allow-host", "x:80")
+    assert done.returncode == 2 and "--allow-host" in done.stderr
 
 
 async def test_an_internal_error_answers_json_500(nursery, tmp_path, caplog):
