@@ -80,6 +80,17 @@ async def test_http_api_requires_the_token(secured):
         assert status == 200
 
 
+async def test_every_path_but_the_page_requires_the_token(secured):
+    get = partial(trio.to_thread.run_sync, raw_get)
+    host = {"Host": secured.removeprefix("http://")}
+    with trio.fail_after(20):
+        for path in ("//api/runs", "/api//runs", "/%61pi/runs", "/api/runs/", "///ws/live", "/x"):
+            status, body = await get(secured, path, host)
+            assert status == 401 and json.loads(body) == {"error": "missing or wrong token"}, path
+        for path in ("/", "/static/app.js", "/static/app.css"):
+            assert (await get(secured, path, host))[0] == 200, path
+
+
 async def test_websockets_require_the_token(secured):
     ws = "ws" + secured.removeprefix("http")
     with trio.fail_after(20):

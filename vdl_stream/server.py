@@ -7,7 +7,7 @@ broker is started by the caller's nursery, never in quart-trio's ``app.nursery``
 The app is three blueprints (:func:`pages_blueprint`, :func:`api_blueprint`,
 :func:`websocket_blueprint`) behind one gate, :class:`Access`: every request and every WebSocket
 handshake, including those of blueprints mounted later (``vdl-stream replay``'s), is checked for
-its Host, its Origin and, on ``/api/`` and ``/ws/``, the token before any route sees it.
+its Host, its Origin and, on everything but the page itself, the token before any route sees it.
 docs/security.md describes the model.
 """
 
@@ -59,6 +59,8 @@ CSP = (
     "style-src 'self' 'unsafe-inline'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
+#: The paths served without the token: the page and its files, which read the token from the URL.
+PUBLIC_PATHS = frozenset({"/", *(f"/static/{name}" for name in STATIC_TYPES)})
 SHUTDOWN_DEADLINE = 10.0
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 BLOB_TYPES = {"image": "image/png", "audio": "audio/wav"}
@@ -231,7 +233,8 @@ class Access:
     """The one check every request and WebSocket handshake goes through: Host, Origin, token.
 
     Args:
-        token: required on ``/api/`` and ``/ws/`` as ``Authorization: Bearer T`` or ``?token=T``;
+        token: required on every path but the page (:data:`PUBLIC_PATHS`), as
+            ``Authorization: Bearer T`` or ``?token=T``;
             None: no token.
         allowed_hosts: Host names accepted besides loopback (``localhost``, 127.0.0.0/8, ``[::1]``),
             any port; ``*`` accepts every name (only behind a proxy that checks Host itself).
@@ -292,7 +295,8 @@ class Access:
         origin = headers.get("Origin")
         if origin is not None and not origin_matches(origin, host, scheme):
             return Denied(403, "cross-origin request refused")
-        if path.startswith(("/api/", "/ws/")) and not self.token_ok(headers, args):
+        # An allow-list, not a prefix test: werkzeug serves //api/runs as /api/runs.
+        if path not in PUBLIC_PATHS and not self.token_ok(headers, args):
             return Denied(401, "missing or wrong token")
         return None
 
