@@ -174,8 +174,8 @@ def split_host(value: str) -> tuple[str, int | None] | None:
         if not sep:
             return None
     else:
-        name, _, port_text = value.partition(":")
-        rest = ":" + port_text if _ else ""
+        name, colon, port_text = value.partition(":")
+        rest = colon + port_text
         if not _HOST_NAME.fullmatch(name):
             return None
     if not rest:
@@ -275,9 +275,9 @@ class Access:
         if self.token is None:
             return True
         given = args.get("token", "")
-        auth = headers.get("Authorization", "")
-        if auth.startswith("Bearer "):
-            given = auth[len("Bearer ") :]
+        scheme, _, credentials = headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer":  # auth schemes are case-insensitive (RFC 9110 11.1)
+            given = credentials
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     def check(self, path: str, scheme: str, headers: Any, args: Any) -> Denied | None:
@@ -346,6 +346,7 @@ async def _send_denied(send: Any, prefix: str, denied: Denied) -> None:
         (b"content-length", str(len(body)).encode()),
         (b"x-content-type-options", b"nosniff"),
         (b"content-security-policy", CSP.encode()),
+        (b"referrer-policy", b"no-referrer"),
     ]
     await send({"type": f"{prefix}.start", "status": denied.status, "headers": headers})
     await send({"type": f"{prefix}.body", "body": body, "more_body": False})
@@ -517,7 +518,7 @@ def create_app(
 
     Args:
         broker: the broker (or anything with its reading and subscribing methods).
-        token: the access token of ``/api/`` and ``/ws/``; None: none.
+        token: the access token of every path but the page's; None: none.
         allowed_hosts, bind_host: the Host names served besides loopback (see :class:`Access`).
         limits: the WebSocket limits; the defaults of :class:`Limits` when None.
 
