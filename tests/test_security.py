@@ -8,6 +8,7 @@ import ipaddress
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import string
@@ -39,7 +40,14 @@ from vdl_stream import attach, codec
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
 from vdl_stream.errors import unwrap
-from vdl_stream.server import Limits, TagFilter, origin_matches, run_server, serve_dashboard
+from vdl_stream.server import (
+    Access,
+    Limits,
+    TagFilter,
+    origin_matches,
+    run_server,
+    serve_dashboard,
+)
 from vdl_stream.transport import WebSocketTransport
 
 
@@ -300,6 +308,29 @@ async def test_dns_rebinding_hosts_are_refused_on_http_and_websockets(nursery, t
 )
 def test_origin_matrix(origin, host, scheme, same):
     assert origin_matches(origin, host, scheme) is same
+
+
+def test_the_bind_address_is_a_host_name_unless_it_is_a_wildcard():
+    assert Access(bind_host="10.0.0.5").host_allowed("10.0.0.5:8040")
+    assert Access(bind_host="gpu-box").host_allowed("GPU-BOX")
+    assert Access(bind_host="::1").host_allowed("[::1]:8040")
+    for wildcard in ("0.0.0.0", "::"):
+        assert not Access(bind_host=wildcard).host_allowed(f"{wildcard}:8040")
+        assert not Access(bind_host=wildcard).host_allowed("[::]:8040")
+    assert Access(allowed_hosts=["*"]).host_allowed("anything.example:1")
+    assert not Access(allowed_hosts=["*"]).host_allowed("bad host")  # still a well-formed Host
+    with pytest.raises(ValueError, match="allowed host must be a host name"):
+        Access(allowed_hosts=["gpu-box:8040"])
+    with pytest.raises(ValueError, match="token must not be empty"):
+        Access(token="")
+
+
+def test_browsers_and_writers_have_their_own_pools():
+    assert Limits(max_websockets=100, max_browsers=10).pools() == (10, 90)
+    assert Limits(max_websockets=100, max_browsers=500).pools() == (50, 50)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    browsers, writers = Limits().pools()
+    assert browsers + writers == min(1024, soft // 2)
 
 
 async def test_cross_origin_requests_are_refused_on_every_route(nursery, tmp_path):
