@@ -769,6 +769,37 @@ def test_only_allowed_hosts_and_origins_pass(gated_server, data):
     assert status in (200, 400, 403)
 
 
+def raw_handshake(base: str, path: str, headers: dict[str, str]) -> int:
+    """Send a WebSocket handshake with exactly these headers (blocking); return the status."""
+    parts = urlsplit(base)
+    lines = [f"GET {path} HTTP/1.1"] + [f"{name}: {value}" for name, value in headers.items()]
+    lines += [
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}",
+        "Sec-WebSocket-Version: 13",
+    ]
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        reply = b""
+        while b"\r\n" not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return int(reply.split(b" ", 2)[1])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), path=st.sampled_from(["/ws/live", "/ws/ingest"]))
+def test_only_allowed_hosts_and_origins_open_websockets(gated_server, data, path):
+    port = urlsplit(gated_server.url).port
+    host, origin, allowed = data.draw(host_and_origin(port))
+    headers = {"Host": host} | ({} if origin is None else {"Origin": origin})
+    status = raw_handshake(gated_server.url, path, headers)
+    assert status == (101 if allowed else 403), (host, origin, status)
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.text(alphabet=string.ascii_letters + string.digits + ":.[]-_@%", max_size=40))
 def test_arbitrary_host_headers_pass_only_when_allowed(gated_server, host):
