@@ -8,10 +8,11 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 import recorder
 from tests import fake_pynvml
-from vdl_stream import attach
+from vdl_stream import attach, codec
 
 
 def test_a_process_killed_right_after_flush_loses_nothing(tmp_path):
@@ -102,3 +103,40 @@ def test_flush_is_confirmed_even_when_its_request_races_the_pump(tmp_path, monke
     with attach(tmp_path, run="race", telemetry=False) as w:
         w.add_scalar("x", 1.0, 0)
         assert w.flush(timeout=5) is True
+
+
+@pytest.mark.parametrize(
+    ("run", "text"),
+    [
+        ("a\u202eb", r"invisible.*U\+202E"),
+        ("a\u2028b", r"U\+2028"),
+        ("a\u200bb", r"U\+200B"),
+        ("a\ufeffb", r"U\+FEFF"),
+        ("a\ud800b", r"U\+D800"),
+        ("exp/\u2066x", r"U\+2066"),
+        ("x" * 256, "at most 255 bytes"),
+        ("é" * 128, "at most 255 bytes"),
+        ("exp1/segment-000000.vdlr", "clashes with the record format"),
+        ("exp1/index.vdli", "clashes"),
+        ("exp1/index.vdli.tmp", "clashes"),
+        ("exp1/writer.lock", "clashes"),
+        ("exp1/x.TMP", "clashes"),
+        ("a/segment-000001.vdlr/b", "clashes"),
+        ("/abs", "relative path"),
+        ("a//b", "relative path"),
+        ("a/./b", "relative path"),
+        ("..", "relative path"),
+        (b"run", "non-empty str"),
+        ("", "non-empty str"),
+    ],
+)
+def test_run_names_are_checked_for_what_a_directory_or_a_screen_would_garble(run, text):
+    with pytest.raises(ValueError, match=text):
+        codec.check_run_name(run)
+
+
+@pytest.mark.parametrize(
+    "run", ["exp1", "exp1/train", "运行-1", "a b", "x" * 255, "é" * 127, "v1.2"]
+)
+def test_plain_run_names_pass(run):
+    assert codec.check_run_name(run) == run

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,14 @@ EVENT_KINDS = frozenset(
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RUN_PART = re.compile(r"^[^\x00-\x1f\x7f/\\:]+$")
+#: Run names are at most this many characters, each part at most this many bytes of UTF-8.
+MAX_RUN_LENGTH = 512
+MAX_RUN_PART_BYTES = 255
+# Invisible or unencodable: controls, formats (bidi, zero-width), surrogates, line/para separators.
+_RUN_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# Parts that could be taken for (or collide with) a file of a run directory: segments, the index,
+# any later .vdl* file, the run lock and temporary files.
+_RUN_RESERVED = re.compile(r"\.(vdl[a-z0-9]*|lock|tmp)(\.|$)", re.IGNORECASE)
 
 
 class ProtocolError(ValueError):
@@ -107,17 +116,49 @@ def check_tag(tag: object, name: str = "tag") -> str:
 def check_run_name(run: object) -> str:
     """Return ``run`` if it is a safe relative run path (``a`` or ``a/b``), else raise ``ValueError``.
 
-    Run names become directories under the log directory, so they may never be absolute, contain
-    ``..`` or backslashes, or otherwise reach outside it.
+    Run names become directories under the log directory and names in the dashboard, so they must
+    stay inside the log directory, be storable on every common file system, and read the same on
+    screen as on disk. Refused, each with a message naming the bad value:
+
+    - anything but a non-empty ``str`` of at most 512 characters;
+    - an absolute path, a backslash or ``:``, and empty, ``.`` or ``..`` parts;
+    - a part over 255 bytes of UTF-8 (the file-name limit of ext4, XFS, APFS and NTFS);
+    - control, format, separator and surrogate characters (Unicode categories Cc, Cf, Cs, Zl, Zp:
+      bidi overrides such as U+202E, zero-width characters, U+2028, lone surrogates);
+    - a part that clashes with a file of the record format: ``*.vdlr``, ``*.vdli`` and any other
+      ``.vdl*`` extension, lock files (``*.lock``) and temporary files (``*.tmp``).
+
+    A wrong type is a ``ValueError`` too, so that a decoder catches one exception type.
     """
     if type(run) is not str or not run:
         raise ValueError(f"run must be a non-empty str, got {run!r:.80}")
-    if len(run) > 512:
-        raise ValueError(f"run must be at most 512 characters, got {len(run)}")
-    parts = run.split("/")
-    for part in parts:
+    if len(run) > MAX_RUN_LENGTH:
+        raise ValueError(f"run must be at most {MAX_RUN_LENGTH} characters, got {len(run)}")
+    for part in run.split("/"):
         if part in ("", ".", "..") or not _RUN_PART.match(part):
             raise ValueError(f"run must be a relative path of plain names, got {run!r:.80}")
+        if not part.isascii():
+            for char in part:
+                if unicodedata.category(char) in _RUN_BAD_CATEGORIES:
+                    raise ValueError(
+                        f"run must not contain invisible, control or unencodable characters, "
+                        f"got {char!r} (U+{ord(char):04X}) in {run!r:.80}"
+                    )
+            if len(part.encode("utf-8")) > MAX_RUN_PART_BYTES:
+                raise ValueError(
+                    f"run parts must be at most {MAX_RUN_PART_BYTES} bytes of UTF-8, "
+                    f"got {len(part.encode('utf-8'))} in {run!r:.80}"
+                )
+        elif len(part) > MAX_RUN_PART_BYTES:
+            raise ValueError(
+                f"run parts must be at most {MAX_RUN_PART_BYTES} bytes of UTF-8, "
+                f"got {len(part)} in {run!r:.80}"
+            )
+        if _RUN_RESERVED.search(part):
+            raise ValueError(
+                f"run part {part!r:.80} clashes with the record format's file names "
+                f"(*.vdl*, *.lock, *.tmp), got {run!r:.80}"
+            )
     return run
 
 
