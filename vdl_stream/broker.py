@@ -291,6 +291,19 @@ class _Run:
         self.loaded = True  # only now: a failed load is tried again by the next batch
 
 
+def _parts(batches: list[tuple[int, Batch]]) -> list[list[tuple[int, Batch]]]:
+    """Cut a run's batches into parts of about FLUSH_BYTES, in order; each is one flush."""
+    parts: list[list[tuple[int, Batch]]] = []
+    size = FLUSH_BYTES
+    for item in batches:
+        if size >= FLUSH_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(item)
+        size += _batch_bytes(item[1])
+    return parts
+
+
 def _batch_bytes(batch: Batch) -> int:
     """About how many bytes ``batch`` takes in the recorder's buffer."""
     size = 24 * sum(len(c) for c in batch.scalars)
@@ -426,11 +439,21 @@ class Broker:
             return self._seq
         run.last_seq[batch.writer] = batch.seq
         run.local = True
-        self._batches += 1
-        self._events += batch.count()
         seq = self._fan_out(batch.run, batch.scalars, batch.events)
         run.inflight[(batch.writer, batch.seq)] = seq
-        await self._send.send((seq, batch, batch.sync))
+        try:
+            await self._send.send((seq, batch, batch.sync))
+        except BaseException:
+            # Cancelled (or closed) while the queue was full: the batch was not taken, so its
+            # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
+            run.last_seq[batch.writer] = last
+            run.inflight.pop((batch.writer, batch.seq), None)
+            for sub in self._subscribers:
+                if sub.wants(batch.run):
+                    sub.mark_gap()
+            raise
+        self._batches += 1
+        self._events += batch.count()
         self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
         return seq
 
@@ -491,6 +514,11 @@ class Broker:
             run = self._runs.get(name)
             if run is None or not run.loaded:
                 new = run is None
+                if new:
+                    try:
+                        codec.check_run_name(name)  # the in-process path has no decoder
+                    except ValueError as exc:
+                        raise RefusedError(str(exc)[:200], retryable=False) from None
                 run = run or _Run(name, self.logdir / name)
                 try:
                     await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
@@ -665,23 +693,20 @@ class Broker:
         refused: dict[int, Any] = {}
         for name, batches in by_run.items():
             run = self._runs[name]
-            part: list[tuple[int, Batch]] = []
-            size = 0
-            for index, (seq, batch) in enumerate(batches):
+            todo = []
+            for seq, batch in batches:
                 held = run.blocked.get(batch.writer)
                 if held is not None and batch.seq > held[0]:
                     refused[seq] = (batch, (held[1], False))  # behind a refused batch
-                    continue
-                part.append((seq, batch))
-                size += _batch_bytes(batch)
-                if size < FLUSH_BYTES and index < len(batches) - 1:
-                    continue
+                else:
+                    todo.append((seq, batch))
+            for index, part in enumerate(parts := _parts(todo)):
                 try:
                     positions[name] = self._write_part(run, [b for _, b in part])
                 except Exception as exc:  # any failure refuses the run's batches
                     refusal = refusal_for(exc)
                     self._abandon(run)
-                    for s, b in [*part, *batches[index + 1 :]]:
+                    for s, b in [item for rest in parts[index:] for item in rest]:
                         refused[s] = (b, (refusal, True))
                         if refusal.retryable and b.writer not in run.blocked:
                             run.blocked[b.writer] = (b.seq, refusal)
@@ -690,7 +715,6 @@ class Broker:
                     held = run.blocked.get(b.writer)
                     if held is not None and b.seq == held[0]:
                         del run.blocked[b.writer]  # the refused batch is in: its writer goes on
-                part, size = [], 0
         return positions, refused
 
     def _write_part(self, run: _Run, batches: list[Batch]) -> Any:

@@ -167,8 +167,15 @@ class InProcessTransport:
         if len(self._backlog):
             self._backlog.put(batch.seq, codec.encode_batch(batch))
             await self._drain()
-        else:
+            return
+        try:
             await self._deliver(batch)
+        except BaseException:
+            # Cancelled before the broker took it (the broker undoes a half-taken batch): keep
+            # it, so that it goes with the next delivery instead of being lost.
+            if batch.seq not in self._unconfirmed and batch.seq not in self._backlog:
+                self._backlog.put(batch.seq, codec.encode_batch(batch))
+            raise
 
     async def _deliver(self, batch: Batch) -> bool:
         """Hand one batch to the broker; return False if it was refused at once."""
@@ -178,15 +185,19 @@ class InProcessTransport:
             self._refused(batch.seq, batch, refusal)
             return False
         self._unconfirmed[batch.seq] = (broker_seq, batch)
+        self._backlog.discard(batch.seq)
         return True
 
     async def _drain(self) -> None:
-        """Re-send the backlog in order once its backoff has passed (never sleeps)."""
+        """Re-send the backlog in order once its backoff has passed (never sleeps).
+
+        A batch leaves the backlog only once the broker took it, so a cancelled drain loses
+        nothing."""
         while len(self._backlog) and trio.current_time() >= self._backoff.at:
             seq = self._backlog.first()
             frame = self._backlog.get(seq)
-            self._backlog.discard(seq)
             if frame is None:
+                self._backlog.discard(seq)
                 continue
             batch = codec.decode_batch(codec.decode_message(frame))
             self._retries += 1
