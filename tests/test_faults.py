@@ -141,6 +141,49 @@ async def test_in_process_transport_resends_refusals_and_reports_them_once(tmp_p
     assert steps_of(tmp_path / "held") == list(range(50))
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_refusals_coming_and_going_lose_and_duplicate_nothing(tmp_path, seed):
+    """The run is locked and freed at random while 200 batches stream: each lands exactly once."""
+    rng = np.random.default_rng(seed)
+    broker = Broker(tmp_path, max_open_writers=1)  # the run's writer is closed often
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            transport = InProcessTransport(broker)
+            done = trio.Event()
+
+            async def flip() -> None:
+                holder = None
+                other = 0
+                while not done.is_set():
+                    await trio.sleep(float(rng.uniform(0.005, 0.04)))
+                    if holder is None:
+                        # another run's batch closes the flaky run's writer, freeing its lock
+                        other += 1
+                        await broker.wait_written(await broker.ingest(batch(other, "other", "o")))
+                        with contextlib.suppress(recorder.RecorderError):
+                            holder = recorder.RunWriter(tmp_path / "flaky")
+                    else:
+                        holder.close()
+                        holder = None
+                if holder is not None:
+                    holder.close()
+
+            async with trio.open_nursery() as flipping:
+                flipping.start_soon(flip)
+                for seq in range(1, 201):
+                    await transport.send(batch(seq, "flaky", points=5, sync=seq % 50 == 0))
+                    if seq % 50 == 0:
+                        with trio.move_on_after(0.05):
+                            await transport.wait_acked(seq)
+                    await trio.sleep(float(rng.uniform(0, 0.004)))
+                done.set()
+            await transport.wait_acked(200)
+            assert transport.statistics().refusals > 0
+            await transport.aclose()
+    assert steps_of(tmp_path / "flaky") == list(range(1000))
+
+
 async def test_non_retryable_refusals_end_that_batch_only(tmp_path):
     broker = Broker(tmp_path)
     bad = {"kind": "telemetry", "tag": None, "step": None, "wall": WALL, "fields": {}}
@@ -604,3 +647,56 @@ def test_serve_survives_a_full_disk_and_resumes_when_space_frees(tmp_path):
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(disk)], timeout=20, check=False)
+
+
+def test_a_disk_that_fills_and_frees_at_random_loses_and_duplicates_nothing(tmp_path):
+    """Over a real serve: the disk is full, then not, at random, while 300 batches stream through
+    a WebSocketTransport with a sync every 50; every point lands exactly once."""
+    disk = tmp_path / "disk"
+    if not small_disk(disk, "4m"):
+        pytest.skip("needs root and mount for a tmpfs")
+    logdir = disk / "logs"
+    logdir.mkdir()
+    ballast = disk / "ballast"
+    rng = np.random.default_rng(7)
+    try:
+        with serve(logdir) as server:
+
+            async def stream() -> None:
+                done = trio.Event()
+
+                async def flip() -> None:
+                    while not done.is_set():
+                        await trio.sleep(float(rng.uniform(0.01, 0.06)))
+                        if ballast.exists():
+                            ballast.unlink()
+                        else:
+                            stat = os.statvfs(disk)
+                            free = stat.f_bavail * stat.f_frsize
+                            with contextlib.suppress(OSError):
+                                ballast.write_bytes(bytes(max(0, free - 8192)))
+                    ballast.unlink(missing_ok=True)
+
+                async with trio.open_nursery() as nursery:
+                    transport = await nursery.start(WebSocketTransport.run, server.ws)
+                    with trio.fail_after(60):
+                        async with trio.open_nursery() as flipping:
+                            flipping.start_soon(flip)
+                            for seq in range(1, 301):
+                                sync = seq % 50 == 0
+                                await transport.send(
+                                    batch(seq, "flaky", "f", points=200, sync=sync)
+                                )
+                                await trio.sleep(float(rng.uniform(0, 0.006)))
+                            done.set()
+                        await transport.wait_acked(300)
+                    stats = transport.statistics()
+                    print(f"disk filling and freeing: {stats}")
+                    assert stats.refusals > 0 and stats.queued_batches == 0
+                    nursery.cancel_scope.cancel()
+
+            trio.run(stream)
+            server.alive()
+        assert steps_of(logdir / "flaky") == list(range(300 * 200))
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], timeout=20, check=False)

@@ -43,6 +43,9 @@ UNTAGGED_SNAPSHOT = {"telemetry": 3600, "hparams": SNAPSHOT_EVENTS, "meta": SNAP
 #: bookkeeping record, so the recorder never writes a part of a flush on its own (its buffer
 #: writes itself out past 32 MiB).
 FLUSH_BYTES = 16 << 20
+#: The recorder's own segment limit for the broker's writers: never reached; the broker starts
+#: new segments itself, between flushes.
+NO_ROTATION = 1 << 62
 #: Refusals remembered for waiters that ask after the fact, by broker seq (oldest forgotten).
 REFUSALS_KEPT = 65536
 
@@ -272,6 +275,7 @@ class _Run:
         self.resend_from: dict[str, tuple[int, RefusedError]] = {}
         # The same, on the persist side (worker thread): batches queued behind a refused one.
         self.blocked: dict[str, tuple[int, RefusedError]] = {}
+        self.rotating = False  # the writer is open with a segment limit to start a new segment
 
     def load_ingest_state(self) -> None:
         """Read which writer sequence numbers this run already holds (blocking)."""
@@ -351,6 +355,8 @@ class Broker:
         max_subscribers: :meth:`subscribe` raises :class:`SubscriberLimitError` past this many.
         max_open_writers: run files kept open for writing at once; the least recently written
             run is fsynced and closed to make room (and reopened when it is written again).
+        segment_bytes: a run's segment file is closed and the next one started once it is about
+            this large, always between two flushes (a segment may exceed it by one flush).
     """
 
     def __init__(
@@ -363,6 +369,7 @@ class Broker:
         subscriber_bytes: int = 8 << 20,
         max_subscribers: int = 256,
         max_open_writers: int = 64,
+        segment_bytes: int = 64 << 20,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
@@ -370,6 +377,7 @@ class Broker:
             ("max_subscribers", max_subscribers),
             ("max_open_writers", max_open_writers),
             ("queue_size", queue_size),
+            ("segment_bytes", segment_bytes),
         ):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -379,6 +387,7 @@ class Broker:
         self._subscriber_bytes = subscriber_bytes
         self._max_subscribers = max_subscribers
         self._max_open_writers = max_open_writers
+        self._segment_bytes = segment_bytes
         self._runs: dict[str, _Run] = {}
         self._subscribers: set[Subscriber] = set()
         self._send, self._receive = trio.open_memory_channel[tuple[int, Batch | None, bool]](
@@ -593,9 +602,11 @@ class Broker:
             self._runs[name].position = position
         for seq, (batch, (refusal, root)) in refused.items():
             self._refuse(seq, batch, refusal, root)
-        for _, batch, _ in items:
+        for seq, batch, _ in items:
             if batch is not None:
-                self._runs[batch.run].inflight.pop((batch.writer, batch.seq), None)
+                inflight = self._runs[batch.run].inflight
+                if inflight.get((batch.writer, batch.seq)) == seq:  # not a newer copy's
+                    del inflight[(batch.writer, batch.seq)]
         self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
         self._wake_waiters()  # written: acknowledge writers that did not ask to sync
 
@@ -606,9 +617,10 @@ class Broker:
         while len(self._refused) > REFUSALS_KEPT:
             self._refused.popitem(last=False)
         run = self._runs[batch.run]
-        if refusal.retryable and root:
-            # The writer will send it again: accept that copy, and nothing of this writer
-            # after it until then.
+        key = (batch.writer, batch.seq)
+        if refusal.retryable and run.inflight.get(key) == seq:
+            # The writer will send it again (no copy of it was taken since): accept that copy,
+            # and nothing of this writer after it until then.
             held = run.resend_from.get(batch.writer)
             if held is None or batch.seq < held[0]:
                 run.resend_from[batch.writer] = (batch.seq, refusal)
@@ -692,30 +704,62 @@ class Broker:
         positions: dict[str, Any] = {}
         refused: dict[int, Any] = {}
         for name, batches in by_run.items():
-            run = self._runs[name]
-            todo = []
-            for seq, batch in batches:
-                held = run.blocked.get(batch.writer)
+            self._persist_run(self._runs[name], batches, positions, refused)
+        return positions, refused
+
+    def _persist_run(
+        self,
+        run: _Run,
+        batches: list[tuple[int, Batch]],
+        positions: dict[str, Any],
+        refused: dict[int, Any],
+    ) -> None:
+        """Write one run's batches in parts of about FLUSH_BYTES, in order (blocking).
+
+        A batch behind a refused batch of its writer is refused too, unless that refused batch
+        is in this call ahead of it and gets written. A failed part refuses itself and every
+        batch after it.
+        """
+        part: list[tuple[int, Batch]] = []
+        size = 0
+
+        def write(rest: list[tuple[int, Batch]]) -> bool:
+            """Write ``part``; on failure refuse it and ``rest`` (the batches after it)."""
+            nonlocal part, size
+            if not part:
+                return True
+            try:
+                positions[run.name] = self._write_part(run, [b for _, b in part])
+            except Exception as exc:  # any failure refuses the run's batches
+                refusal = refusal_for(exc)
+                self._abandon(run)
+                for s, b in [*part, *rest]:
+                    refused[s] = (b, (refusal, True))
+                    if refusal.retryable and b.writer not in run.blocked:
+                        run.blocked[b.writer] = (b.seq, refusal)
+                return False
+            for _, b in part:
+                held = run.blocked.get(b.writer)
+                if held is not None and b.seq == held[0]:
+                    del run.blocked[b.writer]  # the refused batch is in: its writer goes on
+            part, size = [], 0
+            return True
+
+        for index, (seq, batch) in enumerate(batches):
+            held = run.blocked.get(batch.writer)
+            if held is not None and batch.seq > held[0]:
+                if any(b.writer == batch.writer and b.seq == held[0] for _, b in part):
+                    if not write(batches[index:]):  # the refused batch is ahead: settle it
+                        return
+                    held = run.blocked.get(batch.writer)
                 if held is not None and batch.seq > held[0]:
                     refused[seq] = (batch, (held[1], False))  # behind a refused batch
-                else:
-                    todo.append((seq, batch))
-            for index, part in enumerate(parts := _parts(todo)):
-                try:
-                    positions[name] = self._write_part(run, [b for _, b in part])
-                except Exception as exc:  # any failure refuses the run's batches
-                    refusal = refusal_for(exc)
-                    self._abandon(run)
-                    for s, b in [item for rest in parts[index:] for item in rest]:
-                        refused[s] = (b, (refusal, True))
-                        if refusal.retryable and b.writer not in run.blocked:
-                            run.blocked[b.writer] = (b.seq, refusal)
-                    break
-                for _, b in part:
-                    held = run.blocked.get(b.writer)
-                    if held is not None and b.seq == held[0]:
-                        del run.blocked[b.writer]  # the refused batch is in: its writer goes on
-        return positions, refused
+                    continue
+            part.append((seq, batch))
+            size += _batch_bytes(batch)
+            if size >= FLUSH_BYTES and not write(batches[index + 1 :]):
+                return
+        write([])
 
     def _write_part(self, run: _Run, batches: list[Batch]) -> Any:
         """Write ``batches`` of one run and their bookkeeping record in one flush (blocking).
@@ -724,6 +768,14 @@ class Broker:
         later flush to write (the caller abandons the writer).
         """
         w = self._writer(run)
+        # The recorder would start a new segment in the middle of a flush that does not fit,
+        # writing the first part of the batches on its own: a crash there leaves data without its
+        # bookkeeping record, and the writer's re-send duplicates it. Start the new segment
+        # before the flush instead, so that the flush lands whole in one write.
+        estimate = 2 * sum(_batch_bytes(b) for b in batches) + 4096
+        offset = w.position().offset
+        if offset + estimate > self._segment_bytes and offset >= estimate:
+            w = self._rotate(run, offset)
         persisted = dict(run.persisted_seq)
         for batch in batches:
             for cols in batch.scalars:
@@ -740,7 +792,31 @@ class Broker:
         run.unsynced = True
         position = w.flush()
         run.persisted_seq = persisted
+        if run.rotating:
+            self._reopen(run, NO_ROTATION)
         return position
+
+    def _rotate(self, run: _Run, offset: int) -> recorder.RunWriter:
+        """Reopen a run's writer so that its next frame starts a new segment (blocking).
+
+        A writer's ``segment_bytes`` of ``offset`` (its current segment's size) makes the first
+        frame of the next flush start a new segment, and no later frame of it (the flush is
+        smaller than ``offset``); the writer is then reopened without a limit (:meth:`_reopen`).
+        """
+        run.rotating = True
+        return self._reopen(run, offset)
+
+    def _reopen(self, run: _Run, segment_bytes: int) -> recorder.RunWriter:
+        writer, run.writer = run.writer, None
+        assert writer is not None
+        # Not fsynced after close (sync="never"): fsync first, so _sync_runs, which fsyncs only
+        # the open segment, misses nothing.
+        writer.sync()
+        run.unsynced = False
+        writer.close()
+        run.writer = recorder.RunWriter(run.path, sync="never", segment_bytes=segment_bytes)
+        run.rotating = segment_bytes != NO_ROTATION
+        return run.writer
 
     def _writer(self, run: _Run) -> recorder.RunWriter:
         """Return the run's open writer, opening it (and closing the least recently used one
@@ -752,8 +828,10 @@ class Broker:
             _, idle = self._open_writers.popitem(last=False)
             self._retire(idle)
         try:
-            # The broker schedules fsync itself (_sync_runs), off the acknowledgement path.
-            run.writer = recorder.RunWriter(run.path, sync="never")
+            # The broker schedules fsync itself (_sync_runs), off the acknowledgement path, and
+            # starts segments itself (_write_part), between flushes.
+            run.writer = recorder.RunWriter(run.path, sync="never", segment_bytes=NO_ROTATION)
+            run.rotating = False
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 # Make room for the next try: close half of the runs kept open.
