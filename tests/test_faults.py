@@ -204,6 +204,42 @@ async def test_non_retryable_refusals_end_that_batch_only(tmp_path):
         assert len(reader.read_records(kind="telemetry")) == 1
 
 
+async def test_a_batch_and_its_bookkeeping_never_straddle_a_new_segment(tmp_path):
+    """Crash at every segment start (later segments lost), re-send everything: no point is
+    duplicated, because no batch's data sits in an older segment than its ingest record."""
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 60, 120).tolist()
+    # 20 writers make the ingest record large, as large as many batches' data
+    batches = [Batch(f"writer-{i:02d}", 1, "r", []) for i in range(20)]
+    step = 0
+    for seq, n in enumerate(sizes, 1):
+        batches.append(Batch("w", seq, "r", [scalars("x", range(step, step + n))]))
+        step += n
+
+    async def write(logdir: Path, wait: bool) -> None:
+        broker = Broker(logdir, segment_bytes=4096)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(broker.run)
+                for b in batches:
+                    seq = await broker.ingest(b)
+                    if wait:
+                        await broker.wait_written(seq)
+                broker.close()
+                await broker.wait_closed()
+
+    await write(tmp_path / "logs", wait=True)
+    segments = sorted((tmp_path / "logs" / "r").glob("segment-*.vdlr"))
+    assert len(segments) > 10
+    for k in range(1, len(segments)):
+        crashed = tmp_path / f"crash-{k}"
+        (crashed / "r").mkdir(parents=True)
+        for segment in segments[:k]:  # segment k was being started when the process died
+            shutil.copy(segment, crashed / "r" / segment.name)
+        await write(crashed, wait=False)
+        assert steps_of(crashed / "r") == list(range(step)), f"crash at segment {k}"
+
+
 async def test_open_run_writers_are_bounded(tmp_path):
     broker = Broker(tmp_path, max_open_writers=4)
     with trio.fail_after(30):
