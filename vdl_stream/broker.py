@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import re
+import resource
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -48,6 +49,14 @@ FLUSH_BYTES = 16 << 20
 NO_ROTATION = 1 << 62
 #: Refusals remembered for waiters that ask after the fact, by broker seq (oldest forgotten).
 REFUSALS_KEPT = 65536
+
+
+def default_open_writers() -> int:
+    """A quarter of the process's open-file limit, between 8 and 4,096."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(8, min(4096, soft // 4))
 
 
 class SubscriberLimitError(RuntimeError):
@@ -355,6 +364,8 @@ class Broker:
         max_subscribers: :meth:`subscribe` raises :class:`SubscriberLimitError` past this many.
         max_open_writers: run files kept open for writing at once; the least recently written
             run is fsynced and closed to make room (and reopened when it is written again).
+            By default a quarter of the open-file limit (256 under ``ulimit -n 1024``), each
+            writer holding two descriptors, so half stays free for sockets and readers.
         segment_bytes: a run's segment file is closed and the next one started once it is about
             this large, always between two flushes (a segment may exceed it by one flush).
     """
@@ -368,14 +379,14 @@ class Broker:
         subscriber_queue: int = 256,
         subscriber_bytes: int = 8 << 20,
         max_subscribers: int = 256,
-        max_open_writers: int = 64,
+        max_open_writers: int | None = None,
         segment_bytes: int = 64 << 20,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
             ("subscriber_bytes", subscriber_bytes),
             ("max_subscribers", max_subscribers),
-            ("max_open_writers", max_open_writers),
+            ("max_open_writers", max_open_writers or 1),
             ("queue_size", queue_size),
             ("segment_bytes", segment_bytes),
         ):
@@ -386,7 +397,7 @@ class Broker:
         self._subscriber_queue = subscriber_queue
         self._subscriber_bytes = subscriber_bytes
         self._max_subscribers = max_subscribers
-        self._max_open_writers = max_open_writers
+        self._max_open_writers = max_open_writers or default_open_writers()
         self._segment_bytes = segment_bytes
         self._runs: dict[str, _Run] = {}
         self._subscribers: set[Subscriber] = set()
