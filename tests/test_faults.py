@@ -231,6 +231,7 @@ async def test_a_batch_and_its_bookkeeping_never_straddle_a_new_segment(tmp_path
     await write(tmp_path / "logs", wait=True)
     segments = sorted((tmp_path / "logs" / "r").glob("segment-*.vdlr"))
     assert len(segments) > 10
+    print(f"{len(batches)} batches over {len(segments)} segments")
     for k in range(1, len(segments)):
         crashed = tmp_path / f"crash-{k}"
         (crashed / "r").mkdir(parents=True)
