@@ -47,6 +47,8 @@ FLUSH_BYTES = 16 << 20
 #: The recorder's own segment limit for the broker's writers: never reached; the broker starts
 #: new segments itself, between flushes.
 NO_ROTATION = 1 << 62
+#: A refusal of the same run for the same reason is logged at most once in this many seconds.
+LOG_INTERVAL = 10.0
 #: Refusals remembered for waiters that ask after the fact, by broker seq (oldest forgotten).
 REFUSALS_KEPT = 65536
 
@@ -410,6 +412,7 @@ class Broker:
         self._queue_peak = self._batches = self._events = self._duplicates = 0
         self._refusal_count = self._subscribers_refused = 0
         self._refused: OrderedDict[int, RefusedError] = OrderedDict()  # broker seq -> refusal
+        self._logged: dict[tuple[str, str], float] = {}  # (run, reason) -> when last logged
         self._open_writers: OrderedDict[str, _Run] = OrderedDict()  # LRU, persist thread only
         self._limiter = trio.CapacityLimiter(1)
         self._closed = trio.Event()
@@ -441,7 +444,7 @@ class Broker:
                 self._refusal_count += 1
                 raise resend[1]
             if batch.seq == resend[0]:
-                del run.resend_from[batch.writer]
+                del run.resend_from[batch.writer]  # put back if this copy is not taken
         last = run.last_seq.get(batch.writer, 0)
         if batch.seq <= last:
             self._duplicates += 1
@@ -468,6 +471,8 @@ class Broker:
             # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
             run.last_seq[batch.writer] = last
             run.inflight.pop((batch.writer, batch.seq), None)
+            if resend is not None and batch.seq == resend[0]:
+                run.resend_from[batch.writer] = resend
             for sub in self._subscribers:
                 if sub.wants(batch.run):
                     sub.mark_gap()
@@ -640,13 +645,21 @@ class Broker:
         for sub in self._subscribers:
             if sub.wants(batch.run):
                 sub.mark_gap()
-        if root:
+        # One line per run and reason every LOG_INTERVAL s: a writer retrying into a full disk
+        # must not fill the log too.
+        now = time.monotonic()
+        if (
+            root
+            and now - self._logged.get((batch.run, refusal.reason), -LOG_INTERVAL) >= LOG_INTERVAL
+        ):
+            self._logged[(batch.run, refusal.reason)] = now
+            while len(self._logged) > 1024:
+                del self._logged[next(iter(self._logged))]
             log.warning(
-                "refused batch %d of writer %s for run %r: %s",
-                batch.seq,
-                batch.writer[:16],
+                "refusing batches of run %r: %s (%d refusals so far)",
                 batch.run,
                 refusal.reason,
+                self._refusal_count,
             )
 
     async def _discover(self) -> None:
@@ -921,7 +934,10 @@ class Broker:
                 run.writer = None
             for reader in (run.reader, run.follower):
                 if reader is not None:
-                    reader.close()
+                    try:
+                        reader.close()
+                    except Exception:  # close the others anyway
+                        log.warning("closing a reader of run %r failed", run.name, exc_info=True)
         self._open_writers.clear()
 
     def close(self) -> None:
