@@ -414,7 +414,9 @@ class Writer:
         while self._reports:
             self._warn_once(self._reports.popleft(), stacklevel=3)
         if not self._thread.is_alive():
-            self._warn_flush(f"the background thread stopped ({self._problem or 'unknown cause'})")
+            self._warn_flush(
+                f"failed: the background thread stopped ({self._problem or 'unknown'})"
+            )
             return False
         done = threading.Event()
         result = [False]
@@ -426,7 +428,7 @@ class Writer:
             self._warn_flush(f"not confirmed within the timeout{cause}; the data stays queued")
             return False
         if self._refusals != refusals:
-            self._warn_flush(f"the broker refused part of it: {self._problem}")
+            self._warn_flush(f"incomplete: the broker refused part of it: {self._problem}")
             return False
         return result[0]
 
@@ -437,7 +439,7 @@ class Writer:
         """Flush, stop the background thread and release the run. Idempotent."""
         if self._closed:
             return
-        if not self.flush(timeout):
+        if not self._thread.is_alive() or not self.flush(timeout):
             self._flush_timeout = 1.0  # undeliverable now: do not stall the program's exit
         self._closed = True
         self._attention = True
@@ -679,16 +681,12 @@ def attach(
         raise ValueError(f"telemetry_interval must be at least 0.1 s, got {telemetry_interval!r}")
     if serve and url is not None:
         raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
-    rank, local_rank, world_size = distributed_env()
-    run = make_run_name(world_size) if run is None else codec.check_run_name(run)
-    mute = False
-    if world_size > 1:
-        if all_ranks:
-            run = f"{run}/rank{rank}"
-        elif rank != 0:
-            mute = True  # telemetry only
-            if url is None:  # two processes must not append to one run directory
-                run = f"{run}/rank{rank}"
+    if not isinstance(flush_interval, (int, float)) or not 0 < flush_interval <= 60:
+        raise ValueError(
+            f"flush_interval must be a number of seconds in (0, 60], got {flush_interval!r}"
+        )
+    rank, local_rank, _ = distributed_env()
+    run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
     # NVML sees every GPU of the node, so one process per node reports them.
     sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
     options = {
@@ -729,6 +727,33 @@ def attach(
     return Writer(run, open_local, **options)
 
 
+def resolve_run(
+    run: str | None, *, all_ranks: bool = False, url: str | None = None
+) -> tuple[str, bool]:
+    """Return the run a process logs into, as :func:`attach` names it, and whether it is muted.
+
+    ``run=None`` gets a unique name (shared by the ranks of a distributed job). In a distributed
+    job, ``all_ranks`` makes every rank log as ``<run>/rank<N>``; otherwise ranks other than 0 are
+    muted (telemetry only), into ``<run>/rank<N>`` when recording in-process.
+
+    Raises:
+        ValueError: ``run`` is not a valid run name (see :func:`vdl_stream.codec.check_run_name`).
+    """
+    from .telemetry import distributed_env
+
+    rank, _, world_size = distributed_env()
+    run = make_run_name(world_size) if run is None else codec.check_run_name(run)
+    mute = False
+    if world_size > 1:
+        if all_ranks:
+            run = f"{run}/rank{rank}"
+        elif rank != 0:
+            mute = True  # telemetry only
+            if url is None:  # two processes must not append to one run directory
+                run = f"{run}/rank{rank}"
+    return codec.check_run_name(run), mute
+
+
 def _path_error(exc: OSError, path: str) -> OSError:
     """``exc`` as one line that names ``path`` and the cause: ``cannot record run in P: cause``."""
     cause = exc.strerror or _describe(exc)
@@ -746,7 +771,7 @@ def check_logdir(logdir: str | os.PathLike[str], run: str) -> str:
     """
     if not isinstance(logdir, (str, os.PathLike)):
         raise TypeError(f"logdir must be a str or path, got {type(logdir).__name__} {logdir!r:.40}")
-    path = os.path.join(os.fspath(logdir), run)
+    path = os.path.join(os.fspath(logdir), run) if run else os.fspath(logdir)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
