@@ -179,6 +179,42 @@ def read_only_dir(tmp_path):
     subprocess.run(["umount", str(mount_point)], check=True)
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 3 MiB file system, when this process may mount one."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)])
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def test_a_full_disk_is_reported_and_the_writer_resumes_when_space_frees(small_tmpfs):
+    logdir = small_tmpfs / "logs"
+    ballast = small_tmpfs / "ballast"
+    ballast.write_bytes(bytes(2_600_000))
+    w = attach(logdir, run="full", telemetry=False)
+    step = 0
+    with pytest.warns(RuntimeWarning, match="disk full") as caught:
+        deadline = time.monotonic() + 60
+        while not any("disk full" in str(x.message) for x in caught):
+            assert time.monotonic() < deadline, "the disk never filled"
+            for _ in range(2000):
+                w.add_scalar("x", float(step), step)
+                step += 1
+            time.sleep(0.005)
+    with pytest.warns(RuntimeWarning, match="not confirmed within the timeout: .*disk full"):
+        assert w.flush(timeout=0.5) is False
+    assert w._thread.is_alive()
+    ballast.unlink()  # space frees: the transport's retries land
+    assert w.flush(timeout=30) is True
+    w.close()
+    with recorder.RunReader(logdir / "full") as reader:
+        assert reader.read_scalars("x").steps.tolist() == list(range(step))
+
+
 @pytest.mark.parametrize("make", ["attach", "LogWriter", "SummaryWriter"])
 def test_a_read_only_logdir_is_a_one_line_error_at_the_call(read_only_dir, make):
     with pytest.raises(OSError) as caught:

@@ -32,7 +32,7 @@ import recorder
 
 from . import codec, summaries
 from .codec import Batch
-from .errors import unwrap
+from .errors import RefusedError, unwrap
 from .summaries import to_float, to_step
 from .transport import InProcessTransport, Spool, Transport, WebSocketTransport
 
@@ -710,12 +710,7 @@ def attach(
         await nursery.start(broker.run)
         # Open the run now, not at the first batch, so that a run held by another process or a
         # directory that cannot be written raises here, at attach(), instead of in the thread.
-        try:
-            await _open_run(broker, run)
-        except recorder.RecorderError as exc:
-            raise type(exc)(str(exc)) from None
-        except OSError as exc:
-            raise _path_error(exc, run_dir) from None
+        await _open_run(broker, run, run_dir)
         transport = InProcessTransport(broker)
         if serve:
             from .server import serve_dashboard  # the web stack loads only when serving
@@ -791,12 +786,27 @@ def _read_only(path: str) -> bool:
         return False
 
 
-async def _open_run(broker: Any, run: str) -> None:
-    """Have ``broker`` open (and lock) the run now, in its worker thread."""
-    # The broker opens runs lazily, at their first batch; this takes its own path to the run's
-    # state and opens the RunWriter it will use, exactly as its persist task would.
-    state = await broker._get_run(run)
-    if state.writer is None:
-        state.writer = await trio.to_thread.run_sync(
-            partial(recorder.RunWriter, state.path, sync="never"), limiter=broker._limiter
-        )
+async def _open_run(broker: Any, run: str, run_dir: str) -> None:
+    """Have the in-process ``broker`` open (and lock) ``run`` now, as its persist task would.
+
+    Raises:
+        recorder.RunLockedError: another writer holds the run (the message names the directory
+            and the holder's pid).
+        OSError: the run cannot be written; one line naming the directory and the cause.
+        RefusedError: the broker cannot use the run (e.g. foreign files in it); the message names
+            the directory.
+    """
+    # The broker opens runs lazily, at their first batch, and turns failures into refusals for
+    # remote writers; here its own steps are taken ahead, so the real error reaches attach().
+    try:
+        state = await broker._get_run(run)
+    except RefusedError as refusal:
+        raise RefusedError(
+            f"cannot record a run in {run_dir}: {refusal.reason}", retryable=refusal.retryable
+        ) from None
+    try:
+        await trio.to_thread.run_sync(broker._writer, state, limiter=broker._limiter)
+    except recorder.RecorderError as exc:
+        raise type(exc)(str(exc)) from None
+    except OSError as exc:
+        raise _path_error(exc, run_dir) from None
