@@ -353,7 +353,8 @@ def _image_hwc(arr: np.ndarray, dataformats: object) -> np.ndarray:
     if arr.dtype == np.uint8:
         pixels = arr
     elif arr.dtype.kind == "f":
-        scaled = np.nan_to_num(arr.astype(np.float32), nan=0.0, posinf=1.0, neginf=0.0)
+        with np.errstate(over="ignore"):  # beyond float32 is beyond 1: inf, clipped to 1 below
+            scaled = np.nan_to_num(arr.astype(np.float32), nan=0.0, posinf=1.0, neginf=0.0)
         np.clip(scaled, 0.0, 1.0, out=scaled)
         scaled *= 255.0
         pixels = np.rint(scaled).astype(np.uint8)
