@@ -43,8 +43,8 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from . import __version__, codec
-from .broker import Broker
-from .errors import InsecureBindError, PortInUseError
+from .broker import Broker, SubscriberLimitError
+from .errors import InsecureBindError, PortInUseError, RefusedError
 
 log = logging.getLogger("vdl_stream.server")
 
@@ -812,7 +812,11 @@ async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
         scope: trio.CancelScope,
     ) -> None:
         with scope:
-            sub = broker.subscribe(runs, tags)  # type: ignore[arg-type]
+            try:
+                sub = broker.subscribe(runs, tags)  # type: ignore[arg-type]
+            except SubscriberLimitError as exc:
+                await websocket.close(1013, str(exc)[:120])  # 1013: try again later
+                return
             try:
                 for frame in await broker.snapshot(sub, max_points):
                     await websocket.send(frame)
@@ -858,16 +862,31 @@ async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
 
 
 async def _ingest_session(broker: Broker) -> None:
-    """Serve one writer: ingest its batches in order, acknowledge each once persisted."""
-    send, receive = trio.open_memory_channel[tuple[str, int, int, bool]](1024)
+    """Serve one writer: ingest its batches in order, answer each once persisted or refused.
 
-    async def acknowledge() -> None:
-        async for writer, seq, broker_seq, durable in receive:
-            await broker.wait_persisted(broker_seq, durable=durable)
-            await websocket.send(codec.encode_ack(writer, seq))
+    Every batch gets exactly one answer, in the order the batches came: ``ack`` once it is
+    written (and fsynced when it asked to sync), or ``refused`` with the reason and whether
+    sending it again may succeed. A frame that is not a batch, or whose ``writer``/``seq`` is
+    broken, closes the connection with 1008 (there is no batch to answer).
+    """
+    send, receive = trio.open_memory_channel[tuple[str, int, int, bool, RefusedError | None]](1024)
+
+    async def answer() -> None:
+        async for writer, seq, broker_seq, durable, refusal in receive:
+            if refusal is None:
+                try:
+                    await broker.wait_written(broker_seq, durable=durable)
+                except RefusedError as exc:
+                    refusal = exc
+            if refusal is None:
+                await websocket.send(codec.encode_ack(writer, seq))
+            else:
+                await websocket.send(
+                    codec.encode_refused(writer, seq, refusal.reason, refusal.retryable)
+                )
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(acknowledge)
+        nursery.start_soon(answer)
         async with send:
             while True:
                 data = await websocket.receive()
@@ -878,17 +897,24 @@ async def _ingest_session(broker: Broker) -> None:
                             f"unexpected message type {message['type']!r:.40}"
                         )
                     batch = codec.decode_batch(message)
+                except codec.BatchError as exc:
+                    refusal = RefusedError(f"bad batch: {exc}"[:200], retryable=False)
+                    await send.send((exc.writer, exc.seq, 0, False, refusal))
+                    continue
                 except codec.ProtocolError as exc:
                     await websocket.close(1008, str(exc)[:120])
                     nursery.cancel_scope.cancel()
                     return
                 try:
                     broker_seq = await broker.ingest(batch)
+                except RefusedError as exc:
+                    await send.send((batch.writer, batch.seq, 0, False, exc))
+                    continue
                 except trio.ClosedResourceError:
                     await websocket.close(1001, "server shutting down")
                     nursery.cancel_scope.cancel()
                     return
-                await send.send((batch.writer, batch.seq, broker_seq, batch.sync))
+                await send.send((batch.writer, batch.seq, broker_seq, batch.sync, None))
 
 
 def _url(host: str, port: int) -> str:
