@@ -489,16 +489,40 @@ async def test_open_websockets_are_capped_per_kind(nursery, tmp_path):
             async with (
                 open_websocket_url(ws + "/ws/ingest") as w1,  # writers have their own pool
                 open_websocket_url(ws + "/ws/ingest"),
-                open_websocket_url(ws + "/ws/ingest") as w3,
             ):
-                with pytest.raises(ConnectionClosed) as closed:
-                    await w3.get_message()
-                assert closed.value.reason.code == 1013
+                with pytest.raises(ConnectionRejected) as rejected:
+                    async with open_websocket_url(ws + "/ws/ingest"):
+                        pass
+                assert rejected.value.status_code == 503
+                assert (b"retry-after", b"2") in rejected.value.headers
+                assert json.loads(rejected.value.body) == {
+                    "error": "too many writers connected (2); try again later"
+                }
                 await w1.send_message(codec.encode_batch(Batch("w", 1, "r")))
                 assert msgpack.unpackb(await w1.get_message())["type"] == "ack"
             await a.aclose()
         async with open_websocket_url(ws + "/ws/live") as again:  # a place is free again
             assert msgpack.unpackb(await again.get_message())["type"] == "hello"
+
+
+async def test_a_writer_refused_for_room_gets_in_when_a_place_frees(nursery, tmp_path):
+    limits = Limits(max_websockets=2, max_browsers=1)  # one place for writers
+    url = await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0, limits=limits))
+    ws = "ws" + url.removeprefix("http")
+    with trio.fail_after(30):
+        async with trio.open_nursery() as inner:
+            async with open_websocket_url(ws + "/ws/ingest") as first:
+                await first.send_message(codec.encode_batch(Batch("w1", 1, "a", sync=True)))
+                await first.get_message()
+                with pytest.warns(RuntimeWarning, match="503"):
+                    transport = await inner.start(WebSocketTransport.run, ws)
+                    await transport.send(Batch("w2", 1, "b", sync=True))
+                    with trio.move_on_after(1):
+                        await transport.wait_acked(1)
+                assert not (tmp_path / "b").exists()  # refused while the place is taken
+            await transport.wait_acked(1)  # backed off, then got the freed place
+            inner.cancel_scope.cancel()
+    assert (tmp_path / "b").is_dir()
 
 
 def start_limited_serve(logdir: Path, nofile: int, *extra: str) -> ServeProcess:
