@@ -48,6 +48,7 @@ from vdl_stream.server import (
     run_server,
     serve_dashboard,
 )
+from vdl_stream.server import _url as server_url
 from vdl_stream.transport import WebSocketTransport
 
 
@@ -314,6 +315,15 @@ async def test_dns_rebinding_hosts_are_refused_on_http_and_websockets(nursery, t
 )
 def test_origin_matrix(origin, host, scheme, same):
     assert origin_matches(origin, host, scheme) is same
+
+
+def test_a_wildcard_bind_reports_a_loopback_url():
+    # The printed URL must be one this server answers (a Host of 0.0.0.0 is refused); tests
+    # bind loopback only, so this checks the URL rather than serving on every interface.
+    assert server_url("0.0.0.0", 8040) == "http://127.0.0.1:8040"
+    assert server_url("::", 8040) == "http://[::1]:8040"
+    assert server_url("10.0.0.5", 8040) == "http://10.0.0.5:8040"
+    assert Access(bind_host="0.0.0.0").host_allowed(urlsplit(server_url("0.0.0.0", 1)).netloc)
 
 
 def test_the_bind_address_is_a_host_name_unless_it_is_a_wildcard():

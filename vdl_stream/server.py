@@ -907,6 +907,11 @@ async def _ingest_session(broker: Broker) -> None:
 
 
 def _url(host: str, port: int) -> str:
+    """The URL to print for a server bound to ``host``: a wildcard bind is reached from this
+    machine through loopback (a Host of ``0.0.0.0`` is not served, and not every system can
+    connect to it)."""
+    if host in WILDCARD_HOSTS:
+        host = "::1" if host == "::" else "127.0.0.1"
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
