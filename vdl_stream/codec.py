@@ -110,7 +110,18 @@ def check_tag(tag: object, name: str = "tag") -> str:
         raise ValueError(f"{name} must be at most {MAX_TAG_LENGTH} characters, got {len(tag)}")
     if _CONTROL.search(tag):
         raise ValueError(f"{name} must not contain control characters, got {tag!r:.80}")
+    if not tag.isascii() and not _encodable(tag):
+        raise ValueError(f"{name} must be encodable as UTF-8 (no lone surrogates), got {tag!r:.80}")
     return tag
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 encoding (lone surrogates have none, and msgpack fails on them)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_run_name(run: object) -> str:
