@@ -7,16 +7,18 @@ broker is started by the caller's nursery, never in quart-trio's ``app.nursery``
 The app is three blueprints (:func:`pages_blueprint`, :func:`api_blueprint`,
 :func:`websocket_blueprint`) behind one gate, :class:`Access`: every request and every WebSocket
 handshake, including those of blueprints mounted later (``vdl-stream replay``'s), is checked for
-its Host, its Origin and, on ``/api/`` and ``/ws/``, the token before any route sees it.
+its Host, its Origin and, on everything but the page itself, the token before any route sees it.
 docs/security.md describes the model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hmac
 import io
 import ipaddress
+import json
 import logging
 import math
 import re
@@ -24,12 +26,13 @@ import resource
 import socket
 import time
 import unicodedata
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import numpy as np
 import trio
@@ -56,6 +59,8 @@ CSP = (
     "style-src 'self' 'unsafe-inline'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
+#: The paths served without the token: the page and its files, which read the token from the URL.
+PUBLIC_PATHS = frozenset({"/", *(f"/static/{name}" for name in STATIC_TYPES)})
 SHUTDOWN_DEADLINE = 10.0
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 BLOB_TYPES = {"image": "image/png", "audio": "audio/wav"}
@@ -99,7 +104,7 @@ def check_token(token: object) -> str | None:
     if not token.strip():
         raise ValueError(
             f"token must not be empty or blank, got {token!r}; "
-            "is the variable you passed with --token set?"
+            "is the variable that should hold it set?"
         )
     return token
 
@@ -144,7 +149,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 # -- the gate: Host, Origin, token ------------------------------------------------------------------
 
-_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]{0,252}[a-z0-9_])?")
+# DNS labels of letters, digits, "-" and "_", joined by single dots; what werkzeug's IDNA check and
+# every resolver accept. Bounded repeats over disjoint pieces: this regex cannot backtrack badly.
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
@@ -154,6 +162,8 @@ def split_host(value: str) -> tuple[str, int | None] | None:
     ``name``, ``name:port``, ``1.2.3.4:port``, ``[::1]:port``; an IPv6 name comes back without
     brackets. Returns None for anything else (user info, paths, bad ports, non-ASCII names).
     """
+    if len(value) > 260:
+        return None
     value = value.lower()
     if value.startswith("["):
         name, sep, rest = value[1:].partition("]")
@@ -164,8 +174,8 @@ def split_host(value: str) -> tuple[str, int | None] | None:
         if not sep:
             return None
     else:
-        name, _, port_text = value.partition(":")
-        rest = ":" + port_text if _ else ""
+        name, colon, port_text = value.partition(":")
+        rest = colon + port_text
         if not _HOST_NAME.fullmatch(name):
             return None
     if not rest:
@@ -223,7 +233,8 @@ class Access:
     """The one check every request and WebSocket handshake goes through: Host, Origin, token.
 
     Args:
-        token: required on ``/api/`` and ``/ws/`` as ``Authorization: Bearer T`` or ``?token=T``;
+        token: required on every path but the page (:data:`PUBLIC_PATHS`), as
+            ``Authorization: Bearer T`` or ``?token=T``;
             None: no token.
         allowed_hosts: Host names accepted besides loopback (``localhost``, 127.0.0.0/8, ``[::1]``),
             any port; ``*`` accepts every name (only behind a proxy that checks Host itself).
@@ -264,13 +275,16 @@ class Access:
         if self.token is None:
             return True
         given = args.get("token", "")
-        auth = headers.get("Authorization", "")
-        if auth.startswith("Bearer "):
-            given = auth[len("Bearer ") :]
+        scheme, _, credentials = headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer":  # auth schemes are case-insensitive (RFC 9110 11.1)
+            given = credentials
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     def check(self, path: str, scheme: str, headers: Any, args: Any) -> Denied | None:
-        """Return why a request or handshake is refused, or None to let it through."""
+        """Return why a request or handshake is refused, or None to let it through.
+
+        ``headers`` and ``args`` are mappings with ``get`` (header names as sent, capitalised).
+        """
         host = headers.get("Host", "")
         if not self.host_allowed(host):
             return Denied(
@@ -281,9 +295,61 @@ class Access:
         origin = headers.get("Origin")
         if origin is not None and not origin_matches(origin, host, scheme):
             return Denied(403, "cross-origin request refused")
-        if path.startswith(("/api/", "/ws/")) and not self.token_ok(headers, args):
+        # An allow-list, not a prefix test: werkzeug serves //api/runs as /api/runs.
+        if path not in PUBLIC_PATHS and not self.token_ok(headers, args):
             return Denied(401, "missing or wrong token")
         return None
+
+
+class AccessGate:
+    """ASGI middleware putting :meth:`Access.check` in front of every request and handshake.
+
+    It runs before quart builds a request, so no route, error handler or blueprint (replay's
+    included) sees a refused request, and a malformed Host never reaches werkzeug (whose own
+    error for it escapes quart's handlers as an empty 500). A refused request gets its status and
+    ``{"error": ...}``; a refused WebSocket handshake gets the status instead of ``101``.
+    """
+
+    def __init__(self, app: Callable[..., Awaitable[None]], access: Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers: dict[str, str] = {}
+        repeated = False
+        for raw_name, raw_value in scope["headers"]:
+            name = raw_name.decode("latin-1").title()
+            repeated |= name in headers and name in ("Host", "Origin", "Authorization")
+            headers.setdefault(name, raw_value.decode("latin-1"))
+        query = scope.get("query_string", b"").decode("latin-1")
+        args = dict(reversed(parse_qsl(query, keep_blank_values=True, errors="replace")))
+        if repeated:
+            denied: Denied | None = Denied(400, "Host, Origin and Authorization may appear once")
+        else:
+            denied = self.access.check(scope["path"], scope["scheme"], headers, args)
+        if denied is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http":
+            await _send_denied(send, "http.response", denied)
+        else:
+            await receive()  # websocket.connect
+            await _send_denied(send, "websocket.http.response", denied)
+
+
+async def _send_denied(send: Any, prefix: str, denied: Denied) -> None:
+    body = json.dumps({"error": denied.message}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"content-security-policy", CSP.encode()),
+        (b"referrer-policy", b"no-referrer"),
+    ]
+    await send({"type": f"{prefix}.start", "status": denied.status, "headers": headers})
+    await send({"type": f"{prefix}.body", "body": body, "more_body": False})
 
 
 def check_allowed_host(raw: object) -> str:
@@ -304,10 +370,15 @@ def check_allowed_host(raw: object) -> str:
 class Limits:
     """Bounds on WebSockets (docs/security.md).
 
+    Browsers and writers draw on separate pools, so idle connections of one kind can never lock
+    out the other: ``max_websockets`` in all, of which at most ``max_browsers`` (and at most
+    half) are ``/ws/live``; the rest are for ``/ws/ingest``. A WebSocket past its pool is closed
+    at once with 1013 (try again later).
+
     Args:
-        max_websockets: open WebSockets of both kinds together; past it a new one is closed with
-            1013 (try again later). None: half the process's open-file limit, at most 1024.
-        max_subscribers: open ``/ws/live`` browsers; past it a new one is closed with 1013.
+        max_websockets: open WebSockets of both kinds together. None: half the process's
+            open-file limit, at most 1024 (the other half stays for run files).
+        max_browsers: open ``/ws/live`` connections at most.
         subscribe_timeout: seconds a ``/ws/live`` may stay open without a ``subscribe``
             (then closed with 1008).
         ingest_idle_timeout: seconds a ``/ws/ingest`` may stay open without its first batch
@@ -315,28 +386,18 @@ class Limits:
     """
 
     max_websockets: int | None = None
-    max_subscribers: int = 128
+    max_browsers: int = 128
     subscribe_timeout: float = 5.0
-    ingest_idle_timeout: float = 60.0
+    ingest_idle_timeout: float = 30.0
 
-    def websocket_cap(self) -> int:
-        """Return ``max_websockets``, or the default derived from ``RLIMIT_NOFILE``."""
-        if self.max_websockets is not None:
-            return self.max_websockets
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY:
-            return 1024
-        return max(8, min(1024, soft // 2))  # the rest stays for run files and the listener
-
-
-class _WebSocketCount:
-    """Open WebSockets of one app, overall and per kind."""
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.cap = limits.websocket_cap()
-        self.total = 0
-        self.live = 0
+    def pools(self) -> tuple[int, int]:
+        """Return how many browsers and how many writers may be connected at once."""
+        total = self.max_websockets
+        if total is None:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            total = 1024 if soft == resource.RLIM_INFINITY else max(4, min(1024, soft // 2))
+        browsers = max(1, min(self.max_browsers, total // 2))
+        return browsers, max(1, total - browsers)
 
 
 # -- JSON helpers ---------------------------------------------------------------------------------
@@ -457,7 +518,7 @@ def create_app(
 
     Args:
         broker: the broker (or anything with its reading and subscribing methods).
-        token: the access token of ``/api/`` and ``/ws/``; None: none.
+        token: the access token of every path but the page's; None: none.
         allowed_hosts, bind_host: the Host names served besides loopback (see :class:`Access`).
         limits: the WebSocket limits; the defaults of :class:`Limits` when None.
 
@@ -465,18 +526,8 @@ def create_app(
         ValueError: an empty token or a malformed allowed host.
     """
     app = QuartTrio("vdl_stream")
-    access = Access(token, allowed_hosts, bind_host)
-
-    @app.before_request
-    async def gate_request() -> Any:
-        denied = access.check(request.path, request.scheme, request.headers, request.args)
-        return None if denied is None else _error(denied.status, denied.message)
-
-    @app.before_websocket
-    async def gate_websocket() -> Any:
-        denied = access.check(websocket.path, websocket.scheme, websocket.headers, websocket.args)
-        # A Response returned before accept() refuses the handshake with that status.
-        return None if denied is None else Response(denied.message, denied.status)
+    # Quart's documented place for middleware: everything app() serves passes the gate first.
+    app.asgi_app = AccessGate(app.asgi_app, Access(token, allowed_hosts, bind_host))  # type: ignore[method-assign]
 
     @app.after_request
     async def security_headers(response: Response) -> Response:
@@ -655,52 +706,48 @@ def api_blueprint(broker: Broker) -> Blueprint:
 
 
 def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
-    """``/ws/live`` (browsers) and ``/ws/ingest`` (writers), within ``limits``."""
+    """``/ws/live`` (browsers) and ``/ws/ingest`` (writers), each within its pool of ``limits``."""
     bp = Blueprint("websockets", __name__)
-    count = _WebSocketCount(limits)
+    caps = dict(zip(("browsers", "writers"), limits.pools(), strict=True))
+    open_now = {"browsers": 0, "writers": 0}
 
-    async def refuse_if_full(live: bool) -> bool:
-        """Close a new WebSocket past a limit (1013: try again later); True if it was closed."""
-        if count.total >= count.cap:
-            reason = f"too many WebSockets open (limit {count.cap}); try again later"
-        elif live and count.live >= limits.max_subscribers:
-            reason = f"too many browsers open (limit {limits.max_subscribers}); try again later"
-        else:
-            return False
-        await websocket.accept()
-        await websocket.close(CLOSE_TRY_AGAIN_LATER, reason)
-        return True
+    @contextlib.asynccontextmanager
+    async def slot(pool: str) -> AsyncIterator[bool]:
+        """Hold one place of ``pool`` for this WebSocket; yield False (after closing it with
+        1013) when the pool is full."""
+        if open_now[pool] >= caps[pool]:
+            await websocket.accept()
+            await websocket.close(
+                CLOSE_TRY_AGAIN_LATER, f"too many {pool} connected ({caps[pool]}); try again later"
+            )
+            yield False
+            return
+        open_now[pool] += 1
+        try:
+            yield True
+        finally:
+            open_now[pool] -= 1
 
     @bp.websocket("/ws/live")
     async def ws_live() -> Any:
-        if await refuse_if_full(live=True):
-            return None
-        count.total += 1
-        count.live += 1
-        try:
-            await websocket.accept()
-            await websocket.send(
-                codec.encode_message(
-                    {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
+        async with slot("browsers") as admitted:
+            if admitted:
+                await websocket.accept()
+                await websocket.send(
+                    codec.encode_message(
+                        {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
+                    )
                 )
-            )
-            await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
-            await _live_session(broker, limits.subscribe_timeout)
-        finally:
-            count.total -= 1
-            count.live -= 1
+                await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
+                await _live_session(broker, limits.subscribe_timeout)
         return None
 
     @bp.websocket("/ws/ingest")
     async def ws_ingest() -> Any:
-        if await refuse_if_full(live=False):
-            return None
-        count.total += 1
-        try:
-            await websocket.accept()
-            await _until_idle(partial(_ingest_session, broker), limits.ingest_idle_timeout)
-        finally:
-            count.total -= 1
+        async with slot("writers") as admitted:
+            if admitted:
+                await websocket.accept()
+                await _until_idle(partial(_ingest_session, broker), limits.ingest_idle_timeout)
         return None
 
     return bp
