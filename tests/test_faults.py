@@ -555,7 +555,7 @@ def test_serve_under_a_low_open_file_limit_takes_many_runs(tmp_path):
         check_healthy(server, healthy)
         broker = server.stats()["broker"]
         print(f"EMFILE: {runs} runs under RLIMIT_NOFILE 256: {broker}")
-        assert broker["open_writers"] <= 256 // 4  # a quarter of the limit
+        assert broker["open_writers"] <= 256 // 6  # a sixth of the limit: 3 descriptors each
     for i in (0, runs // 2, runs - 1):
         assert steps_of(logdir / f"r{i:03d}") == list(range(i * 10, i * 10 + 10))
 
@@ -595,7 +595,7 @@ def test_stalled_browsers_with_large_events_keep_memory_bounded(tmp_path):
             stop = trio.Event()
             ready = trio.Semaphore(0)
             async with trio.open_nursery() as nursery:
-                for tags in ("t", "t|a", "t|b", "t|c"):
+                for tags in ("t", "t,a", "t,b", "t,c"):  # distinct filters, each matching "t"
                     nursery.start_soon(stalled_browser, host, int(port), tags, ready, stop)
                 for _ in range(4):
                     await ready.acquire()

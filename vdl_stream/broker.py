@@ -54,11 +54,15 @@ REFUSALS_KEPT = 65536
 
 
 def default_open_writers() -> int:
-    """A quarter of the process's open-file limit, between 8 and 4,096."""
+    """A sixth of the process's open-file limit, between 8 and 4,096.
+
+    A ``RunWriter`` holds three descriptors (the directory, the open segment, the lock file), so
+    half the limit stays free for sockets and readers.
+    """
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 4096
-    return max(8, min(4096, soft // 4))
+    return max(8, min(4096, soft // 6))
 
 
 class SubscriberLimitError(RuntimeError):
@@ -366,8 +370,8 @@ class Broker:
         max_subscribers: :meth:`subscribe` raises :class:`SubscriberLimitError` past this many.
         max_open_writers: run files kept open for writing at once; the least recently written
             run is fsynced and closed to make room (and reopened when it is written again).
-            By default a quarter of the open-file limit (256 under ``ulimit -n 1024``), each
-            writer holding two descriptors, so half stays free for sockets and readers.
+            By default a sixth of the open-file limit (170 under ``ulimit -n 1024``), each
+            writer holding three descriptors, so half stays free for sockets and readers.
         segment_bytes: a run's segment file is closed and the next one started once it is about
             this large, always between two flushes (a segment may exceed it by one flush).
     """
