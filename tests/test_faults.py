@@ -641,6 +641,19 @@ def small_disk(path: Path, size: str) -> bool:
     return done.returncode == 0
 
 
+def fill(path: Path) -> None:
+    """Write ``path`` until its file system is full."""
+    with contextlib.suppress(OSError), open(path, "wb") as f:
+        while True:
+            f.write(bytes(4096))
+            f.flush()
+
+
+def unmount(path: Path) -> None:
+    """Unmount what :func:`small_disk` mounted (lazily: a server may still hold files there)."""
+    subprocess.run(["umount", "-l", str(path)], timeout=20, check=False)
+
+
 def test_serve_survives_a_full_disk_and_resumes_when_space_frees(tmp_path):
     """ENOSPC: the writer's batches are refused (retryable), spooled, re-sent once space frees;
     every point lands exactly once. Without mount rights a file-size limit stands in (EFBIG),
@@ -699,7 +712,34 @@ def test_serve_survives_a_full_disk_and_resumes_when_space_frees(tmp_path):
             assert steps_of(logdir / "full") == list(range(sent["seq"] * 2000))
     finally:
         if mounted:
-            subprocess.run(["umount", "-l", str(disk)], timeout=20, check=False)
+            unmount(disk)
+
+
+async def test_a_run_started_on_a_full_disk_is_taken_once_space_frees(tmp_path):
+    """In process: a new run on a full tmpfs is refused (retryable), then lands whole."""
+    disk = tmp_path / "disk"
+    if not small_disk(disk, "256k"):
+        pytest.skip("needs root and mount for a tmpfs")
+    try:
+        ballast = disk / "ballast"
+        fill(ballast)
+        broker = Broker(disk / "logs")
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(broker.run)
+                transport = InProcessTransport(broker)
+                for seq in range(1, 4):
+                    await transport.send(batch(seq, "new"))
+                with trio.move_on_after(0.3):
+                    await transport.wait_acked(3)
+                (error,) = transport.take_errors()
+                assert error.retryable and "disk full" in error.reason
+                ballast.unlink()
+                await transport.wait_acked(3)
+                await transport.aclose()
+        assert steps_of(disk / "logs" / "new") == list(range(30))
+    finally:
+        unmount(disk)
 
 
 def test_a_disk_that_fills_and_frees_at_random_loses_and_duplicates_nothing(tmp_path):
@@ -752,4 +792,4 @@ def test_a_disk_that_fills_and_frees_at_random_loses_and_duplicates_nothing(tmp_
             server.alive()
         assert steps_of(logdir / "flaky") == list(range(300 * 200))
     finally:
-        subprocess.run(["umount", "-l", str(disk)], timeout=20, check=False)
+        unmount(disk)
