@@ -88,6 +88,23 @@ async def test_a_run_that_cannot_be_opened_is_refused_and_the_others_keep_going(
     assert steps_of(tmp_path / "good") == list(range(10))
 
 
+async def test_open_run_raises_the_real_cause(tmp_path):
+    """What attach() uses to report a locked or unwritable run at the call."""
+    broker = Broker(tmp_path)
+    holder = recorder.RunWriter(tmp_path / "held")
+    with pytest.raises(recorder.RunLockedError, match="already open"):
+        await broker.open_run("held")
+    holder.close()
+    await broker.open_run("held")
+    assert broker.statistics().open_writers == 1
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(recorder.RecorderError, match="not a directory"):
+        await broker.open_run("file")
+    with pytest.raises(RefusedError, match="clashes"):
+        await broker.open_run("a/b.vdlr")
+    await trio.to_thread.run_sync(broker._close_runs)
+
+
 async def test_a_locked_run_is_refused_in_order_and_taken_when_resent(tmp_path):
     """Batch 2 is refused (the run is held); 3 is refused behind it; once free, 2 and 3 land once."""
     broker = Broker(tmp_path)

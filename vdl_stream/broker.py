@@ -535,6 +535,22 @@ class Broker:
         """Return the refusal of the batch numbered ``seq`` if it was refused (and recently)."""
         return self._refused.get(seq)
 
+    async def open_run(self, name: str) -> None:
+        """Open (and lock) run ``name`` for writing now rather than at its first batch.
+
+        For an in-process writer that wants the real cause at ``attach()`` instead of a refusal
+        later. The run stays open like any other (it may be closed later to bound open files,
+        and is reopened at its next batch).
+
+        Raises:
+            RefusedError: the name is not a valid run name, or the run's files cannot be read.
+            recorder.RunLockedError: another writer holds the run.
+            recorder.RecorderError: the run directory is not usable (a file in the way).
+            OSError: the run cannot be created or written (the message names the path).
+        """
+        run = await self._get_run(name)
+        await trio.to_thread.run_sync(self._writer, run, limiter=self._limiter)
+
     async def _get_run(self, name: str) -> _Run:
         run = self._runs.get(name)
         if run is not None and run.loaded:
