@@ -323,3 +323,62 @@ def test_a_page_arriving_after_data_was_followed_gets_its_snapshot(logdir):
     finally:
         writer.kill()
         stop_serve(server)
+
+
+# -- one bad run never stops the server ---------------------------------------------------------
+
+
+def make_bad_runs(logdir: Path, names: list[str]) -> None:
+    """Runs whose only segment is foreign, from a newer format, or a symbolic link elsewhere."""
+    from recorder import framing
+
+    for name in names:
+        run = logdir / name
+        run.mkdir(parents=True)
+        segment = run / "segment-000000.vdlr"
+        if name.startswith("foreign"):
+            segment.write_bytes(b"PK\x03\x04 not a recorder file at all" * 4)
+        elif name.startswith("newer"):
+            header = bytearray(framing.encode_header(0, 1.7e9))
+            header[8:12] = (framing.FORMAT_VERSION + 1).to_bytes(4, "little")
+            segment.write_bytes(bytes(header))
+        else:
+            target = logdir.parent / "elsewhere.vdlr"
+            target.write_bytes(b"secret")
+            segment.symlink_to(target)
+
+
+def wait_runs(server, expected: list[str]) -> None:
+    deadline = time.monotonic() + 15
+    while (runs := http_get(server.url + "/api/runs")[1]["runs"]) != expected:
+        assert server.proc.poll() is None, server.proc.stderr.read()
+        assert time.monotonic() < deadline, runs
+        time.sleep(0.05)
+
+
+def test_bad_runs_present_at_start_or_appearing_later_are_skipped(logdir):
+    write_points(logdir / "good", range(10))
+    make_bad_runs(logdir, ["foreign", "newer", "linked"])
+    server = start_serve(logdir)
+    try:
+        wait_runs(server, ["good"])
+        make_bad_runs(logdir, ["foreign-later", "newer-later", "linked-later"])
+        write_points(logdir / "good2", range(5))
+        wait_runs(server, ["good", "good2"])
+        # a foreign segment appears in a run being followed: that run goes, the other stays live
+        (logdir / "good2" / "segment-000001.vdlr").write_bytes(b"garbage" * 10)
+        wait_runs(server, ["good"])
+        write_points(logdir / "good", range(10, 20))
+        deadline = time.monotonic() + 15
+        while len(http_get(server.url + "/api/scalars?run=good&tag=" + TAG)[1]["steps"]) < 20:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(2.5)  # a few more polls of the log directory: no repeated warnings
+        assert server.proc.poll() is None
+    finally:
+        assert stop_serve(server) == 0
+    stderr = server.proc.stderr.read()
+    for name in ["foreign", "newer", "linked", "foreign-later", "newer-later", "linked-later"]:
+        assert stderr.count(f"skipping run {name!r}") == 1, stderr
+    assert stderr.count("skipping run 'good2'") == 1, stderr
+    assert "Traceback" not in stderr, stderr
