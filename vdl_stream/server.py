@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import hmac
-import io
 import ipaddress
 import logging
 import math
@@ -29,9 +28,12 @@ from hypercorn.trio import serve as hypercorn_serve
 from quart import Blueprint, Response, jsonify, request, websocket
 from quart_trio import QuartTrio
 
+from recorder import RecorderError
+
 from . import __version__, codec
 from .broker import Broker
 from .errors import InsecureBindError, PortInUseError
+from .interop import Export, stream_export
 
 log = logging.getLogger("vdl_stream.server")
 
@@ -246,13 +248,15 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
             return jsonify(error=f"format must be csv or json, got {fmt!r}"), 400
         try:
             path = broker.run_path(name)
-            text = await trio.to_thread.run_sync(_export, path, fmt, pattern)
-        except KeyError:
+            export = await trio.to_thread.run_sync(_export, path, fmt, pattern)
+        except (KeyError, RecorderError):
             return jsonify(error=f"no run named {name!r}"), 404
         except re.error as exc:
             return jsonify(error=f"tag is not a valid regex: {exc}"), 400
         filename = name.replace("/", "_") + "." + fmt
-        response = Response(text, content_type=EXPORT_TYPES[fmt])
+        # Streamed chunk by chunk, each formatted in a worker thread: constant memory, and the
+        # event loop never waits on a long run.
+        response = Response(stream_export(export), content_type=EXPORT_TYPES[fmt])
         response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
 
@@ -292,13 +296,10 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
     return app
 
 
-def _export(path: Path, fmt: str, pattern: str | None) -> str:
-    """Render a run's export in memory (blocking)."""
-    from .interop import export_rows, write_csv, write_json
-
-    out = io.StringIO()
-    (write_csv if fmt == "csv" else write_json)(export_rows(path, pattern), out)
-    return out.getvalue()
+def _export(path: Path, fmt: str, pattern: str | None) -> Export:
+    """Open a run's export (blocking): the pattern is checked and the run opened here, so errors
+    are answered before the response starts."""
+    return Export(path, fmt, pattern)
 
 
 def _static_response(static: Any, name: str) -> Response:
