@@ -382,3 +382,87 @@ def test_bad_runs_present_at_start_or_appearing_later_are_skipped(logdir):
         assert stderr.count(f"skipping run {name!r}") == 1, stderr
     assert stderr.count("skipping run 'good2'") == 1, stderr
     assert "Traceback" not in stderr, stderr
+
+
+# -- bounded memory -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_streaming_downsampling_keeps_the_extremes_in_bounded_points(seed):
+    from vdl_stream.broker import _StreamingExtremes
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200_000))
+    values = rng.standard_normal(n)
+    if seed % 2:
+        values[rng.integers(0, n, 3)] = [np.nan, np.inf, -np.inf]
+        values[: n // 3] = 1.0  # long ties
+    steps = np.arange(n) * 2
+    walls = 1.7e9 + steps.astype(float)
+    max_points = int(rng.integers(2, 3000))
+    extremes = _StreamingExtremes(max_points)
+    at = 0
+    while at < n:
+        k = int(rng.integers(1, 70_000))
+        extremes.add(steps[at : at + k], walls[at : at + k], values[at : at + k])
+        at += k
+    got = extremes.result()
+    assert len(got.steps) <= max(max_points, 2)
+    idx = got.steps // 2
+    assert np.array_equal(np.sort(idx), idx) and len(np.unique(idx)) == len(idx)
+    assert idx[0] == 0 and idx[-1] == n - 1
+    np.testing.assert_array_equal(got.values, values[idx])
+    np.testing.assert_array_equal(got.walls, walls[idx])
+    kept = set(idx.tolist())
+    assert int(np.argmin(values)) in kept and int(np.argmax(values)) in kept  # NaN first
+    if n <= (max_points - 2) // 2:
+        assert len(idx) == n
+
+
+def vm_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return int(f.read().split("VmRSS:")[1].split()[0]) / 1024
+
+
+def test_serve_memory_stays_within_the_cache_budget_on_a_long_run(tmp_path):
+    """Downsampled reads and snapshots of a 6M-point tag (144 MB decoded) under --cache-mb 16."""
+    logdir = tmp_path / "logs"
+    with recorder.RunWriter(logdir / "long", sync="never") as w:
+        for lo in range(0, 6_000_000, 1 << 20):
+            s = np.arange(lo, min(6_000_000, lo + (1 << 20)))
+            w.append_scalars(TAG, s, 1.7e9 + s * 0.02, np.sin(s * 1e-4))
+    write_points(logdir / "short", range(100))
+    server = start_serve(logdir, "--cache-mb", "16")
+    try:
+        wait_runs(server, ["long", "short"])
+        baseline = vm_rss_mb(server.proc.pid)
+        for query in ("", "&start=1000&end=5000000", "&start=2000000"):
+            status, got = http_get(
+                f"{server.url}/api/scalars?run=long&tag={TAG}&max_points=2000{query}"
+            )
+            assert status == 200 and 2 <= len(got["steps"]) <= 2000
+        assert got["steps"][0] == 2_000_000 and got["steps"][-1] == 5_999_999
+        assert http_get(f"{server.url}/api/scalars?run=short&tag={TAG}")[1]["steps"] == list(
+            range(100)
+        )
+
+        async def snapshot() -> dict:
+            with trio.fail_after(60):
+                async with open_websocket_url(
+                    server.ws_url + "/ws/live", max_message_size=1 << 24
+                ) as ws:
+                    await ws.send_message(
+                        codec.encode_message({"type": "subscribe", "runs": ["long"]})
+                    )
+                    while True:
+                        message = await receive(ws)
+                        if message["type"] == "snapshot":
+                            return message
+
+        snap = trio.run(snapshot)
+        steps = np.frombuffer(snap["scalars"][0][1], "<f8")
+        assert steps[0] == 0 and steps[-1] == 5_999_999 and len(steps) <= 2000
+        grown = vm_rss_mb(server.proc.pid) - baseline
+        assert grown < 60, f"serve grew by {grown:.0f} MB"
+    finally:
+        stop_serve(server)

@@ -32,6 +32,7 @@ def _serve(args: argparse.Namespace) -> int:
                         args.port,
                         args.token,
                         insecure=args.insecure,
+                        cache_bytes=args.cache_mb << 20,
                         shutdown_trigger=shutdown_trigger,
                         task_status=task_status,
                     )
@@ -86,6 +87,20 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``serve --cache-mb`` default (the broker's default budget).
+DEFAULT_CACHE_MB = 128
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``vdl-stream`` command."""
     parser = argparse.ArgumentParser(
@@ -101,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="require this token from writers and browsers")
     serve.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --host without --token"
+    )
+    serve.add_argument(
+        "--cache-mb",
+        type=_positive_int,
+        default=DEFAULT_CACHE_MB,
+        metavar="MB",
+        help=f"memory for decoded data kept between reads, all runs together (default: "
+        f"{DEFAULT_CACHE_MB})",
     )
     serve.set_defaults(func=_serve)
 

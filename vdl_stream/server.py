@@ -31,7 +31,7 @@ from quart_trio import QuartTrio
 from recorder import RecorderError
 
 from . import __version__, codec
-from .broker import Broker
+from .broker import DEFAULT_CACHE_BYTES, Broker
 from .errors import InsecureBindError, PortInUseError
 from .interop import Export, stream_export
 
@@ -458,6 +458,7 @@ async def run_server(
     token: str | None = None,
     *,
     insecure: bool = False,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -465,9 +466,10 @@ async def run_server(
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
-    (they get close code 1001), then stop the web server.
+    (they get close code 1001), then stop the web server. ``cache_bytes`` is the budget of the
+    broker's read cache (see :class:`~vdl_stream.broker.Broker`).
     """
-    broker = Broker(logdir)
+    broker = Broker(logdir, cache_bytes=cache_bytes)
     web_stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
