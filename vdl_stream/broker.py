@@ -18,6 +18,7 @@ import os
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -700,11 +701,23 @@ class Broker:
         Frames queued for ``sub`` that the snapshot already covers are skipped afterwards. A run
         that cannot be read is left out (and logged once); the others are still sent.
         """
+        frames: list[bytes] = []
+
+        async def keep(frame: bytes) -> None:
+            frames.append(frame)
+
+        await self.send_snapshot(sub, keep, max_points)
+        return frames
+
+    async def send_snapshot(
+        self, sub: Subscriber, send: Callable[[bytes], Awaitable[Any]], max_points: int = 2000
+    ) -> None:
+        """Like :meth:`snapshot`, but hand each run's frame to ``send`` as soon as it is read, so
+        a page over many runs draws the first ones while the others are still being read."""
         # Batches ingested before the subscription were never offered to ``sub``: the snapshot
         # must hold them, so wait until they are written. Nothing to wait for when only
         # followed runs moved (what was fanned out of them was on disk already).
         await self.wait_persisted(min(sub.after_seq, self._ingest_seq))
-        frames = []
         for name in sorted(self._runs):
             run = self._runs.get(name)
             if run is None or not sub.wants(name):
@@ -729,9 +742,8 @@ class Broker:
                 sub.covered[name] = covered
                 self._cache.update(name, run.cached)
             scalars, events = sub.select(scalars, events)
-            frames.append(codec.encode_live("snapshot", covered, name, scalars, events))
-        await self._trim()
-        return frames
+            await send(codec.encode_live("snapshot", covered, name, scalars, events))
+            await self._trim()
 
     async def _read(self, name: str, fn: Any, *args: Any) -> Any:
         """Run ``fn(run, *args)`` on run ``name`` in a reader thread; KeyError for an unknown or

@@ -320,8 +320,7 @@ async def _live_session(broker: Broker) -> None:
         with scope:
             sub = broker.subscribe(runs, tags)
             try:
-                for frame in await broker.snapshot(sub, max_points):
-                    await websocket.send(frame)
+                await broker.send_snapshot(sub, websocket.send, max_points)
                 while True:
                     await websocket.send(await sub.receive())
             except trio.EndOfChannel:
