@@ -48,6 +48,10 @@ DEFAULT_CACHE_BYTES = 128 << 20
 IDLE_CLOSE = 30.0
 #: Points decoded at a time when a long tag is downsampled streaming.
 STREAM_CHUNK = 1 << 16
+#: What a RunReader's in-memory index holds per record (measured on live-cadence runs: the
+#: entries, and the part lists of grouped chunks); counted against the cache budget, so that many
+#: open readers are closed (least recently used first) as their decoded data is dropped.
+READER_RECORD_BYTES = 2048
 #: Reader threads at a time: reads of different runs overlap, and memory stays bounded.
 READ_THREADS = 2
 
@@ -208,7 +212,8 @@ class _Run:
         # is closed when idle and reopened at ``position`` (RunReader(limit=position)).
         self.signature: tuple | None = None  # the segment files' names, sizes and mtimes
         self.used = 0.0  # time.monotonic() of the reader's last use
-        self.cached = 0  # bytes the reader caches, as of its last use
+        self.cached = 0  # bytes the reader holds (its index and cache), as of its last use
+        self.base = 0  # of which its in-memory index, estimated
         self.lock = trio.Lock()  # RunReader is not thread-safe
 
     def load_ingest_state(self) -> None:
@@ -465,6 +470,7 @@ class Broker:
                 self._runs[name] = run
                 self._cache.update(name, run.cached)
             found.append(run)
+            await self._trim()  # opening many runs at start never holds all their readers
         if found:
             self._announce()
             if self._following:
@@ -598,18 +604,27 @@ class Broker:
         log.warning("vdl-stream: %s", message, exc_info=None if expected else exc)
 
     async def _trim(self) -> None:
-        """Drop the caches of the least recently used readers until the budget holds."""
-        for name in self._cache.victims():
-            run = self._runs.get(name)
-            if run is None:
-                self._cache.forget(name)
-                continue
-            async with run.lock:
-                if run.reader is None:
+        """Keep the readers' memory within the budget: drop the decoded data of the least
+        recently used readers first; if that is not enough, close them (they reopen where they
+        stopped when needed)."""
+        for close in (False, True):
+            for name in self._cache.victims():
+                run = self._runs.get(name)
+                if run is None:
                     self._cache.forget(name)
                     continue
-                await trio.to_thread.run_sync(_drop_cache, run, limiter=self._read_limiter)
-                self._cache.evicted(name, run.cached)
+                async with run.lock:
+                    if run.reader is None:
+                        self._cache.forget(name)
+                    elif close:
+                        run.reader.close()
+                        run.reader = None
+                        run.cached = 0
+                        self._cache.forget(name)
+                        self._cache.evictions += 1
+                    else:
+                        await trio.to_thread.run_sync(_drop_cache, run, limiter=self._read_limiter)
+                        self._cache.evicted(name, run.cached)
 
     def _wake_waiters(self) -> None:
         self._progress.set()
@@ -863,26 +878,23 @@ class _ReadCache:
         return out
 
 
-def _cached_bytes(reader: recorder.RunReader) -> int:
-    """Bytes of decoded data ``reader`` holds between reads."""
-    measure = getattr(reader, "cached_bytes", None)
-    if measure is not None:
-        return measure()
-    # Until RunReader reports it itself: an upper bound, every point of the run decoded.
-    return reader.statistics().scalar_points * 24
+def _measure(run: _Run) -> None:
+    """Set ``run.cached``: what its open reader holds, its index and decoded data (blocking)."""
+    run.cached = 0 if run.reader is None else run.base + run.reader.cached_bytes()
+
+
+def _adopt(run: _Run, reader: recorder.RunReader) -> None:
+    """Make ``reader`` the run's reader; estimate what its index holds in memory."""
+    run.reader = reader
+    run.base = reader.statistics().records * READER_RECORD_BYTES
+    run.used = time.monotonic()
 
 
 def _drop_cache(run: _Run) -> None:
     """Release what ``run``'s reader caches (blocking; hold ``run.lock``)."""
     assert run.reader is not None
-    drop = getattr(run.reader, "drop_cache", None)
-    if drop is not None:
-        drop()
-        run.cached = _cached_bytes(run.reader)
-    else:  # an older recorder: close it; it reopens at run.position when needed
-        run.reader.close()
-        run.reader = None
-        run.cached = 0
+    run.reader.drop_cache()
+    _measure(run)
 
 
 def _signature(path: Path) -> tuple:
@@ -934,12 +946,11 @@ def _open_follower(run: _Run, skipped: tuple | None) -> bool:
     if signature == skipped:
         return False
     try:
-        run.reader = recorder.RunReader(run.path)
+        _adopt(run, recorder.RunReader(run.path))
     except recorder.NotARunError:  # its directory went away or holds no segment yet
         return False
-    run.used = time.monotonic()
     run.position = run.reader.position()
-    run.cached = _cached_bytes(run.reader)
+    _measure(run)
     return True
 
 
@@ -951,7 +962,7 @@ def _open_reader(run: _Run, limit: Any = None) -> recorder.RunReader:
     fanned out.
     """
     if run.reader is None:
-        run.reader = recorder.RunReader(run.path, limit=run.position if limit is None else limit)
+        _adopt(run, recorder.RunReader(run.path, limit=run.position if limit is None else limit))
     elif run.local:
         run.reader.refresh(run.position if limit is None else limit)
     run.used = time.monotonic()
@@ -964,9 +975,10 @@ def _poll(run: _Run) -> list[recorder.Record]:
     signature = _signature(run.path)
     reader = _open_reader(run)
     records = reader.poll()
+    run.base += len(records) * READER_RECORD_BYTES
     run.signature = signature
     run.position = reader.position()
-    run.cached = _cached_bytes(reader)
+    _measure(run)
     return records
 
 
@@ -1089,7 +1101,7 @@ def _read_snapshot(
         records = [r for r in reader.read_records(kind=kind) if r.tag is None]
         events.extend(_record_event(r) for r in _thin(records, limit))
     events.sort(key=lambda e: e["wall"])
-    run.cached = _cached_bytes(reader)
+    _measure(run)
     return scalars, events
 
 
@@ -1105,20 +1117,20 @@ def _read_scalars(
     info = reader.tags().get(tag)
     count = 0 if info is None else info.count
     series = _scalars(reader, tag, count, start, end, max_points, stream_over)
-    run.cached = _cached_bytes(reader)
+    _measure(run)
     return series
 
 
 def _read_records(run: _Run, kind: str, tag: str | None) -> list[recorder.Record]:
     reader = _open_reader(run)
     records = reader.read_records(kind=kind, tag=tag)
-    run.cached = _cached_bytes(reader)
+    _measure(run)
     return records
 
 
 def _read_tags(run: _Run) -> dict[str, recorder.TagInfo]:
     reader = _open_reader(run)
-    run.cached = _cached_bytes(reader)
+    _measure(run)
     return {
         tag: info
         for tag, info in reader.tags().items()
