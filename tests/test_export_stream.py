@@ -95,9 +95,21 @@ def tricky(tmp_path_factory) -> Path:
     return run
 
 
+@pytest.fixture(params=["orjson", "repr"])
+def formatter(request, monkeypatch):
+    """Both ways of formatting numbers: orjson (when installed) and Python's repr()."""
+    from vdl_stream import interop
+
+    if request.param == "repr":
+        monkeypatch.setattr(interop, "_orjson", None)
+    elif interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    return request.param
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 @pytest.mark.parametrize("chunk_rows", [1, 7, 65536])
-def test_streamed_export_is_byte_identical_to_the_row_writer(tricky, fmt, chunk_rows):
+def test_streamed_export_is_byte_identical_to_the_row_writer(tricky, fmt, chunk_rows, formatter):
     with Export(tricky, fmt, chunk_rows=chunk_rows) as export:
         got = b"".join(export)
     assert got == reference(tricky, fmt)
@@ -106,6 +118,29 @@ def test_streamed_export_is_byte_identical_to_the_row_writer(tricky, fmt, chunk_
         json.loads(got.replace(b"nan", b"null"))  # valid JSON apart from NaN wall times
     else:
         assert len(list(csv.reader(io.StringIO(got.decode())))) == 1 + export.rows
+
+
+def test_numbers_are_formatted_as_repr_writes_them(formatter):
+    from vdl_stream.interop import _csv_rows, _json_rows
+
+    rng = np.random.default_rng(3)
+    n = 200_000
+    x = 10.0 ** rng.uniform(-30, 30, n) * rng.choice([-1.0, 1.0], n)
+    x[:1000] = rng.random(1000)
+    edges = [1e-4, -1e-4, np.nextafter(1e-4, 0), 1e16, np.nextafter(1e16, 0), 0.0, -0.0,
+             np.nan, np.inf, -np.inf, 5e-324, 1.7976931348623157e308, 9007199254740993.0]  # fmt: skip
+    x[1000 : 1000 + len(edges)] = edges
+    steps = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
+    expected = "".join(
+        f"t,{s},{w!r},{v!r}\n"
+        for s, w, v in zip(steps.tolist(), x.tolist(), x[::-1].tolist(), strict=True)
+    )
+    assert _csv_rows("t", steps, x, x[::-1].copy()).decode() == expected
+    expected = ", ".join(
+        f"[{w!r}, null, {repr(v) if math.isfinite(v) else 'null'}]"
+        for w, v in zip(x.tolist(), x[::-1].tolist(), strict=True)
+    )
+    assert _json_rows(None, x, x[::-1].copy()).decode() == expected
 
 
 def test_a_pattern_and_no_match(tricky):
