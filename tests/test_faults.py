@@ -523,11 +523,12 @@ def test_serve_refuses_bad_runs_and_events_and_keeps_serving(tmp_path):
                             server, codec.encode_batch(Batch(f"e{i}", 1, "events", [], [event]))
                         )
                         assert answer["type"] == "refused" and not answer["retryable"], answer
-                    holder = recorder.RunWriter(logdir / "held")
+                    # off the loop: the healthy browser's timestamps are taken on it
+                    holder = await trio.to_thread.run_sync(recorder.RunWriter, logdir / "held")
                     answer = await raw_answer(server, codec.encode_batch(batch(1, "held", "l")))
                     assert answer["type"] == "refused" and answer["retryable"] is True
                     assert "another process" in answer["reason"]
-                    holder.close()
+                    await trio.to_thread.run_sync(holder.close)
                     answer = await raw_answer(server, codec.encode_batch(batch(1, "held", "l")))
                     assert answer == {"type": "ack", "writer": "l", "seq": 1}
                     await healthy.enough()
