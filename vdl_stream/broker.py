@@ -71,15 +71,18 @@ REFUSALS_KEPT = 65536
 
 
 def default_open_writers() -> int:
-    """A sixth of the process's open-file limit, between 8 and 4,096.
+    """A quarter of the process's open-file limit, between 8 and 4,096.
 
     A ``RunWriter`` holds three descriptors (the directory, the open segment, the lock file), so
-    half the limit stays free for sockets and readers.
+    at the bound writers take three quarters of the limit: enough for as many live runs as the
+    server takes writer connections under ``ulimit -n 1024``. Should the process still run out
+    of descriptors, the broker closes half of its writers and refuses (retryable) the batches
+    it could not write.
     """
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 4096
-    return max(8, min(4096, soft // 6))
+    return max(8, min(4096, soft // 4))
 
 
 class SubscriberLimitError(RuntimeError):
@@ -353,6 +356,10 @@ class _Run:
         self.loaded = True  # only now: a failed load is tried again by the next batch
 
 
+def _out_of_files(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
 def _parts(batches: list[tuple[int, Batch]]) -> list[list[tuple[int, Batch]]]:
     """Cut a run's batches into parts of about FLUSH_BYTES, in order; each is one flush."""
     parts: list[list[tuple[int, Batch]]] = []
@@ -413,8 +420,8 @@ class Broker:
         max_subscribers: :meth:`subscribe` raises :class:`SubscriberLimitError` past this many.
         max_open_writers: run files kept open for writing at once; the least recently written
             run is fsynced and closed to make room (and reopened when it is written again).
-            By default a sixth of the open-file limit (170 under ``ulimit -n 1024``), each
-            writer holding three descriptors, so half stays free for sockets and readers.
+            By default a quarter of the open-file limit (256 under ``ulimit -n 1024``; each
+            holds three descriptors, see :func:`default_open_writers`).
         segment_bytes: a run's segment file is closed and the next one started once it is about
             this large, always between two flushes (a segment may exceed it by one flush).
         cache_bytes: the budget, in bytes, for decoded data that runs' readers keep between reads;
@@ -639,6 +646,8 @@ class Broker:
                     await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
                 except (OSError, recorder.RecorderError) as exc:
                     # Not added: a later batch tries again (the cause may go away).
+                    if _out_of_files(exc):
+                        await trio.to_thread.run_sync(self._shed_writers, limiter=self._limiter)
                     raise refusal_for(exc) from None
                 self._runs[name] = run
                 if new:
@@ -1100,13 +1109,17 @@ class Broker:
             run.writer = recorder.RunWriter(run.path, sync="never", segment_bytes=NO_ROTATION)
             run.rotating = False
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                # Make room for the next try: close half of the runs kept open.
-                for _ in range(len(self._open_writers) // 2):
-                    self._retire(self._open_writers.popitem(last=False)[1])
+            if _out_of_files(exc):
+                self._shed_writers()
             raise
         self._open_writers[run.name] = run
         return run.writer
+
+    def _shed_writers(self) -> None:
+        """Out of file descriptors: close the least recently used half of the open writers, so
+        the retry of what was refused finds room (blocking)."""
+        for _ in range((len(self._open_writers) + 1) // 2):
+            self._retire(self._open_writers.popitem(last=False)[1])
 
     def _retire(self, run: _Run) -> None:
         """fsync and close a run's writer to free its files (blocking)."""
