@@ -630,7 +630,8 @@ async def stalled_browser(
 
 def test_stalled_browsers_with_large_events_keep_memory_bounded(tmp_path):
     """4 browsers that never read (each with its own tag filter, so no frame is shared), 150
-    events of 1 MiB: each queue stops at its byte cap and gets a gap; RSS stays bounded."""
+    events of 1 MiB at 40 a second: each queue stops at its byte cap and gets a gap; RSS stays
+    bounded."""
     logdir = tmp_path / "logs"
     healthy = Healthy()
     with serve(logdir) as server:
@@ -651,7 +652,9 @@ def test_stalled_browsers_with_large_events_keep_memory_bounded(tmp_path):
                         server.ws + "/ws/ingest", max_message_size=64 << 20
                     ) as ws:
                         event = {"kind": "text", "tag": "t", "wall": WALL, "text": "x" * (1 << 20)}
-                        for seq in range(1, 151):
+                        start = trio.current_time()
+                        for seq in range(1, 151):  # 40 MiB/s: a heavy writer, not a saturated CPU
+                            await trio.sleep_until(start + seq / 40)
                             frame = codec.encode_batch(
                                 Batch("big", seq, "big", [], [{**event, "step": seq}])
                             )
