@@ -348,6 +348,8 @@ def test_events_that_would_break_reads_are_refused_on_ingest():
 REPO = Path(__file__).resolve().parent.parent
 #: The p99 latency a healthy browser must keep while another run is faulted.
 P99_LIMIT = 0.050
+#: The server's peak RSS in every serve case (about 60 MB at rest).
+RSS_LIMIT_MB = 300
 #: The bound when the machine is overloaded (load average above its CPU count).
 P99_OVERLOADED = 0.500
 
@@ -509,6 +511,7 @@ async def healthy_traffic(
 def check_healthy(server: Serve, healthy: Healthy) -> None:
     """The healthy run got everything it sent, once, and its browser kept up."""
     assert healthy.acked == healthy.sent > 10
+    assert server.rss_peak_mb() < RSS_LIMIT_MB
     status, body = http_get(f"{server.url}/api/scalars?run={healthy.run}&tag=loss")
     assert status == 200 and body["steps"] == list(range(1, healthy.sent + 1))
     assert len(healthy.latencies) >= (healthy.sent - 10) * 0.9
