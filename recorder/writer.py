@@ -595,8 +595,12 @@ def lock_run(run_dir: str) -> int:
         raise RunLockedError(
             f"{run_dir}: the run is already open in another RunWriter{pid}"
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except BaseException:
+        os.close(fd)  # e.g. a full disk: never keep a lock nobody can release
+        raise
     return fd
 
 

@@ -170,6 +170,7 @@ def _nested(depth: int) -> list:
         ({"kind": "pr_curve", **_COMMON, "thresholds": b"\0" * 16, "tp": b"\0" * 8}, "pr_curve tp"),
         ({"kind": "text", **_COMMON, "text": "x", "deep": _nested(1000)}, "deeper than 8"),
         ({"kind": "meta", **_COMMON, "m": {3: 4}}, "not a short str"),
+        ({"kind": "meta", **_COMMON, "m": [b"\0" * 8]}, "bin data below the top level"),
         ({"kind": "text", **_COMMON, "text": "x", "n": 2**70}, "outside 64 bits"),
         ({"kind": "text", "tag": "t", "step": 2**63, "wall": 1.0, "text": "x"}, "int64"),
     ],

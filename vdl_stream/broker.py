@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import re
+import resource
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -46,8 +47,22 @@ FLUSH_BYTES = 16 << 20
 #: The recorder's own segment limit for the broker's writers: never reached; the broker starts
 #: new segments itself, between flushes.
 NO_ROTATION = 1 << 62
+#: A refusal of the same run for the same reason is logged at most once in this many seconds.
+LOG_INTERVAL = 10.0
 #: Refusals remembered for waiters that ask after the fact, by broker seq (oldest forgotten).
 REFUSALS_KEPT = 65536
+
+
+def default_open_writers() -> int:
+    """A sixth of the process's open-file limit, between 8 and 4,096.
+
+    A ``RunWriter`` holds three descriptors (the directory, the open segment, the lock file), so
+    half the limit stays free for sockets and readers.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(8, min(4096, soft // 6))
 
 
 class SubscriberLimitError(RuntimeError):
@@ -355,6 +370,8 @@ class Broker:
         max_subscribers: :meth:`subscribe` raises :class:`SubscriberLimitError` past this many.
         max_open_writers: run files kept open for writing at once; the least recently written
             run is fsynced and closed to make room (and reopened when it is written again).
+            By default a sixth of the open-file limit (170 under ``ulimit -n 1024``), each
+            writer holding three descriptors, so half stays free for sockets and readers.
         segment_bytes: a run's segment file is closed and the next one started once it is about
             this large, always between two flushes (a segment may exceed it by one flush).
     """
@@ -368,14 +385,14 @@ class Broker:
         subscriber_queue: int = 256,
         subscriber_bytes: int = 8 << 20,
         max_subscribers: int = 256,
-        max_open_writers: int = 64,
+        max_open_writers: int | None = None,
         segment_bytes: int = 64 << 20,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
             ("subscriber_bytes", subscriber_bytes),
             ("max_subscribers", max_subscribers),
-            ("max_open_writers", max_open_writers),
+            ("max_open_writers", max_open_writers or 1),
             ("queue_size", queue_size),
             ("segment_bytes", segment_bytes),
         ):
@@ -386,7 +403,7 @@ class Broker:
         self._subscriber_queue = subscriber_queue
         self._subscriber_bytes = subscriber_bytes
         self._max_subscribers = max_subscribers
-        self._max_open_writers = max_open_writers
+        self._max_open_writers = max_open_writers or default_open_writers()
         self._segment_bytes = segment_bytes
         self._runs: dict[str, _Run] = {}
         self._subscribers: set[Subscriber] = set()
@@ -399,6 +416,7 @@ class Broker:
         self._queue_peak = self._batches = self._events = self._duplicates = 0
         self._refusal_count = self._subscribers_refused = 0
         self._refused: OrderedDict[int, RefusedError] = OrderedDict()  # broker seq -> refusal
+        self._logged: dict[tuple[str, str], float] = {}  # (run, reason) -> when last logged
         self._open_writers: OrderedDict[str, _Run] = OrderedDict()  # LRU, persist thread only
         self._limiter = trio.CapacityLimiter(1)
         self._closed = trio.Event()
@@ -430,7 +448,7 @@ class Broker:
                 self._refusal_count += 1
                 raise resend[1]
             if batch.seq == resend[0]:
-                del run.resend_from[batch.writer]
+                del run.resend_from[batch.writer]  # put back if this copy is not taken
         last = run.last_seq.get(batch.writer, 0)
         if batch.seq <= last:
             self._duplicates += 1
@@ -457,6 +475,8 @@ class Broker:
             # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
             run.last_seq[batch.writer] = last
             run.inflight.pop((batch.writer, batch.seq), None)
+            if resend is not None and batch.seq == resend[0]:
+                run.resend_from[batch.writer] = resend
             for sub in self._subscribers:
                 if sub.wants(batch.run):
                     sub.mark_gap()
@@ -514,6 +534,22 @@ class Broker:
     def refusal(self, seq: int) -> RefusedError | None:
         """Return the refusal of the batch numbered ``seq`` if it was refused (and recently)."""
         return self._refused.get(seq)
+
+    async def open_run(self, name: str) -> None:
+        """Open (and lock) run ``name`` for writing now rather than at its first batch.
+
+        For an in-process writer that wants the real cause at ``attach()`` instead of a refusal
+        later. The run stays open like any other (it may be closed later to bound open files,
+        and is reopened at its next batch).
+
+        Raises:
+            RefusedError: the name is not a valid run name, or the run's files cannot be read.
+            recorder.RunLockedError: another writer holds the run.
+            recorder.RecorderError: the run directory is not usable (a file in the way).
+            OSError: the run cannot be created or written (the message names the path).
+        """
+        run = await self._get_run(name)
+        await trio.to_thread.run_sync(self._writer, run, limiter=self._limiter)
 
     async def _get_run(self, name: str) -> _Run:
         run = self._runs.get(name)
@@ -629,13 +665,21 @@ class Broker:
         for sub in self._subscribers:
             if sub.wants(batch.run):
                 sub.mark_gap()
-        if root:
+        # One line per run and reason every LOG_INTERVAL s: a writer retrying into a full disk
+        # must not fill the log too.
+        now = time.monotonic()
+        if (
+            root
+            and now - self._logged.get((batch.run, refusal.reason), -LOG_INTERVAL) >= LOG_INTERVAL
+        ):
+            self._logged[(batch.run, refusal.reason)] = now
+            while len(self._logged) > 1024:
+                del self._logged[next(iter(self._logged))]
             log.warning(
-                "refused batch %d of writer %s for run %r: %s",
-                batch.seq,
-                batch.writer[:16],
+                "refusing batches of run %r: %s (%d refusals so far)",
                 batch.run,
                 refusal.reason,
+                self._refusal_count,
             )
 
     async def _discover(self) -> None:
@@ -910,7 +954,10 @@ class Broker:
                 run.writer = None
             for reader in (run.reader, run.follower):
                 if reader is not None:
-                    reader.close()
+                    try:
+                        reader.close()
+                    except Exception:  # close the others anyway
+                        log.warning("closing a reader of run %r failed", run.name, exc_info=True)
         self._open_writers.clear()
 
     def close(self) -> None:

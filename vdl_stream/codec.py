@@ -303,6 +303,10 @@ def _check_value(value: object, where: str, depth: int) -> None:
     elif isinstance(value, list):
         for item in value:
             _check_value(item, where, depth + 1)
+    elif type(value) is bytes and depth > 1:
+        # Readers turn an event's bin values into arrays of floats, or media; nested ones would
+        # have no JSON form.
+        raise ProtocolError(f"event value {where} holds bin data below the top level")
     elif type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX:
         raise ProtocolError(f"event value {where} is an int outside 64 bits")
 
