@@ -212,6 +212,8 @@ class Writer:
         self._warned: set[str] = set()
         self._problem: str | None = None  # the unresolved failure, for flush()'s warning
         self._refusals = 0  # refusals (batches the broker will never store) reported so far
+        self._last_refusal: str | None = None
+        self._flushed_refusals = 0  # _refusals when the last flush() returned
         self._flush_interval = flush_interval
         self._flush_timeout = flush_timeout
         self._seq = 0
@@ -423,20 +425,36 @@ class Writer:
             return False
         done = threading.Event()
         result = [False]
-        refusals = self._refusals
         # Look the list up in the loop, not here: the pump swaps in a new one every interval.
         self._call_soon(lambda: self._flushes.append((done, result)))
         if not done.wait(self._flush_timeout if timeout is None else timeout):
-            cause = f": {self._problem}" if self._problem else ""
+            problem = self._problem
+            cause = f": {problem}" if problem else ""
             self._warn_flush(f"not confirmed within the timeout{cause}; the data stays queued")
+            self._absorb_reports(problem)
             return False
-        if self._refusals != refusals:
-            self._warn_flush(f"incomplete: the broker refused part of it: {self._problem}")
+        # Anything refused since the last flush was logged before this one: not all is stored.
+        refusals = self._refusals
+        refused, self._flushed_refusals = refusals - self._flushed_refusals, refusals
+        if refused:
+            reason = self._last_refusal
+            self._warn_flush(f"incomplete: the broker refused part of it: {reason}")
+            self._absorb_reports(reason)
             return False
         return result[0]
 
     def _warn_flush(self, why: str) -> None:
         warnings.warn(f"vdl-stream: flush of run {self.run!r} {why}", RuntimeWarning, stacklevel=3)
+
+    def _absorb_reports(self, told: str | None) -> None:
+        """Take the pending reports after a flush warning: those it already told are not
+        repeated on the next call; others are warned now."""
+        while self._reports:
+            reason = self._reports.popleft()
+            if told and told in reason and len(self._warned) < MAX_WARNED_REASONS:
+                self._warned.add(reason)
+            else:
+                self._warn_once(reason, stacklevel=4)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the background thread and release the run. Idempotent."""
@@ -576,8 +594,9 @@ class Writer:
             if getattr(error, "retryable", False):
                 self._report(f"the broker refused a batch, retrying: {error.reason}")
             else:
+                self._last_refusal = str(getattr(error, "reason", error))
                 self._refusals += 1
-                self._report(f"the broker refused a batch: {getattr(error, 'reason', error)}")
+                self._report(f"the broker refused a batch: {self._last_refusal}")
 
     async def _deliver(self, transport: Transport) -> None:
         """Hand pending batches to the transport in order; on a failure keep the batch, report
@@ -803,15 +822,13 @@ async def _open_run(broker: Any, run: str, run_dir: str) -> None:
             the directory.
     """
     # The broker opens runs lazily, at their first batch, and turns failures into refusals for
-    # remote writers; here its own steps are taken ahead, so the real error reaches attach().
+    # remote writers; open_run takes those steps now, so the real error reaches attach().
     try:
-        state = await broker._get_run(run)
+        await broker.open_run(run)
     except RefusedError as refusal:
         raise RefusedError(
             f"cannot record a run in {run_dir}: {refusal.reason}", retryable=refusal.retryable
         ) from None
-    try:
-        await trio.to_thread.run_sync(broker._writer, state, limiter=broker._limiter)
     except recorder.RecorderError as exc:
         raise type(exc)(str(exc)) from None
     except OSError as exc:
