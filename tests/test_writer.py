@@ -302,10 +302,15 @@ def test_pending_data_spills_to_disk_beyond_its_memory_bound(tmp_path, failing_s
             w.add_text("t", "y" * 2000, step)
             time.sleep(0.006)
     wait_for(lambda: not w._points)  # the pump keeps draining the hot path
-    assert w._pending.spilled > 0
-    assert w._pending._memory_bytes <= 64 << 10
+    stats = w.statistics()
+    assert stats.spilled_batches > 0 and stats.pending_batches > stats.spilled_batches
+    assert stats.send_failures >= 1 and "Input/output error" in stats.problem
+    assert w._pending._memory_bytes <= 64 << 10  # the rest is in the spool file
+    assert stats.dropped_batches == 0
     failing_send["error"] = None
     assert w.flush(timeout=20) is True
+    stats = w.statistics()
+    assert (stats.pending_batches, stats.pending_bytes, stats.problem) == (0, 0, None)
     w.close()
     with recorder.RunReader(tmp_path / "spill") as reader:
         assert reader.read_scalars("x").steps.tolist() == list(range(step))
@@ -321,3 +326,16 @@ def test_a_stopped_background_thread_makes_flush_fail_at_once(tmp_path):
         assert w.flush(timeout=30) is False
     assert time.monotonic() - started < 1
     w.close()
+
+
+def test_points_that_cannot_be_stored_are_dropped_and_reported_never_the_rest(tmp_path):
+    w = attach(tmp_path, run="defence", telemetry=False)
+    # What no add_* call lets through (the checks are bypassed here on purpose).
+    w._points.append(("x", 2**70, 1.0, 0.0))
+    w.add_scalar("x", 2.0, 2)
+    with pytest.warns(RuntimeWarning, match=r"dropped 1 scalar point\(s\) that cannot be stored"):
+        assert w.flush(timeout=10) is True
+        w.add_scalar("x", 3.0, 3)
+    w.close()
+    with recorder.RunReader(tmp_path / "defence") as reader:
+        assert reader.read_scalars("x").values.tolist() == [2.0, 3.0]

@@ -23,6 +23,7 @@ import warnings
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -31,7 +32,7 @@ import trio
 import recorder
 
 from . import codec, summaries
-from .codec import Batch
+from .codec import Batch, ScalarColumns
 from .errors import RefusedError, unwrap
 from .summaries import to_float, to_step
 from .transport import InProcessTransport, Spool, Transport, WebSocketTransport
@@ -100,6 +101,29 @@ def _batch_bytes(batch: Batch) -> int:
     return size + sum(_event_bytes(e) for e in batch.events)
 
 
+@dataclass(frozen=True)
+class WriterStatistics:
+    """A point-in-time view of a :class:`Writer`'s background delivery.
+
+    Attributes:
+        pending_batches: batches taken from the hot path and not yet handed to the transport.
+        pending_bytes: their estimated size in memory plus their bytes in the spool file.
+        spilled_batches: batches ever spilled to the spool file (memory bound reached).
+        dropped_batches: batches dropped: the spool was full, or could not be written.
+        send_failures: failed attempts to hand a batch to the transport (each retried).
+        refusals: batches the broker refused for good (each reported).
+        problem: the unresolved failure being retried, or None.
+    """
+
+    pending_batches: int
+    pending_bytes: int
+    spilled_batches: int
+    dropped_batches: int
+    send_failures: int
+    refusals: int
+    problem: str | None
+
+
 class _Pending:
     """Batches taken from the hot path and not yet handed to the transport, oldest first.
 
@@ -115,7 +139,7 @@ class _Pending:
         self._memory_limit = memory_bytes
         self._spool = Spool(memory_bytes=0, disk_bytes=disk_bytes)
         self.spilled = 0  # batches ever spilled to disk
-        self.dropped = 0  # batches dropped: the spool was full, or could not be written
+        self._dropped = 0  # batches dropped from memory (the spool could not be written)
 
     def __len__(self) -> int:
         return len(self._memory) + len(self._spool)
@@ -139,10 +163,14 @@ class _Pending:
             while self._memory_bytes > 4 * self._memory_limit and len(self._memory) > 1:
                 _, (_, dropped) = self._memory.popitem(last=False)
                 self._memory_bytes -= dropped
-                self.dropped += 1
+                self._dropped += 1
             return f"cannot spill pending batches to a temporary file ({_describe(exc)})"
         self.spilled += 1
         return None
+
+    def nbytes(self) -> int:
+        """Estimated bytes held in memory plus bytes in the spool."""
+        return self._memory_bytes + self._spool.nbytes
 
     def first(self) -> tuple[int, Batch] | None:
         """Return the oldest pending batch with its seq, or None."""
@@ -156,6 +184,11 @@ class _Pending:
                 return seq, codec.decode_batch(codec.decode_message(frame))
             self._spool.ack(seq)  # pragma: no cover - get() returns a frame for every held seq
         return None
+
+    @property
+    def dropped(self) -> int:
+        """Batches dropped: the spool was full, or could not be written."""
+        return self._dropped + self._spool.dropped
 
     def remove(self, seq: int) -> None:
         """Forget the oldest batch, ``seq``, once the transport has taken it."""
@@ -214,6 +247,7 @@ class Writer:
         self._refusals = 0  # refusals (batches the broker will never store) reported so far
         self._last_refusal: str | None = None
         self._flushed_refusals = 0  # _refusals when the last flush() returned
+        self._send_failures = 0
         self._flush_interval = flush_interval
         self._flush_timeout = flush_timeout
         self._seq = 0
@@ -405,6 +439,18 @@ class Writer:
         self._reports.append(reason)
         self._attention = True
 
+    def statistics(self) -> WriterStatistics:
+        """Return the state of delivery: what waits, what was spilled, dropped or refused."""
+        return WriterStatistics(
+            pending_batches=len(self._pending),
+            pending_bytes=self._pending.nbytes(),
+            spilled_batches=self._pending.spilled,
+            dropped_batches=self._pending.dropped,
+            send_failures=self._send_failures,
+            refusals=self._refusals,
+            problem=self._problem,
+        )
+
     # -- flushing and closing -------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -566,14 +612,31 @@ class Writer:
             events = self._events[:m]
             del self._events[:m]
             self._seq += 1
-            batch = Batch(
-                self._id, self._seq, self.run, codec.columns_from_points(points), events, sync
-            )
+            batch = Batch(self._id, self._seq, self.run, self._columns(points), events, sync)
             problem = self._pending.put(batch)
             if problem is not None:
                 self._report(problem)
             self._wake_sender()
         return self._seq
+
+    def _columns(self, points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
+        """Group points into columns. The calls checked every point, so this cannot fail; if it
+        still does, the points that cannot be stored are dropped and reported, never the rest."""
+        try:
+            return codec.columns_from_points(points)
+        except Exception as exc:
+            kept = []
+            for point in points:
+                try:
+                    codec.columns_from_points([point])
+                except Exception:
+                    continue
+                kept.append(point)
+            self._report(
+                f"dropped {len(points) - len(kept)} scalar point(s) that cannot be stored "
+                f"({_describe(exc)})"
+            )
+            return codec.columns_from_points(kept)
 
     def _wake_sender(self) -> None:
         assert self._sent_changed is not None
@@ -609,6 +672,7 @@ class Writer:
                 if item is not None:
                     await transport.send(item[1])
             except Exception as exc:  # never trio.Cancelled (a BaseException)
+                self._send_failures += 1
                 self._report(f"cannot hand a batch to the broker, retrying ({_describe(exc)})")
                 await trio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
