@@ -5,6 +5,15 @@ background thread running its own trio loop wakes every ``flush_interval``, take
 groups it into columnar batches and hands them to a transport: the in-process broker, or a remote
 ``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
 ``flush()`` and ``close()``, which wait (with a timeout) for durability.
+
+Every argument is checked at the call, so the background thread only sees what it can store. It
+still never stops on a failure: the pump (hot path -> pending batches) never waits on the
+transport; pending batches are bounded in memory and spill to a temporary file; a separate task
+hands them over in order, keeping and retrying one that fails; and what went wrong reaches the
+training thread as one warning per reason on its next call (a flag it already tests, no lock).
+
+    add_* --append--> lists --pump, every interval--> _Pending (memory, then Spool file)
+          --_deliver, in order, retried--> transport --> broker;  flush() --_confirm--> wait_acked
 """
 
 from __future__ import annotations
