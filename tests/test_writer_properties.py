@@ -313,9 +313,12 @@ MADE = itertools.count()
 )
 def test_constructors(env, tmp_path_factory, make, logdir, comment, display_name):
     root = Path(env[0]) / "made"
+    root.mkdir(exist_ok=True)
     if isinstance(logdir, str):  # keep every directory it may create under the test's own
         parts = [p for p in logdir.split("/") if p not in ("", "..")]
         logdir = str(root.joinpath(*parts)) if parts else logdir
+    cwd = os.getcwd()
+    os.chdir(root)  # without a directory the facades record under ./runs
     try:
         if make == "LogWriter":
             writer = LogWriter(logdir, comment, display_name=display_name, telemetry=False)
@@ -323,6 +326,8 @@ def test_constructors(env, tmp_path_factory, make, logdir, comment, display_name
             writer = SummaryWriter(logdir, comment, telemetry=False)
     except (TypeError, ValueError):
         return
+    finally:
+        os.chdir(cwd)
     made = next(MADE)
     try:
         writer.add_scalar("x", float(made), made)  # runs may repeat: each example's own point
