@@ -54,6 +54,13 @@ def _serve(args: argparse.Namespace) -> int:
                 print(
                     f"vdl-stream {__version__}: serving {args.logdir} at {url}{suffix}", flush=True
                 )
+                if args.host in ("0.0.0.0", "::"):
+                    names = ", ".join(args.allow_host) or "none yet"
+                    print(
+                        f"listening on every interface; other machines reach it by the names "
+                        f"given with --allow-host ({names})",
+                        flush=True,
+                    )
 
     try:
         trio.run(main)

@@ -26,7 +26,7 @@ import resource
 import socket
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
@@ -70,7 +70,9 @@ WILDCARD_HOSTS = {"", "0.0.0.0", "::"}
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 #: Close codes of the WebSocket limits (RFC 6455 section 7.4.1).
 CLOSE_POLICY = 1008  # no subscribe / no batch in time
-CLOSE_TRY_AGAIN_LATER = 1013  # too many WebSockets open
+CLOSE_TRY_AGAIN_LATER = 1013  # too many browsers open
+#: Seconds a writer refused for lack of room is asked to wait (the 503's Retry-After).
+WRITER_RETRY_AFTER = 2
 #: The longest ``tags`` filter a subscriber may send.
 MAX_TAG_FILTER = 200
 
@@ -706,48 +708,61 @@ def api_blueprint(broker: Broker) -> Blueprint:
 
 
 def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
-    """``/ws/live`` (browsers) and ``/ws/ingest`` (writers), each within its pool of ``limits``."""
+    """``/ws/live`` (browsers) and ``/ws/ingest`` (writers), each within its pool of ``limits``.
+
+    Past its pool a browser is accepted and closed at once with 1013 (try again later): a page
+    cannot read the status of a refused handshake, but it shows a close reason and reconnects
+    with backoff. A writer is refused before the upgrade with 503 and ``Retry-After``; the
+    transport reports that as an unreachable broker and backs off, where a close right after
+    connecting would have it reconnect at once.
+    """
     bp = Blueprint("websockets", __name__)
     caps = dict(zip(("browsers", "writers"), limits.pools(), strict=True))
     open_now = {"browsers": 0, "writers": 0}
 
-    @contextlib.asynccontextmanager
-    async def slot(pool: str) -> AsyncIterator[bool]:
-        """Hold one place of ``pool`` for this WebSocket; yield False (after closing it with
-        1013) when the pool is full."""
-        if open_now[pool] >= caps[pool]:
-            await websocket.accept()
-            await websocket.close(
-                CLOSE_TRY_AGAIN_LATER, f"too many {pool} connected ({caps[pool]}); try again later"
-            )
-            yield False
-            return
+    def full(pool: str) -> str | None:
+        if open_now[pool] < caps[pool]:
+            return None
+        return f"too many {pool} connected ({caps[pool]}); try again later"
+
+    @contextlib.contextmanager
+    def holding(pool: str) -> Iterator[None]:
         open_now[pool] += 1
         try:
-            yield True
+            yield
         finally:
             open_now[pool] -= 1
 
     @bp.websocket("/ws/live")
     async def ws_live() -> Any:
-        async with slot("browsers") as admitted:
-            if admitted:
-                await websocket.accept()
-                await websocket.send(
-                    codec.encode_message(
-                        {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
-                    )
+        if (reason := full("browsers")) is not None:
+            await websocket.accept()
+            await websocket.close(CLOSE_TRY_AGAIN_LATER, reason)
+            return None
+        with holding("browsers"):
+            await websocket.accept()
+            await websocket.send(
+                codec.encode_message(
+                    {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
                 )
-                await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
-                await _live_session(broker, limits.subscribe_timeout)
+            )
+            await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
+            await _live_session(broker, limits.subscribe_timeout)
         return None
 
     @bp.websocket("/ws/ingest")
     async def ws_ingest() -> Any:
-        async with slot("writers") as admitted:
-            if admitted:
-                await websocket.accept()
-                await _until_idle(partial(_ingest_session, broker), limits.ingest_idle_timeout)
+        if (reason := full("writers")) is not None:
+            # A response returned before accept() refuses the handshake with it.
+            return Response(
+                json.dumps({"error": reason}),
+                503,
+                {"Retry-After": str(WRITER_RETRY_AFTER)},
+                content_type="application/json",
+            )
+        with holding("writers"):
+            await websocket.accept()
+            await _until_idle(partial(_ingest_session, broker), limits.ingest_idle_timeout)
         return None
 
     return bp
@@ -918,6 +933,11 @@ async def _ingest_session(broker: Broker) -> None:
 
 
 def _url(host: str, port: int) -> str:
+    """The URL to print for a server bound to ``host``: a wildcard bind is reached from this
+    machine through loopback (a Host of ``0.0.0.0`` is not served, and not every system can
+    connect to it)."""
+    if host in WILDCARD_HOSTS:
+        host = "::1" if host == "::" else "127.0.0.1"
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
