@@ -231,7 +231,8 @@ def test_a_read_only_logdir_is_a_one_line_error_at_the_call(read_only_dir, make)
 
 def test_a_logdir_without_permission_is_a_one_line_error_at_the_call(tmp_path):
     logdir = tmp_path / "private"
-    logdir.mkdir(mode=0o700)
+    # root's directory, for the child that drops to nobody; a read-only one for anyone else
+    logdir.mkdir(mode=0o700 if os.getuid() == 0 else 0o500)
     script = textwrap.dedent(
         f"""
         import os, sys, vdl_stream, vdl_stream.broker, vdl_stream.telemetry
