@@ -274,6 +274,9 @@ def test_a_failing_broker_keeps_the_data_reports_the_reason_and_recovers(tmp_pat
         w.add_scalar("x", 1001.0, 1001)
     with pytest.warns(RuntimeWarning, match="not confirmed within the timeout: .*No space left"):
         assert w.flush(timeout=0.3) is False
+        for _ in range(20):  # flushes that gave up leave nothing behind to wait on
+            assert w.flush(timeout=0.01) is False
+    assert not w._to_confirm
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         w.add_scalar("x", 1002.0, 1002)  # the same reason is not repeated

@@ -267,7 +267,10 @@ class Writer:
         self._sent_changed: trio.Event | None = None
         self._pending = _Pending(PENDING_MEMORY_BYTES, PENDING_DISK_BYTES)
         self._flushes: list[tuple[threading.Event, list[bool]]] = []
-        self._confirm_lock = trio.Lock()  # one wait_acked at a time, in flush order
+        # Flushes handed to the confirm task, with the seq each waits for; a flush that timed
+        # out is taken out again, so a broker that never answers cannot make this grow.
+        self._to_confirm: list[tuple[int, threading.Event, list[bool]]] = []
+        self._confirm_wake: trio.Event | None = None
         self._closing = False
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -483,6 +486,7 @@ class Writer:
         # Look the list up in the loop, not here: the pump swaps in a new one every interval.
         self._call_soon(lambda: self._flushes.append((done, result)))
         if not done.wait(self._flush_timeout if timeout is None else timeout):
+            self._call_soon(self._forget_flush, done)
             problem = self._problem
             cause = f": {problem}" if problem else ""
             self._warn_flush(f"not confirmed within the timeout{cause}; the data stays queued")
@@ -522,6 +526,8 @@ class Writer:
         self._call_soon(lambda: setattr(self, "_closing", True))
         self._thread.join(self._flush_timeout if timeout is None else timeout)
         _live_writers.discard(self)
+        while self._reports:  # e.g. batches that could not be delivered before the close
+            self._warn_once(self._reports.popleft(), stacklevel=3)
 
     def __enter__(self) -> Writer:
         return self
@@ -563,13 +569,15 @@ class Writer:
             self._token = trio.lowlevel.current_trio_token()
             self._wake = trio.Event()
             self._sent_changed = trio.Event()
+            self._confirm_wake = trio.Event()
             self._ready.set()
             if self._telemetry is not None:
                 nursery.start_soon(partial(self._sample_telemetry, **self._telemetry))
             try:
                 async with trio.open_nursery() as inner:
                     inner.start_soon(self._deliver, transport)
-                    await self._pump(transport, inner)
+                    inner.start_soon(self._confirm, transport)
+                    await self._pump(transport)
                     inner.cancel_scope.cancel()
             finally:
                 with trio.move_on_after(self._flush_timeout, shield=True):
@@ -589,7 +597,7 @@ class Writer:
         finally:
             sampler.close()
 
-    async def _pump(self, transport: Transport, nursery: trio.Nursery) -> None:
+    async def _pump(self, transport: Transport) -> None:
         """Every interval, move what the hot path appended into pending batches; never waits on
         the transport, so the hot path's lists stay short whatever the broker does."""
         while True:
@@ -601,7 +609,9 @@ class Writer:
             self._take_refusals(transport)
             seq = self._take_pending(sync=bool(flushes) or closing)
             if flushes:
-                nursery.start_soon(self._confirm, transport, seq, flushes)
+                self._to_confirm += [(seq, done, result) for done, result in flushes]
+                assert self._confirm_wake is not None
+                self._confirm_wake.set()
             if closing:
                 # Deliver what is pending, within the flush timeout (close() already flushed).
                 with trio.move_on_after(self._flush_timeout):
@@ -700,19 +710,30 @@ class Writer:
     def _pending_is_clear(self) -> bool:
         return not len(self._pending) and not self._reports
 
-    async def _confirm(
-        self, transport: Transport, seq: int, flushes: list[tuple[threading.Event, list[bool]]]
-    ) -> None:
-        """Resolve ``flushes`` once batch ``seq`` is taken by the transport and acknowledged."""
-        async with self._confirm_lock:
-            await self._wait_sent(seq)
-            await transport.wait_acked(seq)
-        self._take_refusals(transport)
-        if self._pending_is_clear():
-            self._problem = None  # everything up to here went through: the cause went away
-        for done, result in flushes:
-            result[0] = True
-            done.set()
+    async def _confirm(self, transport: Transport) -> None:
+        """Resolve flushes once the batches they wait for are taken by the transport and
+        acknowledged; the only caller of ``wait_acked``, so waits never race each other."""
+        while True:
+            if not self._to_confirm:
+                assert self._confirm_wake is not None
+                await self._confirm_wake.wait()
+                self._confirm_wake = trio.Event()
+                continue
+            target = max(seq for seq, _, _ in self._to_confirm)
+            await self._wait_sent(target)
+            await transport.wait_acked(target)
+            self._take_refusals(transport)
+            if self._pending_is_clear():
+                self._problem = None  # everything up to here went through: the cause went away
+            confirmed = [r for r in self._to_confirm if r[0] <= target]
+            self._to_confirm = [r for r in self._to_confirm if r[0] > target]
+            for _, done, result in confirmed:
+                result[0] = True
+                done.set()
+
+    def _forget_flush(self, done: threading.Event) -> None:
+        """Drop a flush whose caller stopped waiting (in the loop)."""
+        self._to_confirm = [r for r in self._to_confirm if r[1] is not done]
 
 
 _now = time.time  # one global lookup on the hot path instead of two
