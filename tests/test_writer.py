@@ -342,3 +342,22 @@ def test_points_that_cannot_be_stored_are_dropped_and_reported_never_the_rest(tm
     w.close()
     with recorder.RunReader(tmp_path / "defence") as reader:
         assert reader.read_scalars("x").values.tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "text"),
+    [
+        ({"telemetry_interval": 0.01}, ValueError, "telemetry_interval must be from 0.1 to 3600 s"),
+        ({"telemetry_interval": "1"}, TypeError, "telemetry_interval must be a number"),
+        ({"flush_interval": 0}, ValueError, "flush_interval must be from 0.001 to 60 s, got 0"),
+        ({"flush_interval": True}, TypeError, "flush_interval must be a number of seconds"),
+        ({"url": b"ws://x"}, TypeError, "url must be a str"),
+        ({"run": "a\u202eb"}, ValueError, r"U\+202E"),
+        ({"run": "exp/index.vdli"}, ValueError, "clashes with the record format"),
+        ({"logdir": 3}, TypeError, "logdir must be a str or path, got int 3"),
+    ],
+)
+def test_attach_arguments_are_checked(tmp_path, kwargs, error, text):
+    kwargs = {"logdir": tmp_path, "run": "r", "telemetry": False, **kwargs}
+    with pytest.raises(error, match=text):
+        attach(**kwargs)

@@ -796,14 +796,14 @@ def attach(
     """
     from .telemetry import distributed_env
 
-    if telemetry_interval < 0.1:
-        raise ValueError(f"telemetry_interval must be at least 0.1 s, got {telemetry_interval!r}")
+    _check_seconds("telemetry_interval", telemetry_interval, 0.1, 3600.0)
+    _check_seconds("flush_interval", flush_interval, 1e-3, 60.0)
     if serve and url is not None:
         raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
-    if not isinstance(flush_interval, (int, float)) or not 0 < flush_interval <= 60:
-        raise ValueError(
-            f"flush_interval must be a number of seconds in (0, 60], got {flush_interval!r}"
-        )
+    if url is not None and not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__} {url!r:.40}")
+    if token is not None and not isinstance(token, str):
+        raise TypeError(f"token must be a str or None, got {type(token).__name__}")
     rank, local_rank, _ = distributed_env()
     run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
     # NVML sees every GPU of the node, so one process per node reports them.
@@ -839,6 +839,13 @@ def attach(
         return transport
 
     return Writer(run, open_local, **options)
+
+
+def _check_seconds(name: str, value: object, least: float, most: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not least <= value <= most:
+        raise ValueError(f"{name} must be from {least:g} to {most:g} s, got {value!r}")
 
 
 def resolve_run(
