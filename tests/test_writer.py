@@ -320,6 +320,80 @@ def test_pending_data_spills_to_disk_beyond_its_memory_bound(tmp_path, failing_s
         assert len(reader.read_records(kind="text")) == 40
 
 
+def test_when_the_spool_file_fails_too_batches_wait_in_memory_in_order(
+    tmp_path, failing_send, monkeypatch
+):
+    from vdl_stream import writer as writer_module
+    from vdl_stream.transport import Spool
+
+    monkeypatch.setattr(writer_module, "PENDING_MEMORY_BYTES", 32 << 10)
+    spool_full = {"on": False}
+    original_put = Spool.put
+
+    def put(self, seq, frame):
+        if spool_full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        original_put(self, seq, frame)
+
+    monkeypatch.setattr(Spool, "put", put)
+    w = attach(tmp_path, run="tail", telemetry=False, flush_interval=0.005)
+    failing_send["error"] = OSError(errno.EIO, "Input/output error")
+    step = 0
+
+    def log(batches):
+        nonlocal step
+        for _ in range(batches):
+            for _ in range(300):
+                w.add_scalar("x", float(step), step)
+                step += 1
+            time.sleep(0.007)
+
+    with pytest.warns(RuntimeWarning) as caught:
+        log(20)  # memory, then the spool file
+        wait_for(lambda: w.statistics().spilled_batches > 0)
+        spool_full["on"] = True
+        log(3)  # the spool's disk is full too: behind it, in memory
+        wait_for(lambda: not w._points)
+        spool_full["on"] = False
+        log(2)  # still behind the spool: nothing overtakes
+        wait_for(lambda: not w._points)
+    assert any("cannot spill pending batches" in str(x.message) for x in caught)
+    assert w._pending._tail and len(w._pending._spool)
+    assert w.statistics().dropped_batches == 0
+    failing_send["error"] = None
+    assert w.flush(timeout=20) is True
+    w.close()
+    with recorder.RunReader(tmp_path / "tail") as reader:
+        series = reader.read_scalars("x")
+    assert series.steps.tolist() == list(range(step))  # in order, none lost or duplicated
+
+
+def test_with_no_broker_and_no_spool_memory_stays_bounded(tmp_path, failing_send, monkeypatch):
+    from vdl_stream import writer as writer_module
+    from vdl_stream.transport import Spool
+
+    def put(self, seq, frame):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer_module, "PENDING_MEMORY_BYTES", 16 << 10)
+    monkeypatch.setattr(Spool, "put", put)
+    w = attach(tmp_path, run="bounded", telemetry=False, flush_interval=0.005)
+    failing_send["error"] = OSError(errno.EIO, "Input/output error")
+    with pytest.warns(RuntimeWarning, match="dropped the oldest pending batches"):
+        for step in range(30_000):
+            w.add_scalar("x", float(step), step)
+            if step % 300 == 0:
+                time.sleep(0.006)
+        wait_for(lambda: not w._points)
+        w.add_scalar("x", 0.0, 30_000)
+    stats = w.statistics()
+    assert stats.dropped_batches > 0 and stats.pending_bytes <= 4 * (16 << 10) + 8_000
+    assert w._thread.is_alive()
+    failing_send["error"] = None
+    assert w.flush(timeout=20) is True
+    w.close()
+
+
 def test_a_stopped_background_thread_makes_flush_fail_at_once(tmp_path):
     w = attach(tmp_path, run="stopped", telemetry=False)
     w._call_soon(lambda: setattr(w, "_closing", True))  # the loop ends, the writer is not closed

@@ -138,12 +138,15 @@ class _Pending:
 
     In memory up to ``memory_bytes`` (estimated); past that, encoded into a transport
     :class:`Spool` that keeps them in a temporary file (and drops the oldest, with a warning, past
-    its disk bound). Once anything is spilled, later batches are spilled too until the spool is
-    empty, so the order is always memory first, then spool.
+    its disk bound). Should the spool file fail (its disk full too), later batches wait in memory
+    behind it, up to four times the bound, the oldest of them dropped past that. The order is
+    always head (memory), spool, tail (memory): a batch never overtakes an older one, which a
+    reader would take for a training restart.
     """
 
     def __init__(self, memory_bytes: int, disk_bytes: int) -> None:
-        self._memory: OrderedDict[int, tuple[Batch, int]] = OrderedDict()
+        self._head: OrderedDict[int, tuple[Batch, int]] = OrderedDict()
+        self._tail: OrderedDict[int, tuple[Batch, int]] = OrderedDict()
         self._memory_bytes = 0
         self._memory_limit = memory_bytes
         self._spool = Spool(memory_bytes=0, disk_bytes=disk_bytes)
@@ -151,31 +154,42 @@ class _Pending:
         self._dropped = 0  # batches dropped from memory (the spool could not be written)
 
     def __len__(self) -> int:
-        return len(self._memory) + len(self._spool)
+        return len(self._head) + len(self._spool) + len(self._tail)
 
     def put(self, batch: Batch) -> str | None:
         """Keep ``batch``; return a problem to report (spilling failed), or None."""
         size = _batch_bytes(batch)
-        if not len(self._spool) and (
-            self._memory_bytes + size <= self._memory_limit or not self._memory
-        ):
-            self._memory[batch.seq] = (batch, size)
+        fits = self._memory_bytes + size <= self._memory_limit or not self._head
+        if fits and not len(self._spool) and not self._tail:
+            self._head[batch.seq] = (batch, size)
             self._memory_bytes += size
             return None
-        try:
-            self._spool.put(batch.seq, codec.encode_batch(batch))
-        except Exception as exc:  # a full or unwritable temp dir, or a batch msgpack refuses
-            # Keep the batch in memory over the bound rather than lose it; past four times the
-            # bound, the oldest batches go (the training process must not run out of memory).
-            self._memory[batch.seq] = (batch, size)
-            self._memory_bytes += size
-            while self._memory_bytes > 4 * self._memory_limit and len(self._memory) > 1:
-                _, (_, dropped) = self._memory.popitem(last=False)
-                self._memory_bytes -= dropped
-                self._dropped += 1
-            return f"cannot spill pending batches to a temporary file ({_describe(exc)})"
-        self.spilled += 1
-        return None
+        if not self._tail:
+            try:
+                self._spool.put(batch.seq, codec.encode_batch(batch))
+            except Exception as exc:  # a full or unwritable temp dir, or a batch msgpack refuses
+                problem = f"cannot spill pending batches to a temporary file ({_describe(exc)})"
+            else:
+                self.spilled += 1
+                return None
+        else:
+            problem = None
+        # Behind the spool, in memory, rather than lost; bounded, the training process must not
+        # run out of memory either.
+        self._tail[batch.seq] = (batch, size)
+        self._memory_bytes += size
+        dropped = 0
+        while self._memory_bytes > 4 * self._memory_limit and len(self._tail) > 1:
+            _, (_, size) = self._tail.popitem(last=False)
+            self._memory_bytes -= size
+            dropped += 1
+        if dropped:
+            self._dropped += dropped
+            problem = (
+                f"dropped the oldest pending batches ({self._dropped} so far): memory is full "
+                "and the spool file cannot be written"
+            )
+        return problem
 
     def nbytes(self) -> int:
         """Estimated bytes held in memory plus bytes in the spool."""
@@ -183,15 +197,18 @@ class _Pending:
 
     def first(self) -> tuple[int, Batch] | None:
         """Return the oldest pending batch with its seq, or None."""
-        if self._memory:
-            seq, (batch, _) = next(iter(self._memory.items()))
+        if self._head:
+            seq, (batch, _) = next(iter(self._head.items()))
             return seq, batch
         while len(self._spool):
-            seq = self._spool.after(0)[0]
+            seq = self._spool.first()
             frame = self._spool.get(seq)
             if frame is not None:
                 return seq, codec.decode_batch(codec.decode_message(frame))
             self._spool.ack(seq)  # pragma: no cover - get() returns a frame for every held seq
+        if self._tail:
+            seq, (batch, _) = next(iter(self._tail.items()))
+            return seq, batch
         return None
 
     @property
@@ -201,10 +218,11 @@ class _Pending:
 
     def remove(self, seq: int) -> None:
         """Forget the oldest batch, ``seq``, once the transport has taken it."""
-        if seq in self._memory:
-            self._memory_bytes -= self._memory.pop(seq)[1]
-        else:
-            self._spool.ack(seq)
+        for memory in (self._head, self._tail):
+            if seq in memory:
+                self._memory_bytes -= memory.pop(seq)[1]
+                return
+        self._spool.ack(seq)
 
     def close(self) -> None:
         """Release the spool file."""
