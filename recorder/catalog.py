@@ -273,8 +273,11 @@ class Catalog:
     def _keeps(self, entry: Entry) -> bool:
         return self.keep_data and (entry.kind == codec.SCALARS or entry.length <= KEEP_EVENT_BYTES)
 
-    def load(self, entry: Entry) -> Any:
-        """The decoded data of ``entry``, reading and verifying it if needed; None if damaged."""
+    def load(self, entry: Entry, *, keep: bool = True) -> Any:
+        """The decoded data of ``entry``, reading and verifying it if needed; None if damaged.
+
+        With ``keep=False`` the data is not kept in memory (a streaming read).
+        """
         if entry.data is not None:
             return entry.data
         state = self._open_segment(entry.segment)
@@ -289,7 +292,7 @@ class Catalog:
                 why = str(exc)
             else:
                 if decoded[0] == entry.kind and decoded[1] == entry.tag:
-                    if self._keeps(entry):
+                    if keep and self._keeps(entry):
                         entry.data = decoded[4]
                     return decoded[4]
                 why = "record does not match the index"

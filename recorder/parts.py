@@ -163,6 +163,24 @@ class PartTable:
         self.n = base + k
         return base
 
+    def unload(self) -> None:
+        """Forget the loaded points (they are read again from disk when asked for)."""
+        self._consolidate()
+        self.cols["start"][:] = -1
+        self.steps = np.empty(0, np.int64)
+        self.walls = np.empty(0, np.float64)
+        self.values = np.empty(0, np.float64)
+        self.n = 0
+
+    def nbytes(self) -> int:
+        """Bytes held by the loaded points and the part columns."""
+        return (
+            self.steps.nbytes
+            + self.walls.nbytes
+            + self.values.nbytes
+            + sum(c.nbytes for c in self.cols.values())
+        )
+
     def gather(self, rows: np.ndarray) -> ScalarSeries:
         """The points of ``rows`` (loaded), concatenated in the order given."""
         counts = self.cols["count"][rows]

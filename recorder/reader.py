@@ -415,13 +415,7 @@ class RunReader:
         self._check_open()
         if max_points is not None and (not isinstance(max_points, int) or max_points < 2):
             raise ValueError(f"max_points must be an int >= 2 or None, got {max_points!r}")
-        entries = self._by_tag.get(tag)
-        if (
-            entries
-            and all(e.kind != codec.SCALARS for e in entries)
-            and not len(self._parts.rows_of(tag))
-        ):
-            raise ValueError(f"tag {tag!r} holds {entries[0].kind!r} records, not scalars")
+        self._check_scalar_tag(tag)
         series, monotonic = self._series(tag)
         if start is not None or end is not None:
             steps = series.steps
@@ -441,6 +435,185 @@ class RunReader:
         for col in series:
             col.flags.writeable = False  # they may be views of the cache
         return series
+
+    def cached_bytes(self) -> int:
+        """Bytes of decoded data this reader holds: series buffers, group points, kept payloads.
+
+        An estimate for a cache budget: NumPy buffers exactly, kept payloads by their size on disk.
+        """
+        self._check_open()
+        total = self._parts.nbytes()
+        for state in self._tag_series.values():
+            total += state.steps.nbytes + state.walls.nbytes + state.values.nbytes
+        for e in self._catalog.entries:
+            if e.data is not None:
+                total += e.length
+        return total
+
+    def drop_cache(self) -> None:
+        """Free the decoded data this reader holds; later reads load it again from disk.
+
+        What the reader knows about the run (its records, tags and summaries) stays.
+        """
+        self._check_open()
+        self._tag_series.clear()
+        self._parts.unload()
+        for e in self._catalog.entries:
+            if e.parts is None or e.data is not None:
+                e.data = None
+        self._meta_done = 0
+        self._meta = {}
+
+    def _pieces(self, tag: str) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+        """The chunks and group parts of ``tag`` in write order, with their first steps and step
+        ranges: ``(refs, firsts, smins, smaxs)``; a ref is an Entry or a part row number."""
+        entries = [
+            e for e in self._by_tag.get(tag, ()) if e.kind == codec.SCALARS and e.length >= 0
+        ]
+        rows = self._parts.rows_of(tag)
+        cols = self._parts.cols
+        keys = [(e.seq, 0) for e in entries] + [(int(s), 1) for s in cols["seq"][rows].tolist()]
+        refs: list = [*entries, *rows.tolist()]
+        firsts = np.array([e.step for e in entries] + cols["first"][rows].tolist(), dtype=np.int64)
+        smins = np.array([e.smin for e in entries] + cols["smin"][rows].tolist(), dtype=np.int64)
+        smaxs = np.array([e.smax for e in entries] + cols["smax"][rows].tolist(), dtype=np.int64)
+        if entries and len(rows):
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            refs = [refs[i] for i in order]
+            firsts, smins, smaxs = firsts[order], smins[order], smaxs[order]
+        return refs, firsts, smins, smaxs
+
+    def _piece_points(self, ref, cache: dict) -> ScalarSeries | None:
+        """The points of one chunk or group part, decoded without keeping them; None if damaged."""
+        if not isinstance(ref, int):
+            data = ref.data if ref.data is not None else self._catalog.load(ref, keep=False)
+            if data is None:
+                self._kill(ref)
+                return None
+            try:
+                return codec.decode_scalars(data)
+            except codec.PayloadError as exc:
+                self._catalog.report_damage(ref, str(exc))
+                self._kill(ref)
+                return None
+        cols = self._parts.cols
+        if cols["start"][ref] >= 0:
+            return self._parts.slice_of(ref)
+        g = int(cols["group"][ref])
+        series = cache.get(g)
+        if series is None:
+            entry = self._parts.groups[g]
+            data = self._catalog.load(entry, keep=False) if entry.length >= 0 else None
+            try:
+                series = codec.decode_scalars(data) if data is not None else None
+            except codec.PayloadError as exc:
+                self._catalog.report_damage(entry, str(exc))
+                series = None
+            if series is None:
+                if entry.length >= 0:
+                    self._kill(entry)
+                return None
+            cache.clear()  # parts of one tag are in different groups: keep one at a time
+            cache[g] = series
+        lo = int(cols["local"][ref])
+        hi = lo + int(cols["count"][ref])
+        return ScalarSeries(*(col[lo:hi] for col in series))
+
+    def _ceilings(self, refs: list, firsts, smins, smaxs) -> np.ndarray:
+        """Per piece, the step from which its points are superseded by a later restart (the
+        rule of :meth:`read_scalars`), from the summaries, decoding only pieces a restart cuts."""
+        n = len(refs)
+        ceil = np.full(n, np.iinfo(np.int64).max, np.int64)
+        if n < 2:
+            return ceil
+        before = np.maximum.accumulate(smaxs)
+        candidates = np.flatnonzero(firsts[1:] < before[:-1]) + 1
+        cache: dict = {}
+        for j in candidates.tolist():
+            c = ceil[:j]
+            whole = smaxs[:j] < c
+            kept = int(smaxs[:j][whole].max()) if whole.any() else None
+            for i in np.flatnonzero(~whole & (smins[:j] < c)).tolist():
+                points = self._piece_points(refs[i], cache)
+                if points is None:
+                    continue
+                below = points.steps[points.steps < c[i]]
+                if len(below):
+                    top = int(below.max())
+                    kept = top if kept is None else max(kept, top)
+            if kept is not None and int(firsts[j]) < kept:
+                np.minimum(c, firsts[j], out=c)
+        return ceil
+
+    def iter_scalars(
+        self,
+        tag: str,
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        max_chunk_points: int = 65536,
+    ) -> Iterator[ScalarSeries]:
+        """The points of ``tag`` as :meth:`read_scalars` returns them, a bounded piece at a time.
+
+        Decodes one stored chunk at a time and keeps nothing, so memory stays bounded whatever the
+        length of the run: the pieces yielded, concatenated, equal ``read_scalars(tag, start=start,
+        end=end)``. Each has between 1 and ``max_chunk_points`` points. Restarts are applied from
+        the chunk summaries (only chunks a restart cuts are decoded ahead).
+
+        Raises:
+            ValueError: ``max_chunk_points`` is not an int >= 1, or the tag holds only records of
+                another kind.
+        """
+        self._check_open()
+        if (
+            not isinstance(max_chunk_points, int)
+            or isinstance(max_chunk_points, bool)
+            or max_chunk_points < 1
+        ):
+            raise ValueError(f"max_chunk_points must be an int >= 1, got {max_chunk_points!r}")
+        self._check_scalar_tag(tag)
+        return self._iter_scalars(tag, start, end, max_chunk_points)
+
+    def _iter_scalars(
+        self, tag: str, start: int | None, end: int | None, limit: int
+    ) -> Iterator[ScalarSeries]:
+        refs, firsts, smins, smaxs = self._pieces(tag)
+        ceil = self._ceilings(refs, firsts, smins, smaxs)
+        lo = np.iinfo(np.int64).min if start is None else start
+        hi = np.iinfo(np.int64).max if end is None else end
+        pending: list[ScalarSeries] = []
+        held = 0
+        cache: dict = {}
+        for i, ref in enumerate(refs):
+            if smaxs[i] < lo or smins[i] > hi or smins[i] >= ceil[i]:
+                continue
+            points = self._piece_points(ref, cache)
+            if points is None:
+                continue
+            steps = points.steps
+            keep = (steps < ceil[i]) & (steps >= lo) & (steps <= hi)
+            if not keep.all():
+                points = ScalarSeries(*(col[keep] for col in points))
+            while len(points.steps):
+                room = limit - held
+                piece = ScalarSeries(*(col[:room] for col in points))
+                pending.append(piece)
+                held += len(piece.steps)
+                points = ScalarSeries(*(col[room:] for col in points))
+                if held == limit:
+                    yield _concat(pending)
+                    pending, held = [], 0
+        if held:
+            yield _concat(pending)
+
+    def _check_scalar_tag(self, tag: str) -> None:
+        entries = self._by_tag.get(tag)
+        if (
+            entries
+            and all(e.kind != codec.SCALARS for e in entries)
+            and not len(self._parts.rows_of(tag))
+        ):
+            raise ValueError(f"tag {tag!r} holds {entries[0].kind!r} records, not scalars")
 
     def _records_of(self, entry: Entry) -> list[Record]:
         """The records of one entry: one, or one per part of a group chunk; none if damaged."""
@@ -573,6 +746,11 @@ class RunReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _concat(pieces: list[ScalarSeries]) -> ScalarSeries:
+    """One series of the pieces, copied (never a view of a decoded buffer)."""
+    return ScalarSeries(*(np.concatenate(cols) for cols in zip(*pieces, strict=True)))
 
 
 def list_runs(logdir: str | os.PathLike[str]) -> list[str]:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import re
 import resource
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ import numpy as np
 import trio
 
 import recorder
+from recorder.catalog import INDEX_NAME, SEGMENT_RE
 
 from . import codec
 from .codec import Batch, ScalarColumns
@@ -40,6 +43,20 @@ INGEST_KIND = "ingest"
 SNAPSHOT_EVENTS = 100
 #: Untagged kinds in a snapshot, with their limits: an hour of telemetry at one sample a second.
 UNTAGGED_SNAPSHOT = {"telemetry": 3600, "hparams": SNAPSHOT_EVENTS, "meta": SNAPSHOT_EVENTS}
+#: Points per tag in the snapshot offered to open pages when a new run appears (the page's default).
+SNAPSHOT_POINTS = 2000
+#: Default budget for decoded data kept by runs' readers between reads.
+DEFAULT_CACHE_BYTES = 128 << 20
+#: Default seconds after which an unused reader is closed.
+IDLE_CLOSE = 30.0
+#: Points decoded at a time when a long tag is downsampled streaming.
+STREAM_CHUNK = 1 << 16
+#: What a RunReader's in-memory index holds per record (measured on live-cadence runs: the
+#: entries, and the part lists of grouped chunks); counted against the cache budget, so that many
+#: open readers are closed (least recently used first) as their decoded data is dropped.
+READER_RECORD_BYTES = 2048
+#: Reader threads at a time: reads of different runs overlap, and memory stays bounded.
+READ_THREADS = 2
 #: A persist flush of one run is cut after this many bytes of batches, each part with its own
 #: bookkeeping record, so the recorder never writes a part of a flush on its own (its buffer
 #: writes itself out past 32 MiB).
@@ -54,15 +71,18 @@ REFUSALS_KEPT = 65536
 
 
 def default_open_writers() -> int:
-    """A sixth of the process's open-file limit, between 8 and 4,096.
+    """A quarter of the process's open-file limit, between 8 and 4,096.
 
     A ``RunWriter`` holds three descriptors (the directory, the open segment, the lock file), so
-    half the limit stays free for sockets and readers.
+    at the bound writers take three quarters of the limit: enough for as many live runs as the
+    server takes writer connections under ``ulimit -n 1024``. Should the process still run out
+    of descriptors, the broker closes half of its writers and refuses (retryable) the batches
+    it could not write.
     """
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 4096
-    return max(8, min(4096, soft // 6))
+    return max(8, min(4096, soft // 4))
 
 
 class SubscriberLimitError(RuntimeError):
@@ -265,6 +285,27 @@ class BrokerStatistics:
     subscribers_refused: int = 0
 
 
+@dataclass(frozen=True)
+class ReadStatistics:
+    """A point-in-time view of the broker's read side.
+
+    Attributes:
+        cache_bytes: decoded data held by runs' readers now.
+        cache_budget: the budget for it (``cache_bytes`` may pass it until the next trim).
+        cache_evictions: readers that dropped their cache to keep the budget.
+        readers_open: runs with an open reader (each holds file descriptors).
+        followed: runs other processes write, followed by this broker.
+        skipped: runs left out because their files cannot be read.
+    """
+
+    cache_bytes: int
+    cache_budget: int
+    cache_evictions: int
+    readers_open: int
+    followed: int
+    skipped: int
+
+
 class _Run:
     """A run directory: the writer the persist task owns, and a reader for snapshots."""
 
@@ -279,7 +320,12 @@ class _Run:
         self.unsynced = False  # written since its last fsync
         self.loaded = False  # whether last_seq was read back from disk
         self.local = False  # this broker writes it; otherwise another process may, and we follow
-        self.follower: recorder.RunReader | None = None
+        # Read side. One reader serves snapshots, HTTP reads and (for a followed run) the tail; it
+        # is closed when idle and reopened at ``position`` (RunReader(limit=position)).
+        self.signature: tuple | None = None  # the segment files' names, sizes and mtimes
+        self.used = 0.0  # time.monotonic() of the reader's last use
+        self.cached = 0  # bytes the reader holds (its index and cache), as of its last use
+        self.base = 0  # of which its in-memory index, estimated
         self.lock = trio.Lock()  # RunReader is not thread-safe
         # (writer, seq) -> broker seq of a batch accepted but not yet written or refused, so a
         # re-sent copy waits for the original's outcome instead of being acknowledged blindly.
@@ -308,6 +354,10 @@ class _Run:
                     self.last_seq.update(record.data)
         self.persisted_seq = dict(self.last_seq)
         self.loaded = True  # only now: a failed load is tried again by the next batch
+
+
+def _out_of_files(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 def _parts(batches: list[tuple[int, Batch]]) -> list[list[tuple[int, Batch]]]:
@@ -370,10 +420,17 @@ class Broker:
         max_subscribers: :meth:`subscribe` raises :class:`SubscriberLimitError` past this many.
         max_open_writers: run files kept open for writing at once; the least recently written
             run is fsynced and closed to make room (and reopened when it is written again).
-            By default a sixth of the open-file limit (170 under ``ulimit -n 1024``), each
-            writer holding three descriptors, so half stays free for sockets and readers.
+            By default a quarter of the open-file limit (256 under ``ulimit -n 1024``; each
+            holds three descriptors, see :func:`default_open_writers`).
         segment_bytes: a run's segment file is closed and the next one started once it is about
             this large, always between two flushes (a segment may exceed it by one flush).
+        cache_bytes: the budget, in bytes, for decoded data that runs' readers keep between reads;
+            beyond it the least recently used readers drop their caches.
+        idle_close: close a run's reader (its file descriptors and cache) after this many seconds
+            without a read or new data; it reopens where it stopped when needed.
+
+    Raises:
+        ValueError: a size, count or ``idle_close`` is not positive.
     """
 
     def __init__(
@@ -387,6 +444,8 @@ class Broker:
         max_subscribers: int = 256,
         max_open_writers: int | None = None,
         segment_bytes: int = 64 << 20,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        idle_close: float = IDLE_CLOSE,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
@@ -398,6 +457,10 @@ class Broker:
         ):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(cache_bytes, int) or cache_bytes <= 0:
+            raise ValueError(f"cache_bytes must be a positive int, got {cache_bytes!r}")
+        if not idle_close > 0:
+            raise ValueError(f"idle_close must be a positive number of seconds, got {idle_close!r}")
         self.logdir = Path(logdir)
         self._sync_interval = sync_interval
         self._subscriber_queue = subscriber_queue
@@ -420,6 +483,17 @@ class Broker:
         self._open_writers: OrderedDict[str, _Run] = OrderedDict()  # LRU, persist thread only
         self._limiter = trio.CapacityLimiter(1)
         self._closed = trio.Event()
+        # Read side: its own threads, so that a long read never holds back persistence.
+        self._read_limiter = trio.CapacityLimiter(READ_THREADS)
+        self._cache = _ReadCache(cache_bytes)
+        # A downsampled read of a tag whose points would take over a quarter of the budget
+        # streams it (24 bytes a point decoded) instead of caching it whole.
+        self._stream_over = cache_bytes // (4 * 24)
+        self._idle_close = idle_close
+        self._ingest_seq = 0  # broker seq of the newest batch ingested (not followed)
+        self._following = False  # the first discovery is done: later runs are offered snapshots
+        self._skipped: dict[str, tuple | None] = {}  # unreadable run -> its files when skipped
+        self._warned: set[str] = set()
 
     # -- ingest ---------------------------------------------------------------------------------
 
@@ -468,6 +542,7 @@ class Broker:
         run.local = True
         seq = self._fan_out(batch.run, batch.scalars, batch.events)
         run.inflight[(batch.writer, batch.seq)] = seq
+        ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
             await self._send.send((seq, batch, batch.sync))
         except BaseException:
@@ -475,6 +550,8 @@ class Broker:
             # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
             run.last_seq[batch.writer] = last
             run.inflight.pop((batch.writer, batch.seq), None)
+            if self._ingest_seq == seq:
+                self._ingest_seq = ingested
             if resend is not None and batch.seq == resend[0]:
                 run.resend_from[batch.writer] = resend
             for sub in self._subscribers:
@@ -569,6 +646,8 @@ class Broker:
                     await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
                 except (OSError, recorder.RecorderError) as exc:
                     # Not added: a later batch tries again (the cause may go away).
+                    if _out_of_files(exc):
+                        await trio.to_thread.run_sync(self._shed_writers, limiter=self._limiter)
                     raise refusal_for(exc) from None
                 self._runs[name] = run
                 if new:
@@ -683,15 +762,50 @@ class Broker:
             )
 
     async def _discover(self) -> None:
-        """Find runs on disk this broker does not know yet, and start following them."""
-        names = await trio.to_thread.run_sync(recorder.list_runs, self.logdir)
-        found = [_Run(n, self.logdir / n) for n in names if n not in self._runs]
-        for run in found:
-            # The follower reads the history now; only what is appended later is fanned out.
-            run.position = await trio.to_thread.run_sync(_follow, run, limiter=self._limiter)
-            self._runs.setdefault(run.name, run)
+        """Find runs on disk this broker does not know yet, and start following them.
+
+        A run found after the first discovery is offered to current subscribers as a snapshot
+        frame, so a page opened before the run began shows its history too. A run that cannot be
+        read (a foreign or damaged segment, a symbolic link) is skipped with one warning and
+        tried again only once its files change.
+        """
+        try:
+            names = await trio.to_thread.run_sync(
+                recorder.list_runs, self.logdir, limiter=self._read_limiter
+            )
+        except OSError as exc:
+            self._warn_once("", f"cannot list the log directory {self.logdir}: {exc}")
+            return
+        found = []
+        for name in names:
+            if name in self._runs or self._closed.is_set():
+                continue
+            run = _Run(name, self.logdir / name)
+            async with run.lock:
+                try:
+                    opened = await trio.to_thread.run_sync(
+                        _open_follower, run, self._skipped.get(name, ()), limiter=self._read_limiter
+                    )
+                except Exception as exc:  # one unreadable run never stops the others
+                    self._skip(run, exc)
+                    continue
+                if not opened:
+                    continue
+                if name in self._runs:  # this broker started writing it meanwhile
+                    run.reader.close()
+                    continue
+                self._skipped.pop(name, None)
+                self._warned.discard(name)
+                self._runs[name] = run
+                self._cache.update(name, run.cached)
+            found.append(run)
+            await self._trim()  # opening many runs at start never holds all their readers
         if found:
             self._announce()
+            if self._following:
+                for run in found:
+                    await self._offer_snapshot(run)
+        await self._trim()
 
     async def follow(
         self,
@@ -700,8 +814,13 @@ class Broker:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Every ``interval`` s, discover new runs in the log directory and tail the runs other
-        processes write there, fanning out what they append. Returns once the broker is closed."""
+        processes write there, fanning out what they append. Returns once the broker is closed.
+
+        Readers unused for ``idle_close`` seconds are closed, so quiet runs hold no file
+        descriptors; a closed follower reopens where it stopped once its files change.
+        """
         await self._discover()
+        self._following = True
         task_status.started()
         while True:
             with trio.move_on_after(interval):
@@ -709,19 +828,132 @@ class Broker:
             if self._closed.is_set():
                 return
             await self._discover()
-            for run in list(self._runs.values()):
-                if run.local or run.follower is None:
+            await self._tail_all()
+
+    async def _tail_all(self) -> None:
+        """Poll the followed runs whose files changed; close readers that went idle."""
+        runs = [r for r in self._runs.values() if not r.local]
+        signatures = await trio.to_thread.run_sync(
+            _signatures, [r.path for r in runs], limiter=self._read_limiter
+        )
+        now = time.monotonic()
+        for run, signature in zip(runs, signatures, strict=True):
+            if self._closed.is_set():
+                return
+            if signature != run.signature:
+                await self._tail(run)
+        for run in list(self._runs.values()):
+            if run.reader is not None and now - run.used > self._idle_close:
+                async with run.lock:
+                    if run.reader is not None and time.monotonic() - run.used > self._idle_close:
+                        run.reader.close()
+                        run.reader = None
+                        self._cache.forget(run.name)
+        await self._trim()
+
+    async def _tail(self, run: _Run) -> None:
+        """Read what another process appended to ``run`` and fan it out."""
+        async with run.lock:
+            if self._runs.get(run.name) is not run or run.local:
+                return
+            try:
+                records = await trio.to_thread.run_sync(_poll, run, limiter=self._read_limiter)
+            except Exception as exc:  # one unreadable run never stops the others
+                self._read_failed(run, exc)
+                return
+            # Fanned out under the lock: a snapshot reading this run sees either none or all
+            # of it, and covers exactly the seqs given out before it (see snapshot()).
+            scalars = [
+                ScalarColumns(r.tag, r.data.steps, r.data.walls, r.data.values)
+                for r in records
+                if r.kind == "scalars"
+            ]
+            events = [_record_event(r) for r in records if r.kind in codec.EVENT_KINDS]
+            if scalars or events:
+                self._fan_out(run.name, scalars, events)
+            self._cache.update(run.name, run.cached)
+
+    async def _offer_snapshot(self, run: _Run) -> None:
+        """Offer a snapshot of a newly found ``run`` to the subscribers that want it."""
+        if not any(sub.wants(run.name) for sub in self._subscribers):
+            return
+        async with run.lock:
+            try:
+                scalars, events = await trio.to_thread.run_sync(
+                    _read_snapshot,
+                    run,
+                    None,
+                    SNAPSHOT_POINTS,
+                    self._stream_over,
+                    limiter=self._read_limiter,
+                )
+            except Exception as exc:
+                self._read_failed(run, exc)
+                return
+            self._cache.update(run.name, run.cached)
+            self._seq += 1
+            seq = self._seq
+            frames: dict[str | None, bytes] = {}
+            for sub in self._subscribers:
+                if sub.wants(run.name):
+                    key = None if sub.tags is None else sub.tags.pattern
+                    if key not in frames:
+                        picked = sub.select(scalars, events)
+                        frames[key] = codec.encode_live("snapshot", seq, run.name, *picked)
+                    sub.offer(seq, run.name, frames[key])
+
+    def _skip(self, run: _Run, exc: BaseException) -> None:
+        """Stop serving a run whose files cannot be read; warn once, retry when they change."""
+        self._skipped[run.name] = run.signature
+        if run.reader is not None:
+            run.reader.close()
+            run.reader = None
+        self._cache.forget(run.name)
+        if self._runs.get(run.name) is run:
+            del self._runs[run.name]
+            self._announce()
+        self._warn_once(run.name, f"skipping run {run.name!r}: {_describe(exc)}", exc)
+
+    def _read_failed(self, run: _Run, exc: BaseException) -> None:
+        """Isolate an error reading one run: a followed run with bad files is skipped; any
+        other error is logged once and the run is tried again later."""
+        gone = (recorder.NotARunError, FileNotFoundError)  # its directory was removed
+        if not run.local and isinstance(exc, (recorder.FormatError, UnreadableRunError, *gone)):
+            self._skip(run, exc)
+        else:
+            self._warn_once(run.name, f"cannot read run {run.name!r}: {_describe(exc)}", exc)
+
+    def _warn_once(self, key: str, message: str, exc: BaseException | None = None) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        # Errors the recorder raises on purpose carry their reason; anything else is a bug,
+        # logged with its traceback.
+        expected = exc is None or isinstance(exc, (recorder.RecorderError, OSError))
+        log.warning("vdl-stream: %s", message, exc_info=None if expected else exc)
+
+    async def _trim(self) -> None:
+        """Keep the readers' memory within the budget: drop the decoded data of the least
+        recently used readers first; if that is not enough, close them (they reopen where they
+        stopped when needed)."""
+        for close in (False, True):
+            for name in self._cache.victims():
+                run = self._runs.get(name)
+                if run is None:
+                    self._cache.forget(name)
                     continue
-                records = await trio.to_thread.run_sync(_poll, run, limiter=self._limiter)
-                scalars = [
-                    ScalarColumns(r.tag, r.data.steps, r.data.walls, r.data.values)
-                    for r in records
-                    if r.kind == "scalars"
-                ]
-                events = [_record_event(r) for r in records if r.kind in codec.EVENT_KINDS]
-                if scalars or events:
-                    self._fan_out(run.name, scalars, events)
-                run.position = run.follower.position()
+                async with run.lock:
+                    if run.reader is None:
+                        self._cache.forget(name)
+                    elif close:
+                        run.reader.close()
+                        run.reader = None
+                        run.cached = 0
+                        self._cache.forget(name)
+                        self._cache.evictions += 1
+                    else:
+                        await trio.to_thread.run_sync(_drop_cache, run, limiter=self._read_limiter)
+                        self._cache.evicted(name, run.cached)
 
     def _wake_waiters(self) -> None:
         self._progress.set()
@@ -877,13 +1109,17 @@ class Broker:
             run.writer = recorder.RunWriter(run.path, sync="never", segment_bytes=NO_ROTATION)
             run.rotating = False
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                # Make room for the next try: close half of the runs kept open.
-                for _ in range(len(self._open_writers) // 2):
-                    self._retire(self._open_writers.popitem(last=False)[1])
+            if _out_of_files(exc):
+                self._shed_writers()
             raise
         self._open_writers[run.name] = run
         return run.writer
+
+    def _shed_writers(self) -> None:
+        """Out of file descriptors: close the least recently used half of the open writers, so
+        the retry of what was refused finds room (blocking)."""
+        for _ in range((len(self._open_writers) + 1) // 2):
+            self._retire(self._open_writers.popitem(last=False)[1])
 
     def _retire(self, run: _Run) -> None:
         """fsync and close a run's writer to free its files (blocking)."""
@@ -952,12 +1188,11 @@ class Broker:
                 except Exception:  # close the others anyway
                     log.warning("closing run %r failed", run.name, exc_info=True)
                 run.writer = None
-            for reader in (run.reader, run.follower):
-                if reader is not None:
-                    try:
-                        reader.close()
-                    except Exception:  # close the others anyway
-                        log.warning("closing a reader of run %r failed", run.name, exc_info=True)
+            if run.reader is not None:
+                try:
+                    run.reader.close()
+                except Exception:  # close the others anyway
+                    log.warning("closing the reader of run %r failed", run.name, exc_info=True)
         self._open_writers.clear()
 
     def close(self) -> None:
@@ -1006,56 +1241,102 @@ class Broker:
     async def snapshot(self, sub: Subscriber, max_points: int = 2000) -> list[bytes]:
         """Return snapshot frames for a fresh subscriber: every run's history up to now.
 
-        Frames queued for ``sub`` that the snapshot already covers are skipped afterwards.
+        Frames queued for ``sub`` that the snapshot already covers are skipped afterwards. A run
+        that cannot be read is left out (and logged once); the others are still sent.
         """
-        await self.wait_persisted(sub.after_seq)
-        covered = self._written_seq
-        limits = {}
-        for name, run in self._runs.items():
-            if sub.wants(name):
-                limits[name] = run.position
-                # A followed run's position moves together with its fan-out, so everything
-                # offered so far is in the snapshot; a written run's, with persistence.
-                sub.covered[name] = covered if run.local else self._seq
-        frames = []
-        for name, limit in limits.items():
-            run = self._runs[name]
-            async with run.lock:
-                scalars, events = await trio.to_thread.run_sync(
-                    _read_snapshot, run, limit, max_points
-                )
-            scalars, events = sub.select(scalars, events)
-            frames.append(codec.encode_live("snapshot", covered, name, scalars, events))
+        frames: list[bytes] = []
+
+        async def keep(frame: bytes) -> None:
+            frames.append(frame)
+
+        await self.send_snapshot(sub, keep, max_points)
         return frames
+
+    async def send_snapshot(
+        self, sub: Subscriber, send: Callable[[bytes], Awaitable[Any]], max_points: int = 2000
+    ) -> None:
+        """Like :meth:`snapshot`, but hand each run's frame to ``send`` as soon as it is read, so
+        a page over many runs draws the first ones while the others are still being read."""
+        # Batches ingested before the subscription were never offered to ``sub``: the snapshot
+        # must hold them, so wait until they are written. Nothing to wait for when only
+        # followed runs moved (what was fanned out of them was on disk already).
+        await self.wait_persisted(min(sub.after_seq, self._ingest_seq))
+        for name in sorted(self._runs):
+            run = self._runs.get(name)
+            if run is None or not sub.wants(name):
+                continue
+            async with run.lock:
+                # Under the run's lock its reader's end and the seqs given out for it agree: a
+                # followed run's data is fanned out under this lock, and a written run's position
+                # moves together with the written seq.
+                covered = self._written_seq if run.local else self._seq
+                try:
+                    scalars, events = await trio.to_thread.run_sync(
+                        _read_snapshot,
+                        run,
+                        run.position,
+                        max_points,
+                        self._stream_over,
+                        limiter=self._read_limiter,
+                    )
+                except Exception as exc:  # one unreadable run never stops the snapshot
+                    self._read_failed(run, exc)
+                    continue
+                sub.covered[name] = covered
+                self._cache.update(name, run.cached)
+            scalars, events = sub.select(scalars, events)
+            await send(codec.encode_live("snapshot", covered, name, scalars, events))
+            await self._trim()
+
+    async def _read(self, name: str, fn: Any, *args: Any) -> Any:
+        """Run ``fn(run, *args)`` on run ``name`` in a reader thread; KeyError for an unknown or
+        unreadable run (the error is logged once)."""
+        run = self._runs.get(name)
+        if run is None:
+            raise KeyError(name)
+        async with run.lock:
+            try:
+                result = await trio.to_thread.run_sync(fn, run, *args, limiter=self._read_limiter)
+            except (KeyError, ValueError):
+                raise
+            except recorder.NotARunError:  # a run this broker writes, before its first write
+                raise KeyError(name) from None
+            except Exception as exc:
+                self._read_failed(run, exc)
+                raise KeyError(name) from exc
+            self._cache.update(name, run.cached)
+        await self._trim()
+        return result
 
     async def read_scalars(
         self, name: str, tag: str, *, start: int | None, end: int | None, max_points: int | None
     ) -> recorder.ScalarSeries:
         """Read one tag of one run from disk, as the HTTP API serves it."""
-        run = self._runs.get(name)
-        if run is None:
-            raise KeyError(name)
-        async with run.lock:
-            return await trio.to_thread.run_sync(_read_scalars, run, tag, start, end, max_points)
+        return await self._read(name, _read_scalars, tag, start, end, max_points, self._stream_over)
 
     async def read_events(
         self, name: str, kind: str, tag: str | None = None
     ) -> list[dict[str, Any]]:
         """Read the events of one kind (and tag) of a run from disk, as event maps, in write order."""
-        run = self._runs.get(name)
-        if run is None or kind not in codec.EVENT_KINDS:
+        if kind not in codec.EVENT_KINDS:
             raise KeyError(name)
-        async with run.lock:
-            records = await trio.to_thread.run_sync(_read_records, run, kind, tag)
+        records = await self._read(name, _read_records, kind, tag)
         return [_record_event(r) for r in records]
 
     async def tags(self, name: str) -> dict[str, recorder.TagInfo]:
         """Return the tags of a run with their kinds and ranges."""
-        run = self._runs.get(name)
-        if run is None:
-            raise KeyError(name)
-        async with run.lock:
-            return await trio.to_thread.run_sync(_read_tags, run)
+        return await self._read(name, _read_tags)
+
+    def read_statistics(self) -> ReadStatistics:
+        """Return the read side's cache use, open readers and skipped runs; cheap to poll."""
+        return ReadStatistics(
+            cache_bytes=self._cache.used,
+            cache_budget=self._cache.budget,
+            cache_evictions=self._cache.evictions,
+            readers_open=sum(r.reader is not None for r in self._runs.values()),
+            followed=sum(not r.local for r in self._runs.values()),
+            skipped=len(self._skipped),
+        )
 
     def statistics(self) -> BrokerStatistics:
         """Return counters and queue depths; cheap enough to poll."""
@@ -1080,32 +1361,259 @@ class Broker:
         return [s.statistics() for s in self._subscribers]
 
 
-def _open_reader(run: _Run, limit: Any) -> recorder.RunReader:
-    """Return the run's reader, refreshed up to ``limit`` (blocking; hold ``run.lock``)."""
+class UnreadableRunError(recorder.RecorderError):
+    """A run directory whose files the broker will not read (a symbolic link or a special file
+    where a segment or the index should be)."""
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, recorder.RecorderError) else f"{type(exc).__name__}: {exc}"
+
+
+class _ReadCache:
+    """Bytes of decoded data each run's reader holds, with least-recently-used order."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.sizes: OrderedDict[str, int] = OrderedDict()
+        self.used = 0
+        self.evictions = 0
+
+    def update(self, name: str, nbytes: int) -> None:
+        """Record that ``name``'s reader was just used and now holds ``nbytes``."""
+        self.used += nbytes - self.sizes.get(name, 0)
+        self.sizes[name] = nbytes
+        self.sizes.move_to_end(name)
+
+    def forget(self, name: str) -> None:
+        """The reader of ``name`` is closed (or the run gone)."""
+        self.used -= self.sizes.pop(name, 0)
+
+    def evicted(self, name: str, nbytes: int) -> None:
+        """``name``'s reader dropped its cache and now holds ``nbytes``."""
+        self.evictions += 1
+        self.used += nbytes - self.sizes.get(name, 0)
+        self.sizes[name] = nbytes
+        self.sizes.move_to_end(name, last=False)
+
+    def victims(self) -> list[str]:
+        """Runs to drop, least recently used first, so that the rest fit in the budget."""
+        over = self.used - self.budget
+        out = []
+        for name, nbytes in self.sizes.items():
+            if over <= 0:
+                break
+            if nbytes:
+                out.append(name)
+                over -= nbytes
+        return out
+
+
+def _measure(run: _Run) -> None:
+    """Set ``run.cached``: what its open reader holds, its index and decoded data (blocking)."""
+    run.cached = 0 if run.reader is None else run.base + run.reader.cached_bytes()
+
+
+def _adopt(run: _Run, reader: recorder.RunReader) -> None:
+    """Make ``reader`` the run's reader; estimate what its index holds in memory."""
+    run.reader = reader
+    run.base = reader.statistics().records * READER_RECORD_BYTES
+    run.used = time.monotonic()
+
+
+def _drop_cache(run: _Run) -> None:
+    """Release what ``run``'s reader caches (blocking; hold ``run.lock``)."""
+    assert run.reader is not None
+    run.reader.drop_cache()
+    _measure(run)
+
+
+def _signature(path: Path) -> tuple:
+    """What identifies the state of a run's files: each segment's (and the index's) name, size
+    and modification time. Reads no file, opens none.
+
+    Raises:
+        UnreadableRunError: a segment or the index is a symbolic link or not a regular file (a
+            FIFO would block a reader forever; a link may lead out of the log directory).
+    """
+    items = []
+    with os.scandir(path) as it:
+        for item in it:
+            if not (SEGMENT_RE.match(item.name) or item.name == INDEX_NAME):
+                continue
+            if item.is_symlink() or not item.is_file(follow_symlinks=False):
+                what = "a symbolic link" if item.is_symlink() else "not a regular file"
+                raise UnreadableRunError(f"{path / item.name} is {what}")
+            st = item.stat(follow_symlinks=False)
+            items.append((item.name, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(items))
+
+
+def _signatures(paths: list[Path]) -> list[tuple | None]:
+    """:func:`_signature` of each path; None where it cannot be taken (then the run is polled,
+    and its error reported there)."""
+    out: list[tuple | None] = []
+    for path in paths:
+        try:
+            out.append(_signature(path))
+        except (OSError, UnreadableRunError):
+            out.append(None)
+    return out
+
+
+def _open_follower(run: _Run, skipped: tuple | None) -> bool:
+    """Open a run found on disk and read its history (blocking; hold ``run.lock``).
+
+    Returns False, opening nothing, when its files are as they were when it was skipped.
+    """
+    try:
+        signature = _signature(run.path)
+    except UnreadableRunError:
+        run.signature = None
+        if skipped is None:
+            return False  # skipped for this reason already: one warning is enough
+        raise
+    run.signature = signature
+    if signature == skipped:
+        return False
+    try:
+        _adopt(run, recorder.RunReader(run.path))
+    except recorder.NotARunError:  # its directory went away or holds no segment yet
+        return False
+    run.position = run.reader.position()
+    _measure(run)
+    return True
+
+
+def _open_reader(run: _Run, limit: Any = None) -> recorder.RunReader:
+    """Return the run's reader, opening it if it was closed (blocking; hold ``run.lock``).
+
+    A run this broker writes is read up to ``limit`` (the position its writer flushed); a
+    followed run's reader is advanced only by :func:`_poll`, so everything it has read was
+    fanned out.
+    """
     if run.reader is None:
-        run.reader = recorder.RunReader(run.path, limit=limit)
-    else:
-        run.reader.refresh(limit)
+        _adopt(run, recorder.RunReader(run.path, limit=run.position if limit is None else limit))
+    elif run.local:
+        run.reader.refresh(run.position if limit is None else limit)
+    run.used = time.monotonic()
     return run.reader
 
 
-def _follow(run: _Run) -> Any:
-    """Open the follower of a run found on disk; return the position it has read to (blocking)."""
-    try:
-        run.follower = recorder.RunReader(run.path)
-    except recorder.NotARunError:
-        return None
-    return run.follower.position()
-
-
 def _poll(run: _Run) -> list[recorder.Record]:
-    """Read what was appended to a followed run since the last poll (blocking)."""
-    assert run.follower is not None
-    return run.follower.poll()
+    """Read what was appended to a followed run since the last poll (blocking; hold
+    ``run.lock``); reopens a reader closed while idle where it stopped."""
+    signature = _signature(run.path)
+    reader = _open_reader(run)
+    records = reader.poll()
+    run.base += len(records) * READER_RECORD_BYTES
+    run.signature = signature
+    run.position = reader.position()
+    _measure(run)
+    return records
+
+
+class _StreamingExtremes:
+    """Downsampling in one pass over a series of any length, in memory bounded by ``max_points``.
+
+    Keeps what recorder's downsampling keeps (the first and the last point, and per bucket of
+    consecutive points the minimum and the maximum, a NaN being both) without knowing the length
+    in advance: buckets start one point wide and double whenever there would be too many.
+    """
+
+    def __init__(self, max_points: int) -> None:
+        self.buckets = max(1, (max_points - 2) // 2)
+        self.size = 1  # points per bucket
+        self.n = 0  # points seen
+        self.first: tuple | None = None
+        self.last: tuple | None = None
+        empty = np.empty(0)
+        # candidates: global index, step, wall, value
+        self.cand = (np.empty(0, np.int64), np.empty(0, np.int64), empty, empty)
+
+    def add(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+        """Take the next points of the series."""
+        k = len(steps)
+        if not k:
+            return
+        g0 = self.n
+        if self.first is None:
+            self.first = (0, int(steps[0]), float(walls[0]), float(values[0]))
+        self.last = (g0 + k - 1, int(steps[-1]), float(walls[-1]), float(values[-1]))
+        self.n += k
+        # This chunk's extremes per bucket of the current size, by reshaping (padded to whole
+        # buckets); a tie with the padding never picks it (the index is clamped to real points).
+        size = self.size
+        front = g0 % size
+        rows = -(-(front + k) // size)
+        pad = rows * size - front - k
+        picks = []
+        for fill, arg in ((np.inf, np.argmin), (-np.inf, np.argmax)):
+            grid = np.concatenate([np.full(front, fill), values, np.full(pad, fill)])
+            idx = arg(grid.reshape(rows, size), axis=1) + np.arange(rows) * size - front
+            picks.append(np.clip(idx, 0, k - 1))
+        idx = np.unique(np.concatenate(picks))
+        g, st, wa, va = self.cand
+        self.cand = (
+            np.concatenate([g, idx + g0]),
+            np.concatenate([st, steps[idx]]),
+            np.concatenate([wa, walls[idx]]),
+            np.concatenate([va, values[idx]]),
+        )
+        self._reduce()
+
+    def _reduce(self) -> None:
+        g, st, wa, va = self.cand
+        if not len(g):
+            return
+        while (int(g[-1]) // self.size - int(g[0]) // self.size) >= self.buckets:
+            self.size *= 2
+        bucket = g // self.size
+        nan = np.isnan(va)
+        keep = []
+        # per bucket the minimum (a NaN first), then the maximum (a NaN first); first occurrence
+        for vals in (np.where(nan, -np.inf, va), -np.where(nan, np.inf, va)):
+            order = np.lexsort((g, ~nan, vals, bucket))
+            b = bucket[order]
+            starts = np.flatnonzero(np.concatenate([[True], b[1:] != b[:-1]]))
+            keep.append(order[starts])
+        sel = np.unique(np.concatenate(keep))
+        self.cand = (g[sel], st[sel], wa[sel], va[sel])
+
+    def result(self) -> recorder.ScalarSeries:
+        """The points kept, in series order."""
+        g, st, wa, va = self.cand
+        ends = [p for p in (self.first, self.last) if p is not None]
+        if ends:
+            g = np.concatenate([g, [p[0] for p in ends]])
+            st = np.concatenate([st, np.array([p[1] for p in ends], np.int64)])
+            wa = np.concatenate([wa, [p[2] for p in ends]])
+            va = np.concatenate([va, [p[3] for p in ends]])
+        _, sel = np.unique(g, return_index=True)
+        return recorder.ScalarSeries(st[sel].astype(np.int64), wa[sel], va[sel])
+
+
+def _scalars(
+    reader: recorder.RunReader,
+    tag: str,
+    count: int,
+    start: int | None,
+    end: int | None,
+    max_points: int | None,
+    stream_over: int,
+) -> recorder.ScalarSeries:
+    """Read a tag; a downsampled read of a tag of over ``stream_over`` points streams it chunk
+    by chunk instead of caching it whole, so its memory stays bounded however long the run."""
+    if max_points is None or count <= stream_over:
+        return reader.read_scalars(tag, start=start, end=end, max_points=max_points)
+    extremes = _StreamingExtremes(max_points)
+    for piece in reader.iter_scalars(tag, start=start, end=end, max_chunk_points=STREAM_CHUNK):
+        extremes.add(piece.steps, piece.walls, piece.values)
+    return extremes.result()
 
 
 def _read_snapshot(
-    run: _Run, limit: Any, max_points: int
+    run: _Run, limit: Any, max_points: int, stream_over: int
 ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
     """Read a run up to ``limit``, downsampled for drawing (blocking; hold ``run.lock``)."""
     try:
@@ -1115,7 +1623,7 @@ def _read_snapshot(
     scalars, events = [], []
     for tag, info in reader.tags().items():
         if info.kind == "scalars":
-            s = reader.read_scalars(tag, max_points=max_points)
+            s = _scalars(reader, tag, info.count, None, None, max_points, stream_over)
             scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
         elif info.kind in codec.EVENT_KINDS:
             records = reader.read_records(kind=info.kind, tag=tag)
@@ -1124,24 +1632,38 @@ def _read_snapshot(
         records = [r for r in reader.read_records(kind=kind) if r.tag is None]
         events.extend(_record_event(r) for r in _thin(records, limit))
     events.sort(key=lambda e: e["wall"])
+    _measure(run)
     return scalars, events
 
 
 def _read_scalars(
-    run: _Run, tag: str, start: int | None, end: int | None, max_points: int | None
+    run: _Run,
+    tag: str,
+    start: int | None,
+    end: int | None,
+    max_points: int | None,
+    stream_over: int,
 ) -> recorder.ScalarSeries:
-    return _open_reader(run, run.position).read_scalars(
-        tag, start=start, end=end, max_points=max_points
-    )
+    reader = _open_reader(run)
+    info = reader.tags().get(tag)
+    count = 0 if info is None else info.count
+    series = _scalars(reader, tag, count, start, end, max_points, stream_over)
+    _measure(run)
+    return series
 
 
 def _read_records(run: _Run, kind: str, tag: str | None) -> list[recorder.Record]:
-    return _open_reader(run, run.position).read_records(kind=kind, tag=tag)
+    reader = _open_reader(run)
+    records = reader.read_records(kind=kind, tag=tag)
+    _measure(run)
+    return records
 
 
 def _read_tags(run: _Run) -> dict[str, recorder.TagInfo]:
+    reader = _open_reader(run)
+    _measure(run)
     return {
         tag: info
-        for tag, info in _open_reader(run, run.position).tags().items()
+        for tag, info in reader.tags().items()
         if info.kind == "scalars" or info.kind in codec.EVENT_KINDS
     }

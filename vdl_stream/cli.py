@@ -41,6 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
                         args.port,
                         args.token,
                         insecure=args.insecure,
+                        cache_bytes=args.cache_mb << 20,
                         allowed_hosts=args.allow_host,
                         limits=Limits(
                             max_websockets=args.max_connections,
@@ -135,6 +136,10 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``serve --cache-mb`` default (the broker's default budget).
+DEFAULT_CACHE_MB = 128
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``vdl-stream`` command."""
     parser = argparse.ArgumentParser(
@@ -150,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="require this token from writers and browsers (not empty)")
     serve.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --host without --token"
+    )
+    serve.add_argument(
+        "--cache-mb",
+        type=_positive_int,
+        default=DEFAULT_CACHE_MB,
+        metavar="MB",
+        help=f"memory for decoded data kept between reads, all runs together (default: "
+        f"{DEFAULT_CACHE_MB})",
     )
     serve.add_argument(
         "--allow-host",

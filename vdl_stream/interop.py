@@ -9,6 +9,7 @@ one run (and its telemetry) as CSV or JSON. See docs/interop.md.
 from __future__ import annotations
 
 import argparse
+import array
 import csv
 import io
 import json
@@ -18,7 +19,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -395,15 +396,225 @@ def run_import(args: argparse.Namespace) -> int:
 
 # -- exporting ---------------------------------------------------------------------------------
 
+#: Rows formatted at a time: what an export holds in memory is about this many rows, whatever the
+#: size of the run.
+EXPORT_CHUNK_ROWS = 1 << 16
+EXPORT_FORMATS = ("csv", "json")
+CSV_HEADER = "tag,step,wall_time,value\n"
+
+
+class Export:
+    """The export of one run, produced chunk by chunk in constant memory (blocking).
+
+    Scalar tags come first, sorted, each with restarts applied (as the dashboard shows them), then
+    telemetry fields as tags ``telemetry/<host>/rank<r>/<field>``. Iterating yields UTF-8 chunks
+    of at most about :data:`EXPORT_CHUNK_ROWS` rows; their concatenation is the whole document.
+    Open it with ``with`` (or call :meth:`close`): it holds the run's reader.
+
+    Args:
+        run_dir: the run directory.
+        fmt: ``"csv"`` (``tag,step,wall_time,value`` rows) or ``"json"``
+            (``{tag: [[wall_time, step, value], ...]}``, NaN and infinities as null).
+        pattern: a regular expression searched in each tag; None keeps every tag.
+        chunk_rows: rows per chunk.
+
+    Raises:
+        ValueError: an unknown ``fmt`` or a ``chunk_rows`` below 1.
+        re.error: a bad ``pattern``.
+        recorder.RecorderError: ``run_dir`` is not a readable run.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        fmt: str = "csv",
+        pattern: str | None = None,
+        *,
+        chunk_rows: int = EXPORT_CHUNK_ROWS,
+    ) -> None:
+        if fmt not in EXPORT_FORMATS:
+            raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, got {fmt!r}")
+        if not isinstance(chunk_rows, int) or chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
+        self.fmt = fmt
+        self.rows = 0  # rows produced so far
+        self.tags = 0  # tags that had rows
+        self._regex = re.compile(pattern) if pattern else None
+        self._chunk = chunk_rows
+        self._reader = recorder.RunReader(run_dir)
+
+    def _wanted(self, tag: str) -> bool:
+        return self._regex is None or self._regex.search(tag) is not None
+
+    def _series(self) -> Iterator[tuple[str, Iterator[tuple[Any, np.ndarray, np.ndarray]]]]:
+        """``(tag, chunks of (steps or None, walls, values))`` for every tag exported."""
+        reader = self._reader
+        tags = reader.tags()
+        for tag in sorted(t for t, info in tags.items() if info.kind == "scalars"):
+            if self._wanted(tag):
+                yield tag, _scalar_chunks(reader, tag, self._chunk)
+        # Telemetry samples are small and few (one a second): gathered in compact columns.
+        fields: dict[str, tuple[array.array, array.array]] = {}
+        for record in reader.read_records(kind="telemetry"):
+            data = record.data
+            prefix = f"telemetry/{data.get('host', 'host')}/rank{data.get('rank', 0)}/"
+            for name, value in (data.get("fields") or {}).items():
+                tag = prefix + name
+                if tag not in fields:
+                    if not self._wanted(tag):
+                        continue
+                    fields[tag] = (array.array("d"), array.array("d"))
+                walls, values = fields[tag]
+                walls.append(record.wall)
+                values.append(float(value))
+        for tag in sorted(fields):
+            walls, values = fields.pop(tag)
+            w, v = np.frombuffer(walls, np.float64), np.frombuffer(values, np.float64)
+            yield tag, ((None, w[i : i + self._chunk], v[i : i + self._chunk])
+                        for i in range(0, len(w), self._chunk))  # fmt: skip
+
+    def __iter__(self) -> Iterator[bytes]:
+        csv_out = self.fmt == "csv"
+        yield (CSV_HEADER if csv_out else "{").encode()
+        for tag, chunks in self._series():
+            if csv_out:
+                cell = _csv_cell(tag)
+            first = True
+            for steps, walls, values in chunks:
+                n = len(walls)
+                if not n:
+                    continue
+                if csv_out:
+                    chunk = _csv_rows(cell, steps, walls, values)
+                else:
+                    head = ("," if self.tags else "") + "\n" + json.dumps(tag) + ": ["
+                    chunk = (head if first else ", ").encode() + _json_rows(steps, walls, values)
+                if first:
+                    self.tags += 1
+                    first = False
+                self.rows += n
+                yield chunk
+            if not csv_out and not first:
+                yield b"]"
+        if not csv_out:
+            yield b"\n}\n"
+
+    def close(self) -> None:
+        """Close the run's reader. Idempotent."""
+        self._reader.close()
+
+    def __enter__(self) -> Export:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _scalar_chunks(
+    reader: recorder.RunReader, tag: str, rows: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A tag's points, restarts applied, in chunks of at most about ``rows``."""
+    chunks = getattr(reader, "iter_scalars", None)
+    if chunks is not None:
+        for s in chunks(tag, start=None, end=None, max_chunk_points=rows):
+            yield s.steps, s.walls, s.values
+        return
+    s = reader.read_scalars(tag)  # a recorder without iter_scalars: the tag at once
+    for i in range(0, len(s.steps), rows):
+        yield s.steps[i : i + rows], s.walls[i : i + rows], s.values[i : i + rows]
+
+
+def _csv_cell(tag: str) -> str:
+    """The tag as the csv module writes it in a row (quoted when it holds , " or a newline)."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow([tag, ""])
+    return out.getvalue()[:-2]
+
+
+def _interleave(*columns: list) -> tuple:
+    flat: list = [None] * (len(columns) * len(columns[0]))
+    for i, col in enumerate(columns):
+        flat[i :: len(columns)] = col
+    return tuple(flat)
+
+
+try:  # an optional accelerator: shortest round-trip floats formatted in compiled code
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+
+def _number_texts(x: np.ndarray, *, null_nonfinite: bool = False) -> list[bytes]:
+    """Each number as ``repr()`` writes it (a non-finite one as ``null`` if asked), formatted by
+    orjson: its shortest round-trip digits are repr's, and so is its layout except in exponent
+    notation (below 1e-4 and from 1e16) and for non-finite values, which repr() redoes."""
+    if not len(x):
+        return []
+    integers = x.dtype.kind in "iu"
+    x = np.ascontiguousarray(x, np.int64 if integers else np.float64)
+    texts = _orjson.dumps(x, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
+    if not integers:
+        ax = np.abs(x)
+        odd = ~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16)))  # NaN compares False: odd too
+        for i in np.flatnonzero(odd).tolist():
+            v = float(x[i])
+            texts[i] = b"null" if null_nonfinite and not math.isfinite(v) else repr(v).encode()
+    return texts
+
+
+def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
+    """CSV rows ``cell,step,repr(wall),repr(value)``, formatted in C by one ``%`` operation."""
+    cell = cell.replace("%", "%%")
+    n = len(walls)
+    if _orjson is not None:
+        head = cell.encode()
+        if steps is None:
+            return (
+                (head + b",,%s,%s\n") * n % _interleave(_number_texts(walls), _number_texts(values))
+            )
+        return (
+            (head + b",%s,%s,%s\n")
+            * n
+            % _interleave(_number_texts(steps), _number_texts(walls), _number_texts(values))
+        )
+    if steps is None:
+        text = (cell + ",,%r,%r\n") * n % _interleave(walls.tolist(), values.tolist())
+    else:
+        text = (
+            (cell + ",%d,%r,%r\n")
+            * n
+            % _interleave(steps.tolist(), walls.tolist(), values.tolist())
+        )
+    return text.encode()
+
+
+def _json_rows(steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
+    """JSON rows ``[wall, step, value]`` joined by ``", "``; non-finite values as null."""
+    n = len(walls)
+    if _orjson is not None:
+        w, v = _number_texts(walls), _number_texts(values, null_nonfinite=True)
+        if steps is None:
+            return (b"[%s, null, %s], " * n)[:-2] % _interleave(w, v)
+        return (b"[%s, %s, %s], " * n)[:-2] % _interleave(w, _number_texts(steps), v)
+    vals: list = values.tolist()
+    for i in np.flatnonzero(~np.isfinite(values)).tolist():
+        vals[i] = "null"
+    if steps is None:
+        text = ("[%r, null, %s], " * n)[:-2] % _interleave(walls.tolist(), vals)
+    else:
+        text = ("[%r, %d, %s], " * n)[:-2] % _interleave(walls.tolist(), steps.tolist(), vals)
+    return text.encode()
+
 
 def export_rows(
     run_dir: str | os.PathLike[str], pattern: str | None = None
 ) -> Iterator[tuple[str, recorder.ScalarSeries | list[tuple[None, float, float]]]]:
     """Yield ``(tag, series)`` for the scalar tags of a run, then its telemetry fields.
 
-    Scalar series have restarts applied (as the dashboard shows them). Telemetry fields come as
-    lists of ``(None, wall, value)`` under tags ``telemetry/<host>/rank<r>/<field>``. ``pattern``
-    is a regular expression searched in the tag.
+    Holds each tag whole; :class:`Export` streams in constant memory instead. Scalar series have
+    restarts applied (as the dashboard shows them). Telemetry fields come as lists of
+    ``(None, wall, value)`` under tags ``telemetry/<host>/rank<r>/<field>``. ``pattern`` is a
+    regular expression searched in the tag.
 
     Raises:
         recorder.NotARunError: ``run_dir`` is not a run.
@@ -426,24 +637,25 @@ def export_rows(
         yield from sorted(fields.items())
 
 
-def _rows(series: Any) -> Iterator[tuple[int | None, float, float]]:
+def _columns(series: Any) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     if isinstance(series, list):
-        yield from series
-    else:
-        yield from zip(
-            series.steps.tolist(), series.walls.tolist(), series.values.tolist(), strict=True
+        return (
+            None,
+            np.array([w for _, w, _ in series], np.float64),
+            np.array([v for _, _, v in series], np.float64),
         )
+    return series.steps, series.walls, series.values
 
 
 def write_csv(rows: Iterator[tuple[str, Any]], out: TextIO) -> int:
     """Write ``tag,step,wall_time,value`` rows; floats in shortest round-trip form. Returns rows."""
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(["tag", "step", "wall_time", "value"])
+    out.write(CSV_HEADER)
     n = 0
     for tag, series in rows:
-        for step, wall, value in _rows(series):
-            w.writerow([tag, "" if step is None else step, repr(wall), repr(value)])
-            n += 1
+        steps, walls, values = _columns(series)
+        if len(walls):
+            out.write(_csv_rows(_csv_cell(tag), steps, walls, values).decode())
+        n += len(walls)
     return n
 
 
@@ -452,17 +664,30 @@ def write_json(rows: Iterator[tuple[str, Any]], out: TextIO) -> int:
     n = 0
     out.write("{")
     for i, (tag, series) in enumerate(rows):
+        steps, walls, values = _columns(series)
         out.write(("," if i else "") + "\n" + json.dumps(tag) + ": [")
-        parts = []
-        for step, wall, value in _rows(series):
-            parts.append(
-                f"[{wall!r}, {'null' if step is None else step}, "
-                f"{repr(value) if math.isfinite(value) else 'null'}]"
-            )
-        n += len(parts)
-        out.write(", ".join(parts) + "]")
+        if len(walls):
+            out.write(_json_rows(steps, walls, values).decode())
+        n += len(walls)
+        out.write("]")
     out.write("\n}\n")
     return n
+
+
+async def stream_export(export: Export) -> AsyncIterator[bytes]:
+    """Yield ``export``'s chunks, each produced in a worker thread (the event loop never formats
+    a row); closes ``export`` at the end, or when the consumer stops early."""
+    import trio
+
+    chunks = iter(export)
+    try:
+        while True:
+            chunk = await trio.to_thread.run_sync(next, chunks, None)
+            if chunk is None:
+                return
+            yield chunk
+    finally:
+        export.close()
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -476,40 +701,31 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """Run ``vdl-stream export``; return 0, or 2 on bad input."""
     try:
-        if args.tag:
-            re.compile(args.tag)
-        rows = export_rows(args.run, args.tag)
-        first = next(rows, None)
+        export = Export(args.run, args.format, args.tag)
     except re.error as exc:
         print(f"vdl-stream export: --tag is not a valid regular expression: {exc}", file=sys.stderr)
         return 2
     except recorder.RecorderError as exc:
         print(f"vdl-stream export: {exc}", file=sys.stderr)
         return 2
-
-    def all_rows() -> Iterator[tuple[str, Any]]:
-        if first is not None:
-            yield first
-            yield from rows
-
-    write = write_csv if args.format == "csv" else write_json
-    if args.output:
-        tmp = args.output + ".tmp"
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            n = write(all_rows(), f)
-        os.replace(tmp, args.output)
-    else:
-        out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="")
-        try:
-            n = write(all_rows(), out)
-            out.flush()
-        except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-        finally:
-            out.detach()
-    if first is None:
+    with export:
+        if args.output:
+            tmp = args.output + ".tmp"
+            with open(tmp, "wb") as f:
+                for chunk in export:
+                    f.write(chunk)
+            os.replace(tmp, args.output)
+        else:
+            out = sys.stdout.buffer
+            try:
+                for chunk in export:
+                    out.write(chunk)
+                out.flush()
+            except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 0
+    if not export.tags:
         print(f"vdl-stream export: no scalar tags in {args.run} match", file=sys.stderr)
     else:
-        print(f"exported {n:,} rows", file=sys.stderr)
+        print(f"exported {export.rows:,} rows", file=sys.stderr)
     return 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
-import io
 import ipaddress
 import json
 import logging
@@ -42,9 +41,12 @@ from quart import Blueprint, Response, jsonify, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from recorder import RecorderError
+
 from . import __version__, codec
-from .broker import Broker, SubscriberLimitError
+from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
+from .interop import Export, stream_export
 
 log = logging.getLogger("vdl_stream.server")
 
@@ -687,13 +689,15 @@ def api_blueprint(broker: Broker) -> Blueprint:
             return jsonify(error=f"format must be csv or json, got {fmt!r}"), 400
         try:
             path = broker.run_path(name)
-            text = await trio.to_thread.run_sync(_export, path, fmt, pattern)
-        except KeyError:
+            export = await trio.to_thread.run_sync(_export, path, fmt, pattern)
+        except (KeyError, RecorderError):
             return jsonify(error=f"no run named {name!r}"), 404
         except re.error as exc:
             return jsonify(error=f"tag is not a valid regex: {exc}"), 400
         filename = name.replace("/", "_") + "." + fmt
-        response = Response(text, content_type=EXPORT_TYPES[fmt])
+        # Streamed chunk by chunk, each formatted in a worker thread: constant memory, and the
+        # event loop never waits on a long run.
+        response = Response(stream_export(export), content_type=EXPORT_TYPES[fmt])
         response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
 
@@ -798,13 +802,10 @@ async def _until_idle(session: Callable[[], Awaitable[None]], idle_after: float)
         nursery.cancel_scope.cancel()
 
 
-def _export(path: Path, fmt: str, pattern: str | None) -> str:
-    """Render a run's export in memory (blocking)."""
-    from .interop import export_rows, write_csv, write_json
-
-    out = io.StringIO()
-    (write_csv if fmt == "csv" else write_json)(export_rows(path, pattern), out)
-    return out.getvalue()
+def _export(path: Path, fmt: str, pattern: str | None) -> Export:
+    """Open a run's export (blocking): the pattern is checked and the run opened here, so errors
+    are answered before the response starts."""
+    return Export(path, fmt, pattern)
 
 
 def _static_response(static: Any, name: str) -> Response:
@@ -833,8 +834,7 @@ async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
                 await websocket.close(1013, str(exc)[:120])  # 1013: try again later
                 return
             try:
-                for frame in await broker.snapshot(sub, max_points):
-                    await websocket.send(frame)
+                await broker.send_snapshot(sub, websocket.send, max_points)
                 while True:
                     await websocket.send(await sub.receive())
             except trio.EndOfChannel:
@@ -1039,6 +1039,7 @@ async def run_server(
     insecure: bool = False,
     allowed_hosts: Iterable[str] = (),
     limits: Limits | None = None,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -1048,6 +1049,8 @@ async def run_server(
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
     (they get close code 1001), then stop the web server. The arguments are checked and the port
     bound before the broker reads the log directory, so a bad one fails at once.
+    ``cache_bytes`` is the budget of the broker's read cache (see
+    :class:`~vdl_stream.broker.Broker`).
 
     Raises:
         ValueError, PortInUseError, InsecureBindError: as :func:`serve_dashboard`.
@@ -1056,7 +1059,7 @@ async def run_server(
     Access(token, allowed_hosts, host)  # a bad --allow-host fails before anything starts
     sock = bind_socket(host, port)
     try:
-        broker = Broker(logdir)
+        broker = Broker(logdir, cache_bytes=cache_bytes)
         web_stop = trio.Event()
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)

@@ -789,6 +789,7 @@ def attach(
     telemetry_interval: float = 1.0,
     flush_interval: float = 0.02,
     all_ranks: bool = False,
+    cache_mb: int = 128,
 ) -> Writer:
     """Start logging a run and return its :class:`Writer`.
 
@@ -807,6 +808,8 @@ def attach(
             dashboard's end-to-end latency near 10 ms at a few hundred small batches a second.
         all_ranks: in a distributed job, let every rank log, each as the sub-run ``<run>/rank<N>``.
             By default only rank 0 logs, and every rank sends telemetry.
+        cache_mb: with ``serve``, the memory (MiB) the dashboard may keep of decoded run data
+            between reads, all runs together (as ``vdl-stream serve --cache-mb``).
 
     Raises:
         PortInUseError: ``serve`` and the port is taken.
@@ -816,6 +819,8 @@ def attach(
 
     _check_seconds("telemetry_interval", telemetry_interval, 0.1, 3600.0)
     _check_seconds("flush_interval", flush_interval, 1e-3, 60.0)
+    if isinstance(cache_mb, bool) or not isinstance(cache_mb, int) or cache_mb < 1:
+        raise ValueError(f"cache_mb must be a positive int, got {cache_mb!r}")
     if serve and url is not None:
         raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
     if url is not None and not isinstance(url, str):
@@ -843,7 +848,7 @@ def attach(
     async def open_local(nursery: trio.Nursery) -> Transport:
         from .broker import Broker
 
-        broker = Broker(logdir)
+        broker = Broker(logdir, cache_bytes=cache_mb << 20)
         await nursery.start(broker.run)
         # Open the run now, not at the first batch, so that a run held by another process or a
         # directory that cannot be written raises here, at attach(), instead of in the thread.

@@ -1,0 +1,432 @@
+"""Serving long and many runs: page loads, server memory, streaming export (issue 10, items 4-5).
+
+    python bench/bench_serve.py                       # 1-hour live run, 100 runs, 50M-point export
+    python bench/bench_serve.py --quick               # 0.1 hour, 20 runs, 5M points
+    python bench/bench_serve.py --baseline /work/main # the same measures on another checkout too
+
+Every part runs a real ``vdl-stream serve`` (or ``vdl-stream export``) subprocess of the checkout
+under test (``PYTHONPATH`` set to it), on 127.0.0.1, and stops it in ``finally``:
+
+* one run: a run written at live cadence by bench/live_run.py (10 scalar tags at 50 steps/s, a
+  flush every 20 ms, histograms, telemetry, images; ``--hours`` of it, cached under ``--cache``) is
+  served by a fresh ``serve``; Chromium opens the page ``--loads`` times, each in a fresh context,
+  and the time from navigation start until every scalar chart in the viewport has data is taken with
+  bench/dashboard_probe.js (as in bench/bench_dashboard.py). The server's RSS is read after.
+* many runs: ``--runs`` copies of a shorter live run (``--run-hours``) in one log directory; the
+  time until the charts in view first have data, and the server's RSS (and its peak, VmHWM) after.
+* export: a run of ``--points`` scalar points (10 tags, written in bulk, cached) exported by the
+  CLI to /dev/null (wall time, rows/s, peak RSS of the process) and by ``GET /api/export`` from a
+  fresh ``serve`` (the body read and counted; rows/s; the server's peak RSS), while a second client
+  asks ``/api/stats`` every 50 ms: its latencies show how long the event loop was held.
+
+``--baseline TREE`` runs the same parts with TREE's code as well and prints ratios (the export
+part with ``--baseline-points``: the old export holds the whole run in memory).
+Results: a Markdown table on stdout and the full record in bench/out/serve.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+from bench_dashboard import load_once  # noqa: E402
+from live_run import write_live_run  # noqa: E402
+
+from recorder import RunWriter  # noqa: E402
+from tests.conftest import CHROMIUM_ARGS  # noqa: E402
+
+TAGS = 10
+STARTED: set[subprocess.Popen] = set()
+
+
+def proc_status(pid: int, key: str) -> float:
+    """A ``/proc/PID/status`` memory field (VmRSS, VmHWM), in MB."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(f.read().split(key + ":")[1].split()[0]) / 1024
+
+
+def env_for(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
+
+
+class Serve:
+    """``vdl-stream serve`` of checkout ``tree`` over ``logdir`` on a free port."""
+
+    def __init__(self, tree: Path, logdir: Path, log: Path, *extra: str) -> None:
+        t0 = time.perf_counter()
+        self._log = open(log, "ab")  # noqa: SIM115 (closed in stop())
+        command = [sys.executable, "-m", "vdl_stream.cli", "serve", "--logdir", str(logdir)]
+        self.proc = subprocess.Popen(
+            [*command, "--port", "0", *extra],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            cwd=tree,
+            env=env_for(tree),
+            text=True,
+        )
+        STARTED.add(self.proc)
+        line = self.proc.stdout.readline()
+        if " at http" not in line:
+            self.stop()
+            raise RuntimeError(f"serve did not start: {line!r}; see {log}")
+        self.url = line.rsplit(" at ", 1)[1].strip().split("/?")[0].rstrip("/")
+        self.start_s = time.perf_counter() - t0
+
+    def rss_mb(self) -> float:
+        return proc_status(self.proc.pid, "VmRSS")
+
+    def peak_mb(self) -> float:
+        return proc_status(self.proc.pid, "VmHWM")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def live_run(cache: Path, hours: float) -> Path:
+    """A live-cadence run of ``hours`` under ``cache`` (generated once); returns its log dir."""
+    logdir = cache / f"live-{hours:g}h"
+    if not (logdir / "run" / "index.vdli").exists():
+        shutil.rmtree(logdir, ignore_errors=True)
+        t0 = time.perf_counter()
+        info = write_live_run(logdir / "run", hours)
+        print(
+            f"generated a {hours:g} h live run: {info['records']:,} records, "
+            f"{info['points']:,} points in {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
+    return logdir
+
+
+def many_runs(cache: Path, runs: int, hours: float) -> Path:
+    """``runs`` copies of a live run of ``hours`` in one log directory."""
+    logdir = cache / f"many-{runs}x{hours:g}h"
+    if not (logdir / f"run{runs - 1:03d}" / "index.vdli").exists():
+        shutil.rmtree(logdir, ignore_errors=True)
+        source = live_run(cache, hours) / "run"
+        for i in range(runs):
+            shutil.copytree(source, logdir / f"run{i:03d}")
+    return logdir
+
+
+def bulk_run(cache: Path, points: int) -> Path:
+    """A run of ``points`` scalar points over 10 tags, written in bulk; returns the run dir."""
+    run = cache / f"bulk-{points}" / "run"
+    if not (run / "index.vdli").exists():
+        shutil.rmtree(run.parent, ignore_errors=True)
+        per_tag = points // TAGS
+        with RunWriter(run, sync="never") as w:
+            for t in range(TAGS):
+                for lo in range(0, per_tag, 1 << 20):
+                    s = np.arange(lo, min(per_tag, lo + (1 << 20)), dtype=np.int64)
+                    w.append_scalars(f"tag{t}", s, 1.79e9 + s * 0.02, np.sin(s * 1e-4 + t))
+    return run
+
+
+def page_loads(browser, url: str, loads: int) -> list[dict]:
+    out = []
+    for _ in range(loads):
+        r = load_once(browser, url, TAGS)
+        out.append({k: r[k] for k in ("shown_ms", "shown_charts", "server_ms", "snapshot_bytes")})
+    return out
+
+
+def part_one_run(args, tree: Path, browser, work: Path) -> dict:
+    logdir = live_run(Path(args.cache), args.hours)
+    server = Serve(tree, logdir, work / "serve-one.log")
+    try:
+        loads = page_loads(browser, server.url, args.loads)
+        return {
+            "hours": args.hours,
+            "serve_start_s": server.start_s,
+            "cold_shown_ms": loads[0]["shown_ms"],
+            "warm_shown_ms": statistics.median(r["shown_ms"] for r in loads[1:])
+            if len(loads) > 1
+            else None,
+            "loads": loads,
+            "rss_mb": server.rss_mb(),
+            "peak_mb": server.peak_mb(),
+        }
+    finally:
+        server.stop()
+
+
+def part_many_runs(args, tree: Path, browser, work: Path) -> dict:
+    logdir = many_runs(Path(args.cache), args.runs, args.run_hours)
+    server = Serve(tree, logdir, work / "serve-many.log")
+    try:
+        loads = page_loads(browser, server.url, args.loads)
+        return {
+            "runs": args.runs,
+            "run_hours": args.run_hours,
+            "serve_start_s": server.start_s,
+            "cold_shown_ms": loads[0]["shown_ms"],
+            "warm_shown_ms": statistics.median(r["shown_ms"] for r in loads[1:])
+            if len(loads) > 1
+            else None,
+            "loads": loads,
+            "rss_mb": server.rss_mb(),
+            "peak_mb": server.peak_mb(),
+        }
+    finally:
+        server.stop()
+
+
+PROBE = (
+    "import sys; from vdl_stream.cli import main; code = main(sys.argv[1:]); "
+    "sys.stderr.write('VmHWM ' + open('/proc/self/status').read().split('VmHWM:')[1].split()[0]"
+    " + '\\n'); sys.exit(code)"
+)
+
+
+def export_cli(tree: Path, run: Path, fmt: str) -> dict:
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as sink:
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, "export", str(run), "--format", fmt],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            cwd=tree,
+            env=env_for(tree),
+            text=True,
+            timeout=1800,
+        )
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    peak = int(done.stderr.split("VmHWM ")[1].split()[0]) / 1024
+    return {"seconds": seconds, "peak_mb": peak}
+
+
+def export_http(tree: Path, run: Path, fmt: str, work: Path) -> dict:
+    server = Serve(tree, run.parent, work / "serve-export.log")
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(server.url + "/api/stats", timeout=60) as r:
+                r.read()
+            latencies.append(time.perf_counter() - t0)
+            done.wait(0.05)
+
+    try:
+        idle_mb = server.rss_mb()
+        poller = threading.Thread(target=poll, daemon=True)
+        t0 = time.perf_counter()
+        poller.start()
+        size = 0
+        with urllib.request.urlopen(
+            f"{server.url}/api/export?run={run.name}&format={fmt}", timeout=1800
+        ) as response:
+            while chunk := response.read(1 << 20):
+                size += len(chunk)
+        seconds = time.perf_counter() - t0
+        done.set()
+        poller.join(60)
+        lat = np.array(latencies) * 1000
+        return {
+            "seconds": seconds,
+            "bytes": size,
+            "idle_rss_mb": idle_mb,
+            "peak_mb": server.peak_mb(),
+            "stats_requests": len(lat),
+            "stats_p50_ms": float(np.percentile(lat, 50)),
+            "stats_p99_ms": float(np.percentile(lat, 99)),
+            "stats_max_ms": float(lat.max()),
+        }
+    finally:
+        done.set()
+        server.stop()
+
+
+def part_export(args, tree: Path, work: Path, points: int) -> dict:
+    run = bulk_run(Path(args.cache), points)
+    cli = export_cli(tree, run, "csv")
+    http = export_http(tree, run, "csv", work)
+    return {
+        "points": points,
+        "cli_seconds": cli["seconds"],
+        "cli_rows_per_s": points / cli["seconds"],
+        "cli_peak_mb": cli["peak_mb"],
+        "http_seconds": http["seconds"],
+        "http_rows_per_s": points / http["seconds"],
+        "http": http,
+    }
+
+
+def run_tree(args, tree: Path, browser, work: Path, points: int) -> dict:
+    out = {"tree": str(tree)}
+    if not args.skip_pages:
+        out["one_run"] = part_one_run(args, tree, browser, work)
+        print(f"  one run: {out['one_run']['cold_shown_ms']:.0f} ms", file=sys.stderr)
+        out["many_runs"] = part_many_runs(args, tree, browser, work)
+        print(f"  many runs: {out['many_runs']['cold_shown_ms']:.0f} ms", file=sys.stderr)
+    if not args.skip_export:
+        out["export"] = part_export(args, tree, work, points)
+        print(f"  export: {out['export']['cli_rows_per_s'] / 1e6:.2f} M rows/s", file=sys.stderr)
+    return out
+
+
+def fmt(x: float | None, spec: str = ".0f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def report(result: dict) -> str:
+    a = result["this"]
+    b = result.get("baseline")
+    lines = [
+        f"bench_serve on {result['machine']} ({result['cpus']} CPUs), {result['date']}",
+        "",
+        "| measure | this tree | baseline | ratio |",
+        "| --- | --- | --- | --- |",
+    ]
+
+    def row(name: str, part: str, key: str, spec: str = ".0f", unit: str = "") -> None:
+        x = a.get(part, {}).get(key)
+        y = b.get(part, {}).get(key) if b else None
+        ratio = f"{y / x:.1f}x" if x and y else "—"
+        lines.append(f"| {name} | {fmt(x, spec)}{unit} | {fmt(y, spec)}{unit} | {ratio} |")
+
+    if "one_run" in a:
+        h = a["one_run"]["hours"]
+        row(
+            f"one {h:g} h live run: charts in view drawn, cold",
+            "one_run",
+            "cold_shown_ms",
+            unit=" ms",
+        )
+        row(
+            f"one {h:g} h live run: charts in view drawn, warm",
+            "one_run",
+            "warm_shown_ms",
+            unit=" ms",
+        )
+        row("one live run: server RSS after", "one_run", "rss_mb", unit=" MB")
+        n, rh = a["many_runs"]["runs"], a["many_runs"]["run_hours"]
+        row(
+            f"{n} runs of {rh:g} h: first charts drawn, cold",
+            "many_runs",
+            "cold_shown_ms",
+            unit=" ms",
+        )
+        row(f"{n} runs: server RSS after", "many_runs", "rss_mb", unit=" MB")
+        row(f"{n} runs: server peak RSS", "many_runs", "peak_mb", unit=" MB")
+    if "export" in a:
+        p = a["export"]["points"]
+        lines.append(f"| export of {p:,} points (baseline: {b['export']['points']:,})"
+                     if b and "export" in b else f"| export of {p:,} points")  # fmt: skip
+        lines[-1] += " | | | |"
+        row("CLI export: rows/s", "export", "cli_rows_per_s", ",.0f")
+        row("CLI export: peak RSS", "export", "cli_peak_mb", unit=" MB")
+        row("/api/export: rows/s", "export", "http_rows_per_s", ",.0f")
+        x = a["export"]["http"]
+        y = b["export"]["http"] if b and "export" in b else None
+        for key, name in (
+            ("peak_mb", "server peak RSS"),
+            ("stats_max_ms", "/api/stats max latency"),
+        ):
+            yy = y[key] if y else None
+            lines.append(f"| /api/export: {name} | {x[key]:.0f} | {fmt(yy)} | — |")
+        lines.append(f"| /api/export: /api/stats p99 | {x['stats_p99_ms']:.0f} ms | "
+                     f"{fmt(y['stats_p99_ms'] if y else None)} ms | — |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Parse the arguments, run the parts, print and save the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="0.1 h run, 20 runs, 5M points")
+    parser.add_argument("--hours", type=float, default=None, help="the one run (default 1)")
+    parser.add_argument("--runs", type=int, default=None, help="many runs (default 100)")
+    parser.add_argument("--run-hours", type=float, default=0.05, help="hours of each of them")
+    parser.add_argument("--points", type=int, default=None, help="export (default 50,000,000)")
+    parser.add_argument("--baseline", help="another checkout to measure the same way")
+    parser.add_argument("--baseline-points", type=int, default=5_000_000)
+    parser.add_argument("--loads", type=int, default=3, help="page loads per server (1 cold)")
+    parser.add_argument("--skip-pages", action="store_true")
+    parser.add_argument("--skip-export", action="store_true")
+    parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vdl-bench-serve"))
+    parser.add_argument("--out", default=str(HERE / "out" / "serve.json"))
+    args = parser.parse_args()
+    args.hours = args.hours or (0.1 if args.quick else 1.0)
+    args.runs = args.runs or (20 if args.quick else 100)
+    args.points = args.points or (5_000_000 if args.quick else 50_000_000)
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="vdl-bench-serve-"))
+
+    from playwright.sync_api import sync_playwright
+
+    result = {
+        "machine": platform.node(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "args": vars(args),
+    }
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS
+            )
+            try:
+                print(f"this tree ({ROOT})", file=sys.stderr)
+                result["this"] = run_tree(args, ROOT, browser, work, args.points)
+                if args.baseline:
+                    print(f"baseline ({args.baseline})", file=sys.stderr)
+                    result["baseline"] = run_tree(
+                        args, Path(args.baseline), browser, work, args.baseline_points
+                    )
+                    if "export" in result["this"] and args.points != args.baseline_points:
+                        # the same size for the ratio too
+                        result["this_at_baseline_points"] = part_export(
+                            args, ROOT, work, args.baseline_points
+                        )
+            finally:
+                browser.close()
+    finally:
+        for proc in STARTED:
+            if proc.poll() is None:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(report(result))
+    if "this_at_baseline_points" in result:
+        e, b = result["this_at_baseline_points"], result["baseline"]["export"]
+        print(
+            f"\nexport at {e['points']:,} points, this vs baseline: CLI {e['cli_rows_per_s']:,.0f} vs "
+            f"{b['cli_rows_per_s']:,.0f} rows/s ({e['cli_rows_per_s'] / b['cli_rows_per_s']:.1f}x), "
+            f"peak {e['cli_peak_mb']:.0f} vs {b['cli_peak_mb']:.0f} MB; /api/export "
+            f"{e['http_rows_per_s']:,.0f} vs {b['http_rows_per_s']:,.0f} rows/s, server peak "
+            f"{e['http']['peak_mb']:.0f} vs {b['http']['peak_mb']:.0f} MB, /api/stats max "
+            f"{e['http']['stats_max_ms']:.0f} vs {b['http']['stats_max_ms']:.0f} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()

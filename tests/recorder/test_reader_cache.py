@@ -1,0 +1,96 @@
+"""The reader's cache controls and streaming read: cached_bytes, drop_cache, iter_scalars."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from recorder_testing import BASE_WALL, same_series
+from test_recorder_groups import operations, run_ops
+
+from recorder import RunReader, RunWriter, ScalarSeries
+
+
+def concatenated(pieces: list[ScalarSeries]) -> ScalarSeries:
+    if not pieces:
+        return ScalarSeries(np.empty(0, np.int64), np.empty(0), np.empty(0))
+    return ScalarSeries(*(np.concatenate(c) for c in zip(*pieces, strict=True)))
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    operations(),
+    st.integers(1, 300),
+    st.one_of(st.none(), st.integers(0, 200)),
+    st.one_of(st.none(), st.integers(0, 400)),
+    st.booleans(),
+)
+def test_iter_scalars_concatenated_equals_read_scalars(
+    tmp_path_factory, ops, chunk, start, end, warm
+):
+    run = tmp_path_factory.mktemp("i") / "run"
+    with RunWriter(run, sync="never") as w:
+        run_ops(w, ops)
+        w.flush()
+        r = RunReader(run)  # scanned, before the index exists
+    for reader in (r, RunReader(run)):
+        for tag in {op[0] for op in ops}:
+            if warm:
+                reader.read_scalars(tag)  # the cache is used where it is loaded
+            pieces = list(reader.iter_scalars(tag, start=start, end=end, max_chunk_points=chunk))
+            assert all(1 <= len(p) <= chunk for p in pieces)
+            want = reader.read_scalars(tag, start=start, end=end)
+            assert same_series(concatenated(pieces), want), tag
+        reader.close()
+
+
+def test_iter_scalars_of_an_unknown_tag_is_empty_and_bad_arguments_are_refused(tmp_path):
+    with RunWriter(tmp_path / "r") as w:
+        w.append_record("text", "t", 1, BASE_WALL, {"text": "x"})
+        w.append_scalars("a", [0], [BASE_WALL], [1.0])
+    with RunReader(tmp_path / "r") as r:
+        assert list(r.iter_scalars("nope")) == []
+        with pytest.raises(ValueError, match="max_chunk_points must be an int >= 1, got 0"):
+            r.iter_scalars("a", max_chunk_points=0)
+        with pytest.raises(ValueError, match="holds 'text' records, not scalars"):
+            r.iter_scalars("t")
+
+
+def test_cached_bytes_grow_with_reads_and_drop_cache_frees_them(tmp_path):
+    n = 200_000
+    with RunWriter(tmp_path / "r") as w:
+        for tag in ("a", "b"):
+            w.append_scalars(tag, np.arange(n), BASE_WALL + np.arange(n), np.arange(n) * 0.5)
+        for i in range(50):  # small flushes: group chunks
+            w.append_scalars("a", [n + i], [BASE_WALL], [1.0])
+            w.append_scalars("c", [i], [BASE_WALL], [2.0])
+            w.flush()
+    r = RunReader(tmp_path / "r")
+    before = r.cached_bytes()
+    assert before < 100_000  # the index holds summaries only
+    full = r.read_scalars("a")
+    assert r.cached_bytes() >= 24 * len(full)
+    r.read_scalars("c")
+    r.drop_cache()
+    assert r.cached_bytes() < 100_000
+    again = r.read_scalars("a")  # read again from disk
+    assert same_series(again, full)
+    assert r.read_scalars("c").values.tolist() == [2.0] * 50
+    assert r.read_scalars("a", max_points=100).steps[-1] == n + 49
+    r.close()
+
+
+def test_iter_scalars_memory_is_bounded_by_the_chunk_size(tmp_path):
+    n = 1_000_000
+    with RunWriter(tmp_path / "r") as w:
+        w.append_scalars("x", np.arange(n), BASE_WALL + np.arange(n) * 0.1, np.ones(n))
+    with RunReader(tmp_path / "r") as r:
+        total = 0
+        for piece in r.iter_scalars("x", max_chunk_points=10_000):
+            assert len(piece) <= 10_000
+            total += len(piece)
+            assert r.cached_bytes() < 2_000_000  # nothing of the series is kept
+        assert total == n

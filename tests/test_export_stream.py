@@ -1,0 +1,226 @@
+"""Streaming export: the same bytes as the row-by-row writer, in constant memory, off the loop."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+
+import recorder
+from tests.conftest import http_get, http_request
+from vdl_stream.interop import Export
+from vdl_stream.server import run_server
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def reference(run_dir: Path, fmt: str, pattern: str | None = None) -> bytes:
+    """The export as the row-by-row writer produced it before streaming (the byte-exact spec)."""
+    import re
+
+    regex = re.compile(pattern) if pattern else None
+    tags: list[tuple[str, list]] = []
+    with recorder.RunReader(run_dir) as reader:
+        for tag in sorted(t for t, i in reader.tags().items() if i.kind == "scalars"):
+            if regex is None or regex.search(tag):
+                s = reader.read_scalars(tag)
+                tags.append(
+                    (
+                        tag,
+                        list(
+                            zip(s.steps.tolist(), s.walls.tolist(), s.values.tolist(), strict=True)
+                        ),
+                    )
+                )
+        fields: dict[str, list] = {}
+        for record in reader.read_records(kind="telemetry"):
+            data = record.data
+            prefix = f"telemetry/{data.get('host', 'host')}/rank{data.get('rank', 0)}/"
+            for name, value in (data.get("fields") or {}).items():
+                if regex is None or regex.search(prefix + name):
+                    fields.setdefault(prefix + name, []).append((None, record.wall, float(value)))
+        tags.extend(sorted(fields.items()))
+    out = io.StringIO()
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["tag", "step", "wall_time", "value"])
+        for tag, rows in tags:
+            for step, wall, value in rows:
+                w.writerow([tag, "" if step is None else step, repr(wall), repr(value)])
+    else:
+        out.write("{")
+        for i, (tag, rows) in enumerate(tags):
+            out.write(("," if i else "") + "\n" + json.dumps(tag) + ": [")
+            out.write(
+                ", ".join(
+                    f"[{wall!r}, {'null' if step is None else step}, "
+                    f"{repr(value) if math.isfinite(value) else 'null'}]"
+                    for step, wall, value in rows
+                )
+            )
+            out.write("]")
+        out.write("\n}\n")
+    return out.getvalue().encode()
+
+
+@pytest.fixture(scope="module")
+def tricky(tmp_path_factory) -> Path:
+    """A run with restarts, NaN and infinities, extreme magnitudes, odd tag names, telemetry."""
+    run = tmp_path_factory.mktemp("logs") / "tricky"
+    rng = np.random.default_rng(7)
+    specials = np.array([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-300, 5e-324, 1.7976931348623157e308,
+                         1e16, 1e15, 123456789012345678.0, 1e-5, 1e-4, 0.1, -2.5, 3.0])  # fmt: skip
+    with recorder.RunWriter(run, sync="never") as w:
+        for tag in ("loss", 'a,"quoted"\ntag', "100%/sure", "ünïcode/λ"):
+            steps = np.arange(1000)
+            values = np.concatenate([specials, rng.standard_normal(1000 - len(specials)) * 1e3])
+            w.append_scalars(tag, steps, 1.7e9 + rng.random(1000) * 1e5, values)
+        back = np.arange(500, 600)  # a restart: steps 500.. are superseded
+        w.append_scalars("loss", back, np.full(100, 1.8e9), -back.astype(float))
+        for i in range(30):
+            fields = {"gpu0/util": float(i), "cpu/percent": i * 0.1, "ram/used": 2.0**40 + i}
+            data = {"host": "node-1", "rank": 0, "fields": fields}
+            w.append_record("telemetry", None, None, 1.75e9 + i, data)
+    return run
+
+
+@pytest.fixture(params=["orjson", "repr"])
+def formatter(request, monkeypatch):
+    """Both ways of formatting numbers: orjson (when installed) and Python's repr()."""
+    from vdl_stream import interop
+
+    if request.param == "repr":
+        monkeypatch.setattr(interop, "_orjson", None)
+    elif interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    return request.param
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+@pytest.mark.parametrize("chunk_rows", [1, 7, 65536])
+def test_streamed_export_is_byte_identical_to_the_row_writer(tricky, fmt, chunk_rows, formatter):
+    with Export(tricky, fmt, chunk_rows=chunk_rows) as export:
+        got = b"".join(export)
+    assert got == reference(tricky, fmt)
+    assert export.rows == 3 * 1000 + 600 + 3 * 30 and export.tags == 4 + 3
+    if fmt == "json":
+        json.loads(got.replace(b"nan", b"null"))  # valid JSON apart from NaN wall times
+    else:
+        assert len(list(csv.reader(io.StringIO(got.decode())))) == 1 + export.rows
+
+
+def test_numbers_are_formatted_as_repr_writes_them(formatter):
+    from vdl_stream.interop import _csv_rows, _json_rows
+
+    rng = np.random.default_rng(3)
+    n = 200_000
+    x = 10.0 ** rng.uniform(-30, 30, n) * rng.choice([-1.0, 1.0], n)
+    x[:1000] = rng.random(1000)
+    edges = [1e-4, -1e-4, np.nextafter(1e-4, 0), 1e16, np.nextafter(1e16, 0), 0.0, -0.0,
+             np.nan, np.inf, -np.inf, 5e-324, 1.7976931348623157e308, 9007199254740993.0]  # fmt: skip
+    x[1000 : 1000 + len(edges)] = edges
+    steps = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
+    expected = "".join(
+        f"t,{s},{w!r},{v!r}\n"
+        for s, w, v in zip(steps.tolist(), x.tolist(), x[::-1].tolist(), strict=True)
+    )
+    assert _csv_rows("t", steps, x, x[::-1].copy()).decode() == expected
+    expected = ", ".join(
+        f"[{w!r}, null, {repr(v) if math.isfinite(v) else 'null'}]"
+        for w, v in zip(x.tolist(), x[::-1].tolist(), strict=True)
+    )
+    assert _json_rows(None, x, x[::-1].copy()).decode() == expected
+
+
+def test_a_pattern_and_no_match(tricky):
+    with Export(tricky, "json", "^loss$|gpu") as export:
+        assert b"".join(export) == reference(tricky, "json", "^loss$|gpu")
+    with Export(tricky, "json", "nothing") as export:
+        assert b"".join(export) == b"{\n}\n" and export.tags == 0
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        Export(tricky, "xml")
+
+
+def write_long_run(path: Path, points: int) -> None:
+    with recorder.RunWriter(path, sync="never") as w:
+        step = 0
+        for lo in range(0, points, 1 << 20):
+            s = np.arange(lo, min(points, lo + (1 << 20)))
+            w.append_scalars("loss", s, 1.7e9 + s * 0.02, np.sin(s * 1e-3))
+            step += len(s)
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("long") / "long"
+    write_long_run(run, 3_000_000)
+    return run
+
+
+def test_cli_export_runs_in_constant_memory(long_run, tmp_path):
+    """3M points: the whole export would hold hundreds of MB; the stream holds a chunk."""
+    out = tmp_path / "out.csv"
+    probe = (
+        "import sys; from vdl_stream.cli import main; "
+        "code = main(['export', sys.argv[1], '-o', sys.argv[2]]); "
+        # VmHWM, not ru_maxrss: that one keeps the forking parent's peak across exec
+        "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]); sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(long_run), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stderr
+    peak_mb = int(done.stdout.split()[-1]) // 1024
+    assert "exported 3,000,000 rows" in done.stderr
+    assert peak_mb < 120, f"peak RSS {peak_mb} MB"
+    with open(out, "rb") as f:
+        assert f.readline() == b"tag,step,wall_time,value\n"
+        assert f.readline() == f"loss,0,{1.7e9!r},0.0\n".encode()
+        f.seek(-64, os.SEEK_END)
+        last = f.read().splitlines()[-1].decode().split(",")
+    assert last[:2] == ["loss", "2999999"] and float(last[3]) == math.sin(2999999 * 1e-3)
+
+
+async def test_http_export_streams_without_stalling_the_loop(long_run, nursery):
+    url = await nursery.start(partial(run_server, long_run.parent, "127.0.0.1", 0))
+    latencies: list[float] = []
+    done = trio.Event()
+
+    async def poll_stats() -> None:
+        while not done.is_set():
+            t0 = time.perf_counter()
+            status, _ = await trio.to_thread.run_sync(http_get, url + "/api/stats")
+            latencies.append(time.perf_counter() - t0)
+            assert status == 200
+            await trio.sleep(0.02)
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as inner:
+            inner.start_soon(poll_stats)
+            status, kind, body = await trio.to_thread.run_sync(
+                http_request, url + "/api/export?run=long&format=csv"
+            )
+            done.set()
+    assert status == 200 and kind.startswith("text/csv")
+    assert body.count(b"\n") == 1 + 3_000_000
+    with Export(long_run, "csv", chunk_rows=1 << 20) as export:
+        chunks = iter(export)
+        first = next(chunks) + next(chunks)
+    assert body.startswith(first)
+    assert len(latencies) >= 5 and max(latencies) < 0.5, latencies
