@@ -131,10 +131,12 @@ class Expected:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("props")
+    vdl = LogWriter(logdir / "vdl", telemetry=False)
     writers = {
         "api": attach(logdir, run="api", telemetry=False),
-        "vdl": LogWriter(logdir / "vdl", telemetry=False),
+        "vdl": vdl,
         "tb": SummaryWriter(logdir / "tb", telemetry=False),
+        "vdl/m": vdl.mode("m").writer,  # VisualDL 1.x: a mode is a sub-run
     }
     yield logdir, writers, Expected()
     for w in writers.values():
@@ -299,6 +301,41 @@ def test_add_curves(env, run, kind, tag, truth, scores, step, n, weights, wallti
         wall = wall_of(walltime, run)
         build = summaries.pr_curve_event if kind == "pr_curve" else summaries.roc_curve_event
         expect_event(env, run, build(tag, truth, scores, step, wall or 0.0, n, weights), wall)
+
+
+@EXAMPLES
+@given(
+    tag=tags,
+    step=steps,
+    value=values,
+    text=texts,
+    component=st.sampled_from(["scalar", "text", "histogram"]),
+    buckets=counts,
+)
+def test_visualdl_1x_recorders(env, tag, step, value, text, component, buckets):
+    _, writers, expected = env
+    mode = writers["vdl"].mode("m")
+    try:
+        if component == "scalar":
+            mode.scalar(tag).add_record(step, value)
+        elif component == "text":
+            mode.text(tag).add_record(step, text)
+        else:
+            mode.histogram(tag, buckets).add_record(step, value)
+        accepted = True
+    except (TypeError, ValueError):
+        accepted = False
+    n = expected.canaries["vdl/m"]
+    writers["vdl/m"].add_scalar("canary", float(n), n)
+    expected.canaries["vdl/m"] = n + 1
+    if not accepted:
+        return
+    if component == "scalar":
+        expect_point(env, "vdl/m", tag, step, value, None)
+    elif component == "text":
+        expect_event(env, "vdl/m", summaries.text_event(tag, text, step, 0.0), None)
+    else:
+        expect_event(env, "vdl/m", summaries.histogram_event(tag, value, step, 0.0, buckets), None)
 
 
 MADE = itertools.count()
