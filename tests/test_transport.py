@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -151,3 +154,29 @@ def test_websocket_transport_resends_retryable_refusals_and_drops_the_others(tmp
         stop_serve(server)
     with recorder.RunReader(tmp_path / "logs" / "held") as reader:
         assert reader.read_scalars("x").steps.tolist() == list(range(50))
+
+
+def test_spool_keeps_frames_in_memory_when_its_file_cannot_take_them(tmp_path, monkeypatch):
+    """A full disk under the spool file: frames stay in memory, in order, nothing lost."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("needs root and mount for a tmpfs")
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(disk))
+        spool = Spool(memory_bytes=10, disk_bytes=1 << 20)
+        with pytest.warns(RuntimeWarning, match="cannot write the spool file"):
+            for seq in range(1, 41):
+                spool.put(seq, bytes([seq]) * 4096)  # 160 KiB into a 64 KiB disk
+        assert spool.file_errors > 0 and len(spool) == 40 and spool.dropped == 0
+        assert [spool.get(s)[:1] for s in spool.after(0)] == [bytes([s]) for s in range(1, 41)]
+        spool.ack(20)
+        assert spool.after(0) == list(range(21, 41)) and spool.nbytes == 20 * 4096
+        spool.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], timeout=20, check=False)

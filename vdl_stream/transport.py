@@ -27,6 +27,7 @@ The refusal contract (both transports; the writer codes against it):
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import warnings
 from collections import OrderedDict
@@ -288,14 +289,18 @@ class Spool:
     ``memory_bytes`` stay in memory; later frames go to an anonymous temporary file (gone when the
     process ends). Past ``disk_bytes`` in all, the oldest frames are dropped, with a warning, so a
     broker that never comes back cannot fill the disk either. Writes are small appends to the
-    page cache, so they are made directly rather than from a worker thread.
+    page cache, so they are made directly rather than from a worker thread. A frame the file
+    cannot take (its disk is full) stays in memory, in order, counted against ``disk_bytes``.
     """
 
     def __init__(self, memory_bytes: int = 64 << 20, disk_bytes: int = 4 << 30) -> None:
         self.memory_limit = memory_bytes
         self.disk_limit = disk_bytes
         self._memory: OrderedDict[int, bytes] = OrderedDict()
-        self._disk: OrderedDict[int, tuple[int, int]] = OrderedDict()  # seq -> (offset, length)
+        # seq -> (offset, length) in the file, or the frame itself when the file could not take
+        # it (a full disk): kept in memory then, in order, rather than lost
+        self._disk: OrderedDict[int, tuple[int, int] | bytes] = OrderedDict()
+        self.file_errors = 0
         self._file: Any = None
         self._end = 0  # end of the spool file
         self._memory_bytes = self._disk_bytes = 0
@@ -324,7 +329,7 @@ class Spool:
         if frame is not None:
             self._memory_bytes -= len(frame)
         elif seq in self._disk:
-            self._disk_bytes -= self._disk.pop(seq)[1]
+            self._disk_bytes -= _length(self._disk.pop(seq))
         if not self._disk and self._file is not None:
             self._file.truncate(0)
             self._end = 0
@@ -341,12 +346,28 @@ class Spool:
             self._memory[seq] = frame
             self._memory_bytes += len(frame)
             return
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="vdl-stream-spool-")  # noqa: SIM115 (closed by close())
-        self._file.seek(self._end)
-        self._file.write(frame)
-        self._disk[seq] = (self._end, len(frame))
-        self._end += len(frame)
+        try:
+            if self._file is None:
+                # unbuffered, written with pwrite: a failed write leaves no buffer behind
+                self._file = tempfile.TemporaryFile(prefix="vdl-stream-spool-", buffering=0)  # noqa: SIM115 (closed by close())
+            view = memoryview(frame)
+            offset = self._end
+            while view:
+                written = os.pwrite(self._file.fileno(), view, offset)
+                view, offset = view[written:], offset + written
+        except OSError as exc:
+            self.file_errors += 1
+            if self.file_errors == 1:
+                warnings.warn(
+                    f"vdl-stream: cannot write the spool file ({exc.strerror or exc}); keeping "
+                    "unacknowledged batches in memory",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+            self._disk[seq] = frame
+        else:
+            self._disk[seq] = (self._end, len(frame))
+            self._end += len(frame)
         self._disk_bytes += len(frame)
         while self._disk_bytes > self.disk_limit and len(self) > 1:
             self._drop_oldest()
@@ -356,8 +377,7 @@ class Spool:
             _, frame = self._memory.popitem(last=False)
             self._memory_bytes -= len(frame)
         else:
-            _, (_, length) = self._disk.popitem(last=False)
-            self._disk_bytes -= length
+            self._disk_bytes -= _length(self._disk.popitem(last=False)[1])
         self.dropped += 1
         if self.dropped == 1:
             warnings.warn(
@@ -372,9 +392,11 @@ class Spool:
         frame = self._memory.get(seq)
         if frame is not None or seq not in self._disk:
             return frame
-        offset, length = self._disk[seq]
-        self._file.seek(offset)
-        return self._file.read(length)
+        place = self._disk[seq]
+        if isinstance(place, bytes):
+            return place
+        offset, length = place
+        return os.pread(self._file.fileno(), length, offset)
 
     def after(self, seq: int) -> list[int]:
         """Return the sequence numbers held above ``seq``, in order."""
@@ -385,7 +407,7 @@ class Spool:
         while self._memory and next(iter(self._memory)) <= seq:
             self._memory_bytes -= len(self._memory.popitem(last=False)[1])
         while self._disk and next(iter(self._disk)) <= seq:
-            self._disk_bytes -= self._disk.popitem(last=False)[1][1]
+            self._disk_bytes -= _length(self._disk.popitem(last=False)[1])
         if not self._disk and self._file is not None:
             self._file.truncate(0)
             self._end = 0
@@ -395,6 +417,10 @@ class Spool:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _length(place: tuple[int, int] | bytes) -> int:
+    return len(place) if isinstance(place, bytes) else place[1]
 
 
 def describe_connect_error(exc: BaseException) -> str:
