@@ -131,10 +131,12 @@ class Expected:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("props")
+    vdl = LogWriter(logdir / "vdl", telemetry=False)
     writers = {
         "api": attach(logdir, run="api", telemetry=False),
-        "vdl": LogWriter(logdir / "vdl", telemetry=False),
+        "vdl": vdl,
         "tb": SummaryWriter(logdir / "tb", telemetry=False),
+        "vdl/m": vdl.mode("m").writer,  # VisualDL 1.x: a mode is a sub-run
     }
     yield logdir, writers, Expected()
     for w in writers.values():
@@ -225,6 +227,13 @@ def test_add_histogram(env, run, tag, data, step, walltime, n):
     fmt=arg(st.just("HWC"), st.sampled_from(["CHW", "HW", "WHC", "NHWC", "hwc"])),
 )
 def test_add_image(env, run, tag, img, step, walltime, fmt):
+    if run == "tb" and fmt == "NHWC":  # SummaryWriter.add_images: a batch tiled into a grid
+        img = img[None] if isinstance(img, np.ndarray) else img
+        if call(env, run, "add_images", tag, img, step, walltime, fmt):
+            step = 0 if step is None else step
+            wall = wall_of(walltime, run)
+            expect_event(env, run, summaries.image_event(tag, img, step, wall or 0.0, fmt), wall)
+        return
     if call(env, run, "add_image", tag, img, step, walltime, fmt):
         step = 0 if step is None else step
         wall = wall_of(walltime, run)
@@ -294,6 +303,41 @@ def test_add_curves(env, run, kind, tag, truth, scores, step, n, weights, wallti
         expect_event(env, run, build(tag, truth, scores, step, wall or 0.0, n, weights), wall)
 
 
+@EXAMPLES
+@given(
+    tag=tags,
+    step=steps,
+    value=values,
+    text=texts,
+    component=st.sampled_from(["scalar", "text", "histogram"]),
+    buckets=counts,
+)
+def test_visualdl_1x_recorders(env, tag, step, value, text, component, buckets):
+    _, writers, expected = env
+    mode = writers["vdl"].mode("m")
+    try:
+        if component == "scalar":
+            mode.scalar(tag).add_record(step, value)
+        elif component == "text":
+            mode.text(tag).add_record(step, text)
+        else:
+            mode.histogram(tag, buckets).add_record(step, value)
+        accepted = True
+    except (TypeError, ValueError):
+        accepted = False
+    n = expected.canaries["vdl/m"]
+    writers["vdl/m"].add_scalar("canary", float(n), n)
+    expected.canaries["vdl/m"] = n + 1
+    if not accepted:
+        return
+    if component == "scalar":
+        expect_point(env, "vdl/m", tag, step, value, None)
+    elif component == "text":
+        expect_event(env, "vdl/m", summaries.text_event(tag, text, step, 0.0), None)
+    else:
+        expect_event(env, "vdl/m", summaries.histogram_event(tag, value, step, 0.0, buckets), None)
+
+
 MADE = itertools.count()
 
 
@@ -306,9 +350,12 @@ MADE = itertools.count()
 )
 def test_constructors(env, tmp_path_factory, make, logdir, comment, display_name):
     root = Path(env[0]) / "made"
+    root.mkdir(exist_ok=True)
     if isinstance(logdir, str):  # keep every directory it may create under the test's own
         parts = [p for p in logdir.split("/") if p not in ("", "..")]
         logdir = str(root.joinpath(*parts)) if parts else logdir
+    cwd = os.getcwd()
+    os.chdir(root)  # without a directory the facades record under ./runs
     try:
         if make == "LogWriter":
             writer = LogWriter(logdir, comment, display_name=display_name, telemetry=False)
@@ -316,6 +363,8 @@ def test_constructors(env, tmp_path_factory, make, logdir, comment, display_name
             writer = SummaryWriter(logdir, comment, telemetry=False)
     except (TypeError, ValueError):
         return
+    finally:
+        os.chdir(cwd)
     made = next(MADE)
     try:
         writer.add_scalar("x", float(made), made)  # runs may repeat: each example's own point

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -230,7 +231,8 @@ def test_a_read_only_logdir_is_a_one_line_error_at_the_call(read_only_dir, make)
 
 def test_a_logdir_without_permission_is_a_one_line_error_at_the_call(tmp_path):
     logdir = tmp_path / "private"
-    logdir.mkdir(mode=0o700)
+    # root's directory, for the child that drops to nobody; a read-only one for anyone else
+    logdir.mkdir(mode=0o700 if os.getuid() == 0 else 0o500)
     script = textwrap.dedent(
         f"""
         import os, sys, vdl_stream, vdl_stream.broker, vdl_stream.telemetry
@@ -316,3 +318,25 @@ def test_visualdl_1x_modes_leave_no_empty_parent_run(tmp_path):
     assert recorder.list_runs(tmp_path) == ["dir/train"]
     assert writer.logdir == str(tmp_path / "dir")
     assert not (tmp_path / "dir" / "segment-000000.vdlr").exists()
+
+
+def test_a_run_with_foreign_files_is_refused_at_attach_naming_the_path(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "segment-000000.vdlr").write_bytes(b"PK\x03\x04 not a segment at all" * 4)
+    with pytest.raises(Exception, match=f"cannot record a run in {tmp_path / 'r'}: ") as caught:
+        attach(tmp_path, run="r", telemetry=False)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_refusal_of_the_remote_server_is_reported_and_fails_the_flush(serve_process):
+    serve_process.logdir.mkdir(exist_ok=True)
+    (serve_process.logdir / "blocker").write_text("a file where a run directory would go")
+    w = attach(url=serve_process.ws_url, run="blocker/r", telemetry=False)
+    w.add_scalar("x", 1.0, 0)
+    with pytest.warns(RuntimeWarning, match="refused part of it: .*clashes with a file"):
+        assert w.flush(timeout=20) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reported once, not again on the next call
+        w.add_scalar("x", 2.0, 1)
+    assert w._thread.is_alive()
+    w.close(timeout=5)

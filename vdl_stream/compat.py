@@ -81,6 +81,8 @@ def _open(
 
 def _comment_run(comment: str, separator: str) -> str | None:
     """The run name of a facade without a log directory: attach's own, plus ``comment``."""
+    if type(comment) is not str:
+        raise TypeError(f"comment must be a str, got {type(comment).__name__} {comment!r:.40}")
     if not comment:
         return None  # attach() names it (unique, and agreed on by the ranks of a job)
     from .telemetry import distributed_env
@@ -462,7 +464,16 @@ class ImageRecorder:
                 f"index must be from 0 to {len(self._samples) - 1} (call start_sampling() first), "
                 f"got {index!r:.40}"
             )
-        shape = tuple(int(n) for n in image_shape)
+        try:
+            shape = tuple(summaries.to_step(n, "image_shape entries") for n in image_shape)
+        except TypeError:
+            raise TypeError(
+                f"image_shape must be a list of 2 or 3 ints ([H, W, C]), got {image_shape!r:.60}"
+            ) from None
+        if len(shape) not in (2, 3) or not all(0 < n <= summaries.MAX_IMAGE_VALUES for n in shape):
+            raise ValueError(
+                f"image_shape must be 2 or 3 positive sizes ([H, W, C]), got {list(shape)!r:.60}"
+            )
         arr = summaries.as_numpy(image_data, "image_data")
         if arr.size != int(np.prod(shape)) or len(shape) not in (2, 3):
             raise ValueError(

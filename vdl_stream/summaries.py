@@ -67,8 +67,18 @@ def to_float(value: object, name: str = "value") -> float:
         raise ValueError(f"{name} must fit in a float64, got {value!r:.40}") from None
     except (TypeError, ValueError):
         raise TypeError(
-            f"{name} must be a real number or a one-element tensor, got {type(value).__name__}"
+            f"{name} must be a real number or a one-element tensor, "
+            f"got {type(value).__name__} {_short(value)}"
         ) from None
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to 40 characters, never failing (the value may be anything)."""
+    try:
+        text = repr(value)
+    except Exception:
+        return "(unprintable)"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 #: Steps are stored as int64.
@@ -99,7 +109,7 @@ def to_step(step: object, name: str = "step") -> int:
             step = operator.index(step)  # type: ignore[arg-type]
         except TypeError:
             raise TypeError(
-                f"{name} must be an int, got {type(original).__name__} {original!r:.40}"
+                f"{name} must be an int, got {type(original).__name__} {_short(original)}"
             ) from None
     if not STEP_MIN <= step <= STEP_MAX:  # type: ignore[operator]
         raise ValueError(f"{name} must be in the int64 range [-2**63, 2**63 - 1], got {step}")

@@ -5,6 +5,15 @@ background thread running its own trio loop wakes every ``flush_interval``, take
 groups it into columnar batches and hands them to a transport: the in-process broker, or a remote
 ``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
 ``flush()`` and ``close()``, which wait (with a timeout) for durability.
+
+Every argument is checked at the call, so the background thread only sees what it can store. It
+still never stops on a failure: the pump (hot path -> pending batches) never waits on the
+transport; pending batches are bounded in memory and spill to a temporary file; a separate task
+hands them over in order, keeping and retrying one that fails; and what went wrong reaches the
+training thread as one warning per reason on its next call (a flag it already tests, no lock).
+
+    add_* --append--> lists --pump, every interval--> _Pending (memory, then Spool file)
+          --_deliver, in order, retried--> transport --> broker;  flush() --_confirm--> wait_acked
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import warnings
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -31,7 +41,7 @@ import trio
 import recorder
 
 from . import codec, summaries
-from .codec import Batch
+from .codec import Batch, ScalarColumns
 from .errors import RefusedError, unwrap
 from .summaries import to_float, to_step
 from .transport import InProcessTransport, Spool, Transport, WebSocketTransport
@@ -100,69 +110,119 @@ def _batch_bytes(batch: Batch) -> int:
     return size + sum(_event_bytes(e) for e in batch.events)
 
 
+@dataclass(frozen=True)
+class WriterStatistics:
+    """A point-in-time view of a :class:`Writer`'s background delivery.
+
+    Attributes:
+        pending_batches: batches taken from the hot path and not yet handed to the transport.
+        pending_bytes: their estimated size in memory plus their bytes in the spool file.
+        spilled_batches: batches ever spilled to the spool file (memory bound reached).
+        dropped_batches: batches dropped: the spool was full, or could not be written.
+        send_failures: failed attempts to hand a batch to the transport (each retried).
+        refusals: batches the broker refused for good (each reported).
+        problem: the unresolved failure being retried, or None.
+    """
+
+    pending_batches: int
+    pending_bytes: int
+    spilled_batches: int
+    dropped_batches: int
+    send_failures: int
+    refusals: int
+    problem: str | None
+
+
 class _Pending:
     """Batches taken from the hot path and not yet handed to the transport, oldest first.
 
     In memory up to ``memory_bytes`` (estimated); past that, encoded into a transport
     :class:`Spool` that keeps them in a temporary file (and drops the oldest, with a warning, past
-    its disk bound). Once anything is spilled, later batches are spilled too until the spool is
-    empty, so the order is always memory first, then spool.
+    its disk bound). Should the spool file fail (its disk full too), later batches wait in memory
+    behind it, up to four times the bound, the oldest of them dropped past that. The order is
+    always head (memory), spool, tail (memory): a batch never overtakes an older one, which a
+    reader would take for a training restart.
     """
 
     def __init__(self, memory_bytes: int, disk_bytes: int) -> None:
-        self._memory: OrderedDict[int, tuple[Batch, int]] = OrderedDict()
+        self._head: OrderedDict[int, tuple[Batch, int]] = OrderedDict()
+        self._tail: OrderedDict[int, tuple[Batch, int]] = OrderedDict()
         self._memory_bytes = 0
         self._memory_limit = memory_bytes
         self._spool = Spool(memory_bytes=0, disk_bytes=disk_bytes)
         self.spilled = 0  # batches ever spilled to disk
-        self.dropped = 0  # batches dropped: the spool was full, or could not be written
+        self._dropped = 0  # batches dropped from memory (the spool could not be written)
 
     def __len__(self) -> int:
-        return len(self._memory) + len(self._spool)
+        return len(self._head) + len(self._spool) + len(self._tail)
 
     def put(self, batch: Batch) -> str | None:
         """Keep ``batch``; return a problem to report (spilling failed), or None."""
         size = _batch_bytes(batch)
-        if not len(self._spool) and (
-            self._memory_bytes + size <= self._memory_limit or not self._memory
-        ):
-            self._memory[batch.seq] = (batch, size)
+        fits = self._memory_bytes + size <= self._memory_limit or not self._head
+        if fits and not len(self._spool) and not self._tail:
+            self._head[batch.seq] = (batch, size)
             self._memory_bytes += size
             return None
-        try:
-            self._spool.put(batch.seq, codec.encode_batch(batch))
-        except Exception as exc:  # a full or unwritable temp dir, or a batch msgpack refuses
-            # Keep the batch in memory over the bound rather than lose it; past four times the
-            # bound, the oldest batches go (the training process must not run out of memory).
-            self._memory[batch.seq] = (batch, size)
-            self._memory_bytes += size
-            while self._memory_bytes > 4 * self._memory_limit and len(self._memory) > 1:
-                _, (_, dropped) = self._memory.popitem(last=False)
-                self._memory_bytes -= dropped
-                self.dropped += 1
-            return f"cannot spill pending batches to a temporary file ({_describe(exc)})"
-        self.spilled += 1
-        return None
+        if not self._tail:
+            try:
+                self._spool.put(batch.seq, codec.encode_batch(batch))
+            except Exception as exc:  # a full or unwritable temp dir, or a batch msgpack refuses
+                problem = f"cannot spill pending batches to a temporary file ({_describe(exc)})"
+            else:
+                self.spilled += 1
+                return None
+        else:
+            problem = None
+        # Behind the spool, in memory, rather than lost; bounded, the training process must not
+        # run out of memory either.
+        self._tail[batch.seq] = (batch, size)
+        self._memory_bytes += size
+        dropped = 0
+        while self._memory_bytes > 4 * self._memory_limit and len(self._tail) > 1:
+            _, (_, size) = self._tail.popitem(last=False)
+            self._memory_bytes -= size
+            dropped += 1
+        if dropped:
+            self._dropped += dropped
+            problem = (
+                f"dropped the oldest pending batches ({self._dropped} so far): memory is full "
+                "and the spool file cannot be written"
+            )
+        return problem
+
+    def nbytes(self) -> int:
+        """Estimated bytes held in memory plus bytes in the spool."""
+        return self._memory_bytes + self._spool.nbytes
 
     def first(self) -> tuple[int, Batch] | None:
         """Return the oldest pending batch with its seq, or None."""
-        if self._memory:
-            seq, (batch, _) = next(iter(self._memory.items()))
+        if self._head:
+            seq, (batch, _) = next(iter(self._head.items()))
             return seq, batch
         while len(self._spool):
-            seq = self._spool.after(0)[0]
+            seq = self._spool.first()
             frame = self._spool.get(seq)
             if frame is not None:
                 return seq, codec.decode_batch(codec.decode_message(frame))
             self._spool.ack(seq)  # pragma: no cover - get() returns a frame for every held seq
+        if self._tail:
+            seq, (batch, _) = next(iter(self._tail.items()))
+            return seq, batch
         return None
+
+    @property
+    def dropped(self) -> int:
+        """Batches dropped: the spool was full, or could not be written."""
+        return self._dropped + self._spool.dropped
 
     def remove(self, seq: int) -> None:
         """Forget the oldest batch, ``seq``, once the transport has taken it."""
-        if seq in self._memory:
-            self._memory_bytes -= self._memory.pop(seq)[1]
-        else:
-            self._spool.ack(seq)
+        for memory in (self._head, self._tail):
+            if seq in memory:
+                self._memory_bytes -= memory.pop(seq)[1]
+                return
+        self._spool.ack(seq)
 
     def close(self) -> None:
         """Release the spool file."""
@@ -201,6 +261,8 @@ class Writer:
         self.url: str | None = None  # the dashboard URL when this writer serves one
         self._id = uuid.uuid4().hex[:16]
         self._points: list[tuple[str, int, float, float]] = []
+        # The hot path's append, bound once; the list is only ever cut in place, never replaced.
+        self._append_point = self._points.append
         self._events: list[dict[str, Any]] = []
         self._tags: set[str] = set()
         self._closed = False
@@ -210,6 +272,9 @@ class Writer:
         self._warned: set[str] = set()
         self._problem: str | None = None  # the unresolved failure, for flush()'s warning
         self._refusals = 0  # refusals (batches the broker will never store) reported so far
+        self._last_refusal: str | None = None
+        self._flushed_refusals = 0  # _refusals when the last flush() returned
+        self._send_failures = 0
         self._flush_interval = flush_interval
         self._flush_timeout = flush_timeout
         self._seq = 0
@@ -220,7 +285,10 @@ class Writer:
         self._sent_changed: trio.Event | None = None
         self._pending = _Pending(PENDING_MEMORY_BYTES, PENDING_DISK_BYTES)
         self._flushes: list[tuple[threading.Event, list[bool]]] = []
-        self._confirm_lock = trio.Lock()  # one wait_acked at a time, in flush order
+        # Flushes handed to the confirm task, with the seq each waits for; a flush that timed
+        # out is taken out again, so a broker that never answers cannot make this grow.
+        self._to_confirm: list[tuple[int, threading.Event, list[bool]]] = []
+        self._confirm_wake: trio.Event | None = None
         self._closing = False
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -256,15 +324,16 @@ class Writer:
             self._tags.add(codec.check_tag(tag))
         if type(value) is not float:
             value = to_float(value)
-        if type(step) is not int or not -0x8000000000000000 <= step <= 0x7FFFFFFFFFFFFFFF:
+        # Two plain comparisons cost less than a chained one (the int64 range of steps).
+        if type(step) is not int or step > 0x7FFFFFFFFFFFFFFF or step < -0x8000000000000000:
             step = to_step(step)
         if walltime is None:
-            walltime = time.time()
+            walltime = _now()
         elif type(walltime) is not float or walltime - walltime != 0.0:  # not finite: NaN, ±Inf
             walltime = summaries.check_wall(walltime)
         if self._attention:
             self._attend()
-        self._points.append((tag, step, value, walltime))
+        self._append_point((tag, step, value, walltime))
 
     def add_histogram(
         self,
@@ -400,6 +469,18 @@ class Writer:
         self._reports.append(reason)
         self._attention = True
 
+    def statistics(self) -> WriterStatistics:
+        """Return the state of delivery: what waits, what was spilled, dropped or refused."""
+        return WriterStatistics(
+            pending_batches=len(self._pending),
+            pending_bytes=self._pending.nbytes(),
+            spilled_batches=self._pending.spilled,
+            dropped_batches=self._pending.dropped,
+            send_failures=self._send_failures,
+            refusals=self._refusals,
+            problem=self._problem,
+        )
+
     # -- flushing and closing -------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -420,20 +501,37 @@ class Writer:
             return False
         done = threading.Event()
         result = [False]
-        refusals = self._refusals
         # Look the list up in the loop, not here: the pump swaps in a new one every interval.
         self._call_soon(lambda: self._flushes.append((done, result)))
         if not done.wait(self._flush_timeout if timeout is None else timeout):
-            cause = f": {self._problem}" if self._problem else ""
+            self._call_soon(self._forget_flush, done)
+            problem = self._problem
+            cause = f": {problem}" if problem else ""
             self._warn_flush(f"not confirmed within the timeout{cause}; the data stays queued")
+            self._absorb_reports(problem)
             return False
-        if self._refusals != refusals:
-            self._warn_flush(f"incomplete: the broker refused part of it: {self._problem}")
+        # Anything refused since the last flush was logged before this one: not all is stored.
+        refusals = self._refusals
+        refused, self._flushed_refusals = refusals - self._flushed_refusals, refusals
+        if refused:
+            reason = self._last_refusal
+            self._warn_flush(f"incomplete: the broker refused part of it: {reason}")
+            self._absorb_reports(reason)
             return False
         return result[0]
 
     def _warn_flush(self, why: str) -> None:
         warnings.warn(f"vdl-stream: flush of run {self.run!r} {why}", RuntimeWarning, stacklevel=3)
+
+    def _absorb_reports(self, told: str | None) -> None:
+        """Take the pending reports after a flush warning: those it already told are not
+        repeated on the next call; others are warned now."""
+        while self._reports:
+            reason = self._reports.popleft()
+            if told and told in reason and len(self._warned) < MAX_WARNED_REASONS:
+                self._warned.add(reason)
+            else:
+                self._warn_once(reason, stacklevel=4)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the background thread and release the run. Idempotent."""
@@ -446,6 +544,8 @@ class Writer:
         self._call_soon(lambda: setattr(self, "_closing", True))
         self._thread.join(self._flush_timeout if timeout is None else timeout)
         _live_writers.discard(self)
+        while self._reports:  # e.g. batches that could not be delivered before the close
+            self._warn_once(self._reports.popleft(), stacklevel=3)
 
     def __enter__(self) -> Writer:
         return self
@@ -487,13 +587,15 @@ class Writer:
             self._token = trio.lowlevel.current_trio_token()
             self._wake = trio.Event()
             self._sent_changed = trio.Event()
+            self._confirm_wake = trio.Event()
             self._ready.set()
             if self._telemetry is not None:
                 nursery.start_soon(partial(self._sample_telemetry, **self._telemetry))
             try:
                 async with trio.open_nursery() as inner:
                     inner.start_soon(self._deliver, transport)
-                    await self._pump(transport, inner)
+                    inner.start_soon(self._confirm, transport)
+                    await self._pump(transport)
                     inner.cancel_scope.cancel()
             finally:
                 with trio.move_on_after(self._flush_timeout, shield=True):
@@ -513,7 +615,7 @@ class Writer:
         finally:
             sampler.close()
 
-    async def _pump(self, transport: Transport, nursery: trio.Nursery) -> None:
+    async def _pump(self, transport: Transport) -> None:
         """Every interval, move what the hot path appended into pending batches; never waits on
         the transport, so the hot path's lists stay short whatever the broker does."""
         while True:
@@ -525,7 +627,9 @@ class Writer:
             self._take_refusals(transport)
             seq = self._take_pending(sync=bool(flushes) or closing)
             if flushes:
-                nursery.start_soon(self._confirm, transport, seq, flushes)
+                self._to_confirm += [(seq, done, result) for done, result in flushes]
+                assert self._confirm_wake is not None
+                self._confirm_wake.set()
             if closing:
                 # Deliver what is pending, within the flush timeout (close() already flushed).
                 with trio.move_on_after(self._flush_timeout):
@@ -545,14 +649,31 @@ class Writer:
             events = self._events[:m]
             del self._events[:m]
             self._seq += 1
-            batch = Batch(
-                self._id, self._seq, self.run, codec.columns_from_points(points), events, sync
-            )
+            batch = Batch(self._id, self._seq, self.run, self._columns(points), events, sync)
             problem = self._pending.put(batch)
             if problem is not None:
                 self._report(problem)
             self._wake_sender()
         return self._seq
+
+    def _columns(self, points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
+        """Group points into columns. The calls checked every point, so this cannot fail; if it
+        still does, the points that cannot be stored are dropped and reported, never the rest."""
+        try:
+            return codec.columns_from_points(points)
+        except Exception as exc:
+            kept = []
+            for point in points:
+                try:
+                    codec.columns_from_points([point])
+                except Exception:
+                    continue
+                kept.append(point)
+            self._report(
+                f"dropped {len(points) - len(kept)} scalar point(s) that cannot be stored "
+                f"({_describe(exc)})"
+            )
+            return codec.columns_from_points(kept)
 
     def _wake_sender(self) -> None:
         assert self._sent_changed is not None
@@ -573,8 +694,9 @@ class Writer:
             if getattr(error, "retryable", False):
                 self._report(f"the broker refused a batch, retrying: {error.reason}")
             else:
+                self._last_refusal = str(getattr(error, "reason", error))
                 self._refusals += 1
-                self._report(f"the broker refused a batch: {getattr(error, 'reason', error)}")
+                self._report(f"the broker refused a batch: {self._last_refusal}")
 
     async def _deliver(self, transport: Transport) -> None:
         """Hand pending batches to the transport in order; on a failure keep the batch, report
@@ -587,6 +709,7 @@ class Writer:
                 if item is not None:
                     await transport.send(item[1])
             except Exception as exc:  # never trio.Cancelled (a BaseException)
+                self._send_failures += 1
                 self._report(f"cannot hand a batch to the broker, retrying ({_describe(exc)})")
                 await trio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
@@ -605,19 +728,33 @@ class Writer:
     def _pending_is_clear(self) -> bool:
         return not len(self._pending) and not self._reports
 
-    async def _confirm(
-        self, transport: Transport, seq: int, flushes: list[tuple[threading.Event, list[bool]]]
-    ) -> None:
-        """Resolve ``flushes`` once batch ``seq`` is taken by the transport and acknowledged."""
-        async with self._confirm_lock:
-            await self._wait_sent(seq)
-            await transport.wait_acked(seq)
-        self._take_refusals(transport)
-        if self._pending_is_clear():
-            self._problem = None  # everything up to here went through: the cause went away
-        for done, result in flushes:
-            result[0] = True
-            done.set()
+    async def _confirm(self, transport: Transport) -> None:
+        """Resolve flushes once the batches they wait for are taken by the transport and
+        acknowledged; the only caller of ``wait_acked``, so waits never race each other."""
+        while True:
+            if not self._to_confirm:
+                assert self._confirm_wake is not None
+                await self._confirm_wake.wait()
+                self._confirm_wake = trio.Event()
+                continue
+            target = max(seq for seq, _, _ in self._to_confirm)
+            await self._wait_sent(target)
+            await transport.wait_acked(target)
+            self._take_refusals(transport)
+            if self._pending_is_clear():
+                self._problem = None  # everything up to here went through: the cause went away
+            confirmed = [r for r in self._to_confirm if r[0] <= target]
+            self._to_confirm = [r for r in self._to_confirm if r[0] > target]
+            for _, done, result in confirmed:
+                result[0] = True
+                done.set()
+
+    def _forget_flush(self, done: threading.Event) -> None:
+        """Drop a flush whose caller stopped waiting (in the loop)."""
+        self._to_confirm = [r for r in self._to_confirm if r[1] is not done]
+
+
+_now = time.time  # one global lookup on the hot path instead of two
 
 
 def _wall(walltime: float | None) -> float:
@@ -680,16 +817,16 @@ def attach(
     """
     from .telemetry import distributed_env
 
-    if telemetry_interval < 0.1:
-        raise ValueError(f"telemetry_interval must be at least 0.1 s, got {telemetry_interval!r}")
+    _check_seconds("telemetry_interval", telemetry_interval, 0.1, 3600.0)
+    _check_seconds("flush_interval", flush_interval, 1e-3, 60.0)
     if isinstance(cache_mb, bool) or not isinstance(cache_mb, int) or cache_mb < 1:
         raise ValueError(f"cache_mb must be a positive int, got {cache_mb!r}")
     if serve and url is not None:
         raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
-    if not isinstance(flush_interval, (int, float)) or not 0 < flush_interval <= 60:
-        raise ValueError(
-            f"flush_interval must be a number of seconds in (0, 60], got {flush_interval!r}"
-        )
+    if url is not None and not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__} {url!r:.40}")
+    if token is not None and not isinstance(token, str):
+        raise TypeError(f"token must be a str or None, got {type(token).__name__}")
     rank, local_rank, _ = distributed_env()
     run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
     # NVML sees every GPU of the node, so one process per node reports them.
@@ -725,6 +862,13 @@ def attach(
         return transport
 
     return Writer(run, open_local, **options)
+
+
+def _check_seconds(name: str, value: object, least: float, most: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not least <= value <= most:
+        raise ValueError(f"{name} must be from {least:g} to {most:g} s, got {value!r}")
 
 
 def resolve_run(
@@ -802,15 +946,13 @@ async def _open_run(broker: Any, run: str, run_dir: str) -> None:
             the directory.
     """
     # The broker opens runs lazily, at their first batch, and turns failures into refusals for
-    # remote writers; here its own steps are taken ahead, so the real error reaches attach().
+    # remote writers; open_run takes those steps now, so the real error reaches attach().
     try:
-        state = await broker._get_run(run)
+        await broker.open_run(run)
     except RefusedError as refusal:
         raise RefusedError(
             f"cannot record a run in {run_dir}: {refusal.reason}", retryable=refusal.retryable
         ) from None
-    try:
-        await trio.to_thread.run_sync(broker._writer, state, limiter=broker._limiter)
     except recorder.RecorderError as exc:
         raise type(exc)(str(exc)) from None
     except OSError as exc:
