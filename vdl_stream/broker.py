@@ -608,7 +608,9 @@ class Broker:
         recently used readers first; if that is not enough, close them (they reopen where they
         stopped when needed)."""
         for close in (False, True):
-            for name in self._cache.victims():
+            # The most recently used reader stays open even past the budget: closing the one
+            # just read would make every read of a run bigger than the budget reopen it.
+            for name in self._cache.victims(keep_newest=close):
                 run = self._runs.get(name)
                 if run is None:
                     self._cache.forget(name)
@@ -623,7 +625,15 @@ class Broker:
                         self._cache.forget(name)
                         self._cache.evictions += 1
                     else:
-                        await trio.to_thread.run_sync(_drop_cache, run, limiter=self._read_limiter)
+                        try:
+                            await trio.to_thread.run_sync(
+                                _drop_cache, run, limiter=self._read_limiter
+                            )
+                        except Exception as exc:  # its reader is broken: close it
+                            self._read_failed(run, exc)
+                            run.reader.close()
+                            run.reader = None
+                            run.cached = 0
                         self._cache.evicted(name, run.cached)
 
     def _wake_waiters(self) -> None:
@@ -865,14 +875,16 @@ class _ReadCache:
         self.sizes[name] = nbytes
         self.sizes.move_to_end(name, last=False)
 
-    def victims(self) -> list[str]:
-        """Runs to drop, least recently used first, so that the rest fit in the budget."""
+    def victims(self, *, keep_newest: bool = False) -> list[str]:
+        """Runs to drop, least recently used first, so that the rest fit in the budget (but
+        never the most recently used one with ``keep_newest``)."""
         over = self.used - self.budget
         out = []
+        newest = next(reversed(self.sizes), None) if keep_newest else None
         for name, nbytes in self.sizes.items():
             if over <= 0:
                 break
-            if nbytes:
+            if nbytes and name != newest:
                 out.append(name)
                 over -= nbytes
         return out
