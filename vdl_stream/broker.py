@@ -499,6 +499,7 @@ class Broker:
                 return
             await self._discover()
             await self._tail_all()
+            await self._warm_up()
 
     async def _tail_all(self) -> None:
         """Poll the followed runs whose files changed; close readers that went idle."""
@@ -519,6 +520,31 @@ class Broker:
                         run.reader.close()
                         run.reader = None
                         self._cache.forget(run.name)
+        await self._trim()
+
+    async def _warm_up(self) -> None:
+        """Open the reader of one followed run not opened yet, the most recently written first,
+        while the readers' budget has room (or none is open), so that the first page finds it
+        open; discovery itself opens nothing, so that serve starts at once."""
+        if self._cache.index >= self._cache.budget and self._cache.sizes:
+            return
+        waiting = [
+            r
+            for r in self._runs.values()
+            if r.reader is None and r.position is None and not r.local
+        ]
+        if not waiting:
+            return
+        run = max(waiting, key=lambda r: max((m for _, _, m in r.signature or ()), default=0))
+        async with run.lock:
+            if run.reader is not None or self._runs.get(run.name) is not run:
+                return
+            try:
+                await trio.to_thread.run_sync(_open_reader, run, limiter=self._read_limiter)
+            except Exception as exc:  # one unreadable run never stops the others
+                self._read_failed(run, exc)
+                return
+            self._cache.update(run)
         await self._trim()
 
     async def _tail(self, run: _Run) -> None:
