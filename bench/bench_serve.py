@@ -280,16 +280,22 @@ def part_export(args, tree: Path, work: Path, points: int) -> dict:
     }
 
 
+def attempt(out: dict, key: str, part, *args) -> None:
+    """Run one part; a part that fails (a page that never draws, say) is recorded, not fatal."""
+    try:
+        out[key] = part(*args)
+    except Exception as exc:
+        out[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    print(f"  {key}: {json.dumps(out[key], default=str)[:300]}", file=sys.stderr)
+
+
 def run_tree(args, tree: Path, browser, work: Path, points: int) -> dict:
     out = {"tree": str(tree)}
     if not args.skip_pages:
-        out["one_run"] = part_one_run(args, tree, browser, work)
-        print(f"  one run: {out['one_run']['cold_shown_ms']:.0f} ms", file=sys.stderr)
-        out["many_runs"] = part_many_runs(args, tree, browser, work)
-        print(f"  many runs: {out['many_runs']['cold_shown_ms']:.0f} ms", file=sys.stderr)
+        attempt(out, "one_run", part_one_run, args, tree, browser, work)
+        attempt(out, "many_runs", part_many_runs, args, tree, browser, work)
     if not args.skip_export:
-        out["export"] = part_export(args, tree, work, points)
-        print(f"  export: {out['export']['cli_rows_per_s'] / 1e6:.2f} M rows/s", file=sys.stderr)
+        attempt(out, "export", part_export, args, tree, work, points)
     return out
 
 
@@ -307,14 +313,23 @@ def report(result: dict) -> str:
         "| --- | --- | --- | --- |",
     ]
 
+    def cell(side: dict | None, part: str, key: str, spec: str, unit: str) -> str:
+        if side is None:
+            return "—"
+        got = side.get(part, {})
+        if "error" in got:
+            return got["error"][:60]
+        return fmt(got.get(key), spec) + unit
+
     def row(name: str, part: str, key: str, spec: str = ".0f", unit: str = "") -> None:
         x = a.get(part, {}).get(key)
         y = b.get(part, {}).get(key) if b else None
         ratio = f"{y / x:.1f}x" if x and y else "—"
-        lines.append(f"| {name} | {fmt(x, spec)}{unit} | {fmt(y, spec)}{unit} | {ratio} |")
+        there, base = cell(a, part, key, spec, unit), cell(b, part, key, spec, unit)
+        lines.append(f"| {name} | {there} | {base} | {ratio} |")
 
     if "one_run" in a:
-        h = a["one_run"]["hours"]
+        h = result["args"]["hours"]
         row(
             f"one {h:g} h live run: charts in view drawn, cold",
             "one_run",
@@ -328,7 +343,7 @@ def report(result: dict) -> str:
             unit=" ms",
         )
         row("one live run: server RSS after", "one_run", "rss_mb", unit=" MB")
-        n, rh = a["many_runs"]["runs"], a["many_runs"]["run_hours"]
+        n, rh = result["args"]["runs"], result["args"]["run_hours"]
         row(
             f"{n} runs of {rh:g} h: first charts drawn, cold",
             "many_runs",
@@ -337,24 +352,39 @@ def report(result: dict) -> str:
         )
         row(f"{n} runs: server RSS after", "many_runs", "rss_mb", unit=" MB")
         row(f"{n} runs: server peak RSS", "many_runs", "peak_mb", unit=" MB")
-    if "export" in a:
-        p = a["export"]["points"]
-        lines.append(f"| export of {p:,} points (baseline: {b['export']['points']:,})"
-                     if b and "export" in b else f"| export of {p:,} points")  # fmt: skip
-        lines[-1] += " | | | |"
-        row("CLI export: rows/s", "export", "cli_rows_per_s", ",.0f")
-        row("CLI export: peak RSS", "export", "cli_peak_mb", unit=" MB")
-        row("/api/export: rows/s", "export", "http_rows_per_s", ",.0f")
-        x = a["export"]["http"]
-        y = b["export"]["http"] if b and "export" in b else None
-        for key, name in (
-            ("peak_mb", "server peak RSS"),
-            ("stats_max_ms", "/api/stats max latency"),
+    if "export" in a and "error" not in a["export"]:
+        e = a["export"]
+        same = result.get("this_at_baseline_points", e if not b else {})
+        be = b.get("export", {}) if b else {}
+        lines += [
+            "",
+            f"| export | this tree, {e['points']:,} points | this tree, "
+            f"{same.get('points', 0):,} points | baseline, {be.get('points', 0):,} points | "
+            "ratio (same size) |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+
+        def get(d: dict, path: str) -> float | None:
+            for k in path.split("."):
+                if not isinstance(d, dict) or k not in d:
+                    return None
+                d = d[k]
+            return d
+
+        for name, path, spec, higher in (
+            ("CLI rows/s", "cli_rows_per_s", ",.0f", True),
+            ("CLI peak RSS, MB", "cli_peak_mb", ".0f", False),
+            ("/api/export rows/s", "http_rows_per_s", ",.0f", True),
+            ("/api/export: server peak RSS, MB", "http.peak_mb", ".0f", False),
+            ("/api/export: /api/stats p99, ms", "http.stats_p99_ms", ".0f", False),
+            ("/api/export: /api/stats max, ms", "http.stats_max_ms", ".0f", False),
         ):
-            yy = y[key] if y else None
-            lines.append(f"| /api/export: {name} | {x[key]:.0f} | {fmt(yy)} | — |")
-        lines.append(f"| /api/export: /api/stats p99 | {x['stats_p99_ms']:.0f} ms | "
-                     f"{fmt(y['stats_p99_ms'] if y else None)} ms | — |")  # fmt: skip
+            x, y, z = get(e, path), get(same, path), get(be, path)
+            ratio = "—" if not (y and z) else f"{(y / z if higher else z / y):.1f}x"
+            lines.append(f"| {name} | {fmt(x, spec)} | {fmt(y, spec)} | {fmt(z, spec)} | {ratio} |")
+        lines.append("")
+        lines.append("Ratios: how many times better this tree is (rows/s: this / baseline; "
+                     "times and memory: baseline / this).")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -403,8 +433,14 @@ def main() -> None:
                     )
                     if "export" in result["this"] and args.points != args.baseline_points:
                         # the same size for the ratio too
-                        result["this_at_baseline_points"] = part_export(
-                            args, ROOT, work, args.baseline_points
+                        attempt(
+                            result,
+                            "this_at_baseline_points",
+                            part_export,
+                            args,
+                            ROOT,
+                            work,
+                            args.baseline_points,
                         )
             finally:
                 browser.close()
@@ -416,16 +452,6 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(report(result))
-    if "this_at_baseline_points" in result:
-        e, b = result["this_at_baseline_points"], result["baseline"]["export"]
-        print(
-            f"\nexport at {e['points']:,} points, this vs baseline: CLI {e['cli_rows_per_s']:,.0f} vs "
-            f"{b['cli_rows_per_s']:,.0f} rows/s ({e['cli_rows_per_s'] / b['cli_rows_per_s']:.1f}x), "
-            f"peak {e['cli_peak_mb']:.0f} vs {b['cli_peak_mb']:.0f} MB; /api/export "
-            f"{e['http_rows_per_s']:,.0f} vs {b['http_rows_per_s']:,.0f} rows/s, server peak "
-            f"{e['http']['peak_mb']:.0f} vs {b['http']['peak_mb']:.0f} MB, /api/stats max "
-            f"{e['http']['stats_max_ms']:.0f} vs {b['http']['stats_max_ms']:.0f} ms"
-        )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import numpy as np
 import trio
 
 import recorder
+from recorder import framing
 from recorder.catalog import INDEX_NAME, SEGMENT_RE
 
 from . import codec
@@ -52,8 +53,8 @@ IDLE_CLOSE = 30.0
 #: Points decoded at a time when a long tag is downsampled streaming.
 STREAM_CHUNK = 1 << 16
 #: What a RunReader's in-memory index holds per record (measured on live-cadence runs: the
-#: entries, and the part lists of grouped chunks); counted against the cache budget, so that many
-#: open readers are closed (least recently used first) as their decoded data is dropped.
+#: entries, and the part lists of grouped chunks); open readers' indexes have a budget too, so
+#: that many open readers are closed, least recently used first.
 READER_RECORD_BYTES = 2048
 #: Reader threads at a time: reads of different runs overlap, and memory stays bounded.
 READ_THREADS = 2
@@ -291,7 +292,9 @@ class ReadStatistics:
 
     Attributes:
         cache_bytes: decoded data held by runs' readers now.
-        cache_budget: the budget for it (``cache_bytes`` may pass it until the next trim).
+        index_bytes: what the open readers' in-memory indexes hold (an estimate).
+        cache_budget: the budget for each (they may pass it until the next trim; the index of
+            the most recently used reader is kept whatever its size).
         cache_evictions: readers that dropped their cache to keep the budget.
         readers_open: runs with an open reader (each holds file descriptors).
         followed: runs other processes write, followed by this broker.
@@ -299,6 +302,7 @@ class ReadStatistics:
     """
 
     cache_bytes: int
+    index_bytes: int
     cache_budget: int
     cache_evictions: int
     readers_open: int
@@ -324,8 +328,8 @@ class _Run:
         # is closed when idle and reopened at ``position`` (RunReader(limit=position)).
         self.signature: tuple | None = None  # the segment files' names, sizes and mtimes
         self.used = 0.0  # time.monotonic() of the reader's last use
-        self.cached = 0  # bytes the reader holds (its index and cache), as of its last use
-        self.base = 0  # of which its in-memory index, estimated
+        self.cached = 0  # bytes of decoded data the reader holds, as of its last use
+        self.base = 0  # bytes its in-memory index holds, estimated
         self.lock = trio.Lock()  # RunReader is not thread-safe
         # (writer, seq) -> broker seq of a batch accepted but not yet written or refused, so a
         # re-sent copy waits for the original's outcome instead of being acknowledged blindly.
@@ -789,23 +793,18 @@ class Broker:
                 except Exception as exc:  # one unreadable run never stops the others
                     self._skip(run, exc)
                     continue
-                if not opened:
-                    continue
-                if name in self._runs:  # this broker started writing it meanwhile
-                    run.reader.close()
+                if not opened or name in self._runs:  # (or this broker started writing it)
                     continue
                 self._skipped.pop(name, None)
                 self._warned.discard(name)
                 self._runs[name] = run
-                self._cache.update(name, run.cached)
             found.append(run)
-            await self._trim()  # opening many runs at start never holds all their readers
         if found:
             self._announce()
             if self._following:
                 for run in found:
                     await self._offer_snapshot(run)
-        await self._trim()
+                    await self._trim()
 
     async def follow(
         self,
@@ -829,6 +828,7 @@ class Broker:
                 return
             await self._discover()
             await self._tail_all()
+            await self._warm_up()
 
     async def _tail_all(self) -> None:
         """Poll the followed runs whose files changed; close readers that went idle."""
@@ -851,6 +851,31 @@ class Broker:
                         self._cache.forget(run.name)
         await self._trim()
 
+    async def _warm_up(self) -> None:
+        """Open the reader of one followed run not opened yet, the most recently written first,
+        while the readers' budget has room (or none is open), so that the first page finds it
+        open; discovery itself opens nothing, so that serve starts at once."""
+        if self._cache.index >= self._cache.budget and self._cache.sizes:
+            return
+        waiting = [
+            r
+            for r in self._runs.values()
+            if r.reader is None and r.position is None and not r.local
+        ]
+        if not waiting:
+            return
+        run = max(waiting, key=lambda r: max((m for _, _, m in r.signature or ()), default=0))
+        async with run.lock:
+            if run.reader is not None or self._runs.get(run.name) is not run:
+                return
+            try:
+                await trio.to_thread.run_sync(_open_reader, run, limiter=self._read_limiter)
+            except Exception as exc:  # one unreadable run never stops the others
+                self._read_failed(run, exc)
+                return
+            self._cache.update(run)
+        await self._trim()
+
     async def _tail(self, run: _Run) -> None:
         """Read what another process appended to ``run`` and fan it out."""
         async with run.lock:
@@ -871,7 +896,7 @@ class Broker:
             events = [_record_event(r) for r in records if r.kind in codec.EVENT_KINDS]
             if scalars or events:
                 self._fan_out(run.name, scalars, events)
-            self._cache.update(run.name, run.cached)
+            self._cache.update(run)
 
     async def _offer_snapshot(self, run: _Run) -> None:
         """Offer a snapshot of a newly found ``run`` to the subscribers that want it."""
@@ -890,7 +915,7 @@ class Broker:
             except Exception as exc:
                 self._read_failed(run, exc)
                 return
-            self._cache.update(run.name, run.cached)
+            self._cache.update(run)
             self._seq += 1
             seq = self._seq
             frames: dict[str | None, bytes] = {}
@@ -937,7 +962,11 @@ class Broker:
         recently used readers first; if that is not enough, close them (they reopen where they
         stopped when needed)."""
         for close in (False, True):
-            for name in self._cache.victims():
+            # Decoded data first, then whole readers (their indexes), least recently used first;
+            # the most recently used reader stays open even past the budget: closing the one
+            # just read would make every read of a run bigger than the budget reopen it.
+            victims = self._cache.index_victims() if close else self._cache.data_victims()
+            for name in victims:
                 run = self._runs.get(name)
                 if run is None:
                     self._cache.forget(name)
@@ -952,8 +981,16 @@ class Broker:
                         self._cache.forget(name)
                         self._cache.evictions += 1
                     else:
-                        await trio.to_thread.run_sync(_drop_cache, run, limiter=self._read_limiter)
-                        self._cache.evicted(name, run.cached)
+                        try:
+                            await trio.to_thread.run_sync(
+                                _drop_cache, run, limiter=self._read_limiter
+                            )
+                        except Exception as exc:  # its reader is broken: close it
+                            self._read_failed(run, exc)
+                            run.reader.close()
+                            run.reader = None
+                            run.cached = 0
+                        self._cache.evicted(run)
 
     def _wake_waiters(self) -> None:
         self._progress.set()
@@ -1283,7 +1320,7 @@ class Broker:
                     self._read_failed(run, exc)
                     continue
                 sub.covered[name] = covered
-                self._cache.update(name, run.cached)
+                self._cache.update(run)
             scalars, events = sub.select(scalars, events)
             await send(codec.encode_live("snapshot", covered, name, scalars, events))
             await self._trim()
@@ -1304,7 +1341,7 @@ class Broker:
             except Exception as exc:
                 self._read_failed(run, exc)
                 raise KeyError(name) from exc
-            self._cache.update(name, run.cached)
+            self._cache.update(run)
         await self._trim()
         return result
 
@@ -1330,7 +1367,8 @@ class Broker:
     def read_statistics(self) -> ReadStatistics:
         """Return the read side's cache use, open readers and skipped runs; cheap to poll."""
         return ReadStatistics(
-            cache_bytes=self._cache.used,
+            cache_bytes=self._cache.data,
+            index_bytes=self._cache.index,
             cache_budget=self._cache.budget,
             cache_evictions=self._cache.evictions,
             readers_open=sum(r.reader is not None for r in self._runs.values()),
@@ -1371,47 +1409,62 @@ def _describe(exc: BaseException) -> str:
 
 
 class _ReadCache:
-    """Bytes of decoded data each run's reader holds, with least-recently-used order."""
+    """What each run's open reader holds, in least-recently-used order: decoded data, and the
+    in-memory index (estimated); each kind has ``budget`` bytes."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self.sizes: OrderedDict[str, int] = OrderedDict()
-        self.used = 0
+        self.sizes: OrderedDict[str, tuple[int, int]] = OrderedDict()  # name -> (data, index)
+        self.data = 0
+        self.index = 0
         self.evictions = 0
 
-    def update(self, name: str, nbytes: int) -> None:
-        """Record that ``name``'s reader was just used and now holds ``nbytes``."""
-        self.used += nbytes - self.sizes.get(name, 0)
-        self.sizes[name] = nbytes
-        self.sizes.move_to_end(name)
+    def update(self, run: _Run) -> None:
+        """Record that ``run``'s reader was just used; it holds ``run.cached`` and ``run.base``."""
+        self._set(run.name, (run.cached, run.base) if run.reader is not None else (0, 0))
+        self.sizes.move_to_end(run.name)
+
+    def _set(self, name: str, sizes: tuple[int, int]) -> None:
+        data, index = self.sizes.get(name, (0, 0))
+        self.data += sizes[0] - data
+        self.index += sizes[1] - index
+        self.sizes[name] = sizes
 
     def forget(self, name: str) -> None:
         """The reader of ``name`` is closed (or the run gone)."""
-        self.used -= self.sizes.pop(name, 0)
+        self._set(name, (0, 0))
+        del self.sizes[name]
 
-    def evicted(self, name: str, nbytes: int) -> None:
-        """``name``'s reader dropped its cache and now holds ``nbytes``."""
+    def evicted(self, run: _Run) -> None:
+        """``run``'s reader dropped its decoded data."""
         self.evictions += 1
-        self.used += nbytes - self.sizes.get(name, 0)
-        self.sizes[name] = nbytes
-        self.sizes.move_to_end(name, last=False)
+        self._set(run.name, (run.cached, run.base) if run.reader is not None else (0, 0))
+        self.sizes.move_to_end(run.name, last=False)
 
-    def victims(self) -> list[str]:
-        """Runs to drop, least recently used first, so that the rest fit in the budget."""
-        over = self.used - self.budget
+    def data_victims(self) -> list[str]:
+        """Readers to drop the decoded data of, least recently used first, to fit the budget."""
+        return self._victims(0, self.data, None)
+
+    def index_victims(self) -> list[str]:
+        """Readers to close, least recently used first, so that the indexes of the others fit
+        the budget; never the most recently used one."""
+        return self._victims(1, self.index, next(reversed(self.sizes), None))
+
+    def _victims(self, kind: int, used: int, keep: str | None) -> list[str]:
+        over = used - self.budget
         out = []
-        for name, nbytes in self.sizes.items():
+        for name, sizes in self.sizes.items():
             if over <= 0:
                 break
-            if nbytes:
+            if sizes[kind] and name != keep:
                 out.append(name)
-                over -= nbytes
+                over -= sizes[kind]
         return out
 
 
 def _measure(run: _Run) -> None:
-    """Set ``run.cached``: what its open reader holds, its index and decoded data (blocking)."""
-    run.cached = 0 if run.reader is None else run.base + run.reader.cached_bytes()
+    """Set ``run.cached``: the decoded data its open reader holds (blocking)."""
+    run.cached = 0 if run.reader is None else run.reader.cached_bytes()
 
 
 def _adopt(run: _Run, reader: recorder.RunReader) -> None:
@@ -1462,9 +1515,14 @@ def _signatures(paths: list[Path]) -> list[tuple | None]:
 
 
 def _open_follower(run: _Run, skipped: tuple | None) -> bool:
-    """Open a run found on disk and read its history (blocking; hold ``run.lock``).
+    """Check a run found on disk (blocking): its files' kinds and segment headers. Reads no
+    record and keeps nothing open: its reader opens when a page reads it or its files change.
 
-    Returns False, opening nothing, when its files are as they were when it was skipped.
+    Returns False when there is nothing to follow yet, or its files are as they were when it
+    was skipped.
+
+    Raises:
+        UnreadableRunError, recorder.FormatError: files the broker will not read.
     """
     try:
         signature = _signature(run.path)
@@ -1474,15 +1532,29 @@ def _open_follower(run: _Run, skipped: tuple | None) -> bool:
             return False  # skipped for this reason already: one warning is enough
         raise
     run.signature = signature
-    if signature == skipped:
+    if signature == skipped or not any(SEGMENT_RE.match(name) for name, _, _ in signature):
         return False
-    try:
-        _adopt(run, recorder.RunReader(run.path))
-    except recorder.NotARunError:  # its directory went away or holds no segment yet
-        return False
-    run.position = run.reader.position()
-    _measure(run)
+    for name, _, _ in signature:
+        if SEGMENT_RE.match(name):
+            _check_header(run.path / name)
     return True
+
+
+def _check_header(path: Path) -> None:
+    """Check a segment's header (blocking): a foreign file or a newer format is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, even if swapped for a FIFO
+    try:
+        head = os.pread(fd, framing.HEADER_SIZE, 0)
+    finally:
+        os.close(fd)
+    try:
+        if len(head) < framing.HEADER_SIZE:  # being created: what is there must be the magic
+            if head != framing.MAGIC[: len(head)]:
+                raise framing.HeaderError("wrong magic number: not a vdl-stream recorder file")
+        else:
+            framing.decode_header(head)
+    except framing.HeaderError as exc:
+        raise recorder.FormatError(f"{path}: {exc}") from None
 
 
 def _open_reader(run: _Run, limit: Any = None) -> recorder.RunReader:
@@ -1494,6 +1566,10 @@ def _open_reader(run: _Run, limit: Any = None) -> recorder.RunReader:
     """
     if run.reader is None:
         _adopt(run, recorder.RunReader(run.path, limit=run.position if limit is None else limit))
+        if run.position is None and not run.local:
+            # A followed run read for the first time: what it holds now is history (in the
+            # snapshot being read); only what is appended later is fanned out.
+            run.position = run.reader.position()
     elif run.local:
         run.reader.refresh(run.position if limit is None else limit)
     run.used = time.monotonic()
