@@ -7,15 +7,24 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import trio
 
 from . import __version__
-from .errors import InsecureBindError, PortInUseError, unwrap
+from .errors import PortInUseError, unwrap
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .server import run_server
+    from .server import Limits, check_token, run_server
+
+    try:
+        check_token(args.token)  # --token "$UNSET" must not serve without authentication
+    except ValueError as exc:
+        return _fail(exc)
+    logdir = Path(args.logdir)
+    if logdir.exists() and not logdir.is_dir():
+        return _fail(ValueError(f"--logdir {args.logdir} is not a directory"))
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -32,6 +41,11 @@ def _serve(args: argparse.Namespace) -> int:
                         args.port,
                         args.token,
                         insecure=args.insecure,
+                        allowed_hosts=args.allow_host,
+                        limits=Limits(
+                            max_websockets=args.max_connections,
+                            max_subscribers=args.max_browsers,
+                        ),
                         shutdown_trigger=shutdown_trigger,
                         task_status=task_status,
                     )
@@ -45,16 +59,44 @@ def _serve(args: argparse.Namespace) -> int:
         trio.run(main)
     except BaseException as exc:
         error = unwrap(exc)
-        if isinstance(error, (PortInUseError, InsecureBindError)):
+        # Start-up errors a user can fix (a bad argument, a taken port, an unreadable log
+        # directory) are one line; anything else is a bug and keeps its traceback.
+        if isinstance(error, (OSError, ValueError)):
             return _fail(error)
         raise
     return 0
 
 
-def _fail(error: Exception) -> int:
+def _fail(error: BaseException) -> int:
     """Print a user-facing error as one line and return the exit status for it."""
-    print(f"vdl-stream: {error.strerror if isinstance(error, OSError) else error}", file=sys.stderr)
+    if isinstance(error, PortInUseError):
+        text = error.strerror
+    elif isinstance(error, OSError) and error.strerror and error.filename is not None:
+        text = f"{error.filename}: {error.strerror}"
+    else:
+        text = str(error) or type(error).__name__
+    print(f"vdl-stream: {text}", file=sys.stderr)
     return 2
+
+
+def _allowed_host(value: str) -> str:
+    """argparse type of ``--allow-host``."""
+    from .server import check_allowed_host
+
+    try:
+        return check_allowed_host(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return number
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -98,9 +140,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--logdir", default="vdl_logs", help="directory of runs (default: vdl_logs)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8040, help="port (default: 8040; 0: any free)")
-    serve.add_argument("--token", help="require this token from writers and browsers")
+    serve.add_argument("--token", help="require this token from writers and browsers (not empty)")
     serve.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --host without --token"
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        type=_allowed_host,
+        metavar="NAME",
+        help="also answer requests for this Host name (repeatable; loopback names always are)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        metavar="N",
+        help="open WebSockets at most (default: half the open-file limit, at most 1024)",
+    )
+    serve.add_argument(
+        "--max-browsers",
+        type=_positive_int,
+        default=128,
+        metavar="N",
+        help="open dashboard pages at most (default: 128)",
     )
     serve.set_defaults(func=_serve)
 

@@ -3,6 +3,12 @@
 ``run_server`` is the whole ``vdl-stream serve`` task tree (broker, then web server);
 ``serve_dashboard`` serves an existing broker, which is how ``attach(serve=True)`` uses it. The
 broker is started by the caller's nursery, never in quart-trio's ``app.nursery``.
+
+The app is three blueprints (:func:`pages_blueprint`, :func:`api_blueprint`,
+:func:`websocket_blueprint`) behind one gate, :class:`Access`: every request and every WebSocket
+handshake, including those of blueprints mounted later (``vdl-stream replay``'s), is checked for
+its Host, its Origin and, on ``/api/`` and ``/ws/``, the token before any route sees it.
+docs/security.md describes the model.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ import ipaddress
 import logging
 import math
 import re
+import resource
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+import time
+import unicodedata
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import trio
@@ -28,6 +37,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 from quart import Blueprint, Response, jsonify, request, websocket
 from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
 
 from . import __version__, codec
 from .broker import Broker
@@ -49,16 +59,67 @@ CSP = (
 SHUTDOWN_DEADLINE = 10.0
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 BLOB_TYPES = {"image": "image/png", "audio": "audio/wav"}
+#: Addresses that mean "every interface": never a name a client can put in its Host header.
+WILDCARD_HOSTS = {"", "0.0.0.0", "::"}
+#: The port a URL without one means, per scheme (an Origin is http(s); a handshake ws(s)).
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+#: Close codes of the WebSocket limits (RFC 6455 section 7.4.1).
+CLOSE_POLICY = 1008  # no subscribe / no batch in time
+CLOSE_TRY_AGAIN_LATER = 1013  # too many WebSockets open
+#: The longest ``tags`` filter a subscriber may send.
+MAX_TAG_FILTER = 200
+
+
+# -- binding --------------------------------------------------------------------------------------
 
 
 def is_loopback(host: str) -> bool:
     """Return whether ``host`` is a loopback address or ``localhost``."""
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def check_token(token: object) -> str | None:
+    """Return ``token`` if it is usable as an access token (or None: no token), else raise.
+
+    An empty or blank token is what ``--token "$UNSET"`` gives; accepting it would serve without
+    authentication while the user believes a token protects the server.
+
+    Raises:
+        ValueError: ``token`` is empty, only whitespace, or not a str.
+    """
+    if token is None:
+        return None
+    if not isinstance(token, str):
+        raise ValueError(f"token must be a str or None, got {type(token).__name__}")
+    if not token.strip():
+        raise ValueError(
+            f"token must not be empty or blank, got {token!r}; "
+            "is the variable you passed with --token set?"
+        )
+    return token
+
+
+def check_bind(host: str, token: str | None, *, insecure: bool = False) -> str | None:
+    """Check what ``serve_dashboard`` is asked to bind before anything starts; return the token.
+
+    ``attach(serve=True)`` and the command line reach this through :func:`serve_dashboard`.
+
+    Raises:
+        ValueError: the token is empty or blank (see :func:`check_token`).
+        InsecureBindError: ``host`` is not loopback and neither ``token`` nor ``insecure`` is given.
+    """
+    token = check_token(token)
+    if not is_loopback(host) and token is None and not insecure:
+        raise InsecureBindError(
+            f"refusing to serve on {host} without a token: anyone who can reach it could read "
+            "and write your runs. Pass --token T (the page then needs ?token=T), or --insecure."
+        )
+    return token
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -81,20 +142,204 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _token_ok(expected: str | None, headers: Any, args: Any) -> bool:
-    if expected is None:
+# -- the gate: Host, Origin, token ------------------------------------------------------------------
+
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]{0,252}[a-z0-9_])?")
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """Split a Host header (or an Origin's authority) into a lower-case name and a port.
+
+    ``name``, ``name:port``, ``1.2.3.4:port``, ``[::1]:port``; an IPv6 name comes back without
+    brackets. Returns None for anything else (user info, paths, bad ports, non-ASCII names).
+    """
+    value = value.lower()
+    if value.startswith("["):
+        name, sep, rest = value[1:].partition("]")
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return None
+        if not sep:
+            return None
+    else:
+        name, _, port_text = value.partition(":")
+        rest = ":" + port_text if _ else ""
+        if not _HOST_NAME.fullmatch(name):
+            return None
+    if not rest:
+        return name, None
+    if not rest.startswith(":") or not _PORT.fullmatch(rest[1:]) or int(rest[1:]) > 65535:
+        return None
+    return name, int(rest[1:])
+
+
+def is_loopback_name(name: str) -> bool:
+    """Return whether a Host name (from :func:`split_host`) is loopback: ``localhost``,
+    127.0.0.0/8 or ``::1``. A DNS name that merely resolves to 127.0.0.1 is not: that is the
+    DNS-rebinding attack."""
+    if name == "localhost":
         return True
-    given = args.get("token", "")
-    auth = headers.get("Authorization", "")
-    if auth.startswith("Bearer "):
-        given = auth[len("Bearer ") :]
-    return hmac.compare_digest(given.encode(), expected.encode())
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
-def _origin_ok(headers: Any) -> bool:
-    """Browsers send Origin on WebSockets; refuse pages from other sites (cross-site hijacking)."""
-    origin = headers.get("Origin")
-    return origin is None or urlsplit(origin).netloc == headers.get("Host", "")
+def origin_matches(origin: str, host: str, scheme: str) -> bool:
+    """Return whether ``origin`` (a browser's Origin header) is this server's own origin.
+
+    ``host`` is the request's Host header and ``scheme`` its scheme (``http``/``https`` for a
+    request, ``ws``/``wss`` for a handshake). The names must be equal ignoring case; the ports
+    equal after applying each scheme's default port; an ``http`` page may open ``ws`` and an
+    ``https`` page ``wss``. When the Host has no port (a proxy in front, whose scheme this
+    server cannot see), the Origin must use its own scheme's default port. ``null`` (sandboxed
+    frames, ``file:`` pages) never matches.
+    """
+    origin_scheme, sep, authority = origin.partition("://")
+    origin_scheme = origin_scheme.lower()
+    if not sep or origin_scheme not in DEFAULT_PORTS or "/" in authority:
+        return False
+    mine, theirs = split_host(host), split_host(authority)
+    if mine is None or theirs is None or mine[0] != theirs[0]:
+        return False
+    origin_port = theirs[1] if theirs[1] is not None else DEFAULT_PORTS[origin_scheme]
+    if mine[1] is None:
+        return origin_port == DEFAULT_PORTS[origin_scheme]
+    secure = scheme.lower() in ("https", "wss")
+    return origin_port == mine[1] and (origin_scheme in ("https", "wss")) == secure
+
+
+@dataclass(frozen=True)
+class Denied:
+    """Why the gate refused a request: the HTTP status and a message safe to show the client."""
+
+    status: int
+    message: str
+
+
+class Access:
+    """The one check every request and WebSocket handshake goes through: Host, Origin, token.
+
+    Args:
+        token: required on ``/api/`` and ``/ws/`` as ``Authorization: Bearer T`` or ``?token=T``;
+            None: no token.
+        allowed_hosts: Host names accepted besides loopback (``localhost``, 127.0.0.0/8, ``[::1]``),
+            any port; ``*`` accepts every name (only behind a proxy that checks Host itself).
+        bind_host: the address the server listens on; accepted as a Host name unless it is a
+            wildcard (``0.0.0.0``, ``::``).
+
+    Raises:
+        ValueError: an empty or blank token, or an allowed host that is not a plain host name.
+    """
+
+    def __init__(
+        self,
+        token: str | None = None,
+        allowed_hosts: Iterable[str] = (),
+        bind_host: str | None = None,
+    ) -> None:
+        self.token = check_token(token)
+        names = set()
+        for raw in allowed_hosts:
+            names.add(check_allowed_host(raw))
+        if bind_host is not None and bind_host not in WILDCARD_HOSTS:
+            names.add(bind_host.lower().strip("[]"))
+        self.allowed_hosts = frozenset(names)
+
+    def host_allowed(self, host: str) -> bool:
+        """Return whether a Host header names this server (see the class docstring)."""
+        parsed = split_host(host)
+        if parsed is None:
+            return False
+        return (
+            is_loopback_name(parsed[0])
+            or "*" in self.allowed_hosts
+            or (parsed[0] in self.allowed_hosts)
+        )
+
+    def token_ok(self, headers: Any, args: Any) -> bool:
+        """Return whether the request carries the token (always true without one)."""
+        if self.token is None:
+            return True
+        given = args.get("token", "")
+        auth = headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            given = auth[len("Bearer ") :]
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def check(self, path: str, scheme: str, headers: Any, args: Any) -> Denied | None:
+        """Return why a request or handshake is refused, or None to let it through."""
+        host = headers.get("Host", "")
+        if not self.host_allowed(host):
+            return Denied(
+                403,
+                f"Host {host[:80]!r} is not served here; start the server with --allow-host NAME "
+                "to reach it by that name",
+            )
+        origin = headers.get("Origin")
+        if origin is not None and not origin_matches(origin, host, scheme):
+            return Denied(403, "cross-origin request refused")
+        if path.startswith(("/api/", "/ws/")) and not self.token_ok(headers, args):
+            return Denied(401, "missing or wrong token")
+        return None
+
+
+def check_allowed_host(raw: object) -> str:
+    """Return an ``--allow-host`` value as the lower-case name it allows, or raise ``ValueError``."""
+    if raw == "*":
+        return "*"
+    if not isinstance(raw, str) or (parsed := split_host(raw)) is None or parsed[1] is not None:
+        raise ValueError(
+            f"allowed host must be a host name or address without a port (or *), got {raw!r:.80}"
+        )
+    return parsed[0]
+
+
+# -- limits ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on WebSockets (docs/security.md).
+
+    Args:
+        max_websockets: open WebSockets of both kinds together; past it a new one is closed with
+            1013 (try again later). None: half the process's open-file limit, at most 1024.
+        max_subscribers: open ``/ws/live`` browsers; past it a new one is closed with 1013.
+        subscribe_timeout: seconds a ``/ws/live`` may stay open without a ``subscribe``
+            (then closed with 1008).
+        ingest_idle_timeout: seconds a ``/ws/ingest`` may stay open without its first batch
+            (then closed with 1008; a writer reconnects by itself when it has data).
+    """
+
+    max_websockets: int | None = None
+    max_subscribers: int = 128
+    subscribe_timeout: float = 5.0
+    ingest_idle_timeout: float = 60.0
+
+    def websocket_cap(self) -> int:
+        """Return ``max_websockets``, or the default derived from ``RLIMIT_NOFILE``."""
+        if self.max_websockets is not None:
+            return self.max_websockets
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return 1024
+        return max(8, min(1024, soft // 2))  # the rest stays for run files and the listener
+
+
+class _WebSocketCount:
+    """Open WebSockets of one app, overall and per kind."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.cap = limits.websocket_cap()
+        self.total = 0
+        self.live = 0
+
+
+# -- JSON helpers ---------------------------------------------------------------------------------
 
 
 def _finite(x: float | None) -> float | None:
@@ -117,16 +362,121 @@ def _jsonable(event: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
-    """Build the quart-trio application serving ``broker``."""
+def _error(status: int, message: str) -> tuple[Response, int]:
+    return jsonify(error=message), status
+
+
+def _bad_text(value: str) -> bool:
+    """Return whether a query value holds characters no run or tag can contain: controls, format
+    characters (bidi overrides, zero-width), line/paragraph separators, lone surrogates."""
+    return any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in value)
+
+
+def _query(name: str, default: str = "") -> str:
+    """A query argument of the current request; raises ``_BadQuery`` for invisible characters."""
+    value = request.args.get(name, default)
+    if value and _bad_text(value):
+        raise _BadQuery(f"{name} contains control or invisible characters")
+    return value
+
+
+class _BadQuery(Exception):
+    """A query argument no run, tag or kind can match; answered with 400."""
+
+
+# -- the subscriber's tag filter -------------------------------------------------------------------
+
+
+class TagFilter:
+    """A subscriber's tag filter: comma-separated globs, where ``*`` matches any run of characters.
+
+    ``train/*`` keeps the tags under ``train/``, ``*loss*`` those containing ``loss``,
+    ``train/*,eval/acc`` both. A glob matches the whole tag. Matching splits each glob at its
+    ``*`` into literal pieces and finds them in order (greedy leftmost is exact for ``*``-only
+    globs), so it takes time linear in the tag per piece and can never backtrack: unlike a regex,
+    no filter can stall the event loop. It has the ``search(tag)`` and ``pattern`` that
+    :class:`vdl_stream.broker.Subscriber` uses.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._globs = [g.strip().split("*") for g in pattern.split(",") if g.strip()]
+
+    def search(self, tag: str) -> bool:
+        """Return whether ``tag`` matches any of the globs."""
+        return any(_glob_match(pieces, tag) for pieces in self._globs)
+
+    def __repr__(self) -> str:
+        return f"TagFilter({self.pattern!r})"
+
+
+def _glob_match(pieces: list[str], tag: str) -> bool:
+    first, *middle = pieces
+    if not middle:
+        return tag == first
+    last = middle.pop()
+    if len(tag) < len(first) + len(last) or not tag.startswith(first) or not tag.endswith(last):
+        return False
+    at, stop = len(first), len(tag) - len(last)
+    for piece in middle:
+        found = tag.find(piece, at, stop)
+        if found < 0:
+            return False
+        at = found + len(piece)
+    return True
+
+
+def tag_filter(raw: object) -> TagFilter | None:
+    """Return the filter of a ``subscribe`` message's ``tags`` (None or "": every tag).
+
+    Raises:
+        codec.ProtocolError: ``tags`` is not a str of at most 200 characters.
+    """
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str) or len(raw) > MAX_TAG_FILTER:
+        raise codec.ProtocolError(
+            f"subscribe tags must be nil or comma-separated globs of at most {MAX_TAG_FILTER} "
+            "characters"
+        )
+    return TagFilter(raw)
+
+
+# -- the app --------------------------------------------------------------------------------------
+
+
+def create_app(
+    broker: Broker,
+    token: str | None = None,
+    *,
+    allowed_hosts: Iterable[str] = (),
+    bind_host: str | None = None,
+    limits: Limits | None = None,
+) -> QuartTrio:
+    """Build the quart-trio application serving ``broker``.
+
+    Args:
+        broker: the broker (or anything with its reading and subscribing methods).
+        token: the access token of ``/api/`` and ``/ws/``; None: none.
+        allowed_hosts, bind_host: the Host names served besides loopback (see :class:`Access`).
+        limits: the WebSocket limits; the defaults of :class:`Limits` when None.
+
+    Raises:
+        ValueError: an empty token or a malformed allowed host.
+    """
     app = QuartTrio("vdl_stream")
-    static = resources.files("vdl_stream") / "static"
+    access = Access(token, allowed_hosts, bind_host)
 
     @app.before_request
-    async def require_token() -> Any:
-        if request.path.startswith("/api/") and not _token_ok(token, request.headers, request.args):
-            return jsonify(error="missing or wrong token"), 401
-        return None
+    async def gate_request() -> Any:
+        denied = access.check(request.path, request.scheme, request.headers, request.args)
+        return None if denied is None else _error(denied.status, denied.message)
+
+    @app.before_websocket
+    async def gate_websocket() -> Any:
+        denied = access.check(websocket.path, websocket.scheme, websocket.headers, websocket.args)
+        # A Response returned before accept() refuses the handshake with that status.
+        return None if denied is None else Response(denied.message, denied.status)
 
     @app.after_request
     async def security_headers(response: Response) -> Response:
@@ -135,27 +485,59 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
         response.headers["Referrer-Policy"] = "no-referrer"
         return response
 
-    @app.get("/")
+    @app.errorhandler(HTTPException)
+    async def http_error(error: HTTPException) -> Any:
+        return _error(error.code or 500, (error.name or "error").lower())
+
+    @app.errorhandler(_BadQuery)
+    async def bad_query(error: _BadQuery) -> Any:
+        return _error(400, str(error))
+
+    @app.errorhandler(Exception)
+    async def internal_error(error: Exception) -> Any:
+        # The client learns only that it failed; the traceback stays in the server's log.
+        log.error("error serving %s", request.path, exc_info=error)
+        return _error(500, "internal server error")
+
+    app.register_blueprint(pages_blueprint())
+    app.register_blueprint(api_blueprint(broker))
+    app.register_blueprint(websocket_blueprint(broker, limits or Limits()))
+    return app
+
+
+def pages_blueprint() -> Blueprint:
+    """The dashboard page and its static files: ``/`` and ``/static/<name>``."""
+    bp = Blueprint("pages", __name__)
+    static = resources.files("vdl_stream") / "static"
+
+    @bp.get("/")
     async def index() -> Response:
         return _static_response(static, "index.html")
 
-    @app.get("/static/<name>")
-    async def static_file(name: str) -> Response:
+    @bp.get("/static/<name>")
+    async def static_file(name: str) -> Any:
         if name not in STATIC_TYPES:
-            return Response("not found", 404)
+            return _error(404, "not found")
         return _static_response(static, name)
 
-    @app.get("/api/runs")
+    return bp
+
+
+def api_blueprint(broker: Broker) -> Blueprint:
+    """The HTTP API over ``broker`` (docs/http-api.md): every ``/api/`` route but replay's."""
+    bp = Blueprint("api", __name__)
+
+    @bp.get("/api/runs")
     async def api_runs() -> Any:
         return jsonify(runs=broker.runs())
 
-    @app.get("/api/tags")
+    @bp.get("/api/tags")
     async def api_tags() -> Any:
-        name = request.args.get("run", "")
+        name = _query("run")
         try:
             tags = await broker.tags(name)
         except KeyError:
-            return jsonify(error=f"no run named {name!r}"), 404
+            return _error(404, f"no run named {name!r}")
         return jsonify(
             run=name,
             tags={
@@ -171,24 +553,30 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
             },
         )
 
-    @app.get("/api/scalars")
+    @bp.get("/api/scalars")
     async def api_scalars() -> Any:
         args = request.args
-        name, tag = args.get("run", ""), args.get("tag", "")
+        name, tag = _query("run"), _query("tag")
         try:
             start = int(args["start"]) if "start" in args else None
             end = int(args["end"]) if "end" in args else None
             max_points = int(args["max_points"]) if "max_points" in args else None
         except ValueError:
-            return jsonify(error="start, end and max_points must be integers"), 400
+            return _error(400, "start, end and max_points must be integers")
         if max_points is not None and max_points < 2:
-            return jsonify(error=f"max_points must be at least 2, got {max_points}"), 400
+            return _error(400, f"max_points must be at least 2, got {max_points}")
+        missing = f"no run {name!r} with scalar tag {tag!r}"
         try:
             series = await broker.read_scalars(
                 name, tag, start=start, end=end, max_points=max_points
             )
+            # No points: an empty range of a real tag answers 200, a tag that is not one 404.
+            if not len(series.steps):
+                info = (await broker.tags(name)).get(tag)
+                if info is None or info.kind != "scalars":
+                    return _error(404, missing)
         except KeyError:
-            return jsonify(error=f"no run {name!r} with tag {tag!r}"), 404
+            return _error(404, missing)
         return jsonify(
             run=name,
             tag=tag,
@@ -197,37 +585,37 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
             values=[_finite(v) for v in series.values.tolist()],
         )
 
-    @app.get("/api/events")
+    @bp.get("/api/events")
     async def api_events() -> Any:
-        args = request.args
-        name, kind, tag = args.get("run", ""), args.get("kind", ""), args.get("tag")
+        name, kind = _query("run"), _query("kind")
+        tag = _query("tag") if "tag" in request.args else None
         try:
             events = await broker.read_events(name, kind, tag)
         except KeyError:
-            return jsonify(error=f"no run {name!r} with events of kind {kind!r}"), 404
+            return _error(404, f"no run {name!r} with events of kind {kind!r}")
         return jsonify(run=name, kind=kind, tag=tag, events=[_jsonable(e) for e in events])
 
-    @app.get("/api/blob")
+    @bp.get("/api/blob")
     async def api_blob() -> Any:
         """The media of one image or audio event: ``run``, ``kind``, ``tag`` and ``index``."""
-        args = request.args
-        name, kind, tag = args.get("run", ""), args.get("kind", ""), args.get("tag", "")
+        name, kind, tag = _query("run"), _query("kind"), _query("tag")
         if kind not in BLOB_TYPES:
-            return jsonify(error=f"kind must be one of {sorted(BLOB_TYPES)}, got {kind!r}"), 400
+            return _error(400, f"kind must be one of {sorted(BLOB_TYPES)}, got {kind!r}")
+        index_text = request.args.get("index", "-1")
         try:
-            index = int(args.get("index", "-1"))
+            index = int(index_text)
             event = (await broker.read_events(name, kind, tag))[index]
         except (KeyError, IndexError, ValueError):
-            return jsonify(error=f"no {kind} event {args.get('index')!r} for that run and tag"), 404
+            return _error(404, f"no {kind} event {index_text[:20]!r} for that run and tag")
         return Response(event["data"], content_type=BLOB_TYPES[kind])
 
-    @app.get("/api/telemetry")
+    @bp.get("/api/telemetry")
     async def api_telemetry() -> Any:
-        name = request.args.get("run", "")
+        name = _query("run")
         try:
             events = await broker.read_events(name, "telemetry")
         except KeyError:
-            return jsonify(error=f"no run named {name!r}"), 404
+            return _error(404, f"no run named {name!r}")
         series: dict[str, dict[str, list[float | None]]] = {}
         for event in events:
             source = f"{event.get('host', '?')}/rank{event.get('rank', 0)}"
@@ -237,7 +625,7 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
                 s["values"].append(_finite(value))
         return jsonify(run=name, series=series)
 
-    @app.get("/api/export")
+    @bp.get("/api/export")
     async def api_export() -> Any:
         """A run's scalars and telemetry as CSV (``tag,step,wall_time,value``) or JSON."""
         args = request.args
@@ -256,40 +644,96 @@ def create_app(broker: Broker, token: str | None = None) -> QuartTrio:
         response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
 
-    @app.get("/api/stats")
+    @bp.get("/api/stats")
     async def api_stats() -> Any:
         return jsonify(
             broker=broker.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
         )
 
-    @app.websocket("/ws/live")
+    return bp
+
+
+def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
+    """``/ws/live`` (browsers) and ``/ws/ingest`` (writers), within ``limits``."""
+    bp = Blueprint("websockets", __name__)
+    count = _WebSocketCount(limits)
+
+    async def refuse_if_full(live: bool) -> bool:
+        """Close a new WebSocket past a limit (1013: try again later); True if it was closed."""
+        if count.total >= count.cap:
+            reason = f"too many WebSockets open (limit {count.cap}); try again later"
+        elif live and count.live >= limits.max_subscribers:
+            reason = f"too many browsers open (limit {limits.max_subscribers}); try again later"
+        else:
+            return False
+        await websocket.accept()
+        await websocket.close(CLOSE_TRY_AGAIN_LATER, reason)
+        return True
+
+    @bp.websocket("/ws/live")
     async def ws_live() -> Any:
-        if not _origin_ok(websocket.headers):
-            return Response("cross-origin WebSocket refused", 403)
-        if not _token_ok(token, websocket.headers, websocket.args):
-            return Response("missing or wrong token", 401)
-        await websocket.accept()
-        await websocket.send(
-            codec.encode_message(
-                {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
+        if await refuse_if_full(live=True):
+            return None
+        count.total += 1
+        count.live += 1
+        try:
+            await websocket.accept()
+            await websocket.send(
+                codec.encode_message(
+                    {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
+                )
             )
-        )
-        await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
-        await _live_session(broker)
+            await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
+            await _live_session(broker, limits.subscribe_timeout)
+        finally:
+            count.total -= 1
+            count.live -= 1
         return None
 
-    @app.websocket("/ws/ingest")
+    @bp.websocket("/ws/ingest")
     async def ws_ingest() -> Any:
-        if not _origin_ok(websocket.headers):
-            return Response("cross-origin WebSocket refused", 403)
-        if not _token_ok(token, websocket.headers, websocket.args):
-            return Response("missing or wrong token", 401)
-        await websocket.accept()
-        await _ingest_session(broker)
+        if await refuse_if_full(live=False):
+            return None
+        count.total += 1
+        try:
+            await websocket.accept()
+            await _until_idle(partial(_ingest_session, broker), limits.ingest_idle_timeout)
+        finally:
+            count.total -= 1
         return None
 
-    return app
+    return bp
+
+
+async def _until_idle(session: Callable[[], Awaitable[None]], idle_after: float) -> None:
+    """Run a WebSocket ``session``; close it with 1008 if no message arrives within ``idle_after`` s.
+
+    The session reads through quart's ``websocket.receive``; the first message is seen by
+    wrapping the connection's receive callable, so the session itself needs no timeout logic.
+    """
+    ws = websocket._get_current_object()  # type: ignore[attr-defined]
+    first = trio.Event()
+    receive = ws._receive
+
+    async def watched() -> bytes | str:
+        data = await receive()
+        first.set()
+        return data
+
+    ws._receive = watched
+    async with trio.open_nursery() as nursery:
+
+        async def watchdog() -> None:
+            with trio.move_on_after(idle_after):
+                await first.wait()
+                return
+            await websocket.close(CLOSE_POLICY, f"nothing received within {idle_after:g} s")
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watchdog)
+        await session()
+        nursery.cancel_scope.cancel()
 
 
 def _export(path: Path, fmt: str, pattern: str | None) -> str:
@@ -307,17 +751,21 @@ def _static_response(static: Any, name: str) -> Response:
     return response
 
 
-async def _live_session(broker: Broker) -> None:
-    """Serve one browser: (re)subscribe on request, stream snapshot then live frames."""
+async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
+    """Serve one browser: (re)subscribe on request, stream snapshot then live frames.
+
+    A browser that sends no ``subscribe`` within ``subscribe_timeout`` seconds is closed (1008):
+    an open WebSocket costs a file descriptor, and an idle one would hold it forever.
+    """
 
     async def stream(
         runs: set[str] | None,
-        tags: re.Pattern[str] | None,
+        tags: TagFilter | None,
         max_points: int,
         scope: trio.CancelScope,
     ) -> None:
         with scope:
-            sub = broker.subscribe(runs, tags)
+            sub = broker.subscribe(runs, tags)  # type: ignore[arg-type]
             try:
                 for frame in await broker.snapshot(sub, max_points):
                     await websocket.send(frame)
@@ -332,7 +780,13 @@ async def _live_session(broker: Broker) -> None:
         current: trio.CancelScope | None = None
         while True:
             try:
-                message = codec.decode_message(await websocket.receive())
+                data: bytes | str | None = None
+                # Only the first subscribe has a deadline; a subscribed browser is busy receiving.
+                with trio.move_on_after(subscribe_timeout if current is None else math.inf):
+                    data = await websocket.receive()
+                if data is None:
+                    raise codec.ProtocolError(f"no subscribe within {subscribe_timeout:g} s")
+                message = codec.decode_message(data)
                 if message["type"] != "subscribe":
                     raise codec.ProtocolError(f"unexpected message type {message['type']!r:.40}")
                 runs = message.get("runs")
@@ -343,9 +797,9 @@ async def _live_session(broker: Broker) -> None:
                 max_points = message.get("max_points", 2000)
                 if type(max_points) is not int or not 2 <= max_points <= 100_000:
                     raise codec.ProtocolError("subscribe max_points must be an int in [2, 100000]")
-                tags = _tag_pattern(message.get("tags"))
+                tags = tag_filter(message.get("tags"))
             except codec.ProtocolError as exc:
-                await websocket.close(1008, str(exc)[:120])
+                await websocket.close(CLOSE_POLICY, str(exc)[:120])
                 nursery.cancel_scope.cancel()
                 return
             if current is not None:
@@ -354,18 +808,6 @@ async def _live_session(broker: Broker) -> None:
             nursery.start_soon(
                 stream, None if runs is None else set(runs), tags, max_points, current
             )
-
-
-def _tag_pattern(raw: object) -> re.Pattern[str] | None:
-    """Compile a subscriber's tag pattern (a regular expression searched in each tag)."""
-    if raw is None or raw == "":
-        return None
-    if not isinstance(raw, str) or len(raw) > 200:
-        raise codec.ProtocolError("subscribe tags must be nil or a regex of at most 200 characters")
-    try:
-        return re.compile(raw)
-    except re.error as exc:
-        raise codec.ProtocolError(f"subscribe tags is not a valid regex: {exc}") from None
 
 
 async def _ingest_session(broker: Broker) -> None:
@@ -406,6 +848,41 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+class _AcceptErrorsOnce(logging.Filter):
+    """Let trio's "accept returned EMFILE" errors through once a minute, as one line.
+
+    When the process runs out of file descriptors trio's listener retries accept() every 100 ms
+    and logs each failure with a traceback; the log would fill with identical lines.
+    """
+
+    INTERVAL = 60.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -math.inf
+        self._suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "accept returned" not in record.getMessage():
+            return True
+        now = time.monotonic()
+        if now - self._last < self.INTERVAL:
+            self._suppressed += 1
+            return False
+        self._last = now
+        error = record.exc_info[1] if record.exc_info else None
+        cause = getattr(error, "strerror", None) or "out of resources"
+        record.msg = (
+            "cannot accept new connections: %s; they wait until others close "
+            "(raise the limit with ulimit -n, or lower --max-connections)%s"
+        )
+        more = f" [{self._suppressed} repeats in the last minute]" if self._suppressed else ""
+        record.args = (cause, more)
+        record.exc_info = record.exc_text = None
+        self._suppressed = 0
+        return True
+
+
 async def serve_dashboard(
     broker: Broker,
     host: str = "127.0.0.1",
@@ -413,6 +890,9 @@ async def serve_dashboard(
     token: str | None = None,
     *,
     insecure: bool = False,
+    allowed_hosts: Iterable[str] = (),
+    limits: Limits | None = None,
+    sock: socket.socket | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     blueprints: Sequence[Blueprint] = (),
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -421,18 +901,22 @@ async def serve_dashboard(
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns, stops
     accepting and gives open connections ``graceful_timeout`` to finish. ``blueprints`` are
-    mounted on the app too (``vdl-stream replay`` adds its control endpoints this way).
+    mounted on the app too (``vdl-stream replay`` adds its control endpoints this way); the
+    Host, Origin and token checks cover them. ``allowed_hosts`` are Host names served besides
+    loopback and ``host`` itself; ``limits`` bound the WebSockets. ``sock``, a socket already
+    bound with :func:`bind_socket` to ``host``, is served instead of binding a new one.
 
     Raises:
+        ValueError: an empty or blank ``token``, or a malformed allowed host.
         PortInUseError: the port is taken.
         InsecureBindError: ``host`` is not loopback and neither ``token`` nor ``insecure`` is given.
     """
-    if not is_loopback(host) and token is None and not insecure:
-        raise InsecureBindError(
-            f"refusing to serve on {host} without a token: anyone who can reach it could read "
-            "and write your runs. Pass --token T (the page then needs ?token=T), or --insecure."
-        )
-    sock = bind_socket(host, port)
+    token = check_bind(host, token, insecure=insecure)
+    app = create_app(broker, token, allowed_hosts=allowed_hosts, bind_host=host, limits=limits)
+    for blueprint in blueprints:
+        app.register_blueprint(blueprint)
+    if sock is None:
+        sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the socket from here on
@@ -440,14 +924,17 @@ async def serve_dashboard(
     config.accesslog = None  # access logs would carry ?token= query strings
     config.loglevel = "WARNING"  # our own start-up line says where we listen
     config.graceful_timeout = 2.0
-    app = create_app(broker, token)
-    for blueprint in blueprints:
-        app.register_blueprint(blueprint)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(
-            partial(hypercorn_serve, app, config, shutdown_trigger=shutdown_trigger)
-        )
-        task_status.started(_url(host, bound_port))
+    accept_log = logging.getLogger("trio.serve_listeners")
+    once = _AcceptErrorsOnce()
+    accept_log.addFilter(once)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                partial(hypercorn_serve, app, config, shutdown_trigger=shutdown_trigger)
+            )
+            task_status.started(_url(host, bound_port))
+    finally:
+        accept_log.removeFilter(once)
 
 
 async def run_server(
@@ -457,6 +944,8 @@ async def run_server(
     token: str | None = None,
     *,
     insecure: bool = False,
+    allowed_hosts: Iterable[str] = (),
+    limits: Limits | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -464,29 +953,43 @@ async def run_server(
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
-    (they get close code 1001), then stop the web server.
+    (they get close code 1001), then stop the web server. The arguments are checked and the port
+    bound before the broker reads the log directory, so a bad one fails at once.
+
+    Raises:
+        ValueError, PortInUseError, InsecureBindError: as :func:`serve_dashboard`.
     """
-    broker = Broker(logdir)
-    web_stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(broker.run)
-        await nursery.start(broker.follow)
-        url = await nursery.start(
-            partial(
-                serve_dashboard,
-                broker,
-                host,
-                port,
-                token,
-                insecure=insecure,
-                shutdown_trigger=web_stop.wait,
+    check_bind(host, token, insecure=insecure)
+    Access(token, allowed_hosts, host)  # a bad --allow-host fails before anything starts
+    sock = bind_socket(host, port)
+    try:
+        broker = Broker(logdir)
+        web_stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(broker.follow)
+            url = await nursery.start(
+                partial(
+                    serve_dashboard,
+                    broker,
+                    host,
+                    port,
+                    token,
+                    insecure=insecure,
+                    allowed_hosts=allowed_hosts,
+                    limits=limits,
+                    sock=sock,
+                    shutdown_trigger=web_stop.wait,
+                )
             )
-        )
-        task_status.started(url)
-        await shutdown_trigger()
-        with trio.move_on_after(SHUTDOWN_DEADLINE) as deadline:
-            broker.close()
-            await broker.wait_closed()
-        web_stop.set()
-        if deadline.cancelled_caught:
-            nursery.cancel_scope.cancel()
+            task_status.started(url)
+            await shutdown_trigger()
+            with trio.move_on_after(SHUTDOWN_DEADLINE) as deadline:
+                broker.close()
+                await broker.wait_closed()
+            web_stop.set()
+            if deadline.cancelled_caught:
+                nursery.cancel_scope.cancel()
+    finally:
+        if sock.fileno() != -1:  # never handed to the web server
+            sock.close()
