@@ -11,8 +11,10 @@ Records a run of N scalar points (10 tags, 1 ms apart) plus one histogram per 10
   as a WebSocket client of ``/ws/live`` (the browser's path).
 - **start** (``--start``): ``vdl-stream replay PATH --paused [--from STEP]`` as a subprocess, from
   its start until a ``/ws/live`` client holds the run as of the start position (every tag up to
-  the step before STEP, or the empty snapshot at the beginning). ``--code DIR`` runs the command
-  from another source tree (``PYTHONPATH=DIR``), e.g. the previous implementation, extracted with
+  the step before STEP; at the beginning, until the server has listed its runs), then until the
+  process is idle: the CPU time it used and the bytes it wrote. ``--code DIR`` runs the command
+  from another source tree (``PYTHONPATH=DIR``, working directory DIR), e.g. the previous
+  implementation, extracted with
   ``git archive bccdb43 vdl_stream recorder | tar -x -C /tmp/old-replay``.
 - **seek** (``--browser``): the replay served by ``vdl-stream replay --paused``, opened in Chromium
   (Playwright, the test suite's flags); each seek is ``vdl.replay.seek({wall})`` (POST
@@ -22,7 +24,7 @@ Records a run of N scalar points (10 tags, 1 ms apart) plus one histogram per 10
 Usage::
 
     python bench/bench_replay.py --points 10000000 --websocket --start --browser
-    python bench/bench_replay.py --points 10000000 --start --code /tmp/old-replay
+    python bench/bench_replay.py --points 10000000 --start --code /tmp/old-replay --code .
 """
 
 from __future__ import annotations
@@ -148,9 +150,9 @@ async def feed_websocket(logdir: str, total: int) -> tuple[float, int, int]:
 
 def start_replay(run_dir: str, *extra: str, code: str | None) -> tuple[subprocess.Popen, str]:
     """Start ``vdl-stream replay RUN --port 0 --paused ...``; return it and its URL."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if code is not None:
-        env["PYTHONPATH"] = code
+    # `python -m` puts the working directory first on sys.path: run from the tree to measure.
+    code = code or str(HERE.parent)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": code}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -167,6 +169,7 @@ def start_replay(run_dir: str, *extra: str, code: str | None) -> tuple[subproces
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        cwd=code,
     )
     line = proc.stdout.readline()
     if " at http" not in line:
@@ -186,36 +189,65 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 async def until_shown(url: str, last_step: int | None) -> None:
-    """Subscribe to ``/ws/live`` until every tag reaches ``last_step`` (None: a first snapshot)."""
+    """Subscribe to ``/ws/live`` until every tag reaches ``last_step`` (None: until the server
+    has listed its runs), subscribing again after a ``gap``; at most 120 s."""
     from trio_websocket import open_websocket_url
 
     reached: dict[str, int] = {}
-    async with open_websocket_url(
-        url.replace("http", "ws", 1) + "/ws/live", max_message_size=64 << 20
-    ) as ws:
-        await ws.send_message(msgpack.packb({"type": "subscribe", "runs": None}))
-        while True:
-            frame = msgpack.unpackb(await ws.get_message())
-            if frame["type"] not in ("snapshot", "data"):
-                continue
-            if last_step is None:
-                return
-            for tag, steps, _, _ in frame["scalars"]:
-                if len(steps):
-                    reached[tag] = max(reached.get(tag, -1), int(np.frombuffer(steps, "<f8").max()))
-            if len(reached) == TAGS and min(reached.values()) >= last_step:
-                return
+    subscribe = msgpack.packb({"type": "subscribe", "runs": None})
+    ws_url = url.replace("http", "ws", 1) + "/ws/live"
+    with trio.fail_after(120):
+        async with open_websocket_url(ws_url, max_message_size=64 << 20) as ws:
+            await ws.send_message(subscribe)
+            while True:
+                frame = msgpack.unpackb(await ws.get_message())
+                if frame["type"] == "runs" and last_step is None:
+                    return
+                if frame["type"] == "gap":
+                    await ws.send_message(subscribe)
+                if frame["type"] not in ("snapshot", "data"):
+                    continue
+                for tag, steps, _, _ in frame["scalars"]:
+                    if len(steps):
+                        top = int(np.frombuffer(steps, "<f8").max())
+                        reached[tag] = max(reached.get(tag, -1), top)
+                if len(reached) == TAGS and min(reached.values()) >= last_step:
+                    return
 
 
-def measure_start(run_dir: str, from_step: int | None, code: str | None) -> tuple[float, float]:
-    """Seconds from spawning the command to its URL line, and to a client holding the run."""
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_written(pid: int) -> int:
+    """Bytes the process has passed to write() so far (files, sockets)."""
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+
+def measure_start(run_dir: str, from_step: int | None, code: str | None) -> dict[str, float]:
+    """From spawning the command: seconds to its URL line and to a client holding the run; then,
+    once the process is idle (its CPU time still for 0.5 s), the CPU seconds it used and the MB it
+    wrote (a copy through a broker shows here)."""
     t0 = time.perf_counter()
     extra = () if from_step is None else ("--from", str(from_step))
     proc, url = start_replay(run_dir, *extra, code=code)
     try:
         listening = time.perf_counter() - t0
         trio.run(until_shown, url, None if from_step is None else from_step - 1)
-        return listening, time.perf_counter() - t0
+        shown = time.perf_counter() - t0
+        cpu = process_cpu(proc.pid)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            cpu, before = process_cpu(proc.pid), cpu
+            if cpu - before < 0.02:
+                break
+        written = process_written(proc.pid) / 1e6
+        return {"listening": listening, "shown": shown, "cpu": cpu, "written": written}
     finally:
         stop(proc)
 
@@ -297,7 +329,12 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=10_000_000)
     parser.add_argument("--websocket", action="store_true", help="also feed through /ws/live")
     parser.add_argument("--start", action="store_true", help="time the start of the command")
-    parser.add_argument("--code", help="run the command (--start) from this source tree")
+    parser.add_argument(
+        "--code",
+        action="append",
+        help="run the command (--start) from this source tree; repeat to compare trees "
+        "(their runs alternate); default: this one",
+    )
     parser.add_argument("--browser", action="store_true", help="time seeks in Chromium")
     parser.add_argument("--seeks", type=int, default=20, help="seeks to time (default: 20)")
     parser.add_argument("--repeat", type=int, default=3, help="start-up runs (median; default 3)")
@@ -308,7 +345,7 @@ def main() -> None:
         t = time.perf_counter()
         total = record(run_dir, args.points)
         print(f"recorded {total:,} points and events in {time.perf_counter() - t:.1f} s")
-        if args.code is None:
+        if not args.code:
             load, elapsed, received, gaps = trio.run(feed, os.path.join(work, "logs"), total)
             print(f"loaded the run in {load:.2f} s")
             print(
@@ -323,14 +360,20 @@ def main() -> None:
             )
         if args.start:
             per_tag = args.points // TAGS
+            codes = args.code or [str(HERE.parent)]
             for label, step in (("at the start", None), ("--from the last step", per_tag - 1)):
-                runs = [measure_start(run_dir, step, args.code) for _ in range(args.repeat)]
-                listening = statistics.median(r[0] for r in runs)
-                shown = statistics.median(r[1] for r in runs)
-                print(
-                    f"start {label}: listening after {listening:.2f} s, a client holds the run "
-                    f"after {shown:.2f} s (median of {args.repeat})"
-                )
+                runs: dict[str, list[dict[str, float]]] = {code: [] for code in codes}
+                for _ in range(args.repeat):
+                    for code in codes:  # alternating, so that a busy moment hits every tree
+                        runs[code].append(measure_start(run_dir, step, code))
+                for code, times in runs.items():
+                    median = {k: statistics.median(r[k] for r in times) for k in times[0]}
+                    print(
+                        f"start {label} ({code}): listening after {median['listening']:.2f} s, "
+                        f"a client holds the run after {median['shown']:.2f} s; until idle "
+                        f"{median['cpu']:.2f} CPU-s, {median['written']:.0f} MB written "
+                        f"(median of {args.repeat})"
+                    )
         if args.browser:
             times, in_view = measure_seeks(run_dir, args.points // TAGS, args.seeks)
             times.sort()
