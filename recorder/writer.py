@@ -17,7 +17,7 @@ import numpy as np
 
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
-from recorder.records import NotARunError, Position, RecorderError
+from recorder.records import NotARunError, Position, RecorderError, RunLockedError
 
 SYNC_MODES = ("flush", "interval", "never")
 # Points of one tag coalesced into one on-disk chunk, at most.
@@ -169,7 +169,7 @@ class RunWriter:
 
     Creates the directory if missing. If it already holds segments, the run is reopened for
     append: a torn tail (an incomplete last record, left by a crash) is truncated back to the last
-    valid record first. One writer per run at a time (an advisory lock on the directory).
+    valid record first. One writer per run at a time (an advisory lock on its ``writer.lock``).
 
     Durability: :meth:`append_scalars` and :meth:`append_record` only buffer. :meth:`flush` hands
     the buffer to the OS (readers see it; it survives the process being killed, not a power loss)
@@ -232,20 +232,15 @@ class RunWriter:
             raise NotARunError(f"{self._dir}: not a directory")
         os.makedirs(self._dir, exist_ok=True)
         self._dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
+        self._lock_fd = -1
         try:
-            try:
-                fcntl.flock(self._dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno in (errno.EAGAIN, errno.EACCES):
-                    raise RecorderError(
-                        f"{self._dir}: the run is already open in another RunWriter"
-                    ) from None
-                raise
+            self._lock_fd = lock_run(self._dir)
             self._open_run()
         except BaseException:
             if self._fd >= 0:
                 os.close(self._fd)
             os.close(self._dir_fd)
+            unlock_run(self._lock_fd)
             raise
         self._closed = False
 
@@ -519,7 +514,8 @@ class RunWriter:
         finally:
             self._closed = True
             os.close(self._fd)
-            os.close(self._dir_fd)  # also releases the lock
+            os.close(self._dir_fd)
+            unlock_run(self._lock_fd)
 
     def _write_index(self, durable: bool) -> None:
         if self._entries is None:
@@ -554,6 +550,7 @@ class RunWriter:
             self._closed = True
             os.close(self._fd)
             os.close(self._dir_fd)
+            unlock_run(self._lock_fd)
 
 
 def _size(run_dir: str, number: int) -> int:
@@ -567,3 +564,43 @@ def _write_all(fd: int, data: bytes, offset: int | None = None) -> None:
         view = view[n:]
         if offset is not None:
             offset += n
+
+
+# -- the run lock -------------------------------------------------------------------------------
+
+#: The lock file of a run directory (docs/record-format.md); readers ignore it.
+LOCK_NAME = "writer.lock"
+
+
+def lock_run(run_dir: str) -> int:
+    """Take the run's lock: an exclusive, non-blocking ``flock`` on ``run_dir/writer.lock``.
+
+    The file holds the holder's process id, for the error a second writer gets. The lock belongs to
+    the returned descriptor: it is held until :func:`unlock_run` (or the process ends, even killed),
+    and conflicts between two writers of one process as much as between two processes.
+
+    Raises:
+        RunLockedError: another writer holds the run; the message names the directory and the pid.
+        OSError: the lock file cannot be created (read-only directory, no permission).
+    """
+    fd = os.open(os.path.join(run_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        pid = f" (process {holder})" if holder.isdigit() else ""
+        raise RunLockedError(
+            f"{run_dir}: the run is already open in another RunWriter{pid}"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def unlock_run(fd: int) -> None:
+    """Release a lock taken by :func:`lock_run` (closing its descriptor); ``-1`` is ignored."""
+    if fd >= 0:
+        os.close(fd)  # the flock goes with the last descriptor of its open file

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import socket
 import subprocess
 import sys
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -148,3 +151,173 @@ def test_demo_trains_and_logs(tmp_path):
         assert len(loss) == 300
         assert loss[-50:].mean() < loss[:50].mean()  # it really learns
         assert reader.read_scalars("eval/accuracy").values[-1] > 0.6
+
+
+# -- input that used to be accepted and then killed the background thread -------------------------
+
+BAD_CALLS = [
+    (
+        "add_scalar",
+        ("x", 1.0, 2**63),
+        ValueError,
+        "step must be in the int64 range .* got 9223372036854775808",
+    ),
+    ("add_scalar", ("x", 1.0, -(2**63) - 1), ValueError, "step must be in the int64 range"),
+    ("add_scalar", ("x", 1.0, 0, "yesterday"), TypeError, "walltime must be a real number .* str"),
+    ("add_scalar", ("x", 1.0, 0, float("nan")), ValueError, "walltime must be a finite number"),
+    ("add_scalar", ("x", 1.0, 0, float("inf")), ValueError, "walltime must be a finite number"),
+    ("add_scalar", ("x", 1.0, 1.0), TypeError, "step must be an int, got float 1.0"),
+    ("add_scalar", ("x", 1.0, np.float64(2.0)), TypeError, "step must be an int, got float64"),
+    ("add_scalar", ("x", 10**400, 0), ValueError, "value must fit in a float64"),
+    ("add_scalar", ("a\ud800b", 1.0, 0), ValueError, r"tag must be encodable as UTF-8 .*\\ud800"),
+    ("add_text", ("t", "a\ud800b", 0), ValueError, r"text_string must be encodable .*\\ud800"),
+    ("add_text", ("t", "ok", 2**64), ValueError, "step must be in the int64 range"),
+    ("add_hparams", ({"a\ud800b": 1}, ["m"]), ValueError, "hparams_dict key must be encodable"),
+    ("add_hparams", ({"lr": "a\ud800b"}, ["m"]), ValueError, r"hparams_dict\['lr'\] must be enc"),
+    ("add_hparams", ({"lr": 1}, ["a\ud800"]), ValueError, r"metrics_list\[0\] must be encodable"),
+    ("add_histogram", ("h", [1.0], 2**64), ValueError, "step must be in the int64 range"),
+    ("add_histogram", ("h", [10**400], 0), TypeError, "values must be an array of numbers"),
+    ("add_histogram", ("h", ["1.5"], 0), TypeError, "values must be an array of numbers"),
+    ("add_histogram", ("h", [1.0], 0, "now"), TypeError, "walltime must be a real number"),
+    ("add_image", ("i", np.zeros((2, 2), np.uint8), 0, float("nan"), "HW"), ValueError, "finite"),
+    ("add_audio", ("a", np.zeros(4), 2**63), ValueError, "step must be in the int64 range"),
+    ("add_pr_curve", ("p", [0, 1], [0.1, 0.9], 2**63), ValueError, "int64 range"),
+    ("add_roc_curve", ("p", [0, 1], [0.1, 0.9], 0, 10, None, "x"), TypeError, "walltime"),
+    ("add_scalars", ("m", {"a": 1.0}, 2**63), ValueError, "step must be in the int64 range"),
+    ("add_scalars", ("m", {"a\ud800": 1.0}, 0), ValueError, "tag_scalar_dict key must be enc"),
+]
+
+
+@pytest.fixture(scope="module")
+def shared_writer(tmp_path_factory):
+    """One writer for the tests of bad calls: each must leave it working."""
+    logdir = tmp_path_factory.mktemp("bad")
+    with attach(logdir, run="r", telemetry=False) as w:
+        yield w, logdir
+
+
+@pytest.mark.parametrize(("method", "args", "error", "text"), BAD_CALLS, ids=lambda x: str(x)[:40])
+def test_input_that_killed_the_thread_is_refused_at_the_call(
+    shared_writer, method, args, error, text
+):
+    w, logdir = shared_writer
+    canary = f"canary/{method}"
+    w.add_scalar(canary, 1.0, 0)
+    with pytest.raises(error, match=text):
+        getattr(w, method)(*args)
+    w.add_scalar(canary, 2.0, 1)
+    started = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "data stays queued": the flush is confirmed
+        assert w.flush(timeout=10) is True
+    assert time.monotonic() - started < 5
+    assert w._thread.is_alive()
+    with recorder.RunReader(logdir / "r") as reader:
+        assert reader.read_scalars(canary).values.tolist()[-2:] == [1.0, 2.0]
+
+
+def test_integer_steps_of_numpy_and_tensors_are_kept_and_floats_refused(tmp_path):
+    class Tensor:  # what torch.tensor(7) offers: .item() giving an int
+        def item(self):
+            return 7
+
+    with attach(tmp_path, run="steps", telemetry=False) as w:
+        w.add_scalar("x", 1.0, np.int64(5))
+        w.add_scalar("x", 1.0, np.uint32(6))
+        w.add_scalar("x", 1.0, Tensor())
+        w.add_scalar("x", 1.0, 2**63 - 1)
+        w.add_scalar("x", 1.0, -(2**63))
+        for bad in (1.0, np.float32(8), True, "9"):
+            with pytest.raises(TypeError, match="step must be an int"):
+                w.add_scalar("x", 1.0, bad)
+    with recorder.RunReader(tmp_path / "steps") as reader:
+        assert sorted(reader.read_scalars("x").steps.tolist()) == [-(2**63), 5, 6, 7, 2**63 - 1]
+
+
+# -- failures behind the call: kept, reported, retried ----------------------------------------
+
+
+@pytest.fixture
+def failing_send(monkeypatch):
+    """Make the in-process transport fail (as a full disk would) while ``state["error"]`` is set."""
+    from vdl_stream.transport import InProcessTransport
+
+    state = {"error": None, "calls": 0}
+    original = InProcessTransport.send
+
+    async def send(self, batch):
+        state["calls"] += 1
+        if state["error"] is not None:
+            raise state["error"]
+        await original(self, batch)
+
+    monkeypatch.setattr(InProcessTransport, "send", send)
+    return state
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_failing_broker_keeps_the_data_reports_the_reason_and_recovers(tmp_path, failing_send):
+    w = attach(tmp_path, run="faulty", telemetry=False)
+    w.add_scalar("x", 0.0, 0)
+    assert w.flush(timeout=10)
+    failing_send["error"] = OSError(errno.ENOSPC, "No space left on device")
+    for step in range(1, 1001):
+        w.add_scalar("x", float(step), step)
+    wait_for(lambda: failing_send["calls"] >= 3)  # retried with backoff
+    with pytest.warns(RuntimeWarning, match="retrying .*OSError: .*No space left on device"):
+        w.add_scalar("x", 1001.0, 1001)
+    with pytest.warns(RuntimeWarning, match="not confirmed within the timeout: .*No space left"):
+        assert w.flush(timeout=0.3) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w.add_scalar("x", 1002.0, 1002)  # the same reason is not repeated
+    failing_send["error"] = None  # space freed
+    assert w.flush(timeout=10) is True
+    assert w._thread.is_alive()
+    w.close()
+    with recorder.RunReader(tmp_path / "faulty") as reader:
+        series = reader.read_scalars("x")
+    assert series.steps.tolist() == list(range(1003))  # nothing lost, nothing duplicated
+    assert series.values.tolist() == [float(s) for s in range(1003)]
+
+
+def test_pending_data_spills_to_disk_beyond_its_memory_bound(tmp_path, failing_send, monkeypatch):
+    from vdl_stream import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "PENDING_MEMORY_BYTES", 64 << 10)
+    w = attach(tmp_path, run="spill", telemetry=False, flush_interval=0.005)
+    failing_send["error"] = OSError(errno.EIO, "Input/output error")
+    step = 0
+    with pytest.warns(RuntimeWarning, match="retrying .*Input/output error"):
+        for _ in range(40):
+            for _ in range(500):
+                w.add_scalar("x", float(step), step)
+                step += 1
+            w.add_text("t", "y" * 2000, step)
+            time.sleep(0.006)
+    wait_for(lambda: not w._points)  # the pump keeps draining the hot path
+    assert w._pending.spilled > 0
+    assert w._pending._memory_bytes <= 64 << 10
+    failing_send["error"] = None
+    assert w.flush(timeout=20) is True
+    w.close()
+    with recorder.RunReader(tmp_path / "spill") as reader:
+        assert reader.read_scalars("x").steps.tolist() == list(range(step))
+        assert len(reader.read_records(kind="text")) == 40
+
+
+def test_a_stopped_background_thread_makes_flush_fail_at_once(tmp_path):
+    w = attach(tmp_path, run="stopped", telemetry=False)
+    w._call_soon(lambda: setattr(w, "_closing", True))  # the loop ends, the writer is not closed
+    wait_for(lambda: not w._thread.is_alive())
+    started = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="background thread stopped"):
+        assert w.flush(timeout=30) is False
+    assert time.monotonic() - started < 1
+    w.close()
