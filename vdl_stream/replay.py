@@ -38,7 +38,13 @@ import recorder
 from recorder.downsample import downsample
 
 from . import codec
-from .broker import SNAPSHOT_EVENTS, UNTAGGED_SNAPSHOT, Subscriber, SubscriberStatistics
+from .broker import (
+    SNAPSHOT_EVENTS,
+    UNTAGGED_SNAPSHOT,
+    Subscriber,
+    SubscriberLimitError,
+    SubscriberStatistics,
+)
 from .codec import ScalarColumns
 from .errors import RefusedError
 
@@ -495,9 +501,10 @@ class ReplaySubscriber:
         runs: set[str] | None,
         capacity: int,
         tags: re.Pattern[str] | None,
+        capacity_bytes: int = 8 << 20,
     ) -> None:
         self._source = source
-        self._queue = Subscriber(runs, capacity, tags)
+        self._queue = Subscriber(runs, capacity, tags, capacity_bytes)
         self._queue.after_seq = source.seq
         self.runs = runs
         self.tags = tags
@@ -577,6 +584,10 @@ class ReplaySource:
         timelines: the replayed runs (their cursors are the replay position).
         status: returns the replay's current status (for ``replay`` frames).
         subscriber_queue: capacity of each subscriber's queue, in frames.
+        subscriber_bytes: capacity of each subscriber's queue, in bytes of encoded frames (a page
+            that falls behind gets a ``gap`` and re-syncs from a snapshot, as from a broker).
+        max_subscribers: :meth:`subscribe` raises :class:`~vdl_stream.broker.SubscriberLimitError`
+            past this many.
     """
 
     def __init__(
@@ -585,10 +596,14 @@ class ReplaySource:
         status: Callable[[], ReplayStatus],
         *,
         subscriber_queue: int = 256,
+        subscriber_bytes: int = 8 << 20,
+        max_subscribers: int = 256,
     ) -> None:
         self._timelines = {t.name: t for t in timelines}
         self._status = status
         self._subscriber_queue = subscriber_queue
+        self._subscriber_bytes = subscriber_bytes
+        self._max_subscribers = max_subscribers
         self._subscribers: set[ReplaySubscriber] = set()
         self.seq = 0
         #: bumped by every :meth:`reset` (a seek or restart)
@@ -703,8 +718,16 @@ class ReplaySource:
     def subscribe(
         self, runs: set[str] | None = None, tags: re.Pattern[str] | None = None
     ) -> ReplaySubscriber:
-        """Register a subscriber to ``runs`` (None: all) and tags matching ``tags`` (None: all)."""
-        sub = ReplaySubscriber(self, runs, self._subscriber_queue, tags)
+        """Register a subscriber to ``runs`` (None: all) and tags matching ``tags`` (None: all).
+
+        Raises:
+            SubscriberLimitError: ``max_subscribers`` are subscribed already.
+        """
+        if len(self._subscribers) >= self._max_subscribers:
+            raise SubscriberLimitError(
+                f"the server already serves {self._max_subscribers} live subscribers"
+            )
+        sub = ReplaySubscriber(self, runs, self._subscriber_queue, tags, self._subscriber_bytes)
         self._subscribers.add(sub)
         return sub
 
@@ -796,7 +819,8 @@ class Replayer:
         speed: recorded seconds per real second; ``math.inf`` feeds as fast as it can.
         max_gap: a recorded pause longer than this many real seconds is shortened to it.
         start_paused: wait for :meth:`play` before feeding.
-        subscriber_queue: capacity of each browser's queue, in frames.
+        source_options: passed to :class:`ReplaySource` (``subscriber_queue``,
+            ``subscriber_bytes``, ``max_subscribers``).
 
     Attributes:
         source: the :class:`ReplaySource` to serve (``serve_replay`` does).
@@ -810,7 +834,7 @@ class Replayer:
         speed: float = 1.0,
         max_gap: float = 3.0,
         start_paused: bool = False,
-        subscriber_queue: int = 256,
+        **source_options: int,
     ) -> None:
         self.timelines = timelines
         self.speed = parse_speed(speed)
@@ -822,7 +846,7 @@ class Replayer:
         self.end = max(s[1] for s in spans) if spans else 0.0
         self.total = sum(t.points + len(t.events) for t in timelines)
         self.batches = 0
-        self.source = ReplaySource(timelines, self.status, subscriber_queue=subscriber_queue)
+        self.source = ReplaySource(timelines, self.status, **source_options)
         self._playing = not start_paused
         self._anchor_wall = self.start  # recorded time at _anchor_clock
         self._anchor_clock: float | None = None
