@@ -249,6 +249,28 @@ def test_the_bar_follows_the_pushed_status(tmp_path, browser):
             assert page.evaluate("() => window.vdl.replay.statusFrames") >= frames + 4
             assert page.evaluate("() => window.vdl.replay.requests") == 0
             assert page.evaluate("() => window.vdl.stats.sockets") == 1
+
+            # a page opened now gets the run as it stands at the replay position
+            late = browser.new_page()
+            try:
+                late.goto(url)
+                late.wait_for_function(ACTIVE, timeout=15_000)
+                late.wait_for_function(
+                    "() => window.vdl.sync.phase === 'ready'"
+                    " && window.vdl.series('r', 'train/acc').steps.length === 500",
+                    timeout=10_000,
+                )
+                assert steps(late) == list(range(500))
+                hist = late.evaluate(
+                    "() => window.vdl.store.runs.get('r').histograms.get('weights')"
+                    ".map(h => h.step)"
+                )
+                assert hist == list(range(0, 500, HIST_EVERY))
+                assert abs(late.evaluate("() => window.vdl.replay.position") - target) < 1e-3
+                scrub = int(late.locator("input.replay-scrub").input_value())
+                assert abs(scrub - value) <= 1
+            finally:
+                late.close()
     finally:
         page.close()
 
