@@ -65,6 +65,53 @@ def scalar_summary(
     return int(steps.min()), int(steps.max()), vmin, vmax
 
 
+def scalar_data(steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> dict:
+    """The column map of a chunk of ``steps``, ``walls``, ``values`` (not packed)."""
+    smin, smax, vmin, vmax = scalar_summary(steps, values)
+    return {
+        "n": len(steps),
+        "smin": smin,
+        "smax": smax,
+        "vmin": vmin,
+        "vmax": vmax,
+        "s": _encode_steps(steps),
+        "w": _encode_walls(walls),
+        "v": values.astype(_F8).tobytes(),
+    }
+
+
+def encode_ints(values: np.ndarray) -> list:
+    """A column of integers (origins, counts) in the smallest encoding: ``range``, ``d2``
+    (non-decreasing, consecutive differences below 2^16: ``["d2", first, u16 differences]``),
+    ``u4`` or ``i8``."""
+    if len(values) > 2:
+        diffs = np.diff(values)
+        if diffs.min() >= 0 and diffs.max() <= 0xFFFF and not (diffs == diffs[0]).all():
+            return ["d2", int(values[0]), diffs.astype("<u2").tobytes()]
+    return _encode_steps(np.asarray(values, dtype=np.int64))
+
+
+def decode_ints(enc: list, n: int) -> np.ndarray:
+    """Inverse of :func:`encode_ints` (``n`` values).
+
+    Raises:
+        PayloadError: an unknown encoding or the wrong length.
+    """
+    try:
+        if enc[0] == "d2":
+            out = np.empty(n, np.int64)
+            out[0] = enc[1]
+            np.cumsum(np.frombuffer(enc[2], dtype="<u2"), out=out[1:])
+            out[1:] += enc[1]
+        else:
+            out = _decode_steps(enc, n)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise PayloadError(f"integer column is malformed: {exc}") from None
+    if len(out) != n:
+        raise PayloadError("integer column has the wrong length")
+    return out
+
+
 def encode_scalars(
     tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
 ) -> tuple[bytes, tuple[int, int, float | None, float | None]]:
