@@ -61,10 +61,14 @@ class Compactor:
         run_dir: the run directory.
         dir_fd: a descriptor of it (for fsync).
         created: segment number -> creation time (the writer's map, kept up to date by it).
+        min_records: a sealed segment with fewer records is left as it is.
     """
 
-    def __init__(self, run_dir: str, dir_fd: int, created: dict[int, float]) -> None:
+    def __init__(
+        self, run_dir: str, dir_fd: int, created: dict[int, float], min_records: int = MIN_RECORDS
+    ) -> None:
         self.run_dir = run_dir
+        self.min_records = min_records
         self.dir_fd = dir_fd
         self.created = created
         self.blocks: list[list[int]] = []  # [first, last, level, bytes], in segment order
@@ -131,7 +135,7 @@ class Compactor:
         try:
             pending, self.pending = self.pending, []
             for number, size, records, capture in pending:
-                if records < MIN_RECORDS or size > SMALL_RECORD * records:
+                if records < self.min_records or size > SMALL_RECORD * records:
                     continue  # few or large records: left as they are
                 self._compact_segment(number, size, capture)
             self._merge_full_levels()

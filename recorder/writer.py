@@ -17,7 +17,7 @@ import numpy as np
 
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
-from recorder.compaction import Compactor, SegmentCapture
+from recorder.compaction import MIN_RECORDS, Compactor, SegmentCapture
 from recorder.records import NotARunError, Position, RecorderError
 
 SYNC_MODES = ("flush", "interval", "never")
@@ -281,7 +281,12 @@ class RunWriter:
     def _open_run(self) -> None:
         self._created: dict[int, float] = {}
         if self._compact_records is not None:
-            self._compaction = Compactor(self._dir, self._dir_fd, self._created)
+            self._compaction = Compactor(
+                self._dir,
+                self._dir_fd,
+                self._created,
+                min_records=min(MIN_RECORDS, self._compact_records),
+            )
             self._compaction.recover()  # finish a swap a killed writer left half done
         catalog = Catalog(self._dir, keep_data=False)
         try:
