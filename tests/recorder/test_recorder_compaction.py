@@ -65,8 +65,10 @@ def apply(w: RunWriter, acts: list[tuple], on_flush=None) -> None:
                 on_flush(pos)
 
 
-def same_reads(x: RunReader, y: RunReader) -> None:
-    """Two readers agree on every read path (ingest: only the newest is kept by compaction)."""
+def same_reads(x: RunReader, y: RunReader, limited: bool = False) -> None:
+    """Two readers agree on every read path. Compaction keeps only the newest "ingest" record of
+    a block: the newest one is the same for whole runs; a reader bounded inside a block may see
+    an older one (the broker reads it from whole runs only)."""
     assert x.tags() == y.tags()
     for tag, info in x.tags().items():
         if info.kind == "scalars":
@@ -84,7 +86,8 @@ def same_reads(x: RunReader, y: RunReader) -> None:
         r for r in y.read_records() if r.kind != "ingest"
     ]
     assert x.meta == y.meta
-    assert x.last_record("ingest") == y.last_record("ingest")
+    if not limited:
+        assert x.last_record("ingest") == y.last_record("ingest")
     assert x.statistics().scalar_points == y.statistics().scalar_points
     assert per_tag(x.iter_records()) == per_tag(y.iter_records())
     assert per_tag(x.iter_records(from_step=20)) == per_tag(y.iter_records(from_step=20))
@@ -144,7 +147,7 @@ def test_compaction_keeps_every_read_path_limits_and_followers(
             assert per_tag(polled) == want  # each record exactly once
             assert follower[0].position() <= wc.position()
         for a, b in zip(c_pos, p_pos, strict=True):  # limits now inside blocks
-            same_reads(RunReader(root / "c", limit=a), RunReader(root / "p", limit=b))
+            same_reads(RunReader(root / "c", limit=a), RunReader(root / "p", limit=b), True)
         wc.close()
         wp.close()
         same_reads(RunReader(root / "c"), RunReader(root / "p"))
