@@ -335,6 +335,8 @@ def _batch_payload(key: tuple, batch: list) -> bytes:
         "n": len(batch),
         "p": [item[2] for item in batch],
         "oo": codec.encode_ints(origins),
+        "st": [item[0] for item in batch],
+        "wl": np.array([item[1] for item in batch], "<f8").tobytes(),
     }
     return msgpack.packb([EVENTS, tag, batch[0][0], float(batch[0][1]), data], use_bin_type=True)
 

@@ -611,11 +611,15 @@ def _cut(entry: Entry, data: dict) -> dict:
     if entry.batch:
         origins = codec.decode_ints(data["oo"], data["n"])
         keep = np.flatnonzero((origins > lo) & (origins <= hi))
+        if not len(keep):
+            return {"n": 0}
         return {
             "kind": data["kind"],
             "n": len(keep),
             "p": [data["p"][i] for i in keep.tolist()],
             "oo": codec.encode_ints(origins[keep]),
+            "st": [data["st"][i] for i in keep.tolist()],
+            "wl": np.frombuffer(data["wl"], "<f8")[keep].tobytes(),
         }
     series = codec.decode_scalars(data)
     counts, origins = blocks.chunk_origins(data)

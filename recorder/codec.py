@@ -143,9 +143,15 @@ def encode_group(
     parts before it. Returns the payload, the summary over all points (as :func:`scalar_summary`)
     and the part columns (see :func:`group_parts`).
     """
-    steps = np.concatenate([p[1] for p in parts])
-    walls = np.concatenate([p[2] for p in parts])
-    values = np.concatenate([p[3] for p in parts])
+    series = ScalarSeries(*(np.concatenate([p[i] for p in parts]) for i in (1, 2, 3)))
+    return encode_group_series([p[0] for p in parts], [len(p[1]) for p in parts], series)
+
+
+def encode_group_series(
+    tags: list[str], counts: list[int], series: ScalarSeries
+) -> tuple[bytes, tuple[int, int, float | None, float | None], list]:
+    """:func:`encode_group` of parts already concatenated: ``counts[i]`` points of ``tags[i]``."""
+    steps, walls, values = series
     summary = smin, smax, vmin, vmax = scalar_summary(steps, values)
     data = {
         "n": len(steps),
@@ -153,20 +159,16 @@ def encode_group(
         "smax": smax,
         "vmin": vmin,
         "vmax": vmax,
-        "tags": [p[0] for p in parts],
-        "c": [len(p[1]) for p in parts],
-        "s": _encode_group_steps(steps, np.array([len(p[1]) for p in parts])),
+        "tags": list(tags),
+        "c": list(counts),
+        "s": _encode_group_steps(steps, np.asarray(counts)),
         "w": _encode_walls(walls),
         "v": values.astype(_F8).tobytes(),
     }
     payload = msgpack.packb(
         [SCALARS, None, int(steps[0]), float(walls[0]), data], use_bin_type=True
     )
-    return (
-        payload,
-        summary,
-        group_parts(data["tags"], data["c"], ScalarSeries(steps, walls, values)),
-    )
+    return payload, summary, group_parts(data["tags"], data["c"], series)
 
 
 def _encode_group_steps(steps: np.ndarray, counts: np.ndarray) -> list:

@@ -252,16 +252,38 @@ def _first_indexes(footers: list) -> list[int]:
 
 
 def _feed_capture(builder: blocks.BlockBuilder, capture: SegmentCapture) -> None:
-    per_tag: dict[str, list] = {}
+    tags: list[str] = []
+    counts: list[list[int]] = []
+    ends: list[int] = []
+    cols: tuple[list, list, list] = ([], [], [])
     for end, fields, data in capture.items:
-        if isinstance(data, list):
-            for tag, s, w, v in data:
-                per_tag.setdefault(tag, []).append((s, w, v, end))
+        if isinstance(data, tuple):  # scalar points: (tags, counts, steps, walls, values)
+            tags.extend(data[0])
+            counts.append(data[1])
+            ends.append(end)
+            for col, arr in zip(cols, data[2:], strict=True):
+                col.append(arr)
         else:
             kind, tag, step, wall = fields[:4]
             builder.add_event(kind, tag, step, wall, data, end)
-    for tag, pieces in per_tag.items():
-        _add_pieces(builder, tag, pieces)
+    if not tags:
+        return
+    part_counts = np.fromiter((c for cs in counts for c in cs), np.int64, len(tags))
+    part_ends = np.repeat(np.array(ends, np.int64), [len(cs) for cs in counts])
+    steps, walls, values = (np.concatenate(col) for col in cols)
+    names = sorted(set(tags))
+    index = {name: i for i, name in enumerate(names)}
+    part_tags = np.fromiter((index[t] for t in tags), np.int64, len(tags))
+    point_tags = np.repeat(part_tags, part_counts)
+    for i, name in enumerate(names):
+        parts = part_tags == i
+        points = point_tags == i
+        builder.add_scalars(
+            name,
+            ScalarSeries(steps[points], walls[points], values[points]),
+            part_counts[parts],
+            part_ends[parts],
+        )
 
 
 def _add_pieces(builder: blocks.BlockBuilder, tag: str, pieces: list) -> None:
@@ -321,9 +343,13 @@ def _feed_block(builder: blocks.BlockBuilder, fd: int, footer: blocks.Footer, sh
             data = _read_record(fd, ev["offset"][i], ev["length"][i])
             if data is None:
                 return False
-            origins = codec.decode_ints(data["oo"], data["n"])
-            for payload, origin in zip(data["p"], origins.tolist(), strict=True):
-                kind, tag, step, wall, _ = codec.decode_payload(payload)
+            n = data["n"]
+            origins = codec.decode_ints(data["oo"], n).tolist()
+            steps, walls = data["st"], np.frombuffer(data["wl"], "<f8").tolist()
+            if not (len(data["p"]) == len(steps) == len(walls) == n):
+                return False
+            kind, tag = data["kind"], ev["tag"][i]
+            for payload, step, wall, origin in zip(data["p"], steps, walls, origins, strict=True):
                 builder.add_event(kind, tag, step, wall, payload, origin + shift)
     except (codec.PayloadError, KeyError, TypeError):
         return False

@@ -18,7 +18,7 @@ import numpy as np
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
 from recorder.compaction import MIN_RECORDS, Compactor, SegmentCapture
-from recorder.records import NotARunError, Position, RecorderError
+from recorder.records import NotARunError, Position, RecorderError, ScalarSeries
 
 SYNC_MODES = ("flush", "interval", "never")
 # Points of one tag coalesced into one on-disk chunk, at most.
@@ -92,9 +92,9 @@ class _PendingScalars:
         top = int(steps.max())
         self.smax = top if self.smax is None else max(self.smax, top)
 
-    def encode(self) -> list[tuple[bytes, tuple, None, list]]:
+    def encode(self) -> list[tuple[bytes, tuple, None, tuple]]:
         """Encoded chunks, each with its entry fields ``(kind, tag, step, wall, count, smin, smax,
-        vmin, vmax)``, no part rows, and its points ``[(tag, steps, walls, values)]``."""
+        vmin, vmax)``, no part rows, and its points ``([tag], [count], steps, walls, values)``."""
         steps = np.concatenate(self.steps) if len(self.steps) > 1 else self.steps[0]
         walls = np.concatenate(self.walls) if len(self.walls) > 1 else self.walls[0]
         values = np.concatenate(self.values) if len(self.values) > 1 else self.values[0]
@@ -115,7 +115,7 @@ class _PendingScalars:
                 vmin,
                 vmax,
             )
-            out.append((payload, fields, None, [(self.tag, s, w, v)]))
+            out.append((payload, fields, None, ([self.tag], [len(s)], s, w, v)))
         return out
 
 
@@ -127,19 +127,23 @@ class _PendingGroup:
     def __init__(self, slots: list[_PendingScalars]) -> None:
         self.slots = slots
 
-    def encode(self) -> list[tuple[bytes, tuple, list, list]]:
-        """The encoded group chunk with its entry fields, part columns and points per part."""
-        parts = []
-        for slot in self.slots:
-            cols = (slot.steps, slot.walls, slot.values)
-            parts.append((slot.tag, *(np.concatenate(c) if len(c) > 1 else c[0] for c in cols)))
-        payload, (smin, smax, vmin, vmax), rows = codec.encode_group(parts)
-        first = parts[0]
+    def encode(self) -> list[tuple[bytes, tuple, list, tuple]]:
+        """The encoded group chunk with its entry fields, part columns, and its points
+        ``(tags, counts, steps, walls, values)``."""
+        slots = self.slots
+        series = ScalarSeries(
+            np.concatenate([a for slot in slots for a in slot.steps]),
+            np.concatenate([a for slot in slots for a in slot.walls]),
+            np.concatenate([a for slot in slots for a in slot.values]),
+        )
+        tags = [slot.tag for slot in slots]
+        counts = [slot.count for slot in slots]
+        payload, (smin, smax, vmin, vmax), rows = codec.encode_group_series(tags, counts, series)
         fields = (
-            codec.SCALARS, None, int(first[1][0]), float(first[2][0]),
-            sum(len(p[1]) for p in parts), smin, smax, vmin, vmax,
+            codec.SCALARS, None, int(series.steps[0]), float(series.walls[0]),
+            len(series.steps), smin, smax, vmin, vmax,
         )  # fmt: skip
-        return [(payload, fields, rows, parts)]
+        return [(payload, fields, rows, (tags, counts, *series))]
 
 
 def _group_small(queue: list) -> list:
