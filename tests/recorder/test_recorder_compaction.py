@@ -233,3 +233,34 @@ def test_a_follower_keeps_up_while_the_writer_compacts(tmp_path):
 def test_bad_compact_records_is_refused(tmp_path):
     with pytest.raises(ValueError, match="compact_records must be None or an int >= 1, got 0"):
         RunWriter(tmp_path / "r", compact_records=0)
+
+
+def test_block_file_layout_matches_the_documented_bytes(tmp_path):
+    import struct
+    import zlib
+
+    import msgpack
+
+    from recorder import framing
+
+    w = write_live(tmp_path / "r", 20, every=4)
+    w.close()
+    names = sorted(n for n in os.listdir(tmp_path / "r") if parse_block_name(n))
+    blob = (tmp_path / "r" / names[0]).read_bytes()
+    assert blob[:8] == b"\x89VDLBLK\n"
+    version, first, created, last, crc = struct.unpack_from("<IIdII", blob, 8)
+    assert (version, (first, last)) == (2, parse_block_name(names[0]))
+    assert crc == zlib.crc32(blob[:28]) and created > 1e9
+    offset, size, tcrc, magic = struct.unpack_from("<QII8s", blob, len(blob) - 24)
+    assert magic == b"VDLBEND\n" and tcrc == zlib.crc32(blob[-24:-12])
+    assert offset + size == len(blob) - 24
+    footer = msgpack.unpackb(framing.check_frame(blob[offset : offset + size]))
+    assert footer["version"] == 2 and footer["segments"][0][0] == first
+    c = footer["chunks"]
+    for i, tag in enumerate(c["tag"]):  # every chunk is where the footer says, with its summary
+        payload = framing.check_frame(blob[c["offset"][i] : c["offset"][i] + 12 + c["length"][i]])
+        kind, ptag, step, _, data = msgpack.unpackb(payload)
+        assert (kind, ptag, step, data["n"]) == ("scalars", tag, c["first_step"][i], c["count"][i])
+        assert data["k"] == data["n"]  # one point per flush: one piece per point
+        assert c["finite"][i] is True and c["vmin_step"][i] is not None
+    assert footer["events"]["kind"] == ["ingest"]  # collapsed to the newest
