@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -476,6 +477,12 @@ class RunReader:
         if max_points is not None and (not isinstance(max_points, int) or max_points < 2):
             raise ValueError(f"max_points must be an int >= 2 or None, got {max_points!r}")
         self._check_scalar_tag(tag)
+        if max_points is not None and tag not in self._tag_series:
+            # Not loaded: downsample one chunk at a time rather than load the whole series.
+            series = self._retry(lambda: self._downsample_stream(tag, start, end, max_points))
+            for col in series:
+                col.flags.writeable = False
+            return series
         series, monotonic = self._retry(lambda: self._series(tag))
         if start is not None or end is not None:
             steps = series.steps
@@ -680,6 +687,87 @@ class RunReader:
                     pending, held = [], 0
         if held:
             yield _concat(pending)
+
+    def _downsample_stream(
+        self, tag: str, start: int | None, end: int | None, max_points: int
+    ) -> ScalarSeries:
+        """``downsample(read_scalars(tag, start, end), max_points)``, computed one chunk at a
+        time: memory is bounded by a chunk and the buckets, nothing is kept. Chunks wholly in
+        range and not cut by a restart are counted from their summaries."""
+        refs, firsts, smins, smaxs = self._pieces(tag)
+        ceil = self._ceilings(refs, firsts, smins, smaxs)
+        cols = self._parts.cols
+        counts = np.array(
+            [cols["count"][r] if isinstance(r, int) else r.count for r in refs], np.int64
+        )
+        lo = np.iinfo(np.int64).min if start is None else start
+        hi = np.iinfo(np.int64).max if end is None else end
+        skip = (smaxs < lo) | (smins > hi) | (smins >= ceil)
+        whole = ~skip & (smins >= lo) & (smaxs <= hi) & (smaxs < ceil)
+        cache: dict = {}
+
+        def kept(i: int) -> ScalarSeries | None:
+            points = self._piece_points(refs[i], cache)
+            if points is None or whole[i]:
+                return points
+            st = points.steps
+            keep = (st < ceil[i]) & (st >= lo) & (st <= hi)
+            return ScalarSeries(*(col[keep] for col in points))
+
+        n = int(counts[whole].sum())
+        for i in np.flatnonzero(~skip & ~whole).tolist():
+            points = kept(i)
+            n += 0 if points is None else len(points.steps)
+        if n <= max_points:
+            pieces = [p for i in np.flatnonzero(~skip).tolist() if (p := kept(i)) is not None]
+            if not pieces:
+                return ScalarSeries(np.empty(0, np.int64), np.empty(0), np.empty(0))
+            return _concat(pieces)
+        buckets = (max_points - 2) // 2
+        size = -(-(n - 2) // buckets) if buckets else n
+        full = (n - 2) // size if buckets else 0
+        nb = full + (1 if buckets and full * size < n - 2 else 0)
+        # Per bucket: (global index, step, wall, value) of its first minimum and first maximum,
+        # NaN winning as in NumPy's argmin/argmax.
+        low: list = [None] * nb
+        high: list = [None] * nb
+        ends: dict[int, tuple] = {}
+        g = 0
+        for i in np.flatnonzero(~skip).tolist():
+            points = kept(i)
+            if points is None or not len(points.steps):
+                continue
+            k = len(points.steps)
+            st, wa, va = points
+            if g == 0:
+                ends[0] = (int(st[0]), float(wa[0]), float(va[0]))
+            if g + k == n:
+                ends[n - 1] = (int(st[-1]), float(wa[-1]), float(va[-1]))
+            a, b = max(g, 1), min(g + k, n - 1)  # inner points of this piece: [a, b)
+            if nb and a < b:
+                bucket_of = np.minimum((np.arange(a, b) - 1) // size, full)
+                cuts = [0, *(np.flatnonzero(np.diff(bucket_of)) + 1).tolist(), b - a]
+                for c0, c1 in itertools.pairwise(cuts):
+                    bk = int(bucket_of[c0])
+                    seg = va[a - g + c0 : a - g + c1]
+                    for table, pick, better in ((low, np.argmin, _lt), (high, np.argmax, _gt)):
+                        j = int(pick(seg))
+                        v = float(seg[j])
+                        cur = table[bk]
+                        if cur is None or better(v, cur[3]):
+                            p = a - g + c0 + j
+                            table[bk] = (a + c0 + j, int(st[p]), float(wa[p]), v)
+            g += k
+        chosen = dict(ends)
+        for item in (*low, *high):
+            if item is not None:
+                chosen[item[0]] = item[1:]
+        order = sorted(chosen)
+        return ScalarSeries(
+            np.array([chosen[i][0] for i in order], np.int64),
+            np.array([chosen[i][1] for i in order], np.float64),
+            np.array([chosen[i][2] for i in order], np.float64),
+        )
 
     def _check_scalar_tag(self, tag: str) -> None:
         entries = self._by_tag.get(tag)
@@ -888,6 +976,17 @@ class RunReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _lt(a: float, b: float) -> bool:
+    """Whether ``a`` replaces ``b`` as a bucket's minimum (a later point: only if smaller, or
+    NaN where ``b`` is not; as np.argmin, the first NaN or the first minimum wins)."""
+    return b == b and (a != a or a < b)
+
+
+def _gt(a: float, b: float) -> bool:
+    """As :func:`_lt`, for the maximum."""
+    return b == b and (a != a or a > b)
 
 
 def _in_write_order(items: list[tuple[Position, Record]]) -> list[tuple[Position, Record]]:

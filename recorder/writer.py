@@ -17,7 +17,7 @@ import numpy as np
 
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
-from recorder.compaction import MIN_RECORDS, Compactor, SegmentCapture
+from recorder.compaction import MIN_RECORDS, SMALL_RECORD, Compactor, SegmentCapture
 from recorder.records import NotARunError, Position, RecorderError, ScalarSeries
 
 SYNC_MODES = ("flush", "interval", "never")
@@ -491,7 +491,11 @@ class RunWriter:
         self._records += len(entries)
         self._seg_records += len(entries)
         if self._fresh is not None:
-            self._fresh.add(caps)
+            if self._offset > SMALL_RECORD * max(self._seg_records, MIN_RECORDS):
+                # Large records (a bulk load): this segment will not be compacted; keep nothing.
+                self._fresh = None
+            else:
+                self._fresh.add(caps)
         self._points += sum(e.count for e in entries if e.kind == codec.SCALARS)
         if self._entries is not None:
             self._entries.extend(entries)
