@@ -27,12 +27,13 @@ def concatenated(pieces: list[ScalarSeries]) -> ScalarSeries:
     st.one_of(st.none(), st.integers(0, 200)),
     st.one_of(st.none(), st.integers(0, 400)),
     st.booleans(),
+    st.sampled_from([None, 2, 5]),
 )
 def test_iter_scalars_concatenated_equals_read_scalars(
-    tmp_path_factory, ops, chunk, start, end, warm
+    tmp_path_factory, ops, chunk, start, end, warm, compact
 ):
     run = tmp_path_factory.mktemp("i") / "run"
-    with RunWriter(run, sync="never") as w:
+    with RunWriter(run, sync="never", compact_records=compact) as w:
         run_ops(w, ops)
         w.flush()
         r = RunReader(run)  # scanned, before the index exists
