@@ -227,7 +227,9 @@ def test_add_histogram(env, run, tag, data, step, walltime, n):
     fmt=arg(st.just("HWC"), st.sampled_from(["CHW", "HW", "WHC", "NHWC", "hwc"])),
 )
 def test_add_image(env, run, tag, img, step, walltime, fmt):
-    if run == "tb" and fmt == "NHWC":  # SummaryWriter.add_images: a batch tiled into a grid
+    if (
+        run == "tb" and isinstance(fmt, str) and fmt == "NHWC"
+    ):  # SummaryWriter.add_images: a batch tiled into a grid
         img = img[None] if isinstance(img, np.ndarray) else img
         if call(env, run, "add_images", tag, img, step, walltime, fmt):
             step = 0 if step is None else step
