@@ -87,16 +87,24 @@ NO_DATA = "No data yet"
 
 
 class SlowBroker(Broker):
-    """A real broker whose snapshots wait until the test opens ``gate``: a snapshot that takes as
-    long as the test needs (as reading three long runs from disk once took 20 s)."""
+    """A real broker whose snapshot frames wait for the test: the frame of the first run until
+    ``gates[0]`` is set, the next one until ``gates[1]`` (as reading long runs from disk once
+    took 20 s)."""
 
     def __init__(self, logdir: Path) -> None:
         super().__init__(logdir)
-        self.gate = trio.Event()
+        self.gates = [trio.Event(), trio.Event()]
 
-    async def snapshot(self, sub, max_points=2000):  # type: ignore[no-untyped-def]
-        await self.gate.wait()
-        return await super().snapshot(sub, max_points)
+    async def send_snapshot(self, sub, send, max_points=2000):  # type: ignore[no-untyped-def]
+        sent = 0
+
+        async def slow_send(frame: bytes) -> None:
+            nonlocal sent
+            await self.gates[min(sent, len(self.gates) - 1)].wait()
+            sent += 1
+            await send(frame)
+
+        await super().send_snapshot(sub, slow_send, max_points)
 
 
 @contextmanager
@@ -115,7 +123,8 @@ def slow_server(logdir: Path) -> Iterator[tuple[str, SlowBroker, trio.lowlevel.T
             )
             started.put((url, broker, trio.lowlevel.current_trio_token(), stop))
             await stop.wait()
-            broker.gate.set()
+            for gate in broker.gates:
+                gate.set()
             broker.close()
             with trio.move_on_after(10):
                 await broker.wait_closed()
@@ -142,6 +151,7 @@ def test_the_page_says_it_is_loading_until_the_snapshots_are_in(tmp_path, browse
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     placeholder = page.locator(".view.scalars > .empty")
+    note = page.locator("header .sync-note")
     try:
         with slow_server(tmp_path / "logs") as (url, broker, token):
             page.goto(url + "/")
@@ -152,6 +162,7 @@ def test_the_page_says_it_is_loading_until_the_snapshots_are_in(tmp_path, browse
                 "done": 0,
             }
             assert placeholder.inner_text() == "Loading 2 runs… (0/2)"
+            assert note.inner_text() == "Loading 0/2"
             assert placeholder.get_attribute("data-sync") == "loading"
             assert page.locator("body").get_attribute("data-sync") == "loading"
             # the other views do not claim to have nothing either
@@ -163,9 +174,18 @@ def test_the_page_says_it_is_loading_until_the_snapshots_are_in(tmp_path, browse
             page.screenshot(path=str(ARTIFACTS / "dashboard-loading.png"))
             page.evaluate("() => window.vdl.setLanguage('zh')")
             assert placeholder.inner_text() == "正在加载 2 个运行…（0/2）"
+            assert note.inner_text() == "加载中 0/2"
             page.evaluate("() => window.vdl.setLanguage('en')")
 
-            trio.from_thread.run_sync(broker.gate.set, trio_token=token)
+            trio.from_thread.run_sync(broker.gates[0].set, trio_token=token)  # one run read
+            page.wait_for_function("() => window.vdl.sync.done === 1")
+            # run a is drawn; the header still says that b is on its way
+            page.locator('[data-tag="train/loss"]').wait_for()
+            assert note.is_visible() and note.inner_text() == "Loading 1/2"
+            assert note.get_attribute("title") == "Loading 2 runs… (1/2)"
+            assert not placeholder.is_visible()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-loading-partial.png"))
+            trio.from_thread.run_sync(broker.gates[1].set, trio_token=token)
             page.wait_for_function(
                 "() => window.vdl.sync.phase === 'ready'"
                 " && window.vdl.series('b', 'train/loss').steps.length === 1000"
@@ -177,7 +197,7 @@ def test_the_page_says_it_is_loading_until_the_snapshots_are_in(tmp_path, browse
                 "done": 2,
             }
             page.locator('[data-tag="train/loss"]').wait_for()
-            assert not placeholder.is_visible()
+            assert not placeholder.is_visible() and not note.is_visible()
             assert page.locator(".view.system > .empty").is_visible()  # ready: now it may say so
         seen = page.evaluate("() => window.__placeholder")
         assert "Loading 2 runs… (0/2)" in seen, seen

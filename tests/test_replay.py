@@ -18,7 +18,8 @@ import trio
 from trio_websocket import open_websocket_url
 
 import recorder
-from vdl_stream.broker import SNAPSHOT_EVENTS, Broker
+from vdl_stream import codec
+from vdl_stream.broker import SNAPSHOT_EVENTS, Broker, SubscriberLimitError
 from vdl_stream.codec import Batch, ScalarColumns
 from vdl_stream.errors import RefusedError
 from vdl_stream.replay import (
@@ -443,13 +444,35 @@ async def test_everything_at_max_speed_reaches_a_subscriber_and_the_run_is_never
     assert sorted(os.listdir(tmp_path)) == ["logs"]  # and nothing was written beside it
 
 
-async def test_a_replay_takes_no_writers(tmp_path):
+async def test_a_replay_takes_no_writers_and_a_bounded_number_of_pages(tmp_path):
     record_run(tmp_path / "r", points=10)
-    replayer = Replayer([timeline(tmp_path / "r")])
+    before = fingerprint(tmp_path)
+    replayer = Replayer([timeline(tmp_path / "r")], start_paused=True, max_subscribers=2)
     batch = Batch("w", 1, "r", [ScalarColumns("x", np.arange(1), np.ones(1), np.ones(1))])
     with pytest.raises(RefusedError, match="takes no writers") as info:
         await replayer.source.ingest(batch)
     assert info.value.retryable is False
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(replayer.run)
+            url = await nursery.start(serve_replay, replayer, "127.0.0.1", 0)
+            ws_url = url.replace("http", "ws")
+            # a writer pointed at a replay hears why its batch is refused, and nothing is written
+            async with open_websocket_url(ws_url + "/ws/ingest") as writer:
+                await writer.send_message(codec.encode_batch(batch))
+                answer = decode(await writer.get_message())
+                assert answer["type"] == "refused" and answer["retryable"] is False
+                assert "takes no writers" in answer["reason"]
+            a, b = replayer.source.subscribe(), replayer.source.subscribe()
+            with pytest.raises(SubscriberLimitError, match="already serves 2"):
+                replayer.source.subscribe()
+            replayer.source.unsubscribe(a)
+            replayer.source.unsubscribe(replayer.source.subscribe())
+            replayer.source.unsubscribe(b)
+            assert replayer.source.statistics().subscribers == 0
+            replayer.source.close()
+            nursery.cancel_scope.cancel()
+    assert fingerprint(tmp_path) == before
 
 
 # -- over HTTP and /ws/live --------------------------------------------------------------------

@@ -574,7 +574,7 @@ class ReplaySource:
     """What ``vdl-stream replay`` serves in place of a broker: a fan-out over recorded runs.
 
     It implements the part of :class:`vdl_stream.broker.Broker` that :mod:`vdl_stream.server` uses
-    (``subscribe``, ``snapshot``, ``unsubscribe``, ``runs``, ``tags``, ``read_scalars``,
+    (``subscribe``, ``snapshot``, ``send_snapshot``, ``unsubscribe``, ``runs``, ``tags``, ``read_scalars``,
     ``read_events``, ``run_path``, ``statistics``, ``subscriber_statistics``), answering every
     read *as the runs stood at the replay position*. ``ingest`` refuses: a replay takes no writers.
     Its :class:`Replayer` feeds it with :meth:`publish`, and announces a moved cursor with
@@ -663,6 +663,14 @@ class ReplaySource:
         status = self.status_frame()
         _, frames = await self._frames_at_cursor(sub)
         return [status, *frames]
+
+    async def send_snapshot(
+        self, sub: ReplaySubscriber, send: Callable[[bytes], Awaitable[Any]], max_points: int = 2000
+    ) -> None:
+        """:meth:`snapshot`, handed to ``send`` frame by frame (as the broker's ``send_snapshot``:
+        what the web server calls)."""
+        for frame in await self.snapshot(sub, max_points):
+            await send(frame)
 
     async def resync_frames(self, sub: ReplaySubscriber) -> list[bytes]:
         """After a seek: a ``reset`` frame naming the runs whose snapshots follow, then those."""

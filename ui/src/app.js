@@ -6,7 +6,7 @@ import { Connection, liveUrl, takeToken } from "./connection.js";
 import { SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler } from "./frames.js";
-import { initLanguage, language, LANGUAGES, onLanguage, setLanguage, t } from "./i18n.js";
+import { initLanguage, language, LANGUAGES, loadingText, onLanguage, setLanguage, t, tf } from "./i18n.js";
 import { DEFAULT_SMOOTHING } from "./smoothing.js";
 import { STEP, Store, VALUE, WALL } from "./store.js";
 import { CurvesView } from "./views/curves.js";
@@ -75,6 +75,9 @@ for (const [name, view] of Object.entries(views)) {
 // ---- layout -------------------------------------------------------------------------------------
 
 const conn = el("span", { class: "conn", dataset: { state: "connecting" }, role: "status" });
+// "Loading k/N" while snapshots are on their way, also once the first runs are drawn (the title
+// and the empty scalars view say it in full).
+const syncNote = el("span", { class: "sync-note", role: "status", hidden: true });
 const pauseBtn = el("button", { type: "button", class: "pause", on: { click: () => setPaused(!state.paused) } });
 const langSelect = el(
   "select",
@@ -111,7 +114,7 @@ const side = el(
 );
 const main = el("main", {}, ...Object.values(views).map((v) => v.element));
 document.body.replaceChildren(
-  el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect, replayBar.element),
+  el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, syncNote, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect, replayBar.element),
   el("div", { class: "layout" }, side, main),
 );
 
@@ -132,6 +135,7 @@ function relabel() {
   for (const [name, h] of Object.entries(viewTitles)) h.textContent = t(name);
   showViews();
   setConnState(conn.dataset.state);
+  showSync();
   for (const view of Object.values(views)) view.relabel?.();
   replayBar.relabel();
 }
@@ -241,9 +245,16 @@ function setAllRuns(shown) {
 
 // `body[data-sync]` is connecting, loading or ready (see Store.syncState): until ready, the other
 // views do not claim to have nothing (style.css), and the scalars view says what it waits for.
-document.body.dataset.sync = store.syncState().phase;
+function showSync() {
+  const sync = store.syncState();
+  document.body.dataset.sync = sync.phase;
+  syncNote.hidden = sync.phase !== "loading";
+  syncNote.textContent = sync.phase === "loading" ? tf("loadingShort", sync) : "";
+  syncNote.title = sync.phase === "loading" ? loadingText(sync) : "";
+}
+showSync();
 store.subscribe((change) => {
-  if (change.kind === "sync") document.body.dataset.sync = store.syncState().phase;
+  if (change.kind === "sync") showSync();
 });
 
 let knownRuns = "";
