@@ -264,3 +264,18 @@ def test_block_file_layout_matches_the_documented_bytes(tmp_path):
         assert data["k"] == data["n"]  # one point per flush: one piece per point
         assert c["finite"][i] is True and c["vmin_step"][i] is not None
     assert footer["events"]["kind"] == ["ingest"]  # collapsed to the newest
+
+
+def test_a_damaged_block_is_a_format_error_naming_the_file(tmp_path):
+    from recorder import FormatError
+
+    write_live(tmp_path / "r", 40, every=4).close()
+    name = sorted(n for n in os.listdir(tmp_path / "r") if parse_block_name(n))[0]
+    path = tmp_path / "r" / name
+    blob = bytearray(path.read_bytes())
+    blob[-30] ^= 0xFF  # inside the footer
+    path.write_bytes(bytes(blob))
+    with pytest.raises(FormatError, match=name):
+        RunReader(tmp_path / "r")
+    with pytest.raises(FormatError, match=name):
+        RunWriter(tmp_path / "r")
