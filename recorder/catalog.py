@@ -406,6 +406,9 @@ class Catalog:
             SourceGone: compaction replaced files this catalog had read; build a new one.
         """
         layout, _ = self.layout()
+        for first, last, name in layout:
+            if name is not None and name not in self.blocks:
+                self._adopt(first, last, name)
         names = {name for _, _, name in layout if name is not None}
         if any(name not in names for name in self.blocks):
             raise SourceGone("a block was merged")
@@ -442,6 +445,44 @@ class Catalog:
                 self._seal(state)
         self.entries.extend(new)
         return new
+
+    def _adopt(self, first: int, last: int, name: str) -> None:
+        """Take a new block that replaced files this catalog had read *completely* as read: its
+        records are those already listed, so nothing needs reading again. Entries of the replaced
+        files stay as they are; loading one whose file is gone raises SourceGone (the owner then
+        rebuilds the catalog). Files read in part are left for SourceGone to handle."""
+        known = [n for n in self.segments if first <= n <= last]
+        inner = [b for b, st in self.blocks.items() if first <= st.footer.first <= last]
+        if not known and not inner:
+            return  # nothing of it was read: update() reads it
+        path = os.path.join(self.run_dir, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise SourceGone(name) from None
+        try:
+            footer = blocks.read_footer(fd)
+        except blocks.BlockError as exc:
+            raise FormatError(f"{path}: {exc}") from None
+        finally:
+            os.close(fd)
+        sizes = {int(n): int(size) for n, _, size in footer.segments}
+        for n in known:
+            state = self.segments[n]
+            if state.pending or state.scanned != sizes.get(n) or self.end < Position(n, sizes[n]):
+                return
+        if any(self.blocks[b].read_to != self.blocks[b].end for b in inner):
+            return
+        covered = {n for b in inner for n, _, _ in self.blocks[b].footer.segments} | set(known)
+        if covered != set(sizes):
+            return  # a part of it was never read here
+        for n in known:
+            self._seal(self.segments.pop(n))
+        for b in inner:
+            del self.blocks[b]
+        state = BlockState(name, path, footer, blocks.Origins(footer.segments))
+        state.read_to = state.end
+        self.blocks[name] = state
 
     def _update_block(self, name: str, limit: Position | None, out: list[Entry]) -> None:
         state = self.blocks.get(name)

@@ -201,10 +201,14 @@ def test_a_reader_holds_a_bounded_number_of_files(tmp_path):
         list(r.iter_records())
         assert r._catalog.open_files() <= OPEN_FILES + 1
         follower = RunReader(tmp_path / "r")
+        catalog = follower._catalog
         for i in range(3000, 3400):
             w.append_scalars("x", [i], [BASE_WALL], [1.0])
             w.flush()
             follower.poll()
+        assert w.statistics().compactions > 50
+        # It read each sealed segment whole before it was compacted: it took the blocks as read.
+        assert follower._catalog is catalog
         assert follower._catalog.open_files() <= OPEN_FILES + 1
         assert follower.read_scalars("x").steps.tolist() == list(range(3400))
         follower.close()
