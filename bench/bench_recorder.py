@@ -258,6 +258,7 @@ def live(args: argparse.Namespace) -> None:
     for hours, killed in runs:
         t0 = time.perf_counter()
         if killed is None:
+            hours = int(hours) if float(hours).is_integer() else hours  # one cache key per run
             killed = cached_live_run(hours, killed=True)
             with open(os.path.join(os.path.dirname(killed), "done.json")) as f:
                 info = json.load(f)
@@ -290,6 +291,15 @@ def live(args: argparse.Namespace) -> None:
             row[f"open_{label}_s"] = seconds
             row[f"records_read_{label}"] = stats.records
             row[f"files_{label}"] = len(os.listdir(run_dir))
+        r = RunReader(closed)
+        start = time.perf_counter()
+        r.read_scalars("train/loss", max_points=2000)  # not loaded: chunk by chunk
+        row["max_points_cold_s"] = time.perf_counter() - start
+        row["max_points_cached_bytes"] = r.cached_bytes()
+        start = time.perf_counter()
+        n = sum(len(piece) for piece in r.iter_scalars("train/loss"))
+        row["iter_scalars_rows_per_s"] = n / (time.perf_counter() - start)
+        r.close()
         if hours <= args.bulk_hours:
             bulk = os.path.join(args.out, f"bulk-{hours:g}")
             row["bulk_write_s"] = bulk_copy(closed, bulk)["seconds"]
@@ -336,6 +346,17 @@ def live_report(res: dict) -> str:
             f"| {'' if bulk is None else f'{bulk * 1e3:.0f} ms'} "
             f"| {ratio} "
             f"| {cpu} |"
+        )
+    lines += [
+        "",
+        "| live run | read_scalars(max_points=2000), one tag, not loaded | iter_scalars, one tag |",
+        "| --- | --- | --- |",
+    ]
+    for hours, row in res["hours"].items():
+        lines.append(
+            f"| {hours} h | {row['max_points_cold_s'] * 1e3:.0f} ms, "
+            f"{row['max_points_cached_bytes']:,} bytes kept "
+            f"| {row['iter_scalars_rows_per_s'] / 1e6:.0f} M rows/s |"
         )
     cpu = res.get("cpu")
     if cpu:

@@ -207,10 +207,9 @@ def write_live_run(
     cpu = time.process_time() - cpu0
     stats = w.statistics()
     if killed:
-        # What SIGKILL leaves: everything flushed is in the OS; no close(), no index.
-        w._closed = True  # __del__ then does nothing
-        os.close(w._fd)
-        os.close(w._dir_fd)
+        # What SIGKILL leaves: everything flushed is in the OS; no close(), no index, no
+        # compaction of the tail. Dropping the writer releases its descriptors (and its lock).
+        w.__del__()
     else:
         w.close()
     size = sum(

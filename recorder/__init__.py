@@ -1,8 +1,11 @@
 """recorder: a standalone, crash-safe, fast record store for training runs.
 
 A run is a directory of append-only segment files (framed, checksummed msgpack records; scalars
-stored columnar) plus an index that can always be rebuilt from them. The format is documented byte
-by byte in docs/record-format.md. Plain Python, NumPy and msgpack; no knowledge of dashboards.
+stored columnar) plus an index that can always be rebuilt from them. As a run written in small
+flushes ages, its writer compacts sealed segments into block files (large columnar chunks with
+summaries, events in batches, an index at the end), so that opening any run reads block indexes
+and a bounded tail. The format is documented byte by byte in docs/record-format.md. Plain Python,
+NumPy and msgpack; no knowledge of dashboards.
 """
 
 from recorder.reader import ReaderStatistics, RunReader, list_runs

@@ -48,12 +48,13 @@ class Entry:
     """Where one record is and what it summarises (one index row)."""
 
     __slots__ = (
+        "_first",
+        "_last",
+        "_src",
         "batch",
         "count",
         "data",
-        "first",
         "kind",
-        "last",
         "length",
         "offset",
         "parts",
@@ -61,7 +62,6 @@ class Entry:
         "seq",
         "smax",
         "smin",
-        "src",
         "step",
         "tag",
         "vmax",
@@ -102,13 +102,45 @@ class Entry:
         self.data = data
         self.parts = parts  # a group chunk's part columns (codec.group_parts), else None
         self.seq = -1  # its number in write order, set by a reader
-        self.src = segment_name(segment) if segment >= 0 else ""  # the file holding it
         self.batch = False  # a block's batch of events (data: the batch map)
         self.window: tuple[int, int] | None = None  # block records: origins kept (lo, hi]
-        # Origins: the positions just after the records its data came from (first, last). For a
-        # record in a segment both are its end; a block's record covers many.
-        end = Position(segment, offset + framing.FRAME_OVERHEAD + length)
-        self.first = self.last = end
+        # The file holding it, and its origins: the positions just after the records its data
+        # came from (first, last). For a record in a segment (computed when asked for) both are
+        # its end; a block's record covers many.
+        self._src: str | None = None
+        self._first: Position | None = None
+        self._last: Position | None = None
+
+    @property
+    def src(self) -> str:
+        """The name of the file holding the record."""
+        if self._src is None:
+            self._src = segment_name(self.segment)
+        return self._src
+
+    @src.setter
+    def src(self, name: str) -> None:
+        self._src = name
+
+    @property
+    def first(self) -> Position:
+        """The origin of its first piece of data (for a segment's record: its end)."""
+        return self.last if self._first is None else self._first
+
+    @first.setter
+    def first(self, pos: Position) -> None:
+        self._first = pos
+
+    @property
+    def last(self) -> Position:
+        """The origin of its last piece of data (for a segment's record: its end)."""
+        if self._last is None:
+            self._last = Position(self.segment, self.offset + framing.FRAME_OVERHEAD + self.length)
+        return self._last
+
+    @last.setter
+    def last(self, pos: Position) -> None:
+        self._last = pos
 
     @classmethod
     def from_payload(cls, segment: int, offset: int, length: int, decoded: tuple) -> Entry:
@@ -374,6 +406,9 @@ class Catalog:
             SourceGone: compaction replaced files this catalog had read; build a new one.
         """
         layout, _ = self.layout()
+        for first, last, name in layout:
+            if name is not None and name not in self.blocks:
+                self._adopt(first, last, name)
         names = {name for _, _, name in layout if name is not None}
         if any(name not in names for name in self.blocks):
             raise SourceGone("a block was merged")
@@ -410,6 +445,44 @@ class Catalog:
                 self._seal(state)
         self.entries.extend(new)
         return new
+
+    def _adopt(self, first: int, last: int, name: str) -> None:
+        """Take a new block that replaced files this catalog had read *completely* as read: its
+        records are those already listed, so nothing needs reading again. Entries of the replaced
+        files stay as they are; loading one whose file is gone raises SourceGone (the owner then
+        rebuilds the catalog). Files read in part are left for SourceGone to handle."""
+        known = [n for n in self.segments if first <= n <= last]
+        inner = [b for b, st in self.blocks.items() if first <= st.footer.first <= last]
+        if not known and not inner:
+            return  # nothing of it was read: update() reads it
+        path = os.path.join(self.run_dir, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise SourceGone(name) from None
+        try:
+            footer = blocks.read_footer(fd)
+        except blocks.BlockError as exc:
+            raise FormatError(f"{path}: {exc}") from None
+        finally:
+            os.close(fd)
+        sizes = {int(n): int(size) for n, _, size in footer.segments}
+        for n in known:
+            state = self.segments[n]
+            if state.pending or state.scanned != sizes.get(n) or self.end < Position(n, sizes[n]):
+                return
+        if any(self.blocks[b].read_to != self.blocks[b].end for b in inner):
+            return
+        covered = {n for b in inner for n, _, _ in self.blocks[b].footer.segments} | set(known)
+        if covered != set(sizes):
+            return  # a part of it was never read here
+        for n in known:
+            self._seal(self.segments.pop(n))
+        for b in inner:
+            del self.blocks[b]
+        state = BlockState(name, path, footer, blocks.Origins(footer.segments))
+        state.read_to = state.end
+        self.blocks[name] = state
 
     def _update_block(self, name: str, limit: Position | None, out: list[Entry]) -> None:
         state = self.blocks.get(name)

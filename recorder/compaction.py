@@ -24,7 +24,7 @@ import numpy as np
 
 from recorder import blocks, codec, framing
 from recorder.catalog import INDEX_NAME, SEGMENT_RE, segment_name
-from recorder.records import ScalarSeries
+from recorder.records import FormatError, ScalarSeries
 
 # Blocks of one level merged into one of the next, and the highest level. A level-3 block of a
 # run written at the live cadence spans ~20 minutes: about one full chunk per tag.
@@ -117,6 +117,8 @@ class Compactor:
             fd = os.open(path, os.O_RDONLY)
             try:
                 footer = blocks.read_footer(fd)
+            except blocks.BlockError as exc:
+                raise FormatError(f"{path}: {exc}") from None
             finally:
                 os.close(fd)
             self.blocks.append([a, b, footer.level, os.path.getsize(path)])

@@ -42,7 +42,7 @@ class ReaderStatistics:
         corrupt_bytes: bytes skipped in those.
         pending_bytes: bytes at the end of segments not yet forming a complete record (a torn
             tail, or a record being written).
-        segments: segment files seen.
+        segments: segments read, as files or as blocks covering them.
         bytes_read: bytes read from segment files.
         index_used: whether the index file matched the segments and was used.
     """
@@ -166,6 +166,10 @@ class RunReader:
     """Reads a run directory, and follows it while another process appends to it.
 
     Never writes into the run directory (a damaged or missing index is rebuilt in memory only).
+    Reads compacted runs (blocks) and follows a writer that compacts: a reader whose files were
+    replaced rebuilds its catalog from the new layout up to where it had read, so nothing is
+    returned twice or lost. It keeps the newest segment's file open and at most a few sealed files
+    (opened again on demand); long iterations hold the run's files until they end.
     The constructor reads everything complete so far; :meth:`refresh` picks up what was appended
     since. Damaged records are skipped with a :class:`~recorder.CorruptionWarning` and counted in
     :meth:`statistics`; an incomplete last record is left pending until it is complete.

@@ -524,8 +524,10 @@ class RunWriter:
         """
         self._check_open()
         self._flushes += 1
-        self._write_pending()
+        # Compact before writing: the sealed segment then holds only what earlier flushes wrote,
+        # which a follower polling between flushes has read whole (it keeps its catalog).
         self._maybe_compact()
+        self._write_pending()
         if self._unsynced and (
             self._sync_mode == "flush"
             or (
@@ -544,8 +546,8 @@ class RunWriter:
         """
         self._check_open()
         self._flushes += 1
-        self._write_pending()
         self._maybe_compact()
+        self._write_pending()
         self._fsync()
         return self.position()
 

@@ -201,10 +201,14 @@ def test_a_reader_holds_a_bounded_number_of_files(tmp_path):
         list(r.iter_records())
         assert r._catalog.open_files() <= OPEN_FILES + 1
         follower = RunReader(tmp_path / "r")
+        catalog = follower._catalog
         for i in range(3000, 3400):
             w.append_scalars("x", [i], [BASE_WALL], [1.0])
             w.flush()
             follower.poll()
+        assert w.statistics().compactions > 50
+        # It read each sealed segment whole before it was compacted: it took the blocks as read.
+        assert follower._catalog is catalog
         assert follower._catalog.open_files() <= OPEN_FILES + 1
         assert follower.read_scalars("x").steps.tolist() == list(range(3400))
         follower.close()
@@ -264,3 +268,18 @@ def test_block_file_layout_matches_the_documented_bytes(tmp_path):
         assert data["k"] == data["n"]  # one point per flush: one piece per point
         assert c["finite"][i] is True and c["vmin_step"][i] is not None
     assert footer["events"]["kind"] == ["ingest"]  # collapsed to the newest
+
+
+def test_a_damaged_block_is_a_format_error_naming_the_file(tmp_path):
+    from recorder import FormatError
+
+    write_live(tmp_path / "r", 40, every=4).close()
+    name = sorted(n for n in os.listdir(tmp_path / "r") if parse_block_name(n))[0]
+    path = tmp_path / "r" / name
+    blob = bytearray(path.read_bytes())
+    blob[-30] ^= 0xFF  # inside the footer
+    path.write_bytes(bytes(blob))
+    with pytest.raises(FormatError, match=name):
+        RunReader(tmp_path / "r")
+    with pytest.raises(FormatError, match=name):
+        RunWriter(tmp_path / "r")
