@@ -190,8 +190,8 @@ class RunReader:
             raise NotARunError(f"{self._dir}: not a run directory (no such directory)")
         if not list_segments(self._dir):
             raise NotARunError(f"{self._dir}: not a run directory (no segment-*.vdlr files)")
-        self._closed = False
         self._catalog = Catalog(self._dir)
+        self._closed = False
         self._reset()
         try:
             for _ in range(_RETRIES):
@@ -980,6 +980,12 @@ class RunReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        # A reader dropped without close() (a follower a server forgot) still releases its
+        # descriptors; a long-lived process would otherwise run out of them.
+        if not getattr(self, "_closed", True):
+            self.close()
 
 
 def _lt(a: float, b: float) -> bool:

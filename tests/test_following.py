@@ -83,8 +83,11 @@ class WriterProcess:
         assert self._line() == "flushed"  # the run is on disk
 
     def _line(self, timeout: float = 30) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
+        # poll(), not select(): select() fails on descriptors past 1024, which a long test
+        # session can reach.
+        poller = select.poll()
+        poller.register(self.proc.stdout, select.POLLIN)
+        if not poller.poll(timeout * 1000):
             self.kill()
             raise AssertionError("the writer process said nothing")
         return self.proc.stdout.readline().strip()
