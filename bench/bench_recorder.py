@@ -2,6 +2,7 @@
 
     python bench/bench_recorder.py            # full sizes (a few minutes on 2 cores)
     python bench/bench_recorder.py --quick    # sizes / 10, anchors included (under a minute)
+    python bench/bench_recorder.py --live --hours 0.25 1 4 24   # live-written runs (see below)
 
 Measures, on the same machine in one run:
 
@@ -27,6 +28,14 @@ Measures, on the same machine in one run:
 
 Results go to stdout (a Markdown table) and bench/out/recorder.json. Page cache is warm for every
 reader, ours and the anchors alike.
+
+``--live`` measures runs written the way live training writes them (bench/live_run.py: 10 tags at
+50 steps/s, a flush with its "ingest" record every 20 ms, histograms, telemetry, images), generated
+once per duration and cached under bench/out/live/ (stopped without close(), as SIGKILL leaves
+them): the time to open each with RunReader after the kill, and after a clean close (a copy of it
+closed by a RunWriter, which compacts the tail); the same points and events written in bulk and
+opened, for the ratio; and the writer's CPU time spent compacting while it wrote at live cadence.
+Results go to bench/out/recorder-live.json.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
+from live_run import cached_live_run, write_live_run  # noqa: E402
 from recorder_data import tag_series  # noqa: E402
 
 from recorder import RunReader, RunWriter  # noqa: E402
@@ -192,6 +202,152 @@ def anchors(out: str, tags: int, steps: int) -> dict | None:
     return result
 
 
+def open_run(run_dir: str) -> int:
+    """Open a run with RunReader and list its tags (what a dashboard does first)."""
+    r = RunReader(run_dir)
+    n = len(r.tags())
+    r.close()
+    return n
+
+
+def bulk_copy(src: str, dst: str) -> dict:
+    """Write the points and events of run ``src`` into ``dst`` in bulk: each tag's points in
+    65,536-point batches, the events as they are, one flush at the end."""
+    shutil.rmtree(dst, ignore_errors=True)
+    r = RunReader(src)
+    start = time.perf_counter()
+    w = RunWriter(dst, sync="never")
+    for tag, info in r.tags().items():
+        if info.kind == "scalars":
+            for piece in r.iter_scalars(tag):
+                w.append_scalars(tag, *piece)
+    for record in r.iter_records():
+        if record.kind != "scalars":
+            w.append_record(record.kind, record.tag, record.step, record.wall, record.data)
+    w.close()
+    r.close()
+    return {"seconds": time.perf_counter() - start}
+
+
+def run_info(run_dir: str) -> dict:
+    """What a live run holds, for one stopped before write_live_run could report it."""
+    r = RunReader(run_dir)
+    tags = r.tags()
+    points = sum(i.count for i in tags.values() if i.kind == "scalars")
+    events = sum(i.count for i in tags.values() if i.kind != "scalars")
+    events += len(r.read_records("telemetry"))
+    steps = max(i.step_max for i in tags.values() if i.kind == "scalars") + 1
+    r.close()
+    size = sum(os.path.getsize(os.path.join(run_dir, n)) for n in os.listdir(run_dir))
+    return {
+        "hours": round(steps / 50 / 3600, 2),
+        "records": steps * 2 + events,  # a group chunk and an ingest record per flush
+        "points": points,
+        "events": events,
+        "bytes": size,
+        "seconds": 0.0,
+        "writer_cpu_s": float("nan"),
+        "statistics": {"compaction_seconds": float("nan"), "compactions": 0, "merges": 0},
+    }
+
+
+def live(args: argparse.Namespace) -> None:
+    """The ``--live`` measurements (see the module docstring)."""
+    res: dict = {"hours": {}}
+    runs = [(hours, None) for hours in args.hours] + [(None, path) for path in args.runs]
+    for hours, killed in runs:
+        t0 = time.perf_counter()
+        if killed is None:
+            killed = cached_live_run(hours, killed=True)
+            with open(os.path.join(os.path.dirname(killed), "done.json")) as f:
+                info = json.load(f)
+        else:  # a run a real SIGKILL stopped (e.g. an interrupted generation): measure what it has
+            info = run_info(killed)
+            hours = info["hours"]
+        generated = time.perf_counter() - t0
+        closed = os.path.join(args.out, f"closed-{hours:g}h")
+        if not os.path.isdir(closed):
+            shutil.copytree(killed, closed + ".tmp")
+            RunWriter(closed + ".tmp", sync="never").close()  # compacts the tail a kill left
+            os.rename(closed + ".tmp", closed)
+        row = {
+            "records_written": info["records"],
+            "points": info["points"],
+            "events": info["events"],
+            "bytes": info["bytes"],
+            "generation_s": info["seconds"] if generated > 1 else None,
+            "writer_cpu_s": info["writer_cpu_s"],
+            "compaction_cpu_s": info["statistics"]["compaction_seconds"],
+            "compactions": info["statistics"]["compactions"],
+            "merges": info["statistics"]["merges"],
+        }
+        row["compaction_share"] = row["compaction_cpu_s"] / row["writer_cpu_s"]
+        for label, run_dir in (("killed", killed), ("closed", closed)):
+            seconds, _ = median_time(lambda d=run_dir: open_run(d), args.repeat)
+            r = RunReader(run_dir)
+            stats = r.statistics()
+            r.close()
+            row[f"open_{label}_s"] = seconds
+            row[f"records_read_{label}"] = stats.records
+            row[f"files_{label}"] = len(os.listdir(run_dir))
+        if hours <= args.bulk_hours:
+            bulk = os.path.join(args.out, f"bulk-{hours:g}")
+            row["bulk_write_s"] = bulk_copy(closed, bulk)["seconds"]
+            row["open_bulk_s"], _ = median_time(lambda d=bulk: open_run(d), args.repeat)
+            row["live_vs_bulk"] = row["open_closed_s"] / row["open_bulk_s"]
+            row["live_killed_vs_bulk"] = row["open_killed_s"] / row["open_bulk_s"]
+            shutil.rmtree(bulk)
+        res["hours"][f"{hours:g}"] = row
+        print(json.dumps({f"{hours:g}h": row}), flush=True)
+    if args.live_cpu_hours:
+        d = os.path.join(args.out, "live-cpu")
+        shutil.rmtree(d, ignore_errors=True)
+        w = write_live_run(d, args.live_cpu_hours)
+        shutil.rmtree(d)
+        res["cpu"] = {
+            "hours": args.live_cpu_hours,
+            "writer_cpu_s": w["writer_cpu_s"],
+            "compaction_cpu_s": w["statistics"]["compaction_seconds"],
+            "share": w["statistics"]["compaction_seconds"] / w["writer_cpu_s"],
+            "flushes": w["flushes"],
+        }
+    with open(os.path.join(args.out, "..", "recorder-live.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    print(live_report(res))
+
+
+def live_report(res: dict) -> str:
+    """The ``--live`` results as a Markdown table."""
+    lines = [
+        "| live run | records written | files | open after SIGKILL | open after close "
+        "| bulk-written, open | live / bulk | compaction CPU |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for hours, row in res["hours"].items():
+        bulk = row.get("open_bulk_s")
+        ratio = "" if bulk is None else f"{row['live_vs_bulk']:.2f}x"
+        share = row["compaction_share"]
+        cpu = "" if share != share else f"{share * 100:.1f}% of {row['writer_cpu_s']:.0f} s"
+        lines.append(
+            f"| {hours} h, {row['points']:,} points, {row['events']:,} events "
+            f"| {row['records_written']:,} | {row['files_killed']} / {row['files_closed']} "
+            f"| {row['open_killed_s'] * 1e3:.0f} ms ({row['records_read_killed']:,} records) "
+            f"| {row['open_closed_s'] * 1e3:.0f} ms ({row['records_read_closed']:,} records) "
+            f"| {'' if bulk is None else f'{bulk * 1e3:.0f} ms'} "
+            f"| {ratio} "
+            f"| {cpu} |"
+        )
+    cpu = res.get("cpu")
+    if cpu:
+        lines += [
+            "",
+            f"Compaction while writing {cpu['hours']:g} h at live cadence ({cpu['flushes']:,} "
+            f"flushes): {cpu['compaction_cpu_s']:.2f} s of {cpu['writer_cpu_s']:.1f} s writer CPU "
+            f"= {cpu['share'] * 100:.1f}%.",
+        ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -200,9 +356,26 @@ def main() -> None:
     parser.add_argument("--no-anchors", action="store_true")
     parser.add_argument("--out", default=os.path.join(HERE, "out", "recorder"))
     parser.add_argument("--load-rss", metavar="RUN_DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--live", action="store_true", help="the live-written runs instead")
+    parser.add_argument(
+        "--hours", type=float, nargs="+", default=[0.25, 1.0], help="--live: run durations"
+    )
+    parser.add_argument(
+        "--bulk-hours", type=float, default=4.0, help="--live: bulk copies up to this duration"
+    )
+    parser.add_argument(
+        "--runs", nargs="*", default=[], help="--live: also these killed live runs (directories)"
+    )
+    parser.add_argument(
+        "--live-cpu-hours", type=float, default=0.0, help="--live: also write this fresh"
+    )
     args = parser.parse_args()
     if args.load_rss:
         _load_rss(args.load_rss)
+        return
+    if args.live:
+        os.makedirs(args.out, exist_ok=True)
+        live(args)
         return
 
     scale = 10 if args.quick else 1

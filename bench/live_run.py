@@ -28,6 +28,7 @@ Command line::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -228,7 +229,7 @@ def write_live_run(
         "writer_cpu_s": cpu,
         "bytes": size,
         "killed": killed,
-        "statistics": stats._asdict() if hasattr(stats, "_asdict") else repr(stats),
+        "statistics": {k: v for k, v in dataclasses.asdict(stats).items() if k != "position"},
     }
 
 

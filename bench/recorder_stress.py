@@ -9,12 +9,17 @@ there, contiguous, with no damage reported. The next trial appends after it.
     python bench/recorder_stress.py --trials 500          # the longer stress run
     python bench/recorder_stress.py --trials 50 --seed 1  # what tests/recorder runs
 
+The writer compacts every ``--compact`` records (default 6, so kills land in compactions and
+merges), and a quarter of the trials make it kill itself at a chosen stage of a compaction's
+swap: the block written but not renamed, renamed but nothing removed, partly removed, all removed.
+
 tests/recorder/test_recorder_crash.py imports :func:`run_trials` from this file.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import signal
@@ -29,13 +34,27 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHILD = r"""
-import random, sys, time
+import os, random, signal, sys, time
 import numpy as np
 from recorder import RunWriter
 
 run, start, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+compact = int(sys.argv[4]) or None
+kill_at = sys.argv[5] if len(sys.argv) > 5 else ""
 rng = random.Random(seed)
-w = RunWriter(run, sync="flush", segment_bytes=16384)
+w = RunWriter(run, sync="flush", segment_bytes=16384, compact_records=compact)
+if kill_at:
+    # Die at the n-th time compaction reaches a stage of its swap (see recorder/compaction.py).
+    stage, nth = kill_at.split(":")
+    seen = [0]
+
+    def hook(name):
+        if name == stage:
+            seen[0] += 1
+            if seen[0] == int(nth):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    w._compaction.hook = hook
 print("open", w.statistics().truncated_bytes, flush=True)
 i = start
 while True:
@@ -77,32 +96,55 @@ def verify(run_dir: str, acknowledged: int) -> int:
         raise CrashCheckError(f"lost fsynced data: {n} steps, {acknowledged} acknowledged")
     if stats.corrupt_records:
         raise CrashCheckError(f"{stats.corrupt_records} damaged records after a kill")
-    if texts != sorted(texts) or any(t >= n for t in texts):
+    if any(a >= b for a, b in itertools.pairwise(texts)) or any(t >= n for t in texts):
         raise CrashCheckError(f"text records out of step with scalars: {texts[-3:]}, n={n}")
     return n
 
 
-def run_trials(run_dir: str, trials: int, seed: int, max_delay: float = 0.1) -> dict:
+def start_writer(
+    run_dir: str, n: int, seed: int, compact: int, kill_at: str = ""
+) -> subprocess.Popen:
+    """Start the writer child appending from step ``n`` (``compact``: its compact_records, 0 for
+    none; ``kill_at``: ``"stage:n"`` to die at the n-th such stage of a compaction)."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, run_dir, str(n), str(seed), str(compact), kill_at],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def run_trials(
+    run_dir: str, trials: int, seed: int, max_delay: float = 0.1, compact: int = 6
+) -> dict:
     """Run ``trials`` kill trials on ``run_dir``; raise CrashCheckError on a broken promise.
 
     Most kills come within ``max_delay`` seconds after the writer opened the run; one in eight
-    comes at a random moment of its start-up (possibly while it reopens and truncates).
+    comes at a random moment of its start-up (possibly while it reopens and truncates). The
+    writer compacts every ``compact`` records (0: never), so that kills land in compactions and
+    merges too, and one trial in four kills it at a chosen stage of a compaction's swap.
 
     Returns counters: trials, kills before the writer opened, reopens that truncated a torn tail,
-    steps durable at the end.
+    kills inside a compaction, blocks at the end, steps durable at the end.
     """
     rng = random.Random(seed)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     n = 0
-    early = torn = 0
+    early = torn = staged = 0
     for trial in range(trials):
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, run_dir, str(n), str(rng.randrange(1 << 30))],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        kill_at = ""
+        if compact and rng.random() < 0.25:
+            stage = rng.choice(["written", "renamed", "removing", "removed"])
+            kill_at = f"{stage}:{rng.randint(1, 3)}"
+        child = start_writer(run_dir, n, rng.randrange(1 << 30), compact, kill_at)
+        if kill_at:
+            out, err = child.communicate(timeout=60)  # it kills itself mid-compaction
+            if child.returncode != -signal.SIGKILL:
+                raise CrashCheckError(f"trial {trial}: writer exited {child.returncode}: {err}")
+            staged += 1
+            n = verify(run_dir, _durable(out) or 0)
+            continue
         if rng.random() < 0.125:
             time.sleep(rng.uniform(0.0, 0.4))
             head = ""
@@ -127,11 +169,21 @@ def run_trials(run_dir: str, trials: int, seed: int, max_delay: float = 0.1) -> 
     # Finally, the run reopens in this process and appending continues.
     from recorder import RunWriter
 
-    with RunWriter(run_dir) as w:
+    with RunWriter(run_dir, compact_records=compact or None) as w:
         steps = np.arange(n, n + 10)
         w.append_scalars("x", steps, time.time() + steps * 0.0, steps * 0.5)
     n = verify(run_dir, n + 10)
-    return {"trials": trials, "killed_before_open": early, "torn_tails_truncated": torn, "steps": n}
+    names = os.listdir(run_dir)
+    if any(name.endswith(".tmp") for name in names):
+        raise CrashCheckError(f"a reopened writer left temporary files: {names}")
+    return {
+        "trials": trials,
+        "killed_before_open": early,
+        "torn_tails_truncated": torn,
+        "killed_mid_compaction": staged,
+        "blocks": sum(name.startswith("block-") for name in names),
+        "steps": n,
+    }
 
 
 def main() -> None:
@@ -140,10 +192,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-delay", type=float, default=0.1, help="seconds after open to kill")
+    parser.add_argument("--compact", type=int, default=6, help="compact_records (0: never)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        result = run_trials(os.path.join(tmp, "run"), args.trials, args.seed, args.max_delay)
+        result = run_trials(
+            os.path.join(tmp, "run"), args.trials, args.seed, args.max_delay, args.compact
+        )
         result["seconds"] = round(time.perf_counter() - start, 1)
     print(result)
 

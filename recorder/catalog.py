@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from recorder import codec, framing
+from recorder import blocks, codec, framing
 from recorder.records import CorruptionWarning, FormatError, Position
 
 SEGMENT_RE = re.compile(r"^segment-(\d{6,})\.vdlr$")
@@ -47,9 +48,12 @@ class Entry:
     """Where one record is and what it summarises (one index row)."""
 
     __slots__ = (
+        "batch",
         "count",
         "data",
+        "first",
         "kind",
+        "last",
         "length",
         "offset",
         "parts",
@@ -57,11 +61,13 @@ class Entry:
         "seq",
         "smax",
         "smin",
+        "src",
         "step",
         "tag",
         "vmax",
         "vmin",
         "wall",
+        "window",
     )
 
     def __init__(
@@ -96,6 +102,13 @@ class Entry:
         self.data = data
         self.parts = parts  # a group chunk's part columns (codec.group_parts), else None
         self.seq = -1  # its number in write order, set by a reader
+        self.src = segment_name(segment) if segment >= 0 else ""  # the file holding it
+        self.batch = False  # a block's batch of events (data: the batch map)
+        self.window: tuple[int, int] | None = None  # block records: origins kept (lo, hi]
+        # Origins: the positions just after the records its data came from (first, last). For a
+        # record in a segment both are its end; a block's record covers many.
+        end = Position(segment, offset + framing.FRAME_OVERHEAD + length)
+        self.first = self.last = end
 
     @classmethod
     def from_payload(cls, segment: int, offset: int, length: int, decoded: tuple) -> Entry:
@@ -123,8 +136,8 @@ class Entry:
 
     @property
     def end(self) -> Position:
-        """Position just after this record."""
-        return Position(self.segment, self.offset + framing.FRAME_OVERHEAD + self.length)
+        """Position just after this record (for a block's record: after the last it came from)."""
+        return self.last
 
 
 @dataclass
@@ -140,8 +153,37 @@ class SegmentState:
     pending: int = 0  # bytes after ``scanned`` not yet decided (torn tail)
 
 
+class SourceGone(Exception):
+    """A file the catalog listed was replaced by compaction; the reader rebuilds its catalog."""
+
+
+@dataclass
+class BlockState:
+    """A block file of the run, as far as it was read."""
+
+    name: str
+    path: str
+    footer: blocks.Footer
+    origins: blocks.Origins
+    read_to: int = -1  # linear origin up to which its records were taken (-1: none)
+
+    @property
+    def end(self) -> int:
+        return int(self.origins.bases[-1])
+
+
+# Sealed files (blocks, old segments) kept open at once for reading records, at most.
+OPEN_FILES = 4
+
+
 class Catalog:
     """The records of one run directory, read incrementally.
+
+    A run holds segments (the log: records as flushed) and, once compaction ran, blocks that
+    replace runs of sealed segments. The catalog lists the *layout* (the largest blocks, and the
+    segments no block covers), reads block indexes and scans segments. When a file it listed is
+    gone (compaction replaced it), its methods raise :class:`SourceGone`, and its owner builds a
+    new catalog.
 
     Args:
         run_dir: the run directory (must exist).
@@ -156,44 +198,120 @@ class Catalog:
         self.keep_data = keep_data
         self.entries: list[Entry] = []
         self.segments: dict[int, SegmentState] = {}
+        self.blocks: dict[str, BlockState] = {}
         self.damaged_records = 0
         self.damaged_bytes = 0
         self.bytes_read = 0
         self.index_used = False
+        self.end = Position(0, 0)  # the end of what was read
+        self._files: OrderedDict[str, int] = OrderedDict()  # sealed files open for reading
+        self._pinned: list[dict[str, int]] = []
 
     def close(self) -> None:
-        """Close the open segment files."""
+        """Close the open files."""
         for state in self.segments.values():
             if state.fd >= 0:
                 os.close(state.fd)
                 state.fd = -1
+        while self._files:
+            os.close(self._files.popitem()[1])
+
+    def open_files(self) -> int:
+        """File descriptors held (the newest segment's, and a few sealed files')."""
+        return sum(s.fd >= 0 for s in self.segments.values()) + len(self._files)
 
     @property
     def pending_bytes(self) -> int:
         """Bytes at segment ends not yet forming a complete record."""
         return sum(s.pending for s in self.segments.values())
 
-    def _damage(self, state: SegmentState, offset: int, nbytes: int, why: str) -> None:
+    def _damage(self, path: str, offset: int, nbytes: int, why: str) -> None:
         self.damaged_records += 1
         self.damaged_bytes += nbytes
         warnings.warn(
-            f"{state.path}: skipped {nbytes} damaged bytes at offset {offset} ({why})",
+            f"{path}: skipped {nbytes} damaged bytes at offset {offset} ({why})",
             CorruptionWarning,
             stacklevel=4,
         )
 
     def report_damage(self, entry: Entry, why: str) -> None:
         """Count and warn about a record found damaged after its checksum passed."""
-        state = self._open_segment(entry.segment)
-        self._damage(state, entry.offset, framing.FRAME_OVERHEAD + entry.length, why)
+        path = os.path.join(self.run_dir, entry.src)
+        self._damage(path, entry.offset, framing.FRAME_OVERHEAD + entry.length, why)
+
+    def pin(self) -> dict[str, int]:
+        """Open every file the entries refer to and keep them open until :meth:`unpin`, so that a
+        long iteration reads them even if compaction removes them meanwhile.
+
+        Raises:
+            SourceGone: one is gone already (build a new catalog, then pin again).
+        """
+        pinned: dict[str, int] = {}
+        try:
+            for name in {e.src for e in self.entries}:
+                try:
+                    pinned[name] = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
+                except FileNotFoundError:
+                    raise SourceGone(name) from None
+        except BaseException:
+            for fd in pinned.values():
+                os.close(fd)
+            raise
+        self._pinned.append(pinned)
+        return pinned
+
+    def unpin(self, pinned: dict[str, int]) -> None:
+        """Close the files of a :meth:`pin`."""
+        self._pinned.remove(pinned)
+        for fd in pinned.values():
+            os.close(fd)
+
+    def _fd(self, name: str) -> int:
+        """A descriptor of the file ``name`` for preads: the newest segment's, or a sealed file's
+        (opened on demand, a few kept). Raises SourceGone when compaction removed it."""
+        for pinned in self._pinned:
+            if name in pinned:
+                return pinned[name]
+        match = SEGMENT_RE.match(name)
+        if match:
+            state = self.segments.get(int(match.group(1)))
+            if state is not None and state.fd >= 0:
+                return state.fd
+        fd = self._files.get(name)
+        if fd is not None:
+            self._files.move_to_end(name)
+            return fd
+        try:
+            fd = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
+        except FileNotFoundError:
+            raise SourceGone(name) from None
+        self._files[name] = fd
+        while len(self._files) > OPEN_FILES:
+            os.close(self._files.popitem(last=False)[1])
+        return fd
 
     def _open_segment(self, number: int) -> SegmentState:
         state = self.segments.get(number)
         if state is None:
             path = os.path.join(self.run_dir, segment_name(number))
-            state = SegmentState(number, path, os.open(path, os.O_RDONLY))
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise SourceGone(segment_name(number)) from None
+            state = SegmentState(number, path, fd)
             self.segments[number] = state
+        elif state.fd < 0:
+            try:
+                state.fd = os.open(state.path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise SourceGone(segment_name(number)) from None
         return state
+
+    def _seal(self, state: SegmentState) -> None:
+        """Close the descriptor of a segment a later file follows (read again on demand)."""
+        if state.fd >= 0:
+            os.close(state.fd)
+            state.fd = -1
 
     def _read_header(self, state: SegmentState, sealed: bool) -> bool:
         """Read the header of ``state`` if not done yet; False while it is still incomplete."""
@@ -216,36 +334,167 @@ class Catalog:
         state.scanned = state.valid_end = framing.HEADER_SIZE
         return True
 
+    def layout(self) -> tuple[list[tuple[int, int, str | None]], dict[str, tuple[int, int]]]:
+        """The files that make up the run now, in order: ``(first segment, last segment, block
+        name or None for a segment)``; and every block file present with its range."""
+        segments, found = [], {}
+        with os.scandir(self.run_dir) as it:
+            for item in it:
+                match = SEGMENT_RE.match(item.name)
+                if match:
+                    segments.append(int(match.group(1)))
+                    continue
+                rng = blocks.parse_block_name(item.name)
+                if rng is not None:
+                    found[item.name] = rng
+        # A block inside a larger one is an input of a merge not yet deleted; segments inside a
+        # block are compacted ones not yet deleted: the larger file wins (it is complete, since
+        # the writer renames it into place only once written and fsynced).
+        chosen: list[tuple[int, int, str]] = []
+        for name, (a, b) in sorted(found.items(), key=lambda kv: (kv[1][0], -kv[1][1])):
+            if chosen and a <= chosen[-1][1]:
+                continue
+            chosen.append((a, b, name))
+        out: list[tuple[int, int, str | None]] = list(chosen)
+        k = 0
+        for n in sorted(segments):
+            while k < len(chosen) and chosen[k][1] < n:
+                k += 1
+            if k < len(chosen) and chosen[k][0] <= n <= chosen[k][1]:
+                continue
+            out.append((n, n, None))
+        out.sort(key=lambda x: x[0])
+        return out, found
+
     def update(self, limit: Position | None = None) -> list[Entry]:
-        """Scan newly appended bytes (up to ``limit``); return the new entries, in order.
+        """Read newly appended records (up to ``limit``); return the new entries, in order.
 
         Raises:
             FormatError: a segment has a wrong magic, a newer version or a damaged header.
+            SourceGone: compaction replaced files this catalog had read; build a new one.
         """
-        numbers = list_segments(self.run_dir)
+        layout, _ = self.layout()
+        names = {name for _, _, name in layout if name is not None}
+        if any(name not in names for name in self.blocks):
+            raise SourceGone("a block was merged")
+        raw = {a for a, _, name in layout if name is None}
+        if any(n not in raw for n in self.segments):
+            raise SourceGone("a segment was compacted")
         new: list[Entry] = []
-        for i, number in enumerate(numbers):
-            if limit is not None and number > limit.segment:
+        for i, (first, _last, name) in enumerate(layout):
+            if limit is not None and first > limit.segment:
                 break
-            state = self._open_segment(number)
+            if name is not None:
+                self._update_block(name, limit, new)
+                continue
+            state = self._open_segment(first)
             size = os.fstat(state.fd).st_size
-            limited = limit is not None and number == limit.segment
+            limited = limit is not None and first == limit.segment
             if limited:
                 size = min(size, limit.offset)
-            sealed = i + 1 < len(numbers) and not limited
+            sealed = i + 1 < len(layout) and not limited
             if not self._read_header(state, sealed):
                 state.pending = size
+                self.end = max(self.end, Position(first, 0))
                 continue
             if size < state.scanned:
                 # A writer reopened the run and cut off a damaged tail this reader had skipped;
                 # what it appends next starts at the last valid record.
                 state.scanned = min(state.valid_end, size)
-            if size <= state.scanned:
+            if size > state.scanned:
+                self._scan(state, size, sealed, new)
+            else:
                 state.pending = 0
-                continue
-            self._scan(state, size, sealed, new)
+            self.end = max(self.end, Position(first, state.scanned))
+            if i + 1 < len(layout) and state.pending == 0:
+                self._seal(state)
         self.entries.extend(new)
         return new
+
+    def _update_block(self, name: str, limit: Position | None, out: list[Entry]) -> None:
+        state = self.blocks.get(name)
+        if state is None:
+            try:
+                fd = self._fd(name)
+                footer = blocks.read_footer(fd)
+            except blocks.BlockError as exc:
+                raise FormatError(f"{os.path.join(self.run_dir, name)}: {exc}") from None
+            state = BlockState(
+                name, os.path.join(self.run_dir, name), footer, blocks.Origins(footer.segments)
+            )
+            self.blocks[name] = state
+        hi = state.end if limit is None else min(state.end, state.origins.linear(limit))
+        lo = max(state.read_to, state.origins.linear(self.end))
+        if hi > lo:
+            out.extend(self._block_entries(state, lo, hi))
+        state.read_to = max(state.read_to, hi)
+        if state.read_to >= 0:
+            self.end = max(self.end, state.origins.position(state.read_to))
+
+    def _block_entries(self, state: BlockState, lo: int, hi: int) -> list[Entry]:
+        """Entries of the records of a block with origins in ``(lo, hi]``, in origin order."""
+        footer = state.footer
+        to_pos = state.origins.position
+        rows: list[tuple[int, Entry]] = []
+        c = footer.chunks
+        for i in range(len(c["offset"])):
+            o_first, o_last = c["o_first"][i], c["o_last"][i]
+            if o_last <= lo or o_first > hi:
+                continue
+            e = Entry(
+                -1, c["offset"][i], c["length"][i], codec.SCALARS, c["tag"][i],
+                c["first_step"][i], c["first_wall"][i], c["count"][i], c["smin"][i],
+                c["smax"][i], c["vmin"][i], c["vmax"][i],
+            )  # fmt: skip
+            e.src = state.name
+            e.first, e.last = to_pos(o_first), to_pos(o_last)
+            if o_first <= lo or o_last > hi:
+                e.window = (lo, hi)
+                if not self._window_summary(e, state):
+                    continue
+            rows.append((o_first, e))
+        ev = footer.events
+        for i in range(len(ev["offset"])):
+            o_first, o_last = ev["o_first"][i], ev["o_last"][i]
+            if o_last <= lo or o_first > hi:
+                continue
+            e = Entry(
+                -1, ev["offset"][i], ev["length"][i], ev["kind"][i], ev["tag"][i],
+                ev["first_step"][i], ev["first_wall"][i], ev["count"][i], ev["smin"][i],
+                ev["smax"][i], None, None,
+            )  # fmt: skip
+            e.src = state.name
+            e.batch = True
+            e.first, e.last = to_pos(o_first), to_pos(o_last)
+            if o_first <= lo or o_last > hi:
+                e.window = (lo, hi)
+                if not self._window_summary(e, state):
+                    continue
+            rows.append((o_first, e))
+        rows.sort(key=lambda r: r[0])
+        return [e for _, e in rows]
+
+    def _window_summary(self, e: Entry, state: BlockState) -> bool:
+        """Fill in the summary of a block record cut by a window; False if nothing is left."""
+        data = self.load(e, keep=False)
+        if data is None or data["n"] == 0:
+            return False
+        to_pos = state.origins.position
+        if e.batch:
+            origins = codec.decode_ints(data["oo"], data["n"])
+            events = [codec.decode_payload(p) for p in data["p"]]
+            steps = [ev[2] for ev in events if ev[2] is not None]
+            e.count = len(events)
+            e.step, e.wall = events[0][2], events[0][3]
+            e.smin, e.smax = (min(steps), max(steps)) if steps else (None, None)
+        else:
+            series = codec.decode_scalars(data)
+            _, origins = blocks.chunk_origins(data)
+            e.count = len(series.steps)
+            e.step, e.wall = int(series.steps[0]), float(series.walls[0])
+            e.smin, e.smax, e.vmin, e.vmax = codec.scalar_summary(series.steps, series.values)
+        e.first, e.last = to_pos(int(origins[0])), to_pos(int(origins[-1]))
+        return True
 
     def _scan(self, state: SegmentState, size: int, sealed: bool, out: list[Entry]) -> None:
         start = state.scanned
@@ -253,14 +502,14 @@ class Catalog:
         self.bytes_read += len(data)
         scan = framing.scan_frames(data, 0, sealed=sealed)
         for offset, nbytes in scan.damaged:
-            self._damage(state, start + offset, nbytes, "checksum mismatch")
+            self._damage(state.path, start + offset, nbytes, "checksum mismatch")
         for offset, length in scan.frames:
             payload = framing.payload_of(data, offset, length)
             try:
                 decoded = codec.decode_payload(payload)
                 entry = Entry.from_payload(state.number, start + offset, length, decoded)
             except codec.PayloadError as exc:
-                self._damage(state, start + offset, framing.FRAME_OVERHEAD + length, str(exc))
+                self._damage(state.path, start + offset, framing.FRAME_OVERHEAD + length, str(exc))
                 continue
             if not self._keeps(entry):
                 entry.data = None
@@ -276,27 +525,35 @@ class Catalog:
     def load(self, entry: Entry, *, keep: bool = True) -> Any:
         """The decoded data of ``entry``, reading and verifying it if needed; None if damaged.
 
-        With ``keep=False`` the data is not kept in memory (a streaming read).
+        With ``keep=False`` the data is not kept in memory (a streaming read). A block's record
+        cut by a window comes back cut to it.
+
+        Raises:
+            SourceGone: the file holding it was replaced by compaction.
         """
         if entry.data is not None:
             return entry.data
-        state = self._open_segment(entry.segment)
-        frame = os.pread(state.fd, framing.FRAME_OVERHEAD + entry.length, entry.offset)
+        fd = self._fd(entry.src)
+        frame = os.pread(fd, framing.FRAME_OVERHEAD + entry.length, entry.offset)
         self.bytes_read += len(frame)
         payload = framing.check_frame(frame)
         why = "checksum mismatch"
         if payload is not None:
             try:
                 decoded = codec.decode_payload(payload)
-            except codec.PayloadError as exc:
+                data = decoded[4]
+                kind = data["kind"] if entry.batch and isinstance(data, dict) else decoded[0]
+                if entry.window is not None:
+                    data = _cut(entry, data)
+            except (codec.PayloadError, KeyError, TypeError) as exc:
                 why = str(exc)
             else:
-                if decoded[0] == entry.kind and decoded[1] == entry.tag:
+                if kind == entry.kind and decoded[1] == entry.tag:
                     if keep and self._keeps(entry):
-                        entry.data = decoded[4]
-                    return decoded[4]
+                        entry.data = data
+                    return data
                 why = "record does not match the index"
-        self._damage(state, entry.offset, len(frame), why)
+        self._damage(os.path.join(self.run_dir, entry.src), entry.offset, len(frame), why)
         return None
 
     def load_index(self, limit: Position | None = None) -> bool:
@@ -304,13 +561,16 @@ class Catalog:
 
         A missing index is normal (a live run); a damaged or stale one is reported with a warning
         and ignored, and the records are then found by scanning the segments. With ``limit``, only
-        the records ending at or before it are adopted.
+        the records ending at or before it are adopted. A run with blocks has block indexes
+        instead: the index file (written before compaction) is then ignored.
         """
         path = os.path.join(self.run_dir, INDEX_NAME)
         try:
             with open(path, "rb") as f:
                 blob = f.read()
         except FileNotFoundError:
+            return False
+        if self.layout()[1]:
             return False
         try:
             segments, rows = _decode_index(blob)
@@ -322,7 +582,7 @@ class Catalog:
                     raise ValueError(f"segment {number} changed since the index was written")
                 states.append((state, size))
             entries = [Entry(*row[:12], None, row[12]) for row in rows]
-        except (ValueError, TypeError, FormatError, OSError) as exc:
+        except (ValueError, TypeError, FormatError, OSError, SourceGone) as exc:
             warnings.warn(
                 f"{path}: ignoring the index ({exc}); rebuilding it from the segments",
                 CorruptionWarning,
@@ -343,6 +603,36 @@ class Catalog:
         self.entries.extend(entries)
         self.index_used = True
         return True
+
+
+def _cut(entry: Entry, data: dict) -> dict:
+    """The data of a block record keeping only what came from origins in ``entry.window``."""
+    lo, hi = entry.window
+    if entry.batch:
+        origins = codec.decode_ints(data["oo"], data["n"])
+        keep = np.flatnonzero((origins > lo) & (origins <= hi))
+        if not len(keep):
+            return {"n": 0}
+        return {
+            "kind": data["kind"],
+            "n": len(keep),
+            "p": [data["p"][i] for i in keep.tolist()],
+            "oo": codec.encode_ints(origins[keep]),
+            "st": [data["st"][i] for i in keep.tolist()],
+            "wl": np.frombuffer(data["wl"], "<f8")[keep].tobytes(),
+        }
+    series = codec.decode_scalars(data)
+    counts, origins = blocks.chunk_origins(data)
+    per_point = np.repeat(origins, counts)
+    keep = (per_point > lo) & (per_point <= hi)
+    if not keep.any():
+        return {"n": 0}
+    cut = codec.scalar_data(*(col[keep] for col in series))
+    pieces = (origins > lo) & (origins <= hi)
+    cut["k"] = int(pieces.sum())
+    cut["oc"] = codec.encode_ints(counts[pieces])
+    cut["oo"] = codec.encode_ints(origins[pieces])
+    return cut
 
 
 def _decode_index(blob: bytes) -> tuple[list, list]:

@@ -65,6 +65,53 @@ def scalar_summary(
     return int(steps.min()), int(steps.max()), vmin, vmax
 
 
+def scalar_data(steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> dict:
+    """The column map of a chunk of ``steps``, ``walls``, ``values`` (not packed)."""
+    smin, smax, vmin, vmax = scalar_summary(steps, values)
+    return {
+        "n": len(steps),
+        "smin": smin,
+        "smax": smax,
+        "vmin": vmin,
+        "vmax": vmax,
+        "s": _encode_steps(steps),
+        "w": _encode_walls(walls),
+        "v": values.astype(_F8).tobytes(),
+    }
+
+
+def encode_ints(values: np.ndarray) -> list:
+    """A column of integers (origins, counts) in the smallest encoding: ``range``, ``d2``
+    (non-decreasing, consecutive differences below 2^16: ``["d2", first, u16 differences]``),
+    ``u4`` or ``i8``."""
+    if len(values) > 2:
+        diffs = np.diff(values)
+        if diffs.min() >= 0 and diffs.max() <= 0xFFFF and not (diffs == diffs[0]).all():
+            return ["d2", int(values[0]), diffs.astype("<u2").tobytes()]
+    return _encode_steps(np.asarray(values, dtype=np.int64))
+
+
+def decode_ints(enc: list, n: int) -> np.ndarray:
+    """Inverse of :func:`encode_ints` (``n`` values).
+
+    Raises:
+        PayloadError: an unknown encoding or the wrong length.
+    """
+    try:
+        if enc[0] == "d2":
+            out = np.empty(n, np.int64)
+            out[0] = enc[1]
+            np.cumsum(np.frombuffer(enc[2], dtype="<u2"), out=out[1:])
+            out[1:] += enc[1]
+        else:
+            out = _decode_steps(enc, n)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise PayloadError(f"integer column is malformed: {exc}") from None
+    if len(out) != n:
+        raise PayloadError("integer column has the wrong length")
+    return out
+
+
 def encode_scalars(
     tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
 ) -> tuple[bytes, tuple[int, int, float | None, float | None]]:
@@ -96,9 +143,15 @@ def encode_group(
     parts before it. Returns the payload, the summary over all points (as :func:`scalar_summary`)
     and the part columns (see :func:`group_parts`).
     """
-    steps = np.concatenate([p[1] for p in parts])
-    walls = np.concatenate([p[2] for p in parts])
-    values = np.concatenate([p[3] for p in parts])
+    series = ScalarSeries(*(np.concatenate([p[i] for p in parts]) for i in (1, 2, 3)))
+    return encode_group_series([p[0] for p in parts], [len(p[1]) for p in parts], series)
+
+
+def encode_group_series(
+    tags: list[str], counts: list[int], series: ScalarSeries
+) -> tuple[bytes, tuple[int, int, float | None, float | None], list]:
+    """:func:`encode_group` of parts already concatenated: ``counts[i]`` points of ``tags[i]``."""
+    steps, walls, values = series
     summary = smin, smax, vmin, vmax = scalar_summary(steps, values)
     data = {
         "n": len(steps),
@@ -106,20 +159,16 @@ def encode_group(
         "smax": smax,
         "vmin": vmin,
         "vmax": vmax,
-        "tags": [p[0] for p in parts],
-        "c": [len(p[1]) for p in parts],
-        "s": _encode_group_steps(steps, np.array([len(p[1]) for p in parts])),
+        "tags": list(tags),
+        "c": list(counts),
+        "s": _encode_group_steps(steps, np.asarray(counts)),
         "w": _encode_walls(walls),
         "v": values.astype(_F8).tobytes(),
     }
     payload = msgpack.packb(
         [SCALARS, None, int(steps[0]), float(walls[0]), data], use_bin_type=True
     )
-    return (
-        payload,
-        summary,
-        group_parts(data["tags"], data["c"], ScalarSeries(steps, walls, values)),
-    )
+    return payload, summary, group_parts(data["tags"], data["c"], series)
 
 
 def _encode_group_steps(steps: np.ndarray, counts: np.ndarray) -> list:

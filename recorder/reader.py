@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
-from recorder import codec
-from recorder.catalog import SEGMENT_RE, Catalog, Entry, list_segments
+from recorder import blocks, codec
+from recorder.catalog import SEGMENT_RE, Catalog, Entry, SourceGone, list_segments
 from recorder.downsample import downsample
 from recorder.parts import PartTable
 from recorder.records import (
+    CorruptionWarning,
     NotARunError,
     Position,
     Record,
@@ -20,6 +24,10 @@ from recorder.records import (
     ScalarSeries,
     TagInfo,
 )
+
+_T = TypeVar("_T")
+# Times a read starts over because compaction replaced files meanwhile, at most.
+_RETRIES = 8
 
 
 @dataclass(frozen=True)
@@ -178,21 +186,68 @@ class RunReader:
             raise NotARunError(f"{self._dir}: not a run directory (no such directory)")
         if not list_segments(self._dir):
             raise NotARunError(f"{self._dir}: not a run directory (no segment-*.vdlr files)")
+        self._closed = False
         self._catalog = Catalog(self._dir)
+        self._reset()
+        try:
+            for _ in range(_RETRIES):
+                try:
+                    self._catalog.load_index(limit)
+                    self._add(self._catalog.entries)
+                    self._add(self._catalog.update(limit))
+                    break
+                except SourceGone:
+                    self._catalog.close()
+                    self._catalog = Catalog(self._dir)
+                    self._reset()
+            else:
+                raise RecorderError(f"{self._dir}: the run kept changing while being opened")
+        except BaseException:
+            self._catalog.close()
+            raise
+
+    def _reset(self) -> None:
         self._by_tag: dict[str, list[Entry]] = {}
         self._parts = PartTable()
         self._seq = 0
         self._tag_series: dict[str, _TagSeries] = {}
         self._meta: dict = {}
         self._meta_done = 0
-        self._closed = False
-        try:
-            self._catalog.load_index(limit)
-            self._add(self._catalog.entries)
-            self._add(self._catalog.update(limit))
-        except BaseException:
-            self._catalog.close()
-            raise
+
+    def _rebase(self, upto: Position | None = None) -> None:
+        """Rebuild the catalog after compaction replaced files it had read: read the new layout
+        up to where the old catalog had read (``upto``), so that nothing is returned twice by a
+        later :meth:`poll`. Damage already reported is not reported again."""
+        old = self._catalog
+        upto = old.end if upto is None else upto
+        for _ in range(_RETRIES):
+            cat = Catalog(self._dir)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", CorruptionWarning)
+                    cat.update(upto)
+            except SourceGone:
+                cat.close()
+                continue
+            break
+        else:
+            raise RecorderError(f"{self._dir}: the run kept changing while being read")
+        cat.damaged_records = old.damaged_records
+        cat.damaged_bytes = old.damaged_bytes
+        cat.bytes_read += old.bytes_read
+        old.close()
+        self._catalog = cat
+        self._reset()
+        self._add(cat.entries)
+
+    def _retry(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn``; if compaction replaced a file meanwhile, rebase and run it again."""
+        for _ in range(_RETRIES):
+            try:
+                return fn()
+            except SourceGone:
+                self._rebase()
+        raise RecorderError(f"{self._dir}: the run kept changing while being read")
 
     def _add(self, entries: list[Entry]) -> None:
         for e in entries:
@@ -214,17 +269,19 @@ class RunReader:
         turn out damaged are skipped (and counted).
         """
         self._check_open()
-        new = self._catalog.update(limit)
-        self._add(new)
-        return [r for e in new for r in self._records_of(e)]
+        start = self._catalog.end
+        for _ in range(_RETRIES):
+            try:
+                new = self._catalog.update(limit)
+                self._add(new)
+                return [r for _, r in _in_write_order(self._keyed_records(new))]
+            except SourceGone:
+                self._rebase(start)  # what was read before this call, in the new layout
+        raise RecorderError(f"{self._dir}: the run kept changing while being read")
 
     def position(self) -> Position:
         """The end of what this reader has read: pass it as ``limit`` to read no further."""
-        segments = self._catalog.segments
-        if not segments:
-            return Position(0, 0)
-        last = max(segments)
-        return Position(last, segments[last].scanned)
+        return self._catalog.end
 
     def refresh(self, limit: Position | None = None) -> bool:
         """Read records appended since the last call; return True if there were any.
@@ -234,9 +291,13 @@ class RunReader:
                 position), or everything complete when None.
         """
         self._check_open()
-        new = self._catalog.update(limit)
-        self._add(new)
-        return bool(new)
+
+        def update() -> bool:
+            new = self._catalog.update(limit)
+            self._add(new)
+            return bool(new)
+
+        return self._retry(update)
 
     def _live(self, entries: list[Entry]) -> list[Entry]:
         return [e for e in entries if e.length >= 0]
@@ -416,7 +477,13 @@ class RunReader:
         if max_points is not None and (not isinstance(max_points, int) or max_points < 2):
             raise ValueError(f"max_points must be an int >= 2 or None, got {max_points!r}")
         self._check_scalar_tag(tag)
-        series, monotonic = self._series(tag)
+        if max_points is not None and tag not in self._tag_series:
+            # Not loaded: downsample one chunk at a time rather than load the whole series.
+            series = self._retry(lambda: self._downsample_stream(tag, start, end, max_points))
+            for col in series:
+                col.flags.writeable = False
+            return series
+        series, monotonic = self._retry(lambda: self._series(tag))
         if start is not None or end is not None:
             steps = series.steps
             if monotonic:
@@ -572,7 +639,22 @@ class RunReader:
         ):
             raise ValueError(f"max_chunk_points must be an int >= 1, got {max_chunk_points!r}")
         self._check_scalar_tag(tag)
-        return self._iter_scalars(tag, start, end, max_chunk_points)
+        return self._pinned(lambda: self._iter_scalars(tag, start, end, max_chunk_points))
+
+    def _pinned(self, make: Callable[[], Iterator[_T]]) -> Iterator[_T]:
+        """Run the iterator ``make()`` returns with the run's files held open, so that
+        compaction removing them meanwhile does not cut it short."""
+        while True:
+            try:
+                pinned = self._catalog.pin()
+                break
+            except SourceGone:
+                self._rebase()
+        catalog = self._catalog
+        try:
+            yield from make()
+        finally:
+            catalog.unpin(pinned)
 
     def _iter_scalars(
         self, tag: str, start: int | None, end: int | None, limit: int
@@ -606,6 +688,87 @@ class RunReader:
         if held:
             yield _concat(pending)
 
+    def _downsample_stream(
+        self, tag: str, start: int | None, end: int | None, max_points: int
+    ) -> ScalarSeries:
+        """``downsample(read_scalars(tag, start, end), max_points)``, computed one chunk at a
+        time: memory is bounded by a chunk and the buckets, nothing is kept. Chunks wholly in
+        range and not cut by a restart are counted from their summaries."""
+        refs, firsts, smins, smaxs = self._pieces(tag)
+        ceil = self._ceilings(refs, firsts, smins, smaxs)
+        cols = self._parts.cols
+        counts = np.array(
+            [cols["count"][r] if isinstance(r, int) else r.count for r in refs], np.int64
+        )
+        lo = np.iinfo(np.int64).min if start is None else start
+        hi = np.iinfo(np.int64).max if end is None else end
+        skip = (smaxs < lo) | (smins > hi) | (smins >= ceil)
+        whole = ~skip & (smins >= lo) & (smaxs <= hi) & (smaxs < ceil)
+        cache: dict = {}
+
+        def kept(i: int) -> ScalarSeries | None:
+            points = self._piece_points(refs[i], cache)
+            if points is None or whole[i]:
+                return points
+            st = points.steps
+            keep = (st < ceil[i]) & (st >= lo) & (st <= hi)
+            return ScalarSeries(*(col[keep] for col in points))
+
+        n = int(counts[whole].sum())
+        for i in np.flatnonzero(~skip & ~whole).tolist():
+            points = kept(i)
+            n += 0 if points is None else len(points.steps)
+        if n <= max_points:
+            pieces = [p for i in np.flatnonzero(~skip).tolist() if (p := kept(i)) is not None]
+            if not pieces:
+                return ScalarSeries(np.empty(0, np.int64), np.empty(0), np.empty(0))
+            return _concat(pieces)
+        buckets = (max_points - 2) // 2
+        size = -(-(n - 2) // buckets) if buckets else n
+        full = (n - 2) // size if buckets else 0
+        nb = full + (1 if buckets and full * size < n - 2 else 0)
+        # Per bucket: (global index, step, wall, value) of its first minimum and first maximum,
+        # NaN winning as in NumPy's argmin/argmax.
+        low: list = [None] * nb
+        high: list = [None] * nb
+        ends: dict[int, tuple] = {}
+        g = 0
+        for i in np.flatnonzero(~skip).tolist():
+            points = kept(i)
+            if points is None or not len(points.steps):
+                continue
+            k = len(points.steps)
+            st, wa, va = points
+            if g == 0:
+                ends[0] = (int(st[0]), float(wa[0]), float(va[0]))
+            if g + k == n:
+                ends[n - 1] = (int(st[-1]), float(wa[-1]), float(va[-1]))
+            a, b = max(g, 1), min(g + k, n - 1)  # inner points of this piece: [a, b)
+            if nb and a < b:
+                bucket_of = np.minimum((np.arange(a, b) - 1) // size, full)
+                cuts = [0, *(np.flatnonzero(np.diff(bucket_of)) + 1).tolist(), b - a]
+                for c0, c1 in itertools.pairwise(cuts):
+                    bk = int(bucket_of[c0])
+                    seg = va[a - g + c0 : a - g + c1]
+                    for table, pick, better in ((low, np.argmin, _lt), (high, np.argmax, _gt)):
+                        j = int(pick(seg))
+                        v = float(seg[j])
+                        cur = table[bk]
+                        if cur is None or better(v, cur[3]):
+                            p = a - g + c0 + j
+                            table[bk] = (a + c0 + j, int(st[p]), float(wa[p]), v)
+            g += k
+        chosen = dict(ends)
+        for item in (*low, *high):
+            if item is not None:
+                chosen[item[0]] = item[1:]
+        order = sorted(chosen)
+        return ScalarSeries(
+            np.array([chosen[i][0] for i in order], np.int64),
+            np.array([chosen[i][1] for i in order], np.float64),
+            np.array([chosen[i][2] for i in order], np.float64),
+        )
+
     def _check_scalar_tag(self, tag: str) -> None:
         entries = self._by_tag.get(tag)
         if (
@@ -617,37 +780,70 @@ class RunReader:
 
     def _records_of(self, entry: Entry) -> list[Record]:
         """The records of one entry: one, or one per part of a group chunk; none if damaged."""
+        return [r for _, r in self._keyed_records_of(entry)]
+
+    def _keyed_records_of(self, entry: Entry) -> list[tuple[Position, Record]]:
+        """The records of one entry, each with its origin (the position just after the record
+        it was written as), by which records of different files merge into write order."""
         if entry.length < 0:
             return []
+        if entry.batch:
+            data = self._load(entry)
+            if data is None:
+                return []
+            try:
+                events, origins = blocks.batch_events(data)
+            except codec.PayloadError as exc:
+                self._catalog.report_damage(entry, str(exc))
+                self._kill(entry)
+                return []
+            to_pos = self._catalog.blocks[entry.src].origins.position
+            return [
+                (to_pos(int(o)), Record(*ev))
+                for ev, o in zip(events, origins.tolist(), strict=True)
+            ]
         if entry.kind != codec.SCALARS:
             data = self._load(entry)
             return (
                 []
                 if data is None
-                else [Record(entry.kind, entry.tag, entry.step, entry.wall, data)]
+                else [(entry.last, Record(entry.kind, entry.tag, entry.step, entry.wall, data))]
             )
         series = self._scalars_of(entry)
         if series is None:
             return []
         if entry.parts is None:
-            return [Record(entry.kind, entry.tag, entry.step, entry.wall, series)]
+            return [(entry.first, Record(entry.kind, entry.tag, entry.step, entry.wall, series))]
         tags, counts = entry.parts[0], np.asarray(entry.parts[1])
         ends = np.cumsum(counts).tolist()
         out = []
         for tag, lo, hi in zip(tags, [0, *ends[:-1]], ends, strict=True):
             part = ScalarSeries(*(col[lo:hi] for col in series))
-            out.append(Record(codec.SCALARS, tag, int(part.steps[0]), float(part.walls[0]), part))
+            record = Record(codec.SCALARS, tag, int(part.steps[0]), float(part.walls[0]), part)
+            out.append((entry.first, record))
         return out
+
+    def _keyed_records(self, entries: list[Entry]) -> list[tuple[Position, Record]]:
+        return [item for e in entries for item in self._keyed_records_of(e)]
 
     def last_record(self, kind: str) -> Record | None:
         """The newest intact record of a non-scalar ``kind``, or None; reads only that record."""
         self._check_open()
-        for e in reversed(self._catalog.entries):
-            if e.length >= 0 and e.kind == kind and e.kind != codec.SCALARS:
-                records = self._records_of(e)
-                if records:
-                    return records[0]
-        return None
+
+        def newest() -> Record | None:
+            found = None
+            for e in reversed(self._catalog.entries):
+                if e.length >= 0 and e.kind == kind and e.kind != codec.SCALARS:
+                    if found is not None and e.last < found[0]:
+                        break  # entries are in write order but for a block's records
+                    records = self._keyed_records_of(e)
+                    if records and (found is None or records[-1][0] > found[0]):
+                        found = records[-1]
+                    if found is not None and not e.src.startswith("block-"):
+                        break
+            return None if found is None else found[1]
+
+        return self._retry(newest)
 
     def read_records(self, kind: str | None = None, tag: str | None = None) -> list[Record]:
         """Records of ``kind`` and/or ``tag`` (None: any), in write order.
@@ -655,6 +851,9 @@ class RunReader:
         Scalar chunks are included only when asked for with ``kind="scalars"`` or by their tag.
         """
         self._check_open()
+        return self._retry(lambda: self._read_records(kind, tag))
+
+    def _read_records(self, kind: str | None, tag: str | None) -> list[Record]:
         if tag is not None and kind not in (None, codec.SCALARS):
             entries = self._by_tag.get(tag, [])
         else:
@@ -667,8 +866,10 @@ class RunReader:
                 continue
             if tag is not None and (e.tag != tag if e.parts is None else tag not in e.parts[0]):
                 continue
-            out.extend(r for r in self._records_of(e) if tag is None or r.tag == tag)
-        return out
+            out.extend(
+                item for item in self._keyed_records_of(e) if tag is None or item[1].tag == tag
+            )
+        return [r for _, r in _in_write_order(out)]
 
     def iter_records(
         self, from_step: int | None = None, from_wall: float | None = None
@@ -682,55 +883,84 @@ class RunReader:
         step pass the ``from_step`` filter.
         """
         self._check_open()
-        for e in list(self._catalog.entries):
-            if e.length < 0:
-                continue
-            if e.kind == codec.SCALARS:
-                if from_step is not None and e.smax < from_step:
-                    continue
-            elif (from_step is not None and e.step is not None and e.step < from_step) or (
-                from_wall is not None and e.wall < from_wall
+        yield from self._pinned(
+            lambda: self._iter_records(list(self._catalog.entries), from_step, from_wall)
+        )
+
+    def _iter_records(
+        self, entries: list[Entry], from_step: int | None, from_wall: float | None
+    ) -> Iterator[Record]:
+        # Records of a block come tag by tag; those of one block are merged into write order
+        # by their origins before they are yielded (a block holds a bounded span of the run).
+        held: list[tuple[Position, Record]] = []
+        src = None
+        for e in entries:
+            if e.src != src:
+                yield from (r for _, r in _in_write_order(held))
+                held, src = [], e.src
+            held.extend(self._filtered(e, from_step, from_wall))
+        yield from (r for _, r in _in_write_order(held))
+
+    def _filtered(
+        self, e: Entry, from_step: int | None, from_wall: float | None
+    ) -> Iterator[tuple[Position, Record]]:
+        if e.length < 0:
+            return
+        if e.kind == codec.SCALARS:
+            if from_step is not None and e.smax < from_step:
+                return
+        elif not e.batch and (
+            (from_step is not None and e.step is not None and e.step < from_step)
+            or (from_wall is not None and e.wall < from_wall)
+        ):
+            return
+        for key, record in self._keyed_records_of(e):
+            if e.batch and (
+                (from_step is not None and record.step is not None and record.step < from_step)
+                or (from_wall is not None and record.wall < from_wall)
             ):
                 continue
-            for record in self._records_of(e):
-                if e.kind == codec.SCALARS and (from_step is not None or from_wall is not None):
-                    s = record.data
-                    keep = np.ones(len(s.steps), dtype=bool)
-                    if from_step is not None:
-                        keep &= s.steps >= from_step
-                    if from_wall is not None:
-                        keep &= s.walls >= from_wall
-                    if not keep.any():
-                        continue
-                    if not keep.all():
-                        s = ScalarSeries(*(col[keep] for col in s))
-                        record = Record(e.kind, record.tag, int(s.steps[0]), float(s.walls[0]), s)
-                yield record
+            if e.kind == codec.SCALARS and (from_step is not None or from_wall is not None):
+                s = record.data
+                keep = np.ones(len(s.steps), dtype=bool)
+                if from_step is not None:
+                    keep &= s.steps >= from_step
+                if from_wall is not None:
+                    keep &= s.walls >= from_wall
+                if not keep.any():
+                    continue
+                if not keep.all():
+                    s = ScalarSeries(*(col[keep] for col in s))
+                    record = Record(e.kind, record.tag, int(s.steps[0]), float(s.walls[0]), s)
+            yield key, record
 
     @property
     def meta(self) -> dict:
         """The data of every ``kind="meta"`` record merged in write order (later keys win)."""
         self._check_open()
-        entries = self._catalog.entries
-        for e in entries[self._meta_done :]:
-            if e.kind == "meta" and e.length >= 0:
-                data = self._load(e)
-                if isinstance(data, dict):
-                    self._meta.update(data)
-        self._meta_done = len(entries)
-        return dict(self._meta)
+
+        def merged() -> dict:
+            entries = self._catalog.entries
+            new = [e for e in entries[self._meta_done :] if e.kind == "meta" and e.length >= 0]
+            for _, record in _in_write_order(self._keyed_records(new)):
+                if isinstance(record.data, dict):
+                    self._meta.update(record.data)
+            self._meta_done = len(entries)
+            return dict(self._meta)
+
+        return self._retry(merged)
 
     def statistics(self) -> ReaderStatistics:
         """Counters of what was read (see :class:`ReaderStatistics`)."""
         c = self._catalog
         live = [e for e in c.entries if e.length >= 0]
         return ReaderStatistics(
-            records=len(live),
+            records=sum(e.count if e.batch else 1 for e in live),
             scalar_points=sum(e.count for e in live if e.kind == codec.SCALARS),
             corrupt_records=c.damaged_records,
             corrupt_bytes=c.damaged_bytes,
             pending_bytes=c.pending_bytes,
-            segments=len(c.segments),
+            segments=len(c.segments) + sum(len(b.footer.segments) for b in c.blocks.values()),
             bytes_read=c.bytes_read,
             index_used=c.index_used,
         )
@@ -746,6 +976,24 @@ class RunReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _lt(a: float, b: float) -> bool:
+    """Whether ``a`` replaces ``b`` as a bucket's minimum (a later point: only if smaller, or
+    NaN where ``b`` is not; as np.argmin, the first NaN or the first minimum wins)."""
+    return b == b and (a != a or a < b)
+
+
+def _gt(a: float, b: float) -> bool:
+    """As :func:`_lt`, for the maximum."""
+    return b == b and (a != a or a > b)
+
+
+def _in_write_order(items: list[tuple[Position, Record]]) -> list[tuple[Position, Record]]:
+    """Records keyed by origin, sorted into write order (stable: parts of a group keep theirs)."""
+    if all(items[i][0] <= items[i + 1][0] for i in range(len(items) - 1)):
+        return items
+    return sorted(items, key=lambda item: item[0])
 
 
 def _concat(pieces: list[ScalarSeries]) -> ScalarSeries:

@@ -17,7 +17,8 @@ import numpy as np
 
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
-from recorder.records import NotARunError, Position, RecorderError
+from recorder.compaction import MIN_RECORDS, SMALL_RECORD, Compactor, SegmentCapture
+from recorder.records import NotARunError, Position, RecorderError, RunLockedError, ScalarSeries
 
 SYNC_MODES = ("flush", "interval", "never")
 # Points of one tag coalesced into one on-disk chunk, at most.
@@ -30,6 +31,9 @@ GROUP_BELOW = 256
 INDEX_MAX_ROWS = 1_000_000
 # Buffered bytes (estimated) above which an append writes the buffer to the OS on its own.
 BUFFER_BYTES = 32 << 20
+# Records in the current segment at which flush() seals it and compacts it into a block: at most
+# this many records are scanned by a reader opening the run (about 20 s of a live run).
+COMPACT_RECORDS = 2048
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class WriterStatistics:
         flushes: calls to :meth:`RunWriter.flush` (explicit or from sync/close).
         truncated_bytes: bytes of torn tail cut off when the run was reopened.
         position: end of the flushed data.
+        compactions: segments compacted into blocks.
+        merges: blocks merged into larger ones.
+        compaction_seconds: CPU time spent compacting and merging.
     """
 
     records: int
@@ -59,6 +66,9 @@ class WriterStatistics:
     flushes: int
     truncated_bytes: int
     position: Position
+    compactions: int = 0
+    merges: int = 0
+    compaction_seconds: float = 0.0
 
 
 class _PendingScalars:
@@ -82,9 +92,9 @@ class _PendingScalars:
         top = int(steps.max())
         self.smax = top if self.smax is None else max(self.smax, top)
 
-    def encode(self) -> list[tuple[bytes, tuple, None]]:
+    def encode(self) -> list[tuple[bytes, tuple, None, tuple]]:
         """Encoded chunks, each with its entry fields ``(kind, tag, step, wall, count, smin, smax,
-        vmin, vmax)`` (and no part rows)."""
+        vmin, vmax)``, no part rows, and its points ``([tag], [count], steps, walls, values)``."""
         steps = np.concatenate(self.steps) if len(self.steps) > 1 else self.steps[0]
         walls = np.concatenate(self.walls) if len(self.walls) > 1 else self.walls[0]
         values = np.concatenate(self.values) if len(self.values) > 1 else self.values[0]
@@ -92,7 +102,8 @@ class _PendingScalars:
         for lo in range(0, self.count, CHUNK_POINTS):
             hi = lo + CHUNK_POINTS
             s, w = steps[lo:hi], walls[lo:hi]
-            payload, (smin, smax, vmin, vmax) = codec.encode_scalars(self.tag, s, w, values[lo:hi])
+            v = values[lo:hi]
+            payload, (smin, smax, vmin, vmax) = codec.encode_scalars(self.tag, s, w, v)
             fields = (
                 codec.SCALARS,
                 self.tag,
@@ -104,7 +115,7 @@ class _PendingScalars:
                 vmin,
                 vmax,
             )
-            out.append((payload, fields, None))
+            out.append((payload, fields, None, ([self.tag], [len(s)], s, w, v)))
         return out
 
 
@@ -116,19 +127,23 @@ class _PendingGroup:
     def __init__(self, slots: list[_PendingScalars]) -> None:
         self.slots = slots
 
-    def encode(self) -> list[tuple[bytes, tuple, list]]:
-        """The encoded group chunk with its entry fields and part columns."""
-        parts = []
-        for slot in self.slots:
-            cols = (slot.steps, slot.walls, slot.values)
-            parts.append((slot.tag, *(np.concatenate(c) if len(c) > 1 else c[0] for c in cols)))
-        payload, (smin, smax, vmin, vmax), rows = codec.encode_group(parts)
-        first = parts[0]
+    def encode(self) -> list[tuple[bytes, tuple, list, tuple]]:
+        """The encoded group chunk with its entry fields, part columns, and its points
+        ``(tags, counts, steps, walls, values)``."""
+        slots = self.slots
+        series = ScalarSeries(
+            np.concatenate([a for slot in slots for a in slot.steps]),
+            np.concatenate([a for slot in slots for a in slot.walls]),
+            np.concatenate([a for slot in slots for a in slot.values]),
+        )
+        tags = [slot.tag for slot in slots]
+        counts = [slot.count for slot in slots]
+        payload, (smin, smax, vmin, vmax), rows = codec.encode_group_series(tags, counts, series)
         fields = (
-            codec.SCALARS, None, int(first[1][0]), float(first[2][0]),
-            sum(len(p[1]) for p in parts), smin, smax, vmin, vmax,
+            codec.SCALARS, None, int(series.steps[0]), float(series.walls[0]),
+            len(series.steps), smin, smax, vmin, vmax,
         )  # fmt: skip
-        return [(payload, fields, rows)]
+        return [(payload, fields, rows, (tags, counts, *series))]
 
 
 def _group_small(queue: list) -> list:
@@ -169,7 +184,7 @@ class RunWriter:
 
     Creates the directory if missing. If it already holds segments, the run is reopened for
     append: a torn tail (an incomplete last record, left by a crash) is truncated back to the last
-    valid record first. One writer per run at a time (an advisory lock on the directory).
+    valid record first. One writer per run at a time (an advisory lock on its ``writer.lock``).
 
     Durability: :meth:`append_scalars` and :meth:`append_record` only buffer. :meth:`flush` hands
     the buffer to the OS (readers see it; it survives the process being killed, not a power loss)
@@ -183,6 +198,11 @@ class RunWriter:
         sync_interval: seconds, for ``sync="interval"``.
         segment_bytes: a segment is closed and a new one started before it would grow past this
             (a single larger record gets a segment of its own).
+        compact_records: when the current segment holds this many records, ``flush()`` (or
+            ``sync()``) seals it and compacts it into a block (large columnar chunks, events in
+            batches, an index with chunk summaries), so that opening the run reads block indexes
+            and at most this many records; ``close()`` compacts the rest once the run has blocks.
+            None: never compact (the run is then read as written).
 
     Raises:
         ValueError: a bad argument.
@@ -197,6 +217,7 @@ class RunWriter:
         sync: str = "interval",
         sync_interval: float = 1.0,
         segment_bytes: int = 64 << 20,
+        compact_records: int | None = COMPACT_RECORDS,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
@@ -210,7 +231,19 @@ class RunWriter:
             raise ValueError(
                 f"segment_bytes must be an int > {framing.HEADER_SIZE}, got {segment_bytes!r}"
             )
+        if compact_records is not None and (
+            not isinstance(compact_records, int)
+            or isinstance(compact_records, bool)
+            or compact_records < 1
+        ):
+            raise ValueError(
+                f"compact_records must be None or an int >= 1, got {compact_records!r}"
+            )
         self._dir = os.fspath(run_dir)
+        self._compact_records = compact_records
+        self._compaction: Compactor | None = None
+        self._fresh: SegmentCapture | None = None
+        self._seg_records = 0
         self._sync_mode = sync
         self._sync_interval = float(sync_interval)
         self._segment_bytes = segment_bytes
@@ -232,24 +265,28 @@ class RunWriter:
             raise NotARunError(f"{self._dir}: not a directory")
         os.makedirs(self._dir, exist_ok=True)
         self._dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
+        self._lock_fd = -1
         try:
-            try:
-                fcntl.flock(self._dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno in (errno.EAGAIN, errno.EACCES):
-                    raise RecorderError(
-                        f"{self._dir}: the run is already open in another RunWriter"
-                    ) from None
-                raise
+            self._lock_fd = lock_run(self._dir)
             self._open_run()
         except BaseException:
             if self._fd >= 0:
                 os.close(self._fd)
             os.close(self._dir_fd)
+            unlock_run(self._lock_fd)
             raise
         self._closed = False
 
     def _open_run(self) -> None:
+        self._created: dict[int, float] = {}
+        if self._compact_records is not None:
+            self._compaction = Compactor(
+                self._dir,
+                self._dir_fd,
+                self._created,
+                min_records=min(MIN_RECORDS, self._compact_records),
+            )
+            self._compaction.recover()  # finish a swap a killed writer left half done
         catalog = Catalog(self._dir, keep_data=False)
         try:
             catalog.load_index()
@@ -257,15 +294,23 @@ class RunWriter:
         finally:
             catalog.close()
         self._entries: list[Entry] | None = catalog.entries
-        if len(self._entries) > INDEX_MAX_ROWS:
-            self._entries = None
-        self._created: dict[int, float] = {
-            n: s.created for n, s in catalog.segments.items() if s.created is not None
-        }
+        if len(self._entries) > INDEX_MAX_ROWS or catalog.blocks:
+            self._entries = None  # too many to index, or blocks (their footers index them)
+        self._created.update(
+            {n: s.created for n, s in catalog.segments.items() if s.created is not None}
+        )
+        for state in catalog.blocks.values():
+            self._created.update({int(n): float(c) for n, c, _ in state.footer.segments})
         numbers = list_segments(self._dir)
         if not numbers:
-            self._new_segment(0)
+            last_block = max((b.footer.last for b in catalog.blocks.values()), default=-1)
+            self._new_segment(last_block + 1)
             return
+        records = Counter(e.segment for e in catalog.entries if e.segment >= 0)
+        if self._compaction is not None:
+            for n in numbers[:-1]:  # sealed segments an earlier writer did not compact
+                state = catalog.segments[n]
+                self._compaction.seal(n, state.valid_end, records[n], None)
         last = numbers[-1]
         state = catalog.segments[last]
         path = os.path.join(self._dir, segment_name(last))
@@ -286,6 +331,10 @@ class RunWriter:
         if self._truncated:
             os.fsync(self._fd)
             self._fsyncs += 1
+        self._seg_records = records[last]
+        if self._compaction is not None:
+            # Records an earlier writer left in this segment are read back when it is compacted.
+            self._fresh = SegmentCapture(last, complete=records[last] == 0)
 
     def _new_segment(self, number: int) -> None:
         path = os.path.join(self._dir, segment_name(number))
@@ -301,6 +350,9 @@ class RunWriter:
             os.close(self._fd)
         self._fd = fd
         self._segment, self._offset = number, len(header)
+        self._seg_records = 0
+        if self._compaction is not None:
+            self._fresh = SegmentCapture(number)
         self._created[number] = created
         self._bytes += len(header)
         self._dir_dirty = True
@@ -399,22 +451,26 @@ class RunWriter:
         batch: list[bytes] = []
         batch_bytes = 0
         new_entries: list[Entry] = []
+        caps: list = []
         for item in queue:
-            encoded = item.encode() if not isinstance(item, tuple) else [(*item, None)]
-            for payload, fields, parts in encoded:
+            encoded = item.encode() if not isinstance(item, tuple) else [(*item, None, None)]
+            for payload, fields, parts, points in encoded:
                 frame = framing.encode_frame(payload)
                 at = self._offset + batch_bytes
                 if at + len(frame) > self._segment_bytes and at > framing.HEADER_SIZE:
-                    self._commit(batch, batch_bytes, new_entries)
-                    batch, batch_bytes, new_entries = [], 0, []
+                    self._commit(batch, batch_bytes, new_entries, caps)
+                    batch, batch_bytes, new_entries, caps = [], 0, [], []
                     self._rotate()
                     at = self._offset
                 new_entries.append(Entry(self._segment, at, len(payload), *fields, None, parts))
                 batch.append(frame)
                 batch_bytes += len(frame)
-        self._commit(batch, batch_bytes, new_entries)
+                if self._fresh is not None:
+                    # What compaction needs, kept from the write: no decoding later.
+                    caps.append((at + len(frame), fields, payload if points is None else points))
+        self._commit(batch, batch_bytes, new_entries, caps)
 
-    def _commit(self, frames: list[bytes], nbytes: int, entries: list[Entry]) -> None:
+    def _commit(self, frames: list[bytes], nbytes: int, entries: list[Entry], caps: list) -> None:
         if not frames:
             return
         start = self._offset
@@ -428,6 +484,13 @@ class RunWriter:
         self._offset += nbytes
         self._bytes += nbytes
         self._records += len(entries)
+        self._seg_records += len(entries)
+        if self._fresh is not None:
+            if self._offset > SMALL_RECORD * max(self._seg_records, MIN_RECORDS):
+                # Large records (a bulk load): this segment will not be compacted; keep nothing.
+                self._fresh = None
+            else:
+                self._fresh.add(caps)
         self._points += sum(e.count for e in entries if e.kind == codec.SCALARS)
         if self._entries is not None:
             self._entries.extend(entries)
@@ -439,6 +502,8 @@ class RunWriter:
         if self._sync_mode != "never" and self._unsynced:
             os.fsync(self._fd)  # the finished segment is durable before the next one starts
             self._fsyncs += 1
+        if self._compaction is not None:
+            self._compaction.seal(self._segment, self._offset, self._seg_records, self._fresh)
         self._new_segment(self._segment + 1)
 
     def _fsync(self) -> None:
@@ -460,6 +525,7 @@ class RunWriter:
         self._check_open()
         self._flushes += 1
         self._write_pending()
+        self._maybe_compact()
         if self._unsynced and (
             self._sync_mode == "flush"
             or (
@@ -479,8 +545,22 @@ class RunWriter:
         self._check_open()
         self._flushes += 1
         self._write_pending()
+        self._maybe_compact()
         self._fsync()
         return self.position()
+
+    def _maybe_compact(self) -> None:
+        """Seal the current segment once it holds ``compact_records`` records, and compact what
+        is sealed (a few milliseconds every ``compact_records`` records; a merge of four blocks
+        now and then)."""
+        if self._compaction is None:
+            return
+        if self._seg_records >= self._compact_records:
+            self._rotate()
+        if self._compaction.pending:
+            self._compaction.run()
+            if self._compaction.blocks:
+                self._entries = None
 
     def position(self) -> Position:
         """The end of the flushed data (buffered appends are not included)."""
@@ -499,6 +579,9 @@ class RunWriter:
             flushes=self._flushes,
             truncated_bytes=self._truncated,
             position=self.position(),
+            compactions=0 if self._compaction is None else self._compaction.compactions,
+            merges=0 if self._compaction is None else self._compaction.merges,
+            compaction_seconds=0.0 if self._compaction is None else self._compaction.seconds,
         )
 
     def close(self) -> None:
@@ -512,6 +595,15 @@ class RunWriter:
             return
         try:
             self._write_pending()
+            compaction = self._compaction
+            if compaction is not None:
+                compaction.run()
+                if compaction.blocks and self._seg_records:
+                    # A compacted run is left whole in blocks: opening reads their indexes only.
+                    self._rotate()
+                    compaction.run()
+                if compaction.blocks:
+                    self._entries = None
             durable = self._sync_mode != "never"
             if durable:
                 self._fsync()
@@ -519,7 +611,8 @@ class RunWriter:
         finally:
             self._closed = True
             os.close(self._fd)
-            os.close(self._dir_fd)  # also releases the lock
+            os.close(self._dir_fd)
+            unlock_run(self._lock_fd)
 
     def _write_index(self, durable: bool) -> None:
         if self._entries is None:
@@ -554,6 +647,7 @@ class RunWriter:
             self._closed = True
             os.close(self._fd)
             os.close(self._dir_fd)
+            unlock_run(self._lock_fd)
 
 
 def _size(run_dir: str, number: int) -> int:
@@ -567,3 +661,47 @@ def _write_all(fd: int, data: bytes, offset: int | None = None) -> None:
         view = view[n:]
         if offset is not None:
             offset += n
+
+
+# -- the run lock -------------------------------------------------------------------------------
+
+#: The lock file of a run directory (docs/record-format.md); readers ignore it.
+LOCK_NAME = "writer.lock"
+
+
+def lock_run(run_dir: str) -> int:
+    """Take the run's lock: an exclusive, non-blocking ``flock`` on ``run_dir/writer.lock``.
+
+    The file holds the holder's process id, for the error a second writer gets. The lock belongs to
+    the returned descriptor: it is held until :func:`unlock_run` (or the process ends, even killed),
+    and conflicts between two writers of one process as much as between two processes.
+
+    Raises:
+        RunLockedError: another writer holds the run; the message names the directory and the pid.
+        OSError: the lock file cannot be created (read-only directory, no permission).
+    """
+    fd = os.open(os.path.join(run_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        pid = f" (process {holder})" if holder.isdigit() else ""
+        raise RunLockedError(
+            f"{run_dir}: the run is already open in another RunWriter{pid}"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except BaseException:
+        os.close(fd)  # e.g. a full disk: never keep a lock nobody can release
+        raise
+    return fd
+
+
+def unlock_run(fd: int) -> None:
+    """Release a lock taken by :func:`lock_run` (closing its descriptor); ``-1`` is ignored."""
+    if fd >= 0:
+        os.close(fd)  # the flock goes with the last descriptor of its open file

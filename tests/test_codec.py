@@ -138,3 +138,69 @@ def test_decode_never_raises_anything_but_protocol_error(data):
         assert str(exc)
     else:
         assert isinstance(batch, Batch)
+
+
+_COMMON = {"tag": "t", "step": 1, "wall": 1.7e9}
+_TELEMETRY = {"kind": "telemetry", "tag": None, "step": None, "wall": 1.7e9}
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("event", "text"),
+    [
+        ({**_TELEMETRY, "fields": [1.0]}, "telemetry fields must be a map of numbers"),
+        ({**_TELEMETRY, "fields": {"gpu0/util": "high"}}, "telemetry fields"),
+        ({**_TELEMETRY, "fields": {"a": 1.0}, "rank": "0"}, "telemetry rank"),
+        ({"kind": "histogram", **_COMMON, "edges": b"abc", "counts": b""}, "8-byte floats"),
+        ({"kind": "histogram", **_COMMON, "edges": b"\0" * 24, "counts": b"\0" * 24}, "hold 2"),
+        ({"kind": "image", **_COMMON, "format": "png", "width": 1, "height": 1}, "image data"),
+        ({"kind": "image", **_COMMON, "data": b"x", "format": "gif"}, "image format"),
+        (
+            {"kind": "audio", **_COMMON, "data": b"", "format": "wav", "sample_rate": 0},
+            "sample_rate",
+        ),
+        ({"kind": "text", **_COMMON, "text": 5}, "text text must be a str"),
+        ({**_TELEMETRY, "kind": "hparams", "hparams": {"lr": [1]}}, "hparams"),
+        ({"kind": "pr_curve", **_COMMON, "thresholds": b"\0" * 16, "tp": b"\0" * 8}, "pr_curve tp"),
+        ({"kind": "text", **_COMMON, "text": "x", "deep": _nested(1000)}, "deeper than 8"),
+        ({"kind": "meta", **_COMMON, "m": {3: 4}}, "not a short str"),
+        ({"kind": "meta", **_COMMON, "m": [b"\0" * 8]}, "bin data below the top level"),
+        ({"kind": "text", **_COMMON, "text": "x", "n": 2**70}, "outside 64 bits"),
+        ({"kind": "text", "tag": "t", "step": 2**63, "wall": 1.0, "text": "x"}, "int64"),
+    ],
+)
+def test_every_event_kind_is_checked_before_it_is_accepted(event, text):
+    """Events that msgpack decodes but that would make later reads fail are refused on ingest."""
+    with pytest.raises(codec.BatchError, match=text) as refused:
+        codec.decode_batch(_batch_message(events=[event]))
+    assert (refused.value.writer, refused.value.seq) == ("w", 1)  # answered with a refusal
+
+
+def test_broken_writer_or_seq_is_a_protocol_error_not_a_refusal():
+    for overrides in ({"writer": 3}, {"seq": -1}, {"seq": 2**63}):
+        with pytest.raises(ProtocolError) as error:
+            codec.decode_batch(_batch_message(**overrides, run="../x"))
+        assert not isinstance(error.value, codec.BatchError)
+
+
+def test_non_finite_scalar_wall_times_are_refused():
+    walls = np.array([1.0, math.nan]).tobytes()
+    with pytest.raises(codec.BatchError, match="walls of tag 't' must be finite"):
+        codec.decode_batch(_batch_message(scalars=[["t", b"\0" * 16, walls, b"\0" * 16]]))
+
+
+def test_refused_frame():
+    frame = msgpack.unpackb(codec.encode_refused("w", 9, "disk full", True))
+    assert frame == {
+        "type": "refused",
+        "writer": "w",
+        "seq": 9,
+        "reason": "disk full",
+        "retryable": True,
+    }

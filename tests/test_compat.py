@@ -257,3 +257,23 @@ def test_unknown_keywords_are_refused_and_library_only_ones_accepted(tmp_path):
     ) as writer:
         writer.add_scalar("x", 1.0, 0)
     assert recorder.list_runs(tmp_path) == ["c"]
+
+
+def test_facade_arguments_are_checked_at_the_call(tmp_path):
+    with pytest.raises(TypeError, match="comment must be a str, got int 3"):
+        SummaryWriter(comment=3, **QUIET)
+    with pytest.raises(ValueError, match="display_name must be encodable"):
+        LogWriter(tmp_path / "r", display_name="a\ud800", **QUIET)
+    with LogWriter(tmp_path / "v", **QUIET) as writer, writer.mode("m"):
+        images = writer.image("i")
+        images.start_sampling()
+        with pytest.raises(TypeError, match="image_shape must be a list of 2 or 3 ints"):
+            images.set_sample(0, None, [0.0])
+        with pytest.raises(TypeError, match="image_shape must be a list"):
+            images.set_sample(0, [2.5, 1], [0.0])
+        with pytest.raises(ValueError, match=r"image_shape must be 2 or 3 positive sizes"):
+            images.set_sample(0, [-1, -1], [0.0])
+        images.set_sample(0, [1, 1], [0.5])
+        images.finish_sampling()
+    with recorder.RunReader(tmp_path / "v" / "m") as reader:
+        assert [r.tag for r in reader.read_records(kind="image")] == ["i"]

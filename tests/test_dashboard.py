@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
+import numpy as np
+import trio
+
+import recorder
 from vdl_stream import attach
+from vdl_stream.broker import Broker
+from vdl_stream.server import serve_dashboard
 
 # Predicates are passed as functions, never as expression strings: Playwright evaluates strings
 # with eval(), which the page's Content-Security-Policy rightly forbids.
@@ -56,5 +67,137 @@ def test_logged_points_arrive_live_in_the_chart(serve_process, browser):
         page.screenshot(path=str(ARTIFACTS / "dashboard-live.png"), full_page=True)
         assert errors == []
         assert all(u.startswith(serve_process.url) for u in requests), requests
+    finally:
+        page.close()
+
+
+# -- the page while it loads -------------------------------------------------------------------
+
+# Every text the scalars view's placeholder shows, recorded from the first paint (an init script
+# runs before the page's own).
+RECORD_PLACEHOLDER = """
+window.__placeholder = [];
+new MutationObserver(() => {
+  const p = document.querySelector('.view.scalars > .empty');
+  const text = !p || p.hidden ? '' : p.textContent;
+  if (window.__placeholder[window.__placeholder.length - 1] !== text) window.__placeholder.push(text);
+}).observe(document, { subtree: true, childList: true, characterData: true, attributes: true });
+"""
+NO_DATA = "No data yet"
+
+
+class SlowBroker(Broker):
+    """A real broker whose snapshots wait until the test opens ``gate``: a snapshot that takes as
+    long as the test needs (as reading three long runs from disk once took 20 s)."""
+
+    def __init__(self, logdir: Path) -> None:
+        super().__init__(logdir)
+        self.gate = trio.Event()
+
+    async def snapshot(self, sub, max_points=2000):  # type: ignore[no-untyped-def]
+        await self.gate.wait()
+        return await super().snapshot(sub, max_points)
+
+
+@contextmanager
+def slow_server(logdir: Path) -> Iterator[tuple[str, SlowBroker, trio.lowlevel.TrioToken]]:
+    """Serve ``logdir`` through a :class:`SlowBroker` on 127.0.0.1 in a thread; stop it after."""
+    started: queue.Queue = queue.Queue()
+
+    async def main() -> None:
+        broker = SlowBroker(logdir)
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(broker.follow)
+            url = await nursery.start(
+                partial(serve_dashboard, broker, "127.0.0.1", 0, shutdown_trigger=stop.wait)
+            )
+            started.put((url, broker, trio.lowlevel.current_trio_token(), stop))
+            await stop.wait()
+            broker.gate.set()
+            broker.close()
+            with trio.move_on_after(10):
+                await broker.wait_closed()
+            nursery.cancel_scope.cancel()
+
+    thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    thread.start()
+    url, broker, token, stop = started.get(timeout=30)
+    try:
+        yield url, broker, token
+    finally:
+        trio.from_thread.run_sync(stop.set, trio_token=token)
+        thread.join(15)
+        assert not thread.is_alive()
+
+
+def test_the_page_says_it_is_loading_until_the_snapshots_are_in(tmp_path, browser):
+    for run in ("a", "b"):
+        with recorder.RunWriter(tmp_path / "logs" / run) as w:
+            steps = np.arange(1000)
+            w.append_scalars("train/loss", steps, 1.7e9 + steps, 1 / (steps + 1.0))
+    page = browser.new_page(viewport={"width": 1200, "height": 800})
+    page.add_init_script(RECORD_PLACEHOLDER)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    placeholder = page.locator(".view.scalars > .empty")
+    try:
+        with slow_server(tmp_path / "logs") as (url, broker, token):
+            page.goto(url + "/")
+            page.wait_for_function("() => window.vdl && window.vdl.sync.phase === 'loading'")
+            assert page.evaluate("() => window.vdl.sync") == {
+                "phase": "loading",
+                "total": 2,
+                "done": 0,
+            }
+            assert placeholder.inner_text() == "Loading 2 runs… (0/2)"
+            assert placeholder.get_attribute("data-sync") == "loading"
+            assert page.locator("body").get_attribute("data-sync") == "loading"
+            # the other views do not claim to have nothing either
+            assert not page.locator(".view.system > .empty").is_visible()
+            assert not page.locator(".view.histograms > .empty").is_visible()
+            page.wait_for_timeout(1000)  # a snapshot that takes its time: still loading
+            assert placeholder.inner_text() == "Loading 2 runs… (0/2)"
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-loading.png"))
+            page.evaluate("() => window.vdl.setLanguage('zh')")
+            assert placeholder.inner_text() == "正在加载 2 个运行…（0/2）"
+            page.evaluate("() => window.vdl.setLanguage('en')")
+
+            trio.from_thread.run_sync(broker.gate.set, trio_token=token)
+            page.wait_for_function(
+                "() => window.vdl.sync.phase === 'ready'"
+                " && window.vdl.series('b', 'train/loss').steps.length === 1000"
+                " && window.vdl.series('a', 'train/loss').steps.length === 1000"
+            )
+            assert page.evaluate("() => window.vdl.sync") == {
+                "phase": "ready",
+                "total": 2,
+                "done": 2,
+            }
+            page.locator('[data-tag="train/loss"]').wait_for()
+            assert not placeholder.is_visible()
+            assert page.locator(".view.system > .empty").is_visible()  # ready: now it may say so
+        seen = page.evaluate("() => window.__placeholder")
+        assert "Loading 2 runs… (0/2)" in seen, seen
+        assert not [t for t in seen if t.startswith(NO_DATA)], seen  # never, while runs exist
+        assert errors == []
+    finally:
+        page.close()
+
+
+def test_an_empty_server_says_no_data_once_it_has_said_so(serve_process, browser):
+    page = browser.new_page()
+    page.add_init_script(RECORD_PLACEHOLDER)
+    try:
+        page.goto(serve_process.url + "/")
+        page.wait_for_function("() => window.vdl && window.vdl.sync.phase === 'ready'")
+        placeholder = page.locator(".view.scalars > .empty")
+        assert placeholder.inner_text().startswith(NO_DATA)
+        assert placeholder.get_attribute("data-sync") == "ready"
+        seen = [t for t in page.evaluate("() => window.__placeholder") if t]  # '': not built yet
+        assert seen[0] == "Connecting…" and seen[-1].startswith(NO_DATA), seen
+        assert len([t for t in seen if t.startswith(NO_DATA)]) == 1, seen
     finally:
         page.close()

@@ -1,6 +1,7 @@
 """The page's replay bar in headless Chromium against a real ``vdl-stream replay``: it appears only
-under replay, pause stops the charts, a seek back shows every chart as the run stood then, and play
-goes on from there."""
+under replay (the first pushed ``replay`` frame shows it), follows the status the server pushes,
+pause stops the charts, a seek back shows every chart as the run stood then on the same socket,
+and play goes on from there. A page under ``vdl-stream serve`` asks nothing about replay."""
 
 from __future__ import annotations
 
@@ -91,13 +92,34 @@ def server_status(url: str) -> dict:
         return json.loads(response.read())
 
 
+def server_command(url: str, **body: object) -> dict:
+    """POST /api/replay from the test itself: the page hears of it only through /ws/live."""
+    request = urllib.request.Request(
+        url.rstrip("/") + "/api/replay",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
 def steps(page, tag: str = "train/acc") -> list[int]:
     return page.evaluate(f"() => window.vdl.series('r', {tag!r}).steps")
+
+
+def watch_sockets(page) -> list[str]:
+    """Record the URL of every WebSocket the page opens."""
+    opened: list[str] = []
+    page.on("websocket", lambda ws: opened.append(ws.url))
+    return opened
 
 
 def test_the_bar_appears_under_replay_with_its_controls(tmp_path, browser):
     record_run(tmp_path / "logs")
     page = browser.new_page()
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
     try:
         with replay_process(tmp_path / "logs" / "r", "--paused", "--speed", "60") as url:
             page.goto(url)
@@ -109,6 +131,7 @@ def test_the_bar_appears_under_replay_with_its_controls(tmp_path, browser):
             assert status["start"] == WALL
             assert abs(status["end"] - (WALL + (POINTS - 1) * SPACING)) < 1e-6
             assert status["runs"] == ["r"] and status["playing"] is False
+            assert status["step"] is None and status["version"] >= 0
             # the server's own --speed 60 is offered between the standard speeds, and selected
             speeds = page.locator("select.replay-speed option").evaluate_all(
                 "(options) => options.map((o) => o.value)"
@@ -117,32 +140,43 @@ def test_the_bar_appears_under_replay_with_its_controls(tmp_path, browser):
             assert page.locator("select.replay-speed").input_value() == "60"
             assert page.locator("input.replay-scrub").input_value() == "0"
             assert "Play" in page.locator("button.replay-play").inner_text()
-            # it polls the status, at about one request a second
-            requests = page.evaluate("() => window.vdl.replay.requests")
+            # it never asks: the status came on the socket, and nothing more is requested
             page.wait_for_timeout(2500)
-            assert 1 <= page.evaluate("() => window.vdl.replay.requests") - requests <= 4
+            assert page.evaluate("() => window.vdl.replay.requests") == 0
+            assert page.evaluate("() => window.vdl.replay.statusFrames") >= 1
+            assert not [u for u in requests if "/api/" in u], requests
             page.evaluate("() => window.vdl.setLanguage('zh')")
             assert "播放" in page.locator("button.replay-play").inner_text()
     finally:
         page.close()
 
 
-def test_no_bar_and_no_polling_under_serve(serve_process, browser):
+def test_no_bar_and_no_replay_request_under_serve(serve_process, browser):
     page = browser.new_page()
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    failed: list[tuple[str, int]] = []
+    page.on("response", lambda r: r.status >= 400 and failed.append((r.url, r.status)))
     try:
         page.goto(serve_process.url + "/")
         page.wait_for_function(CONNECTED, timeout=15_000)
-        page.wait_for_function("() => window.vdl.replay.state === 'absent'", timeout=15_000)
+        page.wait_for_function("() => window.vdl.sync.phase === 'ready'", timeout=15_000)
+        page.wait_for_timeout(1500)  # a poll would have been due by now
         assert page.locator(".replay-bar").count() == 1
         assert not page.locator(".replay-bar").is_visible()
-        page.wait_for_timeout(1500)  # a poll would be due by now
-        assert page.evaluate("() => window.vdl.replay.requests") == 1
+        assert page.evaluate("() => window.vdl.replay.state") == "absent"
+        assert page.evaluate("() => window.vdl.replay.requests") == 0
         assert page.evaluate("() => window.vdl.replay.status") is None
+        assert not [u for u in requests if "/api/replay" in u], requests
+        assert failed == [], failed  # no 404 in the console
+        assert not [m for m in console if m.startswith("error")], console
     finally:
         page.close()
 
 
-def test_the_token_goes_with_the_replay_requests(tmp_path, browser):
+def test_the_token_goes_with_the_replay_commands(tmp_path, browser):
     record_run(tmp_path / "logs")
     page = browser.new_page()
     try:
@@ -159,6 +193,84 @@ def test_the_token_goes_with_the_replay_requests(tmp_path, browser):
                 timeout=15_000,
             )
             assert page.evaluate("() => window.vdl.replay.error") == ""
+            assert page.evaluate("() => window.vdl.replay.requests") == 2
+    finally:
+        page.close()
+
+
+def test_the_bar_follows_the_pushed_status(tmp_path, browser):
+    """Commands sent by someone else (here the test, over HTTP) reach the page on its socket."""
+    record_run(tmp_path / "logs")
+    page = browser.new_page()
+    try:
+        with replay_process(tmp_path / "logs" / "r", "--paused") as url:
+            page.goto(url)
+            page.wait_for_function(ACTIVE, timeout=15_000)
+            bar = page.locator(".replay-bar")
+            frames = page.evaluate("() => window.vdl.replay.statusFrames")
+
+            server_command(url, action="play")  # at 1x the run takes 20 s
+            page.wait_for_function(
+                "() => document.querySelector('.replay-bar').dataset.state === 'playing'",
+                timeout=5_000,
+            )
+            assert page.locator("button.replay-play").get_attribute("data-playing") == "true"
+
+            answer = server_command(url, action="speed", speed=100)
+            page.wait_for_function(
+                "() => document.querySelector('select.replay-speed').value === '100'",
+                timeout=5_000,
+            )
+            assert page.evaluate("() => window.vdl.replay.status.version") >= answer["version"]
+            # at 100x the rest takes at most 0.2 s: the bar shows the end, and "Replay again"
+            page.wait_for_function(
+                "() => document.querySelector('.replay-bar').dataset.state === 'finished'",
+                timeout=10_000,
+            )
+            assert page.locator("input.replay-scrub").input_value() == str(SCRUB_MAX)
+            assert "Replay again" in page.locator("button.replay-play").inner_text()
+
+            server_command(url, action="pause")
+            page.wait_for_function("() => !window.vdl.replay.status.playing", timeout=5_000)
+            server_command(url, action="seek", step=500)  # someone seeks: the bar goes there
+            target = WALL + 500 * SPACING
+            value = round(500 / (POINTS - 1) * SCRUB_MAX)
+            page.wait_for_function(
+                "() => Math.abs(document.querySelector('input.replay-scrub').value"
+                f" - {value}) <= 1",
+                timeout=5_000,
+            )
+            page.wait_for_function(
+                "() => window.vdl.series('r', 'train/acc').steps.length === 500", timeout=5_000
+            )
+            assert abs(page.evaluate("() => window.vdl.replay.position") - target) < 1e-3
+            assert bar.get_attribute("data-state") == "paused"
+            assert page.locator(".replay-step").inner_text().endswith("499")
+            assert page.evaluate("() => window.vdl.replay.statusFrames") >= frames + 4
+            assert page.evaluate("() => window.vdl.replay.requests") == 0
+            assert page.evaluate("() => window.vdl.stats.sockets") == 1
+
+            # a page opened now gets the run as it stands at the replay position
+            late = browser.new_page()
+            try:
+                late.goto(url)
+                late.wait_for_function(ACTIVE, timeout=15_000)
+                late.wait_for_function(
+                    "() => window.vdl.sync.phase === 'ready'"
+                    " && window.vdl.series('r', 'train/acc').steps.length === 500",
+                    timeout=10_000,
+                )
+                assert steps(late) == list(range(500))
+                hist = late.evaluate(
+                    "() => window.vdl.store.runs.get('r').histograms.get('weights')"
+                    ".map(h => h.step)"
+                )
+                assert hist == list(range(0, 500, HIST_EVERY))
+                assert abs(late.evaluate("() => window.vdl.replay.position") - target) < 1e-3
+                scrub = int(late.locator("input.replay-scrub").input_value())
+                assert abs(scrub - value) <= 1
+            finally:
+                late.close()
     finally:
         page.close()
 
@@ -168,6 +280,7 @@ def test_pause_seek_back_and_play_from_the_bar(tmp_path, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    sockets = watch_sockets(page)
     play = page.locator("button.replay-play")
     try:
         with replay_process(tmp_path / "logs" / "r", "--paused") as url:
@@ -197,8 +310,8 @@ def test_pause_seek_back_and_play_from_the_bar(tmp_path, browser):
             assert play.get_attribute("data-playing") == "false"
             assert page.locator(".replay-bar").get_attribute("data-state") == "paused"
 
-            # seek back with the scrubber to step 40: a fresh broker, the page reconnects at once
-            reconnects = page.evaluate("() => window.vdl.stats.reconnects")
+            # seek back with the scrubber to step 40: announced on the same socket (reset,
+            # fresh snapshots), no reconnect
             value = round(40 / (POINTS - 1) * SCRUB_MAX)
             target = WALL + value / SCRUB_MAX * (POINTS - 1) * SPACING
             expected = max(s for s in range(POINTS) if WALL + s * SPACING < target)
@@ -214,7 +327,6 @@ def test_pause_seek_back_and_play_from_the_bar(tmp_path, browser):
             page.wait_for_timeout(300)  # nothing after the target may follow
             for tag in ("train/acc", "train/loss"):
                 assert steps(page, tag) == list(range(expected + 1)), tag
-            assert page.evaluate("() => window.vdl.stats.reconnects") > reconnects
             assert took < 5, took
             # every chart as it stood then: the drawn scalar chart, the histograms, the text
             page.evaluate("() => window.vdl.drawAll()")
@@ -247,11 +359,11 @@ def test_pause_seek_back_and_play_from_the_bar(tmp_path, browser):
             )
             assert max(system) == WALL + (expected // TELEMETRY_EVERY) * TELEMETRY_EVERY * SPACING
             page.locator('[data-hist-tag="weights"][data-run="r"] canvas').wait_for(timeout=5_000)
-            # the server is there, and the bar shows it (also after the next status polls)
+            # the server is there, and the bar shows it (the status pushed after the seek too)
             assert abs(server_status(url)["position"] - target) < 1e-3
-            polls = page.evaluate("() => window.vdl.replay.requests")
+            version = server_status(url)["version"]
             page.wait_for_function(
-                f"() => window.vdl.replay.requests >= {polls + 2}", timeout=5_000
+                f"() => window.vdl.replay.status.version >= {version}", timeout=5_000
             )
             assert abs(page.evaluate("() => window.vdl.replay.status.position") - target) < 1e-3
             assert abs(int(page.locator("input.replay-scrub").input_value()) - value) <= 1
@@ -274,12 +386,15 @@ def test_pause_seek_back_and_play_from_the_bar(tmp_path, browser):
             )
             assert page.locator("input.replay-scrub").input_value() == str(SCRUB_MAX)
 
-            # at the end, the button replays from the start
+            # at the end, the button replays from the start (a restart: reset and empty
+            # snapshots, then data again, on the same socket)
             assert "Replay again" in play.inner_text()
-            reconnects = page.evaluate("() => window.vdl.stats.reconnects")
+            resets = page.evaluate("() => window.vdl.stats.frames")
             play.click()
             page.wait_for_function(
-                f"() => window.vdl.stats.reconnects > {reconnects}", timeout=10_000
+                f"() => window.vdl.series('r', 'train/acc').steps.length < {POINTS}"
+                f" || window.vdl.stats.frames > {resets} + 3",
+                timeout=10_000,
             )
             page.wait_for_function(
                 "() => document.querySelector('.replay-bar').dataset.state === 'finished'"
@@ -287,6 +402,10 @@ def test_pause_seek_back_and_play_from_the_bar(tmp_path, browser):
                 timeout=15_000,
             )
             assert steps(page) == list(range(POINTS))
+            # one WebSocket all along: seeks and the restart never closed it
+            assert page.evaluate("() => window.vdl.stats.sockets") == 1
+            assert page.evaluate("() => window.vdl.stats.reconnects") == 0
+            assert len(sockets) == 1, sockets
         assert errors == []
     finally:
         page.close()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 import recorder
-from tests.conftest import start_serve, stop_serve
+from tests.conftest import http_request, start_serve, stop_serve
 from vdl_stream import codec
 from vdl_stream.codec import Batch, ScalarColumns
 
@@ -42,11 +42,28 @@ batch_like = st.fixed_dictionaries(
         ),
     },
 )
+# A valid writer, seq and run with fuzzed events of real kinds: refused, or accepted and readable.
+event_like = st.fixed_dictionaries(
+    {"kind": st.sampled_from(sorted(codec.EVENT_KINDS)), "wall": st.just(1.7e9)},
+    optional={
+        key: msgpack_values
+        for key in ("tag", "step", "fields", "edges", "counts", "text", "data", "hparams", "x")
+    },
+)
+body_breaking = st.builds(
+    lambda seq, events: msgpack.packb(
+        {"type": "batch", "writer": "fz", "seq": seq, "run": "fz-run", "events": events},
+        use_bin_type=True,
+    ),
+    st.integers(1, 2**40),
+    st.lists(event_like, min_size=1, max_size=3),
+)
 frames = st.one_of(
     st.binary(max_size=300),  # garbage
     st.integers(1, len(GOOD) - 1).map(lambda n: GOOD[:n]),  # truncated
     batch_like.map(lambda m: msgpack.packb(m, use_bin_type=True)),  # schema-breaking
     msgpack_values.map(lambda v: msgpack.packb(v, use_bin_type=True)),
+    body_breaking,
 )
 
 
@@ -74,9 +91,12 @@ def test_fuzzed_ingest_never_hurts_a_good_writer(tmp_path):
                     await bad.send_message(frame)
                     try:
                         reply = msgpack.unpackb(await bad.get_message())
-                        # only a frame that happens to be a valid batch is acknowledged
-                        assert reply["type"] == "ack"
-                        state["accepted"] = state.get("accepted", 0) + 1
+                        # only a frame that happens to be a valid batch is acknowledged; a batch
+                        # with a valid writer and seq but a broken body is refused for good
+                        assert reply["type"] in ("ack", "refused"), reply
+                        if reply["type"] == "refused":
+                            assert reply["retryable"] is False and reply["reason"]
+                        state[reply["type"]] = state.get(reply["type"], 0) + 1
                     except ConnectionClosed as closed:
                         assert closed.reason.code in (1008, 1009), closed.reason
                         assert len(closed.reason.reason or "") <= 123
@@ -88,6 +108,14 @@ def test_fuzzed_ingest_never_hurts_a_good_writer(tmp_path):
         throw()
         trio.run(good_writer_sends, 5)
         assert server.proc.poll() is None  # still up
+        # whatever was accepted can be read back: no read of it fails
+        for path in [f"events?run=fz-run&kind={k}" for k in sorted(codec.EVENT_KINDS)] + [
+            "telemetry?run=fz-run",
+            "export?run=fz-run",
+            "export?run=fz-run&format=json",
+        ]:
+            status = http_request(f"{server.url}/api/{path}")[0]
+            assert status in (200, 404), (path, status)
     finally:
         stop_serve(server)
     with recorder.RunReader(tmp_path / "good-run") as reader:

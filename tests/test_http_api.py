@@ -13,6 +13,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
+import recorder
 from tests.conftest import http_get, http_request
 from vdl_stream import attach, codec
 from vdl_stream.codec import Batch, ScalarColumns
@@ -29,7 +30,12 @@ def recorded(tmp_path_factory):
         w.add_histogram("weights", np.arange(100.0), 5, buckets=4)
         w.add_image("sample", np.zeros((4, 6, 3), np.uint8), 5)
         w.add_text("notes", "<b>not bold</b>", 5)
-        time.sleep(0.35)  # a few telemetry samples
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until a few telemetry samples are on disk
+            w.flush()
+            if len(recorder.RunReader(logdir / "r").read_records(kind="telemetry")) >= 3:
+                break
+            time.sleep(0.05)
     return logdir
 
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 import time
 
+import numpy as np
 import pytest
+import trio
+from trio_websocket import ConnectionRejected, ConnectionTimeout
 
 import recorder
 from tests.conftest import start_serve, stop_serve
 from vdl_stream import attach
-from vdl_stream.transport import Spool
+from vdl_stream.codec import Batch, ScalarColumns
+from vdl_stream.transport import Spool, WebSocketTransport, describe_connect_error
 
 
 def test_spool_keeps_memory_then_disk_in_order():
@@ -76,3 +83,100 @@ def test_training_goes_on_when_the_broker_is_down(tmp_path):
     messages = [str(w.message) for w in warned]
     assert any("cannot reach the broker" in m for m in messages)
     assert any("not confirmed within the timeout" in m for m in messages)
+
+
+def test_the_unreachable_broker_warning_says_why():
+    with pytest.warns(RuntimeWarning) as warned:
+        writer = attach(url="ws://127.0.0.1:9", run="why", telemetry=False)
+        writer.close(timeout=0.5)
+    messages = [str(w.message) for w in warned if "cannot reach" in str(w.message)]
+    assert messages and "connection refused" in messages[0]
+    assert "HandshakeError: )" not in messages[0]
+
+
+@pytest.mark.parametrize(
+    ("error", "text"),
+    [
+        (
+            ConnectionRejected(401, (), b"missing or wrong token"),
+            "HTTP 401 (missing or wrong token)",
+        ),
+        (ConnectionRejected(403, (), None), "HTTP 403 (origin or host refused)"),
+        (ConnectionTimeout(), "no answer to the WebSocket handshake"),
+        (ConnectionRefusedError(111, "Connection refused"), "connection refused"),
+        (OSError(113, "No route to host"), "No route to host"),
+    ],
+)
+def test_connect_errors_are_described(error, text):
+    assert text in describe_connect_error(error)
+
+
+def test_websocket_transport_resends_retryable_refusals_and_drops_the_others(tmp_path):
+    """Over a real serve: a locked run is refused (retryable) until freed, then lands once; a
+    clashing run name is refused for good; both reach take_errors() once."""
+    server = start_serve(tmp_path / "logs")
+    holder = recorder.RunWriter(tmp_path / "logs" / "held")
+
+    def batch(seq: int, run: str) -> Batch:
+        steps = np.arange(seq * 10 - 10, seq * 10)
+        return Batch("t", seq, run, [ScalarColumns("x", steps, steps + 1.7e9, steps * 1.0)])
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            transport = await nursery.start(WebSocketTransport.run, server.ws_url)
+            with trio.fail_after(30):
+                for seq in range(1, 6):
+                    await transport.send(batch(seq, "held"))
+                with trio.move_on_after(1):
+                    await transport.wait_acked(5)
+                errors = transport.take_errors()
+                assert [(e.retryable, "another process" in e.reason) for e in errors] == [
+                    (True, True)
+                ]
+                stats = transport.statistics()
+                assert stats.queued_batches == 5 and stats.refusals >= 1 and stats.retries >= 1
+                holder.close()
+                await transport.wait_acked(5)
+                assert transport.statistics().queued_batches == 0
+                # a second writer, with a run name the record format cannot hold
+                other = await nursery.start(WebSocketTransport.run, server.ws_url)
+                await other.send(Batch("u", 1, "exp1/segment-000000.vdlr"))
+                await other.wait_acked(1)  # refused for good: nothing left to wait for
+                (error,) = other.take_errors()
+                assert not error.retryable and "clashes" in error.reason
+                assert other.statistics().queued_batches == 0
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        holder.close()
+        stop_serve(server)
+    with recorder.RunReader(tmp_path / "logs" / "held") as reader:
+        assert reader.read_scalars("x").steps.tolist() == list(range(50))
+
+
+def test_spool_keeps_frames_in_memory_when_its_file_cannot_take_them(tmp_path, monkeypatch):
+    """A full disk under the spool file: frames stay in memory, in order, nothing lost."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("needs root and mount for a tmpfs")
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(disk))
+        spool = Spool(memory_bytes=10, disk_bytes=1 << 20)
+        with pytest.warns(RuntimeWarning, match="cannot write the spool file"):
+            for seq in range(1, 41):
+                spool.put(seq, bytes([seq]) * 4096)  # 160 KiB into a 64 KiB disk
+        assert spool.file_errors > 0 and len(spool) == 40 and spool.dropped == 0
+        assert [spool.get(s)[:1] for s in spool.after(0)] == [bytes([s]) for s in range(1, 41)]
+        spool.ack(20)
+        assert spool.after(0) == list(range(21, 41)) and spool.nbytes == 20 * 4096
+        spool.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], timeout=20, check=False)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import socket
 import subprocess
 import sys
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -148,3 +151,287 @@ def test_demo_trains_and_logs(tmp_path):
         assert len(loss) == 300
         assert loss[-50:].mean() < loss[:50].mean()  # it really learns
         assert reader.read_scalars("eval/accuracy").values[-1] > 0.6
+
+
+# -- input that used to be accepted and then killed the background thread -------------------------
+
+BAD_CALLS = [
+    (
+        "add_scalar",
+        ("x", 1.0, 2**63),
+        ValueError,
+        "step must be in the int64 range .* got 9223372036854775808",
+    ),
+    ("add_scalar", ("x", 1.0, -(2**63) - 1), ValueError, "step must be in the int64 range"),
+    ("add_scalar", ("x", 1.0, 0, "yesterday"), TypeError, "walltime must be a real number .* str"),
+    ("add_scalar", ("x", 1.0, 0, float("nan")), ValueError, "walltime must be a finite number"),
+    ("add_scalar", ("x", 1.0, 0, float("inf")), ValueError, "walltime must be a finite number"),
+    ("add_scalar", ("x", 1.0, 1.0), TypeError, "step must be an int, got float 1.0"),
+    ("add_scalar", ("x", 1.0, np.float64(2.0)), TypeError, "step must be an int, got float64"),
+    ("add_scalar", ("x", 10**400, 0), ValueError, "value must fit in a float64"),
+    ("add_scalar", ("a\ud800b", 1.0, 0), ValueError, r"tag must be encodable as UTF-8 .*\\ud800"),
+    ("add_text", ("t", "a\ud800b", 0), ValueError, r"text_string must be encodable .*\\ud800"),
+    ("add_text", ("t", "ok", 2**64), ValueError, "step must be in the int64 range"),
+    ("add_hparams", ({"a\ud800b": 1}, ["m"]), ValueError, "hparams_dict key must be encodable"),
+    ("add_hparams", ({"lr": "a\ud800b"}, ["m"]), ValueError, r"hparams_dict\['lr'\] must be enc"),
+    ("add_hparams", ({"lr": 1}, ["a\ud800"]), ValueError, r"metrics_list\[0\] must be encodable"),
+    ("add_histogram", ("h", [1.0], 2**64), ValueError, "step must be in the int64 range"),
+    ("add_histogram", ("h", [10**400], 0), TypeError, "values must be an array of numbers"),
+    ("add_histogram", ("h", ["1.5"], 0), TypeError, "values must be an array of numbers"),
+    ("add_histogram", ("h", [1.0], 0, "now"), TypeError, "walltime must be a real number"),
+    ("add_image", ("i", np.zeros((2, 2), np.uint8), 0, float("nan"), "HW"), ValueError, "finite"),
+    ("add_audio", ("a", np.zeros(4), 2**63), ValueError, "step must be in the int64 range"),
+    ("add_pr_curve", ("p", [0, 1], [0.1, 0.9], 2**63), ValueError, "int64 range"),
+    ("add_roc_curve", ("p", [0, 1], [0.1, 0.9], 0, 10, None, "x"), TypeError, "walltime"),
+    ("add_scalars", ("m", {"a": 1.0}, 2**63), ValueError, "step must be in the int64 range"),
+    ("add_scalars", ("m", {"a\ud800": 1.0}, 0), ValueError, "tag_scalar_dict key must be enc"),
+]
+
+
+@pytest.fixture(scope="module")
+def shared_writer(tmp_path_factory):
+    """One writer for the tests of bad calls: each must leave it working."""
+    logdir = tmp_path_factory.mktemp("bad")
+    with attach(logdir, run="r", telemetry=False) as w:
+        yield w, logdir
+
+
+@pytest.mark.parametrize(("method", "args", "error", "text"), BAD_CALLS, ids=lambda x: str(x)[:40])
+def test_input_that_killed_the_thread_is_refused_at_the_call(
+    shared_writer, method, args, error, text
+):
+    w, logdir = shared_writer
+    canary = f"canary/{method}"
+    w.add_scalar(canary, 1.0, 0)
+    with pytest.raises(error, match=text):
+        getattr(w, method)(*args)
+    w.add_scalar(canary, 2.0, 1)
+    started = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "data stays queued": the flush is confirmed
+        assert w.flush(timeout=10) is True
+    assert time.monotonic() - started < 5
+    assert w._thread.is_alive()
+    with recorder.RunReader(logdir / "r") as reader:
+        assert reader.read_scalars(canary).values.tolist()[-2:] == [1.0, 2.0]
+
+
+def test_integer_steps_of_numpy_and_tensors_are_kept_and_floats_refused(tmp_path):
+    class Tensor:  # what torch.tensor(7) offers: .item() giving an int
+        def item(self):
+            return 7
+
+    with attach(tmp_path, run="steps", telemetry=False) as w:
+        w.add_scalar("x", 1.0, np.int64(5))
+        w.add_scalar("x", 1.0, np.uint32(6))
+        w.add_scalar("x", 1.0, Tensor())
+        w.add_scalar("x", 1.0, 2**63 - 1)
+        w.add_scalar("x", 1.0, -(2**63))
+        for bad in (1.0, np.float32(8), True, "9"):
+            with pytest.raises(TypeError, match="step must be an int"):
+                w.add_scalar("x", 1.0, bad)
+    with recorder.RunReader(tmp_path / "steps") as reader:
+        assert sorted(reader.read_scalars("x").steps.tolist()) == [-(2**63), 5, 6, 7, 2**63 - 1]
+
+
+# -- failures behind the call: kept, reported, retried ----------------------------------------
+
+
+@pytest.fixture
+def failing_send(monkeypatch):
+    """Make the in-process transport fail (as a full disk would) while ``state["error"]`` is set."""
+    from vdl_stream.transport import InProcessTransport
+
+    state = {"error": None, "calls": 0}
+    original = InProcessTransport.send
+
+    async def send(self, batch):
+        state["calls"] += 1
+        if state["error"] is not None:
+            raise state["error"]
+        await original(self, batch)
+
+    monkeypatch.setattr(InProcessTransport, "send", send)
+    return state
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_failing_broker_keeps_the_data_reports_the_reason_and_recovers(tmp_path, failing_send):
+    w = attach(tmp_path, run="faulty", telemetry=False)
+    w.add_scalar("x", 0.0, 0)
+    assert w.flush(timeout=10)
+    failing_send["error"] = OSError(errno.ENOSPC, "No space left on device")
+    for step in range(1, 1001):
+        w.add_scalar("x", float(step), step)
+    wait_for(lambda: failing_send["calls"] >= 3)  # retried with backoff
+    with pytest.warns(RuntimeWarning, match="retrying .*OSError: .*No space left on device"):
+        w.add_scalar("x", 1001.0, 1001)
+    with pytest.warns(RuntimeWarning, match="not confirmed within the timeout: .*No space left"):
+        assert w.flush(timeout=0.3) is False
+        for _ in range(20):  # flushes that gave up leave nothing behind to wait on
+            assert w.flush(timeout=0.01) is False
+    assert not w._to_confirm
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w.add_scalar("x", 1002.0, 1002)  # the same reason is not repeated
+    failing_send["error"] = None  # space freed
+    assert w.flush(timeout=10) is True
+    assert w._thread.is_alive()
+    w.close()
+    with recorder.RunReader(tmp_path / "faulty") as reader:
+        series = reader.read_scalars("x")
+    assert series.steps.tolist() == list(range(1003))  # nothing lost, nothing duplicated
+    assert series.values.tolist() == [float(s) for s in range(1003)]
+
+
+def test_pending_data_spills_to_disk_beyond_its_memory_bound(tmp_path, failing_send, monkeypatch):
+    from vdl_stream import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "PENDING_MEMORY_BYTES", 64 << 10)
+    w = attach(tmp_path, run="spill", telemetry=False, flush_interval=0.005)
+    failing_send["error"] = OSError(errno.EIO, "Input/output error")
+    step = 0
+    with pytest.warns(RuntimeWarning, match="retrying .*Input/output error"):
+        for _ in range(40):
+            for _ in range(500):
+                w.add_scalar("x", float(step), step)
+                step += 1
+            w.add_text("t", "y" * 2000, step)
+            time.sleep(0.006)
+    wait_for(lambda: not w._points)  # the pump keeps draining the hot path
+    stats = w.statistics()
+    assert stats.spilled_batches > 0 and stats.pending_batches > stats.spilled_batches
+    assert stats.send_failures >= 1 and "Input/output error" in stats.problem
+    assert w._pending._memory_bytes <= 64 << 10  # the rest is in the spool file
+    assert stats.dropped_batches == 0
+    failing_send["error"] = None
+    assert w.flush(timeout=20) is True
+    stats = w.statistics()
+    assert (stats.pending_batches, stats.pending_bytes, stats.problem) == (0, 0, None)
+    w.close()
+    with recorder.RunReader(tmp_path / "spill") as reader:
+        assert reader.read_scalars("x").steps.tolist() == list(range(step))
+        assert len(reader.read_records(kind="text")) == 40
+
+
+def test_when_the_spool_file_fails_too_batches_wait_in_memory_in_order(
+    tmp_path, failing_send, monkeypatch
+):
+    from vdl_stream import writer as writer_module
+    from vdl_stream.transport import Spool
+
+    monkeypatch.setattr(writer_module, "PENDING_MEMORY_BYTES", 32 << 10)
+    spool_full = {"on": False}
+    original_put = Spool.put
+
+    def put(self, seq, frame):
+        if spool_full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        original_put(self, seq, frame)
+
+    monkeypatch.setattr(Spool, "put", put)
+    w = attach(tmp_path, run="tail", telemetry=False, flush_interval=0.005)
+    failing_send["error"] = OSError(errno.EIO, "Input/output error")
+    step = 0
+
+    def log(batches):
+        nonlocal step
+        for _ in range(batches):
+            for _ in range(300):
+                w.add_scalar("x", float(step), step)
+                step += 1
+            time.sleep(0.007)
+
+    with pytest.warns(RuntimeWarning) as caught:
+        log(20)  # memory, then the spool file
+        wait_for(lambda: w.statistics().spilled_batches > 0)
+        spool_full["on"] = True
+        log(3)  # the spool's disk is full too: behind it, in memory
+        wait_for(lambda: not w._points)
+        spool_full["on"] = False
+        log(2)  # still behind the spool: nothing overtakes
+        wait_for(lambda: not w._points)
+    assert any("cannot spill pending batches" in str(x.message) for x in caught)
+    assert w._pending._tail and len(w._pending._spool)
+    assert w.statistics().dropped_batches == 0
+    failing_send["error"] = None
+    assert w.flush(timeout=20) is True
+    w.close()
+    with recorder.RunReader(tmp_path / "tail") as reader:
+        series = reader.read_scalars("x")
+    assert series.steps.tolist() == list(range(step))  # in order, none lost or duplicated
+
+
+def test_with_no_broker_and_no_spool_memory_stays_bounded(tmp_path, failing_send, monkeypatch):
+    from vdl_stream import writer as writer_module
+    from vdl_stream.transport import Spool
+
+    def put(self, seq, frame):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer_module, "PENDING_MEMORY_BYTES", 16 << 10)
+    monkeypatch.setattr(Spool, "put", put)
+    w = attach(tmp_path, run="bounded", telemetry=False, flush_interval=0.005)
+    failing_send["error"] = OSError(errno.EIO, "Input/output error")
+    with pytest.warns(RuntimeWarning, match="dropped the oldest pending batches"):
+        for step in range(30_000):
+            w.add_scalar("x", float(step), step)
+            if step % 300 == 0:
+                time.sleep(0.006)
+        wait_for(lambda: not w._points)
+        w.add_scalar("x", 0.0, 30_000)
+    stats = w.statistics()
+    assert stats.dropped_batches > 0 and stats.pending_bytes <= 4 * (16 << 10) + 8_000
+    assert w._thread.is_alive()
+    failing_send["error"] = None
+    assert w.flush(timeout=20) is True
+    w.close()
+
+
+def test_a_stopped_background_thread_makes_flush_fail_at_once(tmp_path):
+    w = attach(tmp_path, run="stopped", telemetry=False)
+    w._call_soon(lambda: setattr(w, "_closing", True))  # the loop ends, the writer is not closed
+    wait_for(lambda: not w._thread.is_alive())
+    started = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="background thread stopped"):
+        assert w.flush(timeout=30) is False
+    assert time.monotonic() - started < 1
+    w.close()
+
+
+def test_points_that_cannot_be_stored_are_dropped_and_reported_never_the_rest(tmp_path):
+    w = attach(tmp_path, run="defence", telemetry=False)
+    # What no add_* call lets through (the checks are bypassed here on purpose).
+    w._points.append(("x", 2**70, 1.0, 0.0))
+    w.add_scalar("x", 2.0, 2)
+    with pytest.warns(RuntimeWarning, match=r"dropped 1 scalar point\(s\) that cannot be stored"):
+        assert w.flush(timeout=10) is True
+        w.add_scalar("x", 3.0, 3)
+    w.close()
+    with recorder.RunReader(tmp_path / "defence") as reader:
+        assert reader.read_scalars("x").values.tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "text"),
+    [
+        ({"telemetry_interval": 0.01}, ValueError, "telemetry_interval must be from 0.1 to 3600 s"),
+        ({"telemetry_interval": "1"}, TypeError, "telemetry_interval must be a number"),
+        ({"flush_interval": 0}, ValueError, "flush_interval must be from 0.001 to 60 s, got 0"),
+        ({"flush_interval": True}, TypeError, "flush_interval must be a number of seconds"),
+        ({"url": b"ws://x"}, TypeError, "url must be a str"),
+        ({"run": "a\u202eb"}, ValueError, r"U\+202E"),
+        ({"run": "exp/index.vdli"}, ValueError, "clashes with the record format"),
+        ({"logdir": 3}, TypeError, "logdir must be a str or path, got int 3"),
+    ],
+)
+def test_attach_arguments_are_checked(tmp_path, kwargs, error, text):
+    kwargs = {"logdir": tmp_path, "run": "r", "telemetry": False, **kwargs}
+    with pytest.raises(error, match=text):
+        attach(**kwargs)

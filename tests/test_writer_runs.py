@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import numpy as np
+import pytest
 
 import recorder
 from tests import fake_pynvml
-from vdl_stream import attach
+from vdl_stream import LogWriter, SummaryWriter, attach, codec
 
 
 def test_a_process_killed_right_after_flush_loses_nothing(tmp_path):
@@ -102,3 +105,238 @@ def test_flush_is_confirmed_even_when_its_request_races_the_pump(tmp_path, monke
     with attach(tmp_path, run="race", telemetry=False) as w:
         w.add_scalar("x", 1.0, 0)
         assert w.flush(timeout=5) is True
+
+
+@pytest.mark.parametrize(
+    ("run", "text"),
+    [
+        ("a\u202eb", r"invisible.*U\+202E"),
+        ("a\u2028b", r"U\+2028"),
+        ("a\u200bb", r"U\+200B"),
+        ("a\ufeffb", r"U\+FEFF"),
+        ("a\ud800b", r"U\+D800"),
+        ("exp/\u2066x", r"U\+2066"),
+        ("x" * 256, "at most 255 bytes"),
+        ("é" * 128, "at most 255 bytes"),
+        ("exp1/segment-000000.vdlr", "clashes with the record format"),
+        ("exp1/index.vdli", "clashes"),
+        ("exp1/index.vdli.tmp", "clashes"),
+        ("exp1/writer.lock", "clashes"),
+        ("exp1/x.TMP", "clashes"),
+        ("a/segment-000001.vdlr/b", "clashes"),
+        ("/abs", "relative path"),
+        ("a//b", "relative path"),
+        ("a/./b", "relative path"),
+        ("..", "relative path"),
+        (b"run", "non-empty str"),
+        ("", "non-empty str"),
+    ],
+)
+def test_run_names_are_checked_for_what_a_directory_or_a_screen_would_garble(run, text):
+    with pytest.raises(ValueError, match=text):
+        codec.check_run_name(run)
+
+
+@pytest.mark.parametrize(
+    "run", ["exp1", "exp1/train", "运行-1", "a b", "x" * 255, "é" * 127, "v1.2"]
+)
+def test_plain_run_names_pass(run):
+    assert codec.check_run_name(run) == run
+
+
+# -- a log directory that cannot be written, a run held elsewhere ------------------------------
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc)
+    assert "\n" not in text and exc.__traceback__ is not None
+    return text
+
+
+@pytest.mark.parametrize("make", ["attach", "LogWriter", "SummaryWriter"])
+def test_a_logdir_that_is_a_file_is_a_one_line_error_at_the_call(tmp_path, make):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OSError) as caught:
+        if make == "attach":
+            attach(blocker, run="r", telemetry=False)
+        elif make == "LogWriter":
+            LogWriter(blocker / "r", telemetry=False)
+        else:
+            SummaryWriter(blocker / "r", telemetry=False)
+    assert str(blocker) in one_line(caught.value)
+    assert "Not a directory" in str(caught.value) or "File exists" in str(caught.value)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A real read-only file system (a tmpfs mounted ro), when this process may mount one."""
+    mount_point = tmp_path / "ro"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount_point)])
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=True)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 3 MiB file system, when this process may mount one."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)])
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def test_a_full_disk_is_reported_and_the_writer_resumes_when_space_frees(small_tmpfs):
+    logdir = small_tmpfs / "logs"
+    ballast = small_tmpfs / "ballast"
+    ballast.write_bytes(bytes(2_600_000))
+    w = attach(logdir, run="full", telemetry=False)
+    step = 0
+    with pytest.warns(RuntimeWarning, match="disk full") as caught:
+        deadline = time.monotonic() + 60
+        while not any("disk full" in str(x.message) for x in caught):
+            assert time.monotonic() < deadline, "the disk never filled"
+            for _ in range(2000):
+                w.add_scalar("x", float(step), step)
+                step += 1
+            time.sleep(0.005)
+    with pytest.warns(RuntimeWarning, match="not confirmed within the timeout: .*disk full"):
+        assert w.flush(timeout=0.5) is False
+    assert w._thread.is_alive()
+    ballast.unlink()  # space frees: the transport's retries land
+    assert w.flush(timeout=30) is True
+    w.close()
+    with recorder.RunReader(logdir / "full") as reader:
+        assert reader.read_scalars("x").steps.tolist() == list(range(step))
+
+
+@pytest.mark.parametrize("make", ["attach", "LogWriter", "SummaryWriter"])
+def test_a_read_only_logdir_is_a_one_line_error_at_the_call(read_only_dir, make):
+    with pytest.raises(OSError) as caught:
+        if make == "attach":
+            attach(read_only_dir, run="r", telemetry=False)
+        elif make == "LogWriter":
+            LogWriter(read_only_dir / "r", telemetry=False)
+        else:
+            SummaryWriter(read_only_dir / "r", telemetry=False)
+    text = one_line(caught.value)
+    assert str(read_only_dir) in text and "Read-only file system" in text
+
+
+def test_a_logdir_without_permission_is_a_one_line_error_at_the_call(tmp_path):
+    logdir = tmp_path / "private"
+    # root's directory, for the child that drops to nobody; a read-only one for anyone else
+    logdir.mkdir(mode=0o700 if os.getuid() == 0 else 0o500)
+    script = textwrap.dedent(
+        f"""
+        import os, sys, vdl_stream, vdl_stream.broker, vdl_stream.telemetry
+        if os.getuid() == 0:
+            os.setgid(65534); os.setuid(65534)  # run as nobody: root may write anywhere
+        try:
+            vdl_stream.attach({str(logdir)!r}, run="r", telemetry=False)
+        except PermissionError as exc:
+            print(exc)
+            sys.exit(3)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 3, done.stderr
+    assert f"cannot record a run in {logdir}/r: Permission denied" in done.stdout
+
+
+HOLD_RUN = """
+import sys, recorder
+w = recorder.RunWriter(sys.argv[1])
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_run_open_in_another_process_is_refused_at_the_call(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_RUN, str(tmp_path / "exp1")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(recorder.RunLockedError) as caught:
+            attach(tmp_path, run="exp1", telemetry=False)
+        text = one_line(caught.value)
+        assert str(tmp_path / "exp1") in text and f"process {holder.pid}" in text
+        with pytest.raises(recorder.RunLockedError, match="already open"):
+            SummaryWriter(tmp_path / "exp1", telemetry=False)
+        with pytest.raises(recorder.RunLockedError, match="already open"):
+            LogWriter(tmp_path / "exp1", telemetry=False).add_scalar("x", 1.0, 0)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    with attach(tmp_path, run="exp1", telemetry=False) as w:  # released with the process
+        w.add_scalar("x", 1.0, 0)
+
+
+def test_two_writers_of_one_run_in_one_process_are_refused(tmp_path):
+    with attach(tmp_path, run="r", telemetry=False) as first:
+        with pytest.raises(
+            recorder.RunLockedError, match=f"{tmp_path / 'r'}.*process {os.getpid()}"
+        ):
+            attach(tmp_path, run="r", telemetry=False)
+        first.add_scalar("x", 1.0, 0)
+    with recorder.RunReader(tmp_path / "r") as reader:
+        assert reader.read_scalars("x").values.tolist() == [1.0]
+        assert "writer.lock" not in {info for info in reader.tags()}
+
+
+def test_run_lock_is_released_at_close_and_ignored_by_readers(tmp_path):
+    run_dir = tmp_path / "r"
+    with recorder.RunWriter(run_dir) as w:
+        w.append_scalars("x", np.arange(3), np.zeros(3), np.ones(3))
+        assert (run_dir / "writer.lock").read_text() == f"{os.getpid()}\n"
+        with pytest.raises(recorder.RunLockedError, match=f"process {os.getpid()}"):
+            recorder.RunWriter(run_dir)
+    recorder.RunWriter(run_dir).close()  # free again
+    assert recorder.list_runs(tmp_path) == ["r"]
+    with recorder.RunReader(run_dir) as reader:
+        assert reader.read_scalars("x").steps.tolist() == [0, 1, 2]
+
+
+def test_visualdl_1x_modes_leave_no_empty_parent_run(tmp_path):
+    writer = LogWriter(tmp_path / "dir", telemetry=False)
+    with writer.mode("train") as logger:
+        loss = logger.scalar("loss")
+    loss.add_record(0, 1.0)
+    writer.close()
+    assert recorder.list_runs(tmp_path) == ["dir/train"]
+    assert writer.logdir == str(tmp_path / "dir")
+    assert not (tmp_path / "dir" / "segment-000000.vdlr").exists()
+
+
+def test_a_run_with_foreign_files_is_refused_at_attach_naming_the_path(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "segment-000000.vdlr").write_bytes(b"PK\x03\x04 not a segment at all" * 4)
+    with pytest.raises(Exception, match=f"cannot record a run in {tmp_path / 'r'}: ") as caught:
+        attach(tmp_path, run="r", telemetry=False)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_refusal_of_the_remote_server_is_reported_and_fails_the_flush(serve_process):
+    serve_process.logdir.mkdir(exist_ok=True)
+    (serve_process.logdir / "blocker").write_text("a file where a run directory would go")
+    w = attach(url=serve_process.ws_url, run="blocker/r", telemetry=False)
+    w.add_scalar("x", 1.0, 0)
+    with pytest.warns(RuntimeWarning, match="refused part of it: .*clashes with a file"):
+        assert w.flush(timeout=20) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reported once, not again on the next call
+        w.add_scalar("x", 2.0, 1)
+    assert w._thread.is_alive()
+    w.close(timeout=5)

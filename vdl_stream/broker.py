@@ -13,9 +13,11 @@ only after their batch is written (and fsynced, when they asked for it with ``sy
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import resource
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -32,6 +34,7 @@ from recorder.catalog import INDEX_NAME, SEGMENT_RE
 
 from . import codec
 from .codec import Batch, ScalarColumns
+from .errors import RefusedError
 
 log = logging.getLogger("vdl_stream.broker")
 
@@ -55,6 +58,82 @@ STREAM_CHUNK = 1 << 16
 READER_RECORD_BYTES = 2048
 #: Reader threads at a time: reads of different runs overlap, and memory stays bounded.
 READ_THREADS = 2
+#: A persist flush of one run is cut after this many bytes of batches, each part with its own
+#: bookkeeping record, so the recorder never writes a part of a flush on its own (its buffer
+#: writes itself out past 32 MiB).
+FLUSH_BYTES = 16 << 20
+#: The recorder's own segment limit for the broker's writers: never reached; the broker starts
+#: new segments itself, between flushes.
+NO_ROTATION = 1 << 62
+#: A refusal of the same run for the same reason is logged at most once in this many seconds.
+LOG_INTERVAL = 10.0
+#: Refusals remembered for waiters that ask after the fact, by broker seq (oldest forgotten).
+REFUSALS_KEPT = 65536
+
+
+def default_open_writers() -> int:
+    """A quarter of the process's open-file limit, between 8 and 4,096.
+
+    A ``RunWriter`` holds three descriptors (the directory, the open segment, the lock file), so
+    at the bound writers take three quarters of the limit: enough for as many live runs as the
+    server takes writer connections under ``ulimit -n 1024``. Should the process still run out
+    of descriptors, the broker closes half of its writers and refuses (retryable) the batches
+    it could not write.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(8, min(4096, soft // 4))
+
+
+class SubscriberLimitError(RuntimeError):
+    """The broker already serves its maximum number of subscribers; try again later."""
+
+
+def refusal_for(exc: BaseException) -> RefusedError:
+    """Turn an error from persisting or opening a run into a :class:`RefusedError`.
+
+    The reason is one line for a remote user and never names a server path. Causes that can go
+    away by themselves or by an operator's hand (a full disk, too many open files, a run another
+    process writes, permissions) are retryable; names the file system or the record format can
+    never hold are not.
+    """
+    if isinstance(exc, recorder.RunLockedError) or (
+        type(exc) is recorder.RecorderError and "already open" in str(exc)
+    ):
+        return RefusedError("the run is being written by another process", retryable=True)
+    if isinstance(exc, (recorder.NotARunError, recorder.FormatError, IsADirectoryError)):
+        return RefusedError(
+            "the run name clashes with a file of the record format, or the run's files are "
+            "not readable segments",
+            retryable=False,
+        )
+    if isinstance(exc, OSError):
+        code = exc.errno
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            return RefusedError("disk full on the server (no space left)", retryable=True)
+        if code in (errno.EMFILE, errno.ENFILE):
+            return RefusedError("the server has too many open files", retryable=True)
+        if code == errno.ENAMETOOLONG:
+            return RefusedError(
+                "the run name is too long for the server's file system (255 bytes a part)",
+                retryable=False,
+            )
+        if code in (errno.ENOTDIR, errno.EEXIST):
+            return RefusedError(
+                "the run name clashes with a file in the log directory", retryable=False
+            )
+        if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return RefusedError(
+                "the server may not write the run (permission denied or read-only)",
+                retryable=True,
+            )
+        return RefusedError(
+            f"the server cannot write the run: {exc.strerror or code}", retryable=True
+        )
+    return RefusedError(
+        f"the server cannot record the batch: {type(exc).__name__}", retryable=False
+    )
 
 
 @dataclass(frozen=True)
@@ -67,18 +146,27 @@ class SubscriberStatistics:
     sent: int
     dropped: int
     gaps: int
+    bytes: int = 0
+    peak_bytes: int = 0
+    capacity_bytes: int = 0
 
 
 class Subscriber:
     """One browser's subscription: its own bounded queue of encoded frames, fed without awaiting.
 
-    When the queue is full the *gap* policy applies: further frames are dropped, and once the
-    consumer has drained what was queued it receives a ``gap`` message, after which the client
-    subscribes again and gets a fresh snapshot.
+    The queue is bounded twice: in frames (``capacity``) and in bytes (``capacity_bytes``; a
+    frame larger than that is still taken into an empty queue, so one large event cannot stop a
+    subscriber for good). When either bound would be passed the *gap* policy applies: further
+    frames are dropped, and once the consumer has drained what was queued it receives a ``gap``
+    message, after which the client subscribes again and gets a fresh snapshot.
     """
 
     def __init__(
-        self, runs: set[str] | None, capacity: int, tags: re.Pattern[str] | None = None
+        self,
+        runs: set[str] | None,
+        capacity: int,
+        tags: re.Pattern[str] | None = None,
+        capacity_bytes: int = 8 << 20,
     ) -> None:
         self.runs = runs
         self.tags = tags
@@ -86,6 +174,8 @@ class Subscriber:
         # run -> the broker seq up to which its snapshot already covers that run
         self.covered: dict[str, int] = {}
         self._capacity = capacity
+        self._capacity_bytes = capacity_bytes
+        self._bytes = self._peak_bytes = 0
         self._send, self._receive = trio.open_memory_channel[tuple[int, str | None, bytes]](
             capacity
         )
@@ -116,17 +206,32 @@ class Subscriber:
         if self._gap:
             self._dropped += 1
             return
+        if self._bytes and self._bytes + len(frame) > self._capacity_bytes:
+            self.mark_gap()
+            self._dropped += 1
+            return
         try:
             self._send.send_nowait((seq, run, frame))
         except trio.WouldBlock:
-            self._gap = True
-            self._gaps += 1
+            self.mark_gap()
             self._dropped += 1
             return
         except trio.ClosedResourceError:
             return
+        self._bytes += len(frame)
+        self._peak_bytes = max(self._peak_bytes, self._bytes)
         depth = self._send.statistics().current_buffer_used
         self._peak = max(self._peak, depth)
+
+    def mark_gap(self) -> None:
+        """Apply the gap policy now: drop frames until the client re-syncs from a snapshot.
+
+        Used on overflow, and when frames already offered turn out not to be on disk (a batch
+        refused after its fan-out), so the page re-reads the truth.
+        """
+        if not self._gap:
+            self._gap = True
+            self._gaps += 1
 
     async def receive(self) -> bytes:
         """Return the next frame to send: queued data, or a ``gap`` message after an overflow."""
@@ -138,6 +243,7 @@ class Subscriber:
                     self._gap = False
                     return codec.encode_message({"type": "gap", "seq": self.after_seq})
                 seq, run, frame = await self._receive.receive()
+            self._bytes -= len(frame)
             if seq > self.covered.get(run, self.after_seq):  # type: ignore[arg-type]
                 self._sent += 1
                 return frame
@@ -155,6 +261,9 @@ class Subscriber:
             self._sent,
             self._dropped,
             self._gaps,
+            self._bytes,
+            self._peak_bytes,
+            self._capacity_bytes,
         )
 
 
@@ -172,6 +281,9 @@ class BrokerStatistics:
     subscribers: int
     queue_depth: int
     queue_peak: int
+    refusals: int = 0
+    open_writers: int = 0
+    subscribers_refused: int = 0
 
 
 @dataclass(frozen=True)
@@ -219,22 +331,58 @@ class _Run:
         self.cached = 0  # bytes of decoded data the reader holds, as of its last use
         self.base = 0  # bytes its in-memory index holds, estimated
         self.lock = trio.Lock()  # RunReader is not thread-safe
+        # (writer, seq) -> broker seq of a batch accepted but not yet written or refused, so a
+        # re-sent copy waits for the original's outcome instead of being acknowledged blindly.
+        self.inflight: dict[tuple[str, int], int] = {}
+        # writer -> (seq, refusal): a retryable refusal of that writer's batch ``seq``; until the
+        # writer sends ``seq`` again, its later batches are refused too, so nothing lands out
+        # of order and the dedup by (writer, seq) stays exact. Ingest side (event loop).
+        self.resend_from: dict[str, tuple[int, RefusedError]] = {}
+        # The same, on the persist side (worker thread): batches queued behind a refused one.
+        self.blocked: dict[str, tuple[int, RefusedError]] = {}
+        self.rotating = False  # the writer is open with a segment limit to start a new segment
 
     def load_ingest_state(self) -> None:
         """Read which writer sequence numbers this run already holds (blocking)."""
-        self.loaded = True
-        if not self.path.is_dir():
-            return
-        try:
-            reader = recorder.RunReader(self.path)
-        except recorder.NotARunError:
-            return
-        with reader:
-            # Each bookkeeping record holds every writer the run has seen: the newest suffices.
-            record = reader.last_record(INGEST_KIND)
-        if record is not None:
-            self.last_seq.update(record.data)
+        if self.path.is_dir():
+            try:
+                reader = recorder.RunReader(self.path)
+            except recorder.NotARunError:
+                reader = None
+            if reader is not None:
+                with reader:
+                    # Each bookkeeping record holds every writer the run has seen: the newest
+                    # suffices.
+                    record = reader.last_record(INGEST_KIND)
+                if record is not None:
+                    self.last_seq.update(record.data)
         self.persisted_seq = dict(self.last_seq)
+        self.loaded = True  # only now: a failed load is tried again by the next batch
+
+
+def _out_of_files(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def _parts(batches: list[tuple[int, Batch]]) -> list[list[tuple[int, Batch]]]:
+    """Cut a run's batches into parts of about FLUSH_BYTES, in order; each is one flush."""
+    parts: list[list[tuple[int, Batch]]] = []
+    size = FLUSH_BYTES
+    for item in batches:
+        if size >= FLUSH_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(item)
+        size += _batch_bytes(item[1])
+    return parts
+
+
+def _batch_bytes(batch: Batch) -> int:
+    """About how many bytes ``batch`` takes in the recorder's buffer."""
+    size = 24 * sum(len(c) for c in batch.scalars)
+    for event in batch.events:
+        size += 64 + sum(len(v) for v in event.values() if isinstance(v, (bytes, str)))
+    return size
 
 
 def _thin(items: list, limit: int) -> list:
@@ -258,18 +406,35 @@ def _record_event(record: recorder.Record) -> dict[str, Any]:
 class Broker:
     """Ingests writer batches for one log directory, persists them and fans them out.
 
+    A batch that cannot be persisted (a full disk, too many open files, a run locked by another
+    process, a run name the file system or the record format cannot hold) is *refused*: it is
+    not acknowledged, nothing of it is left on disk without its bookkeeping, and every other run
+    and subscriber carries on. :meth:`ingest` raises :class:`~vdl_stream.errors.RefusedError`
+    for refusals known at once; :meth:`wait_written` raises it for refusals found while
+    persisting. After a retryable refusal of a writer's batch ``n`` its later batches are
+    refused too until ``n`` is sent again, so batches land in order and the dedup by
+    (writer, seq) stays exact.
+
     Args:
         logdir: the directory holding one sub-directory per run.
         sync_interval: fsync dirty runs at least this often, in seconds.
         queue_size: capacity of the ingest queue, in batches; ``ingest`` waits when it is full.
         subscriber_queue: capacity of each subscriber's queue, in frames.
+        subscriber_bytes: capacity of each subscriber's queue, in bytes of encoded frames.
+        max_subscribers: :meth:`subscribe` raises :class:`SubscriberLimitError` past this many.
+        max_open_writers: run files kept open for writing at once; the least recently written
+            run is fsynced and closed to make room (and reopened when it is written again).
+            By default a quarter of the open-file limit (256 under ``ulimit -n 1024``; each
+            holds three descriptors, see :func:`default_open_writers`).
+        segment_bytes: a run's segment file is closed and the next one started once it is about
+            this large, always between two flushes (a segment may exceed it by one flush).
         cache_bytes: the budget, in bytes, for decoded data that runs' readers keep between reads;
             beyond it the least recently used readers drop their caches.
         idle_close: close a run's reader (its file descriptors and cache) after this many seconds
             without a read or new data; it reopens where it stopped when needed.
 
     Raises:
-        ValueError: ``cache_bytes`` or ``idle_close`` is not positive.
+        ValueError: a size, count or ``idle_close`` is not positive.
     """
 
     def __init__(
@@ -279,9 +444,23 @@ class Broker:
         sync_interval: float = 1.0,
         queue_size: int = 64,
         subscriber_queue: int = 256,
+        subscriber_bytes: int = 8 << 20,
+        max_subscribers: int = 256,
+        max_open_writers: int | None = None,
+        segment_bytes: int = 64 << 20,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         idle_close: float = IDLE_CLOSE,
     ) -> None:
+        for name, value in (
+            ("subscriber_queue", subscriber_queue),
+            ("subscriber_bytes", subscriber_bytes),
+            ("max_subscribers", max_subscribers),
+            ("max_open_writers", max_open_writers or 1),
+            ("queue_size", queue_size),
+            ("segment_bytes", segment_bytes),
+        ):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not isinstance(cache_bytes, int) or cache_bytes <= 0:
             raise ValueError(f"cache_bytes must be a positive int, got {cache_bytes!r}")
         if not idle_close > 0:
@@ -289,6 +468,10 @@ class Broker:
         self.logdir = Path(logdir)
         self._sync_interval = sync_interval
         self._subscriber_queue = subscriber_queue
+        self._subscriber_bytes = subscriber_bytes
+        self._max_subscribers = max_subscribers
+        self._max_open_writers = max_open_writers or default_open_writers()
+        self._segment_bytes = segment_bytes
         self._runs: dict[str, _Run] = {}
         self._subscribers: set[Subscriber] = set()
         self._send, self._receive = trio.open_memory_channel[tuple[int, Batch | None, bool]](
@@ -298,6 +481,10 @@ class Broker:
         self._progress = trio.Event()
         self._open_lock = trio.Lock()
         self._queue_peak = self._batches = self._events = self._duplicates = 0
+        self._refusal_count = self._subscribers_refused = 0
+        self._refused: OrderedDict[int, RefusedError] = OrderedDict()  # broker seq -> refusal
+        self._logged: dict[tuple[str, str], float] = {}  # (run, reason) -> when last logged
+        self._open_writers: OrderedDict[str, _Run] = OrderedDict()  # LRU, persist thread only
         self._limiter = trio.CapacityLimiter(1)
         self._closed = trio.Event()
         # Read side: its own threads, so that a long read never holds back persistence.
@@ -318,24 +505,65 @@ class Broker:
         """Accept a batch: fan it out and queue it for persistence.
 
         Waits only while the persistence queue is full. Returns the broker sequence number that
-        :meth:`wait_persisted` takes. A batch whose (writer, seq) was already accepted is a
-        duplicate from a re-sending writer: it is dropped, and the number returned covers the
-        original.
+        :meth:`wait_written` takes. A batch whose (writer, seq) was already accepted is a
+        duplicate from a re-sending writer: it is dropped, and the number returned is the
+        original's while that is still queued (so waiting on it reports the original's outcome),
+        else one that is reached once the original is durable.
+
+        Raises:
+            RefusedError: the run cannot be opened (retryable or not), or an earlier batch of
+                this writer was refused and must be sent again first (retryable).
+            trio.ClosedResourceError: the broker is closed.
         """
-        run = await self._get_run(batch.run)
+        try:
+            run = await self._get_run(batch.run)
+        except RefusedError:
+            self._refusal_count += 1
+            raise
+        resend = run.resend_from.get(batch.writer)
+        if resend is not None:
+            if batch.seq > resend[0]:
+                self._refusal_count += 1
+                raise resend[1]
+            if batch.seq == resend[0]:
+                del run.resend_from[batch.writer]  # put back if this copy is not taken
         last = run.last_seq.get(batch.writer, 0)
         if batch.seq <= last:
             self._duplicates += 1
-            if batch.sync:
-                await self._send.send((self._seq, None, True))
+            original = run.inflight.get((batch.writer, batch.seq))
+            if original is not None:
+                if batch.sync:
+                    await self._send.send((original, None, True))
+                return original
+            if not batch.sync:
+                return 0  # written before: nothing to wait for
+            # Written before, maybe not yet fsynced: a marker of its own makes the persist task
+            # fsync, and its number is never one of a refused batch.
+            self._seq += 1
+            await self._send.send((self._seq, None, True))
             return self._seq
         run.last_seq[batch.writer] = batch.seq
         run.local = True
+        seq = self._fan_out(batch.run, batch.scalars, batch.events)
+        run.inflight[(batch.writer, batch.seq)] = seq
+        ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
+        try:
+            await self._send.send((seq, batch, batch.sync))
+        except BaseException:
+            # Cancelled (or closed) while the queue was full: the batch was not taken, so its
+            # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
+            run.last_seq[batch.writer] = last
+            run.inflight.pop((batch.writer, batch.seq), None)
+            if self._ingest_seq == seq:
+                self._ingest_seq = ingested
+            if resend is not None and batch.seq == resend[0]:
+                run.resend_from[batch.writer] = resend
+            for sub in self._subscribers:
+                if sub.wants(batch.run):
+                    sub.mark_gap()
+            raise
         self._batches += 1
         self._events += batch.count()
-        seq = self._fan_out(batch.run, batch.scalars, batch.events)
-        self._ingest_seq = seq  # snapshots wait for this to be written; followed data is on disk
-        await self._send.send((seq, batch, batch.sync))
         self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
         return seq
 
@@ -364,9 +592,45 @@ class Broker:
                 sub.offer(self._seq + 1, None, names)
 
     async def wait_persisted(self, seq: int, *, durable: bool = False) -> None:
-        """Return once every batch up to broker sequence ``seq`` is written (and fsynced if durable)."""
+        """Return once every batch up to broker sequence ``seq`` is written or refused (and the
+        written ones fsynced if ``durable``). Use :meth:`wait_written` to learn a refusal."""
         while (self._durable_seq if durable else self._written_seq) < seq:
             await self._progress.wait()
+
+    async def wait_written(self, seq: int, *, durable: bool = False) -> None:
+        """Wait for the batch that :meth:`ingest` numbered ``seq``, as :meth:`wait_persisted`.
+
+        Raises:
+            RefusedError: that batch was refused while persisting; nothing of it is on disk.
+        """
+        await self.wait_persisted(seq, durable=durable)
+        refusal = self.refusal(seq)
+        if refusal is not None:
+            raise refusal
+
+    def written(self, seq: int) -> bool:
+        """Return whether the batch numbered ``seq`` was written or refused (never blocks)."""
+        return self._written_seq >= seq
+
+    def refusal(self, seq: int) -> RefusedError | None:
+        """Return the refusal of the batch numbered ``seq`` if it was refused (and recently)."""
+        return self._refused.get(seq)
+
+    async def open_run(self, name: str) -> None:
+        """Open (and lock) run ``name`` for writing now rather than at its first batch.
+
+        For an in-process writer that wants the real cause at ``attach()`` instead of a refusal
+        later. The run stays open like any other (it may be closed later to bound open files,
+        and is reopened at its next batch).
+
+        Raises:
+            RefusedError: the name is not a valid run name, or the run's files cannot be read.
+            recorder.RunLockedError: another writer holds the run.
+            recorder.RecorderError: the run directory is not usable (a file in the way).
+            OSError: the run cannot be created or written (the message names the path).
+        """
+        run = await self._get_run(name)
+        await trio.to_thread.run_sync(self._writer, run, limiter=self._limiter)
 
     async def _get_run(self, name: str) -> _Run:
         run = self._runs.get(name)
@@ -376,8 +640,19 @@ class Broker:
             run = self._runs.get(name)
             if run is None or not run.loaded:
                 new = run is None
+                if new:
+                    try:
+                        codec.check_run_name(name)  # the in-process path has no decoder
+                    except ValueError as exc:
+                        raise RefusedError(str(exc)[:200], retryable=False) from None
                 run = run or _Run(name, self.logdir / name)
-                await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
+                try:
+                    await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
+                except (OSError, recorder.RecorderError) as exc:
+                    # Not added: a later batch tries again (the cause may go away).
+                    if _out_of_files(exc):
+                        await trio.to_thread.run_sync(self._shed_writers, limiter=self._limiter)
+                    raise refusal_for(exc) from None
                 self._runs[name] = run
                 if new:
                     self._announce()
@@ -386,7 +661,11 @@ class Broker:
     # -- persistence ----------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the persist task until :meth:`close` closes ingest; then flush, fsync and close runs."""
+        """Run the persist task until :meth:`close` closes ingest; then flush, fsync and close runs.
+
+        A failure to persist refuses the batches concerned (see :class:`Broker`); it never ends
+        this task.
+        """
         task_status.started()
         last_sync = time.monotonic()
         done = False
@@ -405,20 +684,14 @@ class Broker:
                         break
                     except trio.EndOfChannel:
                         done = True
-                positions = await trio.to_thread.run_sync(
-                    self._persist, items, limiter=self._limiter
-                )
-                for name, position in positions.items():
-                    self._runs[name].position = position
-                if items:
-                    self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
-                    self._wake_waiters()  # written: acknowledge writers that did not ask to sync
+                await self._write(items)
                 sync = done or any(s for _, _, s in items)
                 if sync or time.monotonic() - last_sync >= self._sync_interval:
                     written = self._written_seq
-                    await trio.to_thread.run_sync(self._sync_runs, limiter=self._limiter)
+                    synced = await trio.to_thread.run_sync(self._sync_runs, limiter=self._limiter)
                     last_sync = time.monotonic()
-                    self._durable_seq = written
+                    if synced:
+                        self._durable_seq = written
                     self._wake_waiters()
         finally:
             # Cancelled or closed: what was accepted but not yet written is written now.
@@ -429,12 +702,68 @@ class Broker:
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
             with trio.move_on_after(10, shield=True):
-                await trio.to_thread.run_sync(self._persist, leftovers, limiter=self._limiter)
-                await trio.to_thread.run_sync(self._sync_runs, limiter=self._limiter)
+                await self._write(leftovers)
+                if await trio.to_thread.run_sync(self._sync_runs, limiter=self._limiter):
+                    self._durable_seq = self._written_seq
                 await trio.to_thread.run_sync(self._close_runs, limiter=self._limiter)
             for sub in self._subscribers:
                 sub.close()
             self._closed.set()
+
+    async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
+        """Persist ``items`` in a worker thread, then publish positions, refusals and progress."""
+        if not items:
+            return
+        positions, refused = await trio.to_thread.run_sync(
+            self._persist, items, limiter=self._limiter
+        )
+        for name, position in positions.items():
+            self._runs[name].position = position
+        for seq, (batch, (refusal, root)) in refused.items():
+            self._refuse(seq, batch, refusal, root)
+        for seq, batch, _ in items:
+            if batch is not None:
+                inflight = self._runs[batch.run].inflight
+                if inflight.get((batch.writer, batch.seq)) == seq:  # not a newer copy's
+                    del inflight[(batch.writer, batch.seq)]
+        self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
+        self._wake_waiters()  # written: acknowledge writers that did not ask to sync
+
+    def _refuse(self, seq: int, batch: Batch, refusal: RefusedError, root: bool) -> None:
+        """Record that the batch numbered ``seq`` was refused while persisting (event loop)."""
+        self._refusal_count += 1
+        self._refused[seq] = refusal
+        while len(self._refused) > REFUSALS_KEPT:
+            self._refused.popitem(last=False)
+        run = self._runs[batch.run]
+        key = (batch.writer, batch.seq)
+        if refusal.retryable and run.inflight.get(key) == seq:
+            # The writer will send it again (no copy of it was taken since): accept that copy,
+            # and nothing of this writer after it until then.
+            held = run.resend_from.get(batch.writer)
+            if held is None or batch.seq < held[0]:
+                run.resend_from[batch.writer] = (batch.seq, refusal)
+            run.last_seq[batch.writer] = min(run.last_seq.get(batch.writer, 0), batch.seq - 1)
+        # Subscribers were offered this batch at ingest, but it is not on disk: re-sync them.
+        for sub in self._subscribers:
+            if sub.wants(batch.run):
+                sub.mark_gap()
+        # One line per run and reason every LOG_INTERVAL s: a writer retrying into a full disk
+        # must not fill the log too.
+        now = time.monotonic()
+        if (
+            root
+            and now - self._logged.get((batch.run, refusal.reason), -LOG_INTERVAL) >= LOG_INTERVAL
+        ):
+            self._logged[(batch.run, refusal.reason)] = now
+            while len(self._logged) > 1024:
+                del self._logged[next(iter(self._logged))]
+            log.warning(
+                "refusing batches of run %r: %s (%d refusals so far)",
+                batch.run,
+                refusal.reason,
+                self._refusal_count,
+            )
 
     async def _discover(self) -> None:
         """Find runs on disk this broker does not know yet, and start following them.
@@ -667,21 +996,101 @@ class Broker:
         self._progress.set()
         self._progress = trio.Event()
 
-    def _persist(self, items: list[tuple[int, Batch | None, bool]]) -> dict[str, Any]:
+    def _persist(
+        self, items: list[tuple[int, Batch | None, bool]]
+    ) -> tuple[dict[str, Any], dict[int, Any]]:
         """Append batches to their runs and write them to the OS; runs in a worker thread.
 
-        Returns the new end position of every run written. fsync is :meth:`_sync_runs`'s job, so
+        Returns the new end position of every run written, and the refused batches as
+        ``{broker seq: (batch, (RefusedError, root))}`` (``root``: refused for its own failure,
+        not because an earlier batch of its writer was). fsync is :meth:`_sync_runs`'s job, so
         that writers that did not ask for durability are acknowledged without waiting for it.
+
+        Each run is written on its own: a failure refuses that run's batches of this call and
+        leaves every other run untouched. A run's batches and the bookkeeping record naming
+        them go to the recorder in one flush, data first, so a restart never skips data.
         """
-        touched: dict[str, _Run] = {}
-        for _, batch, _ in items:
-            if batch is None:
-                continue
-            run = self._runs[batch.run]
-            if run.writer is None:
-                # The broker schedules fsync itself (_sync_runs), off the acknowledgement path.
-                run.writer = recorder.RunWriter(run.path, sync="never")
-            w = run.writer
+        by_run: dict[str, list[tuple[int, Batch]]] = {}
+        for seq, batch, _ in items:
+            if batch is not None:
+                by_run.setdefault(batch.run, []).append((seq, batch))
+        positions: dict[str, Any] = {}
+        refused: dict[int, Any] = {}
+        for name, batches in by_run.items():
+            self._persist_run(self._runs[name], batches, positions, refused)
+        return positions, refused
+
+    def _persist_run(
+        self,
+        run: _Run,
+        batches: list[tuple[int, Batch]],
+        positions: dict[str, Any],
+        refused: dict[int, Any],
+    ) -> None:
+        """Write one run's batches in parts of about FLUSH_BYTES, in order (blocking).
+
+        A batch behind a refused batch of its writer is refused too, unless that refused batch
+        is in this call ahead of it and gets written. A failed part refuses itself and every
+        batch after it.
+        """
+        part: list[tuple[int, Batch]] = []
+        size = 0
+
+        def write(rest: list[tuple[int, Batch]]) -> bool:
+            """Write ``part``; on failure refuse it and ``rest`` (the batches after it)."""
+            nonlocal part, size
+            if not part:
+                return True
+            try:
+                positions[run.name] = self._write_part(run, [b for _, b in part])
+            except Exception as exc:  # any failure refuses the run's batches
+                refusal = refusal_for(exc)
+                self._abandon(run)
+                for s, b in [*part, *rest]:
+                    refused[s] = (b, (refusal, True))
+                    if refusal.retryable and b.writer not in run.blocked:
+                        run.blocked[b.writer] = (b.seq, refusal)
+                return False
+            for _, b in part:
+                held = run.blocked.get(b.writer)
+                if held is not None and b.seq == held[0]:
+                    del run.blocked[b.writer]  # the refused batch is in: its writer goes on
+            part, size = [], 0
+            return True
+
+        for index, (seq, batch) in enumerate(batches):
+            held = run.blocked.get(batch.writer)
+            if held is not None and batch.seq > held[0]:
+                if any(b.writer == batch.writer and b.seq == held[0] for _, b in part):
+                    if not write(batches[index:]):  # the refused batch is ahead: settle it
+                        return
+                    held = run.blocked.get(batch.writer)
+                if held is not None and batch.seq > held[0]:
+                    refused[seq] = (batch, (held[1], False))  # behind a refused batch
+                    continue
+            part.append((seq, batch))
+            size += _batch_bytes(batch)
+            if size >= FLUSH_BYTES and not write(batches[index + 1 :]):
+                return
+        write([])
+
+    def _write_part(self, run: _Run, batches: list[Batch]) -> Any:
+        """Write ``batches`` of one run and their bookkeeping record in one flush (blocking).
+
+        Returns the run's new end position. On failure nothing of ``batches`` is left for a
+        later flush to write (the caller abandons the writer).
+        """
+        w = self._writer(run)
+        # The recorder would start a new segment in the middle of a flush that does not fit,
+        # writing the first part of the batches on its own: a crash there leaves data without its
+        # bookkeeping record, and the writer's re-send duplicates it. Start the new segment
+        # before the flush instead, so that the flush lands whole in one write.
+        estimate = 2 * sum(_batch_bytes(b) for b in batches) + 4096
+        offset = w.position().offset
+        if offset + estimate > self._segment_bytes and offset >= estimate:
+            w = self._rotate(run, offset)
+        persisted = dict(run.persisted_seq)
+        for batch in batches:
             for cols in batch.scalars:
                 w.append_scalars(cols.tag, cols.steps, cols.walls, cols.values)
             for event in batch.events:
@@ -689,28 +1098,139 @@ class Broker:
                 w.append_record(
                     event["kind"], event.get("tag"), event.get("step"), event["wall"], data
                 )
-            run.persisted_seq[batch.writer] = batch.seq
-            touched[run.name] = run
-        for run in touched.values():
-            # Written after the data it covers, in the same flush, so a restart never skips data;
-            # it names only batches handed over here, never ones still queued for persistence.
-            run.writer.append_record(INGEST_KIND, None, None, time.time(), dict(run.persisted_seq))
-            run.unsynced = True
-        return {name: run.writer.flush() for name, run in touched.items()}
+            persisted[batch.writer] = batch.seq
+        # After the data it covers, in the same flush, so a restart never skips data; it names
+        # only batches handed over here, never ones still queued for persistence.
+        w.append_record(INGEST_KIND, None, None, time.time(), persisted)
+        run.unsynced = True
+        position = w.flush()
+        run.persisted_seq = persisted
+        if run.rotating:
+            self._reopen(run, NO_ROTATION)
+        return position
 
-    def _sync_runs(self) -> None:
-        """fsync every run written since its last fsync; runs in a worker thread."""
-        for run in self._runs.values():
-            if run.unsynced and run.writer is not None:
-                run.writer.sync()
+    def _rotate(self, run: _Run, offset: int) -> recorder.RunWriter:
+        """Reopen a run's writer so that its next frame starts a new segment (blocking).
+
+        A writer's ``segment_bytes`` of ``offset`` (its current segment's size) makes the first
+        frame of the next flush start a new segment, and no later frame of it (the flush is
+        smaller than ``offset``); the writer is then reopened without a limit (:meth:`_reopen`).
+        """
+        run.rotating = True
+        return self._reopen(run, offset)
+
+    def _reopen(self, run: _Run, segment_bytes: int) -> recorder.RunWriter:
+        writer, run.writer = run.writer, None
+        assert writer is not None
+        # Not fsynced after close (sync="never"): fsync first, so _sync_runs, which fsyncs only
+        # the open segment, misses nothing.
+        writer.sync()
+        run.unsynced = False
+        writer.close()
+        run.writer = recorder.RunWriter(run.path, sync="never", segment_bytes=segment_bytes)
+        run.rotating = segment_bytes != NO_ROTATION
+        return run.writer
+
+    def _writer(self, run: _Run) -> recorder.RunWriter:
+        """Return the run's open writer, opening it (and closing the least recently used one
+        past ``max_open_writers``) if needed (blocking)."""
+        if run.writer is not None:
+            self._open_writers.move_to_end(run.name)
+            return run.writer
+        while len(self._open_writers) >= self._max_open_writers:
+            _, idle = self._open_writers.popitem(last=False)
+            self._retire(idle)
+        try:
+            # The broker schedules fsync itself (_sync_runs), off the acknowledgement path, and
+            # starts segments itself (_write_part), between flushes.
+            run.writer = recorder.RunWriter(run.path, sync="never", segment_bytes=NO_ROTATION)
+            run.rotating = False
+        except OSError as exc:
+            if _out_of_files(exc):
+                self._shed_writers()
+            raise
+        self._open_writers[run.name] = run
+        return run.writer
+
+    def _shed_writers(self) -> None:
+        """Out of file descriptors: close the least recently used half of the open writers, so
+        the retry of what was refused finds room (blocking)."""
+        for _ in range((len(self._open_writers) + 1) // 2):
+            self._retire(self._open_writers.popitem(last=False)[1])
+
+    def _retire(self, run: _Run) -> None:
+        """fsync and close a run's writer to free its files (blocking)."""
+        writer, run.writer = run.writer, None
+        self._open_writers.pop(run.name, None)
+        if writer is None:
+            return
+        try:
+            if run.unsynced:
+                writer.sync()
                 run.unsynced = False
+            writer.close()
+        except Exception:  # logged; its data was written, only fsync is in doubt
+            log.warning("closing the writer of run %r failed", run.name, exc_info=True)
+            self._abandon_writer(writer)
+
+    def _abandon(self, run: _Run) -> None:
+        """Drop a run's writer after a failed write, writing nothing more (blocking).
+
+        What the failed flush handed over was either written whole or truncated by the
+        recorder; the writer is reopened (which checks the files again) on the next batch.
+        """
+        writer, run.writer = run.writer, None
+        self._open_writers.pop(run.name, None)
+        if writer is None:
+            return
+        stats = writer.statistics()
+        # fsync what earlier flushes wrote and acknowledged, unless a failed append left part of
+        # a batch in the buffer (sync would write it without its bookkeeping).
+        if run.unsynced and not stats.pending_records and not stats.pending_points:
+            try:
+                writer.sync()
+                run.unsynced = False
+            except Exception:  # a full disk may refuse even this
+                log.warning("fsync of run %r failed", run.name, exc_info=True)
+        self._abandon_writer(writer)
+
+    @staticmethod
+    def _abandon_writer(writer: recorder.RunWriter) -> None:
+        # A RunWriter dropped without close() releases its descriptors and its lock and writes
+        # nothing more (recorder documents this); run that now rather than at collection.
+        writer.__del__()
+
+    def _sync_runs(self) -> bool:
+        """fsync every run written since its last fsync; return whether all succeeded (worker
+        thread). A run whose fsync fails is abandoned: its pages may be lost, so its writer is
+        not trusted again (the next batch reopens the run and checks its files)."""
+        ok = True
+        for run in list(self._runs.values()):
+            if run.unsynced and run.writer is not None:
+                try:
+                    run.writer.sync()
+                    run.unsynced = False
+                except Exception:  # one run's failure must not stop the others
+                    log.warning("fsync of run %r failed", run.name, exc_info=True)
+                    ok = False
+                    run.unsynced = False  # never fsync again after a failed fsync
+                    self._abandon(run)
+        return ok
 
     def _close_runs(self) -> None:
         for run in self._runs.values():
             if run.writer is not None:
-                run.writer.close()
+                try:
+                    run.writer.close()
+                except Exception:  # close the others anyway
+                    log.warning("closing run %r failed", run.name, exc_info=True)
+                run.writer = None
             if run.reader is not None:
-                run.reader.close()
+                try:
+                    run.reader.close()
+                except Exception:  # close the others anyway
+                    log.warning("closing the reader of run %r failed", run.name, exc_info=True)
+        self._open_writers.clear()
 
     def close(self) -> None:
         """Stop accepting batches. The persist task drains what was accepted, fsyncs and returns."""
@@ -736,8 +1256,16 @@ class Broker:
         """Register a subscriber to ``runs`` (None: all) and tags matching ``tags`` (None: all).
 
         It receives every matching batch ingested from now on.
+
+        Raises:
+            SubscriberLimitError: ``max_subscribers`` are subscribed already.
         """
-        sub = Subscriber(runs, self._subscriber_queue, tags)
+        if len(self._subscribers) >= self._max_subscribers:
+            self._subscribers_refused += 1
+            raise SubscriberLimitError(
+                f"the server already serves {self._max_subscribers} live subscribers"
+            )
+        sub = Subscriber(runs, self._subscriber_queue, tags, self._subscriber_bytes)
         sub.after_seq = self._seq
         self._subscribers.add(sub)
         return sub
@@ -861,6 +1389,9 @@ class Broker:
             len(self._subscribers),
             self._send.statistics().current_buffer_used,
             self._queue_peak,
+            self._refusal_count,
+            len(self._open_writers),
+            self._subscribers_refused,
         )
 
     def subscriber_statistics(self) -> list[SubscriberStatistics]:

@@ -45,7 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
                         allowed_hosts=args.allow_host,
                         limits=Limits(
                             max_websockets=args.max_connections,
-                            max_subscribers=args.max_browsers,
+                            max_browsers=args.max_browsers,
                         ),
                         shutdown_trigger=shutdown_trigger,
                         task_status=task_status,
@@ -55,6 +55,13 @@ def _serve(args: argparse.Namespace) -> int:
                 print(
                     f"vdl-stream {__version__}: serving {args.logdir} at {url}{suffix}", flush=True
                 )
+                if args.host in ("0.0.0.0", "::"):
+                    names = ", ".join(args.allow_host) or "none yet"
+                    print(
+                        f"listening on every interface; other machines reach it by the names "
+                        f"given with --allow-host ({names})",
+                        flush=True,
+                    )
 
     try:
         trio.run(main)
@@ -169,14 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=_positive_int,
         metavar="N",
-        help="open WebSockets at most (default: half the open-file limit, at most 1024)",
+        help="open WebSockets at most, browsers and writers together "
+        "(default: half the open-file limit, at most 1024)",
     )
     serve.add_argument(
         "--max-browsers",
         type=_positive_int,
         default=128,
         metavar="N",
-        help="open dashboard pages at most (default: 128)",
+        help="open dashboard pages at most (default: 128, and at most half of --max-connections)",
     )
     serve.set_defaults(func=_serve)
 

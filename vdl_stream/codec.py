@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +37,38 @@ EVENT_KINDS = frozenset(
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RUN_PART = re.compile(r"^[^\x00-\x1f\x7f/\\:]+$")
+#: Run names are at most this many characters, each part at most this many bytes of UTF-8.
+MAX_RUN_LENGTH = 512
+MAX_RUN_PART_BYTES = 255
+# Invisible or unencodable: controls, formats (bidi, zero-width), surrogates, line/para separators.
+_RUN_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# Parts that could be taken for (or collide with) a file of a run directory: segments, the index,
+# any later .vdl* file, the run lock and temporary files.
+_RUN_RESERVED = re.compile(r"\.(vdl[a-z0-9]*|lock|tmp)(\.|$)", re.IGNORECASE)
 
 
 class ProtocolError(ValueError):
     """A frame broke the wire schema. The message is safe to show to the remote peer."""
+
+
+class BatchError(ProtocolError):
+    """A ``batch`` frame names its writer and seq correctly but its content breaks the schema.
+
+    The server refuses that one batch (a ``refused`` frame, not retryable) instead of closing the
+    connection, so the writer drops it, hears why, and its later batches still land.
+    """
+
+    def __init__(self, message: str, writer: str, seq: int) -> None:
+        super().__init__(message)
+        self.writer = writer
+        self.seq = seq
+
+
+#: Nesting deeper than this (maps and arrays inside an event) is refused: readers recurse.
+MAX_EVENT_DEPTH = 8
+#: Keys of an event map (and of maps inside it) are str of at most this many characters.
+MAX_KEY_LENGTH = 256
+_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
 
 @dataclass
@@ -81,23 +110,66 @@ def check_tag(tag: object, name: str = "tag") -> str:
         raise ValueError(f"{name} must be at most {MAX_TAG_LENGTH} characters, got {len(tag)}")
     if _CONTROL.search(tag):
         raise ValueError(f"{name} must not contain control characters, got {tag!r:.80}")
+    if not tag.isascii() and not _encodable(tag):
+        raise ValueError(f"{name} must be encodable as UTF-8 (no lone surrogates), got {tag!r:.80}")
     return tag
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 encoding (lone surrogates have none, and msgpack fails on them)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_run_name(run: object) -> str:
     """Return ``run`` if it is a safe relative run path (``a`` or ``a/b``), else raise ``ValueError``.
 
-    Run names become directories under the log directory, so they may never be absolute, contain
-    ``..`` or backslashes, or otherwise reach outside it.
+    Run names become directories under the log directory and names in the dashboard, so they must
+    stay inside the log directory, be storable on every common file system, and read the same on
+    screen as on disk. Refused, each with a message naming the bad value:
+
+    - anything but a non-empty ``str`` of at most 512 characters;
+    - an absolute path, a backslash or ``:``, and empty, ``.`` or ``..`` parts;
+    - a part over 255 bytes of UTF-8 (the file-name limit of ext4, XFS, APFS and NTFS);
+    - control, format, separator and surrogate characters (Unicode categories Cc, Cf, Cs, Zl, Zp:
+      bidi overrides such as U+202E, zero-width characters, U+2028, lone surrogates);
+    - a part that clashes with a file of the record format: ``*.vdlr``, ``*.vdli`` and any other
+      ``.vdl*`` extension, lock files (``*.lock``) and temporary files (``*.tmp``).
+
+    A wrong type is a ``ValueError`` too, so that a decoder catches one exception type.
     """
     if type(run) is not str or not run:
         raise ValueError(f"run must be a non-empty str, got {run!r:.80}")
-    if len(run) > 512:
-        raise ValueError(f"run must be at most 512 characters, got {len(run)}")
-    parts = run.split("/")
-    for part in parts:
+    if len(run) > MAX_RUN_LENGTH:
+        raise ValueError(f"run must be at most {MAX_RUN_LENGTH} characters, got {len(run)}")
+    for part in run.split("/"):
         if part in ("", ".", "..") or not _RUN_PART.match(part):
             raise ValueError(f"run must be a relative path of plain names, got {run!r:.80}")
+        if not part.isascii():
+            for char in part:
+                if unicodedata.category(char) in _RUN_BAD_CATEGORIES:
+                    raise ValueError(
+                        f"run must not contain invisible, control or unencodable characters, "
+                        f"got {char!r} (U+{ord(char):04X}) in {run!r:.80}"
+                    )
+            if len(part.encode("utf-8")) > MAX_RUN_PART_BYTES:
+                raise ValueError(
+                    f"run parts must be at most {MAX_RUN_PART_BYTES} bytes of UTF-8, "
+                    f"got {len(part.encode('utf-8'))} in {run!r:.80}"
+                )
+        elif len(part) > MAX_RUN_PART_BYTES:
+            raise ValueError(
+                f"run parts must be at most {MAX_RUN_PART_BYTES} bytes of UTF-8, "
+                f"got {len(part)} in {run!r:.80}"
+            )
+        if _RUN_RESERVED.search(part):
+            raise ValueError(
+                f"run part {part!r:.80} clashes with the record format's file names "
+                f"(*.vdl*, *.lock, *.tmp), got {run!r:.80}"
+            )
     return run
 
 
@@ -154,6 +226,13 @@ def encode_ack(writer: str, seq: int) -> bytes:
     return _packb({"type": "ack", "writer": writer, "seq": seq})
 
 
+def encode_refused(writer: str, seq: int, reason: str, retryable: bool) -> bytes:
+    """Encode the broker's refusal of batch ``seq`` of ``writer`` (see docs/protocol.md)."""
+    return _packb(
+        {"type": "refused", "writer": writer, "seq": seq, "reason": reason, "retryable": retryable}
+    )
+
+
 def encode_message(message: dict[str, Any]) -> bytes:
     """Encode a control message (``hello``, ``runs``, ``gap``, ``subscribe``...) as a frame."""
     return _packb(message)
@@ -208,8 +287,165 @@ def _column(raw: object, dtype: str, what: str) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype)
 
 
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float)
+
+
+def _check_value(value: object, where: str, depth: int) -> None:
+    """Refuse what msgpack decodes but readers cannot hold: deep nesting, non-str keys."""
+    if depth > MAX_EVENT_DEPTH:
+        raise ProtocolError(f"event value {where} nests deeper than {MAX_EVENT_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str or len(key) > MAX_KEY_LENGTH:
+                raise ProtocolError(f"event value {where} has a key that is not a short str")
+            _check_value(item, where, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_value(item, where, depth + 1)
+    elif type(value) is bytes and depth > 1:
+        # Readers turn an event's bin values into arrays of floats, or media; nested ones would
+        # have no JSON form.
+        raise ProtocolError(f"event value {where} holds bin data below the top level")
+    elif type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX:
+        raise ProtocolError(f"event value {where} is an int outside 64 bits")
+
+
+def _f8_array(event: dict[str, Any], key: str, kind: str, count: int | None = None) -> int:
+    """Check that ``event[key]`` is ``<f8`` bytes (of ``count`` elements if given); return its length."""
+    raw = event.get(key)
+    if type(raw) is not bytes or len(raw) % 8:
+        raise ProtocolError(f"{kind} {key} must be bin data of 8-byte floats")
+    n = len(raw) // 8
+    if count is not None and n != count:
+        raise ProtocolError(f"{kind} {key} must hold {count} floats, got {n}")
+    return n
+
+
+def _require(event: dict[str, Any], key: str, kind: str, ok: Any, what: str) -> None:
+    if not ok(event.get(key)):
+        raise ProtocolError(f"{kind} {key} must be {what}")
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= _UINT64_MAX
+
+
+def _optional_number(value: object) -> bool:
+    return value is None or _is_number(value)
+
+
+def _check_histogram(event: dict[str, Any]) -> None:
+    edges = _f8_array(event, "edges", "histogram")
+    if edges < 2:
+        raise ProtocolError("histogram edges must hold at least 2 floats")
+    _f8_array(event, "counts", "histogram", edges - 1)
+    for key in ("num", "nan", "inf"):
+        _require(event, key, "histogram", _count, "a non-negative int")
+    for key in ("min", "max", "sum", "sum_sq"):
+        _require(event, key, "histogram", _optional_number, "a number or nil")
+
+
+def _check_media(event: dict[str, Any], kind: str, formats: tuple[str, ...]) -> None:
+    _require(event, "data", kind, lambda v: type(v) is bytes, "bin data")
+    _require(event, "format", kind, lambda v: v in formats, f"one of {list(formats)}")
+
+
+def _check_image(event: dict[str, Any]) -> None:
+    _check_media(event, "image", ("png",))
+    for key in ("width", "height"):
+        _require(event, key, "image", lambda v: type(v) is int and v > 0, "a positive int")
+
+
+def _check_audio(event: dict[str, Any]) -> None:
+    _check_media(event, "audio", ("wav",))
+    for key in ("sample_rate", "channels"):
+        _require(event, key, "audio", lambda v: type(v) is int and v > 0, "a positive int")
+    for key in ("frames", "clipped"):
+        _require(event, key, "audio", _count, "a non-negative int")
+
+
+def _check_text(event: dict[str, Any]) -> None:
+    _require(event, "text", "text", lambda v: type(v) is str, "a str")
+
+
+def _str_map(value: object, ok: Any) -> bool:
+    return isinstance(value, dict) and all(
+        type(k) is str and len(k) <= MAX_KEY_LENGTH and ok(v) for k, v in value.items()
+    )
+
+
+def _check_hparams(event: dict[str, Any]) -> None:
+    _require(
+        event,
+        "hparams",
+        "hparams",
+        lambda v: _str_map(v, lambda x: type(x) in (str, int, float, bool)),
+        "a map of str to str, int, float or bool",
+    )
+    _require(
+        event,
+        "metrics",
+        "hparams",
+        lambda v: isinstance(v, list) and all(type(m) is str for m in v),
+        "an array of str",
+    )
+    _require(
+        event,
+        "metric_values",
+        "hparams",
+        lambda v: v is None or _str_map(v, _is_number),
+        "nil or a map of str to numbers",
+    )
+
+
+def _check_curve(event: dict[str, Any], kind: str, keys: tuple[str, ...]) -> None:
+    n = _f8_array(event, "thresholds", kind)
+    for key in keys:
+        _f8_array(event, key, kind, n)
+    _require(event, "num_thresholds", kind, lambda v: v == n, f"the number of thresholds, {n}")
+
+
+def _check_telemetry(event: dict[str, Any]) -> None:
+    _require(event, "fields", "telemetry", lambda v: _str_map(v, _is_number), "a map of numbers")
+    _require(event, "host", "telemetry", lambda v: v is None or type(v) is str, "a str")
+    _require(event, "rank", "telemetry", lambda v: v is None or type(v) is int, "an int")
+
+
+def _check_meta(event: dict[str, Any]) -> None:
+    """``meta`` holds free-form keys; the depth and key checks apply."""
+
+
+_CURVES = {
+    "pr_curve": ("tp", "fp", "tn", "fn", "precision", "recall"),
+    "roc_curve": ("tp", "fp", "tn", "fn", "tpr", "fpr"),
+}
+_KIND_CHECKS = {
+    "histogram": _check_histogram,
+    "image": _check_image,
+    "audio": _check_audio,
+    "text": _check_text,
+    "hparams": _check_hparams,
+    "pr_curve": lambda e: _check_curve(e, "pr_curve", _CURVES["pr_curve"]),
+    "roc_curve": lambda e: _check_curve(e, "roc_curve", _CURVES["roc_curve"]),
+    "telemetry": _check_telemetry,
+    "meta": _check_meta,
+}
+#: Bin values that are not ``<f8`` arrays; every other bin value of an event is one.
+_OPAQUE_BINS = frozenset({"data"})
+
+
 def check_event(event: object) -> dict[str, Any]:
-    """Validate the common keys of a non-scalar event map; raise ``ProtocolError`` if broken."""
+    """Validate a non-scalar event map, common keys and the keys of its kind (see docs/protocol.md).
+
+    Everything a reader later relies on is checked here, so an event that is accepted can always
+    be read back: bin values other than media ``data`` are ``<f8`` arrays, telemetry ``fields`` is
+    a map of numbers, histogram ``counts`` has one element fewer than ``edges``, nesting is at most
+    :data:`MAX_EVENT_DEPTH` deep, map keys are short str.
+
+    Raises:
+        ProtocolError: the event breaks the schema; the message names the kind and key.
+    """
     if not isinstance(event, dict):
         raise ProtocolError("an event must be a map")
     kind = event.get("kind")
@@ -222,22 +458,45 @@ def check_event(event: object) -> dict[str, Any]:
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"bad event tag: {exc}") from None
     step = event.get("step")
-    if step is not None and type(step) is not int:
-        raise ProtocolError("event step must be an int or nil")
+    if step is not None and (type(step) is not int or not _INT64_MIN <= step < 2**63):
+        raise ProtocolError("event step must be an int64 or nil")
     wall = event.get("wall")
     if type(wall) not in (int, float) or not math.isfinite(wall):
         raise ProtocolError("event wall must be a finite number")
+    for key, value in event.items():
+        if type(key) is not str or len(key) > MAX_KEY_LENGTH:
+            raise ProtocolError(f"{kind} event keys must be str of at most {MAX_KEY_LENGTH} chars")
+        if type(value) is bytes and key not in _OPAQUE_BINS and len(value) % 8:
+            raise ProtocolError(f"{kind} {key} must be bin data of 8-byte floats")
+        _check_value(value, f"{kind} {key}", 1)
+    _KIND_CHECKS[kind](event)
     return event
 
 
 def decode_batch(message: dict[str, Any]) -> Batch:
-    """Turn a decoded ``batch`` map into a :class:`Batch`, checking every field of the schema."""
+    """Turn a decoded ``batch`` map into a :class:`Batch`, checking every field of the schema.
+
+    Raises:
+        BatchError: ``writer`` and ``seq`` are valid but the rest breaks the schema (the server
+            refuses that batch alone).
+        ProtocolError: ``writer`` or ``seq`` is missing or invalid (the server closes the
+            connection: there is no batch to refuse).
+    """
     writer = message.get("writer")
     seq = message.get("seq")
     if type(writer) is not str or not writer or len(writer) > 128:
         raise ProtocolError("batch writer must be a non-empty str of at most 128 characters")
-    if type(seq) is not int or seq < 1:
-        raise ProtocolError("batch seq must be a positive int")
+    if type(seq) is not int or not 1 <= seq < 2**63:
+        raise ProtocolError("batch seq must be a positive int64")
+    try:
+        return _decode_batch_body(message, writer, seq)
+    except BatchError:
+        raise
+    except ProtocolError as exc:
+        raise BatchError(str(exc), writer, seq) from None
+
+
+def _decode_batch_body(message: dict[str, Any], writer: str, seq: int) -> Batch:
     try:
         run = check_run_name(message.get("run"))
     except ValueError as exc:
@@ -259,6 +518,8 @@ def decode_batch(message: dict[str, Any]) -> Batch:
         values = _column(entry[3], "<f8", "values")
         if not len(steps) == len(walls) == len(values):
             raise ProtocolError(f"columns of tag {tag!r:.80} differ in length")
+        if not np.isfinite(walls).all():
+            raise ProtocolError(f"walls of tag {tag!r:.80} must be finite")
         scalars.append(ScalarColumns(tag, steps, walls, values))
     events = [check_event(e) for e in raw_events]
     return Batch(writer, seq, run, scalars, events, bool(message.get("sync", False)))

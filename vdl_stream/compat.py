@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import codec, summaries
-from .writer import Writer, attach, make_run_name
+from .writer import Writer, attach, check_logdir, make_run_name, resolve_run
 
 #: ``attach()`` keywords a facade passes through from its ``**kwargs`` (e.g. ``url=``, ``serve=``).
 ATTACH_OPTIONS = frozenset(inspect.signature(attach).parameters) - {"logdir", "run"}
@@ -51,26 +51,38 @@ def split_logdir(logdir: str | os.PathLike[str]) -> tuple[str, str]:
     return parent, codec.check_run_name(name)
 
 
-def _open(
+def _plan(
     logdir: str | os.PathLike[str] | None, default_run: str | None, kwargs: dict[str, Any]
-) -> tuple[Writer, str, dict[str, Any]]:
-    """Attach a writer for a facade; return it, the root directory and the attach options."""
+) -> tuple[str, str | None, dict[str, Any]]:
+    """Check a facade's arguments; return the ``attach()`` root, run name and options."""
     unknown = set(kwargs) - ATTACH_OPTIONS - IGNORED_OPTIONS - {"run"}
     if unknown:
         raise TypeError(f"unexpected keyword argument {sorted(unknown)[0]!r}")
     options = {k: v for k, v in kwargs.items() if k in ATTACH_OPTIONS}
     run = kwargs.get("run")
     if run is not None:
+        if not isinstance(logdir, (str, os.PathLike, type(None))):
+            raise TypeError(f"logdir must be a str or path, got {type(logdir).__name__}")
         root = "runs" if logdir is None else os.fspath(logdir)
     elif logdir is None:
         root, run = "runs", default_run
     else:
         root, run = split_logdir(logdir)
-    return attach(root, run, **options), os.fspath(root), options
+    return os.fspath(root), run, options
+
+
+def _open(
+    logdir: str | os.PathLike[str] | None, default_run: str | None, kwargs: dict[str, Any]
+) -> tuple[Writer, str, dict[str, Any]]:
+    """Attach a writer for a facade; return it, the root directory and the attach options."""
+    root, run, options = _plan(logdir, default_run, kwargs)
+    return attach(root, run, **options), root, options
 
 
 def _comment_run(comment: str, separator: str) -> str | None:
     """The run name of a facade without a log directory: attach's own, plus ``comment``."""
+    if type(comment) is not str:
+        raise TypeError(f"comment must be a str, got {type(comment).__name__} {comment!r:.40}")
     if not comment:
         return None  # attach() names it (unique, and agreed on by the ranks of a job)
     from .telemetry import distributed_env
@@ -153,10 +165,26 @@ class LogWriter(_Recorder):
         file_name: str = "",
         **kwargs: Any,
     ) -> None:
-        if type(display_name) is not str:
+        if display_name:
+            display_name = summaries.check_str(display_name, "display_name")
+        elif type(display_name) is not str:
             raise TypeError(f"display_name must be a str, got {type(display_name).__name__}")
-        self._writer, self._root, self._options = _open(logdir, _comment_run(comment, "."), kwargs)
-        self._logdir = os.path.join(self._root, self._writer.run)
+        root, run, self._options = _plan(logdir, _comment_run(comment, "."), kwargs)
+        if run is None:
+            from .telemetry import distributed_env
+
+            run = make_run_name(distributed_env()[2])
+        self._root, self._run = root, run
+        # The run itself is opened at its first use: VisualDL 1.x code logs only into modes
+        # (sub-runs), and an empty run beside them would only clutter the dashboard. The name
+        # and the log directory are checked now, so that a mistake still raises here.
+        self._main: Writer | None = None
+        self._name = resolve_run(
+            run, all_ranks=self._options.get("all_ranks", False), url=self._options.get("url")
+        )[0]
+        if self._options.get("url") is None:
+            check_logdir(root, "")
+        self._logdir = os.path.join(self._root, self._name)
         self._modes: dict[str, Writer] = {}
         self._mode_stack: list[LogWriterMode] = []
         if display_name:
@@ -169,6 +197,13 @@ class LogWriter(_Recorder):
                     "display_name": display_name,
                 }
             )
+
+    @property
+    def _writer(self) -> Writer:  # type: ignore[override]
+        """The run's own writer, attached on first use."""
+        if self._main is None:
+            self._main = attach(self._root, self._run, **self._options)
+        return self._main
 
     def add_scalar(self, tag: str, value: Any, step: int, walltime: float | None = None) -> None:
         """Log one scalar point (see ``Writer.add_scalar``)."""
@@ -272,15 +307,13 @@ class LogWriter(_Recorder):
         """
         if type(name) is not str:
             raise TypeError(f"mode must be a str, got {type(name).__name__}")
-        codec.check_run_name(f"{self._writer.run}/{name}")
+        codec.check_run_name(f"{self._name}/{name}")
         return LogWriterMode(self, name)
 
     def _mode_writer(self, name: str) -> Writer:
         writer = self._modes.get(name)
         if writer is None:
-            writer = self._modes[name] = attach(
-                self._root, f"{self._writer.run}/{name}", **self._options
-            )
+            writer = self._modes[name] = attach(self._root, f"{self._name}/{name}", **self._options)
         return writer
 
     def _current(self) -> Writer:
@@ -304,15 +337,17 @@ class LogWriter(_Recorder):
 
     def flush(self) -> None:
         """Wait until everything logged so far, in every mode, is persisted and fsynced."""
-        self._writer.flush()
-        for writer in self._modes.values():
+        for writer in self._opened():
             writer.flush()
 
     def close(self) -> None:
         """Flush and close the run and every mode. Idempotent."""
-        for writer in self._modes.values():
+        for writer in self._opened():
             writer.close()
-        self._writer.close()
+
+    def _opened(self) -> list[Writer]:
+        main = [] if self._main is None else [self._main]
+        return [*self._modes.values(), *main]
 
 
 def _visualdl_thresholds(num_thresholds: Any) -> Any:
@@ -429,7 +464,16 @@ class ImageRecorder:
                 f"index must be from 0 to {len(self._samples) - 1} (call start_sampling() first), "
                 f"got {index!r:.40}"
             )
-        shape = tuple(int(n) for n in image_shape)
+        try:
+            shape = tuple(summaries.to_step(n, "image_shape entries") for n in image_shape)
+        except TypeError:
+            raise TypeError(
+                f"image_shape must be a list of 2 or 3 ints ([H, W, C]), got {image_shape!r:.60}"
+            ) from None
+        if len(shape) not in (2, 3) or not all(0 < n <= summaries.MAX_IMAGE_VALUES for n in shape):
+            raise ValueError(
+                f"image_shape must be 2 or 3 positive sizes ([H, W, C]), got {list(shape)!r:.60}"
+            )
         arr = summaries.as_numpy(image_data, "image_data")
         if arr.size != int(np.prod(shape)) or len(shape) not in (2, 3):
             raise ValueError(

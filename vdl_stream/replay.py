@@ -1,15 +1,17 @@
-"""``vdl-stream replay``: recorded runs streamed again through a broker and the live dashboard.
+"""``vdl-stream replay``: recorded runs served again as live data, read where they lie.
 
-The data path is the live one, fed from disk instead of from writers::
+The data path::
 
-    RunReader.iter_records()  ->  Timeline (in memory)  ->  Replayer (paced by wall time / speed)
-        ->  Broker over a temporary directory  ->  subscribers  ->  WebSocket  ->  browser
+    RunReader.iter_records()  ->  RunTimeline (columns in memory, a cursor)  ->  Replayer (the clock)
+        ->  ReplaySource (fan-out and snapshots, in the broker's place)  ->  /ws/live  ->  browser
 
-The recorded run is only ever read (:class:`recorder.RunReader` never writes). The broker persists
-what it is fed into a fresh temporary directory, deleted at exit, so that snapshots for browsers
-that connect mid-replay work exactly as they do live. Seeking backwards starts a fresh broker over a
-fresh directory (browsers are closed with code 1001, reconnect on their own and get new snapshots);
-seeking forwards feeds everything up to the target at once.
+The recorded runs are read once, at start, and never written (:class:`recorder.RunReader` never
+writes); nothing is copied to disk and no broker runs. :class:`ReplaySource` stands in for the
+broker in :mod:`vdl_stream.server`: a browser subscribes to it as to a broker, gets snapshots of the
+runs *as they stood at the replay position* (downsampled as live snapshots are), then ``data``
+frames as the replay plays. A seek or a restart only moves the cursor, and is announced on the same
+socket: a ``reset`` frame, then fresh snapshots. The replay status (position, step, speed,
+playing, span) is pushed there too, as a ``replay`` frame, whenever it changes (docs/protocol.md).
 
 Control: :class:`Replayer` has ``play()``, ``pause()``, ``set_speed()``, ``seek()`` and
 ``status()``; :func:`replay_blueprint` exposes them as ``GET/POST /api/replay`` (docs/interop.md).
@@ -20,10 +22,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
+import re
 import signal
 import sys
-import tempfile
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -33,9 +35,18 @@ import numpy as np
 import trio
 
 import recorder
+from recorder.downsample import downsample
 
 from . import codec
-from .codec import Batch, ScalarColumns
+from .broker import (
+    SNAPSHOT_EVENTS,
+    UNTAGGED_SNAPSHOT,
+    Subscriber,
+    SubscriberLimitError,
+    SubscriberStatistics,
+)
+from .codec import ScalarColumns
+from .errors import RefusedError
 
 #: Real seconds between two feeds while playing (the pacing granularity).
 TICK = 0.05
@@ -43,16 +54,28 @@ TICK = 0.05
 BATCH_POINTS = 1 << 16
 #: Non-scalar events per batch, at most (per run).
 BATCH_EVENTS = 1024
-WRITER_ID = "replay"
+#: While playing, the status is pushed at least this often (real seconds), so that a page's
+#: position and counts stay right at speed "max", where it cannot extrapolate.
+STATUS_INTERVAL = 1.0
+#: Snapshot frame lists kept for subscribers asking at the same cut (after a seek, every page
+#: asks for the same one).
+SNAPSHOT_CACHE = 4
+#: A snapshot of runs holding at most this many points (taken) is built on the event loop: it
+#: takes well under a millisecond, less than the hop to a worker thread.
+INLINE_POINTS = 1 << 14
+
+#: Chunk positions (one per chunk of a timeline, in ``RunTimeline.chunks`` order) and the number
+#: of events taken: where a timeline's cursor stood. Immutable, so another thread can read it.
+Cursor = tuple[tuple[int, ...], int]
 
 
 # -- the timeline (no I/O, no trio) ------------------------------------------------------------
 
 
 class _Chunk:
-    """One recorded scalar chunk and how far it has been fed."""
+    """One recorded stretch of a tag's points and how far it has been taken."""
 
-    __slots__ = ("pos", "release", "steps", "tag", "values", "walls")
+    __slots__ = ("index", "pos", "release", "steps", "tag", "values", "walls")
 
     def __init__(self, tag: str, series: recorder.ScalarSeries) -> None:
         self.tag = tag
@@ -63,22 +86,36 @@ class _Chunk:
         # their recorded order (a step going back inside a chunk must not look like a restart).
         self.release = np.maximum.accumulate(series.walls) if len(series.walls) else series.walls
         self.pos = 0
+        self.index = 0  # position in RunTimeline.chunks
+
+
+def _thin(indices: np.ndarray, limit: int) -> np.ndarray:
+    """At most ``limit`` of ``indices``, evenly spread, always keeping the last (as the broker)."""
+    if len(indices) <= limit:
+        return indices
+    return indices[np.linspace(0, len(indices) - 1, limit).round().astype(np.int64)]
 
 
 class RunTimeline:
     """The records of one run, ordered for replay, with a cursor.
 
+    Everything is in memory and never changes after construction except the cursor (``pos`` of
+    each chunk, ``epos``), so the ``*_at`` methods, given a :class:`Cursor` taken with
+    :meth:`cursor`, may run in another thread while the cursor moves on.
+
     Args:
         name: the run name the replay publishes under.
         records: the run's records in write order (from :meth:`recorder.RunReader.iter_records`);
             kinds that are not dashboard events (e.g. the broker's bookkeeping) are dropped.
+        path: the recorded run directory (what ``/api/export`` reads), if any.
     """
 
-    def __init__(self, name: str, records: list[recorder.Record]) -> None:
+    def __init__(self, name: str, records: list[recorder.Record], path: str | None = None) -> None:
         self.name = name
+        self.path = path
         # Consecutive chunks of a tag are joined (a live run has one per flush) unless the next
-        # one starts at or below a step already seen: that is a restart and stays a chunk of its
-        # own, so that the broker records it as a restart again.
+        # one starts at or below a step already seen: that may be a restart, and stays a chunk of
+        # its own so that snapshots apply it as the recorder does.
         groups: list[tuple[str, list[recorder.ScalarSeries]]] = []
         open_groups: dict[str, tuple[list[recorder.ScalarSeries], list[int]]] = {}
         events: list[dict[str, Any]] = []
@@ -97,7 +134,7 @@ class RunTimeline:
                 events.append(
                     {**r.data, "kind": r.kind, "tag": r.tag, "step": r.step, "wall": r.wall}
                 )
-        self.chunks = [
+        chunks = [
             _Chunk(
                 tag,
                 parts[0]
@@ -108,18 +145,57 @@ class RunTimeline:
             )
             for tag, parts in groups
         ]
-        self.chunks.sort(key=lambda c: float(c.release[0]))  # stable: write order among equals
+        #: tag -> its chunks in write order (what a snapshot joins, restarts applied)
+        self.by_tag: dict[str, list[_Chunk]] = {}
+        for c in chunks:
+            self.by_tag.setdefault(c.tag, []).append(c)
+        self.chunks = sorted(chunks, key=lambda c: float(c.release[0]))  # stable among equals
+        for i, c in enumerate(self.chunks):
+            c.index = i
         events.sort(key=lambda e: e["wall"])
         self.events = events
         self.event_walls = np.array([e["wall"] for e in events], dtype=np.float64)
+        by_kind_tag: dict[tuple[str, str | None], list[int]] = {}
+        for i, e in enumerate(events):
+            by_kind_tag.setdefault((e["kind"], e["tag"]), []).append(i)
+        #: (kind, tag) -> indices into ``events``, ascending
+        self.event_groups = {k: np.array(v, dtype=np.int64) for k, v in by_kind_tag.items()}
         self.epos = 0
         self.points = sum(len(c.steps) for c in self.chunks)
 
+    # -- the cursor ------------------------------------------------------------------------------
+
     def rewind(self) -> None:
         """Move the cursor back to the start."""
-        self.epos = 0
+        self.move_to(-math.inf)
+
+    def move_to(self, wall: float) -> None:
+        """Move the cursor to just before ``wall``: every record released earlier counts as taken."""
         for c in self.chunks:
-            c.pos = 0
+            c.pos = int(np.searchsorted(c.release, wall, side="left"))
+        self.epos = int(np.searchsorted(self.event_walls, wall, side="left"))
+
+    def cursor(self) -> Cursor:
+        """Where the cursor stands now (immutable)."""
+        return tuple(c.pos for c in self.chunks), self.epos
+
+    def taken(self) -> int:
+        """Scalar points and events taken so far."""
+        return sum(c.pos for c in self.chunks) + self.epos
+
+    def newest(self) -> tuple[float, int] | None:
+        """Release time and step of the newest point (or stepped event) taken, or None."""
+        best: tuple[float, int] | None = None
+        for c in self.chunks:
+            if c.pos and (best is None or c.release[c.pos - 1] >= best[0]):
+                best = (float(c.release[c.pos - 1]), int(c.steps[c.pos - 1]))
+        for i in range(self.epos - 1, -1, -1):
+            e = self.events[i]
+            if e["step"] is not None:
+                if best is None or e["wall"] > best[0]:
+                    best = (float(e["wall"]), int(e["step"]))
+                break
+        return best
 
     def span(self) -> tuple[float, float] | None:
         """The first and last wall time recorded, or None for an empty run."""
@@ -184,6 +260,134 @@ class RunTimeline:
         """Whether every record was taken."""
         return self.next_wall() is None
 
+    # -- the run as it stood at a cursor (thread-safe) --------------------------------------------
+
+    def series_at(self, cursor: Cursor, tag: str) -> recorder.ScalarSeries | None:
+        """The points of ``tag`` taken by ``cursor``, restarts applied as the recorder applies
+        them (:meth:`recorder.RunReader.read_scalars`); None for a tag the run has no points of."""
+        chunks = self.by_tag.get(tag)
+        if chunks is None:
+            return None
+        positions = cursor[0]
+        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        top = -math.inf
+        for c in chunks:
+            n = positions[c.index]
+            if n == 0:
+                continue
+            steps = c.steps[:n]
+            first = steps[0]
+            if pieces and first < top:  # a restart: it supersedes kept points at or after it
+                kept = []
+                for piece in pieces:
+                    keep = piece[0] < first
+                    if keep.any():
+                        kept.append((piece[0][keep], piece[1][keep], piece[2][keep]))
+                pieces = kept
+                top = max((float(p[0].max()) for p in pieces), default=-math.inf)
+            pieces.append((steps, c.walls[:n], c.values[:n]))
+            top = max(top, float(steps.max()))
+        if not pieces:
+            empty = np.zeros(0)
+            return recorder.ScalarSeries(empty.astype(np.int64), empty, empty)
+        if len(pieces) == 1:
+            return recorder.ScalarSeries(*pieces[0])
+        return recorder.ScalarSeries(*(np.concatenate(cols) for cols in zip(*pieces, strict=True)))
+
+    def scalars_at(
+        self,
+        cursor: Cursor,
+        tag: str,
+        start: int | None = None,
+        end: int | None = None,
+        max_points: int | None = None,
+    ) -> recorder.ScalarSeries | None:
+        """:meth:`series_at`, with ``start <= step <= end`` and downsampling as the recorder does."""
+        series = self.series_at(cursor, tag)
+        if series is None:
+            return None
+        if start is not None or end is not None:
+            keep = np.ones(len(series.steps), dtype=bool)
+            if start is not None:
+                keep &= series.steps >= start
+            if end is not None:
+                keep &= series.steps <= end
+            series = recorder.ScalarSeries(*(col[keep] for col in series))
+        if max_points is not None:
+            series = downsample(series, max_points)
+        return series
+
+    def events_at(self, cursor: Cursor, kind: str, tag: str | None = None) -> list[dict[str, Any]]:
+        """The events of ``kind`` (and ``tag``; None: any) taken by ``cursor``, in wall order."""
+        epos = cursor[1]
+        picked = [
+            idx[: int(np.searchsorted(idx, epos))]
+            for (k, t), idx in self.event_groups.items()
+            if k == kind and (tag is None or t == tag)
+        ]
+        if not picked:
+            return []
+        return [self.events[i] for i in np.sort(np.concatenate(picked))]
+
+    def snapshot_at(
+        self, cursor: Cursor, max_points: int
+    ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+        """What a live snapshot of the run holds at ``cursor``: every scalar tag downsampled to
+        ``max_points``, and the newest events thinned per (kind, tag) with the broker's limits."""
+        scalars = []
+        for tag in self.by_tag:
+            s = self.scalars_at(cursor, tag, max_points=max_points)
+            if s is not None and len(s.steps):
+                scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
+        epos = cursor[1]
+        picked = []
+        for (kind, tag), idx in self.event_groups.items():
+            limit = SNAPSHOT_EVENTS if tag is not None else UNTAGGED_SNAPSHOT.get(kind)
+            n = int(np.searchsorted(idx, epos))
+            if limit is not None and n:
+                picked.append(_thin(idx[:n], limit))
+        # ``events`` are in wall order, so index order is wall order, as in a live snapshot.
+        order = np.sort(np.concatenate(picked)) if picked else []
+        return scalars, [self.events[i] for i in order]
+
+    def tags_at(self, cursor: Cursor) -> dict[str, recorder.TagInfo]:
+        """The tags taken by ``cursor``, as :meth:`recorder.RunReader.tags` describes them."""
+        out: dict[str, recorder.TagInfo] = {}
+        positions = cursor[0]
+        for tag, chunks in self.by_tag.items():
+            parts = [
+                (c.steps[: positions[c.index]], c.values[: positions[c.index]]) for c in chunks
+            ]
+            parts = [p for p in parts if len(p[0])]
+            if not parts:
+                continue
+            finite = [v[np.isfinite(v)] for _, v in parts]
+            finite = [v for v in finite if len(v)]
+            out[tag] = recorder.TagInfo(
+                kind="scalars",
+                count=sum(len(s) for s, _ in parts),
+                step_min=min(int(s.min()) for s, _ in parts),
+                step_max=max(int(s.max()) for s, _ in parts),
+                vmin=min(float(v.min()) for v in finite) if finite else None,
+                vmax=max(float(v.max()) for v in finite) if finite else None,
+            )
+        for (kind, tag), idx in self.event_groups.items():
+            if tag is None:
+                continue
+            taken = [self.events[i] for i in idx[: int(np.searchsorted(idx, cursor[1]))]]
+            if not taken:
+                continue
+            steps = [e["step"] for e in taken if e["step"] is not None]
+            out[tag] = recorder.TagInfo(
+                kind=kind,
+                count=len(taken),
+                step_min=min(steps) if steps else None,
+                step_max=max(steps) if steps else None,
+                vmin=None,
+                vmax=None,
+            )
+        return out
+
 
 def find_runs(path: str) -> dict[str, str]:
     """Map run names to run directories for ``path``: a run directory, or a log directory of runs.
@@ -211,62 +415,11 @@ def load_timelines(path: str) -> list[RunTimeline]:
     out = []
     for name, run_dir in find_runs(path).items():
         with recorder.RunReader(run_dir) as reader:
-            out.append(RunTimeline(name, list(reader.iter_records())))
+            out.append(RunTimeline(name, list(reader.iter_records()), run_dir))
     return out
 
 
-# -- the replayer (trio) -----------------------------------------------------------------------
-
-
-class BrokerSlot:
-    """The broker replayed into, replaceable: a seek backwards swaps in a fresh one.
-
-    Attribute access goes to the current broker, so the slot can stand in for it in
-    :func:`vdl_stream.server.create_app`. Each broker records into its own sub-directory of
-    ``workdir`` (a temporary directory the caller owns), removed when the broker is replaced.
-    """
-
-    def __init__(self, workdir: str, nursery: trio.Nursery, **broker_options: Any) -> None:
-        self._workdir = workdir
-        self._nursery = nursery
-        self._options = broker_options
-        self._generation = 0
-        self.current: Any = None
-
-    async def start(self) -> None:
-        """Start a fresh broker (stopping the current one first, if any)."""
-        from .broker import Broker
-
-        old = self.current
-        self._generation += 1
-        path = os.path.join(self._workdir, f"gen{self._generation}")
-        os.makedirs(path)
-        broker = Broker(path, **self._options)
-        await self._nursery.start(broker.run)
-        self.current = broker
-        if old is not None:
-            old.close()  # drains, then closes its subscribers: browsers reconnect to the new one
-            with trio.move_on_after(10, shield=True):
-                await old.wait_closed()
-            await trio.to_thread.run_sync(partial(shutil.rmtree, old.logdir, ignore_errors=True))
-
-    async def ingest(self, batch: Batch) -> int:
-        """Feed a batch to the current broker."""
-        return await self.current.ingest(batch)
-
-    async def reset(self) -> None:
-        """Replace the broker by a fresh, empty one."""
-        await self.start()
-
-    async def aclose(self) -> None:
-        """Stop the current broker (drain, fsync, close its subscribers)."""
-        if self.current is not None:
-            self.current.close()
-            with trio.move_on_after(10, shield=True):
-                await self.current.wait_closed()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.current, name)
+# -- the status --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -278,24 +431,30 @@ class ReplayStatus:
         finished: every record has been fed.
         speed: recorded seconds per real second (``math.inf`` for "max").
         position: the recorded wall time reached (Unix seconds).
-        start, end: the recorded time range.
-        fed: scalar points and events fed to the broker so far.
+        step: the step of the newest point fed (of any run), or None before the first.
+        start, end: the recorded time range (the span).
+        fed: scalar points and events the replay stands past (what a page holds, before
+            downsampling).
         total: scalar points and events in the replay.
         runs: the replayed run names.
+        version: increases with every change of the status; of two statuses, the one with the
+            higher version is the newer (a pushed frame and a command's answer can cross).
     """
 
     playing: bool
     finished: bool
     speed: float
     position: float
+    step: int | None
     start: float
     end: float
     fed: int
     total: int
     runs: tuple[str, ...]
+    version: int
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-safe dict (speed ``"max"`` instead of infinity)."""
+        """A JSON- and msgpack-safe dict (speed ``"max"`` instead of infinity)."""
         d = dict(self.__dict__)
         d["speed"] = "max" if math.isinf(self.speed) else self.speed
         d["runs"] = list(self.runs)
@@ -315,45 +474,392 @@ def parse_speed(raw: object) -> float:
     return speed
 
 
-class Replayer:
-    """Feeds timelines into a broker, paced by their recorded wall times scaled by ``speed``.
+# -- the source the web server serves (trio) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplayStatistics:
+    """Counters of a :class:`ReplaySource` (what ``/api/stats`` shows under replay)."""
+
+    batches: int
+    events: int
+    seq: int
+    resets: int
+    runs: int
+    subscribers: int
+
+
+class ReplaySubscriber:
+    """One browser's subscription to a replay: the broker's :class:`~vdl_stream.broker.Subscriber`
+    (its bounded queue and gap policy) plus what a replay adds: after a seek, :meth:`receive`
+    returns a ``reset`` frame and fresh snapshots before anything else, and whenever the status
+    changed, its newest ``replay`` frame (statuses coalesce: only the newest is sent)."""
+
+    def __init__(
+        self,
+        source: ReplaySource,
+        runs: set[str] | None,
+        capacity: int,
+        tags: re.Pattern[str] | None,
+        capacity_bytes: int = 8 << 20,
+    ) -> None:
+        self._source = source
+        self._queue = Subscriber(runs, capacity, tags, capacity_bytes)
+        self._queue.after_seq = source.seq
+        self.runs = runs
+        self.tags = tags
+        self.max_points = 2000
+        self.generation = source.generation
+        self.status_version = -1
+        self._pending: deque[bytes] = deque()
+        self._waiting: trio.CancelScope | None = None
+
+    def wants(self, run: str) -> bool:
+        """Return whether this subscription covers ``run``."""
+        return self._queue.wants(run)
+
+    def select(
+        self, scalars: list[ScalarColumns], events: list[dict[str, Any]]
+    ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+        """Keep what the tag pattern matches (as the broker's subscribers do)."""
+        return self._queue.select(scalars, events)
+
+    def offer(self, seq: int, run: str | None, frame: bytes) -> None:
+        """Queue a frame if there is room (the broker's gap policy applies); never blocks."""
+        self._queue.offer(seq, run, frame)
+
+    def synced(self, seq: int, generation: int, runs: list[str]) -> None:
+        """A snapshot at ``seq`` of ``runs`` was taken: queued frames it covers are skipped."""
+        self.generation = generation
+        self._queue.after_seq = seq
+        for name in runs:
+            self._queue.covered[name] = seq
+
+    async def receive(self) -> bytes:
+        """Return the next frame to send: after a seek, ``reset`` and snapshots; a newer status;
+        else queued data (or ``gap``). Raises ``trio.EndOfChannel`` once closed and drained."""
+        while True:
+            if self._pending:
+                return self._pending.popleft()
+            if not self._source.closed:
+                if self.generation != self._source.generation:
+                    self._pending.extend(await self._source.resync_frames(self))
+                    continue
+                if self.status_version != self._source.status_version:
+                    self.status_version = self._source.status_version
+                    return self._source.status_frame()
+            with trio.CancelScope() as scope:  # wake() cancels it: a seek or a new status
+                self._waiting = scope
+                try:
+                    return await self._queue.receive()
+                finally:
+                    self._waiting = None
+
+    def wake(self) -> None:
+        """Interrupt a pending :meth:`receive` so that it looks at the source again."""
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    def close(self) -> None:
+        """Stop accepting frames; a pending ``receive`` ends with ``trio.EndOfChannel``."""
+        self._queue.close()
+        self.wake()
+
+    def statistics(self) -> SubscriberStatistics:
+        """Queue depth, peak, capacity and sent/dropped/gap counts (as the broker's)."""
+        return self._queue.statistics()
+
+
+class ReplaySource:
+    """What ``vdl-stream replay`` serves in place of a broker: a fan-out over recorded runs.
+
+    It implements the part of :class:`vdl_stream.broker.Broker` that :mod:`vdl_stream.server` uses
+    (``subscribe``, ``snapshot``, ``unsubscribe``, ``runs``, ``tags``, ``read_scalars``,
+    ``read_events``, ``run_path``, ``statistics``, ``subscriber_statistics``), answering every
+    read *as the runs stood at the replay position*. ``ingest`` refuses: a replay takes no writers.
+    Its :class:`Replayer` feeds it with :meth:`publish`, and announces a moved cursor with
+    :meth:`reset` and a changed status with :meth:`status_changed`.
 
     Args:
-        timelines: the runs to replay (one shared clock: runs start as far apart as recorded).
-        sink: where batches go: a :class:`BrokerSlot` (anything with ``async ingest(batch)`` and
-            ``async reset()``).
-        speed: recorded seconds per real second; ``math.inf`` feeds as fast as the broker takes.
-        max_gap: a recorded pause longer than this many real seconds is shortened to it.
-        start_paused: wait for :meth:`play` before feeding.
+        timelines: the replayed runs (their cursors are the replay position).
+        status: returns the replay's current status (for ``replay`` frames).
+        subscriber_queue: capacity of each subscriber's queue, in frames.
+        subscriber_bytes: capacity of each subscriber's queue, in bytes of encoded frames (a page
+            that falls behind gets a ``gap`` and re-syncs from a snapshot, as from a broker).
+        max_subscribers: :meth:`subscribe` raises :class:`~vdl_stream.broker.SubscriberLimitError`
+            past this many.
     """
 
     def __init__(
         self,
         timelines: list[RunTimeline],
-        sink: Any,
+        status: Callable[[], ReplayStatus],
+        *,
+        subscriber_queue: int = 256,
+        subscriber_bytes: int = 8 << 20,
+        max_subscribers: int = 256,
+    ) -> None:
+        self._timelines = {t.name: t for t in timelines}
+        self._status = status
+        self._subscriber_queue = subscriber_queue
+        self._subscriber_bytes = subscriber_bytes
+        self._max_subscribers = max_subscribers
+        self._subscribers: set[ReplaySubscriber] = set()
+        self.seq = 0
+        #: bumped by every :meth:`reset` (a seek or restart)
+        self.generation = 0
+        #: bumped by every :meth:`status_changed`
+        self.status_version = 0
+        self.closed = False
+        self._batches = self._events = 0
+        self._limiter = trio.CapacityLimiter(1)
+        self._cache: OrderedDict[tuple[Any, ...], list[bytes]] = OrderedDict()
+
+    # -- fed by the Replayer --------------------------------------------------------------------
+
+    def publish(self, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]) -> int:
+        """Give newly replayed data of ``run`` the next seq and offer it to its subscribers
+        (one encoding per distinct tag pattern; never blocks). Returns the seq."""
+        self.seq += 1
+        self._batches += 1
+        self._events += sum(len(c) for c in scalars) + len(events)
+        frames: dict[str | None, bytes | None] = {}
+        for sub in self._subscribers:
+            if sub.wants(run):
+                key = None if sub.tags is None else sub.tags.pattern
+                if key not in frames:
+                    picked = sub.select(scalars, events)
+                    frames[key] = (
+                        codec.encode_live("data", self.seq, run, *picked) if any(picked) else None
+                    )
+                if frames[key] is not None:
+                    sub.offer(self.seq, run, frames[key])  # type: ignore[arg-type]
+        return self.seq
+
+    def reset(self) -> None:
+        """The cursor moved (a seek or a restart): every subscriber re-syncs with a ``reset``
+        frame and snapshots at the new position before any further data."""
+        self.generation += 1
+        for sub in self._subscribers:
+            sub.wake()
+
+    def status_changed(self) -> None:
+        """The status changed: every subscriber sends the newest ``replay`` frame next."""
+        self.status_version += 1
+        for sub in self._subscribers:
+            sub.wake()
+
+    def status_frame(self) -> bytes:
+        """The ``replay`` frame of the current status."""
+        return codec.encode_message({"type": "replay", **self._status().to_json()})
+
+    # -- snapshots --------------------------------------------------------------------------------
+
+    async def snapshot(self, sub: ReplaySubscriber, max_points: int = 2000) -> list[bytes]:
+        """The frames a fresh subscriber starts with: the status, then a snapshot of every run it
+        wants as it stood at the replay position (downsampled to ``max_points`` per tag)."""
+        sub.max_points = max_points
+        sub.status_version = self.status_version
+        status = self.status_frame()
+        _, frames = await self._frames_at_cursor(sub)
+        return [status, *frames]
+
+    async def resync_frames(self, sub: ReplaySubscriber) -> list[bytes]:
+        """After a seek: a ``reset`` frame naming the runs whose snapshots follow, then those."""
+        seq, frames = await self._frames_at_cursor(sub)
+        names = [name for name in self._timelines if sub.wants(name)]
+        return [codec.encode_message({"type": "reset", "seq": seq, "runs": names}), *frames]
+
+    async def _frames_at_cursor(self, sub: ReplaySubscriber) -> tuple[int, list[bytes]]:
+        """The seq and snapshot frames of every run ``sub`` wants, at the cursor as it is now."""
+        while True:
+            # Cursors and seq are taken together, between two feeds: the snapshot covers exactly
+            # the frames up to ``seq``.
+            seq, generation = self.seq, self.generation
+            cursors = {n: t.cursor() for n, t in self._timelines.items() if sub.wants(n)}
+            key = (
+                seq,
+                generation,
+                sub.max_points,
+                tuple(cursors),
+                None if sub.tags is None else sub.tags.pattern,
+            )
+            frames = self._cache.get(key)
+            if frames is None:
+                build = partial(self._build, cursors, seq, sub.max_points, sub.select)
+                taken = sum(sum(c[0]) + c[1] for c in cursors.values())
+                if taken <= INLINE_POINTS:
+                    frames = build()
+                else:
+                    frames = await trio.to_thread.run_sync(build, limiter=self._limiter)
+                self._cache[key] = frames
+                while len(self._cache) > SNAPSHOT_CACHE:
+                    self._cache.popitem(last=False)
+            if generation == self.generation:  # else a seek came meanwhile: take the new cursor
+                sub.synced(seq, generation, list(cursors))
+                return seq, frames
+
+    def _build(
+        self,
+        cursors: dict[str, Cursor],
+        seq: int,
+        max_points: int,
+        select: Callable[..., tuple[list[ScalarColumns], list[dict[str, Any]]]],
+    ) -> list[bytes]:
+        """Snapshot frames for ``cursors`` (blocking: numpy work, in a worker thread)."""
+        frames = []
+        for name, cursor in cursors.items():
+            scalars, events = select(*self._timelines[name].snapshot_at(cursor, max_points))
+            frames.append(codec.encode_live("snapshot", seq, name, scalars, events))
+        return frames
+
+    # -- the broker's interface for vdl_stream.server ---------------------------------------------
+
+    def subscribe(
+        self, runs: set[str] | None = None, tags: re.Pattern[str] | None = None
+    ) -> ReplaySubscriber:
+        """Register a subscriber to ``runs`` (None: all) and tags matching ``tags`` (None: all).
+
+        Raises:
+            SubscriberLimitError: ``max_subscribers`` are subscribed already.
+        """
+        if len(self._subscribers) >= self._max_subscribers:
+            raise SubscriberLimitError(
+                f"the server already serves {self._max_subscribers} live subscribers"
+            )
+        sub = ReplaySubscriber(self, runs, self._subscriber_queue, tags, self._subscriber_bytes)
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: ReplaySubscriber) -> None:
+        """Remove a subscriber and close its queue."""
+        self._subscribers.discard(sub)
+        sub.close()
+
+    def runs(self) -> list[str]:
+        """The replayed run names, sorted (all of them, from the start: a run the replay has not
+        reached yet is listed with no data)."""
+        return sorted(self._timelines)
+
+    def run_path(self, name: str) -> Any:
+        """The recorded directory of a replayed run (``/api/export`` reads it whole, read-only)."""
+        path = self._timelines[name].path
+        if path is None:
+            raise KeyError(name)
+        return path
+
+    async def ingest(self, batch: codec.Batch) -> int:
+        """Refuse: a replay serves recorded runs and takes no writers."""
+        raise RefusedError(
+            "this server replays recorded runs and takes no writers", retryable=False
+        )
+
+    async def read_scalars(
+        self, name: str, tag: str, *, start: int | None, end: int | None, max_points: int | None
+    ) -> recorder.ScalarSeries:
+        """One tag of one run as it stood at the replay position (``KeyError``: no such run or
+        scalar tag)."""
+        timeline = self._timelines[name]
+        if tag not in timeline.by_tag:
+            raise KeyError(tag)
+        series = await trio.to_thread.run_sync(
+            partial(timeline.scalars_at, timeline.cursor(), tag, start, end, max_points),
+            limiter=self._limiter,
+        )
+        assert series is not None
+        return series
+
+    async def read_events(
+        self, name: str, kind: str, tag: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The events of one kind (and tag) of a run up to the replay position, in wall order."""
+        timeline = self._timelines[name]
+        if kind not in codec.EVENT_KINDS:
+            raise KeyError(kind)
+        return timeline.events_at(timeline.cursor(), kind, tag)
+
+    async def tags(self, name: str) -> dict[str, recorder.TagInfo]:
+        """The tags of a run as it stood at the replay position."""
+        timeline = self._timelines[name]
+        return await trio.to_thread.run_sync(
+            timeline.tags_at, timeline.cursor(), limiter=self._limiter
+        )
+
+    def statistics(self) -> ReplayStatistics:
+        """Counters; cheap enough to poll."""
+        return ReplayStatistics(
+            self._batches,
+            self._events,
+            self.seq,
+            self.generation,
+            len(self._timelines),
+            len(self._subscribers),
+        )
+
+    def subscriber_statistics(self) -> list[SubscriberStatistics]:
+        """The statistics of every subscriber."""
+        return [s.statistics() for s in self._subscribers]
+
+    def close(self) -> None:
+        """Close every subscriber (their pages get close code 1001 once they drained)."""
+        self.closed = True
+        for sub in list(self._subscribers):
+            sub.close()
+
+
+# -- the replayer (trio) -----------------------------------------------------------------------
+
+
+class Replayer:
+    """The replay clock: feeds timelines into its :attr:`source`, paced by their recorded wall
+    times scaled by ``speed``.
+
+    Args:
+        timelines: the runs to replay (one shared clock: runs start as far apart as recorded).
+        speed: recorded seconds per real second; ``math.inf`` feeds as fast as it can.
+        max_gap: a recorded pause longer than this many real seconds is shortened to it.
+        start_paused: wait for :meth:`play` before feeding.
+        source_options: passed to :class:`ReplaySource` (``subscriber_queue``,
+            ``subscriber_bytes``, ``max_subscribers``).
+
+    Attributes:
+        source: the :class:`ReplaySource` to serve (``serve_replay`` does).
+        finished: a ``trio.Event`` set once everything has been fed (replaced by a seek back).
+    """
+
+    def __init__(
+        self,
+        timelines: list[RunTimeline],
         *,
         speed: float = 1.0,
         max_gap: float = 3.0,
         start_paused: bool = False,
+        **source_options: int,
     ) -> None:
         self.timelines = timelines
-        self.sink = sink
         self.speed = parse_speed(speed)
+        if not max_gap > 0:
+            raise ValueError(f"max_gap must be a positive number, got {max_gap!r}")
         self.max_gap = max_gap
         spans = [s for s in (t.span() for t in timelines) if s is not None]
         self.start = min(s[0] for s in spans) if spans else 0.0
         self.end = max(s[1] for s in spans) if spans else 0.0
         self.total = sum(t.points + len(t.events) for t in timelines)
-        self.fed = 0
         self.batches = 0
-        self._seq = 0
+        self.source = ReplaySource(timelines, self.status, **source_options)
         self._playing = not start_paused
         self._anchor_wall = self.start  # recorded time at _anchor_clock
         self._anchor_clock: float | None = None
         self._seek_to: float | None = None
-        self._fed_until = -math.inf  # the latest wall time fed
+        self._version = 0
+        self._pushed = -math.inf  # trio time of the last status push
         self._changed = trio.Event()
         self.finished = trio.Event()
+
+    @property
+    def fed(self) -> int:
+        """Scalar points and events the replay stands past."""
+        return sum(t.taken() for t in self.timelines)
 
     # -- control (sync, called from the same trio loop) ---------------------------------------
 
@@ -364,10 +870,17 @@ class Replayer:
             return math.inf
         return self._anchor_wall + (trio.current_time() - self._anchor_clock) * self.speed
 
+    def _touch(self) -> None:
+        """The status changed: push it to every page."""
+        self._version += 1
+        self._pushed = trio.current_time()
+        self.source.status_changed()
+
     def _reanchor(self, wall: float | None = None) -> None:
         self._anchor_wall = min(self._now(), self.end) if wall is None else wall
         self._anchor_clock = trio.current_time()
         self._changed.set()
+        self._touch()
 
     def play(self) -> None:
         """Resume (or start) feeding."""
@@ -380,18 +893,21 @@ class Replayer:
         if self._playing:
             self._reanchor()
             self._playing = False
+            self._touch()
 
     def set_speed(self, speed: float | str) -> None:
         """Change the speed (a positive number, or ``"max"``/``math.inf``); raise ValueError."""
         value = parse_speed(speed)
         self._reanchor()
         self.speed = value
+        self._touch()
 
     def seek(self, *, wall: float | None = None, step: int | None = None) -> None:
         """Jump to a recorded wall time, or to the first record at or after ``step``.
 
-        Everything recorded before the target is fed at once, so every chart shows the run as it
-        stood then; feeding goes on from there (if playing).
+        Every page then shows the runs as they stood just before the target (a ``reset`` frame
+        and fresh snapshots); feeding goes on from there (if playing). The status reports the
+        target as the position at once.
 
         Raises:
             ValueError: neither or both of ``wall`` and ``step``, or a non-finite wall.
@@ -402,44 +918,46 @@ class Replayer:
             found = [w for w in (t.wall_of_step(step) for t in self.timelines) if w is not None]
             target = min(found) if found else self.end
         else:
+            assert wall is not None
             if not math.isfinite(wall):
                 raise ValueError(f"wall must be a finite number, got {wall!r}")
             target = wall
-        self._seek_to = min(max(target, self.start), self.end)
-        self._changed.set()
+        target = min(max(target, self.start), self.end)
+        self._seek_to = target
+        if self.finished.is_set():
+            self.finished = trio.Event()
+        self._reanchor(target)
 
     def status(self) -> ReplayStatus:
         """Where the replay stands (see :class:`ReplayStatus`)."""
+        newest = [n for n in (t.newest() for t in self.timelines) if n is not None]
         return ReplayStatus(
             playing=self._playing,
             finished=self.finished.is_set(),
             speed=self.speed,
             position=min(self._now(), self.end),
+            step=max(newest)[1] if newest else None,
             start=self.start,
             end=self.end,
             fed=self.fed,
             total=self.total,
             runs=tuple(t.name for t in self.timelines),
+            version=self._version,
         )
 
     # -- feeding -------------------------------------------------------------------------------
 
     async def _feed(self, until: float) -> None:
-        """Feed every timeline up to recorded time ``until``, in bounded batches."""
+        """Feed every timeline up to recorded time ``until``, in bounded batches; a seek stops it."""
         for t in self.timelines:
-            while True:
+            while self._seek_to is None:
                 scalars, events = t.take(until)
                 if not scalars and not events:
                     break
-                self._seq += 1
-                batch = Batch(WRITER_ID, self._seq, t.name, scalars, events)
-                await self.sink.ingest(batch)
-                self.fed += batch.count()
-                for c in scalars:
-                    self._fed_until = max(self._fed_until, float(c.walls.max()))
-                if events:
-                    self._fed_until = max(self._fed_until, max(e["wall"] for e in events))
+                self.source.publish(t.name, scalars, events)
                 self.batches += 1
+                # let pages' sockets, commands and seeks in between two batches
+                await trio.lowlevel.checkpoint()
 
     def _next_wall(self) -> float | None:
         walls = [w for w in (t.next_wall() for t in self.timelines) if w is not None]
@@ -453,34 +971,36 @@ class Replayer:
             self._changed = trio.Event()
             if self._seek_to is not None:
                 target, self._seek_to = self._seek_to, None
-                if target < self._fed_until:  # records after the target were fed: start over
-                    await self.sink.reset()
-                    for t in self.timelines:
-                        t.rewind()
-                    self.fed = 0
-                    self._seq = 0
-                    self._fed_until = -math.inf
-                self.finished = trio.Event() if self.finished.is_set() else self.finished
-                await self._feed(math.nextafter(target, -math.inf))
-                self._reanchor(target)
+                # At the end means all of it (not all but what was recorded at the last instant).
+                for t in self.timelines:
+                    t.move_to(math.inf if target >= self.end else target)
+                if self._next_wall() is None:
+                    self.finished.set()
+                self.source.reset()
+                self._touch()
                 continue
             if not self._playing:
                 await self._changed.wait()
                 continue
-            now = self._now()
-            await self._feed(now)
+            await self._feed(self._now())
+            if self._seek_to is not None:
+                continue
             nxt = self._next_wall()
             if nxt is None:
                 self._anchor_wall = self.end
                 self._anchor_clock = trio.current_time()
-                self.finished.set()
+                if not self.finished.is_set():
+                    self.finished.set()
+                    self._touch()
                 await self._changed.wait()
                 continue
             wait = (nxt - self._now()) / self.speed
             if wait > self.max_gap:  # shorten long recorded pauses
                 self._reanchor(nxt - self.max_gap * self.speed)
                 wait = self.max_gap
-            with trio.move_on_after(max(TICK, wait)):
+            if trio.current_time() - self._pushed >= STATUS_INTERVAL:
+                self._touch()
+            with trio.move_on_after(min(max(TICK, wait), STATUS_INTERVAL)):
                 await self._changed.wait()
 
 
@@ -493,7 +1013,8 @@ def replay_blueprint(replayer: Replayer) -> Any:
     POST takes a JSON object ``{"action": "play" | "pause" | "speed" | "seek", "speed": number |
     "max", "step": int, "wall": float}`` and answers with the status, or 400 and ``{"error": ...}``.
     Only ``application/json`` bodies are accepted (a cross-site form cannot send one without a
-    preflight). Token checks are the app's (``/api/`` paths).
+    preflight). Token checks are the app's (``/api/`` paths). Pages learn of every change from
+    the ``replay`` frames on ``/ws/live``; they never poll.
     """
     from quart import Blueprint, jsonify, request
 
@@ -537,7 +1058,6 @@ def replay_blueprint(replayer: Replayer) -> Any:
 
 
 async def serve_replay(
-    slot: BrokerSlot,
     replayer: Replayer,
     host: str = "127.0.0.1",
     port: int = 8040,
@@ -547,9 +1067,9 @@ async def serve_replay(
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the dashboard over ``slot`` plus the replay control endpoints, until cancelled.
+    """Serve the dashboard over ``replayer.source`` plus the replay control endpoints.
 
-    The same app as ``vdl-stream serve`` (:func:`vdl_stream.server.create_app`) with
+    The same app as ``vdl-stream serve`` (:func:`vdl_stream.server.serve_dashboard`) with
     :func:`replay_blueprint` mounted. Reports the URL through ``task_status``.
 
     Raises:
@@ -559,7 +1079,7 @@ async def serve_replay(
     from .server import serve_dashboard
 
     await serve_dashboard(
-        slot,  # type: ignore[arg-type]  (a BrokerSlot stands in for the broker it holds)
+        replayer.source,  # type: ignore[arg-type]  (it implements what the server uses of a Broker)
         host,
         port,
         token,
@@ -621,16 +1141,9 @@ def run_replay(args: argparse.Namespace) -> int:
         return 2
 
     async def main() -> None:
-        with (
-            trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
-            tempfile.TemporaryDirectory(prefix="vdl-replay-") as workdir,
-        ):
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                slot = BrokerSlot(workdir, nursery)
-                await slot.start()
-                replayer = Replayer(
-                    timelines, slot, speed=speed, max_gap=args.max_gap, start_paused=True
-                )
+                replayer = Replayer(timelines, speed=speed, max_gap=args.max_gap, start_paused=True)
                 if args.from_step is not None:
                     replayer.seek(step=args.from_step)
                 web_stop = trio.Event()
@@ -644,7 +1157,6 @@ def run_replay(args: argparse.Namespace) -> int:
                 url = await nursery.start(
                     partial(
                         serve_replay,
-                        slot,
                         replayer,
                         args.host,
                         args.port,
@@ -675,7 +1187,7 @@ def run_replay(args: argparse.Namespace) -> int:
                 status = replayer.status()
                 print(f"replayed {status.fed:,} of {status.total:,} points and events", flush=True)
                 feeding.cancel()
-                await slot.aclose()  # browsers are closed with 1001
+                replayer.source.close()  # pages are closed with 1001
                 web_stop.set()
                 nursery.cancel_scope.deadline = trio.current_time() + 5
 

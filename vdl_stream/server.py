@@ -7,15 +7,17 @@ broker is started by the caller's nursery, never in quart-trio's ``app.nursery``
 The app is three blueprints (:func:`pages_blueprint`, :func:`api_blueprint`,
 :func:`websocket_blueprint`) behind one gate, :class:`Access`: every request and every WebSocket
 handshake, including those of blueprints mounted later (``vdl-stream replay``'s), is checked for
-its Host, its Origin and, on ``/api/`` and ``/ws/``, the token before any route sees it.
+its Host, its Origin and, on everything but the page itself, the token before any route sees it.
 docs/security.md describes the model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hmac
 import ipaddress
+import json
 import logging
 import math
 import re
@@ -23,12 +25,13 @@ import resource
 import socket
 import time
 import unicodedata
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import numpy as np
 import trio
@@ -41,8 +44,8 @@ from werkzeug.exceptions import HTTPException
 from recorder import RecorderError
 
 from . import __version__, codec
-from .broker import DEFAULT_CACHE_BYTES, Broker
-from .errors import InsecureBindError, PortInUseError
+from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
+from .errors import InsecureBindError, PortInUseError, RefusedError
 from .interop import Export, stream_export
 
 log = logging.getLogger("vdl_stream.server")
@@ -58,6 +61,8 @@ CSP = (
     "style-src 'self' 'unsafe-inline'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
+#: The paths served without the token: the page and its files, which read the token from the URL.
+PUBLIC_PATHS = frozenset({"/", *(f"/static/{name}" for name in STATIC_TYPES)})
 SHUTDOWN_DEADLINE = 10.0
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 BLOB_TYPES = {"image": "image/png", "audio": "audio/wav"}
@@ -67,7 +72,9 @@ WILDCARD_HOSTS = {"", "0.0.0.0", "::"}
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 #: Close codes of the WebSocket limits (RFC 6455 section 7.4.1).
 CLOSE_POLICY = 1008  # no subscribe / no batch in time
-CLOSE_TRY_AGAIN_LATER = 1013  # too many WebSockets open
+CLOSE_TRY_AGAIN_LATER = 1013  # too many browsers open
+#: Seconds a writer refused for lack of room is asked to wait (the 503's Retry-After).
+WRITER_RETRY_AFTER = 2
 #: The longest ``tags`` filter a subscriber may send.
 MAX_TAG_FILTER = 200
 
@@ -101,7 +108,7 @@ def check_token(token: object) -> str | None:
     if not token.strip():
         raise ValueError(
             f"token must not be empty or blank, got {token!r}; "
-            "is the variable you passed with --token set?"
+            "is the variable that should hold it set?"
         )
     return token
 
@@ -146,7 +153,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 # -- the gate: Host, Origin, token ------------------------------------------------------------------
 
-_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]{0,252}[a-z0-9_])?")
+# DNS labels of letters, digits, "-" and "_", joined by single dots; what werkzeug's IDNA check and
+# every resolver accept. Bounded repeats over disjoint pieces: this regex cannot backtrack badly.
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
@@ -156,6 +166,8 @@ def split_host(value: str) -> tuple[str, int | None] | None:
     ``name``, ``name:port``, ``1.2.3.4:port``, ``[::1]:port``; an IPv6 name comes back without
     brackets. Returns None for anything else (user info, paths, bad ports, non-ASCII names).
     """
+    if len(value) > 260:
+        return None
     value = value.lower()
     if value.startswith("["):
         name, sep, rest = value[1:].partition("]")
@@ -166,8 +178,8 @@ def split_host(value: str) -> tuple[str, int | None] | None:
         if not sep:
             return None
     else:
-        name, _, port_text = value.partition(":")
-        rest = ":" + port_text if _ else ""
+        name, colon, port_text = value.partition(":")
+        rest = colon + port_text
         if not _HOST_NAME.fullmatch(name):
             return None
     if not rest:
@@ -225,7 +237,8 @@ class Access:
     """The one check every request and WebSocket handshake goes through: Host, Origin, token.
 
     Args:
-        token: required on ``/api/`` and ``/ws/`` as ``Authorization: Bearer T`` or ``?token=T``;
+        token: required on every path but the page (:data:`PUBLIC_PATHS`), as
+            ``Authorization: Bearer T`` or ``?token=T``;
             None: no token.
         allowed_hosts: Host names accepted besides loopback (``localhost``, 127.0.0.0/8, ``[::1]``),
             any port; ``*`` accepts every name (only behind a proxy that checks Host itself).
@@ -266,13 +279,16 @@ class Access:
         if self.token is None:
             return True
         given = args.get("token", "")
-        auth = headers.get("Authorization", "")
-        if auth.startswith("Bearer "):
-            given = auth[len("Bearer ") :]
+        scheme, _, credentials = headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer":  # auth schemes are case-insensitive (RFC 9110 11.1)
+            given = credentials
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     def check(self, path: str, scheme: str, headers: Any, args: Any) -> Denied | None:
-        """Return why a request or handshake is refused, or None to let it through."""
+        """Return why a request or handshake is refused, or None to let it through.
+
+        ``headers`` and ``args`` are mappings with ``get`` (header names as sent, capitalised).
+        """
         host = headers.get("Host", "")
         if not self.host_allowed(host):
             return Denied(
@@ -283,9 +299,61 @@ class Access:
         origin = headers.get("Origin")
         if origin is not None and not origin_matches(origin, host, scheme):
             return Denied(403, "cross-origin request refused")
-        if path.startswith(("/api/", "/ws/")) and not self.token_ok(headers, args):
+        # An allow-list, not a prefix test: werkzeug serves //api/runs as /api/runs.
+        if path not in PUBLIC_PATHS and not self.token_ok(headers, args):
             return Denied(401, "missing or wrong token")
         return None
+
+
+class AccessGate:
+    """ASGI middleware putting :meth:`Access.check` in front of every request and handshake.
+
+    It runs before quart builds a request, so no route, error handler or blueprint (replay's
+    included) sees a refused request, and a malformed Host never reaches werkzeug (whose own
+    error for it escapes quart's handlers as an empty 500). A refused request gets its status and
+    ``{"error": ...}``; a refused WebSocket handshake gets the status instead of ``101``.
+    """
+
+    def __init__(self, app: Callable[..., Awaitable[None]], access: Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers: dict[str, str] = {}
+        repeated = False
+        for raw_name, raw_value in scope["headers"]:
+            name = raw_name.decode("latin-1").title()
+            repeated |= name in headers and name in ("Host", "Origin", "Authorization")
+            headers.setdefault(name, raw_value.decode("latin-1"))
+        query = scope.get("query_string", b"").decode("latin-1")
+        args = dict(reversed(parse_qsl(query, keep_blank_values=True, errors="replace")))
+        if repeated:
+            denied: Denied | None = Denied(400, "Host, Origin and Authorization may appear once")
+        else:
+            denied = self.access.check(scope["path"], scope["scheme"], headers, args)
+        if denied is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http":
+            await _send_denied(send, "http.response", denied)
+        else:
+            await receive()  # websocket.connect
+            await _send_denied(send, "websocket.http.response", denied)
+
+
+async def _send_denied(send: Any, prefix: str, denied: Denied) -> None:
+    body = json.dumps({"error": denied.message}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"content-security-policy", CSP.encode()),
+        (b"referrer-policy", b"no-referrer"),
+    ]
+    await send({"type": f"{prefix}.start", "status": denied.status, "headers": headers})
+    await send({"type": f"{prefix}.body", "body": body, "more_body": False})
 
 
 def check_allowed_host(raw: object) -> str:
@@ -306,10 +374,15 @@ def check_allowed_host(raw: object) -> str:
 class Limits:
     """Bounds on WebSockets (docs/security.md).
 
+    Browsers and writers draw on separate pools, so idle connections of one kind can never lock
+    out the other: ``max_websockets`` in all, of which at most ``max_browsers`` (and at most
+    half) are ``/ws/live``; the rest are for ``/ws/ingest``. A WebSocket past its pool is closed
+    at once with 1013 (try again later).
+
     Args:
-        max_websockets: open WebSockets of both kinds together; past it a new one is closed with
-            1013 (try again later). None: half the process's open-file limit, at most 1024.
-        max_subscribers: open ``/ws/live`` browsers; past it a new one is closed with 1013.
+        max_websockets: open WebSockets of both kinds together. None: half the process's
+            open-file limit, at most 1024 (the other half stays for run files).
+        max_browsers: open ``/ws/live`` connections at most.
         subscribe_timeout: seconds a ``/ws/live`` may stay open without a ``subscribe``
             (then closed with 1008).
         ingest_idle_timeout: seconds a ``/ws/ingest`` may stay open without its first batch
@@ -317,28 +390,18 @@ class Limits:
     """
 
     max_websockets: int | None = None
-    max_subscribers: int = 128
+    max_browsers: int = 128
     subscribe_timeout: float = 5.0
-    ingest_idle_timeout: float = 60.0
+    ingest_idle_timeout: float = 30.0
 
-    def websocket_cap(self) -> int:
-        """Return ``max_websockets``, or the default derived from ``RLIMIT_NOFILE``."""
-        if self.max_websockets is not None:
-            return self.max_websockets
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY:
-            return 1024
-        return max(8, min(1024, soft // 2))  # the rest stays for run files and the listener
-
-
-class _WebSocketCount:
-    """Open WebSockets of one app, overall and per kind."""
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.cap = limits.websocket_cap()
-        self.total = 0
-        self.live = 0
+    def pools(self) -> tuple[int, int]:
+        """Return how many browsers and how many writers may be connected at once."""
+        total = self.max_websockets
+        if total is None:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            total = 1024 if soft == resource.RLIM_INFINITY else max(4, min(1024, soft // 2))
+        browsers = max(1, min(self.max_browsers, total // 2))
+        return browsers, max(1, total - browsers)
 
 
 # -- JSON helpers ---------------------------------------------------------------------------------
@@ -459,7 +522,7 @@ def create_app(
 
     Args:
         broker: the broker (or anything with its reading and subscribing methods).
-        token: the access token of ``/api/`` and ``/ws/``; None: none.
+        token: the access token of every path but the page's; None: none.
         allowed_hosts, bind_host: the Host names served besides loopback (see :class:`Access`).
         limits: the WebSocket limits; the defaults of :class:`Limits` when None.
 
@@ -467,18 +530,8 @@ def create_app(
         ValueError: an empty token or a malformed allowed host.
     """
     app = QuartTrio("vdl_stream")
-    access = Access(token, allowed_hosts, bind_host)
-
-    @app.before_request
-    async def gate_request() -> Any:
-        denied = access.check(request.path, request.scheme, request.headers, request.args)
-        return None if denied is None else _error(denied.status, denied.message)
-
-    @app.before_websocket
-    async def gate_websocket() -> Any:
-        denied = access.check(websocket.path, websocket.scheme, websocket.headers, websocket.args)
-        # A Response returned before accept() refuses the handshake with that status.
-        return None if denied is None else Response(denied.message, denied.status)
+    # Quart's documented place for middleware: everything app() serves passes the gate first.
+    app.asgi_app = AccessGate(app.asgi_app, Access(token, allowed_hosts, bind_host))  # type: ignore[method-assign]
 
     @app.after_request
     async def security_headers(response: Response) -> Response:
@@ -659,29 +712,38 @@ def api_blueprint(broker: Broker) -> Blueprint:
 
 
 def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
-    """``/ws/live`` (browsers) and ``/ws/ingest`` (writers), within ``limits``."""
-    bp = Blueprint("websockets", __name__)
-    count = _WebSocketCount(limits)
+    """``/ws/live`` (browsers) and ``/ws/ingest`` (writers), each within its pool of ``limits``.
 
-    async def refuse_if_full(live: bool) -> bool:
-        """Close a new WebSocket past a limit (1013: try again later); True if it was closed."""
-        if count.total >= count.cap:
-            reason = f"too many WebSockets open (limit {count.cap}); try again later"
-        elif live and count.live >= limits.max_subscribers:
-            reason = f"too many browsers open (limit {limits.max_subscribers}); try again later"
-        else:
-            return False
-        await websocket.accept()
-        await websocket.close(CLOSE_TRY_AGAIN_LATER, reason)
-        return True
+    Past its pool a browser is accepted and closed at once with 1013 (try again later): a page
+    cannot read the status of a refused handshake, but it shows a close reason and reconnects
+    with backoff. A writer is refused before the upgrade with 503 and ``Retry-After``; the
+    transport reports that as an unreachable broker and backs off, where a close right after
+    connecting would have it reconnect at once.
+    """
+    bp = Blueprint("websockets", __name__)
+    caps = dict(zip(("browsers", "writers"), limits.pools(), strict=True))
+    open_now = {"browsers": 0, "writers": 0}
+
+    def full(pool: str) -> str | None:
+        if open_now[pool] < caps[pool]:
+            return None
+        return f"too many {pool} connected ({caps[pool]}); try again later"
+
+    @contextlib.contextmanager
+    def holding(pool: str) -> Iterator[None]:
+        open_now[pool] += 1
+        try:
+            yield
+        finally:
+            open_now[pool] -= 1
 
     @bp.websocket("/ws/live")
     async def ws_live() -> Any:
-        if await refuse_if_full(live=True):
+        if (reason := full("browsers")) is not None:
+            await websocket.accept()
+            await websocket.close(CLOSE_TRY_AGAIN_LATER, reason)
             return None
-        count.total += 1
-        count.live += 1
-        try:
+        with holding("browsers"):
             await websocket.accept()
             await websocket.send(
                 codec.encode_message(
@@ -690,21 +752,21 @@ def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
             )
             await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
             await _live_session(broker, limits.subscribe_timeout)
-        finally:
-            count.total -= 1
-            count.live -= 1
         return None
 
     @bp.websocket("/ws/ingest")
     async def ws_ingest() -> Any:
-        if await refuse_if_full(live=False):
-            return None
-        count.total += 1
-        try:
+        if (reason := full("writers")) is not None:
+            # A response returned before accept() refuses the handshake with it.
+            return Response(
+                json.dumps({"error": reason}),
+                503,
+                {"Retry-After": str(WRITER_RETRY_AFTER)},
+                content_type="application/json",
+            )
+        with holding("writers"):
             await websocket.accept()
             await _until_idle(partial(_ingest_session, broker), limits.ingest_idle_timeout)
-        finally:
-            count.total -= 1
         return None
 
     return bp
@@ -766,7 +828,11 @@ async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
         scope: trio.CancelScope,
     ) -> None:
         with scope:
-            sub = broker.subscribe(runs, tags)  # type: ignore[arg-type]
+            try:
+                sub = broker.subscribe(runs, tags)  # type: ignore[arg-type]
+            except SubscriberLimitError as exc:
+                await websocket.close(1013, str(exc)[:120])  # 1013: try again later
+                return
             try:
                 await broker.send_snapshot(sub, websocket.send, max_points)
                 while True:
@@ -811,16 +877,31 @@ async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
 
 
 async def _ingest_session(broker: Broker) -> None:
-    """Serve one writer: ingest its batches in order, acknowledge each once persisted."""
-    send, receive = trio.open_memory_channel[tuple[str, int, int, bool]](1024)
+    """Serve one writer: ingest its batches in order, answer each once persisted or refused.
 
-    async def acknowledge() -> None:
-        async for writer, seq, broker_seq, durable in receive:
-            await broker.wait_persisted(broker_seq, durable=durable)
-            await websocket.send(codec.encode_ack(writer, seq))
+    Every batch gets exactly one answer, in the order the batches came: ``ack`` once it is
+    written (and fsynced when it asked to sync), or ``refused`` with the reason and whether
+    sending it again may succeed. A frame that is not a batch, or whose ``writer``/``seq`` is
+    broken, closes the connection with 1008 (there is no batch to answer).
+    """
+    send, receive = trio.open_memory_channel[tuple[str, int, int, bool, RefusedError | None]](1024)
+
+    async def answer() -> None:
+        async for writer, seq, broker_seq, durable, refusal in receive:
+            if refusal is None:
+                try:
+                    await broker.wait_written(broker_seq, durable=durable)
+                except RefusedError as exc:
+                    refusal = exc
+            if refusal is None:
+                await websocket.send(codec.encode_ack(writer, seq))
+            else:
+                await websocket.send(
+                    codec.encode_refused(writer, seq, refusal.reason, refusal.retryable)
+                )
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(acknowledge)
+        nursery.start_soon(answer)
         async with send:
             while True:
                 data = await websocket.receive()
@@ -831,20 +912,32 @@ async def _ingest_session(broker: Broker) -> None:
                             f"unexpected message type {message['type']!r:.40}"
                         )
                     batch = codec.decode_batch(message)
+                except codec.BatchError as exc:
+                    refusal = RefusedError(f"bad batch: {exc}"[:200], retryable=False)
+                    await send.send((exc.writer, exc.seq, 0, False, refusal))
+                    continue
                 except codec.ProtocolError as exc:
                     await websocket.close(1008, str(exc)[:120])
                     nursery.cancel_scope.cancel()
                     return
                 try:
                     broker_seq = await broker.ingest(batch)
+                except RefusedError as exc:
+                    await send.send((batch.writer, batch.seq, 0, False, exc))
+                    continue
                 except trio.ClosedResourceError:
                     await websocket.close(1001, "server shutting down")
                     nursery.cancel_scope.cancel()
                     return
-                await send.send((batch.writer, batch.seq, broker_seq, batch.sync))
+                await send.send((batch.writer, batch.seq, broker_seq, batch.sync, None))
 
 
 def _url(host: str, port: int) -> str:
+    """The URL to print for a server bound to ``host``: a wildcard bind is reached from this
+    machine through loopback (a Host of ``0.0.0.0`` is not served, and not every system can
+    connect to it)."""
+    if host in WILDCARD_HOSTS:
+        host = "::1" if host == "::" else "127.0.0.1"
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 

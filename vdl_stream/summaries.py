@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import operator
 import struct
 import wave
 import zlib
@@ -50,7 +51,11 @@ def to_float(value: object, name: str = "value") -> float:
     """Convert a Python/numpy number or a one-element tensor-like to ``float``.
 
     Accepts anything with ``.item()`` (numpy, torch, paddle, jax scalars and one-element arrays)
-    or ``__float__``, without importing any framework. Raises ``TypeError`` naming ``name``.
+    or ``__float__``, without importing any framework. NaN and ±Inf pass.
+
+    Raises:
+        TypeError: not a real number (``name`` and the type are in the message).
+        ValueError: an int too large for a float64.
     """
     try:
         if hasattr(value, "item"):
@@ -58,41 +63,88 @@ def to_float(value: object, name: str = "value") -> float:
         if isinstance(value, (str, bytes)):
             raise TypeError
         return float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        raise ValueError(f"{name} must fit in a float64, got {value!r:.40}") from None
     except (TypeError, ValueError):
         raise TypeError(
-            f"{name} must be a real number or a one-element tensor, got {type(value).__name__}"
+            f"{name} must be a real number or a one-element tensor, "
+            f"got {type(value).__name__} {_short(value)}"
         ) from None
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to 40 characters, never failing (the value may be anything)."""
+    try:
+        text = repr(value)
+    except Exception:
+        return "(unprintable)"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+#: Steps are stored as int64.
+STEP_MIN, STEP_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def to_step(step: object, name: str = "step") -> int:
-    """Convert an int-like step (Python/numpy int, one-element tensor) to ``int``."""
+    """Return an integer step (Python/numpy int, one-element integer tensor) as an int64-range ``int``.
+
+    Floats are refused, even integral ones such as ``1.0``: a step computed in floating point is
+    refused at its first call rather than at the first one that happens not to be whole. ``bool``
+    is refused too. Anything with ``.item()`` is unwrapped first, then taken through ``__index__``.
+
+    Raises:
+        TypeError: not an integer (``name``, the type and the value are in the message).
+        ValueError: outside the int64 range.
+    """
+    original = step
     if hasattr(step, "item"):
-        step = step.item()  # type: ignore[union-attr]
-    if isinstance(step, bool) or not isinstance(step, int):
         try:
-            as_int = int(step)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            as_int = None
-        if as_int is None or as_int != step:
-            raise TypeError(f"{name} must be an int, got {type(step).__name__} {step!r:.40}")
-        step = as_int
-    return step
+            step = step.item()  # type: ignore[union-attr]
+        except (TypeError, ValueError):  # a tensor of several elements
+            step = original
+    if type(step) is not int:
+        try:
+            if isinstance(step, bool):
+                raise TypeError
+            step = operator.index(step)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(
+                f"{name} must be an int, got {type(original).__name__} {_short(original)}"
+            ) from None
+    if not STEP_MIN <= step <= STEP_MAX:  # type: ignore[operator]
+        raise ValueError(f"{name} must be in the int64 range [-2**63, 2**63 - 1], got {step}")
+    return int(step)  # an int subclass becomes a plain int for msgpack
+
+
+def check_str(value: object, name: str) -> str:
+    """Return ``value`` as a plain ``str`` if it is a str that UTF-8 can encode, else raise.
+
+    Raises:
+        TypeError: not a str; ValueError: it holds a lone surrogate (``"a\\ud800b"``), which no
+        encoding on the wire or on disk can carry.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r:.40}")
+    value = str(value)  # a str subclass becomes a plain str for msgpack
+    if not value.isascii() and not codec._encodable(value):
+        raise ValueError(
+            f"{name} must be encodable as UTF-8 (no lone surrogates), got {value!r:.80}"
+        )
+    return value
 
 
 def to_array(values: object, name: str = "values") -> np.ndarray:
-    """Convert an array-like or tensor (numpy, torch, paddle, jax) to a float64 numpy array."""
-    if hasattr(values, "detach"):  # torch: leave the autograd graph and the device
-        values = values.detach()
-    if hasattr(values, "cpu"):
-        values = values.cpu()
-    if hasattr(values, "numpy") and not isinstance(values, np.ndarray):
-        values = values.numpy()
+    """Convert an array-like or tensor (numpy, torch, paddle, jax) of real numbers to float64.
+
+    Raises:
+        TypeError: not an array of real numbers (strings, objects, complex numbers are refused).
+        ValueError: numbers too large for a float64.
+    """
+    arr = as_numpy(values, name)
     try:
-        return np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be an array of numbers or a tensor, got {type(values).__name__}"
-        ) from None
+        return arr.astype(np.float64, copy=False)
+    except OverflowError:
+        raise ValueError(f"{name} must hold numbers that fit in a float64") from None
 
 
 def _common(kind: str, tag: str | None, step: int | None, wall: float) -> dict[str, Any]:
@@ -127,7 +179,7 @@ def as_numpy(value: object, name: str) -> np.ndarray:
     """Return an array-like or tensor (numpy, torch, paddle, jax) as a numpy array, keeping its dtype.
 
     Raises:
-        TypeError: ``value`` is not an array of numbers (named ``name`` in the message).
+        TypeError: ``value`` is not an array of real numbers (named ``name`` in the message).
     """
     original = type(value).__name__
     if hasattr(value, "detach"):  # torch: leave the autograd graph and the device
@@ -138,7 +190,7 @@ def as_numpy(value: object, name: str) -> np.ndarray:
         value = value.numpy()
     try:
         arr = np.asarray(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError, RecursionError):
         arr = None
     if arr is None or arr.dtype.kind not in "buif":
         raise TypeError(f"{name} must be an array of numbers or a tensor, got {original}")
@@ -311,7 +363,8 @@ def _image_hwc(arr: np.ndarray, dataformats: object) -> np.ndarray:
     if arr.dtype == np.uint8:
         pixels = arr
     elif arr.dtype.kind == "f":
-        scaled = np.nan_to_num(arr.astype(np.float32), nan=0.0, posinf=1.0, neginf=0.0)
+        with np.errstate(over="ignore"):  # beyond float32 is beyond 1: inf, clipped to 1 below
+            scaled = np.nan_to_num(arr.astype(np.float32), nan=0.0, posinf=1.0, neginf=0.0)
         np.clip(scaled, 0.0, 1.0, out=scaled)
         scaled *= 255.0
         pixels = np.rint(scaled).astype(np.uint8)
@@ -374,9 +427,7 @@ def text_event(tag: str, text_string: str, step: int | None, wall: float) -> dic
     """
     codec.check_tag(tag)
     event = _common("text", tag, _step(step, optional=True), check_wall(wall))
-    if not isinstance(text_string, str):
-        raise TypeError(f"text_string must be a str, got {type(text_string).__name__}")
-    text_string = str(text_string)  # a str subclass becomes a plain str for msgpack
+    text_string = check_str(text_string, "text_string")
     if len(text_string) * 4 > MAX_PAYLOAD_BYTES and len(text_string.encode()) > MAX_PAYLOAD_BYTES:
         raise ValueError(f"text_string must be at most {MAX_PAYLOAD_BYTES} bytes of UTF-8")
     event["text"] = text_string
@@ -458,8 +509,10 @@ def audio_event(
 def _hparam_value(value: object, name: str) -> str | int | float | bool:
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()  # numpy scalars, one-element tensors
-    if type(value) in (str, bool, float):
+    if type(value) in (bool, float):
         return value  # type: ignore[return-value]
+    if isinstance(value, str):
+        return check_str(value, name)
     if type(value) is int:
         if not _INT64_MIN <= value <= _UINT64_MAX:
             raise ValueError(f"{name} must fit in 64 bits, got {value}")

@@ -4,19 +4,41 @@
 - :class:`WebSocketTransport`: the broker is a ``vdl-stream serve`` reached over ``/ws/ingest``.
   Batches stay queued until acknowledged; after a disconnect the transport reconnects with backoff
   and re-sends them, and the broker drops the ones it already has, so nothing is lost or duplicated.
+
+The refusal contract (both transports; the writer codes against it):
+
+- The broker may *refuse* a batch instead of acknowledging it (a full disk, too many open files,
+  a run held by another process, a run name the file system cannot hold, an event that breaks
+  the schema). Nothing of a refused batch is on disk. Each refusal is a
+  :class:`~vdl_stream.errors.RefusedError` with a one-line ``reason`` and ``retryable``.
+- A *retryable* refusal is re-sent by the transport itself, in order with the writer's later
+  batches (the broker refuses those until the refused one comes again), after a backoff that
+  doubles from ``RETRY_DELAY`` to ``MAX_RETRY_DELAY``, until the broker accepts it. Meanwhile
+  batches wait in a bounded :class:`Spool` (memory, then a temporary file).
+- A *non-retryable* refusal ends that batch: it is forgotten, and :meth:`Transport.wait_acked`
+  no longer waits for it.
+- Every refusal reaches the writer once through :meth:`Transport.take_errors`, which the writer
+  polls on each call or flush to report the real reason. The same reason refused again while
+  not yet taken is not queued twice, and at most ``MAX_ERRORS`` wait.
+- ``send`` never raises a refusal and never waits for the disk: it waits only while the broker's
+  ingest queue is full (in process) or not at all (WebSocket).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import warnings
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from trio_websocket import (
     ConnectionClosed,
+    ConnectionRejected,
+    ConnectionTimeout,
     HandshakeError,
     WebSocketConnection,
     open_websocket_url,
@@ -24,47 +46,240 @@ from trio_websocket import (
 
 from . import codec
 from .codec import Batch
+from .errors import RefusedError
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("vdl_stream.transport")
 
+#: First delay before a retryable refusal is re-sent, in seconds; it doubles up to the maximum.
+RETRY_DELAY = 0.05
+MAX_RETRY_DELAY = 2.0
+#: Refusals waiting for take_errors() at most; older ones are dropped (and counted).
+MAX_ERRORS = 100
+
+
+@dataclass(frozen=True)
+class TransportStatistics:
+    """A point-in-time view of a transport.
+
+    Attributes:
+        queued_batches: batches held (not yet acknowledged or refused for good).
+        queued_bytes: bytes those batches take in the spool (memory and file).
+        in_flight: batches handed to the broker whose outcome is not known yet.
+        reconnects: connections opened after the first (WebSocket only).
+        refusals: refusals received.
+        retries: batches re-sent after a retryable refusal.
+        dropped: batches dropped because the spool was full.
+    """
+
+    queued_batches: int
+    queued_bytes: int
+    in_flight: int
+    reconnects: int
+    refusals: int
+    retries: int
+    dropped: int
+
 
 class Transport(Protocol):
-    """What the writer's background loop needs from a transport."""
+    """What the writer's background loop needs from a transport (see the module docstring)."""
 
     url: str | None
 
     async def send(self, batch: Batch) -> None:
-        """Take a batch; it is re-sent as needed until acknowledged."""
+        """Take a batch; it is re-sent as needed until acknowledged or refused for good."""
 
     async def wait_acked(self, seq: int) -> None:
-        """Wait until the writer's batches up to ``seq`` are durable."""
+        """Wait until every batch up to ``seq`` is durable or was refused for good; retryable
+        refusals are re-sent meanwhile (bound the wait with a cancel scope)."""
+
+    def take_errors(self) -> list[RefusedError]:
+        """Return the refusals received since the last call, each once, oldest first."""
+
+    def statistics(self) -> TransportStatistics:
+        """Return queue depths and counters (see :class:`TransportStatistics`)."""
 
     async def aclose(self) -> None:
         """Deliver what is queued (bounded by the caller's deadline) and release resources."""
 
 
-class InProcessTransport:
-    """Hands batches straight to a broker running in the same trio loop."""
+class _Refusals:
+    """The refusals a transport has to hand to its writer, each once, bounded."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self) -> None:
+        self._pending: list[RefusedError] = []
+        self.count = self.lost = 0
+
+    def add(self, refusal: RefusedError) -> None:
+        self.count += 1
+        if any(
+            r.reason == refusal.reason and r.retryable == refusal.retryable for r in self._pending
+        ):
+            return  # the same cause again, not taken yet: once is enough
+        self._pending.append(refusal)
+        if len(self._pending) > MAX_ERRORS:
+            self._pending.pop(0)
+            self.lost += 1
+
+    def take(self) -> list[RefusedError]:
+        taken, self._pending = self._pending, []
+        return taken
+
+
+class _Backoff:
+    """When a refused batch may go again: RETRY_DELAY, doubling to MAX_RETRY_DELAY."""
+
+    def __init__(self) -> None:
+        self.delay = RETRY_DELAY
+        self.at = 0.0
+
+    def refused(self) -> None:
+        self.at = trio.current_time() + self.delay
+        self.delay = min(self.delay * 2, MAX_RETRY_DELAY)
+
+    def accepted(self) -> None:
+        self.delay = RETRY_DELAY
+
+
+class InProcessTransport:
+    """Hands batches straight to a broker running in the same trio loop.
+
+    Batches the broker refused with a retryable reason wait in a :class:`Spool` and go again, in
+    order, on the next ``send``/``wait_acked`` after the backoff (see the module docstring).
+    """
+
+    def __init__(self, broker: Broker, *, spool: Spool | None = None) -> None:
         self.url: str | None = None
         self._broker = broker
-        self._broker_seq: dict[int, int] = {}  # writer seq -> broker seq
+        # writer seq -> (broker seq, batch): accepted, outcome not known yet; in seq order
+        self._unconfirmed: OrderedDict[int, tuple[int, Batch]] = OrderedDict()
+        self._backlog = spool or Spool()  # refused (retryable) and later batches, encoded
+        self._backoff = _Backoff()
+        self._refusals = _Refusals()
+        self._retries = 0
+        self._last = 0
+        self._confirmed = 0  # the highest broker seq of a batch written
 
     async def send(self, batch: Batch) -> None:
-        self._broker_seq[batch.seq] = await self._broker.ingest(batch)
+        self._last = max(self._last, batch.seq)
+        self._harvest()
+        if len(self._backlog):
+            self._backlog.put(batch.seq, codec.encode_batch(batch))
+            await self._drain()
+            return
+        try:
+            await self._deliver(batch)
+        except BaseException:
+            # Cancelled before the broker took it (the broker undoes a half-taken batch): keep
+            # it, so that it goes with the next delivery instead of being lost.
+            if batch.seq not in self._unconfirmed and batch.seq not in self._backlog:
+                self._backlog.put(batch.seq, codec.encode_batch(batch))
+            raise
+
+    async def _deliver(self, batch: Batch) -> bool:
+        """Hand one batch to the broker; return False if it was refused at once."""
+        try:
+            broker_seq = await self._broker.ingest(batch)
+        except RefusedError as refusal:
+            self._refused(batch.seq, batch, refusal)
+            return False
+        self._unconfirmed[batch.seq] = (broker_seq, batch)
+        self._backlog.discard(batch.seq)
+        return True
+
+    async def _drain(self) -> None:
+        """Re-send the backlog in order once its backoff has passed (never sleeps).
+
+        A batch leaves the backlog only once the broker took it, so a cancelled drain loses
+        nothing."""
+        while len(self._backlog) and trio.current_time() >= self._backoff.at:
+            seq = self._backlog.first()
+            frame = self._backlog.get(seq)
+            if frame is None:
+                self._backlog.discard(seq)
+                continue
+            batch = codec.decode_batch(codec.decode_message(frame))
+            self._retries += 1
+            if not await self._deliver(batch):
+                return
+        if not len(self._backlog):
+            self._backoff.accepted()
+
+    def _harvest(self) -> None:
+        """Settle the accepted batches the broker has written or refused since (never blocks)."""
+        while self._unconfirmed:
+            seq, (broker_seq, batch) = next(iter(self._unconfirmed.items()))
+            if not self._broker.written(broker_seq):
+                return
+            del self._unconfirmed[seq]
+            refusal = self._broker.refusal(broker_seq)
+            if refusal is not None:
+                self._refused(seq, batch, refusal)
+            else:
+                self._confirmed = max(self._confirmed, broker_seq)
+
+    def _refused(self, seq: int, batch: Batch, refusal: RefusedError) -> None:
+        self._refusals.add(refusal)
+        if not refusal.retryable:
+            return  # that batch ends here
+        # This batch and every later one go again, in order: the broker refuses the later ones
+        # until this one is back.
+        held = [(seq, codec.encode_batch(batch))]
+        held += [(s, codec.encode_batch(b)) for s, (_, b) in self._unconfirmed.items() if s > seq]
+        for s, _ in held[1:]:
+            del self._unconfirmed[s]
+        old = self._backlog
+        held += [(s, old.get(s)) for s in old.after(seq)]
+        self._backlog = Spool(old.memory_limit, old.disk_limit)
+        self._backlog.dropped = old.dropped
+        old.close()
+        for s, frame in sorted(held, key=lambda item: item[0]):
+            if frame is not None:
+                self._backlog.put(s, frame)
+        self._backoff.refused()
 
     async def wait_acked(self, seq: int) -> None:
-        broker_seq = self._broker_seq.get(seq, 0)
-        self._broker_seq = {s: b for s, b in self._broker_seq.items() if s > seq}
-        await self._broker.wait_persisted(broker_seq, durable=True)
+        while True:
+            self._harvest()
+            await self._drain()
+            pending = [b for s, (b, _) in self._unconfirmed.items() if s <= seq]
+            if pending:
+                await self._broker.wait_persisted(max(pending))  # settled by _harvest next
+                continue
+            if self._backlog_holds(seq):
+                await trio.sleep_until(self._backoff.at)
+                continue
+            await self._broker.wait_persisted(self._confirmed, durable=True)
+            return
+
+    def _backlog_holds(self, seq: int) -> bool:
+        first = self._backlog.first()
+        return first is not None and first <= seq
+
+    def take_errors(self) -> list[RefusedError]:
+        return self._refusals.take()
+
+    def statistics(self) -> TransportStatistics:
+        return TransportStatistics(
+            queued_batches=len(self._unconfirmed) + len(self._backlog),
+            queued_bytes=self._backlog.nbytes,
+            in_flight=len(self._unconfirmed),
+            reconnects=0,
+            refusals=self._refusals.count,
+            retries=self._retries,
+            dropped=self._backlog.dropped,
+        )
 
     async def aclose(self) -> None:
-        self._broker.close()
-        await self._broker.wait_closed()
+        try:
+            if self._last:
+                await self.wait_acked(self._last)
+        finally:
+            self._broker.close()
+            self._backlog.close()
+            await self._broker.wait_closed()
 
 
 class Spool:
@@ -74,14 +289,18 @@ class Spool:
     ``memory_bytes`` stay in memory; later frames go to an anonymous temporary file (gone when the
     process ends). Past ``disk_bytes`` in all, the oldest frames are dropped, with a warning, so a
     broker that never comes back cannot fill the disk either. Writes are small appends to the
-    page cache, so they are made directly rather than from a worker thread.
+    page cache, so they are made directly rather than from a worker thread. A frame the file
+    cannot take (its disk is full) stays in memory, in order, counted against ``disk_bytes``.
     """
 
     def __init__(self, memory_bytes: int = 64 << 20, disk_bytes: int = 4 << 30) -> None:
-        self._memory_limit = memory_bytes
-        self._disk_limit = disk_bytes
+        self.memory_limit = memory_bytes
+        self.disk_limit = disk_bytes
         self._memory: OrderedDict[int, bytes] = OrderedDict()
-        self._disk: OrderedDict[int, tuple[int, int]] = OrderedDict()  # seq -> (offset, length)
+        # seq -> (offset, length) in the file, or the frame itself when the file could not take
+        # it (a full disk): kept in memory then, in order, rather than lost
+        self._disk: OrderedDict[int, tuple[int, int] | bytes] = OrderedDict()
+        self.file_errors = 0
         self._file: Any = None
         self._end = 0  # end of the spool file
         self._memory_bytes = self._disk_bytes = 0
@@ -93,6 +312,28 @@ class Spool:
     def __contains__(self, seq: int) -> bool:
         return seq in self._memory or seq in self._disk
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, in memory and in the file."""
+        return self._memory_bytes + self._disk_bytes
+
+    def first(self) -> int | None:
+        """Return the oldest sequence number held, or None."""
+        if self._memory:
+            return next(iter(self._memory))
+        return next(iter(self._disk)) if self._disk else None
+
+    def discard(self, seq: int) -> None:
+        """Forget the frame of ``seq`` alone (a batch refused for good, or taken for re-sending)."""
+        frame = self._memory.pop(seq, None)
+        if frame is not None:
+            self._memory_bytes -= len(frame)
+        elif seq in self._disk:
+            self._disk_bytes -= _length(self._disk.pop(seq))
+        if not self._disk and self._file is not None:
+            self._file.truncate(0)
+            self._end = 0
+
     def last(self) -> int | None:
         """Return the newest sequence number held, or None."""
         if self._disk:
@@ -101,18 +342,34 @@ class Spool:
 
     def put(self, seq: int, frame: bytes) -> None:
         """Keep ``frame`` until :meth:`ack` covers ``seq``; seqs must increase."""
-        if not self._disk and self._memory_bytes + len(frame) <= self._memory_limit:
+        if not self._disk and self._memory_bytes + len(frame) <= self.memory_limit:
             self._memory[seq] = frame
             self._memory_bytes += len(frame)
             return
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="vdl-stream-spool-")  # noqa: SIM115 (closed by close())
-        self._file.seek(self._end)
-        self._file.write(frame)
-        self._disk[seq] = (self._end, len(frame))
-        self._end += len(frame)
+        try:
+            if self._file is None:
+                # unbuffered, written with pwrite: a failed write leaves no buffer behind
+                self._file = tempfile.TemporaryFile(prefix="vdl-stream-spool-", buffering=0)  # noqa: SIM115 (closed by close())
+            view = memoryview(frame)
+            offset = self._end
+            while view:
+                written = os.pwrite(self._file.fileno(), view, offset)
+                view, offset = view[written:], offset + written
+        except OSError as exc:
+            self.file_errors += 1
+            if self.file_errors == 1:
+                warnings.warn(
+                    f"vdl-stream: cannot write the spool file ({exc.strerror or exc}); keeping "
+                    "unacknowledged batches in memory",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+            self._disk[seq] = frame
+        else:
+            self._disk[seq] = (self._end, len(frame))
+            self._end += len(frame)
         self._disk_bytes += len(frame)
-        while self._disk_bytes > self._disk_limit and len(self) > 1:
+        while self._disk_bytes > self.disk_limit and len(self) > 1:
             self._drop_oldest()
 
     def _drop_oldest(self) -> None:
@@ -120,8 +377,7 @@ class Spool:
             _, frame = self._memory.popitem(last=False)
             self._memory_bytes -= len(frame)
         else:
-            _, (_, length) = self._disk.popitem(last=False)
-            self._disk_bytes -= length
+            self._disk_bytes -= _length(self._disk.popitem(last=False)[1])
         self.dropped += 1
         if self.dropped == 1:
             warnings.warn(
@@ -136,9 +392,11 @@ class Spool:
         frame = self._memory.get(seq)
         if frame is not None or seq not in self._disk:
             return frame
-        offset, length = self._disk[seq]
-        self._file.seek(offset)
-        return self._file.read(length)
+        place = self._disk[seq]
+        if isinstance(place, bytes):
+            return place
+        offset, length = place
+        return os.pread(self._file.fileno(), length, offset)
 
     def after(self, seq: int) -> list[int]:
         """Return the sequence numbers held above ``seq``, in order."""
@@ -149,7 +407,7 @@ class Spool:
         while self._memory and next(iter(self._memory)) <= seq:
             self._memory_bytes -= len(self._memory.popitem(last=False)[1])
         while self._disk and next(iter(self._disk)) <= seq:
-            self._disk_bytes -= self._disk.popitem(last=False)[1][1]
+            self._disk_bytes -= _length(self._disk.popitem(last=False)[1])
         if not self._disk and self._file is not None:
             self._file.truncate(0)
             self._end = 0
@@ -161,8 +419,49 @@ class Spool:
             self._file = None
 
 
+def _length(place: tuple[int, int] | bytes) -> int:
+    return len(place) if isinstance(place, bytes) else place[1]
+
+
+def describe_connect_error(exc: BaseException) -> str:
+    """Say in a few words why connecting to a broker failed (trio-websocket's errors often have
+    an empty message)."""
+    if isinstance(exc, ConnectionRejected):
+        body = (exc.body or b"").decode("utf-8", "replace").strip()[:120]
+        hint = {401: "missing or wrong token", 403: "origin or host refused", 404: "no such path"}
+        detail = body or hint.get(exc.status_code, "")
+        return f"the server refused the WebSocket with HTTP {exc.status_code}" + (
+            f" ({detail})" if detail else ""
+        )
+    if isinstance(exc, ConnectionTimeout):
+        return "no answer to the WebSocket handshake in time"
+    if isinstance(exc, HandshakeError):
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None:  # trio-websocket wraps the socket's error without a message
+            return describe_connect_error(cause)
+        return "the WebSocket handshake failed"
+    if isinstance(exc, ConnectionClosed):
+        reason = exc.reason
+        text = f": {reason.reason}" if reason.reason else ""
+        return f"the connection was closed (code {reason.code}{text})"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is vdl-stream serve running there?)"
+    attempts = exc.__cause__
+    if isinstance(attempts, BaseExceptionGroup) and attempts.exceptions:
+        # trio's "all attempts to connect to H:P failed": the reasons are in the group
+        return describe_connect_error(attempts.exceptions[0])
+    if isinstance(exc, OSError):
+        detail = exc.strerror or str(exc) or type(exc).__name__
+        return f"cannot connect: {detail}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class WebSocketTransport:
     """Publishes batches to a remote broker over a WebSocket, re-sending until acknowledged.
+
+    Every batch gets one answer from the broker, ``ack`` or ``refused`` (docs/protocol.md);
+    refusals follow the module's contract: retryable ones go again after a backoff, in order with
+    the later batches; the others are forgotten; all reach :meth:`take_errors`.
 
     Args:
         url: the server, ``ws://host:port`` (the ``/ws/ingest`` path is added when missing).
@@ -177,8 +476,13 @@ class WebSocketTransport:
         self._headers = [("Authorization", f"Bearer {token}")] if token else []
         self._spool = spool or Spool()
         self._acked = 0
+        self._sent = 0  # the highest seq sent on the current connection
         self._changed = trio.Event()
         self._warned = False
+        self._refusals = _Refusals()
+        self._backoff = _Backoff()
+        self._resend_from: int | None = None  # a retryable refusal: send again from this seq
+        self._connections = self._retries = 0
 
     @classmethod
     async def run(
@@ -205,8 +509,25 @@ class WebSocketTransport:
         self._notify()
 
     async def wait_acked(self, seq: int) -> None:
-        while self._acked < seq and seq in self._spool:
+        while True:
+            first = self._spool.first()
+            if first is None or first > seq or self._acked >= seq:
+                return
             await self._changed.wait()
+
+    def take_errors(self) -> list[RefusedError]:
+        return self._refusals.take()
+
+    def statistics(self) -> TransportStatistics:
+        return TransportStatistics(
+            queued_batches=len(self._spool),
+            queued_bytes=self._spool.nbytes,
+            in_flight=len([s for s in self._spool.after(self._acked) if s <= self._sent]),
+            reconnects=max(0, self._connections - 1),
+            refusals=self._refusals.count,
+            retries=self._retries,
+            dropped=self._spool.dropped,
+        )
 
     async def aclose(self) -> None:
         last = self._spool.last()
@@ -222,8 +543,9 @@ class WebSocketTransport:
                 ) as ws:
                     delay = 0.05
                     self._warned = False
+                    self._connections += 1
                     async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._receive_acks, ws, nursery.cancel_scope)
+                        nursery.start_soon(self._receive_answers, ws, nursery.cancel_scope)
                         try:
                             await self._send_loop(ws)
                         except ConnectionClosed:
@@ -233,7 +555,7 @@ class WebSocketTransport:
                     self._warned = True
                     warnings.warn(
                         f"vdl-stream: cannot reach the broker at {self.url} "
-                        f"({type(exc).__name__}: {exc!s:.200}); "
+                        f"({describe_connect_error(exc):.200}); "
                         "training continues and batches are re-sent when it is back",
                         RuntimeWarning,
                         stacklevel=1,
@@ -242,27 +564,58 @@ class WebSocketTransport:
             delay = min(delay * 2, 2.0)
 
     async def _send_loop(self, ws: WebSocketConnection) -> None:
-        sent = self._acked  # after a reconnect, everything unacknowledged goes again
+        self._sent = self._acked  # after a reconnect, everything unacknowledged goes again
+        self._resend_from = None
         while True:
-            pending = self._spool.after(sent)
+            if self._resend_from is not None:
+                await trio.sleep_until(self._backoff.at)
+                if self._resend_from is not None:
+                    again = self._spool.after(self._resend_from - 1)
+                    self._retries += len([s for s in again if s <= self._sent])
+                    self._sent = min(self._sent, self._resend_from - 1)
+                    self._resend_from = None
+            pending = self._spool.after(self._sent)
             for seq in pending:
+                if self._resend_from is not None:
+                    break  # a refusal came in meanwhile: back off first
                 frame = self._spool.get(seq)
                 if frame is not None:
                     await ws.send_message(frame)
-                sent = seq
-            if not pending:
+                self._sent = max(self._sent, seq)
+            if not pending and self._resend_from is None:
                 await self._changed.wait()
 
-    async def _receive_acks(self, ws: WebSocketConnection, cancel_scope: trio.CancelScope) -> None:
+    async def _receive_answers(
+        self, ws: WebSocketConnection, cancel_scope: trio.CancelScope
+    ) -> None:
         try:
             while True:
                 message = codec.decode_message(await ws.get_message())
-                if message.get("type") == "ack":
+                kind = message.get("type")
+                if kind == "ack":
                     seq = int(message["seq"])
                     self._acked = max(self._acked, seq)
                     self._spool.ack(seq)
+                    self._backoff.accepted()
                     self._notify()
-        except (ConnectionClosed, codec.ProtocolError):
+                elif kind == "refused":
+                    self._on_refused(message)
+        except (ConnectionClosed, codec.ProtocolError, KeyError, TypeError, ValueError):
             pass
         finally:
             cancel_scope.cancel()
+
+    def _on_refused(self, message: dict[str, Any]) -> None:
+        seq = int(message["seq"])
+        reason = str(message.get("reason") or "refused by the broker")[:300]
+        refusal = RefusedError(reason, retryable=bool(message.get("retryable")))
+        self._refusals.add(refusal)
+        if seq not in self._spool:
+            return  # an answer to a copy we no longer hold
+        if not refusal.retryable:
+            self._spool.discard(seq)
+        elif self._resend_from is None or seq < self._resend_from:
+            if self._resend_from is None:
+                self._backoff.refused()
+            self._resend_from = seq
+        self._notify()

@@ -5,12 +5,22 @@ background thread running its own trio loop wakes every ``flush_interval``, take
 groups it into columnar batches and hands them to a transport: the in-process broker, or a remote
 ``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
 ``flush()`` and ``close()``, which wait (with a timeout) for durability.
+
+Every argument is checked at the call, so the background thread only sees what it can store. It
+still never stops on a failure: the pump (hot path -> pending batches) never waits on the
+transport; pending batches are bounded in memory and spill to a temporary file; a separate task
+hands them over in order, keeping and retrying one that fails; and what went wrong reaches the
+training thread as one warning per reason on its next call (a flag it already tests, no lock).
+
+    add_* --append--> lists --pump, every interval--> _Pending (memory, then Spool file)
+          --_deliver, in order, retried--> transport --> broker;  flush() --_confirm--> wait_acked
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -20,17 +30,21 @@ import time
 import uuid
 import warnings
 import weakref
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import trio
 
+import recorder
+
 from . import codec, summaries
-from .codec import Batch
-from .errors import unwrap
+from .codec import Batch, ScalarColumns
+from .errors import RefusedError, unwrap
 from .summaries import to_float, to_step
-from .transport import InProcessTransport, Transport, WebSocketTransport
+from .transport import InProcessTransport, Spool, Transport, WebSocketTransport
 
 log = logging.getLogger("vdl_stream.writer")
 
@@ -67,10 +81,170 @@ LOGGING_METHODS = (
 )
 
 
+#: Batches waiting for the transport are kept in memory up to this many bytes (estimated), then
+#: spilled to a temporary file (a transport :class:`Spool`), so a stalled or failing broker never
+#: makes the training process grow without bound.
+PENDING_MEMORY_BYTES = 64 << 20
+#: Spilled batches beyond this many bytes are dropped, oldest first, with a warning.
+PENDING_DISK_BYTES = 4 << 30
+#: Backoff between attempts to hand a batch to a transport that failed: from 50 ms doubling to 2 s.
+RETRY_FIRST, RETRY_MAX = 0.05, 2.0
+#: Distinct problem reasons a writer warns about, at most (a warning is given once per reason).
+MAX_WARNED_REASONS = 100
+
+
+def _event_bytes(event: dict[str, Any]) -> int:
+    """A cheap estimate of an event's size in memory (its str/bytes payloads dominate)."""
+    size = 96
+    for value in event.values():
+        if isinstance(value, (bytes, str)):
+            size += len(value)
+        elif isinstance(value, (dict, list)):
+            size += 64 * len(value)
+    return size
+
+
+def _batch_bytes(batch: Batch) -> int:
+    """A cheap estimate of a batch's size in memory."""
+    size = 128 + sum(24 * len(c) + len(c.tag) for c in batch.scalars)
+    return size + sum(_event_bytes(e) for e in batch.events)
+
+
+@dataclass(frozen=True)
+class WriterStatistics:
+    """A point-in-time view of a :class:`Writer`'s background delivery.
+
+    Attributes:
+        pending_batches: batches taken from the hot path and not yet handed to the transport.
+        pending_bytes: their estimated size in memory plus their bytes in the spool file.
+        spilled_batches: batches ever spilled to the spool file (memory bound reached).
+        dropped_batches: batches dropped: the spool was full, or could not be written.
+        send_failures: failed attempts to hand a batch to the transport (each retried).
+        refusals: batches the broker refused for good (each reported).
+        problem: the unresolved failure being retried, or None.
+    """
+
+    pending_batches: int
+    pending_bytes: int
+    spilled_batches: int
+    dropped_batches: int
+    send_failures: int
+    refusals: int
+    problem: str | None
+
+
+class _Pending:
+    """Batches taken from the hot path and not yet handed to the transport, oldest first.
+
+    In memory up to ``memory_bytes`` (estimated); past that, encoded into a transport
+    :class:`Spool` that keeps them in a temporary file (and drops the oldest, with a warning, past
+    its disk bound). Should the spool file fail (its disk full too), later batches wait in memory
+    behind it, up to four times the bound, the oldest of them dropped past that. The order is
+    always head (memory), spool, tail (memory): a batch never overtakes an older one, which a
+    reader would take for a training restart.
+    """
+
+    def __init__(self, memory_bytes: int, disk_bytes: int) -> None:
+        self._head: OrderedDict[int, tuple[Batch, int]] = OrderedDict()
+        self._tail: OrderedDict[int, tuple[Batch, int]] = OrderedDict()
+        self._memory_bytes = 0
+        self._memory_limit = memory_bytes
+        self._spool = Spool(memory_bytes=0, disk_bytes=disk_bytes)
+        self.spilled = 0  # batches ever spilled to disk
+        self._dropped = 0  # batches dropped from memory (the spool could not be written)
+
+    def __len__(self) -> int:
+        return len(self._head) + len(self._spool) + len(self._tail)
+
+    def put(self, batch: Batch) -> str | None:
+        """Keep ``batch``; return a problem to report (spilling failed), or None."""
+        size = _batch_bytes(batch)
+        fits = self._memory_bytes + size <= self._memory_limit or not self._head
+        if fits and not len(self._spool) and not self._tail:
+            self._head[batch.seq] = (batch, size)
+            self._memory_bytes += size
+            return None
+        if not self._tail:
+            try:
+                self._spool.put(batch.seq, codec.encode_batch(batch))
+            except Exception as exc:  # a full or unwritable temp dir, or a batch msgpack refuses
+                problem = f"cannot spill pending batches to a temporary file ({_describe(exc)})"
+            else:
+                self.spilled += 1
+                return None
+        else:
+            problem = None
+        # Behind the spool, in memory, rather than lost; bounded, the training process must not
+        # run out of memory either.
+        self._tail[batch.seq] = (batch, size)
+        self._memory_bytes += size
+        dropped = 0
+        while self._memory_bytes > 4 * self._memory_limit and len(self._tail) > 1:
+            _, (_, size) = self._tail.popitem(last=False)
+            self._memory_bytes -= size
+            dropped += 1
+        if dropped:
+            self._dropped += dropped
+            problem = (
+                f"dropped the oldest pending batches ({self._dropped} so far): memory is full "
+                "and the spool file cannot be written"
+            )
+        return problem
+
+    def nbytes(self) -> int:
+        """Estimated bytes held in memory plus bytes in the spool."""
+        return self._memory_bytes + self._spool.nbytes
+
+    def first(self) -> tuple[int, Batch] | None:
+        """Return the oldest pending batch with its seq, or None."""
+        if self._head:
+            seq, (batch, _) = next(iter(self._head.items()))
+            return seq, batch
+        while len(self._spool):
+            seq = self._spool.first()
+            frame = self._spool.get(seq)
+            if frame is not None:
+                return seq, codec.decode_batch(codec.decode_message(frame))
+            self._spool.ack(seq)  # pragma: no cover - get() returns a frame for every held seq
+        if self._tail:
+            seq, (batch, _) = next(iter(self._tail.items()))
+            return seq, batch
+        return None
+
+    @property
+    def dropped(self) -> int:
+        """Batches dropped: the spool was full, or could not be written."""
+        return self._dropped + self._spool.dropped
+
+    def remove(self, seq: int) -> None:
+        """Forget the oldest batch, ``seq``, once the transport has taken it."""
+        for memory in (self._head, self._tail):
+            if seq in memory:
+                self._memory_bytes -= memory.pop(seq)[1]
+                return
+        self._spool.ack(seq)
+
+    def close(self) -> None:
+        """Release the spool file."""
+        self._spool.close()
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a user: the exception's type and message, never an empty message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text:.300}" if text else type(exc).__name__
+
+
 class Writer:
     """Logs events of one run. Create it with :func:`vdl_stream.attach`.
 
     Thread-compatible: call it from one training thread (the background thread is internal).
+
+    Every argument is checked at the call: a bad one raises ``TypeError``/``ValueError`` naming
+    it, and nothing logged before is lost. What was accepted is handed to the transport by a
+    background thread that never stops on a failure: it keeps the data (bounded in memory, then in
+    a temporary file), retries with backoff, and reports the reason once, as a ``RuntimeWarning``,
+    on the next ``add_*`` call or ``flush()``.
     """
 
     def __init__(
@@ -87,16 +261,34 @@ class Writer:
         self.url: str | None = None  # the dashboard URL when this writer serves one
         self._id = uuid.uuid4().hex[:16]
         self._points: list[tuple[str, int, float, float]] = []
+        # The hot path's append, bound once; the list is only ever cut in place, never replaced.
+        self._append_point = self._points.append
         self._events: list[dict[str, Any]] = []
         self._tags: set[str] = set()
         self._closed = False
+        # The hot path's only extra check: set when the writer is closed or has news to report.
+        self._attention = False
+        self._reports: deque[str] = deque()  # appended by the background thread, drained here
+        self._warned: set[str] = set()
+        self._problem: str | None = None  # the unresolved failure, for flush()'s warning
+        self._refusals = 0  # refusals (batches the broker will never store) reported so far
+        self._last_refusal: str | None = None
+        self._flushed_refusals = 0  # _refusals when the last flush() returned
+        self._send_failures = 0
         self._flush_interval = flush_interval
         self._flush_timeout = flush_timeout
         self._seq = 0
+        self._sent = 0  # the newest seq the transport has taken
         self._open_transport = open_transport
         self._token: trio.lowlevel.TrioToken | None = None
         self._wake: trio.Event | None = None
+        self._sent_changed: trio.Event | None = None
+        self._pending = _Pending(PENDING_MEMORY_BYTES, PENDING_DISK_BYTES)
         self._flushes: list[tuple[threading.Event, list[bool]]] = []
+        # Flushes handed to the confirm task, with the seq each waits for; a flush that timed
+        # out is taken out again, so a broker that never answers cannot make this grow.
+        self._to_confirm: list[tuple[int, threading.Event, list[bool]]] = []
+        self._confirm_wake: trio.Event | None = None
         self._closing = False
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -108,7 +300,8 @@ class Writer:
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
-            raise self._error
+            self._pending.close()
+            raise self._error.with_traceback(None) from None
         _live_writers.add(self)
 
     # -- the hot path ---------------------------------------------------------------------------
@@ -117,23 +310,30 @@ class Writer:
         """Log one scalar point.
 
         Args:
-            tag: the series name, e.g. ``"train/loss"``: a non-empty str of at most 256 characters.
+            tag: the series name, e.g. ``"train/loss"``: a non-empty str of at most 256 characters,
+                without control characters or lone surrogates.
             value: a number, numpy scalar or one-element tensor; NaN and Inf are recorded as such.
-            step: the training step (int).
-            walltime: seconds since the epoch; now when omitted.
+            step: the training step: an int (numpy integers and one-element integer tensors too)
+                in the int64 range. Floats are refused, even ``1.0``.
+            walltime: seconds since the epoch, a finite number; now when omitted.
 
         Raises:
             TypeError, ValueError: a bad argument, named in the message. Nothing logged before is lost.
         """
-        if tag not in self._tags or type(tag) is not str:
+        if type(tag) is not str or tag not in self._tags:
             self._tags.add(codec.check_tag(tag))
         if type(value) is not float:
             value = to_float(value)
-        if type(step) is not int:
+        # Two plain comparisons cost less than a chained one (the int64 range of steps).
+        if type(step) is not int or step > 0x7FFFFFFFFFFFFFFF or step < -0x8000000000000000:
             step = to_step(step)
-        if self._closed:
-            raise ValueError(f"writer for run {self.run!r} is closed")
-        self._points.append((tag, step, value, time.time() if walltime is None else walltime))
+        if walltime is None:
+            walltime = _now()
+        elif type(walltime) is not float or walltime - walltime != 0.0:  # not finite: NaN, ±Inf
+            walltime = summaries.check_wall(walltime)
+        if self._attention:
+            self._attend()
+        self._append_point((tag, step, value, walltime))
 
     def add_histogram(
         self,
@@ -241,9 +441,45 @@ class Writer:
 
     def _add_event(self, event: dict[str, Any]) -> None:
         """Queue a non-scalar event map (already validated by the caller)."""
+        if self._attention:
+            self._attend()
+        self._events.append(event)
+
+    def _attend(self) -> None:
+        """The hot path's slow branch: refuse calls on a closed writer; warn about news."""
         if self._closed:
             raise ValueError(f"writer for run {self.run!r} is closed")
-        self._events.append(event)
+        self._attention = False  # before draining: a report appended meanwhile sets it again
+        while self._reports:
+            self._warn_once(self._reports.popleft(), stacklevel=4)
+
+    def _warn_once(self, reason: str, stacklevel: int) -> None:
+        if reason in self._warned:
+            return
+        if len(self._warned) < MAX_WARNED_REASONS:
+            self._warned.add(reason)
+        warnings.warn(
+            f"vdl-stream: run {self.run!r}: {reason}", RuntimeWarning, stacklevel=stacklevel
+        )
+
+    def _report(self, reason: str, *, problem: bool = True) -> None:
+        """Called in the background thread: tell the training thread on its next call."""
+        if problem:
+            self._problem = reason
+        self._reports.append(reason)
+        self._attention = True
+
+    def statistics(self) -> WriterStatistics:
+        """Return the state of delivery: what waits, what was spilled, dropped or refused."""
+        return WriterStatistics(
+            pending_batches=len(self._pending),
+            pending_bytes=self._pending.nbytes(),
+            spilled_batches=self._pending.spilled,
+            dropped_batches=self._pending.dropped,
+            send_failures=self._send_failures,
+            refusals=self._refusals,
+            problem=self._problem,
+        )
 
     # -- flushing and closing -------------------------------------------------------------------
 
@@ -251,34 +487,65 @@ class Writer:
         """Wait until everything logged so far is persisted and fsynced by the broker.
 
         Returns True when durable. If that cannot happen within ``timeout`` seconds (default
-        ``flush_timeout``), warns and returns False; the data stays queued and is retried.
+        ``flush_timeout``), or the broker refused part of it, warns with the reason and returns
+        False; data that was not refused stays queued and is retried.
         """
         if self._closed:
             return True
+        while self._reports:
+            self._warn_once(self._reports.popleft(), stacklevel=3)
+        if not self._thread.is_alive():
+            self._warn_flush(
+                f"failed: the background thread stopped ({self._problem or 'unknown'})"
+            )
+            return False
         done = threading.Event()
         result = [False]
         # Look the list up in the loop, not here: the pump swaps in a new one every interval.
         self._call_soon(lambda: self._flushes.append((done, result)))
         if not done.wait(self._flush_timeout if timeout is None else timeout):
-            warnings.warn(
-                f"vdl-stream: flush of run {self.run!r} not confirmed within the timeout; "
-                "the data stays queued",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            self._call_soon(self._forget_flush, done)
+            problem = self._problem
+            cause = f": {problem}" if problem else ""
+            self._warn_flush(f"not confirmed within the timeout{cause}; the data stays queued")
+            self._absorb_reports(problem)
+            return False
+        # Anything refused since the last flush was logged before this one: not all is stored.
+        refusals = self._refusals
+        refused, self._flushed_refusals = refusals - self._flushed_refusals, refusals
+        if refused:
+            reason = self._last_refusal
+            self._warn_flush(f"incomplete: the broker refused part of it: {reason}")
+            self._absorb_reports(reason)
             return False
         return result[0]
+
+    def _warn_flush(self, why: str) -> None:
+        warnings.warn(f"vdl-stream: flush of run {self.run!r} {why}", RuntimeWarning, stacklevel=3)
+
+    def _absorb_reports(self, told: str | None) -> None:
+        """Take the pending reports after a flush warning: those it already told are not
+        repeated on the next call; others are warned now."""
+        while self._reports:
+            reason = self._reports.popleft()
+            if told and told in reason and len(self._warned) < MAX_WARNED_REASONS:
+                self._warned.add(reason)
+            else:
+                self._warn_once(reason, stacklevel=4)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the background thread and release the run. Idempotent."""
         if self._closed:
             return
-        if not self.flush(timeout):
+        if not self._thread.is_alive() or not self.flush(timeout):
             self._flush_timeout = 1.0  # undeliverable now: do not stall the program's exit
         self._closed = True
+        self._attention = True
         self._call_soon(lambda: setattr(self, "_closing", True))
         self._thread.join(self._flush_timeout if timeout is None else timeout)
         _live_writers.discard(self)
+        while self._reports:  # e.g. batches that could not be delivered before the close
+            self._warn_once(self._reports.popleft(), stacklevel=3)
 
     def __enter__(self) -> Writer:
         return self
@@ -307,8 +574,11 @@ class Writer:
             if not self._ready.is_set():
                 self._error = exc
                 self._ready.set()
-            else:
+            else:  # a bug: every failure of a batch is caught and retried in _deliver
                 log.exception("vdl-stream background thread failed")
+                self._report(f"the background thread stopped ({_describe(exc)})")
+        finally:
+            self._pending.close()
 
     async def _main(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -316,11 +586,17 @@ class Writer:
             self.url = getattr(transport, "url", None)
             self._token = trio.lowlevel.current_trio_token()
             self._wake = trio.Event()
+            self._sent_changed = trio.Event()
+            self._confirm_wake = trio.Event()
             self._ready.set()
             if self._telemetry is not None:
                 nursery.start_soon(partial(self._sample_telemetry, **self._telemetry))
             try:
-                await self._pump(transport)
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(self._deliver, transport)
+                    inner.start_soon(self._confirm, transport)
+                    await self._pump(transport)
+                    inner.cancel_scope.cancel()
             finally:
                 with trio.move_on_after(self._flush_timeout, shield=True):
                     await transport.aclose()
@@ -340,26 +616,31 @@ class Writer:
             sampler.close()
 
     async def _pump(self, transport: Transport) -> None:
+        """Every interval, move what the hot path appended into pending batches; never waits on
+        the transport, so the hot path's lists stay short whatever the broker does."""
         while True:
             with trio.move_on_after(self._flush_interval):
                 await self._wake.wait()
             self._wake = trio.Event()
             closing = self._closing
             flushes, self._flushes = self._flushes, []
-            seq = await self._send_pending(transport, sync=bool(flushes) or closing)
+            self._take_refusals(transport)
+            seq = self._take_pending(sync=bool(flushes) or closing)
             if flushes:
-                ok = False
-                with trio.move_on_after(self._flush_timeout):
-                    await transport.wait_acked(seq)
-                    ok = True
-                for done, result in flushes:
-                    result[0] = ok
-                    done.set()
+                self._to_confirm += [(seq, done, result) for done, result in flushes]
+                assert self._confirm_wake is not None
+                self._confirm_wake.set()
             if closing:
+                # Deliver what is pending, within the flush timeout (close() already flushed).
+                with trio.move_on_after(self._flush_timeout):
+                    await self._wait_sent(seq)
+                left = len(self._pending)
+                if left:
+                    self._report(f"{left} batch(es) could not be delivered before close")
                 return
 
-    async def _send_pending(self, transport: Transport, *, sync: bool) -> int:
-        """Hand everything appended so far to the transport; return the last writer seq used."""
+    def _take_pending(self, *, sync: bool) -> int:
+        """Turn everything appended so far into one pending batch; return the newest seq."""
         # Take a prefix and delete it: appends racing with us land after it and stay queued.
         n, m = len(self._points), len(self._events)
         if n or m or sync:
@@ -368,11 +649,112 @@ class Writer:
             events = self._events[:m]
             del self._events[:m]
             self._seq += 1
-            batch = Batch(
-                self._id, self._seq, self.run, codec.columns_from_points(points), events, sync
-            )
-            await transport.send(batch)
+            batch = Batch(self._id, self._seq, self.run, self._columns(points), events, sync)
+            problem = self._pending.put(batch)
+            if problem is not None:
+                self._report(problem)
+            self._wake_sender()
         return self._seq
+
+    def _columns(self, points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
+        """Group points into columns. The calls checked every point, so this cannot fail; if it
+        still does, the points that cannot be stored are dropped and reported, never the rest."""
+        try:
+            return codec.columns_from_points(points)
+        except Exception as exc:
+            kept = []
+            for point in points:
+                try:
+                    codec.columns_from_points([point])
+                except Exception:
+                    continue
+                kept.append(point)
+            self._report(
+                f"dropped {len(points) - len(kept)} scalar point(s) that cannot be stored "
+                f"({_describe(exc)})"
+            )
+            return codec.columns_from_points(kept)
+
+    def _wake_sender(self) -> None:
+        assert self._sent_changed is not None
+        self._sent_changed.set()
+        self._sent_changed = trio.Event()
+
+    async def _wait_sent(self, seq: int) -> None:
+        while self._sent < seq:
+            assert self._sent_changed is not None
+            await self._sent_changed.wait()
+
+    def _take_refusals(self, transport: Transport) -> None:
+        """Report the broker's refusals that the transport collected (each once)."""
+        take = getattr(transport, "take_errors", None)
+        if take is None:
+            return
+        for error in take():
+            if getattr(error, "retryable", False):
+                self._report(f"the broker refused a batch, retrying: {error.reason}")
+            else:
+                self._last_refusal = str(getattr(error, "reason", error))
+                self._refusals += 1
+                self._report(f"the broker refused a batch: {self._last_refusal}")
+
+    async def _deliver(self, transport: Transport) -> None:
+        """Hand pending batches to the transport in order; on a failure keep the batch, report
+        the reason, and retry with backoff until the cause goes away."""
+        delay = RETRY_FIRST
+        while True:
+            item = None
+            try:
+                item = self._pending.first()
+                if item is not None:
+                    await transport.send(item[1])
+            except Exception as exc:  # never trio.Cancelled (a BaseException)
+                self._send_failures += 1
+                self._report(f"cannot hand a batch to the broker, retrying ({_describe(exc)})")
+                await trio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX)
+                continue
+            if item is None:
+                assert self._sent_changed is not None
+                await self._sent_changed.wait()
+                continue
+            if delay != RETRY_FIRST:  # recovered
+                self._problem = None
+                delay = RETRY_FIRST
+            self._pending.remove(item[0])
+            self._sent = item[0]
+            self._wake_sender()
+
+    def _pending_is_clear(self) -> bool:
+        return not len(self._pending) and not self._reports
+
+    async def _confirm(self, transport: Transport) -> None:
+        """Resolve flushes once the batches they wait for are taken by the transport and
+        acknowledged; the only caller of ``wait_acked``, so waits never race each other."""
+        while True:
+            if not self._to_confirm:
+                assert self._confirm_wake is not None
+                await self._confirm_wake.wait()
+                self._confirm_wake = trio.Event()
+                continue
+            target = max(seq for seq, _, _ in self._to_confirm)
+            await self._wait_sent(target)
+            await transport.wait_acked(target)
+            self._take_refusals(transport)
+            if self._pending_is_clear():
+                self._problem = None  # everything up to here went through: the cause went away
+            confirmed = [r for r in self._to_confirm if r[0] <= target]
+            self._to_confirm = [r for r in self._to_confirm if r[0] > target]
+            for _, done, result in confirmed:
+                result[0] = True
+                done.set()
+
+    def _forget_flush(self, done: threading.Event) -> None:
+        """Drop a flush whose caller stopped waiting (in the loop)."""
+        self._to_confirm = [r for r in self._to_confirm if r[1] is not done]
+
+
+_now = time.time  # one global lookup on the hot path instead of two
 
 
 def _wall(walltime: float | None) -> float:
@@ -435,22 +817,18 @@ def attach(
     """
     from .telemetry import distributed_env
 
-    if telemetry_interval < 0.1:
-        raise ValueError(f"telemetry_interval must be at least 0.1 s, got {telemetry_interval!r}")
+    _check_seconds("telemetry_interval", telemetry_interval, 0.1, 3600.0)
+    _check_seconds("flush_interval", flush_interval, 1e-3, 60.0)
     if isinstance(cache_mb, bool) or not isinstance(cache_mb, int) or cache_mb < 1:
         raise ValueError(f"cache_mb must be a positive int, got {cache_mb!r}")
     if serve and url is not None:
         raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
-    rank, local_rank, world_size = distributed_env()
-    run = make_run_name(world_size) if run is None else codec.check_run_name(run)
-    mute = False
-    if world_size > 1:
-        if all_ranks:
-            run = f"{run}/rank{rank}"
-        elif rank != 0:
-            mute = True  # telemetry only
-            if url is None:  # two processes must not append to one run directory
-                run = f"{run}/rank{rank}"
+    if url is not None and not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__} {url!r:.40}")
+    if token is not None and not isinstance(token, str):
+        raise TypeError(f"token must be a str or None, got {type(token).__name__}")
+    rank, local_rank, _ = distributed_env()
+    run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
     # NVML sees every GPU of the node, so one process per node reports them.
     sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
     options = {
@@ -465,11 +843,16 @@ def attach(
 
         return Writer(run, open_remote, **options)
 
+    run_dir = check_logdir(logdir, run)
+
     async def open_local(nursery: trio.Nursery) -> Transport:
         from .broker import Broker
 
         broker = Broker(logdir, cache_bytes=cache_mb << 20)
         await nursery.start(broker.run)
+        # Open the run now, not at the first batch, so that a run held by another process or a
+        # directory that cannot be written raises here, at attach(), instead of in the thread.
+        await _open_run(broker, run, run_dir)
         transport = InProcessTransport(broker)
         if serve:
             from .server import serve_dashboard  # the web stack loads only when serving
@@ -479,3 +862,98 @@ def attach(
         return transport
 
     return Writer(run, open_local, **options)
+
+
+def _check_seconds(name: str, value: object, least: float, most: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not least <= value <= most:
+        raise ValueError(f"{name} must be from {least:g} to {most:g} s, got {value!r}")
+
+
+def resolve_run(
+    run: str | None, *, all_ranks: bool = False, url: str | None = None
+) -> tuple[str, bool]:
+    """Return the run a process logs into, as :func:`attach` names it, and whether it is muted.
+
+    ``run=None`` gets a unique name (shared by the ranks of a distributed job). In a distributed
+    job, ``all_ranks`` makes every rank log as ``<run>/rank<N>``; otherwise ranks other than 0 are
+    muted (telemetry only), into ``<run>/rank<N>`` when recording in-process.
+
+    Raises:
+        ValueError: ``run`` is not a valid run name (see :func:`vdl_stream.codec.check_run_name`).
+    """
+    from .telemetry import distributed_env
+
+    rank, _, world_size = distributed_env()
+    run = make_run_name(world_size) if run is None else codec.check_run_name(run)
+    mute = False
+    if world_size > 1:
+        if all_ranks:
+            run = f"{run}/rank{rank}"
+        elif rank != 0:
+            mute = True  # telemetry only
+            if url is None:  # two processes must not append to one run directory
+                run = f"{run}/rank{rank}"
+    return codec.check_run_name(run), mute
+
+
+def _path_error(exc: OSError, path: str) -> OSError:
+    """``exc`` as one line that names ``path`` and the cause: ``cannot record run in P: cause``."""
+    cause = exc.strerror or _describe(exc)
+    error = type(exc)(exc.errno, f"cannot record a run in {path}: {cause}")
+    return error
+
+
+def check_logdir(logdir: str | os.PathLike[str], run: str) -> str:
+    """Create the run directory ``logdir/run`` and check it can be written; return its path.
+
+    Raises:
+        TypeError: ``logdir`` is not a str or path.
+        OSError: it cannot be created or written (a file in the way, a read-only file system, no
+            permission); the message names the path and the cause, on one line.
+    """
+    if not isinstance(logdir, (str, os.PathLike)):
+        raise TypeError(f"logdir must be a str or path, got {type(logdir).__name__} {logdir!r:.40}")
+    path = os.path.join(os.fspath(logdir), run) if run else os.fspath(logdir)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise _path_error(exc, path) from None
+    if not os.path.isdir(path):
+        raise NotADirectoryError(errno.ENOTDIR, f"cannot record a run in {path}: not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):  # as root too: a read-only file system says so
+        err = errno.EROFS if _read_only(path) else errno.EACCES
+        raise PermissionError(err, f"cannot record a run in {path}: {os.strerror(err)}")
+    return path
+
+
+def _read_only(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:  # pragma: no cover - the path was just created
+        return False
+
+
+async def _open_run(broker: Any, run: str, run_dir: str) -> None:
+    """Have the in-process ``broker`` open (and lock) ``run`` now, as its persist task would.
+
+    Raises:
+        recorder.RunLockedError: another writer holds the run (the message names the directory
+            and the holder's pid).
+        OSError: the run cannot be written; one line naming the directory and the cause.
+        RefusedError: the broker cannot use the run (e.g. foreign files in it); the message names
+            the directory.
+    """
+    # The broker opens runs lazily, at their first batch, and turns failures into refusals for
+    # remote writers; open_run takes those steps now, so the real error reaches attach().
+    try:
+        await broker.open_run(run)
+    except RefusedError as refusal:
+        raise RefusedError(
+            f"cannot record a run in {run_dir}: {refusal.reason}", retryable=refusal.retryable
+        ) from None
+    except recorder.RecorderError as exc:
+        raise type(exc)(str(exc)) from None
+    except OSError as exc:
+        raise _path_error(exc, run_dir) from None

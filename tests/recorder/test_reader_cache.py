@@ -27,12 +27,13 @@ def concatenated(pieces: list[ScalarSeries]) -> ScalarSeries:
     st.one_of(st.none(), st.integers(0, 200)),
     st.one_of(st.none(), st.integers(0, 400)),
     st.booleans(),
+    st.sampled_from([None, 2, 5]),
 )
 def test_iter_scalars_concatenated_equals_read_scalars(
-    tmp_path_factory, ops, chunk, start, end, warm
+    tmp_path_factory, ops, chunk, start, end, warm, compact
 ):
     run = tmp_path_factory.mktemp("i") / "run"
-    with RunWriter(run, sync="never") as w:
+    with RunWriter(run, sync="never", compact_records=compact) as w:
         run_ops(w, ops)
         w.flush()
         r = RunReader(run)  # scanned, before the index exists
@@ -94,3 +95,44 @@ def test_iter_scalars_memory_is_bounded_by_the_chunk_size(tmp_path):
             total += len(piece)
             assert r.cached_bytes() < 2_000_000  # nothing of the series is kept
         assert total == n
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    operations(),
+    st.integers(2, 40),
+    st.one_of(st.none(), st.integers(0, 200)),
+    st.one_of(st.none(), st.integers(0, 400)),
+    st.data(),
+)
+def test_max_points_read_chunk_by_chunk_equals_downsampling_the_whole_series(
+    tmp_path_factory, ops, max_points, start, end, data
+):
+    from recorder.downsample import downsample
+
+    run = tmp_path_factory.mktemp("d") / "run"
+    with RunWriter(run, sync="never", compact_records=data.draw(st.sampled_from([None, 3]))) as w:
+        for i, (tag, first, n, flush) in enumerate(ops):
+            steps = np.arange(first, first + n)
+            values = i * 1000.0 + np.arange(n)
+            if data.draw(st.booleans()):  # ties, NaN and infinities: argmin/argmax edge cases
+                rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+                pool = [[0.0, 1.0], [0.0, 1.0, -1.0, np.inf], [0.0, np.nan, -np.inf]]
+                values = rng.choice(pool[data.draw(st.integers(0, 2))], n)
+            w.append_scalars(tag, steps, BASE_WALL + steps * 0.5, values)
+            if flush:
+                w.flush()
+    for tag in {op[0] for op in ops}:
+        cold = RunReader(run)  # nothing loaded: read chunk by chunk
+        got = cold.read_scalars(tag, start=start, end=end, max_points=max_points)
+        assert not cold.cached_bytes() or cold.cached_bytes() < 50_000
+        warm = RunReader(run)
+        want = downsample(warm.read_scalars(tag, start=start, end=end), max_points)
+        assert same_series(got, want), (tag, got, want)
+        assert same_series(
+            warm.read_scalars(tag, start=start, end=end, max_points=max_points), want
+        )
+        cold.close()
+        warm.close()

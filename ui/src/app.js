@@ -63,7 +63,7 @@ const views = {
   curves: new CurvesView(ctx),
   hparams: new HparamsView(ctx),
 };
-// Shown only under `vdl-stream replay` (it asks GET /api/replay once the connection starts).
+// Shown only under `vdl-stream replay`: the server's first `replay` frame shows it.
 const replayBar = new ReplayBar(ctx);
 const viewTitles = {};
 for (const [name, view] of Object.entries(views)) {
@@ -239,6 +239,13 @@ function setAllRuns(shown) {
   refreshViews();
 }
 
+// `body[data-sync]` is connecting, loading or ready (see Store.syncState): until ready, the other
+// views do not claim to have nothing (style.css), and the scalars view says what it waits for.
+document.body.dataset.sync = store.syncState().phase;
+store.subscribe((change) => {
+  if (change.kind === "sync") document.body.dataset.sync = store.syncState().phase;
+});
+
 let knownRuns = "";
 store.subscribe((change) => {
   if (change.kind !== "runs") return;
@@ -267,11 +274,11 @@ const connection = new Connection({
       if (msg.version !== PROTOCOL_VERSION) console.warn(`vdl-stream: server speaks protocol ${msg.version}, this page ${PROTOCOL_VERSION}`);
       conn.dataset.server = String(msg.server ?? "");
     }
-    replayBar.beforeMessage(msg);
     store.apply(msg);
+    replayBar.onMessage(msg);
   },
   onState: (s, detail) => {
-    if (s === "open") replayBar.connectionOpened();
+    if (s === "open") store.beginSync(null); // the server lists its runs, then sends their snapshots
     setConnState(s, detail);
   },
 });
@@ -322,7 +329,7 @@ window.vdl = {
   setPaused,
   /** Draw every chart now, including those scrolled out of view (before a full-page screenshot). */
   drawAll: () => scheduler.drawAll(),
-  /** Connection counters: frames, badFrames, reconnects, gaps. */
+  /** Connection counters: frames, badFrames, reconnects, gaps, sockets (WebSockets opened), draws. */
   get stats() {
     return { ...connection.stats, ...scheduler.stats };
   },
@@ -334,6 +341,10 @@ window.vdl = {
   setLanguage,
   /** Replay controls (only active under `vdl-stream replay`): status, play, pause, setSpeed, seek. */
   replay: replayBar.hook(),
+  /** Loading state: `{phase: "connecting"|"loading"|"ready", total, done}` (snapshots of runs). */
+  get sync() {
+    return store.syncState();
+  },
 };
 
 // Escape releases a pinned cursor.
@@ -344,4 +355,3 @@ document.addEventListener("keydown", (e) => {
 onLanguage(relabel);
 relabel();
 connection.start();
-replayBar.start(connection);

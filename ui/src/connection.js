@@ -51,15 +51,6 @@ export function backoffMs(attempt, random = Math.random) {
   return Math.round(base * (1 + 0.3 * random()));
 }
 
-/**
- * The delay before reconnect attempt `attempt` after a close with `code`: none for the first attempt
- * after a 1001 ("going away") when `quick` (a replay swapping its broker closes pages so, and the
- * new one is already listening), else backoffMs.
- */
-export function reconnectDelay(attempt, code, quick, random = Math.random) {
-  return quick && attempt === 0 && code === 1001 ? 0 : backoffMs(attempt, random);
-}
-
 export class Connection {
   /**
    * @param {object} opts
@@ -75,10 +66,11 @@ export class Connection {
     this.maxPoints = maxPoints;
     this.runs = null;
     this.connected = false;
-    /** Frames received and frames that failed to decode, for the status line and tests. */
-    this.stats = { frames: 0, badFrames: 0, reconnects: 0, gaps: 0 };
-    /** Reconnect at once after a 1001 close (set under `vdl-stream replay`, see reconnectDelay). */
-    this.quickReconnect = false;
+    /**
+     * Frames received and frames that failed to decode, reconnect attempts, `gap` messages and
+     * WebSockets opened (1 until the first reconnect), for the status line and tests.
+     */
+    this.stats = { frames: 0, badFrames: 0, reconnects: 0, gaps: 0, sockets: 0 };
     this._attempt = 0;
     this._timer = null;
     this._ws = null;
@@ -118,6 +110,7 @@ export class Connection {
     }
     ws.binaryType = "arraybuffer";
     this._ws = ws;
+    this.stats.sockets++;
     ws.onopen = () => {
       this._attempt = 0;
       this.connected = true;
@@ -149,12 +142,12 @@ export class Connection {
         this.onState("closed", "");
         return;
       }
-      this._retry(ev.reason || `code ${ev.code}`, ev.code);
+      this._retry(ev.reason || `code ${ev.code}`);
     };
   }
 
-  _retry(detail, code = 0) {
-    const delay = reconnectDelay(this._attempt++, code, this.quickReconnect);
+  _retry(detail) {
+    const delay = backoffMs(this._attempt++);
     this.stats.reconnects++;
     this.onState("closed", detail);
     clearTimeout(this._timer);

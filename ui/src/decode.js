@@ -102,11 +102,44 @@ export function decodeEvent(event) {
 }
 
 /**
+ * Check and normalise a replay status: the body of a `replay` frame, or the JSON answer of
+ * `POST /api/replay` (docs/protocol.md, docs/interop.md).
+ *
+ * @param {any} body
+ * @returns {{playing: boolean, finished: boolean, speed: number|"max", position: number, step: number|null, start: number, end: number, fed: number, total: number, runs: string[], version: number}}
+ * @throws {TypeError} a required field is missing or of the wrong type
+ */
+export function decodeReplayStatus(body) {
+  if (body === null || typeof body !== "object") throw new TypeError(`replay status must be a map, got ${describe(body)}`);
+  for (const field of ["position", "start", "end"]) {
+    if (typeof body[field] !== "number" || !Number.isFinite(body[field])) throw new TypeError(`replay ${field} must be a finite number, got ${describe(body[field])}`);
+  }
+  const speed = body.speed;
+  if (speed !== "max" && !(typeof speed === "number" && speed > 0)) throw new TypeError(`replay speed must be a positive number or "max", got ${describe(speed)}`);
+  const count = (v) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+  return {
+    playing: body.playing === true,
+    finished: body.finished === true,
+    speed,
+    position: body.position,
+    step: typeof body.step === "number" && Number.isFinite(body.step) ? body.step : null,
+    start: body.start,
+    end: Math.max(body.start, body.end),
+    fed: count(body.fed),
+    total: count(body.total),
+    runs: Array.isArray(body.runs) ? body.runs.filter((r) => typeof r === "string") : [],
+    version: count(body.version),
+  };
+}
+
+/**
  * Decode one binary WebSocket frame into a message object with decoded columns.
  *
  * `snapshot` and `data` frames get `scalars` as `{tag, steps, walls, values}` objects and their
  * `events` passed through {@link decodeEvent}; an event that fails to decode is left out and
- * counted in `badEvents`. Other types are returned as decoded.
+ * counted in `badEvents`. A `reset` frame gets its `runs` checked (a list of str); a `replay`
+ * frame becomes `{type: "replay", status}` with the status of {@link decodeReplayStatus}. Other
+ * types are returned as decoded.
  *
  * @param {ArrayBuffer|Uint8Array} frame
  * @returns {object}
@@ -132,6 +165,12 @@ export function decodeFrame(frame) {
       }
     }
     msg.events = events;
+  } else if (msg.type === "reset") {
+    if (!Array.isArray(msg.runs) || !msg.runs.every((r) => typeof r === "string")) {
+      throw new TypeError(`reset.runs must be a list of str, got ${describe(msg.runs)}`);
+    }
+  } else if (msg.type === "replay") {
+    return { type: "replay", status: decodeReplayStatus(msg) };
   }
   return msg;
 }

@@ -27,6 +27,8 @@ const STRINGS = {
     reset: "Reset zoom",
     savePng: "PNG",
     noData: "No data yet. Log something with vdl_stream.attach() and it appears here.",
+    loadingRuns: "Loading {total} runs… ({done}/{total})",
+    loadingRun: "Loading 1 run… ({done}/1)",
     noTags: "No tags match the filter.",
     step: "step",
     pinned: "pinned — click to release",
@@ -85,6 +87,8 @@ const STRINGS = {
     reset: "重置缩放",
     savePng: "PNG",
     noData: "暂无数据。用 vdl_stream.attach() 记录后会显示在这里。",
+    loadingRuns: "正在加载 {total} 个运行…（{done}/{total}）",
+    loadingRun: "正在加载 1 个运行…（{done}/1）",
     noTags: "没有匹配筛选条件的标签。",
     step: "步",
     pinned: "已固定，点击取消",
@@ -168,7 +172,7 @@ export function setLanguage(code) {
   } catch {
     // ignore
   }
-  document.documentElement.lang = code === "zh" ? "zh-CN" : "en";
+  if (typeof document !== "undefined") document.documentElement.lang = code === "zh" ? "zh-CN" : "en";
   for (const fn of listeners) fn(code);
 }
 
@@ -180,4 +184,24 @@ export function onLanguage(fn) {
 /** The string for `key` in the current language (the key itself when missing). */
 export function t(key) {
   return STRINGS[current][key] ?? STRINGS.en[key] ?? key;
+}
+
+/**
+ * The string for `key` with each `{name}` replaced by `params[name]` (left as is when missing).
+ * @param {string} key
+ * @param {Record<string, string|number>} params
+ */
+export function tf(key, params) {
+  return t(key).replace(/\{(\w+)\}/g, (whole, name) => (name in params ? String(params[name]) : whole));
+}
+
+/**
+ * What the page says while it has no charts to show, for a store's `syncState()`: connecting,
+ * "Loading N runs… (done/N)", or (only once every snapshot is in) "No data yet".
+ * @param {{phase: string, total: number, done: number}} sync
+ */
+export function loadingText(sync) {
+  if (sync.phase === "ready") return t("noData");
+  if (sync.phase === "loading") return tf(sync.total === 1 ? "loadingRun" : "loadingRuns", sync);
+  return t("connecting");
 }

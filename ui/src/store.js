@@ -1,6 +1,7 @@
 // Everything the page has received, by run: scalar series in ring buffers, and bounded lists of the
-// other event kinds. Applies `snapshot` (replace a run) and `data` (append) frames and tells its
-// listeners what changed. No DOM.
+// other event kinds. Applies `snapshot` (replace a run), `data` (append) and `reset` (fresh
+// snapshots follow) frames, keeps track of which snapshots are still on their way (the loading
+// state), and tells its listeners what changed. No DOM.
 import { isAscending } from "./downsample.js";
 import { BlockExtremes } from "./extremes.js";
 import { RingBuffer } from "./ringbuffer.js";
@@ -140,12 +141,37 @@ export class Store {
     this.announced = [];
     this.smoothing = DEFAULT_SMOOTHING;
     this._listeners = new Set();
+    this._sync = { phase: "connecting", expected: new Set(), arrived: new Set() };
   }
 
   /**
-   * Listen for changes. The callback gets `{kind, run, tags}` where kind is `runs`, `scalars` or
-   * an event kind (`histogram`, `image`, `audio`, `text`, `telemetry`, `pr_curve`, `roc_curve`, `hparams`),
-   * and `tags` the tags touched.
+   * Start waiting for a fresh set of snapshots: the socket opened (`runs` null: the server's
+   * first `runs` message lists them), or the page subscribed again after a `gap` or was told to
+   * forget everything by a `reset` (`runs`: the runs whose snapshots follow).
+   * @param {string[]|null} runs
+   */
+  beginSync(runs = null) {
+    this._sync = { phase: runs === null ? "connecting" : "loading", expected: new Set(runs ?? []), arrived: new Set() };
+    this._syncChanged();
+  }
+
+  /**
+   * Where the page stands in getting the server's data: `connecting` (no `runs` list yet),
+   * `loading` (snapshots of `total` runs expected, `done` of them arrived) or `ready` (every
+   * snapshot is in, so an empty page means the server has no data).
+   * @returns {{phase: "connecting"|"loading"|"ready", total: number, done: number}}
+   */
+  syncState() {
+    const { phase, expected, arrived } = this._sync;
+    let done = 0;
+    for (const name of expected) if (arrived.has(name)) done++;
+    return { phase, total: expected.size, done };
+  }
+
+  /**
+   * Listen for changes. The callback gets `{kind, run, tags}` where kind is `runs`, `scalars`,
+   * `sync` (see syncState) or an event kind (`histogram`, `image`, `audio`, `text`, `telemetry`,
+   * `pr_curve`, `roc_curve`, `hparams`), and `tags` the tags touched.
    * @returns {() => void} unsubscribe
    */
   subscribe(fn) {
@@ -163,13 +189,30 @@ export class Store {
         this.announced = (msg.runs ?? []).filter((r) => typeof r === "string");
         for (const name of this.announced) this._run(name);
         this._emit({ kind: "runs", run: null, tags: [] });
+        // The first list after the socket opened names the runs whose snapshots follow.
+        if (this._sync.phase === "connecting") this.beginSync(this.announced);
         break;
       case "snapshot":
         this._clearRun(msg.run);
         this._ingest(msg);
+        if (this._sync.phase === "loading") {
+          this._sync.arrived.add(msg.run);
+          this._syncChanged();
+        }
         break;
       case "data":
         this._ingest(msg);
+        // A server sends every snapshot of a subscription before any data.
+        if (this._sync.phase === "loading") this._ready();
+        break;
+      case "reset":
+        // The server's runs changed under the page (a replay's seek): fresh snapshots of
+        // `runs` follow and replace each run; any other run is emptied now.
+        for (const name of this.runs.keys()) if (!msg.runs.includes(name)) this._clearRun(name);
+        this.beginSync(msg.runs);
+        break;
+      case "gap":
+        this.beginSync(this.announced); // the page subscribes again: every run's snapshot comes
         break;
       default:
         break;
@@ -307,6 +350,17 @@ export class Store {
       default:
         return undefined;
     }
+  }
+
+  _ready() {
+    this._sync.phase = "ready";
+    this._emit({ kind: "sync", run: null, tags: [] });
+  }
+
+  _syncChanged() {
+    const { phase, expected, arrived } = this._sync;
+    if (phase === "loading" && [...expected].every((name) => arrived.has(name))) this._ready();
+    else this._emit({ kind: "sync", run: null, tags: [] });
   }
 
   _emit(change) {

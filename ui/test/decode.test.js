@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { decode, encode } from "@msgpack/msgpack";
-import { decodeEvent, decodeFrame, decodeScalars, encodeSubscribe, f8 } from "../src/decode.js";
+import { decodeEvent, decodeFrame, decodeReplayStatus, decodeScalars, encodeSubscribe, f8 } from "../src/decode.js";
 
 const bytesOf = (values) => new Uint8Array(new Float64Array(values).buffer);
 
@@ -83,4 +83,24 @@ test("decodeEvent decodes PR and ROC curve columns and checks their lengths", ()
   for (const c of cols) roc[c] = bytesOf([0, 1]);
   roc.tpr = bytesOf([1, 0]);
   assert.throws(() => decodeEvent(roc), /roc_curve fpr must be f8 bytes, got undefined/);
+});
+
+const REPLAY = { playing: true, finished: false, speed: 10, position: 1050, step: 49, start: 1000, end: 1100, fed: 5, total: 9, runs: ["r"], version: 3 };
+
+test("a replay frame becomes {type: 'replay', status} with the documented fields", () => {
+  const msg = decodeFrame(encode({ type: "replay", ...REPLAY }));
+  assert.deepEqual(msg, { type: "replay", status: REPLAY });
+  assert.equal(decodeFrame(encode({ type: "replay", ...REPLAY, speed: "max" })).status.speed, "max");
+  assert.equal(decodeReplayStatus({ ...REPLAY, end: 900 }).end, 1000); // never before the start
+  assert.equal(decodeReplayStatus({ ...REPLAY, step: null }).step, null);
+  assert.equal(decodeReplayStatus({ ...REPLAY, version: undefined }).version, 0);
+  assert.throws(() => decodeFrame(encode({ type: "replay", ...REPLAY, position: null })), /replay position must be a finite number, got nil/);
+  assert.throws(() => decodeReplayStatus({ ...REPLAY, speed: 0 }), /speed/);
+  assert.throws(() => decodeReplayStatus("nope"), TypeError);
+});
+
+test("a reset frame must list its runs as strs", () => {
+  assert.deepEqual(decodeFrame(encode({ type: "reset", seq: 4, runs: ["a", "b/c"] })), { type: "reset", seq: 4, runs: ["a", "b/c"] });
+  assert.throws(() => decodeFrame(encode({ type: "reset", seq: 4 })), /reset.runs must be a list of str, got undefined/);
+  assert.throws(() => decodeFrame(encode({ type: "reset", seq: 4, runs: [1] })), /reset.runs/);
 });

@@ -1,15 +1,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { reconnectDelay } from "../src/connection.js";
-import { STEP, Store } from "../src/store.js";
+import { decodeFrame } from "../src/decode.js";
+import { Store } from "../src/store.js";
+import { encode } from "@msgpack/msgpack";
 import {
   estimatePosition,
   latestStep,
+  newerStatus,
   parseSpeedValue,
-  parseStatus,
+  ReplayBar,
   ReplayError,
-  replayRequest,
-  Resync,
+  replayCommand,
   SCRUB_MAX,
   scrubValue,
   scrubWall,
@@ -17,7 +18,7 @@ import {
   speedOptions,
 } from "../src/views/replay.js";
 
-const STATUS = { playing: true, finished: false, speed: 10, position: 1050, start: 1000, end: 1100, fed: 5, total: 9, runs: ["r"] };
+const STATUS = { playing: true, finished: false, speed: 10, position: 1050, step: 49, start: 1000, end: 1100, fed: 5, total: 9, runs: ["r"], version: 3 };
 
 test("the scrubber maps the recorded range onto 0..SCRUB_MAX and back", () => {
   assert.equal(scrubValue(1000, 1000, 1100), 0);
@@ -60,15 +61,6 @@ test("speeds: the standard ones, plus the server's own in order", () => {
   assert.equal(parseSpeedValue("100"), 100);
 });
 
-test("parseStatus keeps the documented fields and refuses broken ones", () => {
-  assert.deepEqual(parseStatus(STATUS), STATUS);
-  assert.equal(parseStatus({ ...STATUS, speed: "max" }).speed, "max");
-  assert.equal(parseStatus({ ...STATUS, end: 900 }).end, 1000); // never before the start
-  assert.throws(() => parseStatus({ ...STATUS, position: null }), /position/);
-  assert.throws(() => parseStatus({ ...STATUS, speed: 0 }), /speed/);
-  assert.throws(() => parseStatus("nope"), ReplayError);
-});
-
 function fakeFetch(status, body, calls) {
   return async (url, init) => {
     calls.push({ url, init });
@@ -76,27 +68,36 @@ function fakeFetch(status, body, calls) {
   };
 }
 
-test("replayRequest: GET with the token, POST as JSON, 404 means no replay", async () => {
+test("replayCommand POSTs JSON with the token and answers the decoded status", async () => {
   const calls = [];
-  assert.deepEqual(await replayRequest(undefined, { token: "s3", fetchImpl: fakeFetch(200, STATUS, calls) }), STATUS);
+  assert.deepEqual(await replayCommand({ action: "seek", wall: 1010 }, { token: "s3", fetchImpl: fakeFetch(200, STATUS, calls) }), STATUS);
   assert.equal(calls[0].url, "/api/replay");
-  assert.equal(calls[0].init.method, undefined);
+  assert.equal(calls[0].init.method, "POST");
+  assert.equal(calls[0].init.headers["Content-Type"], "application/json");
   assert.equal(calls[0].init.headers.Authorization, "Bearer s3");
-  await replayRequest({ action: "seek", wall: 1010 }, { fetchImpl: fakeFetch(200, STATUS, calls) });
-  assert.equal(calls[1].init.method, "POST");
-  assert.equal(calls[1].init.headers["Content-Type"], "application/json");
+  assert.deepEqual(JSON.parse(calls[0].init.body), { action: "seek", wall: 1010 });
+  await replayCommand({ action: "pause" }, { fetchImpl: fakeFetch(200, STATUS, calls) });
   assert.equal(calls[1].init.headers.Authorization, undefined);
-  assert.deepEqual(JSON.parse(calls[1].init.body), { action: "seek", wall: 1010 });
-  assert.equal(await replayRequest(undefined, { fetchImpl: fakeFetch(404, undefined, calls) }), null);
 });
 
-test("replayRequest reports the server's error, or no answer as status 0", async () => {
-  await assert.rejects(replayRequest({ action: "speed", speed: -1 }, { fetchImpl: fakeFetch(400, { error: "speed must be a positive number or 'max', got -1" }, []) }), (err) => err instanceof ReplayError && err.status === 400 && /speed must be/.test(err.message));
-  await assert.rejects(replayRequest(undefined, { fetchImpl: fakeFetch(500, undefined, []) }), (err) => err.status === 500 && /answered 500/.test(err.message));
+test("replayCommand reports the server's error, a missing replay, a broken status, or no answer as status 0", async () => {
+  await assert.rejects(replayCommand({ action: "speed", speed: -1 }, { fetchImpl: fakeFetch(400, { error: "speed must be a positive number or 'max', got -1" }, []) }), (err) => err instanceof ReplayError && err.status === 400 && /speed must be/.test(err.message));
+  await assert.rejects(replayCommand({ action: "play" }, { fetchImpl: fakeFetch(404, undefined, []) }), (err) => err.status === 404 && /answered 404/.test(err.message));
+  await assert.rejects(replayCommand({ action: "play" }, { fetchImpl: fakeFetch(200, { ...STATUS, position: null }, []) }), (err) => err instanceof ReplayError && /position/.test(err.message));
   const down = async () => {
     throw new TypeError("Failed to fetch");
   };
-  await assert.rejects(replayRequest(undefined, { fetchImpl: down }), (err) => err.status === 0 && /Failed to fetch/.test(err.message));
+  await assert.rejects(replayCommand({ action: "play" }, { fetchImpl: down }), (err) => err.status === 0 && /Failed to fetch/.test(err.message));
+});
+
+test("of a pushed status and a command's answer that cross, the higher version wins", () => {
+  assert.equal(newerStatus(null, STATUS), STATUS);
+  const older = { ...STATUS, version: 2, position: 1000 };
+  assert.equal(newerStatus(STATUS, older), STATUS);
+  const newer = { ...STATUS, version: 4 };
+  assert.equal(newerStatus(STATUS, newer), newer);
+  const same = { ...STATUS };
+  assert.equal(newerStatus(STATUS, same), same); // a tie takes the incoming one
 });
 
 const cols = (tag, steps) => ({ tag, steps: Float64Array.from(steps), walls: Float64Array.from(steps, (s) => 1000 + s), values: Float64Array.from(steps) });
@@ -111,48 +112,85 @@ test("latestStep is the newest step of any series the page holds", () => {
   assert.equal(latestStep(store), 4);
 });
 
-test("clearRun empties one run's points and events and tells the views", () => {
-  const store = new Store();
-  store.apply({ type: "data", seq: 1, run: "a", scalars: [cols("loss", [0, 1, 2])], events: [{ kind: "text", tag: "n", step: 2, wall: 1, text: "x" }] });
-  store.apply({ type: "data", seq: 1, run: "b", scalars: [cols("loss", [0, 1])], events: [] });
-  const changes = [];
-  store.subscribe((c) => changes.push(`${c.kind}:${c.run}`));
-  store.clearRun("a");
-  store.clearRun("nope");
-  assert.equal(store.series("a", "loss").length, 0);
-  assert.equal(store.runs.get("a").texts.size, 0);
-  assert.equal(store.series("b", "loss").length, 2);
-  assert.ok(changes.includes("scalars:a") && changes.includes("text:a"));
-  assert.ok(!changes.some((c) => c.endsWith(":b") || c.endsWith(":nope")));
+// The bar without a DOM: dom.js's el() needs `document`, so a minimal stand-in is enough here.
+function withFakeDocument(fn) {
+  const saved = globalThis.document;
+  const node = () => {
+    const n = { children: [], dataset: {}, attributes: {}, style: {}, hidden: false, textContent: "", value: "", title: "", classList: { toggle() {}, add() {} } };
+    n.setAttribute = (k, v) => {
+      n.attributes[k] = v;
+      if (k === "hidden") n.hidden = true;
+    };
+    n.append = (...c) => n.children.push(...c);
+    n.appendChild = (c) => n.children.push(c);
+    n.replaceChildren = (...c) => (n.children = c);
+    n.addEventListener = () => {};
+    return n;
+  };
+  globalThis.document = { createElement: node, createTextNode: (text) => ({ text }), hidden: false, activeElement: null };
+  try {
+    return fn();
+  } finally {
+    if (saved === undefined) delete globalThis.document;
+    else globalThis.document = saved;
+  }
+}
+
+test("the bar appears with the first pushed status, follows every newer one and never polls", () => {
+  withFakeDocument(() => {
+    let now = 0;
+    const calls = [];
+    const bar = new ReplayBar({ store: new Store(), token: null }, { fetchImpl: fakeFetch(200, STATUS, calls), now: () => now });
+    try {
+      assert.equal(bar.state, "absent");
+      assert.equal(bar.element.hidden, true);
+      bar.onMessage({ type: "data", run: "r", scalars: [], events: [] }); // not a status
+      assert.equal(bar.state, "absent");
+      const frame = decodeFrame(encode({ type: "replay", ...STATUS, playing: false }));
+      bar.onMessage(frame);
+      assert.equal(bar.state, "active");
+      assert.equal(bar.element.hidden, false);
+      assert.equal(bar.element.dataset.state, "paused");
+      assert.equal(bar.scrub.value, String(SCRUB_MAX / 2));
+      bar.onMessage({ type: "replay", status: { ...STATUS, version: 5, position: 1075 } });
+      assert.equal(bar.element.dataset.state, "playing");
+      now = 1000; // a second later at 10x: ten recorded seconds on
+      assert.equal(bar.position(), 1085);
+      bar.onMessage({ type: "replay", status: { ...STATUS, version: 4, position: 1000 } }); // stale
+      assert.equal(bar.status.version, 5);
+      bar.onMessage({ type: "replay", status: { ...STATUS, version: 6, finished: true, position: 1100 } });
+      assert.equal(bar.element.dataset.state, "finished");
+      assert.equal(bar.statusFrames, 3 + 1);
+      assert.equal(calls.length, 0);
+      assert.equal(bar.requests, 0);
+    } finally {
+      clearInterval(bar._timer);
+    }
+  });
 });
 
-test("after a reconnect, a run the fresh broker does not list loses its old points before new ones come", () => {
-  const store = new Store();
-  for (const run of ["a", "b", "c"]) store.apply({ type: "data", seq: 9, run, scalars: [cols("loss", [0, 1, 2, 3])], events: [] });
-  const resync = new Resync(store);
-  assert.equal(resync.seen({ type: "runs", runs: [] }), false); // not after a reconnect: ignored
-  resync.opened();
-  assert.equal(resync.seen({ type: "runs", runs: ["a"] }), true);
-  assert.deepEqual([...resync.stale].sort(), ["b", "c"]);
-  assert.equal(resync.seen({ type: "runs", runs: [] }), false); // only the first list counts
-  // "a" gets a snapshot as usual; "b" is replayed again by data frames: old points go first
-  const data = { type: "data", seq: 1, run: "b", scalars: [cols("loss", [0, 1])], events: [] };
-  resync.seen(data);
-  store.apply(data);
-  assert.deepEqual(Array.from(store.series("b", "loss").column(STEP)), [0, 1]);
-  resync.seen({ ...data, scalars: [cols("loss", [2])] }); // later frames append
-  store.apply({ ...data, scalars: [cols("loss", [2])] });
-  assert.deepEqual(Array.from(store.series("b", "loss").column(STEP)), [0, 1, 2]);
-  // "c" keeps its old points (no blank charts) until it expires
-  assert.equal(store.series("c", "loss").length, 4);
-  resync.expire();
-  assert.equal(store.series("c", "loss").length, 0);
-  assert.equal(store.series("a", "loss").length, 4);
-});
-
-test("a replay's 1001 close is followed by an immediate reconnect, then the usual backoff", () => {
-  assert.equal(reconnectDelay(0, 1001, true, () => 0), 0);
-  assert.equal(reconnectDelay(1, 1001, true, () => 0), 500);
-  assert.equal(reconnectDelay(0, 1006, true, () => 0), 250);
-  assert.equal(reconnectDelay(0, 1001, false, () => 0), 250);
+test("a seek shows its target until the server answers, then the answer", async () => {
+  await withFakeDocument(async () => {
+    const calls = [];
+    let answer;
+    const fetchImpl = (url, init) => {
+      calls.push(JSON.parse(init.body));
+      return new Promise((resolve) => (answer = resolve));
+    };
+    const bar = new ReplayBar({ store: new Store(), token: "t" }, { fetchImpl, now: () => 0 });
+    try {
+      bar.onMessage({ type: "replay", status: { ...STATUS, playing: false } });
+      const done = bar.seek({ wall: 1025 });
+      assert.equal(bar.position(), 1025);
+      bar.onMessage({ type: "replay", status: { ...STATUS, playing: false, version: 4, position: 1050 } }); // pushed before the seek
+      assert.equal(bar.position(), 1025);
+      answer({ status: 200, ok: true, json: async () => ({ ...STATUS, playing: false, version: 5, position: 1025 }) });
+      assert.equal((await done).position, 1025);
+      assert.equal(bar.position(), 1025);
+      assert.deepEqual(calls, [{ action: "seek", wall: 1025 }]);
+      assert.equal(bar.requests, 1);
+    } finally {
+      clearInterval(bar._timer);
+    }
+  });
 });

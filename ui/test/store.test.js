@@ -85,3 +85,67 @@ test("images keep fewer events per tag than text", async () => {
   assert.equal(store.runs.get("a").images.get("i").length, MEDIA_PER_TAG);
   assert.ok(MEDIA_PER_TAG < EVENTS_PER_TAG);
 });
+
+test("loading: the runs listed after connecting are awaited, snapshot by snapshot", () => {
+  const store = new Store();
+  const phases = [];
+  store.subscribe((c) => c.kind === "sync" && phases.push(store.syncState()));
+  assert.deepEqual(store.syncState(), { phase: "connecting", total: 0, done: 0 });
+  store.beginSync(null); // the socket opened
+  store.apply({ type: "hello", version: 1 });
+  store.apply({ type: "runs", runs: ["a", "b", "c"] });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 3, done: 0 });
+  store.apply({ type: "snapshot", seq: 4, run: "b", scalars: [cols([0], [1])], events: [] });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 3, done: 1 });
+  store.apply({ type: "runs", runs: ["a", "b", "c", "d"] }); // a later run: no snapshot of it comes
+  store.apply({ type: "snapshot", seq: 4, run: "a", scalars: [], events: [] });
+  store.apply({ type: "snapshot", seq: 4, run: "c", scalars: [], events: [] });
+  assert.deepEqual(store.syncState(), { phase: "ready", total: 3, done: 3 });
+  assert.deepEqual(
+    phases.map((p) => `${p.phase}:${p.done}/${p.total}`),
+    ["connecting:0/0", "loading:0/3", "loading:1/3", "loading:2/3", "ready:3/3"],
+  );
+});
+
+test("loading: a server with no runs is ready at once, and data ends the loading", () => {
+  const store = new Store();
+  store.beginSync(null);
+  store.apply({ type: "runs", runs: [] });
+  assert.equal(store.syncState().phase, "ready"); // the server said there is nothing
+  store.beginSync(null); // reconnect
+  store.apply({ type: "runs", runs: ["a", "b"] });
+  store.apply({ type: "snapshot", seq: 1, run: "a", scalars: [], events: [] });
+  assert.equal(store.syncState().phase, "loading");
+  // data only ever follows the snapshots of a subscription: the rest were not for this page
+  store.apply({ type: "data", seq: 2, run: "a", scalars: [cols([1], [2])], events: [] });
+  assert.equal(store.syncState().phase, "ready");
+});
+
+test("a gap awaits every known run's snapshot again", () => {
+  const store = new Store();
+  store.beginSync(null);
+  store.apply({ type: "runs", runs: ["a"] });
+  store.apply({ type: "snapshot", seq: 1, run: "a", scalars: [], events: [] });
+  store.apply({ type: "gap", seq: 9 });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 1, done: 0 });
+  store.apply({ type: "snapshot", seq: 10, run: "a", scalars: [], events: [] });
+  assert.equal(store.syncState().phase, "ready");
+});
+
+test("reset: fresh snapshots of the listed runs replace them, other runs are emptied", () => {
+  const store = new Store();
+  store.beginSync(null);
+  store.apply({ type: "runs", runs: ["a", "b"] });
+  store.apply({ type: "snapshot", seq: 1, run: "a", scalars: [cols([0, 1, 2, 3], [4, 3, 2, 1])], events: [{ kind: "text", tag: "n", step: 3, wall: 1003, text: "late" }] });
+  store.apply({ type: "snapshot", seq: 1, run: "b", scalars: [cols([0, 1], [1, 1])], events: [] });
+  store.apply({ type: "data", seq: 2, run: "a", scalars: [cols([4], [0])], events: [] });
+  store.apply({ type: "reset", seq: 7, runs: ["a"] });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 1, done: 0 });
+  assert.equal(store.series("b", "loss").length, 0); // not in the reset: emptied
+  assert.equal(store.series("a", "loss").length, 5); // kept on screen until its snapshot comes
+  store.apply({ type: "snapshot", seq: 7, run: "a", scalars: [cols([0, 1], [4, 3])], events: [] });
+  assert.deepEqual(Array.from(store.series("a", "loss").column(STEP)), [0, 1]);
+  assert.equal(store.runs.get("a").texts.size, 0);
+  assert.equal(store.syncState().phase, "ready");
+  assert.deepEqual(store.runNames(), ["a", "b"]); // runs stay known
+});

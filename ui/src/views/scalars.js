@@ -4,7 +4,7 @@ import { Chart } from "../chart.js";
 import { colorFor, el } from "../dom.js";
 import { gather, lowerBound, minMaxIndices, nearestIndex } from "../downsample.js";
 import { fetchScalars, needsHistory, spliceRange } from "../history.js";
-import { t } from "../i18n.js";
+import { loadingText, t } from "../i18n.js";
 import { Ema } from "../smoothing.js";
 import { SMOOTHED, STEP, VALUE, WALL } from "../store.js";
 
@@ -27,11 +27,14 @@ export class ScalarsView {
     /** Fetched full-resolution history by `${tag}\u0000${run}`, and requests in flight. */
     this.details = new Map();
     this.pending = new Map();
-    this.empty = el("p", { class: "empty", text: t("noData") });
+    // While it has no charts, this says whether the page is connecting, loading (with progress)
+    // or has everything the server has: "No data yet" only then.
+    this.empty = el("p", { class: "empty", dataset: { sync: "connecting" }, text: loadingText(ctx.store.syncState()) });
     this.element = el("div", { class: "view scalars" }, this.empty);
     ctx.store.subscribe((change) => {
       if (change.kind === "scalars") for (const tag of change.tags) this._touch(tag);
       else if (change.kind === "runs") this.refresh();
+      else if (change.kind === "sync") this.applyFilter();
     });
   }
 
@@ -71,7 +74,9 @@ export class ScalarsView {
       group.element.hidden = ![...group.charts].some((c) => !c.element.hidden);
     }
     this.empty.hidden = shown > 0;
-    this.empty.textContent = this.charts.size ? t("noTags") : t("noData");
+    const sync = this.ctx.store.syncState();
+    this.empty.dataset.sync = sync.phase;
+    this.empty.textContent = this.charts.size ? t("noTags") : loadingText(sync);
   }
 
   /** Re-apply interface strings after a language switch. */

@@ -1,0 +1,444 @@
+"""A property test over the public writer API: arbitrary Python objects for every argument.
+
+Every call of every ``add_*`` method of :func:`vdl_stream.attach`'s writer, :class:`LogWriter` and
+:class:`SummaryWriter` either raises ``TypeError``/``ValueError`` at the call, or its data comes
+back exactly from the recorder (scalars point by point, events field by field). After a canary
+scalar per example, the last test checks that every writer's background thread is alive, every
+canary is on disk, and everything accepted reads back. One writer of each kind serves the module.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import recorder
+from vdl_stream import LogWriter, SummaryWriter, attach, summaries
+from vdl_stream.compat import MILLISECONDS_ABOVE
+
+EXAMPLES = settings(
+    max_examples=int(os.environ.get("VDL_PROPERTY_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+# -- strategies ---------------------------------------------------------------------------------
+
+# Every code point, lone surrogates and controls included.
+any_text = st.text(alphabet=st.characters(blacklist_categories=()), max_size=12)
+numpy_scalars = st.one_of(
+    hnp.from_dtype(np.dtype("int64")).map(np.int64),
+    hnp.from_dtype(np.dtype("uint64")).map(np.uint64),
+    hnp.from_dtype(np.dtype("float32")).map(np.float32),
+    hnp.from_dtype(np.dtype("float64")).map(np.float64),
+    st.booleans().map(np.bool_),
+)
+small_arrays = hnp.arrays(
+    dtype=st.sampled_from([np.float64, np.float32, np.int16, np.uint8, np.int64, np.bool_]),
+    shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=4),
+)
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(-(2**65), 2**65),
+    st.floats(),
+    any_text,
+    st.binary(max_size=8),
+    numpy_scalars,
+    small_arrays,
+    st.lists(st.one_of(st.floats(), st.integers(), any_text), max_size=4),
+    st.tuples(st.integers(), st.floats()),
+    st.dictionaries(any_text, st.one_of(st.floats(), st.integers(), any_text), max_size=3),
+    st.builds(object),
+    st.just(float("nan")),
+)
+
+
+def arg(valid: st.SearchStrategy, odd: st.SearchStrategy | None = None) -> st.SearchStrategy:
+    """Mostly values the API takes (so that many calls are accepted), sometimes ``odd`` values
+    near its edges, and sometimes anything at all."""
+    # one_of flattens nested one_ofs and picks among their leaves, so weigh with a draw instead.
+    unusual = anything if odd is None else st.one_of(odd, anything)
+    return st.integers(0, 9).flatmap(lambda i: valid if i < 8 else unusual)
+
+
+tags = arg(
+    st.text(st.characters(codec="utf-8", blacklist_categories=("Cc",)), min_size=1, max_size=20),
+    st.one_of(any_text, st.text(min_size=250, max_size=260)),
+)
+steps = arg(st.integers(-(2**63), 2**63 - 1), st.one_of(st.integers(), numpy_scalars))
+values = arg(st.floats(), st.one_of(st.integers(-(2**1030), 2**1030), numpy_scalars))
+walltimes = arg(
+    st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False)),
+    st.one_of(st.floats(), st.integers(-(10**13), 10**13)),
+)
+arrays = arg(
+    hnp.arrays(np.float64, st.integers(1, 6), elements=st.floats(-1, 1)),
+    st.one_of(small_arrays, st.lists(st.floats(), max_size=6)),
+)
+images = arg(
+    hnp.arrays(
+        dtype=st.sampled_from([np.uint8, np.float32, np.float64]),
+        shape=st.tuples(st.integers(1, 3), st.integers(1, 3), st.sampled_from([1, 3, 4])),
+    ),
+    hnp.arrays(np.int32, st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 5))),
+)
+probabilities = hnp.arrays(np.float64, 4, elements=st.floats(0, 1))
+labels = hnp.arrays(np.int64, 4, elements=st.integers(0, 1))
+counts = arg(st.integers(2, 40), st.integers(-2, 2))
+texts = arg(st.text(max_size=40), any_text)
+param_values = st.one_of(
+    st.text(max_size=5), st.floats(), st.integers(-(2**63), 2**63), st.booleans()
+)
+hparam_dicts = arg(
+    st.dictionaries(st.text(min_size=1, max_size=6), param_values, max_size=3),
+    st.dictionaries(any_text, st.one_of(any_text, st.integers()), max_size=3),
+)
+metric_lists = arg(
+    st.one_of(
+        st.lists(st.text(min_size=1, max_size=6), max_size=3),
+        st.dictionaries(st.text(min_size=1, max_size=6), st.floats(), max_size=3),
+    )
+)
+scalar_dicts = arg(
+    st.dictionaries(st.text(min_size=1, max_size=6), st.floats(), max_size=3),
+    st.dictionaries(any_text, anything, max_size=3),
+)
+
+# -- the writers and what they should hold ------------------------------------------------------
+
+
+class Expected:
+    """What each run should hold: scalar points per tag and events per kind, in call order."""
+
+    def __init__(self) -> None:
+        self.points: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.events: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.canaries: dict[str, int] = defaultdict(int)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("props")
+    vdl = LogWriter(logdir / "vdl", telemetry=False)
+    writers = {
+        "api": attach(logdir, run="api", telemetry=False),
+        "vdl": vdl,
+        "tb": SummaryWriter(logdir / "tb", telemetry=False),
+        "vdl/m": vdl.mode("m").writer,  # VisualDL 1.x: a mode is a sub-run
+    }
+    yield logdir, writers, Expected()
+    for w in writers.values():
+        w.close()
+
+
+def call(env: tuple, run: str, method: str, *args: Any) -> bool:
+    """Call ``method`` of the run's writer; True if accepted, False if refused with
+    TypeError/ValueError. Anything else fails the test. A canary follows every call."""
+    _, writers, expected = env
+    try:
+        getattr(writers[run], method)(*args)
+        accepted = True
+    except (TypeError, ValueError):
+        accepted = False
+    n = expected.canaries[run]
+    writers[run].add_scalar("canary", float(n), n)
+    expected.canaries[run] = n + 1
+    return accepted
+
+
+def wall_of(walltime: Any, run: str) -> float | None:
+    """The stored wall time of an accepted ``walltime`` (None: now, not checked)."""
+    if walltime is None:
+        return None
+    wall = summaries.check_wall(walltime)
+    if run == "vdl" and abs(wall) > MILLISECONDS_ABOVE:
+        return wall / 1000.0
+    return wall
+
+
+def expect_point(env: tuple, run: str, tag: str, step: Any, value: Any, walltime: Any) -> None:
+    env[2].points[run][tag].append(
+        (summaries.to_step(step), summaries.to_float(value), wall_of(walltime, run))
+    )
+
+
+def expect_event(env: tuple, run: str, event: dict[str, Any], wall: float | None) -> None:
+    data = {k: v for k, v in event.items() if k not in ("kind", "tag", "step", "wall")}
+    env[2].events[run][event["kind"]].append((event["tag"], event["step"], wall, data))
+
+
+# -- the calls ----------------------------------------------------------------------------------
+
+RUNS = ["api", "vdl", "tb"]
+
+
+@EXAMPLES
+@given(run=st.sampled_from(RUNS), tag=tags, value=values, step=steps, walltime=walltimes)
+def test_add_scalar(env, run, tag, value, step, walltime):
+    if run == "tb" and step is None:
+        step = 0  # global_step=None is step 0 (checked below as such)
+    if call(env, run, "add_scalar", tag, value, step, walltime):
+        expect_point(env, run, tag, step, value, walltime)
+
+
+@EXAMPLES
+@given(run=st.sampled_from(RUNS), main=tags, scalars=scalar_dicts, step=steps, walltime=walltimes)
+def test_add_scalars(env, run, main, scalars, step, walltime):
+    if run == "tb" and step is None:
+        step = 0
+    if call(env, run, "add_scalars", main, scalars, step, walltime):
+        for key, value in scalars.items():
+            expect_point(env, run, f"{main}/{key}", step, value, walltime)
+
+
+@EXAMPLES
+@given(run=st.sampled_from(RUNS), tag=tags, data=arrays, step=steps, walltime=walltimes, n=counts)
+def test_add_histogram(env, run, tag, data, step, walltime, n):
+    if run == "tb":
+        accepted = call(env, run, "add_histogram", tag, data, step, n, walltime)
+        step = 0 if step is None else step
+    else:
+        accepted = call(env, run, "add_histogram", tag, data, step, walltime, n)
+    if accepted:
+        wall = wall_of(walltime, run)
+        event = summaries.histogram_event(tag, data, step, wall or 0.0, n)
+        expect_event(env, run, event, wall)
+
+
+@EXAMPLES
+@given(
+    run=st.sampled_from(RUNS),
+    tag=tags,
+    img=images,
+    step=steps,
+    walltime=walltimes,
+    fmt=arg(st.just("HWC"), st.sampled_from(["CHW", "HW", "WHC", "NHWC", "hwc"])),
+)
+def test_add_image(env, run, tag, img, step, walltime, fmt):
+    if (
+        run == "tb" and isinstance(fmt, str) and fmt == "NHWC"
+    ):  # SummaryWriter.add_images: a batch tiled into a grid
+        img = img[None] if isinstance(img, np.ndarray) else img
+        if call(env, run, "add_images", tag, img, step, walltime, fmt):
+            step = 0 if step is None else step
+            wall = wall_of(walltime, run)
+            expect_event(env, run, summaries.image_event(tag, img, step, wall or 0.0, fmt), wall)
+        return
+    if call(env, run, "add_image", tag, img, step, walltime, fmt):
+        step = 0 if step is None else step
+        wall = wall_of(walltime, run)
+        expect_event(env, run, summaries.image_event(tag, img, step, wall or 0.0, fmt), wall)
+
+
+@EXAMPLES
+@given(
+    run=st.sampled_from(RUNS), tag=tags, text=texts, step=arg(st.none(), steps), walltime=walltimes
+)
+def test_add_text(env, run, tag, text, step, walltime):
+    if call(env, run, "add_text", tag, text, step, walltime):
+        if run == "tb" and step is None:
+            step = 0
+        wall = wall_of(walltime, run)
+        expect_event(env, run, summaries.text_event(tag, text, step, wall or 0.0), wall)
+
+
+@EXAMPLES
+@given(
+    run=st.sampled_from(RUNS),
+    tag=tags,
+    audio=arrays,
+    step=steps,
+    rate=arg(st.integers(1, 1_000_000), st.integers(-1, 2_000_000)),
+    walltime=walltimes,
+)
+def test_add_audio(env, run, tag, audio, step, rate, walltime):
+    if call(env, run, "add_audio", tag, audio, step, rate, walltime):
+        step = 0 if step is None else step
+        wall = wall_of(walltime, run)
+        expect_event(env, run, summaries.audio_event(tag, audio, step, wall or 0.0, rate), wall)
+
+
+@EXAMPLES
+@given(run=st.sampled_from(RUNS), params=hparam_dicts, metrics=metric_lists, walltime=walltimes)
+def test_add_hparams(env, run, params, metrics, walltime):
+    if run == "tb":  # SummaryWriter.add_hparams(hparam_dict, metric_dict, ...) has no walltime
+        if call(env, run, "add_hparams", params, metrics):
+            expect_event(env, run, summaries.hparams_event(params, metrics, 0.0), None)
+    elif call(env, run, "add_hparams", params, metrics, walltime):
+        wall = wall_of(walltime, run)
+        expect_event(env, run, summaries.hparams_event(params, metrics, wall or 0.0), wall)
+
+
+@EXAMPLES
+@given(
+    run=st.sampled_from(RUNS),
+    kind=st.sampled_from(["pr_curve", "roc_curve"]),
+    tag=tags,
+    truth=arg(labels),
+    scores=arg(probabilities),
+    step=steps,
+    n=counts,
+    weights=arg(st.none(), arrays),
+    walltime=walltimes,
+)
+def test_add_curves(env, run, kind, tag, truth, scores, step, n, weights, walltime):
+    if run == "tb" and kind == "roc_curve":
+        kind = "pr_curve"  # SummaryWriter has no ROC curves
+    if call(env, run, f"add_{kind}", tag, truth, scores, step, n, weights, walltime):
+        step = 0 if step is None else step
+        if run == "vdl" and type(n) is int:
+            n = min(n, 127)
+        wall = wall_of(walltime, run)
+        build = summaries.pr_curve_event if kind == "pr_curve" else summaries.roc_curve_event
+        expect_event(env, run, build(tag, truth, scores, step, wall or 0.0, n, weights), wall)
+
+
+@EXAMPLES
+@given(
+    tag=tags,
+    step=steps,
+    value=values,
+    text=texts,
+    component=st.sampled_from(["scalar", "text", "histogram"]),
+    buckets=counts,
+)
+def test_visualdl_1x_recorders(env, tag, step, value, text, component, buckets):
+    _, writers, expected = env
+    mode = writers["vdl"].mode("m")
+    try:
+        if component == "scalar":
+            mode.scalar(tag).add_record(step, value)
+        elif component == "text":
+            mode.text(tag).add_record(step, text)
+        else:
+            mode.histogram(tag, buckets).add_record(step, value)
+        accepted = True
+    except (TypeError, ValueError):
+        accepted = False
+    n = expected.canaries["vdl/m"]
+    writers["vdl/m"].add_scalar("canary", float(n), n)
+    expected.canaries["vdl/m"] = n + 1
+    if not accepted:
+        return
+    if component == "scalar":
+        expect_point(env, "vdl/m", tag, step, value, None)
+    elif component == "text":
+        expect_event(env, "vdl/m", summaries.text_event(tag, text, step, 0.0), None)
+    else:
+        expect_event(env, "vdl/m", summaries.histogram_event(tag, value, step, 0.0, buckets), None)
+
+
+MADE = itertools.count()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    make=st.sampled_from(["LogWriter", "SummaryWriter"]),
+    logdir=arg(st.text(alphabet="abc/.", min_size=1, max_size=8)),
+    comment=arg(st.text(alphabet="abc", max_size=4), any_text),
+    display_name=arg(st.text(max_size=4), any_text),
+)
+def test_constructors(env, tmp_path_factory, make, logdir, comment, display_name):
+    root = Path(env[0]) / "made"
+    root.mkdir(exist_ok=True)
+    if isinstance(logdir, str):  # keep every directory it may create under the test's own
+        parts = [p for p in logdir.split("/") if p not in ("", "..")]
+        logdir = str(root.joinpath(*parts)) if parts else logdir
+    cwd = os.getcwd()
+    os.chdir(root)  # without a directory the facades record under ./runs
+    try:
+        if make == "LogWriter":
+            writer = LogWriter(logdir, comment, display_name=display_name, telemetry=False)
+        else:
+            writer = SummaryWriter(logdir, comment, telemetry=False)
+    except (TypeError, ValueError):
+        return
+    finally:
+        os.chdir(cwd)
+    made = next(MADE)
+    try:
+        writer.add_scalar("x", float(made), made)  # runs may repeat: each example's own point
+        assert writer.writer._thread.is_alive()
+    finally:
+        writer.close()
+    if not isinstance(logdir, str) or not logdir.startswith(str(root)):
+        return
+    with recorder.RunReader(writer.logdir) as reader:
+        assert reader.read_scalars("x").values.tolist()[-1] == float(made)
+
+
+# -- the verdict --------------------------------------------------------------------------------
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality with NaN equal to NaN, through dicts and lists."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_everything_accepted_is_on_disk_and_every_thread_alive(env):
+    logdir, writers, expected = env
+    for run, writer in writers.items():
+        core = getattr(writer, "writer", writer)  # a facade's Writer
+        assert core._thread.is_alive(), run
+        assert core.flush(timeout=30) is True, run
+        points: dict[str, list] = defaultdict(list)
+        events: dict[str, list] = defaultdict(list)
+        with recorder.RunReader(os.path.join(logdir, run)) as reader:
+            for record in reader.iter_records():
+                if record.kind == "scalars":
+                    s = record.data
+                    points[record.tag] += zip(
+                        s.steps.tolist(), s.values.tolist(), s.walls.tolist(), strict=True
+                    )
+                elif record.kind in summaries_kinds:
+                    events[record.kind].append(record)
+        canaries = points.pop("canary", [])
+        assert [p[1] for p in canaries] == [float(n) for n in range(expected.canaries[run])]
+        assert points.keys() == expected.points[run].keys(), run
+        for tag, want in expected.points[run].items():
+            got = points[tag]
+            assert len(got) == len(want), (run, tag)
+            for (step, value, wall), (s, v, w) in zip(want, got, strict=True):
+                assert s == step and same(v, value) and (wall is None or w == wall), (run, tag)
+        for kind, want in expected.events[run].items():
+            got = events.pop(kind, [])
+            assert len(got) == len(want), (run, kind)
+            for (tag, step, wall, data), record in zip(want, got, strict=True):
+                assert (record.tag, record.step) == (tag, step), (run, kind)
+                assert wall is None or record.wall == wall, (run, kind)
+                assert same(dict(record.data), data), (run, kind, tag)
+        assert not events, (run, list(events))
+    accepted = sum(len(p) for r in expected.points.values() for p in r.values())
+    accepted_events = {k for r in expected.events.values() for k, v in r.items() if v}
+    print(f"accepted: {accepted} points, event kinds {sorted(accepted_events)}")
+    if sum(expected.canaries.values()) >= 300:  # the whole module ran: the test tested something
+        assert accepted >= 20 and len(accepted_events) >= 5
+
+
+summaries_kinds = {
+    "histogram",
+    "image",
+    "text",
+    "audio",
+    "hparams",
+    "pr_curve",
+    "roc_curve",
+}
