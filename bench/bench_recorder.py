@@ -258,6 +258,7 @@ def live(args: argparse.Namespace) -> None:
     for hours, killed in runs:
         t0 = time.perf_counter()
         if killed is None:
+            hours = int(hours) if float(hours).is_integer() else hours  # one cache key per run
             killed = cached_live_run(hours, killed=True)
             with open(os.path.join(os.path.dirname(killed), "done.json")) as f:
                 info = json.load(f)

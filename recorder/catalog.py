@@ -48,12 +48,13 @@ class Entry:
     """Where one record is and what it summarises (one index row)."""
 
     __slots__ = (
+        "_first",
+        "_last",
+        "_src",
         "batch",
         "count",
         "data",
-        "first",
         "kind",
-        "last",
         "length",
         "offset",
         "parts",
@@ -61,7 +62,6 @@ class Entry:
         "seq",
         "smax",
         "smin",
-        "src",
         "step",
         "tag",
         "vmax",
@@ -102,13 +102,45 @@ class Entry:
         self.data = data
         self.parts = parts  # a group chunk's part columns (codec.group_parts), else None
         self.seq = -1  # its number in write order, set by a reader
-        self.src = segment_name(segment) if segment >= 0 else ""  # the file holding it
         self.batch = False  # a block's batch of events (data: the batch map)
         self.window: tuple[int, int] | None = None  # block records: origins kept (lo, hi]
-        # Origins: the positions just after the records its data came from (first, last). For a
-        # record in a segment both are its end; a block's record covers many.
-        end = Position(segment, offset + framing.FRAME_OVERHEAD + length)
-        self.first = self.last = end
+        # The file holding it, and its origins: the positions just after the records its data
+        # came from (first, last). For a record in a segment (computed when asked for) both are
+        # its end; a block's record covers many.
+        self._src: str | None = None
+        self._first: Position | None = None
+        self._last: Position | None = None
+
+    @property
+    def src(self) -> str:
+        """The name of the file holding the record."""
+        if self._src is None:
+            self._src = segment_name(self.segment)
+        return self._src
+
+    @src.setter
+    def src(self, name: str) -> None:
+        self._src = name
+
+    @property
+    def first(self) -> Position:
+        """The origin of its first piece of data (for a segment's record: its end)."""
+        return self.last if self._first is None else self._first
+
+    @first.setter
+    def first(self, pos: Position) -> None:
+        self._first = pos
+
+    @property
+    def last(self) -> Position:
+        """The origin of its last piece of data (for a segment's record: its end)."""
+        if self._last is None:
+            self._last = Position(self.segment, self.offset + framing.FRAME_OVERHEAD + self.length)
+        return self._last
+
+    @last.setter
+    def last(self, pos: Position) -> None:
+        self._last = pos
 
     @classmethod
     def from_payload(cls, segment: int, offset: int, length: int, decoded: tuple) -> Entry:
