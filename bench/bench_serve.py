@@ -155,10 +155,37 @@ def page_loads(browser, url: str, loads: int) -> list[dict]:
     return out
 
 
+def ws_snapshot_s(url: str) -> float:
+    """Seconds from a ``subscribe`` on ``/ws/live`` to the first ``snapshot`` frame."""
+    import trio
+    from trio_websocket import open_websocket_url
+
+    from vdl_stream import codec
+
+    async def once() -> float:
+        with trio.fail_after(600):
+            ws_url = "ws" + url.removeprefix("http") + "/ws/live"
+            async with open_websocket_url(ws_url, max_message_size=1 << 26) as ws:
+                t0 = time.perf_counter()
+                await ws.send_message(codec.encode_message({"type": "subscribe", "runs": None}))
+                while codec.decode_message(await ws.get_message())["type"] != "snapshot":
+                    pass
+                return time.perf_counter() - t0
+
+    return trio.run(once)
+
+
 def part_one_run(args, tree: Path, browser, work: Path) -> dict:
     logdir = live_run(Path(args.cache), args.hours)
-    server = Serve(tree, logdir, work / "serve-one.log")
+    extra = ("--cache-mb", str(args.cache_mb)) if args.cache_mb and tree == ROOT else ()
+    server = Serve(tree, logdir, work / "serve-one.log", *extra)
     try:
+        if args.ws_only:
+            return {
+                "serve_start_s": server.start_s,
+                "ws_snapshot_s": [ws_snapshot_s(server.url) for _ in range(args.loads)],
+                "rss_mb": server.rss_mb(),
+            }
         loads = page_loads(browser, server.url, args.loads)
         return {
             "hours": args.hours,
@@ -293,7 +320,8 @@ def run_tree(args, tree: Path, browser, work: Path, points: int) -> dict:
     out = {"tree": str(tree)}
     if not args.skip_pages:
         attempt(out, "one_run", part_one_run, args, tree, browser, work)
-        attempt(out, "many_runs", part_many_runs, args, tree, browser, work)
+        if not args.skip_many:
+            attempt(out, "many_runs", part_many_runs, args, tree, browser, work)
     if not args.skip_export:
         attempt(out, "export", part_export, args, tree, work, points)
     return out
@@ -400,6 +428,13 @@ def main() -> None:
     parser.add_argument("--baseline-points", type=int, default=5_000_000)
     parser.add_argument("--loads", type=int, default=3, help="page loads per server (1 cold)")
     parser.add_argument("--skip-pages", action="store_true")
+    parser.add_argument("--skip-many", action="store_true", help="no many-runs part")
+    parser.add_argument(
+        "--ws-only",
+        action="store_true",
+        help="one run: time /ws/live snapshots with a WebSocket client instead of page loads",
+    )
+    parser.add_argument("--cache-mb", type=int, help="serve --cache-mb for this tree")
     parser.add_argument("--skip-export", action="store_true")
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vdl-bench-serve"))
     parser.add_argument("--out", default=str(HERE / "out" / "serve.json"))

@@ -469,3 +469,15 @@ def test_serve_memory_stays_within_the_cache_budget_on_a_long_run(tmp_path):
         assert grown < 60, f"serve grew by {grown:.0f} MB"
     finally:
         stop_serve(server)
+
+
+def test_a_bad_cache_budget_is_refused_naming_it(tmp_path):
+    from vdl_stream import attach
+    from vdl_stream.cli import main
+
+    with pytest.raises(ValueError, match="cache_mb must be a positive int, got 0"):
+        attach(tmp_path, cache_mb=0)
+    with pytest.raises(ValueError, match="cache_bytes must be a positive int, got -1"):
+        Broker(tmp_path, cache_bytes=-1)
+    with pytest.raises(SystemExit):
+        main(["serve", "--logdir", str(tmp_path), "--cache-mb", "none"])

@@ -30,6 +30,7 @@ import trio
 
 import recorder
 from recorder import framing
+from recorder.blocks import BLOCK_RE
 from recorder.catalog import INDEX_NAME, SEGMENT_RE
 
 from . import codec
@@ -1482,17 +1483,19 @@ def _drop_cache(run: _Run) -> None:
 
 
 def _signature(path: Path) -> tuple:
-    """What identifies the state of a run's files: each segment's (and the index's) name, size
-    and modification time. Reads no file, opens none.
+    """What identifies the state of a run's files: each segment's, block's (compacted chunks)
+    and the index's name, size and modification time. Reads no file, opens none.
 
     Raises:
-        UnreadableRunError: a segment or the index is a symbolic link or not a regular file (a
-            FIFO would block a reader forever; a link may lead out of the log directory).
+        UnreadableRunError: one of them is a symbolic link or not a regular file (a FIFO would
+            block a reader forever; a link may lead out of the log directory).
     """
     items = []
     with os.scandir(path) as it:
         for item in it:
-            if not (SEGMENT_RE.match(item.name) or item.name == INDEX_NAME):
+            if not (
+                SEGMENT_RE.match(item.name) or BLOCK_RE.match(item.name) or item.name == INDEX_NAME
+            ):
                 continue
             if item.is_symlink() or not item.is_file(follow_symlinks=False):
                 what = "a symbolic link" if item.is_symlink() else "not a regular file"
