@@ -37,9 +37,13 @@ def http_request(url: str, headers: dict[str, str] | None = None) -> tuple[int, 
 
 
 def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
-    """GET a JSON ``url``; return the status and the decoded body."""
+    """GET a JSON ``url``; return the status and the decoded body (strict JSON: no NaN)."""
     status, _, body = http_request(url, headers)
-    return status, json.loads(body or b"{}")
+    return status, json.loads(body or b"{}", parse_constant=_not_json)
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"the server answered {name}, which is not JSON")
 
 
 @dataclass

@@ -30,6 +30,7 @@ def recorded(tmp_path_factory):
         w.add_histogram("weights", np.arange(100.0), 5, buckets=4)
         w.add_image("sample", np.zeros((4, 6, 3), np.uint8), 5)
         w.add_text("notes", "<b>not bold</b>", 5)
+        w.add_hparams({"lr": 0.1, "decay": math.inf}, {"best": math.nan})
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:  # until a few telemetry samples are on disk
             w.flush()
@@ -71,6 +72,10 @@ async def test_events_blobs_and_telemetry(nursery, recorded):
         (event,) = hist["events"]
         assert status == 200 and event["step"] == 5
         assert event["counts"] == [25.0, 25.0, 25.0, 25.0]
+        status, hparams = await get("/api/events?run=r&kind=hparams")
+        (event,) = hparams["events"]  # non-finite numbers at any depth travel as null
+        assert status == 200 and event["hparams"] == {"lr": 0.1, "decay": None}
+        assert event["metric_values"] == {"best": None}, event
         status, text = await get("/api/events?run=r&kind=text")
         assert text["events"][0]["text"] == "<b>not bold</b>"
         status, images = await get("/api/events?run=r&kind=image&tag=sample")

@@ -39,7 +39,7 @@ from tests.conftest import ServeProcess, http_get, http_request, start_serve, st
 from vdl_stream import attach, codec
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
-from vdl_stream.errors import unwrap
+from vdl_stream.errors import InsecureBindError, unwrap
 from vdl_stream.server import (
     Access,
     Limits,
@@ -213,6 +213,27 @@ def test_an_empty_token_is_refused_not_served_without_auth(tmp_path, token):
     assert done.stderr.count("\n") == 1 and "token must not be empty" in done.stderr
     with pytest.raises(ValueError, match="token must not be empty"):
         attach(tmp_path, serve=True, host="0.0.0.0", port=0, token=token, telemetry=False)
+
+
+def test_replay_checks_its_bind_token_and_hosts_in_one_line(tmp_path):
+    for args, message in (
+        (("--host", "0.0.0.0", "--token", ""), "token must not be empty"),
+        (("--host", "0.0.0.0"), "without a token"),
+        (("--allow-host", "x:80"), "allow"),
+    ):
+        done = _cli("replay", str(tmp_path), *args)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_attach_checks_the_bind_at_the_call_and_serves_allowed_hosts(tmp_path):
+    with pytest.raises(InsecureBindError, match="without a token"):
+        attach(tmp_path, serve=True, host="0.0.0.0", port=0, telemetry=False)
+    with attach(
+        tmp_path, "r", serve=True, port=0, telemetry=False, allowed_hosts=["dash.example"]
+    ) as w:
+        assert raw_get(w.url, "/api/runs", {"Host": "dash.example"})[0] == 200
+        assert raw_get(w.url, "/api/runs", {"Host": "evil.example"})[0] == 403
 
 
 def raw_get(base: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:

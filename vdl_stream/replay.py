@@ -26,7 +26,7 @@ import re
 import signal
 import sys
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -1072,6 +1072,7 @@ async def serve_replay(
     token: str | None = None,
     *,
     insecure: bool = False,
+    allowed_hosts: Sequence[str] = (),
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -1092,6 +1093,7 @@ async def serve_replay(
         port,
         token,
         insecure=insecure,
+        allowed_hosts=allowed_hosts,
         shutdown_trigger=shutdown_trigger,
         blueprints=[replay_blueprint(replayer)],
         task_status=task_status,
@@ -1128,6 +1130,13 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --host without --token"
     )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this Host name (repeatable; loopback names always are)",
+    )
     parser.add_argument("--paused", action="store_true", help="start paused (play from the page)")
     parser.add_argument(
         "--exit", action="store_true", help="exit when everything has been replayed"
@@ -1138,8 +1147,12 @@ def run_replay(args: argparse.Namespace) -> int:
     """Run ``vdl-stream replay``; return 0, or 2 on bad input."""
     from . import __version__
     from .errors import InsecureBindError, PortInUseError, unwrap
+    from .server import check_allowed_host, check_bind
 
     try:
+        # The bind and its token are checked before anything is read: one line, exit 2.
+        check_bind(args.host, args.token, insecure=args.insecure)
+        allowed_hosts = [check_allowed_host(name) for name in args.allow_host]
         speed = parse_speed(args.speed)
         if not args.max_gap > 0:
             raise ValueError(f"--max-gap must be a positive number, got {args.max_gap!r}")
@@ -1170,6 +1183,7 @@ def run_replay(args: argparse.Namespace) -> int:
                         args.port,
                         args.token,
                         insecure=args.insecure,
+                        allowed_hosts=allowed_hosts,
                         shutdown_trigger=web_stop.wait,
                     )
                 )

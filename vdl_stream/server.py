@@ -420,11 +420,21 @@ def _jsonable(event: dict[str, Any]) -> dict[str, Any]:
             out["data_bytes"] = len(value)  # fetch the media itself from /api/blob
         elif isinstance(value, bytes):
             out[key] = [_finite(v) for v in np.frombuffer(value, "<f8").tolist()]
-        elif isinstance(value, float):
-            out[key] = _finite(value)
         else:
-            out[key] = value
+            out[key] = _finite_tree(value)
     return out
+
+
+def _finite_tree(value: Any) -> Any:
+    """``value`` with every non-finite float, at any depth, as None: JSON has no NaN or Infinity
+    (hparams and their metrics may hold them; ingest bounds the nesting)."""
+    if isinstance(value, float):
+        return _finite(value)
+    if isinstance(value, dict):
+        return {k: _finite_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_tree(v) for v in value]
+    return value
 
 
 def _error(status: int, message: str) -> tuple[Response, int]:

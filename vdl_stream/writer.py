@@ -31,7 +31,7 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -790,6 +790,7 @@ def attach(
     flush_interval: float = 0.02,
     all_ranks: bool = False,
     cache_mb: int = 128,
+    allowed_hosts: Sequence[str] = (),
 ) -> Writer:
     """Start logging a run and return its :class:`Writer`.
 
@@ -810,10 +811,13 @@ def attach(
             By default only rank 0 logs, and every rank sends telemetry.
         cache_mb: with ``serve``, the memory (MiB) the dashboard may keep of decoded run data
             between reads, all runs together (as ``vdl-stream serve --cache-mb``).
+        allowed_hosts: with ``serve``, Host names the dashboard answers besides loopback and
+            ``host`` (as ``vdl-stream serve --allow-host``; docs/security.md).
 
     Raises:
         PortInUseError: ``serve`` and the port is taken.
-        ValueError: a bad argument, named in the message.
+        InsecureBindError: ``serve`` on a non-loopback ``host`` without a ``token``.
+        ValueError: a bad argument (an empty token, say), named in the message.
     """
     from .telemetry import distributed_env
 
@@ -827,6 +831,11 @@ def attach(
         raise TypeError(f"url must be a str, got {type(url).__name__} {url!r:.40}")
     if token is not None and not isinstance(token, str):
         raise TypeError(f"token must be a str or None, got {type(token).__name__}")
+    if serve:
+        from .server import check_bind  # the web stack loads only when serving
+
+        # At the call, not in the background thread: a refused bind must reach the caller.
+        check_bind(host, token)
     rank, local_rank, _ = distributed_env()
     run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
     # NVML sees every GPU of the node, so one process per node reports them.
@@ -858,7 +867,9 @@ def attach(
             from .server import serve_dashboard  # the web stack loads only when serving
 
             await nursery.start(broker.follow)  # show the other runs of the log directory too
-            transport.url = await nursery.start(serve_dashboard, broker, host, port, token)
+            transport.url = await nursery.start(
+                partial(serve_dashboard, allowed_hosts=allowed_hosts), broker, host, port, token
+            )
         return transport
 
     return Writer(run, open_local, **options)
