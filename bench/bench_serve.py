@@ -110,7 +110,8 @@ class Serve:
 def live_run(cache: Path, hours: float) -> Path:
     """A live-cadence run of ``hours`` under ``cache`` (generated once); returns its log dir."""
     logdir = cache / f"live-{hours:g}h"
-    if not (logdir / "run" / "index.vdli").exists():
+    done = cache / f"live-{hours:g}h.done"  # written last: a killed generation is redone
+    if not done.exists():
         shutil.rmtree(logdir, ignore_errors=True)
         t0 = time.perf_counter()
         info = write_live_run(logdir / "run", hours)
@@ -119,24 +120,28 @@ def live_run(cache: Path, hours: float) -> Path:
             f"{info['points']:,} points in {time.perf_counter() - t0:.0f} s",
             file=sys.stderr,
         )
+        done.write_text(json.dumps(info, default=str))
     return logdir
 
 
 def many_runs(cache: Path, runs: int, hours: float) -> Path:
     """``runs`` copies of a live run of ``hours`` in one log directory."""
     logdir = cache / f"many-{runs}x{hours:g}h"
-    if not (logdir / f"run{runs - 1:03d}" / "index.vdli").exists():
+    done = cache / f"many-{runs}x{hours:g}h.done"
+    if not done.exists():
         shutil.rmtree(logdir, ignore_errors=True)
         source = live_run(cache, hours) / "run"
         for i in range(runs):
             shutil.copytree(source, logdir / f"run{i:03d}")
+        done.write_text("")
     return logdir
 
 
 def bulk_run(cache: Path, points: int) -> Path:
     """A run of ``points`` scalar points over 10 tags, written in bulk; returns the run dir."""
     run = cache / f"bulk-{points}" / "run"
-    if not (run / "index.vdli").exists():
+    done = cache / f"bulk-{points}.done"
+    if not done.exists():
         shutil.rmtree(run.parent, ignore_errors=True)
         per_tag = points // TAGS
         with RunWriter(run, sync="never") as w:
@@ -144,6 +149,7 @@ def bulk_run(cache: Path, points: int) -> Path:
                 for lo in range(0, per_tag, 1 << 20):
                     s = np.arange(lo, min(per_tag, lo + (1 << 20)), dtype=np.int64)
                     w.append_scalars(f"tag{t}", s, 1.79e9 + s * 0.02, np.sin(s * 1e-4 + t))
+        done.write_text("")
     return run
 
 
