@@ -849,13 +849,69 @@ class RunReader:
 
         return self._retry(newest)
 
-    def read_records(self, kind: str | None = None, tag: str | None = None) -> list[Record]:
+    def read_records(
+        self, kind: str | None = None, tag: str | None = None, *, limit: int | None = None
+    ) -> list[Record]:
         """Records of ``kind`` and/or ``tag`` (None: any), in write order.
 
         Scalar chunks are included only when asked for with ``kind="scalars"`` or by their tag.
+
+        Args:
+            limit: return at most this many of the records, evenly spread over them and always
+                with the last (``np.linspace`` picks over write order), as a dashboard thins a
+                long history. With an event ``kind``, only the picked records are decoded, so the
+                cost follows ``limit``, not the length of the run.
+
+        Raises:
+            ValueError: ``limit`` is not a positive int.
         """
         self._check_open()
-        return self._retry(lambda: self._read_records(kind, tag))
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+        if limit is not None and kind not in (None, codec.SCALARS):
+            return self._retry(lambda: self._read_some_events(kind, tag, limit))
+        records = self._retry(lambda: self._read_records(kind, tag))
+        return records if limit is None else [records[i] for i in _spread(len(records), limit)]
+
+    def _read_some_events(self, kind: str, tag: str | None, limit: int) -> list[Record]:
+        """:meth:`read_records` of an event kind with a ``limit``: counts come from the index
+        rows, and a block's batch of events decodes only the events picked from it."""
+        pool = self._by_tag.get(tag, []) if tag is not None else self._catalog.entries
+        entries = [
+            e for e in pool if e.length >= 0 and e.kind == kind and (tag is None or e.tag == tag)
+        ]
+        counts = np.array([e.count if e.batch else 1 for e in entries], np.int64)
+        total = int(counts.sum())
+        if total <= limit or any(e.window is not None for e in entries):
+            records = self._read_records(kind, tag)  # cut batches count what they keep only
+            return [records[i] for i in _spread(len(records), limit)]
+        picks = _spread(total, limit)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        which = np.searchsorted(starts, picks, "right") - 1
+        out: list[tuple[Position, Record]] = []
+        for i in np.unique(which).tolist():
+            entry = entries[i]
+            local = picks[which == i] - starts[i]
+            if not entry.batch:
+                out.extend(self._keyed_records_of(entry))
+                continue
+            data = self._load(entry)
+            if data is None:
+                continue
+            try:
+                payloads = blocks.batch_payloads(data)
+                origins = codec.decode_ints(data["oo"], data["n"])
+                decoded = [codec.decode_payload(payloads[j]) for j in local.tolist()]
+            except (codec.PayloadError, KeyError, IndexError, TypeError) as exc:
+                self._catalog.report_damage(entry, str(exc))
+                self._kill(entry)
+                continue
+            to_pos = self._catalog.blocks[entry.src].origins.position
+            out.extend(
+                (to_pos(int(origins[j])), Record(*ev))
+                for j, ev in zip(local.tolist(), decoded, strict=True)
+            )
+        return [r for _, r in _in_write_order(out)]
 
     def _read_records(self, kind: str | None, tag: str | None) -> list[Record]:
         if tag is not None and kind not in (None, codec.SCALARS):
@@ -997,6 +1053,13 @@ def _lt(a: float, b: float) -> bool:
 def _gt(a: float, b: float) -> bool:
     """As :func:`_lt`, for the maximum."""
     return b == b and (a != a or a > b)
+
+
+def _spread(n: int, limit: int) -> np.ndarray:
+    """Indices of at most ``limit`` of ``n`` items, evenly spread, the first and last included."""
+    if n <= limit:
+        return np.arange(n)
+    return np.linspace(0, n - 1, limit).round().astype(np.int64)
 
 
 def _in_write_order(items: list[tuple[Position, Record]]) -> list[tuple[Position, Record]]:

@@ -386,14 +386,6 @@ def _batch_bytes(batch: Batch) -> int:
     return size
 
 
-def _thin(items: list, limit: int) -> list:
-    """Return at most ``limit`` items evenly spread over ``items``, always keeping the last."""
-    if len(items) <= limit:
-        return items
-    picks = np.linspace(0, len(items) - 1, limit).round().astype(int)
-    return [items[i] for i in picks]
-
-
 def _record_event(record: recorder.Record) -> dict[str, Any]:
     return {
         **record.data,
@@ -1705,11 +1697,12 @@ def _read_snapshot(
             s = _scalars(reader, tag, info.count, None, None, max_points, stream_over)
             scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
         elif info.kind in codec.EVENT_KINDS:
-            records = reader.read_records(kind=info.kind, tag=tag)
-            events.extend(_record_event(r) for r in _thin(records, SNAPSHOT_EVENTS))
+            # Thinned by the reader: only the picked events of a long run are decoded.
+            records = reader.read_records(kind=info.kind, tag=tag, limit=SNAPSHOT_EVENTS)
+            events.extend(_record_event(r) for r in records)
     for kind, limit in UNTAGGED_SNAPSHOT.items():  # events without a tag are not in tags()
-        records = [r for r in reader.read_records(kind=kind) if r.tag is None]
-        events.extend(_record_event(r) for r in _thin(records, limit))
+        records = reader.read_records(kind=kind, limit=limit)
+        events.extend(_record_event(r) for r in records if r.tag is None)
     events.sort(key=lambda e: e["wall"])
     _measure(run)
     return scalars, events

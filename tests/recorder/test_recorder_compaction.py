@@ -283,3 +283,38 @@ def test_a_damaged_block_is_a_format_error_naming_the_file(tmp_path):
         RunReader(tmp_path / "r")
     with pytest.raises(FormatError, match=name):
         RunWriter(tmp_path / "r")
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_a_limited_read_of_events_picks_what_thinning_all_of_them_picks(tmp_path, close):
+    """read_records(limit=) decodes only the picked events of a block's batches, and picks the
+    same records as spreading ``limit`` picks over the whole history."""
+    w = RunWriter(tmp_path / "r", sync="never", compact_records=8)
+    for i in range(3000):
+        wall = BASE_WALL + i * 0.02
+        w.append_scalars("x", [i], [wall], [float(i)])
+        if i % 3 == 0:
+            w.append_record("histogram", "h", i, wall, {"counts": [i]})
+            w.append_record("telemetry", None, None, wall, {"fields": {"cpu": float(i)}})
+        w.append_record("ingest", None, None, wall, {"w": i})
+        w.flush()
+    if close:
+        w.close()
+    with RunReader(tmp_path / "r") as r:
+        assert any(parse_block_name(n) for n in os.listdir(tmp_path / "r"))  # compacted
+        for kind, tag in (("histogram", "h"), ("telemetry", None)):
+            every = r.read_records(kind, tag)
+            assert len(every) == 1000
+            for limit in (1, 2, 7, 100, 999, 1000, 5000):
+                picked = (
+                    np.linspace(0, 999, limit).round().astype(int) if limit < 1000 else range(1000)
+                )
+                want = [every[i] for i in picked]
+                got = r.read_records(kind, tag, limit=limit)
+                assert [(g.step, g.wall, g.data) for g in got] == [
+                    (x.step, x.wall, x.data) for x in want
+                ], (kind, limit)
+        with pytest.raises(ValueError, match="limit must be a positive int"):
+            r.read_records("histogram", "h", limit=0)
+    if not close:
+        w.close()
