@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,6 +29,8 @@ from recorder.records import (
 _T = TypeVar("_T")
 # Times a read starts over because compaction replaced files meanwhile, at most.
 _RETRIES = 8
+# Decoded group chunks a reader keeps for streaming reads (least recently used dropped first).
+GROUP_CACHE_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,10 @@ class RunReader:
     def _reset(self) -> None:
         self._by_tag: dict[str, list[Entry]] = {}
         self._parts = PartTable()
+        # Group chunks decoded by streaming reads, shared by every tag's pass (each tag of a live
+        # tail has a part in every group: without it a snapshot decodes each group once per tag).
+        self._groups: OrderedDict[int, ScalarSeries] = OrderedDict()
+        self._groups_bytes = 0
         self._seq = 0
         self._tag_series: dict[str, _TagSeries] = {}
         self._meta: dict = {}
@@ -513,7 +520,7 @@ class RunReader:
         An estimate for a cache budget: NumPy buffers exactly, kept payloads by their size on disk.
         """
         self._check_open()
-        total = self._parts.nbytes()
+        total = self._parts.nbytes() + self._groups_bytes
         for state in self._tag_series.values():
             total += state.steps.nbytes + state.walls.nbytes + state.values.nbytes
         for e in self._catalog.entries:
@@ -529,6 +536,8 @@ class RunReader:
         self._check_open()
         self._tag_series.clear()
         self._parts.unload()
+        self._groups.clear()
+        self._groups_bytes = 0
         for e in self._catalog.entries:
             if e.parts is None or e.data is not None:
                 e.data = None
@@ -554,7 +563,7 @@ class RunReader:
             firsts, smins, smaxs = firsts[order], smins[order], smaxs[order]
         return refs, firsts, smins, smaxs
 
-    def _piece_points(self, ref, cache: dict) -> ScalarSeries | None:
+    def _piece_points(self, ref) -> ScalarSeries | None:
         """The points of one chunk or group part, decoded without keeping them; None if damaged."""
         if not isinstance(ref, int):
             data = ref.data if ref.data is not None else self._catalog.load(ref, keep=False)
@@ -571,8 +580,10 @@ class RunReader:
         if cols["start"][ref] >= 0:
             return self._parts.slice_of(ref)
         g = int(cols["group"][ref])
-        series = cache.get(g)
-        if series is None:
+        series = self._groups.get(g)
+        if series is not None:
+            self._groups.move_to_end(g)
+        else:
             entry = self._parts.groups[g]
             data = self._catalog.load(entry, keep=False) if entry.length >= 0 else None
             try:
@@ -584,8 +595,11 @@ class RunReader:
                 if entry.length >= 0:
                     self._kill(entry)
                 return None
-            cache.clear()  # parts of one tag are in different groups: keep one at a time
-            cache[g] = series
+            self._groups[g] = series
+            self._groups_bytes += sum(col.nbytes for col in series)
+            while self._groups_bytes > GROUP_CACHE_BYTES and len(self._groups) > 1:
+                _, old = self._groups.popitem(last=False)
+                self._groups_bytes -= sum(col.nbytes for col in old)
         lo = int(cols["local"][ref])
         hi = lo + int(cols["count"][ref])
         return ScalarSeries(*(col[lo:hi] for col in series))
@@ -599,13 +613,12 @@ class RunReader:
             return ceil
         before = np.maximum.accumulate(smaxs)
         candidates = np.flatnonzero(firsts[1:] < before[:-1]) + 1
-        cache: dict = {}
         for j in candidates.tolist():
             c = ceil[:j]
             whole = smaxs[:j] < c
             kept = int(smaxs[:j][whole].max()) if whole.any() else None
             for i in np.flatnonzero(~whole & (smins[:j] < c)).tolist():
-                points = self._piece_points(refs[i], cache)
+                points = self._piece_points(refs[i])
                 if points is None:
                     continue
                 below = points.steps[points.steps < c[i]]
@@ -669,11 +682,10 @@ class RunReader:
         hi = np.iinfo(np.int64).max if end is None else end
         pending: list[ScalarSeries] = []
         held = 0
-        cache: dict = {}
         for i, ref in enumerate(refs):
             if smaxs[i] < lo or smins[i] > hi or smins[i] >= ceil[i]:
                 continue
-            points = self._piece_points(ref, cache)
+            points = self._piece_points(ref)
             if points is None:
                 continue
             steps = points.steps
@@ -708,10 +720,9 @@ class RunReader:
         hi = np.iinfo(np.int64).max if end is None else end
         skip = (smaxs < lo) | (smins > hi) | (smins >= ceil)
         whole = ~skip & (smins >= lo) & (smaxs <= hi) & (smaxs < ceil)
-        cache: dict = {}
 
         def kept(i: int) -> ScalarSeries | None:
-            points = self._piece_points(refs[i], cache)
+            points = self._piece_points(refs[i])
             if points is None or whole[i]:
                 return points
             st = points.steps

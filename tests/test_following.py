@@ -390,38 +390,6 @@ def test_bad_runs_present_at_start_or_appearing_later_are_skipped(logdir):
 # -- bounded memory -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_streaming_downsampling_keeps_the_extremes_in_bounded_points(seed):
-    from vdl_stream.broker import _StreamingExtremes
-
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 200_000))
-    values = rng.standard_normal(n)
-    if seed % 2:
-        values[rng.integers(0, n, 3)] = [np.nan, np.inf, -np.inf]
-        values[: n // 3] = 1.0  # long ties
-    steps = np.arange(n) * 2
-    walls = 1.7e9 + steps.astype(float)
-    max_points = int(rng.integers(2, 3000))
-    extremes = _StreamingExtremes(max_points)
-    at = 0
-    while at < n:
-        k = int(rng.integers(1, 70_000))
-        extremes.add(steps[at : at + k], walls[at : at + k], values[at : at + k])
-        at += k
-    got = extremes.result()
-    assert len(got.steps) <= max(max_points, 2)
-    idx = got.steps // 2
-    assert np.array_equal(np.sort(idx), idx) and len(np.unique(idx)) == len(idx)
-    assert idx[0] == 0 and idx[-1] == n - 1
-    np.testing.assert_array_equal(got.values, values[idx])
-    np.testing.assert_array_equal(got.walls, walls[idx])
-    kept = set(idx.tolist())
-    assert int(np.argmin(values)) in kept and int(np.argmax(values)) in kept  # NaN first
-    if n <= (max_points - 2) // 2:
-        assert len(idx) == n
-
-
 def vm_rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         return int(f.read().split("VmRSS:")[1].split()[0]) / 1024

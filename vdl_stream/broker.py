@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import trio
 
 import recorder
@@ -51,8 +50,6 @@ SNAPSHOT_POINTS = 2000
 DEFAULT_CACHE_BYTES = 128 << 20
 #: Default seconds after which an unused reader is closed.
 IDLE_CLOSE = 30.0
-#: Points decoded at a time when a long tag is downsampled streaming.
-STREAM_CHUNK = 1 << 16
 #: What a RunReader's in-memory index holds per record (measured on live-cadence runs: the
 #: entries, and the part lists of grouped chunks); open readers' indexes have a budget too, so
 #: that many open readers are closed, least recently used first.
@@ -483,9 +480,6 @@ class Broker:
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._cache = _ReadCache(cache_bytes)
-        # A downsampled read of a tag whose points would take over a quarter of the budget
-        # streams it (24 bytes a point decoded) instead of caching it whole.
-        self._stream_over = cache_bytes // (4 * 24)
         self._idle_close = idle_close
         self._ingest_seq = 0  # broker seq of the newest batch ingested (not followed)
         self._following = False  # the first discovery is done: later runs are offered snapshots
@@ -902,7 +896,6 @@ class Broker:
                     run,
                     None,
                     SNAPSHOT_POINTS,
-                    self._stream_over,
                     limiter=self._read_limiter,
                 )
             except Exception as exc:
@@ -1306,7 +1299,6 @@ class Broker:
                         run,
                         run.position,
                         max_points,
-                        self._stream_over,
                         limiter=self._read_limiter,
                     )
                 except Exception as exc:  # one unreadable run never stops the snapshot
@@ -1342,7 +1334,7 @@ class Broker:
         self, name: str, tag: str, *, start: int | None, end: int | None, max_points: int | None
     ) -> recorder.ScalarSeries:
         """Read one tag of one run from disk, as the HTTP API serves it."""
-        return await self._read(name, _read_scalars, tag, start, end, max_points, self._stream_over)
+        return await self._read(name, _read_scalars, tag, start, end, max_points)
 
     async def read_events(
         self, name: str, kind: str, tag: str | None = None
@@ -1584,107 +1576,8 @@ def _poll(run: _Run) -> list[recorder.Record]:
     return records
 
 
-class _StreamingExtremes:
-    """Downsampling in one pass over a series of any length, in memory bounded by ``max_points``.
-
-    Keeps what recorder's downsampling keeps (the first and the last point, and per bucket of
-    consecutive points the minimum and the maximum, a NaN being both) without knowing the length
-    in advance: buckets start one point wide and double whenever there would be too many.
-    """
-
-    def __init__(self, max_points: int) -> None:
-        self.buckets = max(1, (max_points - 2) // 2)
-        self.size = 1  # points per bucket
-        self.n = 0  # points seen
-        self.first: tuple | None = None
-        self.last: tuple | None = None
-        empty = np.empty(0)
-        # candidates: global index, step, wall, value
-        self.cand = (np.empty(0, np.int64), np.empty(0, np.int64), empty, empty)
-
-    def add(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
-        """Take the next points of the series."""
-        k = len(steps)
-        if not k:
-            return
-        g0 = self.n
-        if self.first is None:
-            self.first = (0, int(steps[0]), float(walls[0]), float(values[0]))
-        self.last = (g0 + k - 1, int(steps[-1]), float(walls[-1]), float(values[-1]))
-        self.n += k
-        # This chunk's extremes per bucket of the current size, by reshaping (padded to whole
-        # buckets); a tie with the padding never picks it (the index is clamped to real points).
-        size = self.size
-        front = g0 % size
-        rows = -(-(front + k) // size)
-        pad = rows * size - front - k
-        picks = []
-        for fill, arg in ((np.inf, np.argmin), (-np.inf, np.argmax)):
-            grid = np.concatenate([np.full(front, fill), values, np.full(pad, fill)])
-            idx = arg(grid.reshape(rows, size), axis=1) + np.arange(rows) * size - front
-            picks.append(np.clip(idx, 0, k - 1))
-        idx = np.unique(np.concatenate(picks))
-        g, st, wa, va = self.cand
-        self.cand = (
-            np.concatenate([g, idx + g0]),
-            np.concatenate([st, steps[idx]]),
-            np.concatenate([wa, walls[idx]]),
-            np.concatenate([va, values[idx]]),
-        )
-        self._reduce()
-
-    def _reduce(self) -> None:
-        g, st, wa, va = self.cand
-        if not len(g):
-            return
-        while (int(g[-1]) // self.size - int(g[0]) // self.size) >= self.buckets:
-            self.size *= 2
-        bucket = g // self.size
-        nan = np.isnan(va)
-        keep = []
-        # per bucket the minimum (a NaN first), then the maximum (a NaN first); first occurrence
-        for vals in (np.where(nan, -np.inf, va), -np.where(nan, np.inf, va)):
-            order = np.lexsort((g, ~nan, vals, bucket))
-            b = bucket[order]
-            starts = np.flatnonzero(np.concatenate([[True], b[1:] != b[:-1]]))
-            keep.append(order[starts])
-        sel = np.unique(np.concatenate(keep))
-        self.cand = (g[sel], st[sel], wa[sel], va[sel])
-
-    def result(self) -> recorder.ScalarSeries:
-        """The points kept, in series order."""
-        g, st, wa, va = self.cand
-        ends = [p for p in (self.first, self.last) if p is not None]
-        if ends:
-            g = np.concatenate([g, [p[0] for p in ends]])
-            st = np.concatenate([st, np.array([p[1] for p in ends], np.int64)])
-            wa = np.concatenate([wa, [p[2] for p in ends]])
-            va = np.concatenate([va, [p[3] for p in ends]])
-        _, sel = np.unique(g, return_index=True)
-        return recorder.ScalarSeries(st[sel].astype(np.int64), wa[sel], va[sel])
-
-
-def _scalars(
-    reader: recorder.RunReader,
-    tag: str,
-    count: int,
-    start: int | None,
-    end: int | None,
-    max_points: int | None,
-    stream_over: int,
-) -> recorder.ScalarSeries:
-    """Read a tag; a downsampled read of a tag of over ``stream_over`` points streams it chunk
-    by chunk instead of caching it whole, so its memory stays bounded however long the run."""
-    if max_points is None or count <= stream_over:
-        return reader.read_scalars(tag, start=start, end=end, max_points=max_points)
-    extremes = _StreamingExtremes(max_points)
-    for piece in reader.iter_scalars(tag, start=start, end=end, max_chunk_points=STREAM_CHUNK):
-        extremes.add(piece.steps, piece.walls, piece.values)
-    return extremes.result()
-
-
 def _read_snapshot(
-    run: _Run, limit: Any, max_points: int, stream_over: int
+    run: _Run, limit: Any, max_points: int
 ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
     """Read a run up to ``limit``, downsampled for drawing (blocking; hold ``run.lock``)."""
     try:
@@ -1694,7 +1587,8 @@ def _read_snapshot(
     scalars, events = [], []
     for tag, info in reader.tags().items():
         if info.kind == "scalars":
-            s = _scalars(reader, tag, info.count, None, None, max_points, stream_over)
+            # A tag not loaded is downsampled chunk by chunk, keeping nothing (bounded memory).
+            s = reader.read_scalars(tag, max_points=max_points)
             scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
         elif info.kind in codec.EVENT_KINDS:
             # Thinned by the reader: only the picked events of a long run are decoded.
@@ -1714,12 +1608,9 @@ def _read_scalars(
     start: int | None,
     end: int | None,
     max_points: int | None,
-    stream_over: int,
 ) -> recorder.ScalarSeries:
     reader = _open_reader(run)
-    info = reader.tags().get(tag)
-    count = 0 if info is None else info.count
-    series = _scalars(reader, tag, count, start, end, max_points, stream_over)
+    series = reader.read_scalars(tag, start=start, end=end, max_points=max_points)
     _measure(run)
     return series
 
