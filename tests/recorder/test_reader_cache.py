@@ -136,3 +136,34 @@ def test_max_points_read_chunk_by_chunk_equals_downsampling_the_whole_series(
         )
         cold.close()
         warm.close()
+
+
+def test_streaming_reads_share_decoded_group_chunks_within_a_bound(tmp_path, monkeypatch):
+    """Every tag of a live tail has a part in each group chunk: a downsampled read of the
+    second tag decodes none of them again, and what is kept stays under its budget."""
+    import recorder.reader as reader_module
+
+    with RunWriter(tmp_path / "r", compact_records=None) as w:
+        for i in range(400):  # one point per tag per flush: group chunks
+            for tag in ("a", "b"):
+                w.append_scalars(tag, [i], [BASE_WALL + i], [float(i)])
+            w.flush()
+    loads = []
+    with RunReader(tmp_path / "r") as r:
+        original = r._catalog.load
+
+        def counted(entry, **kw):
+            loads.append(entry)
+            return original(entry, **kw)
+
+        monkeypatch.setattr(r._catalog, "load", counted)
+        assert r.read_scalars("a", max_points=50).steps[-1] == 399
+        first = len(loads)
+        assert first >= 400 and r.cached_bytes() > 0
+        assert r.read_scalars("b", max_points=50).values[-1] == 399.0
+        assert len(loads) == first  # the groups came from the reader's cache
+        r.drop_cache()
+        assert r.cached_bytes() < 100_000
+        monkeypatch.setattr(reader_module, "GROUP_CACHE_BYTES", 1_000)
+        r.read_scalars("a", max_points=50)
+        assert r._groups_bytes <= 1_000 + 400  # one group over the bound at most
