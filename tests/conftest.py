@@ -10,9 +10,10 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,8 +60,18 @@ class ServeProcess:
         return "ws" + self.url.removeprefix("http")
 
 
-def start_serve(logdir: Path, *extra: str, port: int = 0) -> ServeProcess:
-    """Start ``vdl-stream serve`` and wait (at most 30 s) for the line that gives its URL."""
+def start_serve(
+    logdir: Path,
+    *extra: str,
+    port: int = 0,
+    stderr: Any = subprocess.PIPE,
+    preexec_fn: Callable[[], None] | None = None,
+) -> ServeProcess:
+    """Start ``vdl-stream serve`` and wait (at most 30 s) for the line that gives its URL.
+
+    ``stderr`` (a pipe, or an open file) and ``preexec_fn`` (resource limits set in the child) go
+    to :class:`subprocess.Popen`.
+    """
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -74,14 +85,16 @@ def start_serve(logdir: Path, *extra: str, port: int = 0) -> ServeProcess:
             *extra,
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=preexec_fn,
     )
     line = proc.stdout.readline()  # "vdl-stream X: serving DIR at http://127.0.0.1:PORT/"
     if " at http" not in line:
         proc.kill()
-        raise RuntimeError(f"serve did not start: {line!r} {proc.stderr.read()!r}")
+        said = proc.stderr.read() if proc.stderr is not None else "(stderr in its file)"
+        raise RuntimeError(f"serve did not start: {line!r} {said!r}")
     url = line.rsplit(" at ", 1)[1].strip().split("/?")[0].rstrip("/")
     return ServeProcess(url, logdir, proc)
 

@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Message, Request
 
 import recorder
-from tests.conftest import http_get, http_request
+from tests.conftest import http_get, http_request, start_serve, stop_serve
 from vdl_stream import codec
 from vdl_stream.broker import Broker, Subscriber, SubscriberLimitError
 from vdl_stream.codec import Batch, ScalarColumns
@@ -397,38 +396,15 @@ def serve(logdir: Path, *, nofile: int | None = None, fsize: int | None = None) 
 
     stderr = logdir.parent / f"serve-{logdir.name}.err"
     with open(stderr, "wb") as err:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vdl_stream.cli",
-                "serve",
-                "--logdir",
-                str(logdir),
-                "--port",
-                "0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
-            preexec_fn=limits,
-        )
+        try:
+            server = start_serve(logdir, stderr=err, preexec_fn=limits)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc} {stderr.read_text()[-2000:]}") from None
     try:
-        line = proc.stdout.readline().decode()
-        if " at http" not in line:
-            raise RuntimeError(f"serve did not start: {line!r} {stderr.read_text()[-2000:]}")
-        url = line.rsplit(" at ", 1)[1].strip().split("/?")[0].rstrip("/")
-        yield Serve(proc, url, logdir, stderr)
+        yield Serve(server.proc, server.url, logdir, stderr)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()
+        stop_serve(server)
+        server.proc.stdout.close()
 
 
 @dataclass
