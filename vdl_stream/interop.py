@@ -544,39 +544,93 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 
-def _number_texts(x: np.ndarray, *, null_nonfinite: bool = False) -> list[bytes]:
-    """Each number as ``repr()`` writes it (a non-finite one as ``null`` if asked), formatted by
-    orjson: its shortest round-trip digits are repr's, and so is its layout except in exponent
-    notation (below 1e-4 and from 1e16) and for non-finite values, which repr() redoes."""
-    if not len(x):
-        return []
+def _number_column(
+    x: np.ndarray, *, comma: bool, null_nonfinite: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each number of ``x`` as ``repr()`` writes it (then ``,`` if ``comma``), laid out for
+    :func:`_assemble`: a ``(len(x), words)`` uint64 array whose row i holds the bytes of field i
+    from its start (the rest is padding), and the byte length of each field.
+
+    The digits come from one orjson call: its shortest round-trip digits are repr's, and so is its
+    layout except in exponent notation (below 1e-4 and from 1e16) and for non-finite values, which
+    repr() redoes (or ``null``, if asked) and which are appended to orjson's text.
+    """
     integers = x.dtype.kind in "iu"
     x = np.ascontiguousarray(x, np.int64 if integers else np.float64)
-    texts = _orjson.dumps(x, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
+    text = _orjson.dumps(x, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+    text += b","
+    ends = np.flatnonzero(np.frombuffer(text, np.uint8) == ord(","))  # no number holds a comma
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = ends - starts + comma
     if not integers:
         ax = np.abs(x)
-        odd = ~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16)))  # NaN compares False: odd too
-        for i in np.flatnonzero(odd).tolist():
-            v = float(x[i])
-            texts[i] = b"null" if null_nonfinite and not math.isfinite(v) else repr(v).encode()
-    return texts
+        odd = np.flatnonzero(~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16))))  # NaN compares False
+        if len(odd):
+            redone = [
+                (b"null" if null_nonfinite and not math.isfinite(v) else repr(v).encode()) + b","
+                for v in x[odd].tolist()
+            ]
+            sizes = np.fromiter(map(len, redone), np.int64, len(redone))
+            starts[odd] = len(text) + np.cumsum(sizes) - sizes
+            lengths[odd] = sizes - (not comma)
+            text += b"".join(redone)
+    words = (int(lengths.max()) + 7) // 8
+    # Word k of the field at byte s spans two aligned words of the text: join their halves.
+    size = (len(text) + 8 * words + 15) // 8
+    aligned = np.frombuffer(text + bytes(8 * size - len(text)), "<u8")
+    index = starts >> 3
+    low = (starts & 7).astype(np.uint64) * np.uint64(8)
+    high = np.uint64(63) - low  # shifting by 64 - low in two steps: 0 when low is 0
+    one = np.uint64(1)
+    out = np.empty((len(x), words), "<u8")
+    for k in range(words):
+        out[:, k] = (aligned.take(index + k) >> low) | (aligned.take(index + k + 1) << high << one)
+    return out, lengths
+
+
+def _prefix_masks(words: int) -> np.ndarray:
+    """Row L: ``words`` uint64 whose first L bytes are 1 and the rest 0 (bool bytes)."""
+    table = np.arange(8 * words) < np.arange(8 * words + 1)[:, None]
+    return np.ascontiguousarray(table).view(np.uint64)
+
+
+def _assemble(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
+    """Rows made of ``parts`` (constant bytes, or :func:`_number_column` results), side by side in
+    one padded array, then the padding dropped by one boolean mask: no Python object per field.
+    The result starts with ``lead``; ``trim`` bytes are dropped from the end."""
+    widths = [(len(p) + 7) // 8 if isinstance(p, bytes) else p[0].shape[1] for p in parts]
+    rows = np.empty((n, sum(widths)), "<u8")
+    keep = np.empty((n, sum(widths)), np.uint64)  # bool bytes, 8 to a word
+    at = 0
+    for part, width in zip(parts, widths, strict=True):
+        masks = _prefix_masks(width)
+        if isinstance(part, bytes):
+            padded = part + bytes(8 * width - len(part))
+            rows[:, at : at + width] = np.frombuffer(padded, "<u8")
+            keep[:, at : at + width] = masks[len(part)]
+        else:
+            words, lengths = part
+            rows[:, at : at + width] = words
+            keep[:, at : at + width] = masks.take(lengths, axis=0)
+        at += width
+    out = rows.view(np.uint8)[keep.view(bool)]
+    return b"".join((lead, out[: len(out) - trim].data))
 
 
 def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
-    """CSV rows ``cell,step,repr(wall),repr(value)``, formatted in C by one ``%`` operation."""
-    cell = cell.replace("%", "%%")
+    """CSV rows ``cell,step,repr(wall),repr(value)``, assembled by numpy from orjson's digits."""
     n = len(walls)
+    if not n:
+        return b""
     if _orjson is not None:
-        head = cell.encode()
-        if steps is None:
-            return (
-                (head + b",,%s,%s\n") * n % _interleave(_number_texts(walls), _number_texts(values))
-            )
-        return (
-            (head + b",%s,%s,%s\n")
-            * n
-            % _interleave(_number_texts(steps), _number_texts(walls), _number_texts(values))
-        )
+        # Each row ends with the next one's head, trimmed from the last: one part fewer.
+        head = cell.encode() + (b",," if steps is None else b",")
+        parts = [] if steps is None else [_number_column(steps, comma=True)]
+        parts += [_number_column(walls, comma=True), _number_column(values, comma=False)]
+        return _assemble(n, [*parts, b"\n" + head], lead=head, trim=len(head))
+    cell = cell.replace("%", "%%")
     if steps is None:
         text = (cell + ",,%r,%r\n") * n % _interleave(walls.tolist(), values.tolist())
     else:
@@ -591,11 +645,17 @@ def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np
 def _json_rows(steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
     """JSON rows ``[wall, step, value]`` joined by ``", "``; non-finite values as null."""
     n = len(walls)
+    if not n:
+        return b""
     if _orjson is not None:
-        w, v = _number_texts(walls), _number_texts(values, null_nonfinite=True)
+        # Each row ends with the next one's "[", trimmed from the last: one part fewer.
+        w = _number_column(walls, comma=True)
+        v = _number_column(values, comma=False, null_nonfinite=True)
         if steps is None:
-            return (b"[%s, null, %s], " * n)[:-2] % _interleave(w, v)
-        return (b"[%s, %s, %s], " * n)[:-2] % _interleave(w, _number_texts(steps), v)
+            parts = [w, b" null, ", v]
+        else:
+            parts = [w, b" ", _number_column(steps, comma=True), b" ", v]
+        return _assemble(n, [*parts, b"], ["], lead=b"[", trim=3)
     vals: list = values.tolist()
     for i in np.flatnonzero(~np.isfinite(values)).tolist():
         vals[i] = "null"
