@@ -158,6 +158,12 @@ def call(env: tuple, run: str, method: str, *args: Any) -> bool:
     return accepted
 
 
+def alive(env: tuple, run: str) -> bool:
+    """Whether the run's writer still has its background thread (one bad call must not kill it)."""
+    writer = env[1][run]
+    return getattr(writer, "writer", writer)._thread.is_alive()
+
+
 def wall_of(walltime: Any, run: str) -> float | None:
     """The stored wall time of an accepted ``walltime`` (None: now, not checked)."""
     if walltime is None:
@@ -191,6 +197,7 @@ def test_add_scalar(env, run, tag, value, step, walltime):
         step = 0  # global_step=None is step 0 (checked below as such)
     if call(env, run, "add_scalar", tag, value, step, walltime):
         expect_point(env, run, tag, step, value, walltime)
+    assert alive(env, run), run
 
 
 @EXAMPLES
@@ -201,6 +208,7 @@ def test_add_scalars(env, run, main, scalars, step, walltime):
     if call(env, run, "add_scalars", main, scalars, step, walltime):
         for key, value in scalars.items():
             expect_point(env, run, f"{main}/{key}", step, value, walltime)
+    assert alive(env, run), run
 
 
 @EXAMPLES
@@ -215,6 +223,7 @@ def test_add_histogram(env, run, tag, data, step, walltime, n):
         wall = wall_of(walltime, run)
         event = summaries.histogram_event(tag, data, step, wall or 0.0, n)
         expect_event(env, run, event, wall)
+    assert alive(env, run), run
 
 
 @EXAMPLES
@@ -235,11 +244,13 @@ def test_add_image(env, run, tag, img, step, walltime, fmt):
             step = 0 if step is None else step
             wall = wall_of(walltime, run)
             expect_event(env, run, summaries.image_event(tag, img, step, wall or 0.0, fmt), wall)
+        assert alive(env, run), run
         return
     if call(env, run, "add_image", tag, img, step, walltime, fmt):
         step = 0 if step is None else step
         wall = wall_of(walltime, run)
         expect_event(env, run, summaries.image_event(tag, img, step, wall or 0.0, fmt), wall)
+    assert alive(env, run), run
 
 
 @EXAMPLES
@@ -252,6 +263,7 @@ def test_add_text(env, run, tag, text, step, walltime):
             step = 0
         wall = wall_of(walltime, run)
         expect_event(env, run, summaries.text_event(tag, text, step, wall or 0.0), wall)
+    assert alive(env, run), run
 
 
 @EXAMPLES
@@ -268,6 +280,7 @@ def test_add_audio(env, run, tag, audio, step, rate, walltime):
         step = 0 if step is None else step
         wall = wall_of(walltime, run)
         expect_event(env, run, summaries.audio_event(tag, audio, step, wall or 0.0, rate), wall)
+    assert alive(env, run), run
 
 
 @EXAMPLES
@@ -279,6 +292,7 @@ def test_add_hparams(env, run, params, metrics, walltime):
     elif call(env, run, "add_hparams", params, metrics, walltime):
         wall = wall_of(walltime, run)
         expect_event(env, run, summaries.hparams_event(params, metrics, wall or 0.0), wall)
+    assert alive(env, run), run
 
 
 @EXAMPLES
@@ -303,6 +317,7 @@ def test_add_curves(env, run, kind, tag, truth, scores, step, n, weights, wallti
         wall = wall_of(walltime, run)
         build = summaries.pr_curve_event if kind == "pr_curve" else summaries.roc_curve_event
         expect_event(env, run, build(tag, truth, scores, step, wall or 0.0, n, weights), wall)
+    assert alive(env, run), run
 
 
 @EXAMPLES
@@ -330,6 +345,7 @@ def test_visualdl_1x_recorders(env, tag, step, value, text, component, buckets):
     n = expected.canaries["vdl/m"]
     writers["vdl/m"].add_scalar("canary", float(n), n)
     expected.canaries["vdl/m"] = n + 1
+    assert alive(env, "vdl/m")
     if not accepted:
         return
     if component == "scalar":
