@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -48,13 +47,13 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 from bench_dashboard import load_once  # noqa: E402
+from broker_clients import STARTED, ServeProcess  # noqa: E402
 from live_run import write_live_run  # noqa: E402
 
 from recorder import RunWriter  # noqa: E402
 from tests.conftest import CHROMIUM_ARGS  # noqa: E402
 
 TAGS = 10
-STARTED: set[subprocess.Popen] = set()
 
 
 def proc_status(pid: int, key: str) -> float:
@@ -67,27 +66,12 @@ def env_for(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
 
 
-class Serve:
-    """``vdl-stream serve`` of checkout ``tree`` over ``logdir`` on a free port."""
+class Serve(ServeProcess):
+    """``vdl-stream serve`` of checkout ``tree`` over ``logdir`` on a free port, timed."""
 
     def __init__(self, tree: Path, logdir: Path, log: Path, *extra: str) -> None:
         t0 = time.perf_counter()
-        self._log = open(log, "ab")  # noqa: SIM115 (closed in stop())
-        command = [sys.executable, "-m", "vdl_stream.cli", "serve", "--logdir", str(logdir)]
-        self.proc = subprocess.Popen(
-            [*command, "--port", "0", *extra],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            cwd=tree,
-            env=env_for(tree),
-            text=True,
-        )
-        STARTED.add(self.proc)
-        line = self.proc.stdout.readline()
-        if " at http" not in line:
-            self.stop()
-            raise RuntimeError(f"serve did not start: {line!r}; see {log}")
-        self.url = line.rsplit(" at ", 1)[1].strip().split("/?")[0].rstrip("/")
+        super().__init__(logdir, log, *extra, tree=tree)
         self.start_s = time.perf_counter() - t0
 
     def rss_mb(self) -> float:
@@ -95,16 +79,6 @@ class Serve:
 
     def peak_mb(self) -> float:
         return proc_status(self.proc.pid, "VmHWM")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 def live_run(cache: Path, hours: float) -> Path:

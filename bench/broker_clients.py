@@ -53,12 +53,14 @@ class ServeProcess:
     Args:
         logdir: the log directory to serve.
         stderr_path: where the server's stderr goes (a file, so a chatty server never blocks).
+        extra: more ``serve`` flags.
+        tree: the checkout whose code runs (``PYTHONPATH``); this one by default.
 
     Raises:
         RuntimeError: the server did not print its URL within 30 s.
     """
 
-    def __init__(self, logdir: Path, stderr_path: Path) -> None:
+    def __init__(self, logdir: Path, stderr_path: Path, *extra: str, tree: Path = REPO) -> None:
         self.logdir = logdir
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 (closed in stop())
@@ -72,11 +74,12 @@ class ServeProcess:
                 str(logdir),
                 "--port",
                 "0",
+                *extra,
             ],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
+            cwd=tree,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)},
         )
         STARTED.add(self.proc)
         try:
