@@ -166,38 +166,34 @@ def part_one_run(args, tree: Path, browser, work: Path) -> dict:
                 "ws_snapshot_s": [ws_snapshot_s(server.url) for _ in range(args.loads)],
                 "rss_mb": server.rss_mb(),
             }
-        loads = page_loads(browser, server.url, args.loads)
-        return {
-            "hours": args.hours,
-            "serve_start_s": server.start_s,
-            "cold_shown_ms": loads[0]["shown_ms"],
-            "warm_shown_ms": statistics.median(r["shown_ms"] for r in loads[1:])
-            if len(loads) > 1
-            else None,
-            "loads": loads,
-            "rss_mb": server.rss_mb(),
-            "peak_mb": server.peak_mb(),
-        }
+        return {"hours": args.hours, **page_figures(browser, server, args.loads)}
     finally:
         server.stop()
+
+
+def page_figures(browser, server: Serve, count: int) -> dict:
+    """Load the page ``count`` times (the first cold); the times and the server's memory."""
+    loads = page_loads(browser, server.url, count)
+    return {
+        "serve_start_s": server.start_s,
+        "cold_shown_ms": loads[0]["shown_ms"],
+        "warm_shown_ms": statistics.median(r["shown_ms"] for r in loads[1:])
+        if len(loads) > 1
+        else None,
+        "loads": loads,
+        "rss_mb": server.rss_mb(),
+        "peak_mb": server.peak_mb(),
+    }
 
 
 def part_many_runs(args, tree: Path, browser, work: Path) -> dict:
     logdir = many_runs(Path(args.cache), args.runs, args.run_hours)
     server = Serve(tree, logdir, work / "serve-many.log")
     try:
-        loads = page_loads(browser, server.url, args.loads)
         return {
             "runs": args.runs,
             "run_hours": args.run_hours,
-            "serve_start_s": server.start_s,
-            "cold_shown_ms": loads[0]["shown_ms"],
-            "warm_shown_ms": statistics.median(r["shown_ms"] for r in loads[1:])
-            if len(loads) > 1
-            else None,
-            "loads": loads,
-            "rss_mb": server.rss_mb(),
-            "peak_mb": server.peak_mb(),
+            **page_figures(browser, server, args.loads),
         }
     finally:
         server.stop()
