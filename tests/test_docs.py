@@ -15,7 +15,9 @@ directly above a block (GitHub does not render them) say what the block needs:
 ``<!-- doctest: migration before -->`` / ``<!-- doctest: migration after -->``
     The two sides of a "change one import" example: they must differ only in import lines.
 
-An unknown directive fails the collection, so a typo cannot skip a block. The error table of the
+An unknown directive fails the collection, so a typo cannot skip a block. Every ``vdl-stream ...``
+command in the other fenced blocks (shell examples) is parsed by the command line's own parser, so
+a renamed option fails here too; those are not run. The error table of the
 Chinese guide (docs/zh-CN/guide.md, "报错信息") is checked against the code: every message it lists
 is produced, word for word, by a trigger below, and every trigger's message is listed.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -250,6 +253,54 @@ def test_directives_are_checked(tmp_path: Path) -> None:
         doc.write_text(bad)
         with pytest.raises(ValueError):
             parse_blocks(doc)
+
+
+def cli_examples() -> list[tuple[str, list[str]]]:
+    """Each ``vdl-stream ...`` command in a fenced block that is not python: (file:line, argv)."""
+    found = []
+    for path in doc_files():
+        fence = None
+        for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+            match = _FENCE.match(line)
+            if match and (fence is None or match["fence"] == fence):
+                fence = None if fence else match["fence"]
+                continue
+            if fence is None:
+                continue
+            if not re.search(r"(^|[\s;&|])vdl-stream\s", line):
+                continue
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            command: list[str] = []
+            for token in [*lexer, ";"]:  # a shell line: commands joined by operators
+                if token and set(token) <= set(";&|<>()"):
+                    if command[:1] == ["vdl-stream"]:
+                        where = f"{path.relative_to(ROOT).as_posix()}:{number}"
+                        found.append((where, command[1:]))
+                    # a redirection's target is not a command
+                    command = ["<redirect>"] if set(token) <= set("<>") else []
+                elif command[:1] != ["<redirect>"]:
+                    command.append(token)
+    return found
+
+
+CLI_EXAMPLES = cli_examples()
+
+
+@pytest.mark.parametrize(("where", "argv"), CLI_EXAMPLES, ids=[w for w, _ in CLI_EXAMPLES])
+def test_command_line_example_parses(where: str, argv: list[str]) -> None:
+    """The commands shown are accepted by the command line (parsed, not run)."""
+    from vdl_stream.cli import build_parser
+
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit as exc:
+        pytest.fail(f"{where}: vdl-stream {shlex.join(argv)} is refused (exit {exc.code})")
+
+
+def test_command_line_examples_are_collected() -> None:
+    commands = {argv[0] for _, argv in CLI_EXAMPLES}
+    assert {"demo", "import", "export", "replay"} <= commands, commands
 
 
 def _import_lines(code: str) -> tuple[list[str], list[str]]:
