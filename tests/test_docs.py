@@ -417,6 +417,10 @@ class Triggers:
             other.close()
             return self.raised(lambda: other.add_scalar("loss", 1.0, 1))
 
+        def locked() -> Produced:
+            w()  # holds logs/exp1
+            return self.raised(lambda: vdl_stream.attach(run.parent, run="exp1"))
+
         def port_taken(call: Callable[[int], Produced]) -> Produced:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
@@ -495,9 +499,7 @@ class Triggers:
             "(U+202E) in 'a\\u202eb'": lambda: self.raised(
                 lambda: vdl_stream.attach(tmp / "logs", run="a\u202eb")
             ),
-            "<path>/exp1: the run is already open in another RunWriter (process <pid>)": lambda: (
-                w() and self.raised(lambda: vdl_stream.attach(run.parent, run="exp1"))
-            ),
+            "<path>/exp1: the run is already open in another RunWriter (process <pid>)": locked,
             "[Errno 20] cannot record a run in <path>/a-file/exp1: Not a directory": lambda: (
                 self.raised(lambda: vdl_stream.attach(tmp / "a-file", run="exp1"))
             ),
