@@ -303,6 +303,44 @@ def test_command_line_examples_are_collected() -> None:
     assert {"demo", "import", "export", "replay"} <= commands, commands
 
 
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    anchors: set[str] = set()
+    in_fence = False
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and (heading := re.match(r"#{1,6}\s+(.*)", line)):
+            slug, n = _slug(heading.group(1)), 1
+            while slug in anchors:  # repeated headings get -1, -2, ...
+                slug = f"{_slug(heading.group(1))}-{n}"
+                n += 1
+            anchors.add(slug)
+    return anchors
+
+
+def test_links_between_documents_resolve() -> None:
+    """Relative links name files that exist and, after ``#``, headings that exist."""
+    broken = []
+    for path in doc_files():
+        text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):  # http:, mailto:
+                continue
+            file_part, _, fragment = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path
+            if not linked.exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+            elif fragment and linked.suffix == ".md" and fragment not in _anchors(linked):
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
 def _import_lines(code: str) -> tuple[list[str], list[str]]:
     lines = code.strip("\n").split("\n")
     imports = [line for line in lines if re.match(r"\s*(import|from)\s", line)]
