@@ -341,6 +341,55 @@ def test_links_between_documents_resolve() -> None:
     assert not broken, "\n".join(broken)
 
 
+def _signature_text(func: Callable[..., object]) -> str:
+    """``name(a=1, *, b="x", **kwargs)`` as the docs write it: defaults, no annotations."""
+    import inspect
+
+    parts, star = [], False
+    for param in inspect.signature(func).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            parts.append(f"**{param.name}")
+            continue
+        if param.kind is param.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        default = param.default
+        text = param.name
+        if default is not param.empty:
+            text += "=" + (f'"{default}"' if isinstance(default, str) else repr(default))
+        parts.append(text)
+    return f"{func.__name__}({', '.join(parts)})"
+
+
+def test_documented_signatures_match_the_code() -> None:
+    """Each ``attach(logdir=...)``, ``LogWriter(logdir=...)``, ``SummaryWriter(log_dir=...)`` span."""
+    import vdl_stream
+
+    objects = {
+        "attach": vdl_stream.attach,
+        "LogWriter": vdl_stream.LogWriter.__init__,
+        "SummaryWriter": vdl_stream.SummaryWriter.__init__,
+    }
+    expected = {
+        name: _signature_text(func).replace("__init__(self, ", f"{name}(")
+        for name, func in objects.items()
+    }
+    seen, wrong = 0, []
+    for path in doc_files():
+        text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+        for span in re.findall(r"`([^`]+)`", text):
+            span = re.sub(r"\s+", " ", span).removeprefix("vdl_stream.")
+            match = re.match(r"(attach|LogWriter|SummaryWriter)\((logdir|log_dir)=", span)
+            if match:
+                seen += 1
+                if span != expected[match.group(1)]:
+                    wrong.append(
+                        f"{path.relative_to(ROOT)}: {span}\n  code: {expected[match.group(1)]}"
+                    )
+    assert seen >= 5, f"only {seen} documented signatures found"
+    assert not wrong, "\n".join(wrong)
+
+
 def _import_lines(code: str) -> tuple[list[str], list[str]]:
     lines = code.strip("\n").split("\n")
     imports = [line for line in lines if re.match(r"\s*(import|from)\s", line)]
