@@ -17,7 +17,9 @@ directly above a block (GitHub does not render them) say what the block needs:
 
 An unknown directive fails the collection, so a typo cannot skip a block. Every ``vdl-stream ...``
 command in the other fenced blocks (shell examples) is parsed by the command line's own parser, so
-a renamed option fails here too; those are not run. The error table of the
+a renamed option fails here too; those are not run. Relative links must reach an existing file
+and heading, and the signatures written out for ``attach``, ``LogWriter`` and ``SummaryWriter``
+must be the code's. The error table of the
 Chinese guide (docs/zh-CN/guide.md, "报错信息") is checked against the code: every message it lists
 is produced, word for word, by a trigger below, and every trigger's message is listed.
 """
