@@ -337,6 +337,8 @@ def test_the_badge_says_replay_and_never_live_under_a_replay(tmp_path, browser):
             color = page.evaluate("() => window.vdl.runColor('r')")
             line = item.locator(".legend-line").evaluate("e => getComputedStyle(e).borderTopColor")
             assert line == css_rgb(color)
+            page.evaluate("() => window.vdl.drawAll()")
+            shot(page.locator('[data-metric="gpu/util"]'), "tools-system-legend.png")
     finally:
         page.close()
 
@@ -392,6 +394,7 @@ def test_the_phone_header_is_one_row(serve_process, browser, lang):
         log_runs(serve_process.ws_url)
         wait_series(page)
         header = page.locator("header.top").bounding_box()
+        print(f"phone header ({lang}): {header['height']} px of 844")
         assert header["height"] <= 52, header
         # everything in it is on that row and inside the screen
         boxes = page.evaluate(

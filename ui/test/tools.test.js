@@ -5,7 +5,7 @@ import { parseBound, quantileRange, seriesCsv, seriesJson } from "../src/chartda
 import { columnEdges, labelledRidges, ridgeBases } from "../src/histogram.js";
 import { gridLayout, stamp } from "../src/report.js";
 import { placeBox, sortRows } from "../src/tooltip.js";
-import { curveAuc, curvePoints, positiveShare } from "../src/views/curves.js";
+import { curveAuc, curvePoints, distinctXs, positiveShare } from "../src/views/curves.js";
 import { pickHistogram } from "../src/views/histograms.js";
 import { badgeState } from "../src/views/replay.js";
 
@@ -68,6 +68,16 @@ test("curveAuc: ROC by trapezoids closed at (0,0) and (1,1); PR step-wise", () =
   const p = curvePoints(pr);
   assert.equal(curveAuc("pr_curve", p.xs, p.ys), 0.5 + 0.5 * (2 / 3));
   assert.ok(Number.isNaN(curveAuc("pr_curve", [], [])));
+});
+
+test("curvePoints leaves out PR points without a precision; distinctXs keeps every point joinable", () => {
+  const ev = { kind: "pr_curve", recall: [1, 0.5, 0], precision: [0.5, 1, 0], tp: [2, 1, 0], fp: [2, 0, 0] };
+  const { xs, ys } = curvePoints(ev);
+  assert.deepEqual(Array.from(xs), [0.5, 1]);
+  assert.deepEqual(Array.from(ys), [1, 0.5]);
+  const d = distinctXs(Float64Array.from([0, 0.5, 0.5, 0.5, 1]));
+  assert.ok(d.every((v, i) => i === 0 || v > d[i - 1]));
+  assert.ok(Math.abs(d[3] - 0.5) < 1e-8);
 });
 
 test("positiveShare is the chance precision of a PR curve", () => {

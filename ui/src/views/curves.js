@@ -25,8 +25,21 @@ export function curvePoints(ev) {
   // Along a curve, points of equal x are passed rising for ROC (TPR rises before FPR does) and
   // falling for PR (precision falls while only false positives are added).
   const roc = ev.kind === "roc_curve";
-  const order = Array.from(x.keys()).sort((a, b) => x[a] - x[b] || (roc ? y[a] - y[b] : y[b] - y[a]));
+  // A PR point with nothing predicted positive (tp + fp = 0) has no precision: left out.
+  const keep = Array.from(x.keys()).filter((i) => roc || !(ev.tp && ev.fp && ev.tp[i] + ev.fp[i] === 0));
+  const order = keep.sort((a, b) => x[a] - x[b] || (roc ? y[a] - y[b] : y[b] - y[a]));
   return { xs: Float64Array.from(order, (i) => x[i]), ys: Float64Array.from(order, (i) => y[i]) };
+}
+
+/**
+ * A copy of ascending `xs` with repeated values moved up by a hair (1e-9 per repeat), so that
+ * uPlot, which joins the runs' curves on x, keeps every point of a vertical or horizontal step.
+ * @param {Float64Array} xs ascending
+ */
+export function distinctXs(xs) {
+  const out = Float64Array.from(xs);
+  for (let i = 1; i < out.length; i++) if (out[i] <= out[i - 1]) out[i] = out[i - 1] + 1e-9;
+  return out;
 }
 
 /**
@@ -194,7 +207,7 @@ export class CurvesView {
       const { xs, ys } = curvePoints(ev);
       const auc = curveAuc(card.kind, xs, ys);
       if (Number.isNaN(share) && card.kind === "pr_curve") share = positiveShare(ev);
-      lines.push({ label: name, color: colorFor(name), xs, ys, legendText: `${name}  ${t("auc")} ${formatValue(auc)}`, legendData: { run: name, auc: String(auc) } });
+      lines.push({ label: name, color: colorFor(name), xs: distinctXs(xs), ys, legendText: `${name}  ${t("auc")} ${formatValue(auc)}`, legendData: { run: name, auc: String(auc) } });
     }
     // Chance: the diagonal of ROC; for PR the share of positives (of the first run shown).
     const chance = card.kind === "roc_curve" ? [0, 1] : Number.isFinite(share) ? [share, share] : null;
