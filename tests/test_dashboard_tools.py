@@ -17,6 +17,7 @@ import zlib
 import numpy as np
 import pytest
 
+import recorder
 from tests.conftest import start_serve, stop_serve
 from tests.test_dashboard import ARTIFACTS
 from tests.test_dashboard_replay import record_run, replay_process
@@ -341,6 +342,61 @@ def test_the_badge_says_replay_and_never_live_under_a_replay(tmp_path, browser):
             shot(page.locator('[data-metric="gpu/util"]'), "tools-system-legend.png")
     finally:
         page.close()
+
+
+def test_system_charts_have_legends_in_run_colours_and_y_labels_that_fit(tmp_path, browser):
+    # two runs, one with two GPUs; network rates in the hundreds of MiB/s (once cut to "·91 MiB/s")
+    for k, run in enumerate(("job-a", "job-b")):
+        with recorder.RunWriter(tmp_path / "logs" / run) as w:
+            for i in range(60):
+                fields = {"gpu0/util": 40.0 + k * 10 + i % 7, "net/rx_bytes_per_s": 191e6 + i * 1e5}
+                if k == 0:
+                    fields["gpu1/util"] = 80.0 - i % 5
+                w.append_record(
+                    "telemetry", None, None, 1.7e9 + i, {"host": "n1", "rank": 0, "fields": fields}
+                )
+    server = start_serve(tmp_path / "logs")
+    page, errors = open_page(browser, server)
+    try:
+        legend = page.locator('[data-metric="gpu/util"] .legend-item')
+        page.wait_for_function(
+            "() => document.querySelectorAll('[data-metric=\"gpu/util\"] .legend-item').length === 3",
+            timeout=15_000,
+        )
+        items = legend.evaluate_all(
+            "es => es.map(e => [e.dataset.label, e.dataset.run,"
+            " getComputedStyle(e.querySelector('.legend-line')).borderTopColor,"
+            " getComputedStyle(e.querySelector('.legend-line')).borderTopStyle])"
+        )
+        assert [i[0] for i in items] == ["job-a gpu0", "job-a gpu1", "job-b gpu0"]
+        for label, run, color, _ in items:
+            assert color == css_rgb(page.evaluate(f"() => window.vdl.runColor({run!r})")), label
+        assert items[0][3] == "solid" and items[1][3] == "dashed"  # one run's GPUs by dash
+        assert page.evaluate(
+            "() => { const u = window.vdl.systemCharts.get('gpu/util');"
+            " return u.series.slice(1).map(s => s.stroke()); }"
+        ) == [
+            page.evaluate(f"() => window.vdl.runColor({r!r})") for r in ("job-a", "job-a", "job-b")
+        ]
+        # under More: every y label fits in its axis
+        page.locator("details.more > summary").click()
+        page.evaluate("() => window.vdl.drawAll()")
+        page.wait_for_function("() => window.vdl.systemCharts.get('net/rx_bytes_per_s')")
+        fit = page.evaluate(
+            """() => { const u = window.vdl.systemCharts.get('net/rx_bytes_per_s');
+                const a = u.axes[1]; u.ctx.font = a.font[0];
+                const widest = Math.max(...a._values.map(v => u.ctx.measureText(v).width))
+                  / devicePixelRatio;
+                return [a._values, widest, a._size - a.ticks.size - a.gap]; }"""
+        )
+        labels, widest, room = fit
+        assert all(v.endswith("MiB/s") for v in labels if v), labels
+        assert widest <= room, fit
+        shot(page.locator(".view.system"), "tools-system.png")
+        assert errors == []
+    finally:
+        page.close()
+        stop_serve(server)
 
 
 def css_rgb(hex_color: str) -> str:
