@@ -252,6 +252,14 @@ def test_header_buttons_scroll_to_a_view_and_leave_every_view_shown(serve_proces
                     writer.add_histogram("w", rng.normal(0, 1, 100), step)
         page.wait_for_function("() => window.vdl.tags().length === 8", timeout=15_000)
         page.locator('[data-hist-tag="w"]').wait_for(timeout=15_000)
+        # a histogram card downloads every bucket it holds: 100 values a step
+        with page.expect_download() as info:
+            page.locator('[data-hist-tag="w"] button.dl-csv').click()
+        rows = list(csv.DictReader(io.StringIO(info.value.path().read_text(encoding="utf-8"))))
+        per_step: dict[int, float] = {}
+        for row in rows:
+            per_step[int(row["step"])] = per_step.get(int(row["step"]), 0) + float(row["count"])
+        assert per_step == {step: 100 for step in range(0, 50, 10)}
         header_h = page.evaluate("() => document.querySelector('header.top').offsetHeight")
         # the sidebar is sticky: it stays put while the page scrolls
         side_top = page.locator("aside.side").bounding_box()["y"]

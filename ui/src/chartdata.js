@@ -3,7 +3,7 @@
 import { SMOOTHED, STEP, VALUE, WALL } from "./store.js";
 
 /** Column order of exported series; a series has any of these (plus `run`). */
-export const COLUMNS = ["step", "wall", "value", "smoothed", "x", "y"];
+export const COLUMNS = ["step", "wall", "value", "smoothed", "x", "y", "left", "right", "count"];
 
 /**
  * The scalar series a chart of `tag` shows: one entry per visible run, every received point.
@@ -25,6 +25,27 @@ export function scalarSeries(store, state, tag) {
       value: Array.from(s.column(VALUE)),
       smoothed: Array.from(s.column(SMOOTHED)),
     });
+  }
+  return out;
+}
+
+/**
+ * The histograms of one run and tag as one series of bucket rows: per step, each bucket's
+ * `left` and `right` edge and its `count`.
+ * @param {string} run
+ * @param {{step: number, wall?: number, edges: ArrayLike<number>, counts: ArrayLike<number>}[]} hists
+ * @returns {{run: string, step: number[], wall: number[], left: number[], right: number[], count: number[]}}
+ */
+export function histogramSeries(run, hists) {
+  const out = { run, step: [], wall: [], left: [], right: [], count: [] };
+  for (const h of hists) {
+    for (let i = 0; i < h.counts.length; i++) {
+      out.step.push(h.step);
+      out.wall.push(h.wall ?? NaN);
+      out.left.push(h.edges[i]);
+      out.right.push(h.edges[i + 1]);
+      out.count.push(h.counts[i]);
+    }
   }
   return out;
 }

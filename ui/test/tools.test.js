@@ -1,7 +1,7 @@
 // Chart tools, histograms' step placement, badges and the report layout (issue 12, items 5-7).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { parseBound, quantileRange, seriesCsv, seriesJson } from "../src/chartdata.js";
+import { histogramSeries, parseBound, quantileRange, seriesCsv, seriesJson } from "../src/chartdata.js";
 import { columnEdges, labelledRidges, ridgeBases } from "../src/histogram.js";
 import { gridLayout, stamp } from "../src/report.js";
 import { placeBox, sortRows } from "../src/tooltip.js";
@@ -49,6 +49,14 @@ test("seriesCsv writes one row per point with quoted run names; seriesJson nulls
   assert.deepEqual(json.series[1], { run: "c", step: [5], wall: [12], value: [1e-9], smoothed: [1e-9] });
   // curves export x and y
   assert.equal(seriesCsv([{ run: "r", x: [0, 1], y: [1, 0.5] }]), "run,x,y\nr,0,1\nr,1,0.5\n");
+});
+
+test("histogramSeries lists every bucket of every step", () => {
+  const hists = [
+    { step: 0, wall: 5, edges: [0, 1, 2], counts: [3, 4] },
+    { step: 10, edges: [-1, 1], counts: [7] },
+  ];
+  assert.equal(seriesCsv([histogramSeries("r", hists)]), "run,step,wall,left,right,count\nr,0,5,0,1,3\nr,0,5,1,2,4\nr,10,NaN,-1,1,7\n");
 });
 
 test("parseBound reads a number or nothing, and names a bad value", () => {

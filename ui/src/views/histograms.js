@@ -1,6 +1,7 @@
 // The histograms view: one card per (tag, run) showing the distribution over steps, as a
 // ridgeline or a heatmap (a switch at the top of the view), redrawn live through the scheduler.
 import { formatValue } from "../chart.js";
+import { histogramSeries, saveText, seriesCsv, seriesJson } from "../chartdata.js";
 import { colorFor, el, fileName, insertSorted } from "../dom.js";
 import { drawHistograms } from "../histogram.js";
 import { t } from "../i18n.js";
@@ -47,6 +48,7 @@ export class HistogramsView {
       b.classList.toggle("active", b.dataset.mode === this.mode);
     }
     this.empty.textContent = t("noHist");
+    for (const card of this.cards.values()) for (const b of card.element.querySelectorAll("button[data-tip]")) b.title = t(b.dataset.tip);
     this.empty.hidden = this.cards.size > 0;
   }
 
@@ -65,11 +67,21 @@ export class HistogramsView {
 
   _create(tag, run, key) {
     const canvas = el("canvas", { class: "hist-canvas" });
-    const png = el("button", { class: "icon", type: "button", text: "PNG", on: { click: () => savePng(canvas, tag) } });
+    const png = el("button", { class: "icon dl-png", type: "button", text: "PNG", title: t("savePng"), dataset: { tip: "savePng" }, on: { click: () => savePng(canvas, tag) } });
+    // Every histogram held for this run and tag, one row per bucket.
+    const data = () => [histogramSeries(run, this.ctx.store.runs.get(run)?.histograms.get(tag) ?? [])];
+    const csv = el("button", { class: "icon dl-csv", type: "button", text: "CSV", title: t("saveCsv"), dataset: { tip: "saveCsv" }, on: { click: () => saveText(fileName(`${tag}_${run}`, "csv"), "text/csv", seriesCsv(data())) } });
+    const json = el("button", {
+      class: "icon dl-json",
+      type: "button",
+      text: "JSON",
+      title: t("saveJson"), dataset: { tip: "saveJson" },
+      on: { click: () => saveText(fileName(`${tag}_${run}`, "json"), "application/json", seriesJson({ chart: tag, run, kind: "histogram", exported: new Date().toISOString() }, data())) },
+    });
     const element = el(
       "section",
       { class: "chart hist", dataset: { histTag: tag, run } },
-      el("header", {}, el("i", { class: "swatch", style: { background: colorFor(run) } }), el("span", { class: "chart-title", text: tag, title: `${tag} — ${run}` }), el("span", { class: "run-label", text: run }), png),
+      el("header", {}, el("i", { class: "swatch", style: { background: colorFor(run) } }), el("span", { class: "chart-title", text: tag, title: `${tag} — ${run}` }), el("span", { class: "run-label", text: run }), el("span", { class: "chart-tools" }, csv, json, png)),
       canvas,
     );
     const card = {
