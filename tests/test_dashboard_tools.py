@@ -631,6 +631,11 @@ def test_screenshots_of_the_tools(tmp_path, browser, lang, scheme, width, height
         page.evaluate("() => window.vdl.setHistogramMode('heatmap')")
         page.evaluate("() => window.vdl.drawAll()")
         shot(page, f"tools-{lang}-{scheme}-{width}-heatmap.png")
+        views = ["scalars", "histograms", "curves"]
+        png = page.evaluate(f"() => window.vdl.report.png({views!r})")
+        path = ARTIFACTS / f"tools-{lang}-{scheme}-{width}-report.png"
+        path.write_bytes(base64.b64decode(png["dataUrl"].split(",", 1)[1]))
+        assert png["height"] > 900  # three views
     finally:
         page.close()
         stop_serve(server)

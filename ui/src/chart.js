@@ -405,6 +405,7 @@ export class Chart {
     this.jsonBtn.title = t("saveJson");
     this.pngBtn.title = t("savePng");
     this.fullBtn.title = t("fullscreen");
+    for (const b of [this.resetBtn, this.yBtn, this.csvBtn, this.jsonBtn, this.pngBtn, this.fullBtn]) b.setAttribute("aria-label", b.title);
     this._yLabels.min.textContent = t("yMin");
     this._yLabels.max.textContent = t("yMax");
     this._yLabels.clip.textContent = t("ignoreOutliers");
