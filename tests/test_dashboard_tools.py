@@ -386,6 +386,15 @@ def test_system_charts_have_legends_in_run_colours_and_y_labels_that_fit(tmp_pat
         ) == [
             page.evaluate(f"() => window.vdl.runColor({r!r})") for r in ("job-a", "job-a", "job-b")
         ]
+        # the download has every sample of every line, not the drawn ones
+        with page.expect_download() as info:
+            page.locator('[data-metric="gpu/util"] button.dl-csv').click()
+        rows = list(csv.DictReader(io.StringIO(info.value.path().read_text(encoding="utf-8"))))
+        assert list(rows[0]) == ["run", "wall", "value"]
+        assert {r["run"] for r in rows} == {"job-a gpu0", "job-a gpu1", "job-b gpu0"}
+        mine = [r for r in rows if r["run"] == "job-b gpu0"]
+        assert [float(r["value"]) for r in mine] == [50.0 + i % 7 for i in range(60)]
+        assert [float(r["wall"]) for r in mine] == [1.7e9 + i for i in range(60)]
         # under More: every y label fits in its axis
         page.locator("details.more > summary").click()
         page.evaluate("() => window.vdl.drawAll()")

@@ -89,6 +89,7 @@ export class SystemView {
         formatY: formatFor(metric),
         legend: true,
         source: (c) => this._lines(c, metric),
+        exportData: () => this._export(metric),
       });
       chart.onChange = () => this.ctx.scheduler.mark(chart);
       this.charts.set(metric, chart);
@@ -104,7 +105,13 @@ export class SystemView {
     this.ctx.scheduler.mark(chart);
   }
 
-  _lines(chart, metric) {
+  // Every sample held of each line (not the drawn ones), for CSV/JSON: `{run: label, wall, value}`.
+  _export(metric) {
+    return this._lines(null, metric, true).map((l) => ({ run: l.label, wall: Array.from(l.xs), value: Array.from(l.ys) }));
+  }
+
+  // The lines of a chart, downsampled to its width and zoom (all: every sample, chart unused).
+  _lines(chart, metric, all = false) {
     const { store, state } = this.ctx;
     const lines = [];
     const runs = store.runNames().filter((r) => !state.hiddenRuns.has(r));
@@ -117,12 +124,11 @@ export class SystemView {
       entries.forEach((series, k) => {
         const walls = series.buffer.column(0);
         const values = series.buffer.column(1);
-        const zoom = chart.zoom;
-        const idx = minMaxIndices(walls, values, chart.width, zoom?.[0], zoom?.[1]);
+        const idx = all ? null : minMaxIndices(walls, values, chart.width, chart.zoom?.[0], chart.zoom?.[1]);
         const { device } = splitField(series.field);
         const source = series.source.endsWith("#0") ? series.source.slice(0, -2) : series.source;
         const label = [runName, sources.size > 1 ? source : "", device].filter(Boolean).join(" ");
-        lines.push({ label, color: colorFor(runName), dash: DASHES[k % DASHES.length], legendData: { run: runName }, xs: gather(walls, idx), ys: gather(values, idx) });
+        lines.push({ label, color: colorFor(runName), dash: DASHES[k % DASHES.length], legendData: { run: runName }, xs: idx ? gather(walls, idx) : walls, ys: idx ? gather(values, idx) : values });
       });
     }
     return lines;
