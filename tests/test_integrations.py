@@ -1,0 +1,108 @@
+"""Framework integrations: each trains a tiny model built here with the real framework, and the
+metrics the framework reported come back exactly through ``vdl-stream export``.
+
+Every framework is optional (the ``integrations`` extra, part of ``test``): a test whose framework
+is missing is skipped with a reason naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vdl_stream.cli import main
+
+
+def exported(run_dir: Path, tmp_path: Path) -> dict[str, list[tuple[int, float]]]:
+    """The run's scalars as ``{tag: [(step, value), ...]}``, read back through ``vdl-stream export``."""
+    out = tmp_path / f"export-{run_dir.name}.json"
+    assert main(["export", str(run_dir), "--format", "json", "-o", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    return {tag: [(step, value) for _wall, step, value in points] for tag, points in rows.items()}
+
+
+def scalar_tags(series: dict[str, list[tuple[int, float]]]) -> set[str]:
+    return {tag for tag in series if not tag.startswith("telemetry/")}
+
+
+def as_float(value: Any) -> float:
+    """A logged value as the writer stores it (float64)."""
+    if isinstance(value, (list, tuple)):
+        value = value[0]
+    return float(np.asarray(value).item())
+
+
+def test_importing_vdl_stream_imports_no_framework():
+    code = (
+        "import sys, vdl_stream, vdl_stream.integrations\n"
+        "loaded = [m for m in ('torch', 'paddle', 'keras', 'lightning', 'transformers',"
+        " 'pytorch_lightning', 'tensorflow', 'matplotlib') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- PaddlePaddle --------------------------------------------------------------------------------
+
+
+def test_paddle_fit_metrics_come_back_exactly(tmp_path):
+    paddle = pytest.importorskip("paddle")
+    from vdl_stream.integrations.paddle import VisualDL
+
+    class Capture(paddle.callbacks.Callback):
+        """Records what Model.fit reports, the way Paddle's own VisualDL callback reads it."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.train: list[dict[str, Any]] = []
+            self.eval: list[dict[str, Any]] = []
+
+        def on_train_batch_end(self, step, logs=None):
+            self.train.append(dict(logs))
+
+        def on_eval_end(self, logs=None):
+            self.eval.append(dict(logs))
+
+    paddle.seed(0)
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(96, 4)).astype("float32")
+    ys = (xs.sum(axis=1) > 0).astype("int64")[:, None]
+    data = paddle.io.TensorDataset([paddle.to_tensor(xs), paddle.to_tensor(ys)])
+    net = paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.ReLU(), paddle.nn.Linear(8, 2))
+    model = paddle.Model(net)
+    model.prepare(
+        paddle.optimizer.Adam(learning_rate=0.01, parameters=net.parameters()),
+        paddle.nn.CrossEntropyLoss(),
+        paddle.metric.Accuracy(),
+    )
+    capture = Capture()
+    callback = VisualDL(str(tmp_path / "logs" / "fit"))
+    model.fit(data, data, epochs=2, batch_size=32, verbose=0, callbacks=[capture, callback])
+    assert callback.writer is None  # closed at the end of training
+
+    series = exported(tmp_path / "logs" / "fit", tmp_path)
+    assert scalar_tags(series) == {"train/loss", "train/acc", "eval/loss", "eval/acc"}
+    for name in ("loss", "acc"):
+        want = [(i + 1, as_float(logs[name])) for i, logs in enumerate(capture.train)]
+        assert series[f"train/{name}"] == want
+        want = [(epoch, as_float(logs[name])) for epoch, logs in enumerate(capture.eval)]
+        assert series[f"eval/{name}"] == want
+    assert len(series["train/loss"]) == 6  # 3 batches x 2 epochs
+    assert all(math.isfinite(v) for _, v in series["train/loss"])
+
+
+def test_paddle_callback_checks_its_directory_before_training(tmp_path):
+    pytest.importorskip("paddle")
+    from vdl_stream.integrations.paddle import VisualDL
+
+    with pytest.raises(TypeError, match="logdir must be a str or path, got int"):
+        VisualDL(3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nonsense'"):
+        VisualDL(str(tmp_path / "run"), nonsense=1)
