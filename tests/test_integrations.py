@@ -106,3 +106,98 @@ def test_paddle_callback_checks_its_directory_before_training(tmp_path):
         VisualDL(3)
     with pytest.raises(TypeError, match="unexpected keyword argument 'nonsense'"):
         VisualDL(str(tmp_path / "run"), nonsense=1)
+
+
+# -- PyTorch Lightning ---------------------------------------------------------------------------
+
+
+def test_lightning_logger_metrics_and_hparams_come_back_exactly(tmp_path):
+    torch = pytest.importorskip("torch")
+    pl = pytest.importorskip("lightning.pytorch")
+    import recorder
+    from vdl_stream.compat import SummaryWriter
+    from vdl_stream.integrations.lightning import VdlStreamLogger
+
+    class Capture(pl.loggers.Logger):
+        """A second logger of the same trainer: what Lightning handed to its loggers."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: list[tuple[int | None, dict[str, float]]] = []
+
+        name = "capture"
+        version = "0"
+
+        def log_metrics(self, metrics, step=None):
+            self.rows.append((step, {k: as_float(v) for k, v in metrics.items()}))
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+    class Tiny(pl.LightningModule):
+        def __init__(self, lr: float = 0.05, hidden: int = 8) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
+            )
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("train/loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val/loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    data = torch.utils.data.TensorDataset(x, x.sum(dim=1, keepdim=True))
+    loader = torch.utils.data.DataLoader(data, batch_size=16)
+    logger = VdlStreamLogger(tmp_path / "logs", run="tiny")
+    capture = Capture()
+    trainer = pl.Trainer(
+        max_epochs=2,
+        logger=[logger, capture],
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    assert isinstance(logger.experiment, SummaryWriter)
+    trainer.fit(Tiny(), loader, loader)
+    assert logger._experiment is None  # finalize() closed the run
+
+    want: dict[str, list[tuple[int, float]]] = {}
+    for step, metrics in capture.rows:
+        for key, value in metrics.items():
+            want.setdefault(key, []).append((step, value))
+    series = exported(tmp_path / "logs" / "tiny", tmp_path)
+    assert {"train/loss", "val/loss", "epoch"} <= scalar_tags(series)
+    assert {tag: series[tag] for tag in want} == want
+    assert len(series["train/loss"]) == 8  # 4 batches x 2 epochs, one point each
+    with recorder.RunReader(tmp_path / "logs" / "tiny") as reader:
+        (record,) = list(reader.read_records(kind="hparams"))
+    assert record.data["hparams"] == {"lr": 0.05, "hidden": 8}
+
+
+def test_lightning_logger_checks_arguments_and_flattens_hparams(tmp_path):
+    pytest.importorskip("lightning.pytorch")
+    from vdl_stream.integrations import plain_hparams
+    from vdl_stream.integrations.lightning import VdlStreamLogger
+
+    with pytest.raises(ValueError, match="run"):
+        VdlStreamLogger(tmp_path, run="")
+    with pytest.raises(TypeError, match="logdir must be a str or path, got int"):
+        VdlStreamLogger(3)
+    flat = plain_hparams({"optim": {"lr": np.float32(0.5), "betas": (0.9, 0.99)}, "seed": None})
+    assert flat == {"optim/lr": 0.5, "optim/betas": "(0.9, 0.99)", "seed": "None"}
+    logger = VdlStreamLogger(tmp_path, run="graph")
+    logger.log_graph(object())  # no graph kind yet: records nothing, raises nothing
+    logger.finalize("success")
