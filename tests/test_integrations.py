@@ -201,3 +201,120 @@ def test_lightning_logger_checks_arguments_and_flattens_hparams(tmp_path):
     logger = VdlStreamLogger(tmp_path, run="graph")
     logger.log_graph(object())  # no graph kind yet: records nothing, raises nothing
     logger.finalize("success")
+
+
+# -- Hugging Face transformers -------------------------------------------------------------------
+
+
+def _hf_trainer(tmp_path: Path, callbacks: list[Any]) -> Any:
+    """A Trainer of a tiny regression model built here (no download), logging every step."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x, labels=None):
+            out = self.linear(x)
+            loss = torch.nn.functional.mse_loss(out.squeeze(-1), labels)
+            return {"loss": loss, "logits": out}
+
+    torch.manual_seed(0)
+    x = torch.randn(32, 4)
+    rows = [{"x": x[i], "labels": x[i].sum()} for i in range(32)]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        num_train_epochs=2,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        learning_rate=0.05,
+        logging_steps=1,
+        eval_strategy="epoch",
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    return transformers.Trainer(
+        model=Tiny(), args=args, train_dataset=rows, eval_dataset=rows, callbacks=callbacks
+    )
+
+
+def _hf_capture() -> Any:
+    transformers = pytest.importorskip("transformers")
+
+    class Capture(transformers.TrainerCallback):
+        """What the Trainer logged: ``{key: [(global_step, value), ...]}``."""
+
+        def __init__(self) -> None:
+            self.logs: dict[str, list[tuple[int, float]]] = {}
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            for key, value in (logs or {}).items():
+                if isinstance(value, (int, float)):
+                    self.logs.setdefault(key, []).append((state.global_step, float(value)))
+
+    return Capture()
+
+
+def test_transformers_callback_metrics_and_hparams_come_back_exactly(tmp_path):
+    capture = _hf_capture()
+    from vdl_stream.integrations.transformers import VdlStreamCallback, metric_tag
+
+    callback = VdlStreamCallback(tmp_path / "logs", run="hf")
+    _hf_trainer(tmp_path, [capture, callback]).train()
+    assert callback.writer is None  # closed at the end of training
+
+    series = exported(tmp_path / "logs" / "hf", tmp_path)
+    want = {metric_tag(key): points for key, points in capture.logs.items()}
+    assert {"train/loss", "train/learning_rate", "eval/loss", "train/train_loss"} <= set(want)
+    assert scalar_tags(series) == set(want)
+    assert {tag: series[tag] for tag in want} == want
+    assert len(want["train/loss"]) == 8  # 4 batches x 2 epochs
+    import recorder
+
+    with recorder.RunReader(tmp_path / "logs" / "hf") as reader:
+        (record,) = list(reader.read_records(kind="hparams"))
+    assert record.data["hparams"]["learning_rate"] == 0.05
+    assert record.data["hparams"]["num_train_epochs"] == 2
+
+
+def test_transformers_tensorboard_callback_accepts_our_summary_writer(tmp_path):
+    capture = _hf_capture()
+    from transformers.integrations import TensorBoardCallback
+
+    from vdl_stream import SummaryWriter
+    from vdl_stream.integrations.transformers import metric_tag
+
+    writer = SummaryWriter(tmp_path / "logs" / "tb")
+    _hf_trainer(tmp_path, [capture, TensorBoardCallback(tb_writer=writer)]).train()
+    series = exported(tmp_path / "logs" / "tb", tmp_path)
+    want = {metric_tag(key): points for key, points in capture.logs.items()}
+    assert scalar_tags(series) == set(want)
+    assert {tag: series[tag] for tag in want} == want
+
+
+def test_transformers_callback_checks_arguments_and_logs_on_process_zero_only(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from vdl_stream.integrations.transformers import VdlStreamCallback, metric_tag
+
+    with pytest.raises(TypeError, match="logdir must be a str or path, got int"):
+        VdlStreamCallback(3)
+    with pytest.raises(ValueError, match="run"):
+        VdlStreamCallback("logs", run="")
+    assert [metric_tag(k) for k in ("loss", "eval_acc", "test_f1", "evaluation")] == [
+        "train/loss",
+        "eval/acc",
+        "test/f1",
+        "train/evaluation",
+    ]
+    callback = VdlStreamCallback(tmp_path / "logs", run="other-rank")
+    state = transformers.TrainerState()
+    state.is_world_process_zero = False
+    callback.on_train_begin(None, state, None)
+    callback.on_log(None, state, None, logs={"loss": 1.0})
+    assert callback.writer is None
+    assert not (tmp_path / "logs").exists()
