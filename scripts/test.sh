@@ -12,6 +12,14 @@ if ! command -v chromium >/dev/null 2>&1 || ! dpkg -s fonts-noto-cjk >/dev/null 
     apt-get install -y -qq chromium fonts-noto-cjk >/dev/null
 fi
 
+# torch for the integration tests: the CPU-only wheel (~190 MB) where its index is reachable, instead
+# of PyPI's Linux build that pulls ~3 GB of CUDA libraries. Without the index, ".[test]" below
+# installs torch from PyPI.
+if ! python3 -c "import torch" >/dev/null 2>&1; then
+    python3 -m pip install --quiet --disable-pip-version-check torch \
+        --index-url https://download.pytorch.org/whl/cpu \
+        || echo "download.pytorch.org unreachable: torch comes from PyPI (with CUDA libraries)" >&2
+fi
 python3 -m pip install --quiet --disable-pip-version-check -e ".[test]"
 
 echo "== ruff"

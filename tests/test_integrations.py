@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -318,3 +319,76 @@ def test_transformers_callback_checks_arguments_and_logs_on_process_zero_only(tm
     callback.on_log(None, state, None, logs={"loss": 1.0})
     assert callback.writer is None
     assert not (tmp_path / "logs").exists()
+
+
+# -- Keras 3 (torch backend) ---------------------------------------------------------------------
+
+
+def _keras() -> Any:
+    # Keras picks its backend at import: torch is what the test extra installs.
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    pytest.importorskip("torch")
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != os.environ["KERAS_BACKEND"]:
+        pytest.skip(f"keras was imported with the {keras.backend.backend()} backend")
+    return keras
+
+
+def test_keras_callback_batch_and_epoch_logs_come_back_exactly(tmp_path):
+    keras = _keras()
+    from vdl_stream.integrations.keras import VdlStreamCallback
+
+    class Capture(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[dict[str, float]] = []
+            self.epochs: list[dict[str, float]] = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches.append({k: as_float(v) for k, v in logs.items()})
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.epochs.append({k: as_float(v) for k, v in logs.items()})
+
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    capture = Capture()
+    callback = VdlStreamCallback(tmp_path / "logs", run="keras")
+    model.fit(
+        x,
+        y,
+        epochs=2,
+        batch_size=16,
+        validation_split=0.25,
+        verbose=0,
+        callbacks=[capture, callback],
+    )
+    assert callback.writer is None  # closed at the end of training
+
+    want: dict[str, list[tuple[int, float]]] = {}
+    for i, logs in enumerate(capture.batches):
+        for key, value in logs.items():
+            want.setdefault(f"train/batch_{key}", []).append((i + 1, value))
+    for epoch, logs in enumerate(capture.epochs):
+        for key, value in logs.items():
+            tag = f"validation/epoch_{key[4:]}" if key.startswith("val_") else f"train/epoch_{key}"
+            want.setdefault(tag, []).append((epoch, value))
+    series = exported(tmp_path / "logs" / "keras", tmp_path)
+    assert {"train/batch_loss", "train/epoch_mae", "validation/epoch_loss"} <= set(want)
+    assert scalar_tags(series) == set(want)
+    assert {tag: series[tag] for tag in want} == want
+    assert len(want["train/batch_loss"]) == 6  # 3 batches x 2 epochs
+
+
+def test_keras_callback_checks_arguments():
+    _keras()
+    from vdl_stream.integrations.keras import VdlStreamCallback
+
+    with pytest.raises(ValueError, match="update_freq must be 'batch', 'epoch' or a positive int"):
+        VdlStreamCallback("logs", update_freq=0)
+    with pytest.raises(TypeError, match="logdir must be a str or path, got int"):
+        VdlStreamCallback(3)
