@@ -352,7 +352,8 @@ def _check_media(event: dict[str, Any], kind: str, formats: tuple[str, ...]) -> 
 
 
 def _check_image(event: dict[str, Any]) -> None:
-    _check_media(event, "image", ("png",))
+    # gif: add_video's animated GIFs (and GIFs imported from event files).
+    _check_media(event, "image", ("png", "gif"))
     for key in ("width", "height"):
         _require(event, key, "image", lambda v: type(v) is int and v > 0, "a positive int")
 

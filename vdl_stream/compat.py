@@ -296,6 +296,26 @@ class LogWriter(_Recorder):
             _visualdl_wall(walltime),
         )
 
+    # -- add_video / add_figure ---------------------------------------------------------------
+
+    def add_video(
+        self,
+        tag: str,
+        vid_tensor: Any,
+        step: int,
+        fps: float = 4,
+        walltime: float | None = None,
+        dataformats: str = "NTCHW",
+    ) -> None:
+        """Log a video (N, T, C, H, W), uint8 or float in [0, 1], as an animated GIF."""
+        self._writer.add_video(tag, vid_tensor, step, fps, _visualdl_wall(walltime), dataformats)
+
+    def add_figure(
+        self, tag: str, figure: Any, step: int, close: bool = True, walltime: float | None = None
+    ) -> None:
+        """Log a matplotlib figure (or a list of them) rendered to PNG; ``close`` closes it."""
+        self._writer.add_figure(tag, figure, step, close, _visualdl_wall(walltime))
+
     # -- VisualDL 1.x: with writer.mode("train") as w: w.scalar("loss").add_record(step, v) ----
 
     def mode(self, name: str) -> LogWriterMode:
@@ -713,6 +733,35 @@ class SummaryWriter(_Recorder):
         """Log a precision-recall curve."""
         step = 0 if global_step is None else global_step
         self._writer.add_pr_curve(tag, labels, predictions, step, num_thresholds, weights, walltime)
+
+    # -- add_video / add_figure ---------------------------------------------------------------
+
+    def add_video(
+        self,
+        tag: str,
+        vid_tensor: Any,
+        global_step: int | None = None,
+        fps: float = 4,
+        walltime: float | None = None,
+        dataformats: str = "NTCHW",
+    ) -> None:
+        """Log a video (N, T, C, H, W), uint8 or float in [0, 1], as an animated GIF (Pillow);
+        tensorboardX's names, without its moviepy dependency."""
+        step = 0 if global_step is None else global_step
+        self._writer.add_video(tag, vid_tensor, step, fps, walltime, dataformats)
+
+    def add_figure(
+        self,
+        tag: str,
+        figure: Any,
+        global_step: int | None = None,
+        close: bool = True,
+        walltime: float | None = None,
+    ) -> None:
+        """Log a matplotlib figure (or a list of them, tiled) rendered to PNG by Agg, without a
+        display; ``close`` closes it afterwards."""
+        step = 0 if global_step is None else global_step
+        self._writer.add_figure(tag, figure, step, close, walltime)
 
 
 __all__ = [

@@ -66,6 +66,8 @@ PUBLIC_PATHS = frozenset({"/", *(f"/static/{name}" for name in STATIC_TYPES)})
 SHUTDOWN_DEADLINE = 10.0
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 BLOB_TYPES = {"image": "image/png", "audio": "audio/wav"}
+#: Media types of the other formats an event's ``data`` may have (add_video's GIFs).
+BLOB_FORMAT_TYPES = {"gif": "image/gif"}
 #: Addresses that mean "every interface": never a name a client can put in its Host header.
 WILDCARD_HOSTS = {"", "0.0.0.0", "::"}
 #: The port a URL without one means, per scheme (an Origin is http(s); a handshake ws(s)).
@@ -672,7 +674,8 @@ def api_blueprint(broker: Broker) -> Blueprint:
             event = (await broker.read_events(name, kind, tag))[index]
         except (KeyError, IndexError, ValueError):
             return _error(404, f"no {kind} event {index_text[:20]!r} for that run and tag")
-        return Response(event["data"], content_type=BLOB_TYPES[kind])
+        content_type = BLOB_FORMAT_TYPES.get(event.get("format"), BLOB_TYPES[kind])
+        return Response(event["data"], content_type=content_type)
 
     @bp.get("/api/telemetry")
     async def api_telemetry() -> Any:

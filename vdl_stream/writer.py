@@ -78,6 +78,8 @@ LOGGING_METHODS = (
     "add_hparams",
     "add_pr_curve",
     "add_roc_curve",
+    "add_video",
+    "add_figure",
 )
 
 
@@ -438,6 +440,42 @@ class Writer:
         self._add_event(
             summaries.roc_curve_event(tag, labels, predictions, step, wall, num_thresholds, weights)
         )
+
+    # -- add_video / add_figure (vdl_stream.media) ---------------------------------------------
+
+    def add_video(
+        self,
+        tag: str,
+        vid_tensor: Any,
+        step: int,
+        fps: float = 4,
+        walltime: float | None = None,
+        dataformats: str = "NTCHW",
+    ) -> None:
+        """Log a video as an animated GIF ``image`` event (needs Pillow).
+
+        ``vid_tensor``: (N, T, C, H, W) by default (``dataformats`` names another order, or
+        ``TCHW`` for one video), uint8 or float in [0, 1], C of 1, 3 or 4; the N videos of a
+        batch are tiled into one grid. ``fps``: frames per second, above 0 and at most 100.
+        See :func:`vdl_stream.media.video_event`.
+        """
+        from . import media
+
+        wall = _wall(walltime)
+        self._add_event(media.video_event(tag, vid_tensor, step, wall, fps, dataformats))
+
+    def add_figure(
+        self, tag: str, figure: Any, step: int, close: bool = True, walltime: float | None = None
+    ) -> None:
+        """Log a matplotlib figure (or a list of them, tiled) rendered to PNG by Agg, no display.
+
+        ``close`` closes the figure through pyplot afterwards. See
+        :func:`vdl_stream.media.figure_event`.
+        """
+        from . import media
+
+        wall = _wall(walltime)
+        self._add_event(media.figure_event(tag, figure, step, wall, close))
 
     def _add_event(self, event: dict[str, Any]) -> None:
         """Queue a non-scalar event map (already validated by the caller)."""
