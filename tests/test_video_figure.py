@@ -166,3 +166,23 @@ async def test_the_dashboard_serves_a_video_as_a_gif(nursery, video_run):
             http_request, url + "/api/blob?run=r&kind=image&tag=clip&index=0"
         )
     assert kind == "image/gif" and body.startswith(b"GIF89a")
+
+
+def test_the_page_plays_a_video_and_says_how_long_it_is(serve_process, browser):
+    page = browser.new_page(viewport={"width": 1200, "height": 800})
+    try:
+        page.goto(serve_process.url + "/")
+        page.wait_for_function("() => window.vdl && window.vdl.connected", timeout=15_000)
+        with attach(url=serve_process.ws_url, run="video", telemetry=False) as writer:
+            writer.add_video("clip", colour_video(2, 3, 16, 16), 4, fps=5)
+        page.locator('.tabs button[data-view="images"]').click()
+        card = page.locator('.image-card[data-image-tag="clip"]')
+        card.locator(".readout").filter(has_text="3 frames at 5 fps").wait_for(timeout=15_000)
+        # The <img> decoded the GIF: an image of the grid's size (2 videos of 16x16 side by side).
+        page.wait_for_function(
+            "() => { const img = document.querySelector('.image-card[data-image-tag=clip] img');"
+            " return img && img.complete && img.naturalWidth === 32 && img.naturalHeight === 16; }",
+            timeout=15_000,
+        )
+    finally:
+        page.close()

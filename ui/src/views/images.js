@@ -1,7 +1,7 @@
 // The images view: one card per (tag, run) showing one logged image (or audio clip) at a time,
 // with a step slider that follows the newest one until moved back.
 import { colorFor, el, insertSorted } from "../dom.js";
-import { t } from "../i18n.js";
+import { t, tf } from "../i18n.js";
 
 // Only raster formats are shown; anything else (e.g. SVG) is not turned into an image.
 const MIME = { png: "image/png", jpeg: "image/jpeg", jpg: "image/jpeg", gif: "image/gif", webp: "image/webp", wav: "audio/wav" };
@@ -71,7 +71,9 @@ export class ImagesView {
       const size =
         kind === "audio" ? (ev.frames && ev.sample_rate ? ` · ${(ev.frames / ev.sample_rate).toFixed(2)} s` : "")
         : ev.width && ev.height ? ` · ${ev.width}×${ev.height}` : "";
-      caption.textContent = `${t("step")} ${ev.step} · ${Number(slider.value) + 1}/${list.length}${size}`;
+      // A video (add_video) is an animated GIF: the <img> plays it; the caption says how long it is.
+      const video = ev.frames > 1 && ev.fps > 0 ? ` · ${tf("videoFrames", { frames: ev.frames, fps: ev.fps })}` : "";
+      caption.textContent = `${t("step")} ${ev.step} · ${Number(slider.value) + 1}/${list.length}${size}${video}`;
       const shownKey = `${ev.step}:${ev.wall}`;
       if (shownKey === card.shownKey) return;
       card.shownKey = shownKey;
