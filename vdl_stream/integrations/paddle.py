@@ -19,7 +19,7 @@ from typing import Any
 
 import paddle
 
-from ..compat import LogWriter
+from ..compat import LogWriter, _plan
 
 __all__ = ["VisualDL"]
 
@@ -56,8 +56,6 @@ class VisualDL(paddle.callbacks.Callback):
         self.log_dir = log_dir
         self._options = kwargs
         # Check the directory and options now, so that a mistake does not surface mid-training.
-        from ..compat import _plan
-
         _plan(log_dir, None, dict(kwargs))
         self.writer: LogWriter | None = None
         self.epochs: int | None = None
