@@ -44,7 +44,7 @@ def test_importing_vdl_stream_imports_no_framework():
     code = (
         "import sys, vdl_stream, vdl_stream.integrations\n"
         "loaded = [m for m in ('torch', 'paddle', 'keras', 'lightning', 'transformers',"
-        " 'pytorch_lightning', 'tensorflow', 'matplotlib') if m in sys.modules]\n"
+        " 'pytorch_lightning', 'tensorflow', 'matplotlib', 'PIL') if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -97,6 +97,30 @@ def test_paddle_fit_metrics_come_back_exactly(tmp_path):
         assert series[f"eval/{name}"] == want
     assert len(series["train/loss"]) == 6  # 3 batches x 2 epochs
     assert all(math.isfinite(v) for _, v in series["train/loss"])
+
+
+def test_paddle_callback_logs_on_rank_zero_only(tmp_path, monkeypatch):
+    pytest.importorskip("paddle")
+    from vdl_stream.integrations.paddle import VisualDL
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    monkeypatch.setenv("PADDLE_JOB_ID", "job-7")
+    callback = VisualDL(str(tmp_path / "logs" / "fit"), telemetry=False)
+    callback.set_params({"epochs": 1, "metrics": ["loss"]})
+    callback.on_train_begin()
+    callback.on_epoch_begin(0)
+    callback.on_train_batch_end(0, {"loss": [0.5]})
+    callback.on_train_end()
+    # Rank 1 may hold a run of its own (telemetry goes there), but no metric is anywhere.
+    import recorder
+
+    runs = {p.parent for p in tmp_path.rglob("*") if p.is_file()}
+    for run_dir in runs:
+        with recorder.RunReader(run_dir) as reader:
+            assert reader.tags() == {}, run_dir
 
 
 def test_paddle_callback_checks_its_directory_before_training(tmp_path):
@@ -186,6 +210,21 @@ def test_lightning_logger_metrics_and_hparams_come_back_exactly(tmp_path):
     with recorder.RunReader(tmp_path / "logs" / "tiny") as reader:
         (record,) = list(reader.read_records(kind="hparams"))
     assert record.data["hparams"] == {"lr": 0.05, "hidden": 8}
+
+
+def test_lightning_logger_logs_on_rank_zero_only(tmp_path, monkeypatch):
+    pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from vdl_stream.integrations.lightning import VdlStreamLogger
+
+    logger = VdlStreamLogger(tmp_path / "logs", run="ranks")
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    logger.log_hyperparams({"lr": 0.1}, {"best": 1.0})
+    logger.log_metrics({"train/loss": 0.5}, step=3)
+    logger.save()
+    logger.finalize("success")
+    assert logger._experiment is None and not (tmp_path / "logs").exists()
 
 
 def test_lightning_logger_checks_arguments_and_flattens_hparams(tmp_path):
