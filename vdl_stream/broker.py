@@ -36,7 +36,7 @@ from recorder.digest import data_files, load_digest
 from . import codec
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
-from .run_summary import CRASH_AFTER, RunSummary
+from .run_summary import CRASH_AFTER, RunSummary, summaries_frame
 
 log = logging.getLogger("vdl_stream.broker")
 
@@ -807,7 +807,11 @@ class Broker:
             async with run.lock:
                 try:
                     opened = await trio.to_thread.run_sync(
-                        _discovered, run, self._skipped.get(name, ()), limiter=self._read_limiter
+                        _discovered,
+                        run,
+                        self._skipped.get(name, ()),
+                        self._crash_after,
+                        limiter=self._read_limiter,
                     )
                 except Exception as exc:  # one unreadable run never stops the others
                     self._skip(run, exc)
@@ -1449,6 +1453,15 @@ class Broker:
                 out.append(run.summary.to_json(now, self._crash_after))
         return out
 
+    def _summary_frame(self, names: Iterable[str] | None = None) -> bytes:
+        now = time.time()
+        packed = []
+        for name in sorted(self._runs) if names is None else names:
+            run = self._runs.get(name)
+            if run is not None and run.summary is not None:
+                packed.append(run.summary.msgpack_bytes(now, self._crash_after))
+        return summaries_frame(packed)
+
     def summaries(self) -> list[dict[str, Any]]:
         """Return every run's summary object, sorted by name (shared objects: do not change)."""
         return self._summary_objects()
@@ -1478,7 +1491,7 @@ class Broker:
             names = [n for n, (_, _, tick) in sorted(self._published.items()) if tick > since]
             if not names:
                 return None
-        return codec.encode_message({"type": "summaries", "runs": self._summary_objects(names)})
+        return self._summary_frame(names)
 
     def publish_summaries(self) -> int:
         """Offer the summaries that changed since the last call (in content or in status) to
@@ -1500,12 +1513,7 @@ class Broker:
         self._summary_tick += 1
         for name, version, status in changed:
             self._published[name] = (version, status, self._summary_tick)
-        frame = codec.encode_message(
-            {
-                "type": "summaries",
-                "runs": self._summary_objects(sorted(name for name, _, _ in changed)),
-            }
-        )
+        frame = self._summary_frame(sorted(name for name, _, _ in changed))
         for sub in self._subscribers:
             sub.offer(self._seq + 1, None, frame)
         return len(changed)
@@ -1681,9 +1689,9 @@ def _open_follower(run: _Run, skipped: tuple | None) -> bool:
     return True
 
 
-def _discovered(run: _Run, skipped: tuple | None) -> bool:
+def _discovered(run: _Run, skipped: tuple | None, crash_after: float) -> bool:
     """:func:`_open_follower`, then the run's summary from the recorder's digest when it is
-    current, else a placeholder (blocking). Reads one small file per run."""
+    current, else a placeholder, encoded for answers (blocking). Reads one small file a run."""
     opened = _open_follower(run, skipped)
     if opened:
         files = sorted(
@@ -1698,6 +1706,7 @@ def _discovered(run: _Run, skipped: tuple | None) -> bool:
         else:
             run.summary = RunSummary(run.name, _heard(run))
             run.summary_exact, run.summary_files = False, None
+        run.summary.prime(time.time(), crash_after)
     return opened
 
 

@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import msgpack
 import numpy as np
 
 import recorder
@@ -107,7 +108,7 @@ class RunSummary:
         self.heard = heard
         self.disconnected = False
         self.version = next(_versions)
-        self._cache: tuple[int, str, bytes, dict] | None = None
+        self._cache: tuple[int, str, bytes, dict, bytes] | None = None
 
     # -- building -------------------------------------------------------------------------------
 
@@ -239,12 +240,18 @@ class RunSummary:
             "max": {tag: _num(row[2]) for tag, row in self.tags.items()},
         }
 
-    def _cached(self, status: str) -> tuple[int, str, bytes, dict]:
+    def _cached(self, status: str) -> tuple[int, str, bytes, dict, bytes]:
         if self._cache is None or self._cache[:2] != (self.version, status):
             obj = self._build(status)
             text = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
-            self._cache = (self.version, status, text, obj)
+            packed = msgpack.packb(obj, use_bin_type=True)
+            self._cache = (self.version, status, text, obj, packed)
         return self._cache
+
+    def prime(self, now: float, crash_after: float = CRASH_AFTER) -> None:
+        """Encode the summary now (e.g. in a worker thread, before the event loop sees it), so
+        the first answer that lists it costs no encoding."""
+        self._cached(self.status(now, crash_after))
 
     def to_json(self, now: float, crash_after: float = CRASH_AFTER) -> dict[str, Any]:
         """The summary object of docs/http-api.md (shared: do not change it)."""
@@ -253,3 +260,22 @@ class RunSummary:
     def json_bytes(self, now: float, crash_after: float = CRASH_AFTER) -> bytes:
         """:meth:`to_json` as JSON text, encoded once per change."""
         return self._cached(self.status(now, crash_after))[2]
+
+    def msgpack_bytes(self, now: float, crash_after: float = CRASH_AFTER) -> bytes:
+        """:meth:`to_json` as msgpack, encoded once per change."""
+        return self._cached(self.status(now, crash_after))[4]
+
+
+def summaries_frame(packed: list[bytes]) -> bytes:
+    """The ``summaries`` frame ``{"type": "summaries", "runs": [...]}`` holding the summaries
+    already encoded with msgpack in ``packed`` (joined, not encoded again)."""
+    head = msgpack.packb({"type": "summaries", "runs": []}, use_bin_type=True)
+    # The empty array (0x90) ends the map; an array header of the right length replaces it.
+    n = len(packed)
+    if n < 16:
+        header = bytes([0x90 | n])
+    elif n < 1 << 16:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + n.to_bytes(4, "big")
+    return head[:-1] + header + b"".join(packed)
