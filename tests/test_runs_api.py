@@ -336,6 +336,7 @@ BATCHES = st.lists(
             ),
             max_size=2,
         ),
+        st.booleans(),  # read the summary after this batch (it folds what it kept)
     ),
     min_size=1,
     max_size=8,
@@ -366,7 +367,10 @@ def full_read(run_dir: Path, name: str) -> dict:
             "last_wall": max(walls) if walls else None,
             "last_step": top,
             "host": hosts[-1] if hosts else None,
-            "hparams": hparams[-1] if hparams else {},
+            "hparams": {
+                k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in (hparams[-1] if hparams else {}).items()
+            },
             "last": last,
             "min": lo,
             "max": hi,
@@ -388,7 +392,7 @@ def test_summary_equals_a_full_read(batches):
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "r"
         with recorder.RunWriter(run, sync="never") as w:
-            for scalars, events in batches:
+            for scalars, events, read_now in batches:
                 cols = []
                 for tag, values in scalars:
                     first = steps.get(tag, 0)
@@ -405,6 +409,8 @@ def test_summary_equals_a_full_read(batches):
                     w.append_record(kind, None, None, wall, data)
                     maps.append({"kind": kind, "tag": None, "step": None, "wall": wall, **data})
                 live.add(cols, maps, time.time())
+                if read_now:
+                    live.status(time.time())
                 w.flush()
         expected = full_read(run, "r")
         digest = load_digest(run)
@@ -419,7 +425,7 @@ def test_summary_equals_a_full_read(batches):
             assert got == expected, (summary, got, expected)
         closed = [
             d.get("status") == "closed"
-            for _, ev in batches
+            for _, ev, _ in batches
             for k, d in ev
             if k == "meta" and "status" in d
         ]

@@ -43,6 +43,10 @@ STATUS_KEY = "status"
 CLOSED = "closed"
 RUNNING = "running"
 STATUSES = ("live", "finished", "crashed")
+#: Batches a summary keeps before folding them in (it also folds whenever it is read).
+FOLD_BATCHES = 256
+#: ... or once the batches kept hold this many scalar points (so what is kept stays small).
+FOLD_POINTS = 1 << 16
 #: Event kinds logged without a tag, whose times count for a run read from disk.
 UNTAGGED_KINDS = ("meta", "hparams", "telemetry")
 # Versions are unique across summaries, so a summary replaced by a new object is seen as changed.
@@ -81,6 +85,8 @@ class RunSummary:
 
     __slots__ = (
         "_cache",
+        "_pending",
+        "_pending_points",
         "closed",
         "disconnected",
         "heard",
@@ -109,6 +115,9 @@ class RunSummary:
         self.disconnected = False
         self.version = next(_versions)
         self._cache: tuple[int, str, bytes, dict, bytes] | None = None
+        # Batches taken in and not folded yet (at most FOLD_BATCHES).
+        self._pending: list[tuple[list[ScalarColumns], Iterable[dict[str, Any]]]] = []
+        self._pending_points = 0
 
     # -- building -------------------------------------------------------------------------------
 
@@ -129,17 +138,46 @@ class RunSummary:
     def add(
         self, scalars: Iterable[ScalarColumns], events: Iterable[dict[str, Any]], now: float
     ) -> None:
-        """Take in a batch as the broker fans it out (scalar columns and event maps)."""
-        for col in scalars:
-            steps, walls, values = col.steps, col.walls, col.values
-            if not len(steps):
-                continue
+        """Take in a batch as the broker fans it out (scalar columns and event maps).
+
+        Cheap: the batch is kept, and folded in with the others kept (one NumPy reduction per
+        tag over all of them) when the summary is next read, or once ``FOLD_BATCHES`` batches or
+        ``FOLD_POINTS`` points are kept.
+        """
+        scalars = list(scalars)
+        self._pending.append((scalars, events))
+        self._pending_points += sum(len(c.steps) for c in scalars)
+        self.heard = max(self.heard, now)
+        self.disconnected = False
+        self.version = next(_versions)
+        if len(self._pending) >= FOLD_BATCHES or self._pending_points >= FOLD_POINTS:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Fold the kept batches into the summary, in their order."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._pending_points = 0
+        by_tag: dict[str, list[ScalarColumns]] = {}
+        for scalars, events in pending:
+            for col in scalars:
+                if len(col.steps):
+                    by_tag.setdefault(col.tag, []).append(col)
+            self._fold_events(events)
+        for tag, cols in by_tag.items():
+            if len(cols) == 1:
+                steps, walls, values = cols[0].steps, cols[0].walls, cols[0].values
+            else:
+                steps = np.concatenate([c.steps for c in cols])
+                walls = np.concatenate([c.walls for c in cols])
+                values = np.concatenate([c.values for c in cols])
             finite = values[np.isfinite(values)]
-            row = self.tags.get(col.tag)
+            row = self.tags.get(tag)
             lo = float(finite.min()) if len(finite) else None
             hi = float(finite.max()) if len(finite) else None
             if row is None:
-                self.tags[col.tag] = [float(values[-1]), lo, hi]
+                self.tags[tag] = [float(values[-1]), lo, hi]
             else:
                 row[0] = float(values[-1])
                 row[1] = _min(row[1], lo)
@@ -147,6 +185,8 @@ class RunSummary:
             top = int(steps.max())
             self.last_step = top if self.last_step is None else max(self.last_step, top)
             self._walls(float(walls.min()), float(walls.max()))
+
+    def _fold_events(self, events: Iterable[dict[str, Any]]) -> None:
         for event in events:
             wall = event.get("wall")
             if isinstance(wall, (int, float)) and math.isfinite(wall):
@@ -158,12 +198,10 @@ class RunSummary:
                 self.hparams = dict(event["hparams"])
             elif kind == "telemetry" and isinstance(event.get("host"), str):
                 self.telemetry_host = event["host"]
-        self.heard = max(self.heard, now)
-        self.disconnected = False
-        self.version = next(_versions)
 
     def lost_writer(self) -> None:
         """The connection of a writer of this run ended: crashed unless it sent the close marker."""
+        self._fold()
         if not self.closed and not self.disconnected:
             self.disconnected = True
             self.version = next(_versions)
@@ -220,6 +258,7 @@ class RunSummary:
 
     def status(self, now: float, crash_after: float = CRASH_AFTER) -> str:
         """``live``, ``finished`` or ``crashed`` at time ``now`` (see the module docstring)."""
+        self._fold()
         if self.closed:
             return "finished"
         if self.disconnected or now - self.heard > crash_after:
