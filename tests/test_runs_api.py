@@ -459,3 +459,24 @@ async def test_broker_summaries_follow_ingest(tmp_path):
             await broker.wait_closed()
     with pytest.raises(ValueError, match="crash_after"):
         Broker(tmp_path, crash_after=0)
+
+
+def test_cold_runs_without_a_digest_get_their_summary(tmp_path):
+    """Runs written before digests existed (or whose writer was killed): listed at once with a
+    placeholder, then filled in by the server on its own, without a page asking."""
+    logdir = tmp_path / "logs"
+    for i in range(3):
+        with recorder.RunWriter(logdir / f"r{i}") as w:
+            w.append_scalars("loss", np.arange(10), 1.7e9 + np.arange(10.0), np.arange(10.0) + i)
+            w.append_record("meta", None, None, 1.7e9, {"host": "old", "status": "closed"})
+        (logdir / f"r{i}" / DIGEST_NAME).unlink()
+    with serving(logdir) as server:
+        for i in range(3):
+            s = summary_of(server, f"r{i}", lambda s: s["last_step"] is not None)
+            assert (s["status"], s["host"], s["last"], s["min"], s["max"]) == (
+                "finished",
+                "old",
+                {"loss": 9.0 + i},
+                {"loss": float(i)},
+                {"loss": 9.0 + i},
+            )

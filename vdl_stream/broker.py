@@ -351,6 +351,7 @@ class _Run:
         self.summary: RunSummary | None = None
         self.summary_exact = False
         self.summary_files: list[tuple[str, int]] | None = None
+        self.summary_failed = False  # reading it for its summary failed: not tried again
 
     def load_ingest_state(self) -> None:
         """Read which writer sequence numbers this run already holds (blocking)."""
@@ -1530,7 +1531,7 @@ class Broker:
         waiting = [
             r
             for r in self._runs.values()
-            if not r.summary_exact and not r.local and r.position is None
+            if not r.summary_exact and not r.local and r.position is None and not r.summary_failed
         ]
         waiting.sort(key=lambda r: max((m for _, _, m in r.signature or ()), default=0))
         for run in waiting[-SUMMARY_FILLS:]:
@@ -1540,6 +1541,7 @@ class Broker:
                 try:
                     await trio.to_thread.run_sync(_open_reader, run, limiter=self._read_limiter)
                 except Exception as exc:  # one unreadable run never stops the others
+                    run.summary_failed = True  # and is not tried again by this loop
                     self._read_failed(run, exc)
                     continue
                 self._cache.update(run)
@@ -1725,7 +1727,12 @@ def _summary_on_open(run: _Run) -> None:
         run.summary_files = None
         return
     assert run.reader is not None
-    run.summary = RunSummary.from_reader(run.name, run.reader, _heard(run))
+    try:
+        run.summary = RunSummary.from_reader(run.name, run.reader, _heard(run))
+    except Exception as exc:  # the run's reads report their own errors; this one is a shortcut
+        run.summary_failed = True
+        log.warning("vdl-stream: no summary of run %r: %s", run.name, _describe(exc))
+        return
     run.summary_exact, run.summary_files = True, None
 
 

@@ -226,8 +226,8 @@ class RunSummary:
 
     @classmethod
     def from_reader(cls, name: str, reader: recorder.RunReader, heard: float) -> RunSummary:
-        """The summary of what ``reader`` holds (blocking: one streaming pass over each scalar
-        tag, keeping two points of it, and the newest ``hparams`` and ``telemetry`` records)."""
+        """The summary of what ``reader`` holds (blocking: per scalar tag, the chunks holding its
+        first and last step; the first and newest record of each event kind and tag)."""
         s = cls(name, heard)
         for tag, info in reader.tags().items():
             if info.kind != "scalars":
@@ -235,12 +235,18 @@ class RunSummary:
                 for record in reader.read_records(kind=info.kind, tag=tag, limit=2):
                     s._walls(record.wall, record.wall)
                 continue
-            ends = reader.read_scalars(tag, max_points=2)  # the first and the last point
-            if not len(ends.steps):
-                continue
-            s.tags[tag] = [float(ends.values[-1]), info.vmin, info.vmax]
-            s.last_step = _max(s.last_step, info.step_max)
-            s._walls(float(ends.walls.min()), float(ends.walls.max()))
+            # The points at the first and the last step: only the chunks holding those steps are
+            # decoded (the whole tag, streamed, should a restart have superseded the last step).
+            tail = reader.read_scalars(tag, start=info.step_max, end=info.step_max, max_points=2)
+            if not len(tail.steps):
+                tail = reader.read_scalars(tag, max_points=2)
+                if not len(tail.steps):
+                    continue
+            head = reader.read_scalars(tag, start=info.step_min, end=info.step_min, max_points=2)
+            s.tags[tag] = [float(tail.values[-1]), info.vmin, info.vmax]
+            s.last_step = _max(s.last_step, int(tail.steps.max()))
+            first = float(head.walls.min()) if len(head.walls) else float(tail.walls.min())
+            s._walls(first, float(tail.walls.max()))
         for kind in UNTAGGED_KINDS:  # events without a tag are not in tags()
             for record in reader.read_records(kind=kind, limit=2):
                 if record.tag is None:
