@@ -16,6 +16,9 @@ measures:
 * ``summaries_ms``: from opening ``/ws/live`` until its first ``summaries`` frame (every run's
   summary) is read, and that frame's size.
 
+And once, in this process (no HTTP, no other work): a ``Broker``'s discovery of the runs, and the
+median time to build the ``GET /api/runs`` answer and the ``summaries`` frame (the server's cost).
+
 The OS page cache is warm (the generation just wrote the files, or an earlier start read them).
 Results: a Markdown table on stdout, and the record in bench/out/runs.json (or ``--out``).
 """
@@ -65,6 +68,35 @@ async def first_summaries(ws_url: str) -> tuple[float, int, int]:
                 return time.perf_counter() - t0, len(data), len(message["runs"])
 
 
+def in_process(logdir: str, runs: int, gets: int) -> dict:
+    """The server's own cost, without HTTP: a Broker over ``logdir`` discovers its runs (reading
+    every digest), then ``summaries_json()`` (what GET /api/runs answers with) and the first
+    ``summaries`` frame are built ``gets`` times each."""
+    from vdl_stream.broker import Broker
+
+    async def run() -> dict:
+        broker = Broker(logdir)
+        t0 = time.perf_counter()
+        await broker._discover()
+        discover = time.perf_counter() - t0
+        assert len(broker.runs()) == runs
+        answer, frame = [], []
+        for _ in range(gets):
+            t = time.perf_counter()
+            broker.summaries_json()
+            answer.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            broker.summaries_frame()
+            frame.append(time.perf_counter() - t)
+        return {
+            "discover_s": discover,
+            "answer_ms": statistics.median(answer) * 1e3,
+            "frame_ms": statistics.median(frame) * 1e3,
+        }
+
+    return trio.run(run)
+
+
 def one_start(logdir: str, runs: int, gets: int) -> dict:
     """Start serve over ``logdir`` once and take every measure."""
     t0 = time.perf_counter()
@@ -100,6 +132,7 @@ def measure(args: argparse.Namespace, points: int) -> dict:
     generated = time.perf_counter() - t0
     facts = cached_facts(logdir)
     starts = [one_start(logdir, args.runs, args.gets) for _ in range(args.starts)]
+    inner = in_process(logdir, args.runs, args.gets)
 
     def med(key: str) -> float:
         return statistics.median(s[key] for s in starts)
@@ -116,6 +149,7 @@ def measure(args: argparse.Namespace, points: int) -> dict:
         "body_bytes": starts[0]["body_bytes"],
         "summaries_bytes": starts[0]["summaries_bytes"],
         "statuses": starts[0]["statuses"],
+        "in_process": inner,
         "starts": starts,
     }
 
@@ -127,15 +161,17 @@ def report(result: dict) -> str:
         f"({a['gets']} warm GETs each)",
         "",
         "| points a run | logdir | serve start-up | GET /api/runs cold | warm | first `summaries` "
-        "frame | answer | frame |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "frame | answer | frame | in the server: discovery; answer; frame |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result["results"]:
+        inner = r["in_process"]
         lines.append(
             f"| {r['points_per_run']:,} | {r['logdir_bytes'] / 1e6:,.0f} MB | "
             f"{r['startup_s']:.2f} s | {r['cold_ms']:.1f} ms | {r['warm_ms']:.1f} ms | "
             f"{r['summaries_ms']:.1f} ms | {r['body_bytes'] / 1e3:,.0f} kB | "
-            f"{r['summaries_bytes'] / 1e3:,.0f} kB |"
+            f"{r['summaries_bytes'] / 1e3:,.0f} kB | {inner['discover_s']:.2f} s; "
+            f"{inner['answer_ms']:.2f} ms; {inner['frame_ms']:.2f} ms |"
         )
     rows = result["results"]
     if len(rows) > 1:
