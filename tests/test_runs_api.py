@@ -480,3 +480,29 @@ def test_cold_runs_without_a_digest_get_their_summary(tmp_path):
                 {"loss": float(i)},
                 {"loss": 9.0 + i},
             )
+
+
+async def test_a_followed_run_is_crashed_when_idle_and_live_when_it_moves(tmp_path):
+    """A run another process writes (no connection to lose): crashed once nothing arrived for
+    ``crash_after`` seconds (its files' age, for a run found on disk), live again when it grows."""
+    run = tmp_path / "r"
+    with recorder.RunWriter(run) as w:
+        w.append_scalars("loss", np.arange(3), 1.7e9 + np.arange(3.0), np.ones(3))
+    for name in os.listdir(run):
+        os.utime(run / name, (1.7e9, 1.7e9))  # written long ago, never closed by its Writer
+    broker = Broker(tmp_path, crash_after=5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        with trio.fail_after(30):
+            await nursery.start(partial(broker.follow, 0.05))
+            assert [s["status"] for s in broker.summaries()] == ["crashed"]
+            with recorder.RunWriter(run) as w:  # the training resumed
+                w.append_scalars("loss", np.arange(3, 5), 1.7e9 + np.arange(3.0, 5.0), np.zeros(2))
+            for _ in range(500):  # the follow loop polls every 50 ms
+                if (s := broker.summaries()[0])["last_step"] == 4:
+                    break
+                await trio.sleep(0.05)
+            assert s["status"] == "live" and s["last"] == {"loss": 0.0}
+            assert s["min"] == {"loss": 0.0} and s["max"] == {"loss": 1.0}
+            broker.close()
+            await broker.wait_closed()

@@ -1728,7 +1728,9 @@ def _summary_on_open(run: _Run) -> None:
         return
     assert run.reader is not None
     try:
-        run.summary = RunSummary.from_reader(run.name, run.reader, _heard(run))
+        # Its files as they are now (run.signature may be older: _poll sets it after this).
+        heard = max((m for _, _, m in _signature(run.path)), default=time.time_ns()) / 1e9
+        run.summary = RunSummary.from_reader(run.name, run.reader, heard)
     except Exception as exc:  # the run's reads report their own errors; this one is a shortcut
         run.summary_failed = True
         log.warning("vdl-stream: no summary of run %r: %s", run.name, _describe(exc))
