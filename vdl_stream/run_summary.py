@@ -323,4 +323,4 @@ def summaries_frame(packed: list[bytes]) -> bytes:
         header = b"\xdc" + n.to_bytes(2, "big")
     else:
         header = b"\xdd" + n.to_bytes(4, "big")
-    return head[:-1] + header + b"".join(packed)
+    return b"".join([head[:-1], header, *packed])  # one copy of the frame
