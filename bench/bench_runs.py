@@ -16,8 +16,10 @@ measures:
 * ``summaries_ms``: from opening ``/ws/live`` until its first ``summaries`` frame (every run's
   summary) is read, and that frame's size.
 
-And once, in this process (no HTTP, no other work): a ``Broker``'s discovery of the runs, and the
-median time to build the ``GET /api/runs`` answer and the ``summaries`` frame (the server's cost).
+And after each start, in this process (no HTTP, no other work): a ``Broker``'s discovery of the
+runs, and the median time to build the ``GET /api/runs`` answer and the ``summaries`` frame (the
+server's own cost). The starts of the sizes are interleaved (one of each per round), so that the
+shared machine's load weighs on every size alike; every figure is a median over the starts.
 
 The OS page cache is warm (the generation just wrote the files, or an earlier start read them).
 Results: a Markdown table on stdout, and the record in bench/out/runs.json (or ``--out``).
@@ -126,13 +128,36 @@ def one_start(logdir: str, runs: int, gets: int) -> dict:
         stop_serve(server)
 
 
-def measure(args: argparse.Namespace, points: int) -> dict:
-    t0 = time.perf_counter()
-    logdir = cached_runs(args.runs, args.tags, points, args.seed)
-    generated = time.perf_counter() - t0
+def measure_all(args: argparse.Namespace) -> list[dict]:
+    """Every ``--points`` size, the starts interleaved (one of each size per round), so that
+    the machine's load changes weigh on every size alike."""
+    logdirs, generated = [], []
+    for points in args.points:
+        t0 = time.perf_counter()
+        logdirs.append(cached_runs(args.runs, args.tags, points, args.seed))
+        generated.append(time.perf_counter() - t0)
+    starts: list[list[dict]] = [[] for _ in args.points]
+    inner: list[list[dict]] = [[] for _ in args.points]
+    for _ in range(args.starts):
+        for i, logdir in enumerate(logdirs):
+            starts[i].append(one_start(logdir, args.runs, args.gets))
+            inner[i].append(in_process(logdir, args.runs, args.gets))
+    return [
+        measure(args, points, logdirs[i], generated[i], starts[i], inner[i])
+        for i, points in enumerate(args.points)
+    ]
+
+
+def measure(
+    args: argparse.Namespace,
+    points: int,
+    logdir: str,
+    generated: float,
+    starts: list[dict],
+    inners: list[dict],
+) -> dict:
     facts = cached_facts(logdir)
-    starts = [one_start(logdir, args.runs, args.gets) for _ in range(args.starts)]
-    inner = in_process(logdir, args.runs, args.gets)
+    inner = {k: statistics.median(x[k] for x in inners) for k in inners[0]}
 
     def med(key: str) -> float:
         return statistics.median(s[key] for s in starts)
@@ -205,7 +230,7 @@ def main() -> None:
     args.runs = args.runs or 1000
     args.points = args.points or [1000, 10_000]
     args.starts = args.starts or 5
-    results = [measure(args, p) for p in args.points]
+    results = measure_all(args)
     result = {
         "args": vars(args),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
