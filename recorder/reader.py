@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from recorder import blocks, codec
+from recorder import blocks, codec, framing
 from recorder.catalog import SEGMENT_RE, Catalog, Entry, SourceGone, list_segments
 from recorder.downsample import downsample
 from recorder.parts import PartTable
@@ -705,11 +706,19 @@ class RunReader:
             yield _concat(pending)
 
     def _downsample_stream(
-        self, tag: str, start: int | None, end: int | None, max_points: int
+        self,
+        tag: str,
+        start: int | None,
+        end: int | None,
+        max_points: int,
+        use_lod: bool = True,
     ) -> ScalarSeries:
         """``downsample(read_scalars(tag, start, end), max_points)``, computed one chunk at a
         time: memory is bounded by a chunk and the buckets, nothing is kept. Chunks wholly in
-        range and not cut by a restart are counted from their summaries."""
+        range and not cut by a restart are counted from their summaries, and a block chunk with a
+        level-of-detail summary is not decoded at all when the buckets are at least two of its
+        slices wide: its slices' extremes stand for their points, and only the slices a bucket
+        edge (or the first or last point) falls in are read, a column range at a time."""
         refs, firsts, smins, smaxs = self._pieces(tag)
         ceil = self._ceilings(refs, firsts, smins, smaxs)
         cols = self._parts.cols
@@ -720,19 +729,24 @@ class RunReader:
         hi = np.iinfo(np.int64).max if end is None else end
         skip = (smaxs < lo) | (smins > hi) | (smins >= ceil)
         whole = ~skip & (smins >= lo) & (smaxs <= hi) & (smaxs < ceil)
+        cut: dict[int, ScalarSeries | None] = {}  # pieces cut by the range or a restart
 
         def kept(i: int) -> ScalarSeries | None:
+            if i in cut:
+                return cut[i]
             points = self._piece_points(refs[i])
             if points is None or whole[i]:
                 return points
             st = points.steps
             keep = (st < ceil[i]) & (st >= lo) & (st <= hi)
-            return ScalarSeries(*(col[keep] for col in points))
+            cut[i] = ScalarSeries(*(col[keep] for col in points))
+            return cut[i]
 
-        n = int(counts[whole].sum())
+        sizes = np.where(whole, counts, 0)
         for i in np.flatnonzero(~skip & ~whole).tolist():
             points = kept(i)
-            n += 0 if points is None else len(points.steps)
+            sizes[i] = 0 if points is None else len(points.steps)
+        n = int(sizes.sum())
         if n <= max_points:
             pieces = [p for i in np.flatnonzero(~skip).tolist() if (p := kept(i)) is not None]
             if not pieces:
@@ -741,48 +755,30 @@ class RunReader:
         buckets = (max_points - 2) // 2
         size = -(-(n - 2) // buckets) if buckets else n
         full = (n - 2) // size if buckets else 0
-        nb = full + (1 if buckets and full * size < n - 2 else 0)
-        # Per bucket: (global index, step, wall, value) of its first minimum and first maximum,
-        # NaN winning as in NumPy's argmin/argmax.
-        low: list = [None] * nb
-        high: list = [None] * nb
-        ends: dict[int, tuple] = {}
-        g = 0
-        for i in np.flatnonzero(~skip).tolist():
-            points = kept(i)
-            if points is None or not len(points.steps):
-                continue
-            k = len(points.steps)
-            st, wa, va = points
-            if g == 0:
-                ends[0] = (int(st[0]), float(wa[0]), float(va[0]))
-            if g + k == n:
-                ends[n - 1] = (int(st[-1]), float(wa[-1]), float(va[-1]))
-            a, b = max(g, 1), min(g + k, n - 1)  # inner points of this piece: [a, b)
-            if nb and a < b:
-                bucket_of = np.minimum((np.arange(a, b) - 1) // size, full)
-                cuts = [0, *(np.flatnonzero(np.diff(bucket_of)) + 1).tolist(), b - a]
-                for c0, c1 in itertools.pairwise(cuts):
-                    bk = int(bucket_of[c0])
-                    seg = va[a - g + c0 : a - g + c1]
-                    for table, pick, better in ((low, np.argmin, _lt), (high, np.argmax, _gt)):
-                        j = int(pick(seg))
-                        v = float(seg[j])
-                        cur = table[bk]
-                        if cur is None or better(v, cur[3]):
-                            p = a - g + c0 + j
-                            table[bk] = (a + c0 + j, int(st[p]), float(wa[p]), v)
-            g += k
-        chosen = dict(ends)
-        for item in (*low, *high):
-            if item is not None:
-                chosen[item[0]] = item[1:]
-        order = sorted(chosen)
-        return ScalarSeries(
-            np.array([chosen[i][0] for i in order], np.int64),
-            np.array([chosen[i][1] for i in order], np.float64),
-            np.array([chosen[i][2] for i in order], np.float64),
-        )
+        grid = _Buckets(n, size, full, bool(buckets))
+        try:
+            g = 0
+            for i in np.flatnonzero(~skip).tolist():
+                ref = refs[i]
+                if use_lod and whole[i] and not isinstance(ref, int) and ref.lod is not None:
+                    lod = self._catalog.load_lod(ref)
+                    if lod is not None and size >= 2 * lod.size:
+                        grid.add_lod(_LodChunk(self._catalog, ref, lod), g)
+                        g += int(counts[i])
+                        continue
+                points = kept(i)
+                if points is None:
+                    # Found damaged while counting whole: the count is off; start over without it.
+                    return self._downsample_stream(tag, start, end, max_points, use_lod)
+                grid.add_points(points, g)
+                g += len(points.steps)
+            if g != n:
+                return self._downsample_stream(tag, start, end, max_points, use_lod)
+            return grid.result()
+        except _LodMismatch:
+            # A summary disagrees with its chunk's bytes: read the chunks whole (their frame
+            # checksums then report any damage).
+            return self._downsample_stream(tag, start, end, max_points, use_lod=False)
 
     def _check_scalar_tag(self, tag: str) -> None:
         entries = self._by_tag.get(tag)
@@ -1055,15 +1051,189 @@ class RunReader:
             self.close()
 
 
-def _lt(a: float, b: float) -> bool:
-    """Whether ``a`` replaces ``b`` as a bucket's minimum (a later point: only if smaller, or
-    NaN where ``b`` is not; as np.argmin, the first NaN or the first minimum wins)."""
-    return b == b and (a != a or a < b)
+class _LodMismatch(Exception):
+    """A chunk's bytes do not match the checksums in its summary."""
 
 
-def _gt(a: float, b: float) -> bool:
-    """As :func:`_lt`, for the maximum."""
-    return b == b and (a != a or a > b)
+class _LodChunk:
+    """Reads single slices of a block chunk's columns, checked against its summary."""
+
+    def __init__(self, catalog: Catalog, entry: Entry, lod: blocks.Lod) -> None:
+        self.catalog = catalog
+        self.entry = entry
+        self.lod = lod
+        # Where the chunk's payload starts (after the frame's length and its checksum).
+        self.base = entry.offset + framing.FRAME_OVERHEAD - 4
+
+    def _bounds(self, j: int) -> tuple[int, int]:
+        size = self.lod.size
+        return j * size, min((j + 1) * size, self.lod.n)
+
+    def values(self, j: int) -> np.ndarray:
+        """The values of slice ``j``."""
+        a, b = self._bounds(j)
+        data = self.catalog.pread(self.entry, self.base + self.lod.cv + 8 * a, 8 * (b - a))
+        if zlib.crc32(data) != int(self.lod.crc[j]):
+            raise _LodMismatch(self.entry.src)
+        return np.frombuffer(data, "<f8")
+
+    def steps_walls(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """The steps and wall times of slice ``j``."""
+        a, b = self._bounds(j)
+        cs, cw = self.lod.cs, self.lod.cw
+        sdata = b""
+        if cs[0] == "range":
+            steps = cs[1] + cs[2] * np.arange(a, b, dtype=np.int64)
+        else:
+            width = 4 if cs[0] == "u4" else 8
+            rel = cs[2] if width == 4 else cs[1]
+            sdata = self.catalog.pread(self.entry, self.base + rel + width * a, width * (b - a))
+        wwidth = 4 if cw[0] == "us" else 8
+        wrel = cw[2] if wwidth == 4 else cw[1]
+        wdata = self.catalog.pread(self.entry, self.base + wrel + wwidth * a, wwidth * (b - a))
+        if zlib.crc32(sdata + wdata) != int(self.lod.crcsw[j]):
+            raise _LodMismatch(self.entry.src)
+        if cs[0] == "u4":
+            steps = np.frombuffer(sdata, "<u4").astype(np.int64) + cs[1]
+        elif cs[0] == "i8":
+            steps = np.frombuffer(sdata, "<i8")
+        if wwidth == 4:  # exactly as codec.decode_scalars computes them
+            walls = np.frombuffer(wdata, "<u4").astype(np.float64)
+            walls *= 1e-6
+            walls += cw[1]
+        else:
+            walls = np.frombuffer(wdata, "<f8")
+        return steps, walls
+
+
+class _Buckets:
+    """The buckets of :func:`recorder.downsample.extreme_indices` over ``n`` points, filled
+    piece by piece in order with candidates for each bucket's minimum and maximum: whole points,
+    or a summary slice's extremes (which stand for the slice's points when the slice lies in one
+    bucket). The first minimum (maximum) of a bucket is its candidate of the smallest (largest)
+    value, NaN first, then the smallest index, which is what np.argmin (argmax) picks."""
+
+    def __init__(self, n: int, size: int, full: int, any_buckets: bool) -> None:
+        self.n, self.size, self.full, self.any = n, size, full, any_buckets
+        # Candidates: global index, value, step, wall; a step of None is read later (pending).
+        self.cand: dict[str, list] = {"min": [], "max": []}
+        self.ends: dict[int, tuple] = {}
+        self.pending: dict[int, tuple[_LodChunk, int, int]] = {}  # index -> chunk, slice, local
+
+    def _bucket_of(self, index: np.ndarray) -> np.ndarray:
+        return np.minimum((index - 1) // self.size, self.full)
+
+    def add_points(self, points: ScalarSeries, g: int, chunk: tuple | None = None) -> None:
+        """Add the points at global indices ``g, g + 1, ...`` (with ``chunk``: the values of a
+        summary slice, whose steps and walls are read only if picked: ``(chunk, slice, first
+        local index)``)."""
+        va = points.values
+        k = len(va)
+        n = self.n
+        for index in (0, n - 1):
+            if g <= index < g + k:
+                self._point(index, points, index - g, chunk)
+        a, b = max(g, 1), min(g + k, n - 1)  # inner points of this piece: [a, b)
+        if not self.any or a >= b:
+            return
+        bucket_of = self._bucket_of(np.arange(a, b))
+        cuts = [0, *(np.flatnonzero(np.diff(bucket_of)) + 1).tolist(), b - a]
+        for c0, c1 in itertools.pairwise(cuts):
+            seg = va[a - g + c0 : a - g + c1]
+            for name, pick in (("min", np.argmin), ("max", np.argmax)):
+                p = a - g + c0 + int(pick(seg))
+                self._candidate(name, g + p, points, p, chunk)
+
+    def _candidate(self, name: str, index: int, points: ScalarSeries, p: int, chunk) -> None:
+        if chunk is None:
+            item = (index, float(points.values[p]), int(points.steps[p]), float(points.walls[p]))
+        else:
+            item = (index, float(points.values[p]), None, None)
+            self.pending[index] = (chunk[0], chunk[1], chunk[2] + p)
+        self.cand[name].append(item)
+
+    def _point(self, index: int, points: ScalarSeries, p: int, chunk) -> None:
+        if chunk is None:
+            self.ends[index] = (int(points.steps[p]), float(points.walls[p]), float(points[2][p]))
+        else:
+            self.ends[index] = (None, None, float(points.values[p]))
+            self.pending[index] = (chunk[0], chunk[1], chunk[2] + p)
+
+    def add_lod(self, chunk: _LodChunk, g: int) -> None:
+        """Add a block chunk's points at global indices ``g, g + 1, ...`` from its summary."""
+        lod = chunk.lod
+        starts = np.arange(len(lod.imin), dtype=np.int64) * lod.size
+        stops = np.minimum(starts + lod.size, lod.n)
+        first, last = g + starts, g + stops - 1  # global indices of each slice's ends
+        split = (first == 0) | (last == self.n - 1)
+        if self.any:
+            split |= self._bucket_of(first) != self._bucket_of(last)
+        elif not split.any():
+            return  # no buckets: only the first and last points count
+        for j in np.flatnonzero(split).tolist():
+            values = chunk.values(j)
+            a = int(starts[j])
+            empty = np.empty(0)
+            self.add_points(ScalarSeries(empty, empty, values), g + a, (chunk, j, a))
+        if not self.any:
+            return
+        clean = ~split
+        for name, idx, val, stp, wal in (
+            ("min", lod.imin, lod.vmin, lod.smin, lod.wmin),
+            ("max", lod.imax, lod.vmax, lod.smax, lod.wmax),
+        ):
+            self.cand[name].append((g + idx[clean], val[clean], stp[clean], wal[clean]))
+
+    def result(self) -> ScalarSeries:
+        """The points picked: the first, the last, and each bucket's minimum and maximum."""
+        chosen: dict[int, list] = {i: list(v) for i, v in self.ends.items()}
+        for name in ("min", "max"):
+            g, v, s, w, pend = _columns(self.cand[name])
+            if not len(g):
+                continue
+            nan = np.isnan(v)
+            key = np.where(nan, 0.0, v if name == "min" else -v)
+            bucket = self._bucket_of(g)
+            order = np.lexsort((g, key, ~nan, bucket))
+            ranked = bucket[order]
+            heads = order[np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])]
+            for i, index in enumerate(g[heads].tolist()):
+                h = heads[i]
+                step = None if pend[h] else int(s[h])
+                chosen[index] = [step, float(w[h]), float(v[h])]
+        loaded: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for index, item in chosen.items():
+            if item[0] is None:
+                chunk, j, local = self.pending[index]
+                key = (id(chunk), j)
+                if key not in loaded:
+                    loaded[key] = chunk.steps_walls(j)
+                steps, walls = loaded[key]
+                a = j * chunk.lod.size
+                item[0], item[1] = int(steps[local - a]), float(walls[local - a])
+        order = sorted(chosen)
+        return ScalarSeries(
+            np.array([chosen[i][0] for i in order], np.int64),
+            np.array([chosen[i][1] for i in order], np.float64),
+            np.array([chosen[i][2] for i in order], np.float64),
+        )
+
+
+def _columns(items: list) -> tuple[np.ndarray, ...]:
+    """Candidates given as single tuples and as tuples of arrays, as columns: index, value,
+    step, wall, and whether the step and wall are still to be read."""
+    singles = [x for x in items if not isinstance(x[0], np.ndarray)]
+    arrays = [x for x in items if isinstance(x[0], np.ndarray)]
+    pend = np.array([x[2] is None for x in singles], bool)
+    cols = [
+        np.array([x[0] for x in singles], np.int64),
+        np.array([x[1] for x in singles], np.float64),
+        np.array([0 if x[2] is None else x[2] for x in singles], np.int64),
+        np.array([0.0 if x[3] is None else x[3] for x in singles], np.float64),
+    ]
+    out = [np.concatenate([c, *(a[k] for a in arrays)]) for k, c in enumerate(cols)]
+    out.append(np.concatenate([pend, *(np.zeros(len(a[0]), bool) for a in arrays)]))
+    return tuple(out)
 
 
 def _spread(n: int, limit: int) -> np.ndarray:
