@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import warnings
 import zlib
@@ -762,7 +761,7 @@ class RunReader:
                 ref = refs[i]
                 if use_lod and whole[i] and not isinstance(ref, int) and ref.lod is not None:
                     lod = self._catalog.load_lod(ref)
-                    if lod is not None and size >= 2 * lod.size:
+                    if lod is not None and size >= 2 * lod.size and buckets:
                         grid.add_lod(_LodChunk(self._catalog, ref, lod), g)
                         g += int(counts[i])
                         continue
@@ -1108,132 +1107,161 @@ class _LodChunk:
 
 class _Buckets:
     """The buckets of :func:`recorder.downsample.extreme_indices` over ``n`` points, filled
-    piece by piece in order with candidates for each bucket's minimum and maximum: whole points,
-    or a summary slice's extremes (which stand for the slice's points when the slice lies in one
-    bucket). The first minimum (maximum) of a bucket is its candidate of the smallest (largest)
-    value, NaN first, then the smallest index, which is what np.argmin (argmax) picks."""
+    with candidates for each bucket's minimum and maximum: points, or a summary slice's extremes
+    (which stand for the slice's points when the slice lies in one bucket). In order of index,
+    the first minimum (maximum) among a bucket's candidates is the first of its points, which is
+    what np.argmin (argmax) picks (NaN first)."""
+
+    # Points of consecutive decoded pieces gathered before they are bucketed (bounds memory).
+    GATHER = 1 << 16
 
     def __init__(self, n: int, size: int, full: int, any_buckets: bool) -> None:
         self.n, self.size, self.full, self.any = n, size, full, any_buckets
-        # Candidates: global index, value, step, wall; a step of None is read later (pending).
-        self.cand: dict[str, list] = {"min": [], "max": []}
-        self.ends: dict[int, tuple] = {}
-        self.pending: dict[int, tuple[_LodChunk, int, int]] = {}  # index -> chunk, slice, local
+        # Candidate columns, as lists of arrays: global index, value, step, wall, and for a
+        # candidate whose step and wall are still to be read, its chunk (index into
+        # self.chunks), slice and local index (chunk -1: read already).
+        self.cand: dict[str, list[tuple]] = {"min": [], "max": [], "ends": []}
+        self.chunks: list[_LodChunk] = []
+        self._at: list[int] = []  # global index of each chunk's first point
+        self._held: list[ScalarSeries] = []
+        self._held_at = 0  # global index of the first point held
+        self._held_n = 0
 
     def _bucket_of(self, index: np.ndarray) -> np.ndarray:
         return np.minimum((index - 1) // self.size, self.full)
 
-    def add_points(self, points: ScalarSeries, g: int, chunk: tuple | None = None) -> None:
-        """Add the points at global indices ``g, g + 1, ...`` (with ``chunk``: the values of a
-        summary slice, whose steps and walls are read only if picked: ``(chunk, slice, first
-        local index)``)."""
-        va = points.values
-        k = len(va)
-        n = self.n
-        for index in (0, n - 1):
-            if g <= index < g + k:
-                self._point(index, points, index - g, chunk)
-        a, b = max(g, 1), min(g + k, n - 1)  # inner points of this piece: [a, b)
-        if not self.any or a >= b:
+    def add_points(self, points: ScalarSeries, g: int) -> None:
+        """Add decoded points at global indices ``g, g + 1, ...``."""
+        if self._held and self._held_at + self._held_n != g:
+            self._flush()
+        if not self._held:
+            self._held_at = g
+        self._held.append(points)
+        self._held_n += len(points.steps)
+        if self._held_n >= self.GATHER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._held:
             return
-        bucket_of = self._bucket_of(np.arange(a, b))
-        cuts = [0, *(np.flatnonzero(np.diff(bucket_of)) + 1).tolist(), b - a]
-        for c0, c1 in itertools.pairwise(cuts):
-            seg = va[a - g + c0 : a - g + c1]
-            for name, pick in (("min", np.argmin), ("max", np.argmax)):
-                p = a - g + c0 + int(pick(seg))
-                self._candidate(name, g + p, points, p, chunk)
+        steps, walls, values = self._held[0] if len(self._held) == 1 else _concat(self._held)
+        g = self._held_at
+        self._held, self._held_n = [], 0
+        index = np.arange(g, g + len(steps))
+        for name, pos in self._extremes(index, values).items():
+            none = np.full(len(pos), -1, np.int64)
+            self.cand[name].append(
+                (index[pos], values[pos], steps[pos], walls[pos], none, none, none)
+            )
 
-    def _candidate(self, name: str, index: int, points: ScalarSeries, p: int, chunk) -> None:
-        if chunk is None:
-            item = (index, float(points.values[p]), int(points.steps[p]), float(points.walls[p]))
-        else:
-            item = (index, float(points.values[p]), None, None)
-            self.pending[index] = (chunk[0], chunk[1], chunk[2] + p)
-        self.cand[name].append(item)
-
-    def _point(self, index: int, points: ScalarSeries, p: int, chunk) -> None:
-        if chunk is None:
-            self.ends[index] = (int(points.steps[p]), float(points.walls[p]), float(points[2][p]))
-        else:
-            self.ends[index] = (None, None, float(points.values[p]))
-            self.pending[index] = (chunk[0], chunk[1], chunk[2] + p)
+    def _extremes(self, index: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+        """Positions in ``index`` (increasing global indices) of the first and last point if
+        there, and of each bucket's first minimum and first maximum among these points."""
+        out = {"ends": np.flatnonzero((index == 0) | (index == self.n - 1))}
+        inner = np.flatnonzero((index >= 1) & (index < self.n - 1))
+        if self.any and len(inner):
+            whole = len(inner) == len(index)
+            if not whole:
+                index, values = index[inner], values[inner]
+            lows, highs = _segment_extremes(values, _run_starts(self._bucket_of(index)))
+            out["min"], out["max"] = (lows, highs) if whole else (inner[lows], inner[highs])
+        return out
 
     def add_lod(self, chunk: _LodChunk, g: int) -> None:
-        """Add a block chunk's points at global indices ``g, g + 1, ...`` from its summary."""
-        lod = chunk.lod
-        starts = np.arange(len(lod.imin), dtype=np.int64) * lod.size
-        stops = np.minimum(starts + lod.size, lod.n)
-        first, last = g + starts, g + stops - 1  # global indices of each slice's ends
-        split = (first == 0) | (last == self.n - 1)
-        if self.any:
-            split |= self._bucket_of(first) != self._bucket_of(last)
-        elif not split.any():
-            return  # no buckets: only the first and last points count
-        for j in np.flatnonzero(split).tolist():
-            values = chunk.values(j)
-            a = int(starts[j])
-            empty = np.empty(0)
-            self.add_points(ScalarSeries(empty, empty, values), g + a, (chunk, j, a))
-        if not self.any:
-            return
-        clean = ~split
-        for name, idx, val, stp, wal in (
-            ("min", lod.imin, lod.vmin, lod.smin, lod.wmin),
-            ("max", lod.imax, lod.vmax, lod.smax, lod.wmax),
-        ):
-            self.cand[name].append((g + idx[clean], val[clean], stp[clean], wal[clean]))
+        """Add a block chunk's points at global indices ``g, g + 1, ...`` from its summary
+        (chunks are taken in by :meth:`result`, all at once)."""
+        self.chunks.append(chunk)
+        self._at.append(g)
+
+    def _take_chunks(self) -> None:
+        """The extremes of the summary slices that lie in one bucket, and of the points of the
+        others (read one slice at a time)."""
+        for size in sorted({c.lod.size for c in self.chunks}):
+            which = [i for i, c in enumerate(self.chunks) if c.lod.size == size]
+            lods = [self.chunks[i].lod for i in which]
+            counts = np.array([len(lod.imin) for lod in lods], np.int64)
+            chunk_of = np.repeat(np.array(which, np.int64), counts)
+            slice_of = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            n_of = np.repeat(np.array([lod.n for lod in lods], np.int64), counts)
+            at = np.repeat(np.array([self._at[i] for i in which], np.int64), counts)
+            starts = slice_of * size
+            stops = np.minimum(starts + size, n_of)
+            first, last = at + starts, at + stops - 1  # global indices of each slice's ends
+            split = (first == 0) | (last == self.n - 1)
+            if self.any:
+                split |= self._bucket_of(first) != self._bucket_of(last)
+            cut = np.flatnonzero(split)
+            if len(cut):
+                pairs = zip(chunk_of[cut].tolist(), slice_of[cut].tolist(), strict=True)
+                values = np.concatenate([self.chunks[c].values(j) for c, j in pairs])
+                lengths = stops[cut] - starts[cut]
+                offsets = np.cumsum(lengths) - lengths
+                index = np.repeat(first[cut] - offsets, lengths) + np.arange(len(values))
+                for name, pos in self._extremes(index, values).items():
+                    k = np.searchsorted(offsets, pos, "right") - 1  # the slice of each
+                    zeros = np.zeros(len(pos), np.int64)
+                    self.cand[name].append(
+                        (index[pos], values[pos], zeros, zeros.astype(np.float64),
+                         chunk_of[cut][k], slice_of[cut][k], starts[cut][k] + pos - offsets[k])
+                    )  # fmt: skip
+            if not self.any:
+                continue
+            clean = np.flatnonzero(~split)
+            none = np.full(len(clean), -1, np.int64)
+            for name in ("min", "max"):
+                cols = [
+                    np.concatenate([getattr(lod, col + name) for lod in lods])[clean]
+                    for col in ("i", "v", "s", "w")
+                ]
+                self.cand[name].append((at[clean] + cols[0], *cols[1:], none, none, none))
 
     def result(self) -> ScalarSeries:
         """The points picked: the first, the last, and each bucket's minimum and maximum."""
-        chosen: dict[int, list] = {i: list(v) for i, v in self.ends.items()}
-        for name in ("min", "max"):
-            g, v, s, w, pend = _columns(self.cand[name])
-            if not len(g):
+        self._flush()
+        self._take_chunks()
+        picked = []
+        for name in ("ends", "min", "max"):
+            if not self.cand[name]:
                 continue
-            nan = np.isnan(v)
-            key = np.where(nan, 0.0, v if name == "min" else -v)
-            bucket = self._bucket_of(g)
-            order = np.lexsort((g, key, ~nan, bucket))
-            ranked = bucket[order]
-            heads = order[np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])]
-            for i, index in enumerate(g[heads].tolist()):
-                h = heads[i]
-                step = None if pend[h] else int(s[h])
-                chosen[index] = [step, float(w[h]), float(v[h])]
-        loaded: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        for index, item in chosen.items():
-            if item[0] is None:
-                chunk, j, local = self.pending[index]
-                key = (id(chunk), j)
-                if key not in loaded:
-                    loaded[key] = chunk.steps_walls(j)
-                steps, walls = loaded[key]
-                a = j * chunk.lod.size
-                item[0], item[1] = int(steps[local - a]), float(walls[local - a])
-        order = sorted(chosen)
-        return ScalarSeries(
-            np.array([chosen[i][0] for i in order], np.int64),
-            np.array([chosen[i][1] for i in order], np.float64),
-            np.array([chosen[i][2] for i in order], np.float64),
-        )
+            cols = [np.concatenate(c) for c in zip(*self.cand[name], strict=True)]
+            if name != "ends":
+                order = np.argsort(cols[0], kind="stable")
+                cols = [c[order] for c in cols]
+                runs = _run_starts(self._bucket_of(cols[0]))
+                heads = _segment_extremes(cols[1], runs)[name == "max"]
+                cols = [c[heads] for c in cols]
+            picked.append(cols)
+        g, v, s, w, c, j, loc = (np.concatenate(col) for col in zip(*picked, strict=True))
+        g, first = np.unique(g, return_index=True)
+        v, s, w, c, j, loc = (col[first] for col in (v, s, w, c, j, loc))
+        pending = np.flatnonzero(c >= 0)
+        if len(pending):
+            key = c[pending] * (1 << 32) + j[pending]
+            order = np.argsort(key, kind="stable")
+            for run in np.split(pending[order], _run_starts(key[order])[1:]):
+                ci, ji = int(c[run[0]]), int(j[run[0]])
+                steps, walls = self.chunks[ci].steps_walls(ji)
+                p = loc[run] - ji * self.chunks[ci].lod.size
+                s[run], w[run] = steps[p], walls[p]
+        return ScalarSeries(s.astype(np.int64), w.astype(np.float64), v)
 
 
-def _columns(items: list) -> tuple[np.ndarray, ...]:
-    """Candidates given as single tuples and as tuples of arrays, as columns: index, value,
-    step, wall, and whether the step and wall are still to be read."""
-    singles = [x for x in items if not isinstance(x[0], np.ndarray)]
-    arrays = [x for x in items if isinstance(x[0], np.ndarray)]
-    pend = np.array([x[2] is None for x in singles], bool)
-    cols = [
-        np.array([x[0] for x in singles], np.int64),
-        np.array([x[1] for x in singles], np.float64),
-        np.array([0 if x[2] is None else x[2] for x in singles], np.int64),
-        np.array([0.0 if x[3] is None else x[3] for x in singles], np.float64),
-    ]
-    out = [np.concatenate([c, *(a[k] for a in arrays)]) for k, c in enumerate(cols)]
-    out.append(np.concatenate([pend, *(np.zeros(len(a[0]), bool) for a in arrays)]))
-    return tuple(out)
+def _run_starts(keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal consecutive ``keys`` starts."""
+    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+
+
+def _segment_extremes(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment of ``values`` (segments start at ``starts``), the position of its first
+    minimum and of its first maximum, as np.argmin/np.argmax pick them (NaN first)."""
+    ends = np.r_[starts[1:], len(values)]
+    nan = np.isnan(values)
+    out = []
+    for reduce in (np.minimum, np.maximum):
+        best = np.repeat(reduce.reduceat(values, starts), ends - starts)  # NaN propagates
+        hit = np.flatnonzero((values == best) | (nan & np.isnan(best)))
+        out.append(hit[np.searchsorted(hit, starts)])
+    return out[0], out[1]
 
 
 def _spread(n: int, limit: int) -> np.ndarray:
