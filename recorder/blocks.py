@@ -53,8 +53,10 @@ CHUNK_COLUMNS = (
     "offset", "length", "tag", "count", "first_step", "first_wall", "last_step", "last_wall",
     "smin", "smax", "vmin", "vmax", "vmin_step", "vmax_step", "finite", "o_first", "o_last",
 )  # fmt: skip
-# Footer version 3: where each chunk's summary frame is (None: the chunk has none).
+# Footer version 3: where each chunk's summary frame is (None: the chunk has none), and where
+# each event batch's index frame is.
 LOD_COLUMNS = ("lod_offset", "lod_length")
+INDEX_COLUMNS = ("idx_offset", "idx_length")
 EVENT_COLUMNS = (
     "offset", "length", "kind", "tag", "count", "first_step", "first_wall", "smin", "smax",
     "o_first", "o_last",
@@ -79,11 +81,13 @@ class BlockError(ValueError):
 
 
 def has_summaries(footer: Footer) -> bool:
-    """Whether every scalar chunk of a block has a level-of-detail summary."""
-    offsets = footer.chunks.get("lod_offset")
-    if not footer.chunks["offset"]:
-        return True
-    return offsets is not None and all(o is not None for o in offsets)
+    """Whether every scalar chunk of a block has its level-of-detail summary and every event
+    batch its event index (footer version 3)."""
+    for cols, key in ((footer.chunks, "lod_offset"), (footer.events, "idx_offset")):
+        offsets = cols.get(key)
+        if cols["offset"] and (offsets is None or any(o is None for o in offsets)):
+            return False
+    return True
 
 
 @dataclass
@@ -204,10 +208,17 @@ class BlockBuilder:
         if self._ingest is not None:
             self._events[(INGEST, None)] = [self._ingest]
             keys.append((INGEST, None))
+        if lod_slice is not None:
+            event_cols.update({c: [] for c in INDEX_COLUMNS})
         for key in keys:
             for batch in _batches(self._events[key]):
-                offset, length = out.frame(_batch_payload(key, batch))
+                payload, index = _batch_payload(key, batch)
+                offset, length = out.frame(payload)
                 _event_row(event_cols, offset, length, key, batch)
+                if lod_slice is not None:
+                    idx_offset, idx_length = out.frame(index)
+                    event_cols["idx_offset"].append(idx_offset)
+                    event_cols["idx_length"].append(idx_length)
         footer = {
             "version": BLOCK_VERSION if lod_slice is None else FOOTER_VERSION,
             "first": first,
@@ -500,18 +511,85 @@ def _batches(items: list) -> Iterable[list]:
         yield batch
 
 
-def _batch_payload(key: tuple, batch: list) -> bytes:
+def _batch_payload(key: tuple, batch: list) -> tuple[bytes, bytes]:
+    """The payload of an event batch (the bytes ``msgpack.packb`` gives), and its event index:
+    where each event's payload is in it, with its checksum (docs/record-format.md)."""
     kind, tag = key
     origins = np.array([item[3] for item in batch], np.int64)
-    data = {
-        "kind": kind,
+    oo = codec.encode_ints(origins)
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [
+        packer.pack_array_header(5),
+        packer.pack(EVENTS),
+        packer.pack(tag),
+        packer.pack(batch[0][0]),
+        packer.pack(float(batch[0][1])),
+        packer.pack_map_header(6),
+        packer.pack("kind"),
+        packer.pack(kind),
+        packer.pack("n"),
+        packer.pack(len(batch)),
+        packer.pack("p"),
+        packer.pack_array_header(len(batch)),
+    ]
+    size = sum(map(len, parts))
+    at = np.empty(len(batch), "<u4")
+    lengths = np.empty(len(batch), "<u4")
+    crcs = np.empty(len(batch), "<u4")
+    for i, item in enumerate(batch):
+        packed = packer.pack(item[2])
+        size += len(packed)
+        at[i], lengths[i], crcs[i] = size - len(item[2]), len(item[2]), zlib.crc32(item[2])
+        parts.append(packed)
+    parts += (
+        packer.pack("oo"),
+        packer.pack(oo),
+        packer.pack("st"),
+        packer.pack([item[0] for item in batch]),
+        packer.pack("wl"),
+        packer.pack(np.array([item[1] for item in batch], "<f8").tobytes()),
+    )
+    index = {
         "n": len(batch),
-        "p": [item[2] for item in batch],
-        "oo": codec.encode_ints(origins),
-        "st": [item[0] for item in batch],
-        "wl": np.array([item[1] for item in batch], "<f8").tobytes(),
+        "at": at.tobytes(),
+        "len": lengths.tobytes(),
+        "crc": crcs.tobytes(),
+        "oo": oo,
     }
-    return msgpack.packb([EVENTS, tag, batch[0][0], float(batch[0][1]), data], use_bin_type=True)
+    return b"".join(parts), msgpack.packb(index, use_bin_type=True)
+
+
+@dataclass
+class EventIndex:
+    """Where each event of a batch is in its payload: offset and length of its own payload, its
+    crc32, and its linear origin."""
+
+    at: np.ndarray
+    length: np.ndarray
+    crc: np.ndarray
+    origins: np.ndarray
+
+
+def decode_event_index(payload: bytes, n: int) -> EventIndex:
+    """Decode the event index of a batch of ``n`` events.
+
+    Raises:
+        PayloadError: it is malformed.
+    """
+    try:
+        d = msgpack.unpackb(payload, raw=False)
+        index = EventIndex(
+            np.frombuffer(d["at"], "<u4").astype(np.int64),
+            np.frombuffer(d["len"], "<u4").astype(np.int64),
+            np.frombuffer(d["crc"], "<u4"),
+            codec.decode_ints(d["oo"], n),
+        )
+        ok = d["n"] == n
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise codec.PayloadError(f"event index is malformed: {exc}") from None
+    if not ok or not (len(index.at) == len(index.length) == len(index.crc) == n):
+        raise codec.PayloadError("event index has the wrong length")
+    return index
 
 
 def _event_row(cols: dict, offset: int, length: int, key: tuple, batch: list) -> None:

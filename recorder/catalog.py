@@ -105,7 +105,8 @@ class Entry:
         self.seq = -1  # its number in write order, set by a reader
         self.batch = False  # a block's batch of events (data: the batch map)
         self.window: tuple[int, int] | None = None  # block records: origins kept (lo, hi]
-        # A block chunk's level-of-detail summary frame (offset, payload length), if it has one.
+        # A block record's summary frame (offset, payload length), if it has one: a chunk's
+        # level-of-detail summary, or a batch's event index.
         self.lod: tuple[int, int] | None = None
         # The file holding it, and its origins: the positions just after the records its data
         # came from (first, last). For a record in a segment (computed when asked for) both are
@@ -368,6 +369,24 @@ class Catalog:
             return None
         return lod if lod.n == entry.count else None
 
+    def load_event_index(self, entry: Entry) -> blocks.EventIndex | None:
+        """The event index of a block's batch, verified; None if it has none or it is damaged
+        (the batch is then read whole).
+
+        Raises:
+            SourceGone: the file holding it was replaced by compaction.
+        """
+        if entry.lod is None or not entry.batch:
+            return None
+        offset, length = entry.lod
+        payload = framing.check_frame(self.pread(entry, offset, framing.FRAME_OVERHEAD + length))
+        if payload is None:
+            return None
+        try:
+            return blocks.decode_event_index(payload, entry.count)
+        except codec.PayloadError:
+            return None
+
     def _open_segment(self, number: int) -> SegmentState:
         state = self.segments.get(number)
         if state is None:
@@ -581,6 +600,8 @@ class Catalog:
                 e.lod = (int(lod_offsets[i]), int(lod_lengths[i]))
             rows.append((o_first, e))
         ev = footer.events
+        idx_offsets = ev.get("idx_offset")
+        idx_lengths = ev.get("idx_length")
         for i in range(len(ev["offset"])):
             o_first, o_last = ev["o_first"][i], ev["o_last"][i]
             if o_last <= lo or o_first > hi:
@@ -597,6 +618,8 @@ class Catalog:
                 e.window = (lo, hi)
                 if not self._window_summary(e, state):
                     continue
+            elif idx_offsets is not None and idx_offsets[i] is not None:
+                e.lod = (int(idx_offsets[i]), int(idx_lengths[i]))
             rows.append((o_first, e))
         rows.sort(key=lambda r: r[0])
         return [e for _, e in rows]

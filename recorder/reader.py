@@ -901,6 +901,10 @@ class RunReader:
             if not entry.batch:
                 out.extend(self._keyed_records_of(entry))
                 continue
+            picked = self._picked_events(entry, local)
+            if picked is not None:
+                out.extend(picked)
+                continue
             data = self._load(entry)
             if data is None:
                 continue
@@ -918,6 +922,33 @@ class RunReader:
                 for j, ev in zip(local.tolist(), decoded, strict=True)
             )
         return [r for _, r in _in_write_order(out)]
+
+    def _picked_events(
+        self, entry: Entry, local: np.ndarray
+    ) -> list[tuple[Position, Record]] | None:
+        """The events ``local`` of a block's batch, each read alone through the batch's event
+        index (its payload checked against the index's crc32); None when the batch has no index
+        or anything does not match (the caller reads the batch whole, which reports damage)."""
+        if entry.data is not None:
+            return None  # held already
+        index = self._catalog.load_event_index(entry)
+        if index is None:
+            return None
+        base = entry.offset + framing.FRAME_OVERHEAD - 4  # the batch's payload
+        to_pos = self._catalog.blocks[entry.src].origins.position
+        out = []
+        for j in local.tolist():
+            payload = self._catalog.pread(entry, base + int(index.at[j]), int(index.length[j]))
+            if zlib.crc32(payload) != int(index.crc[j]):
+                return None
+            try:
+                decoded = codec.decode_payload(payload)
+            except codec.PayloadError:
+                return None
+            if decoded[0] != entry.kind or decoded[1] != entry.tag:
+                return None
+            out.append((to_pos(int(index.origins[j])), Record(*decoded)))
+        return out
 
     def _read_records(self, kind: str | None, tag: str | None) -> list[Record]:
         if tag is not None and kind not in (None, codec.SCALARS):

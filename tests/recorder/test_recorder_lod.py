@@ -274,3 +274,93 @@ def test_the_summary_frame_is_plain_msgpack_of_the_documented_keys(tmp_path):
          "crcsw", "cs", "cw", "cv"]
     )  # fmt: skip
     assert lod["n"] == c["count"][0] and len(lod["imin"]) == 4 * -(-lod["n"] // lod["S"])
+
+
+def write_events(path, n: int = 3000, close: bool = True) -> None:
+    w = RunWriter(path, sync="never", compact_records=8)
+    for i in range(n):
+        wall = BASE_WALL + i * 0.02
+        w.append_scalars("x", [i], [wall], [float(i)])
+        if i % 3 == 0:
+            w.append_record("histogram", "h", i, wall, {"counts": [i] * (i % 7)})
+            w.append_record("telemetry", None, None, wall, {"fields": {"cpu": float(i)}})
+        w.flush()
+    if close:
+        w.close()
+
+
+def count_batch_loads(monkeypatch) -> list:
+    from recorder.catalog import Catalog
+
+    calls: list = []
+    real = Catalog.load
+
+    def counting(self, entry, **kw):
+        if entry.batch:
+            calls.append(entry)
+        return real(self, entry, **kw)
+
+    monkeypatch.setattr(Catalog, "load", counting)
+    return calls
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_a_limited_read_of_events_reads_each_picked_event_alone(tmp_path, monkeypatch, close):
+    write_events(tmp_path / "r", close=close)
+    for kind, tag in (("histogram", "h"), ("telemetry", None)):
+        with RunReader(tmp_path / "r") as r:
+            every = r.read_records(kind, tag)
+        calls = count_batch_loads(monkeypatch)
+        for limit in (1, 2, 7, 100, 999):
+            with RunReader(tmp_path / "r") as r:
+                got = r.read_records(kind, tag, limit=limit)
+            picked = np.linspace(0, len(every) - 1, limit).round().astype(int)
+            assert got == [every[i] for i in picked], (kind, limit)
+        assert calls == []  # no batch was read whole
+        monkeypatch.undo()
+
+
+def test_batch_payloads_are_plain_msgpack_and_the_index_points_into_them(tmp_path):
+    import zlib
+
+    write_events(tmp_path / "r", 600)
+    name = block_names(tmp_path / "r")[0]
+    with open(tmp_path / "r" / name, "rb") as f:
+        ev = blocks.read_footer(f.fileno()).events
+    blob = (tmp_path / "r" / name).read_bytes()
+    assert ev["idx_offset"] and all(o is not None for o in ev["idx_offset"])
+    for i in range(len(ev["offset"])):
+        payload = framing.check_frame(
+            blob[ev["offset"][i] : ev["offset"][i] + 12 + ev["length"][i]]
+        )
+        assert payload == msgpack.packb(msgpack.unpackb(payload))
+        data = msgpack.unpackb(payload)[4]
+        frame = blob[ev["idx_offset"][i] : ev["idx_offset"][i] + 12 + ev["idx_length"][i]]
+        assert ev["idx_offset"][i] == ev["offset"][i] + 12 + ev["length"][i]
+        index = blocks.decode_event_index(framing.check_frame(frame), data["n"])
+        for j, p in enumerate(data["p"]):
+            a, n = int(index.at[j]), int(index.length[j])
+            assert payload[a : a + n] == p and int(index.crc[j]) == zlib.crc32(p)
+
+
+def test_a_damaged_event_is_reported_as_reading_its_batch_whole_reports_it(tmp_path, monkeypatch):
+    write_events(tmp_path / "r")
+    name = block_names(tmp_path / "r")[0]
+    path = tmp_path / "r" / name
+    with open(path, "rb") as f:
+        ev = blocks.read_footer(f.fileno()).events
+    i = ev["kind"].index("histogram")
+    blob = bytearray(path.read_bytes())
+    index = blocks.decode_event_index(
+        framing.check_frame(
+            bytes(blob[ev["idx_offset"][i] : ev["idx_offset"][i] + 12 + ev["idx_length"][i]])
+        ),
+        ev["count"][i],
+    )
+    blob[ev["offset"][i] + 8 + int(index.at[0]) + 3] ^= 0x01  # inside the first event
+    path.write_bytes(bytes(blob))
+    with pytest.warns(CorruptionWarning), RunReader(tmp_path / "r") as r:
+        got = r.read_records("histogram", "h", limit=5)
+    monkeypatch.setattr(_Reader, "_picked_events", lambda self, entry, local: None)
+    with pytest.warns(CorruptionWarning), RunReader(tmp_path / "r") as r:
+        assert got == r.read_records("histogram", "h", limit=5)  # the batch dropped alike
