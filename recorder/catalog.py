@@ -343,6 +343,11 @@ class Catalog:
             os.close(fd)
             raise SourceGone(name)
 
+    def fd_of(self, entry: Entry) -> int:
+        """A descriptor of the file holding ``entry``, for preads until the next call that may
+        open another file. Raises SourceGone when compaction replaced the file."""
+        return self._fd(entry.src)
+
     def pread(self, entry: Entry, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of the file holding ``entry`` (no checksum: the caller
         verifies). Raises SourceGone when compaction replaced the file."""

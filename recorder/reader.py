@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 import zlib
@@ -31,6 +32,8 @@ _T = TypeVar("_T")
 _RETRIES = 8
 # Decoded group chunks a reader keeps for streaming reads (least recently used dropped first).
 GROUP_CACHE_BYTES = 8 << 20
+# Group parts of a tag a downsampled read loads at once (beyond it, they are streamed).
+PARTS_AT_ONCE = 8192
 
 
 @dataclass(frozen=True)
@@ -604,6 +607,20 @@ class RunReader:
         hi = lo + int(cols["count"][ref])
         return ScalarSeries(*(col[lo:hi] for col in series))
 
+    def _parts_points(self, rows: list[int]) -> ScalarSeries | None:
+        """The points of consecutive group parts of one tag, concatenated; None if one is
+        damaged. Up to PARTS_AT_ONCE parts (a live run's tail holds a part per tag per flush)
+        are loaded into the part table, shared by every tag's read, and gathered at once; more
+        are read one at a time, keeping nothing."""
+        rows_arr = np.array(rows, np.int64)
+        if len(rows) <= PARTS_AT_ONCE:
+            if not self._parts.load(rows_arr, self._catalog.load):
+                self._tag_series.clear()
+                return None
+            return self._parts.gather(rows_arr)
+        pieces = [self._piece_points(r) for r in rows]
+        return None if any(p is None for p in pieces) else _concat(pieces)
+
     def _ceilings(self, refs: list, firsts, smins, smaxs) -> np.ndarray:
         """Per piece, the step from which its points are superseded by a later restart (the
         rule of :meth:`read_scalars`), from the summaries, decoding only pieces a restart cuts."""
@@ -757,8 +774,21 @@ class RunReader:
         grid = _Buckets(n, size, full, bool(buckets))
         try:
             g = 0
-            for i in np.flatnonzero(~skip).tolist():
-                ref = refs[i]
+            parts: list[int] = []  # a run of whole group parts, read together
+            for i in [*np.flatnonzero(~skip).tolist(), None]:
+                ref = None if i is None else refs[i]
+                if isinstance(ref, int) and whole[i]:
+                    parts.append(ref)
+                    continue
+                if parts:
+                    points = self._parts_points(parts)
+                    if points is None:
+                        return self._downsample_stream(tag, start, end, max_points, use_lod)
+                    grid.add_points(points, g)
+                    g += len(points.steps)
+                    parts = []
+                if i is None:
+                    break
                 if use_lod and whole[i] and not isinstance(ref, int) and ref.lod is not None:
                     lod = self._catalog.load_lod(ref)
                     if lod is not None and size >= 2 * lod.size and buckets:
@@ -1099,13 +1129,20 @@ class _LodChunk:
         size = self.lod.size
         return j * size, min((j + 1) * size, self.lod.n)
 
-    def values(self, j: int) -> np.ndarray:
-        """The values of slice ``j``."""
-        a, b = self._bounds(j)
-        data = self.catalog.pread(self.entry, self.base + self.lod.cv + 8 * a, 8 * (b - a))
-        if zlib.crc32(data) != int(self.lod.crc[j]):
-            raise _LodMismatch(self.entry.src)
-        return np.frombuffer(data, "<f8")
+    def read_slices(self, slices: list[int]) -> np.ndarray:
+        """The values of the given slices, concatenated (one pread each, on one descriptor)."""
+        fd = self.catalog.fd_of(self.entry)
+        size = self.lod.size
+        start = self.base + self.lod.cv
+        parts = []
+        for j in slices:
+            a, b = j * size, min((j + 1) * size, self.lod.n)
+            data = os.pread(fd, 8 * (b - a), start + 8 * a)
+            if zlib.crc32(data) != int(self.lod.crc[j]):
+                raise _LodMismatch(self.entry.src)
+            parts.append(data)
+        self.catalog.bytes_read += sum(map(len, parts))
+        return np.frombuffer(b"".join(parts), "<f8")
 
     def steps_walls(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """The steps and wall times of slice ``j``."""
@@ -1223,18 +1260,7 @@ class _Buckets:
                 split |= self._bucket_of(first) != self._bucket_of(last)
             cut = np.flatnonzero(split)
             if len(cut):
-                pairs = zip(chunk_of[cut].tolist(), slice_of[cut].tolist(), strict=True)
-                values = np.concatenate([self.chunks[c].values(j) for c, j in pairs])
-                lengths = stops[cut] - starts[cut]
-                offsets = np.cumsum(lengths) - lengths
-                index = np.repeat(first[cut] - offsets, lengths) + np.arange(len(values))
-                for name, pos in self._extremes(index, values).items():
-                    k = np.searchsorted(offsets, pos, "right") - 1  # the slice of each
-                    zeros = np.zeros(len(pos), np.int64)
-                    self.cand[name].append(
-                        (index[pos], values[pos], zeros, zeros.astype(np.float64),
-                         chunk_of[cut][k], slice_of[cut][k], starts[cut][k] + pos - offsets[k])
-                    )  # fmt: skip
+                self._take_cut(cut, chunk_of, slice_of, starts, stops, first, last)
             if not self.any:
                 continue
             clean = np.flatnonzero(~split)
@@ -1245,6 +1271,43 @@ class _Buckets:
                     for col in ("i", "v", "s", "w")
                 ]
                 self.cand[name].append((at[clean] + cols[0], *cols[1:], none, none, none))
+
+    def _take_cut(self, cut, chunk_of, slice_of, starts, stops, first, last) -> None:
+        """The points of the slices ``cut`` (rows of the other arrays), read one slice at a time:
+        each slice is cut where a bucket starts, and where the inner points start (index 1) and
+        end (index n - 1); each piece's first minimum and first maximum are candidates (a piece
+        holding the first or the last point is that point alone)."""
+        values = np.concatenate(
+            [
+                self.chunks[c].read_slices(js)
+                for c, js in _runs_by_chunk(chunk_of[cut], slice_of[cut])
+            ]
+        )
+        lengths = stops[cut] - starts[cut]
+        offsets = np.cumsum(lengths) - lengths
+        f, l = first[cut], last[cut]  # noqa: E741
+        # Where pieces start, as global indices: each slice's start, and the edges inside it.
+        edges = [f]
+        if self.any:
+            k = np.minimum((l - 1) // self.size, self.full)  # the last bucket starting in it
+            edge = 1 + k * self.size
+            edges.append(np.where((k >= 1) & (edge > f) & (edge <= l), edge, f))
+        for point in (1, self.n - 1):
+            edges.append(np.where((f < point) & (point <= l), point, f))
+        at = np.unique(np.concatenate([e - f + offsets for e in edges]))  # positions in values
+        lows, highs = _segment_extremes(values, at)
+        piece_slice = np.searchsorted(offsets, at, "right") - 1
+        for name, pos in (("min", lows), ("max", highs)):
+            k = piece_slice
+            index = f[k] + pos - offsets[k]
+            if not self.any:
+                keep = (index == 0) | (index == self.n - 1)
+                pos, k, index = pos[keep], k[keep], index[keep]
+            zeros = np.zeros(len(pos), np.int64)
+            self.cand[name].append(
+                (index, values[pos], zeros, zeros.astype(np.float64), chunk_of[cut][k],
+                 slice_of[cut][k], starts[cut][k] + pos - offsets[k])
+            )  # fmt: skip
 
     def result(self) -> ScalarSeries:
         """The points picked: the first, the last, and each bucket's minimum and maximum."""
@@ -1258,8 +1321,10 @@ class _Buckets:
             if name != "ends":
                 order = np.argsort(cols[0], kind="stable")
                 cols = [c[order] for c in cols]
-                runs = _run_starts(self._bucket_of(cols[0]))
-                heads = _segment_extremes(cols[1], runs)[name == "max"]
+                bucket = self._bucket_of(cols[0])
+                bucket[cols[0] == 0] = -1  # the first and the last point: buckets of their own
+                bucket[cols[0] == self.n - 1] = self.full + 1
+                heads = _segment_extremes(cols[1], _run_starts(bucket))[name == "max"]
                 cols = [c[heads] for c in cols]
             picked.append(cols)
         g, v, s, w, c, j, loc = (np.concatenate(col) for col in zip(*picked, strict=True))
@@ -1275,6 +1340,13 @@ class _Buckets:
                 p = loc[run] - ji * self.chunks[ci].lod.size
                 s[run], w[run] = steps[p], walls[p]
         return ScalarSeries(s.astype(np.int64), w.astype(np.float64), v)
+
+
+def _runs_by_chunk(chunks: np.ndarray, slices: np.ndarray) -> Iterator[tuple[int, list[int]]]:
+    """``(chunk, its slices)`` for each run of equal consecutive ``chunks``."""
+    bounds = [*_run_starts(chunks).tolist(), len(chunks)]
+    for a, b in itertools.pairwise(bounds):
+        yield int(chunks[a]), slices[a:b].tolist()
 
 
 def _run_starts(keys: np.ndarray) -> np.ndarray:
