@@ -422,6 +422,10 @@ class Broker:
             beyond it the least recently used readers drop their caches.
         idle_close: close a run's reader (its file descriptors and cache) after this many seconds
             without a read or new data; it reopens where it stopped when needed.
+        prepare_write: called with a run's directory (in a worker thread) before the broker
+            first reads or writes it for ingest; an object store's sync uses it to fetch a run
+            that so far exists only in the store (vdl_stream/storage.py). An OSError from it
+            refuses the batch as retryable.
 
     Raises:
         ValueError: a size, count or ``idle_close`` is not positive.
@@ -440,6 +444,7 @@ class Broker:
         segment_bytes: int = 64 << 20,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         idle_close: float = IDLE_CLOSE,
+        prepare_write: Callable[[Path], None] | None = None,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
@@ -456,6 +461,9 @@ class Broker:
         if not idle_close > 0:
             raise ValueError(f"idle_close must be a positive number of seconds, got {idle_close!r}")
         self.logdir = Path(logdir)
+        self._prepare_write = prepare_write
+        # With a log directory in an object store: its sync's statistics (GET /api/stats).
+        self.store_statistics: Callable[[], Any] | None = None
         self._sync_interval = sync_interval
         self._subscriber_queue = subscriber_queue
         self._subscriber_bytes = subscriber_bytes
@@ -634,6 +642,10 @@ class Broker:
                         raise RefusedError(str(exc)[:200], retryable=False) from None
                 run = run or _Run(name, self.logdir / name)
                 try:
+                    if self._prepare_write is not None:
+                        await trio.to_thread.run_sync(
+                            self._prepare_write, run.path, limiter=self._limiter
+                        )
                     await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
                 except (OSError, recorder.RecorderError) as exc:
                     # Not added: a later batch tries again (the cause may go away).
