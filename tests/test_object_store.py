@@ -336,3 +336,36 @@ def test_the_range_cache_stays_within_its_budget(s3: MotoServer, tmp_path: Path)
     largest = max(f.size for f in mirror.files.values())
     assert stats.bytes <= (64 << 10) + largest, stats
     mirror.close()
+
+
+def test_import_export_and_replay_take_store_urls(
+    s3: MotoServer, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from tests.test_interop import write_tb_logs
+    from vdl_stream.cli import main
+
+    logged = write_tb_logs(tmp_path / "tb")
+    assert main(["import", str(tmp_path / "tb"), "--logdir", "s3://bucket/imported"]) == 0
+    assert "imported 2 run(s)" in capsys.readouterr().err
+    # Importing a run the bucket has already is refused, naming it.
+    assert main(["import", str(tmp_path / "tb"), "--logdir", "s3://bucket/imported"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    out = tmp_path / "train.csv"
+    assert main(["export", "s3://bucket/imported/train", "-o", str(out)]) == 0
+    rows = out.read_text().splitlines()
+    steps, _, values = logged["train"]
+    assert rows[0] == "tag,step,wall_time,value" and len(rows) == 1 + len(steps)
+    assert [float(r.split(",")[3]) for r in rows[1:]] == values.tolist()
+    assert main(["export", "s3://bucket/imported/none"]) == 2
+    assert "s3://bucket/imported/none: not a run" in capsys.readouterr().err
+    replay = [sys.executable, "-m", "vdl_stream.cli", "replay", "s3://bucket/imported"]
+    done = subprocess.run(
+        [*replay, "--speed", "max", "--exit", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "replaying eval, train at http://127.0.0.1:" in done.stdout
+    assert "replayed 548 of 548 points and events" in done.stdout

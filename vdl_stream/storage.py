@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import re
@@ -34,6 +35,7 @@ import trio
 
 import recorder
 from recorder.store import (
+    MANIFEST,
     ManifestError,
     ObjectInfo,
     RangeCache,
@@ -584,14 +586,59 @@ def mirrored(url: str, runs: Sequence[str] | None = None) -> Iterator[Path]:
                 mirror.close()
 
 
-def publish_all(url: str, local_dir: str | os.PathLike[str]) -> int:
+def split_run_url(url: str) -> tuple[str, str | None]:
+    """``(log directory URL, run name)`` when ``url`` names a run (it holds a manifest), else
+    ``(url, None)``: a log directory of runs.
+
+    Raises:
+        ValueError: a bad URL. OSError: the store failed.
+    """
+    location = parse_store_url(url)
+    try:
+        blob = ObstoreClient(location.url).get(MANIFEST)
+    except FileNotFoundError:
+        return location.url, None
+    try:
+        run = json.loads(blob)["run"]
+    except (ValueError, KeyError, TypeError):
+        raise ManifestError(f"{url}/{MANIFEST}: not a vdl-stream manifest") from None
+    if not isinstance(run, str) or not location.prefix.endswith(run):
+        raise ManifestError(f"{url}/{MANIFEST}: names run {run!r}, not this location")
+    parent = location.prefix[: -len(run)].rstrip("/")
+    return StoreLocation(location.scheme, location.bucket, parent).url, run
+
+
+@contextlib.contextmanager
+def local_path(path: str, *, run_only: bool = False) -> Iterator[str]:
+    """``path`` itself, or for a store URL a temporary mirror of it (a run, or a log directory of
+    runs), for the commands that read runs (``export``, ``replay``).
+
+    Raises:
+        NotARunError: ``run_only`` and the URL names no run.
+    """
+    if not is_store_url(path):
+        yield path
+        return
+    logdir, run = split_run_url(path)
+    if run is None and run_only:
+        raise recorder.NotARunError(f"{path}: not a run (no {MANIFEST} there)")
+    with mirrored(logdir, None if run is None else [run]) as tmp:
+        yield str(tmp if run is None else tmp.joinpath(*run.split("/")))
+
+
+def publish_all(url: str, local_dir: str | os.PathLike[str], *, new_only: bool = False) -> int:
     """Publish every run under ``local_dir`` to ``url`` whole (heads too); return how many.
 
     Raises:
+        FileExistsError: ``new_only`` and a run exists in the store already (nothing published).
         OSError: the store failed (the local runs stay; calling again resumes).
     """
     client = ObstoreClient(url)
     names = recorder.list_runs(local_dir)
+    if new_only:
+        for name in names:
+            if read_manifest(client, name) is not None:
+                raise FileExistsError(f"run {name!r} already exists in {url}")
     for name in names:
         RunPublisher(client, name, os.path.join(local_dir, *name.split("/"))).publish(final=True)
     return len(names)
