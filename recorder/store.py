@@ -54,6 +54,10 @@ OBJECT_RE = re.compile(r"^(block-\d{6,}-\d{6,}\.vdlb|segment-\d{6,}\.vdlr)\.[0-9
 GRACE_SECONDS = 60.0
 # A fetch for a record reads at least this many bytes (the next records come with it).
 MIN_FETCH = 1 << 20
+# What a manifest may claim, at most: a reader fetches segments and block footers whole.
+MAX_FILE = 1 << 40
+MAX_SEGMENT = 1 << 30
+MAX_FOOTER = 256 << 20
 _TRAILER = struct.Struct("<QII8s")  # a block's trailer (docs/record-format.md, "Block file")
 
 
@@ -172,8 +176,10 @@ class Manifest:
                 or match is None
                 or match.group(1) != name
                 or type(size) is not int
-                or size < framing.HEADER_SIZE
+                or not framing.HEADER_SIZE <= size <= MAX_FILE
                 or not (tail is None or (type(tail) is int and 0 < tail < size))
+                or (tail is None and size > MAX_SEGMENT)
+                or (tail is not None and size - tail > MAX_FOOTER)
             ):
                 raise ManifestError(f"malformed file entry {item!r:.80}")
             files.append(FileRef(name, key, size, tail))

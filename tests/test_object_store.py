@@ -200,8 +200,9 @@ def test_a_store_that_is_down_never_stalls_the_writer_and_loses_nothing(
     relay = Relay(s3.port)
     old = set_env(s3.env(relay.endpoint))
     try:
-        writer = vdl_stream.attach(logdir=URL, run="down", telemetry=False)
         relay.down()
+        # Down from the start: a run named by attach() needs nothing from the store to begin.
+        writer = vdl_stream.attach(logdir=URL, telemetry=False)
         slowest = 0.0
         with caplog.at_level(logging.WARNING, "vdl_stream.storage"):
             for i in range(20_000):
@@ -219,7 +220,7 @@ def test_a_store_that_is_down_never_stalls_the_writer_and_loses_nothing(
         relay.up()
         writer.close()
         with storage.mirrored(URL) as tmp:
-            assert _contents(tmp / "down")["x"][0] == list(range(20_000))
+            assert _contents(tmp / writer.run)["x"][0] == list(range(20_000))
     finally:
         restore_env(old)
         relay.close()

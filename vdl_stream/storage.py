@@ -308,6 +308,9 @@ class StoreSync:
         self._failures = 0
         self._last_error: str | None = None
         self._failing = False
+        # Runs named here uniquely (attach(run=None)): nothing to look up in the store, so a
+        # store that is down never holds back their start.
+        self.fresh_runs: set[str] = set()
         self._run_locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
 
@@ -489,6 +492,8 @@ class StoreSync:
                 else:
                     mirror.hydrate()
                     publisher.adopt(read_manifest(self.client, name))
+            elif name in self.fresh_runs and name not in self._publishers:
+                publisher.adopt(None)
             elif name not in self._publishers and not _has_segments(path):
                 publisher.adopt(download_run(self.client, name, str(path)))
             else:

@@ -841,6 +841,7 @@ def attach(
         # At the call, not in the background thread: a refused bind must reach the caller.
         check_bind(host, token)
     rank, local_rank, _ = distributed_env()
+    named = run is not None
     run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
     # NVML sees every GPU of the node, so one process per node reports them.
     sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
@@ -862,6 +863,8 @@ def attach(
         client = storage.ObstoreClient(logdir)  # a bad URL or a missing obstore fails here
         logdir = storage.cache_dir(logdir)
         sync = storage.StoreSync(client, logdir, mirror=serve)
+        if not named:  # a unique new name: nothing to continue from the store
+            sync.fresh_runs.add(run)
     run_dir = check_logdir(logdir, run)
 
     async def open_local(nursery: trio.Nursery) -> Transport:
