@@ -154,7 +154,14 @@ class ObstoreClient:
             ) from None
         self._obs = obstore
         options: dict[str, Any] = {"timeout": f"{timeout}s", "connect_timeout": "5s"}
-        endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+        endpoint = next(
+            (
+                os.environ[k]
+                for k in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+                if os.environ.get(k)
+            ),
+            "",
+        )
         if self.location.scheme == "s3" and endpoint.startswith("http://"):
             options["allow_http"] = True  # a local MinIO or test server
         self._store = from_url(
