@@ -643,9 +643,9 @@ class Broker:
                 run = run or _Run(name, self.logdir / name)
                 try:
                     if self._prepare_write is not None:
-                        await trio.to_thread.run_sync(
-                            self._prepare_write, run.path, limiter=self._limiter
-                        )
+                        # Not under the persist limiter: a slow store delays this run's first
+                        # batch only, never the persistence of the others.
+                        await trio.to_thread.run_sync(self._prepare_write, run.path)
                     await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
                 except (OSError, recorder.RecorderError) as exc:
                     # Not added: a later batch tries again (the cause may go away).
