@@ -112,6 +112,38 @@ def cold_start(tmp: Path, expected_runs: int, logdir: str = URL) -> dict:
     }
 
 
+def cold_start_in_process(tmp: Path, expected_runs: int, logdir: str = URL) -> dict:
+    """A fresh broker (``run_server``) over ``logdir`` in this process, its imports done: the
+    broker's own start (the first listing of the bucket included) to the first chart."""
+    from vdl_stream.server import run_server
+
+    cache = tmp / "cold-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+
+    async def main() -> dict:
+        stop = trio.Event()
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                t0 = time.perf_counter()
+                url = await nursery.start(
+                    lambda task_status: run_server(
+                        logdir,
+                        port=0,
+                        cache_dir=cache,
+                        shutdown_trigger=stop.wait,
+                        task_status=task_status,
+                    )
+                )
+                ready = time.perf_counter() - t0
+                snap = await _first_snapshots("ws" + url.removeprefix("http").rstrip("/"), t0)
+                stop.set()
+        if snap["runs"] != expected_runs:
+            raise RuntimeError(f"the broker showed {snap['runs']} of {expected_runs} runs")
+        return {"ready_s": ready, "first_chart_s": snap["first"], "all_runs_s": snap["all"]}
+
+    return trio.run(main)
+
+
 def live(tmp: Path, runs: int, tags: int, rate: float, seconds: float) -> dict:
     """Writers at a live cadence through one broker; a second broker follows via the bucket."""
     writer_broker = ServeProcess(URL, tmp / "serve-w.err", "--cache-dir", str(tmp / "cache-w"))  # type: ignore[arg-type]
@@ -200,10 +232,20 @@ def main() -> int:
         print(f"recorded {runs} runs x {points:,} steps in {time.perf_counter() - t:.1f} s")
         # The same runs on local disk: the writers' cache holds them whole (the baseline).
         local = str(storage.cache_dir(URL))
-        colds, bases = [], []
-        for _ in range(repeat):  # interleaved, so both see the same load
+        colds, bases, inproc, inproc_local = [], [], [], []
+        for _ in range(repeat):  # interleaved, so all see the same load
             colds.append(cold_start(tmp, runs))
             bases.append(cold_start(tmp, runs, local))
+            inproc.append(cold_start_in_process(tmp, runs))
+            inproc_local.append(cold_start_in_process(tmp, runs, local))
+        for label, results in (("the bucket", inproc), ("a local directory", inproc_local)):
+            med = {k: statistics.median(c[k] for c in results) for k in results[0]}
+            print(
+                "broker started in this process over {} (median of {}): ready {:.3f} s, first "
+                "chart {:.3f} s, all {} runs {:.3f} s".format(
+                    label, repeat, med["ready_s"], med["first_chart_s"], runs, med["all_runs_s"]
+                )
+            )
         for label, results in (("the bucket", colds), ("a local directory", bases)):
             med = {
                 k: statistics.median(c[k] for c in results)
@@ -233,7 +275,16 @@ def main() -> int:
         print(f"  reader broker, per run per minute: {lv['reader_broker_per_run_minute']}")
         if args.json:
             Path(args.json).write_text(
-                json.dumps({"cold": colds, "local": bases, "live": lv}, indent=1)
+                json.dumps(
+                    {
+                        "cold": colds,
+                        "local": bases,
+                        "in_process": inproc,
+                        "in_process_local": inproc_local,
+                        "live": lv,
+                    },
+                    indent=1,
+                )
             )
     finally:
         kill_started()

@@ -426,9 +426,12 @@ class StoreSync:
                     self.client, name, str(path), head_interval=self.head_interval
                 )
                 self._publishers[name] = publisher
-            signature = tuple(
-                sorted((e.name, e.stat().st_size) for e in os.scandir(path) if e.is_file())
-            )
+            try:
+                signature = tuple(
+                    sorted((e.name, e.stat().st_size) for e in os.scandir(path) if e.is_file())
+                )
+            except FileNotFoundError:
+                return  # the run directory went away (a local failure, not the store's)
             publisher.publish(final=final)
             if not publisher.pending():
                 self._signatures[name] = signature
