@@ -370,3 +370,21 @@ def test_import_export_and_replay_take_store_urls(
     assert done.returncode == 0, done.stderr
     assert "replaying eval, train at http://127.0.0.1:" in done.stdout
     assert "replayed 548 of 548 points and events" in done.stdout
+
+
+def test_serve_publishes_what_remote_writers_send_and_everything_at_shutdown(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    server = start_serve(URL, "--cache-dir", str(tmp_path / "serve-cache"))  # type: ignore[arg-type]
+    try:
+        with vdl_stream.attach(url=server.ws_url, run="remote/r", telemetry=False) as writer:
+            for i in range(5_000):
+                writer.add_scalar("x", float(i), i)
+                if i % 10 == 0:
+                    writer.flush()
+        status, stats = http_get(server.url + "/api/stats")
+        assert status == 200 and stats["store"]["runs_published"] == 1, stats
+    finally:
+        assert stop_serve(server) == 0  # SIGTERM: closes the runs, then publishes them whole
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / "remote" / "r")["x"][0] == list(range(5_000))
