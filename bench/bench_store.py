@@ -230,6 +230,12 @@ def main() -> int:
         t = time.perf_counter()
         record(runs, points)
         print(f"recorded {runs} runs x {points:,} steps in {time.perf_counter() - t:.1f} s")
+        objects = storage.ObstoreClient(URL).list("")
+        blocks = sum(".vdlb." in o.key for o in objects)
+        print(
+            f"  the bucket holds {len(objects)} objects, {sum(o.size for o in objects):,} bytes; "
+            f"{blocks / runs:.1f} blocks a run"
+        )
         # The same runs on local disk: the writers' cache holds them whole (the baseline).
         local = str(storage.cache_dir(URL))
         colds, bases, inproc, inproc_local = [], [], [], []

@@ -716,10 +716,16 @@ def api_blueprint(broker: Broker) -> Blueprint:
         return jsonify(
             broker=broker.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
-            store=None if broker.store_statistics is None else broker.store_statistics().__dict__,
+            store=_store_statistics(broker),
         )
 
     return bp
+
+
+def _store_statistics(broker: Any) -> dict | None:
+    """The object store sync's statistics, if the log directory is in one (a replay has none)."""
+    stats = getattr(broker, "store_statistics", None)
+    return None if stats is None else stats().__dict__
 
 
 def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
