@@ -388,3 +388,26 @@ def test_serve_publishes_what_remote_writers_send_and_everything_at_shutdown(
         assert stop_serve(server) == 0  # SIGTERM: closes the runs, then publishes them whole
     with storage.mirrored(URL) as tmp:
         assert _contents(tmp / "remote" / "r")["x"][0] == list(range(5_000))
+
+
+def test_a_run_another_process_writes_in_the_cache_is_left_to_it(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    """A serve and an attach() on one machine share the cache of a URL: each publishes only the
+    runs it holds (or that nobody holds any more: left by a writer that stopped)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, recorder; w = recorder.RunWriter(sys.argv[1]); "
+         "w.append_scalars('x', [0], [0.0], [1.0]); w.flush(); print('open', flush=True); "
+         "sys.stdin.readline()", str(tmp_path / "local" / "r")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "open\n"
+        assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == {holder.pid}
+        sync = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "local")
+        assert sync._local_runs() == []
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == set()
+    assert sync._local_runs() == ["r"]
