@@ -346,6 +346,7 @@ class StoreSync:
         finally:
             with trio.move_on_after(FINAL_DEADLINE, shield=True):
                 await self._guarded(partial_final(self._upload_round))
+            self.close()
 
     async def _loop(self, round_: Callable[[], Awaitable[None]], interval: float) -> None:
         delay = interval
