@@ -50,7 +50,7 @@ from bench_dashboard import load_once  # noqa: E402
 from broker_clients import STARTED, ServeProcess  # noqa: E402
 from live_run import write_live_run  # noqa: E402
 
-from recorder import RunWriter  # noqa: E402
+from recorder import RunWriter, add_summaries, blocks  # noqa: E402
 from tests.conftest import CHROMIUM_ARGS  # noqa: E402
 
 TAGS = 10
@@ -95,7 +95,39 @@ def live_run(cache: Path, hours: float) -> Path:
             file=sys.stderr,
         )
         done.write_text(json.dumps(info, default=str))
-    return logdir
+    return with_summaries(cache, logdir)
+
+
+def with_summaries(cache: Path, logdir: Path) -> Path:
+    """``logdir``, or when its run's blocks were written before level-of-detail summaries, a copy
+    of it (hard links, made once) whose blocks got them with ``recorder.add_summaries``, as an
+    existing user's run gets them. The cached run itself is never changed: add_summaries writes
+    new files and renames them over the copy's links."""
+    run = logdir / "run"
+    footers = []
+    for name in sorted(os.listdir(run)):
+        if blocks.parse_block_name(name):
+            with open(run / name, "rb") as f:
+                footers.append(blocks.read_footer(f.fileno()))
+    if all(blocks.has_summaries(f) for f in footers):
+        return logdir
+    copy = cache / f"{logdir.name}-lod"
+    done = cache / f"{logdir.name}-lod.done"
+    if not done.exists():
+        shutil.rmtree(copy, ignore_errors=True)
+        (copy / "run").mkdir(parents=True)
+        for name in os.listdir(run):
+            if name != "writer.lock":  # add_summaries takes the copy's own lock
+                os.link(run / name, copy / "run" / name)
+        t0 = time.perf_counter()
+        count = add_summaries(copy / "run")
+        print(
+            f"gave {count} blocks of a copy of {logdir.name} summaries in "
+            f"{time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
+        done.write_text("")
+    return copy
 
 
 def many_runs(cache: Path, runs: int, hours: float) -> Path:

@@ -74,6 +74,7 @@ class Entry:
         "data",
         "kind",
         "length",
+        "lod",
         "offset",
         "parts",
         "segment",
@@ -122,6 +123,8 @@ class Entry:
         self.seq = -1  # its number in write order, set by a reader
         self.batch = False  # a block's batch of events (data: the batch map)
         self.window: tuple[int, int] | None = None  # block records: origins kept (lo, hi]
+        # A block chunk's level-of-detail summary frame (offset, payload length), if it has one.
+        self.lod: tuple[int, int] | None = None
         # The file holding it, and its origins: the positions just after the records its data
         # came from (first, last). For a record in a segment (computed when asked for) both are
         # its end; a block's record covers many.
@@ -216,6 +219,9 @@ class BlockState:
     footer: blocks.Footer
     origins: blocks.Origins
     read_to: int = -1  # linear origin up to which its records were taken (-1: none)
+    # The file's identity (device, inode) when its footer was read: a block rewritten under the
+    # same name (summaries added by recorder.add_summaries) is another file.
+    identity: tuple[int, int] | None = None
 
     @property
     def end(self) -> int:
@@ -301,9 +307,11 @@ class Catalog:
         try:
             for name in {e.src for e in self.entries}:
                 try:
-                    pinned[name] = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
+                    fd = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
                 except FileNotFoundError:
                     raise SourceGone(name) from None
+                self._check_identity(name, fd)  # closes it when it raises
+                pinned[name] = fd
         except BaseException:
             for fd in pinned.values():
                 os.close(fd)
@@ -336,10 +344,48 @@ class Catalog:
             fd = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
         except FileNotFoundError:
             raise SourceGone(name) from None
+        self._check_identity(name, fd)
         self._files[name] = fd
         while len(self._files) > OPEN_FILES:
             os.close(self._files.popitem(last=False)[1])
         return fd
+
+    def _check_identity(self, name: str, fd: int) -> None:
+        """Raise SourceGone (closing ``fd``) if the block ``name`` is not the file whose footer
+        this catalog read (it was rewritten under the same name)."""
+        state = self.blocks.get(name)
+        if state is None or state.identity is None:
+            return
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != state.identity:
+            os.close(fd)
+            raise SourceGone(name)
+
+    def pread(self, entry: Entry, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of the file holding ``entry`` (no checksum: the caller
+        verifies). Raises SourceGone when compaction replaced the file."""
+        data = os.pread(self._fd(entry.src), size, offset)
+        self.bytes_read += len(data)
+        return data
+
+    def load_lod(self, entry: Entry) -> blocks.Lod | None:
+        """The level-of-detail summary of a block chunk, verified; None if it has none or it is
+        damaged (the chunk itself is then read whole, which reports damage if it has any).
+
+        Raises:
+            SourceGone: the file holding it was replaced by compaction.
+        """
+        if entry.lod is None:
+            return None
+        offset, length = entry.lod
+        payload = framing.check_frame(self.pread(entry, offset, framing.FRAME_OVERHEAD + length))
+        if payload is None:
+            return None
+        try:
+            lod = blocks.decode_lod(payload)
+        except codec.PayloadError:
+            return None
+        return lod if lod.n == entry.count else None
 
     def _open_segment(self, number: int) -> SegmentState:
         state = self.segments.get(number)
@@ -481,6 +527,7 @@ class Catalog:
             raise SourceGone(name) from None
         try:
             footer = blocks.read_footer(fd)
+            st = os.fstat(fd)
         except blocks.BlockError as exc:
             raise FormatError(f"{path}: {exc}") from None
         finally:
@@ -500,6 +547,7 @@ class Catalog:
         for b in inner:
             del self.blocks[b]
         state = BlockState(name, path, footer, blocks.Origins(footer.segments))
+        state.identity = (st.st_dev, st.st_ino)
         state.read_to = state.end
         self.blocks[name] = state
 
@@ -514,6 +562,8 @@ class Catalog:
             state = BlockState(
                 name, os.path.join(self.run_dir, name), footer, blocks.Origins(footer.segments)
             )
+            st = os.fstat(fd)
+            state.identity = (st.st_dev, st.st_ino)
             self.blocks[name] = state
         hi = state.end if limit is None else min(state.end, state.origins.linear(limit))
         lo = max(state.read_to, state.origins.linear(self.end))
@@ -529,6 +579,8 @@ class Catalog:
         to_pos = state.origins.position
         rows: list[tuple[int, Entry]] = []
         c = footer.chunks
+        lod_offsets = c.get("lod_offset")
+        lod_lengths = c.get("lod_length")
         for i in range(len(c["offset"])):
             o_first, o_last = c["o_first"][i], c["o_last"][i]
             if o_last <= lo or o_first > hi:
@@ -544,6 +596,8 @@ class Catalog:
                 e.window = (lo, hi)
                 if not self._window_summary(e, state):
                     continue
+            elif lod_offsets is not None and lod_offsets[i] is not None:
+                e.lod = (int(lod_offsets[i]), int(lod_lengths[i]))
             rows.append((o_first, e))
         ev = footer.events
         for i in range(len(ev["offset"])):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import warnings
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from recorder import blocks, codec
+from recorder import blocks, codec, framing
 from recorder.catalog import SEGMENT_RE, Catalog, Entry, SourceGone, list_segments
 from recorder.downsample import downsample
 from recorder.parts import PartTable
@@ -705,11 +705,19 @@ class RunReader:
             yield _concat(pending)
 
     def _downsample_stream(
-        self, tag: str, start: int | None, end: int | None, max_points: int
+        self,
+        tag: str,
+        start: int | None,
+        end: int | None,
+        max_points: int,
+        use_lod: bool = True,
     ) -> ScalarSeries:
         """``downsample(read_scalars(tag, start, end), max_points)``, computed one chunk at a
         time: memory is bounded by a chunk and the buckets, nothing is kept. Chunks wholly in
-        range and not cut by a restart are counted from their summaries."""
+        range and not cut by a restart are counted from their summaries, and a block chunk with a
+        level-of-detail summary is not decoded at all when the buckets are at least two of its
+        slices wide: its slices' extremes stand for their points, and only the slices a bucket
+        edge (or the first or last point) falls in are read, a column range at a time."""
         refs, firsts, smins, smaxs = self._pieces(tag)
         ceil = self._ceilings(refs, firsts, smins, smaxs)
         cols = self._parts.cols
@@ -720,19 +728,24 @@ class RunReader:
         hi = np.iinfo(np.int64).max if end is None else end
         skip = (smaxs < lo) | (smins > hi) | (smins >= ceil)
         whole = ~skip & (smins >= lo) & (smaxs <= hi) & (smaxs < ceil)
+        cut: dict[int, ScalarSeries | None] = {}  # pieces cut by the range or a restart
 
         def kept(i: int) -> ScalarSeries | None:
+            if i in cut:
+                return cut[i]
             points = self._piece_points(refs[i])
             if points is None or whole[i]:
                 return points
             st = points.steps
             keep = (st < ceil[i]) & (st >= lo) & (st <= hi)
-            return ScalarSeries(*(col[keep] for col in points))
+            cut[i] = ScalarSeries(*(col[keep] for col in points))
+            return cut[i]
 
-        n = int(counts[whole].sum())
+        sizes = np.where(whole, counts, 0)
         for i in np.flatnonzero(~skip & ~whole).tolist():
             points = kept(i)
-            n += 0 if points is None else len(points.steps)
+            sizes[i] = 0 if points is None else len(points.steps)
+        n = int(sizes.sum())
         if n <= max_points:
             pieces = [p for i in np.flatnonzero(~skip).tolist() if (p := kept(i)) is not None]
             if not pieces:
@@ -741,48 +754,30 @@ class RunReader:
         buckets = (max_points - 2) // 2
         size = -(-(n - 2) // buckets) if buckets else n
         full = (n - 2) // size if buckets else 0
-        nb = full + (1 if buckets and full * size < n - 2 else 0)
-        # Per bucket: (global index, step, wall, value) of its first minimum and first maximum,
-        # NaN winning as in NumPy's argmin/argmax.
-        low: list = [None] * nb
-        high: list = [None] * nb
-        ends: dict[int, tuple] = {}
-        g = 0
-        for i in np.flatnonzero(~skip).tolist():
-            points = kept(i)
-            if points is None or not len(points.steps):
-                continue
-            k = len(points.steps)
-            st, wa, va = points
-            if g == 0:
-                ends[0] = (int(st[0]), float(wa[0]), float(va[0]))
-            if g + k == n:
-                ends[n - 1] = (int(st[-1]), float(wa[-1]), float(va[-1]))
-            a, b = max(g, 1), min(g + k, n - 1)  # inner points of this piece: [a, b)
-            if nb and a < b:
-                bucket_of = np.minimum((np.arange(a, b) - 1) // size, full)
-                cuts = [0, *(np.flatnonzero(np.diff(bucket_of)) + 1).tolist(), b - a]
-                for c0, c1 in itertools.pairwise(cuts):
-                    bk = int(bucket_of[c0])
-                    seg = va[a - g + c0 : a - g + c1]
-                    for table, pick, better in ((low, np.argmin, _lt), (high, np.argmax, _gt)):
-                        j = int(pick(seg))
-                        v = float(seg[j])
-                        cur = table[bk]
-                        if cur is None or better(v, cur[3]):
-                            p = a - g + c0 + j
-                            table[bk] = (a + c0 + j, int(st[p]), float(wa[p]), v)
-            g += k
-        chosen = dict(ends)
-        for item in (*low, *high):
-            if item is not None:
-                chosen[item[0]] = item[1:]
-        order = sorted(chosen)
-        return ScalarSeries(
-            np.array([chosen[i][0] for i in order], np.int64),
-            np.array([chosen[i][1] for i in order], np.float64),
-            np.array([chosen[i][2] for i in order], np.float64),
-        )
+        grid = _Buckets(n, size, full, bool(buckets))
+        try:
+            g = 0
+            for i in np.flatnonzero(~skip).tolist():
+                ref = refs[i]
+                if use_lod and whole[i] and not isinstance(ref, int) and ref.lod is not None:
+                    lod = self._catalog.load_lod(ref)
+                    if lod is not None and size >= 2 * lod.size and buckets:
+                        grid.add_lod(_LodChunk(self._catalog, ref, lod), g)
+                        g += int(counts[i])
+                        continue
+                points = kept(i)
+                if points is None:
+                    # Found damaged while counting whole: the count is off; start over without it.
+                    return self._downsample_stream(tag, start, end, max_points, use_lod)
+                grid.add_points(points, g)
+                g += len(points.steps)
+            if g != n:
+                return self._downsample_stream(tag, start, end, max_points, use_lod)
+            return grid.result()
+        except _LodMismatch:
+            # A summary disagrees with its chunk's bytes: read the chunks whole (their frame
+            # checksums then report any damage).
+            return self._downsample_stream(tag, start, end, max_points, use_lod=False)
 
     def _check_scalar_tag(self, tag: str) -> None:
         entries = self._by_tag.get(tag)
@@ -1055,15 +1050,218 @@ class RunReader:
             self.close()
 
 
-def _lt(a: float, b: float) -> bool:
-    """Whether ``a`` replaces ``b`` as a bucket's minimum (a later point: only if smaller, or
-    NaN where ``b`` is not; as np.argmin, the first NaN or the first minimum wins)."""
-    return b == b and (a != a or a < b)
+class _LodMismatch(Exception):
+    """A chunk's bytes do not match the checksums in its summary."""
 
 
-def _gt(a: float, b: float) -> bool:
-    """As :func:`_lt`, for the maximum."""
-    return b == b and (a != a or a > b)
+class _LodChunk:
+    """Reads single slices of a block chunk's columns, checked against its summary."""
+
+    def __init__(self, catalog: Catalog, entry: Entry, lod: blocks.Lod) -> None:
+        self.catalog = catalog
+        self.entry = entry
+        self.lod = lod
+        # Where the chunk's payload starts (after the frame's length and its checksum).
+        self.base = entry.offset + framing.FRAME_OVERHEAD - 4
+
+    def _bounds(self, j: int) -> tuple[int, int]:
+        size = self.lod.size
+        return j * size, min((j + 1) * size, self.lod.n)
+
+    def values(self, j: int) -> np.ndarray:
+        """The values of slice ``j``."""
+        a, b = self._bounds(j)
+        data = self.catalog.pread(self.entry, self.base + self.lod.cv + 8 * a, 8 * (b - a))
+        if zlib.crc32(data) != int(self.lod.crc[j]):
+            raise _LodMismatch(self.entry.src)
+        return np.frombuffer(data, "<f8")
+
+    def steps_walls(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """The steps and wall times of slice ``j``."""
+        a, b = self._bounds(j)
+        cs, cw = self.lod.cs, self.lod.cw
+        sdata = b""
+        if cs[0] == "range":
+            steps = cs[1] + cs[2] * np.arange(a, b, dtype=np.int64)
+        else:
+            width = 4 if cs[0] == "u4" else 8
+            rel = cs[2] if width == 4 else cs[1]
+            sdata = self.catalog.pread(self.entry, self.base + rel + width * a, width * (b - a))
+        wwidth = 4 if cw[0] == "us" else 8
+        wrel = cw[2] if wwidth == 4 else cw[1]
+        wdata = self.catalog.pread(self.entry, self.base + wrel + wwidth * a, wwidth * (b - a))
+        if zlib.crc32(sdata + wdata) != int(self.lod.crcsw[j]):
+            raise _LodMismatch(self.entry.src)
+        if cs[0] == "u4":
+            steps = np.frombuffer(sdata, "<u4").astype(np.int64) + cs[1]
+        elif cs[0] == "i8":
+            steps = np.frombuffer(sdata, "<i8")
+        if wwidth == 4:  # exactly as codec.decode_scalars computes them
+            walls = np.frombuffer(wdata, "<u4").astype(np.float64)
+            walls *= 1e-6
+            walls += cw[1]
+        else:
+            walls = np.frombuffer(wdata, "<f8")
+        return steps, walls
+
+
+class _Buckets:
+    """The buckets of :func:`recorder.downsample.extreme_indices` over ``n`` points, filled
+    with candidates for each bucket's minimum and maximum: points, or a summary slice's extremes
+    (which stand for the slice's points when the slice lies in one bucket). In order of index,
+    the first minimum (maximum) among a bucket's candidates is the first of its points, which is
+    what np.argmin (argmax) picks (NaN first)."""
+
+    # Points of consecutive decoded pieces gathered before they are bucketed (bounds memory).
+    GATHER = 1 << 16
+
+    def __init__(self, n: int, size: int, full: int, any_buckets: bool) -> None:
+        self.n, self.size, self.full, self.any = n, size, full, any_buckets
+        # Candidate columns, as lists of arrays: global index, value, step, wall, and for a
+        # candidate whose step and wall are still to be read, its chunk (index into
+        # self.chunks), slice and local index (chunk -1: read already).
+        self.cand: dict[str, list[tuple]] = {"min": [], "max": [], "ends": []}
+        self.chunks: list[_LodChunk] = []
+        self._at: list[int] = []  # global index of each chunk's first point
+        self._held: list[ScalarSeries] = []
+        self._held_at = 0  # global index of the first point held
+        self._held_n = 0
+
+    def _bucket_of(self, index: np.ndarray) -> np.ndarray:
+        return np.minimum((index - 1) // self.size, self.full)
+
+    def add_points(self, points: ScalarSeries, g: int) -> None:
+        """Add decoded points at global indices ``g, g + 1, ...``."""
+        if self._held and self._held_at + self._held_n != g:
+            self._flush()
+        if not self._held:
+            self._held_at = g
+        self._held.append(points)
+        self._held_n += len(points.steps)
+        if self._held_n >= self.GATHER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._held:
+            return
+        steps, walls, values = self._held[0] if len(self._held) == 1 else _concat(self._held)
+        g = self._held_at
+        self._held, self._held_n = [], 0
+        index = np.arange(g, g + len(steps))
+        for name, pos in self._extremes(index, values).items():
+            none = np.full(len(pos), -1, np.int64)
+            self.cand[name].append(
+                (index[pos], values[pos], steps[pos], walls[pos], none, none, none)
+            )
+
+    def _extremes(self, index: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+        """Positions in ``index`` (increasing global indices) of the first and last point if
+        there, and of each bucket's first minimum and first maximum among these points."""
+        out = {"ends": np.flatnonzero((index == 0) | (index == self.n - 1))}
+        inner = np.flatnonzero((index >= 1) & (index < self.n - 1))
+        if self.any and len(inner):
+            whole = len(inner) == len(index)
+            if not whole:
+                index, values = index[inner], values[inner]
+            lows, highs = _segment_extremes(values, _run_starts(self._bucket_of(index)))
+            out["min"], out["max"] = (lows, highs) if whole else (inner[lows], inner[highs])
+        return out
+
+    def add_lod(self, chunk: _LodChunk, g: int) -> None:
+        """Add a block chunk's points at global indices ``g, g + 1, ...`` from its summary
+        (chunks are taken in by :meth:`result`, all at once)."""
+        self.chunks.append(chunk)
+        self._at.append(g)
+
+    def _take_chunks(self) -> None:
+        """The extremes of the summary slices that lie in one bucket, and of the points of the
+        others (read one slice at a time)."""
+        for size in sorted({c.lod.size for c in self.chunks}):
+            which = [i for i, c in enumerate(self.chunks) if c.lod.size == size]
+            lods = [self.chunks[i].lod for i in which]
+            counts = np.array([len(lod.imin) for lod in lods], np.int64)
+            chunk_of = np.repeat(np.array(which, np.int64), counts)
+            slice_of = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            n_of = np.repeat(np.array([lod.n for lod in lods], np.int64), counts)
+            at = np.repeat(np.array([self._at[i] for i in which], np.int64), counts)
+            starts = slice_of * size
+            stops = np.minimum(starts + size, n_of)
+            first, last = at + starts, at + stops - 1  # global indices of each slice's ends
+            split = (first == 0) | (last == self.n - 1)
+            if self.any:
+                split |= self._bucket_of(first) != self._bucket_of(last)
+            cut = np.flatnonzero(split)
+            if len(cut):
+                pairs = zip(chunk_of[cut].tolist(), slice_of[cut].tolist(), strict=True)
+                values = np.concatenate([self.chunks[c].values(j) for c, j in pairs])
+                lengths = stops[cut] - starts[cut]
+                offsets = np.cumsum(lengths) - lengths
+                index = np.repeat(first[cut] - offsets, lengths) + np.arange(len(values))
+                for name, pos in self._extremes(index, values).items():
+                    k = np.searchsorted(offsets, pos, "right") - 1  # the slice of each
+                    zeros = np.zeros(len(pos), np.int64)
+                    self.cand[name].append(
+                        (index[pos], values[pos], zeros, zeros.astype(np.float64),
+                         chunk_of[cut][k], slice_of[cut][k], starts[cut][k] + pos - offsets[k])
+                    )  # fmt: skip
+            if not self.any:
+                continue
+            clean = np.flatnonzero(~split)
+            none = np.full(len(clean), -1, np.int64)
+            for name in ("min", "max"):
+                cols = [
+                    np.concatenate([getattr(lod, col + name) for lod in lods])[clean]
+                    for col in ("i", "v", "s", "w")
+                ]
+                self.cand[name].append((at[clean] + cols[0], *cols[1:], none, none, none))
+
+    def result(self) -> ScalarSeries:
+        """The points picked: the first, the last, and each bucket's minimum and maximum."""
+        self._flush()
+        self._take_chunks()
+        picked = []
+        for name in ("ends", "min", "max"):
+            if not self.cand[name]:
+                continue
+            cols = [np.concatenate(c) for c in zip(*self.cand[name], strict=True)]
+            if name != "ends":
+                order = np.argsort(cols[0], kind="stable")
+                cols = [c[order] for c in cols]
+                runs = _run_starts(self._bucket_of(cols[0]))
+                heads = _segment_extremes(cols[1], runs)[name == "max"]
+                cols = [c[heads] for c in cols]
+            picked.append(cols)
+        g, v, s, w, c, j, loc = (np.concatenate(col) for col in zip(*picked, strict=True))
+        g, first = np.unique(g, return_index=True)
+        v, s, w, c, j, loc = (col[first] for col in (v, s, w, c, j, loc))
+        pending = np.flatnonzero(c >= 0)
+        if len(pending):
+            key = c[pending] * (1 << 32) + j[pending]
+            order = np.argsort(key, kind="stable")
+            for run in np.split(pending[order], _run_starts(key[order])[1:]):
+                ci, ji = int(c[run[0]]), int(j[run[0]])
+                steps, walls = self.chunks[ci].steps_walls(ji)
+                p = loc[run] - ji * self.chunks[ci].lod.size
+                s[run], w[run] = steps[p], walls[p]
+        return ScalarSeries(s.astype(np.int64), w.astype(np.float64), v)
+
+
+def _run_starts(keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal consecutive ``keys`` starts."""
+    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+
+
+def _segment_extremes(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment of ``values`` (segments start at ``starts``), the position of its first
+    minimum and of its first maximum, as np.argmin/np.argmax pick them (NaN first)."""
+    ends = np.r_[starts[1:], len(values)]
+    nan = np.isnan(values)
+    out = []
+    for reduce in (np.minimum, np.maximum):
+        best = np.repeat(reduce.reduceat(values, starts), ends - starts)  # NaN propagates
+        hit = np.flatnonzero((values == best) | (nan & np.isnan(best)))
+        out.append(hit[np.searchsorted(hit, starts)])
+    return out[0], out[1]
 
 
 def _spread(n: int, limit: int) -> np.ndarray:
