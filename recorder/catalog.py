@@ -364,7 +364,12 @@ class Catalog:
     def pread(self, entry: Entry, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of the file holding ``entry`` (no checksum: the caller
         verifies). Raises SourceGone when compaction replaced the file."""
-        data = os.pread(self._fd(entry.src), size, offset)
+        fd = self._fd(entry.src)
+        data = None
+        if self._fill is not None:  # a mirror of a run in an object store
+            data = self._fill(entry.src, offset, size)
+        if data is None:
+            data = os.pread(fd, size, offset)
         self.bytes_read += len(data)
         return data
 

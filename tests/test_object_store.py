@@ -65,13 +65,15 @@ def _write(run: str, points: int, *, every: int = 10, url: str = URL) -> None:
         writer.add_histogram("w", np.arange(100.0), 2)
 
 
-def _contents(run_dir: Path) -> dict:
-    """Everything a reader returns from a run: every tag's points and every record's data."""
+def _contents(run_dir: Path, max_points: int | None = None) -> dict:
+    """Everything a reader returns from a run: every tag's points (downsampled to
+    ``max_points``, which reads block chunks' level-of-detail summaries and slices) and every
+    record's data."""
     with recorder.RunReader(run_dir) as reader:
         out: dict = {}
         for tag, info in sorted(reader.tags().items()):
             if info.kind == "scalars":
-                s = reader.read_scalars(tag)
+                s = reader.read_scalars(tag, max_points=max_points)
                 out[tag] = (s.steps.tolist(), s.walls.tolist(), s.values.tolist())
             else:
                 out[tag] = [(r.kind, r.step, r.data) for r in reader.read_records(info.kind, tag)]
@@ -93,8 +95,11 @@ def test_attach_records_to_the_bucket_and_reads_back_exactly(s3: MotoServer) -> 
     local = storage.cache_dir(URL) / "exp" / "a"
     with storage.mirrored(URL) as tmp:
         assert (tmp / "exp" / "a").is_dir()
+        downsampled = _contents(tmp / "exp" / "a", max_points=300)
         remote = _contents(tmp / "exp" / "a")
     assert remote == _contents(local)
+    assert downsampled == _contents(local, max_points=300)
+    assert len(downsampled["train/loss"][0]) <= 300
     steps, _, values = remote["train/loss"]
     assert steps == list(range(24_000))
     assert values == [1.0 / (i + 1) for i in range(24_000)]
@@ -325,6 +330,17 @@ def test_manifests_are_checked() -> None:
 def test_the_range_cache_stays_within_its_budget(s3: MotoServer, tmp_path: Path) -> None:
     _write("big", 5_000, every=2)  # 2,500 flushes: three blocks (two while live, one at close)
     client = storage.ObstoreClient(URL)
+    # A downsampled read fetches the chunks' level-of-detail summaries and the slices a bucket
+    # edge falls in (Catalog.pread reads through the mirror), not the chunks.
+    lod_cache = RangeCache(budget=64 << 20, min_fetch=1)
+    lod_mirror = RunMirror(client, "big", str(tmp_path / "lod"), lod_cache)
+    assert lod_mirror.refresh()
+    with recorder.RunReader(tmp_path / "lod") as reader:
+        assert len(reader.read_scalars("train/loss", max_points=20).steps) <= 20
+    data = sum(f.tail - 32 for f in lod_mirror.files.values() if f.tail is not None)
+    # (About a fifth of the blocks' data here; reading train/loss's chunks whole is half.)
+    assert 0 < lod_cache.statistics().fetched_bytes < data / 3, (lod_cache.statistics(), data)
+    lod_mirror.close()
     cache = RangeCache(budget=16 << 10, min_fetch=4 << 10)
     mirror = RunMirror(client, "big", str(tmp_path / "big"), cache)
     assert mirror.refresh()
