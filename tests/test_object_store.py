@@ -428,3 +428,11 @@ def test_a_run_another_process_writes_in_the_cache_is_left_to_it(
         holder.communicate("\n", timeout=60)
     assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == set()
     assert sync._local_runs() == ["r"]
+
+
+def test_store_sync_arguments_are_checked(tmp_path: Path) -> None:
+    for name in ("upload_interval", "list_interval", "head_interval"):
+        with pytest.raises(ValueError, match=name):
+            storage.StoreSync(None, tmp_path, **{name: 0})
+    with pytest.raises(ValueError, match="cache_bytes"):
+        storage.StoreSync(None, tmp_path, cache_bytes=-1)

@@ -25,6 +25,7 @@ import re
 import shutil
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -62,6 +63,8 @@ HEAD_INTERVAL = 10.0
 # A failing store is retried after this many seconds, doubling up to BACKOFF_MAX.
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 30.0
+# Things warned about once (foreign objects, bad runs) remembered, at most.
+WARNED_KEYS = 4096
 # The last publish at shutdown gives up after this many seconds (the local head keeps the rest).
 FINAL_DEADLINE = 30.0
 
@@ -285,7 +288,13 @@ class StoreSync:
         local_dir: the broker's log directory (the cache of the store's runs).
         mirror: mirror the store's other runs (a serving broker); False for a writer's
             in-process broker.
+        upload_interval: seconds between two looks at the local runs for something to publish.
+        list_interval: seconds between two listings of the store.
+        head_interval: seconds between two uploads of a live run's head segment.
         cache_bytes: bytes of fetched block data kept for mirrors, all runs together.
+
+    Raises:
+        ValueError: an interval or ``cache_bytes`` is not positive (the message names it).
     """
 
     def __init__(
@@ -299,6 +308,15 @@ class StoreSync:
         head_interval: float = HEAD_INTERVAL,
         cache_bytes: int = 256 << 20,
     ) -> None:
+        for name, value in (
+            ("upload_interval", upload_interval),
+            ("list_interval", list_interval),
+            ("head_interval", head_interval),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes <= 0:
+            raise ValueError(f"cache_bytes must be a positive int, got {cache_bytes!r}")
         self.client = client
         self.local_dir = Path(local_dir)
         self.mirror = mirror
@@ -311,7 +329,7 @@ class StoreSync:
         self._mirrors: dict[str, RunMirror] = {}
         self._seen: dict[str, str | None] = {}  # run -> etag of the manifest last applied
         self._signatures: dict[str, tuple] = {}  # run -> local files when last published
-        self._warned: set[str] = set()
+        self._warned: OrderedDict[str, None] = OrderedDict()  # bounded: WARNED_KEYS
         self._failures = 0
         self._last_error: str | None = None
         self._failing = False
@@ -522,7 +540,9 @@ class StoreSync:
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
-            self._warned.add(key)
+            self._warned[key] = None
+            while len(self._warned) > WARNED_KEYS:  # a prefix full of junk may warn again
+                self._warned.popitem(last=False)
             log.warning("%s", message)
 
     def statistics(self) -> StoreStatistics:
