@@ -128,7 +128,7 @@ def test_a_fresh_serve_serves_the_bucket_with_an_empty_cache(
         deadline = time.monotonic() + 30
         while True:  # the first listing is done before serve reports its URL
             status, body = http_get(server.url + "/api/runs")
-            if status == 200 and sorted(body["runs"]) == ["b", "exp/a"]:
+            if status == 200 and sorted(r["name"] for r in body["runs"]) == ["b", "exp/a"]:
                 break
             assert time.monotonic() < deadline, body
         status, body = http_get(server.url + "/api/scalars?run=exp/a&tag=train/loss")
