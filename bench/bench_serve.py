@@ -14,6 +14,9 @@ under test (``PYTHONPATH`` set to it), on 127.0.0.1, and stops it in ``finally``
   bench/dashboard_probe.js (as in bench/bench_dashboard.py). The server's RSS is read after.
 * many runs: ``--runs`` copies of a shorter live run (``--run-hours``) in one log directory; the
   time until the charts in view first have data, and the server's RSS (and its peak, VmHWM) after.
+* snapshot reads (``--snapshot-reads N``): the reads a snapshot of the one run makes (as
+  vdl_stream.broker._read_snapshot), in N fresh processes of the tree: wall and CPU time (CPU time
+  moves less with the machine's load).
 * export: a run of ``--points`` scalar points (10 tags, written in bulk, cached) exported by the
   CLI to /dev/null (wall time, rows/s, peak RSS of the process) and by ``GET /api/export`` from a
   fresh ``serve`` (the body read and counted; rows/s; the server's peak RSS), while a second client
@@ -50,7 +53,7 @@ from bench_dashboard import load_once  # noqa: E402
 from broker_clients import STARTED, ServeProcess  # noqa: E402
 from live_run import write_live_run  # noqa: E402
 
-from recorder import RunWriter  # noqa: E402
+from recorder import RunWriter, add_summaries, blocks  # noqa: E402
 from tests.conftest import CHROMIUM_ARGS  # noqa: E402
 
 TAGS = 10
@@ -95,7 +98,39 @@ def live_run(cache: Path, hours: float) -> Path:
             file=sys.stderr,
         )
         done.write_text(json.dumps(info, default=str))
-    return logdir
+    return with_summaries(cache, logdir)
+
+
+def with_summaries(cache: Path, logdir: Path) -> Path:
+    """``logdir``, or when its run's blocks were written before level-of-detail summaries, a copy
+    of it (hard links, made once) whose blocks got them with ``recorder.add_summaries``, as an
+    existing user's run gets them. The cached run itself is never changed: add_summaries writes
+    new files and renames them over the copy's links."""
+    run = logdir / "run"
+    footers = []
+    for name in sorted(os.listdir(run)):
+        if blocks.parse_block_name(name):
+            with open(run / name, "rb") as f:
+                footers.append(blocks.read_footer(f.fileno()))
+    if all(blocks.has_summaries(f) for f in footers):
+        return logdir
+    copy = cache / f"{logdir.name}-lod"
+    done = cache / f"{logdir.name}-lod.done"
+    if not done.exists():
+        shutil.rmtree(copy, ignore_errors=True)
+        (copy / "run").mkdir(parents=True)
+        for name in os.listdir(run):
+            if name != "writer.lock":  # add_summaries takes the copy's own lock
+                os.link(run / name, copy / "run" / name)
+        t0 = time.perf_counter()
+        count = add_summaries(copy / "run")
+        print(
+            f"gave {count} blocks of a copy of {logdir.name} summaries in "
+            f"{time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
+        done.write_text("")
+    return copy
 
 
 def many_runs(cache: Path, runs: int, hours: float) -> Path:
@@ -283,6 +318,68 @@ def part_export(args, tree: Path, work: Path, points: int) -> dict:
     }
 
 
+# What a snapshot of one run reads (the reads of vdl_stream.broker._read_snapshot), timed in a
+# fresh process of the tree under test: open, every scalar tag downsampled to 2,000 points, 100
+# events of each event tag, the untagged kinds; wall and CPU time of each. Printed as JSON.
+SNAPSHOT_READS = """
+import json, sys, time
+from recorder import RunReader
+from vdl_stream import broker, codec
+def clock():
+    return time.perf_counter(), time.process_time()
+def since(t):
+    now = clock()
+    return [now[0] - t[0], now[1] - t[1]]
+out = {"scalars": [0.0, 0.0], "events": [0.0, 0.0]}
+t = clock()
+r = RunReader(sys.argv[1])
+tags = r.tags()
+out["open"] = since(t)
+for tag, info in tags.items():
+    t = clock()
+    if info.kind == "scalars":
+        r.read_scalars(tag, max_points=broker.SNAPSHOT_POINTS)
+        part = "scalars"
+    elif info.kind in codec.EVENT_KINDS:
+        r.read_records(kind=info.kind, tag=tag, limit=broker.SNAPSHOT_EVENTS)
+        part = "events"
+    else:
+        continue
+    out[part] = [a + b for a, b in zip(out[part], since(t))]
+t = clock()
+for kind, limit in broker.UNTAGGED_SNAPSHOT.items():
+    r.read_records(kind=kind, limit=limit)
+out["untagged"] = since(t)
+print(json.dumps(out))
+"""
+
+
+def part_snapshot_reads(args, tree: Path) -> dict:
+    """The reads of one run's snapshot in process, ``--snapshot-reads`` fresh processes; the
+    median wall and CPU seconds of each kind of read."""
+    run = live_run(Path(args.cache), args.hours) / "run"
+    samples = []
+    for _ in range(args.snapshot_reads):
+        done = subprocess.run(
+            [sys.executable, "-c", SNAPSHOT_READS, str(run)],
+            env=env_for(tree),
+            cwd=tree,  # "-c" puts the working directory first on sys.path
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+        samples.append(json.loads(done.stdout))
+    out = {}
+    for key in samples[0]:
+        out[f"{key}_wall_s"] = statistics.median(s[key][0] for s in samples)
+        out[f"{key}_cpu_s"] = statistics.median(s[key][1] for s in samples)
+    out["total_wall_s"] = statistics.median(sum(v[0] for v in s.values()) for s in samples)
+    out["total_cpu_s"] = statistics.median(sum(v[1] for v in s.values()) for s in samples)
+    return out
+
+
 def attempt(out: dict, key: str, part, *args) -> None:
     """Run one part; a part that fails (a page that never draws, say) is recorded, not fatal."""
     try:
@@ -294,6 +391,8 @@ def attempt(out: dict, key: str, part, *args) -> None:
 
 def run_tree(args, tree: Path, browser, work: Path, points: int) -> dict:
     out = {"tree": str(tree)}
+    if args.snapshot_reads:
+        attempt(out, "snapshot_reads", part_snapshot_reads, args, tree)
     if not args.skip_pages:
         attempt(out, "one_run", part_one_run, args, tree, browser, work)
         if not args.skip_many:
@@ -356,6 +455,23 @@ def report(result: dict) -> str:
         )
         row(f"{n} runs: server RSS after", "many_runs", "rss_mb", unit=" MB")
         row(f"{n} runs: server peak RSS", "many_runs", "peak_mb", unit=" MB")
+    if "snapshot_reads" in a:
+        h = result["args"]["hours"]
+        for what, label in (
+            ("total", "all of it"),
+            ("open", "open and tags()"),
+            ("scalars", "scalar tags, 2,000 points each"),
+            ("events", "event tags, 100 events each"),
+            ("untagged", "untagged kinds"),
+        ):
+            for clock in ("wall", "cpu"):
+                row(
+                    f"one {h:g} h run, a snapshot's reads in process ({clock}): {label}",
+                    "snapshot_reads",
+                    f"{what}_{clock}_s",
+                    ".3f",
+                    " s",
+                )
     if "export" in a and "error" not in a["export"]:
         e = a["export"]
         same = result.get("this_at_baseline_points", e if not b else {})
@@ -404,6 +520,13 @@ def main() -> None:
     parser.add_argument("--baseline-points", type=int, default=5_000_000)
     parser.add_argument("--loads", type=int, default=3, help="page loads per server (1 cold)")
     parser.add_argument("--skip-pages", action="store_true")
+    parser.add_argument(
+        "--snapshot-reads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="one run: time a snapshot's reads in process, median of N fresh processes",
+    )
     parser.add_argument("--skip-many", action="store_true", help="no many-runs part")
     parser.add_argument(
         "--ws-only",

@@ -8,6 +8,7 @@ and a bounded tail. The format is documented byte by byte in docs/record-format.
 NumPy and msgpack; no knowledge of dashboards.
 """
 
+from recorder.compaction import add_summaries
 from recorder.reader import ReaderStatistics, RunReader, list_runs
 from recorder.records import (
     CorruptionWarning,
@@ -36,5 +37,6 @@ __all__ = [
     "ScalarSeries",
     "TagInfo",
     "WriterStatistics",
+    "add_summaries",
     "list_runs",
 ]

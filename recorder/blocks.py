@@ -30,6 +30,9 @@ from recorder.records import Position, ScalarSeries
 
 BLOCK_MAGIC = b"\x89VDLBLK\n"
 BLOCK_VERSION = 2
+# The footer's own version: 3 adds a level-of-detail summary after each scalar chunk (the header
+# stays at 2: a version 2 reader reads such a file, skipping the summaries it does not know).
+FOOTER_VERSION = 3
 BLOCK_RE = re.compile(r"^block-(\d{6,})-(\d{6,})\.vdlb$")
 TRAILER_MAGIC = b"VDLBEND\n"
 _TRAILER = struct.Struct("<QII8s")  # footer offset, footer frame size, crc32 of the 12 bytes, magic
@@ -38,6 +41,10 @@ EVENTS = "events"
 INGEST = "ingest"
 # Points per compacted chunk, at most (the writer's chunk size).
 CHUNK_POINTS = 1 << 16
+# Points per slice of a chunk's level-of-detail summary (the summary keeps each slice's first
+# minimum and first maximum; a downsampled read decodes only the slices cut by a bucket edge).
+# None writes blocks without summaries (footer version 2, as before them).
+LOD_SLICE: int | None = 256
 # Events per batch record, at most, and payload bytes per batch (a batch is read whole).
 BATCH_EVENTS = 4096
 BATCH_BYTES = 4 << 20
@@ -46,6 +53,10 @@ CHUNK_COLUMNS = (
     "offset", "length", "tag", "count", "first_step", "first_wall", "last_step", "last_wall",
     "smin", "smax", "vmin", "vmax", "vmin_step", "vmax_step", "finite", "o_first", "o_last",
 )  # fmt: skip
+# Footer version 3: where each chunk's summary frame is (None: the chunk has none), and where
+# each event batch's index frame is.
+LOD_COLUMNS = ("lod_offset", "lod_length")
+INDEX_COLUMNS = ("idx_offset", "idx_length")
 EVENT_COLUMNS = (
     "offset", "length", "kind", "tag", "count", "first_step", "first_wall", "smin", "smax",
     "o_first", "o_last",
@@ -67,6 +78,16 @@ def parse_block_name(name: str) -> tuple[int, int] | None:
 
 class BlockError(ValueError):
     """A block file is malformed (the caller adds the path)."""
+
+
+def has_summaries(footer: Footer) -> bool:
+    """Whether every scalar chunk of a block has its level-of-detail summary and every event
+    batch its event index (footer version 3)."""
+    for cols, key in ((footer.chunks, "lod_offset"), (footer.events, "idx_offset")):
+        offsets = cols.get(key)
+        if cols["offset"] and (offsets is None or any(o is None for o in offsets)):
+            return False
+    return True
 
 
 @dataclass
@@ -165,26 +186,41 @@ class BlockBuilder:
         self._events.setdefault(key, []).append(item)
 
     def write(self, fd: int, level: int, created: float) -> int:
-        """Write the block to ``fd`` (at offset 0, sequentially); return its size."""
+        """Write the block to ``fd`` (at offset 0, sequentially); return its size. Each scalar
+        chunk is followed by its level-of-detail summary (unless :data:`LOD_SLICE` is None)."""
         out = _Out(fd)
         first, last = self.segments[0][0], self.segments[-1][0]
         out.write(_header(first, last, created))
-        chunk_cols: dict[str, list] = {c: [] for c in CHUNK_COLUMNS}
+        lod_slice = LOD_SLICE
+        names = CHUNK_COLUMNS if lod_slice is None else (*CHUNK_COLUMNS, *LOD_COLUMNS)
+        chunk_cols: dict[str, list] = {c: [] for c in names}
         event_cols: dict[str, list] = {c: [] for c in EVENT_COLUMNS}
         for tag in sorted(self._scalars):
             for chunk in _chunks(self._scalars[tag]):
-                offset, length = out.frame(_chunk_payload(tag, chunk))
+                payload, columns = _chunk_payload(tag, chunk)
+                offset, length = out.frame(payload)
                 _chunk_row(chunk_cols, offset, length, tag, chunk)
+                if lod_slice is not None:
+                    lod_offset, lod_length = out.frame(lod_payload(chunk[0], columns, lod_slice))
+                    chunk_cols["lod_offset"].append(lod_offset)
+                    chunk_cols["lod_length"].append(lod_length)
         keys = sorted(self._events, key=lambda k: (k[0], k[1] or ""))
         if self._ingest is not None:
             self._events[(INGEST, None)] = [self._ingest]
             keys.append((INGEST, None))
+        if lod_slice is not None:
+            event_cols.update({c: [] for c in INDEX_COLUMNS})
         for key in keys:
             for batch in _batches(self._events[key]):
-                offset, length = out.frame(_batch_payload(key, batch))
+                payload, index = _batch_payload(key, batch)
+                offset, length = out.frame(payload)
                 _event_row(event_cols, offset, length, key, batch)
+                if lod_slice is not None:
+                    idx_offset, idx_length = out.frame(index)
+                    event_cols["idx_offset"].append(idx_offset)
+                    event_cols["idx_length"].append(idx_length)
         footer = {
-            "version": BLOCK_VERSION,
+            "version": BLOCK_VERSION if lod_slice is None else FOOTER_VERSION,
             "first": first,
             "last": last,
             "level": level,
@@ -280,16 +316,164 @@ def _chunks(pieces: list) -> Iterable[tuple]:
             lo = stop
 
 
-def _chunk_payload(tag: str, chunk: tuple) -> bytes:
+def _chunk_payload(tag: str, chunk: tuple) -> tuple[bytes, dict]:
+    """The payload of a chunk (the bytes ``msgpack.packb`` gives), and where its columns' bytes
+    are in it: ``{"cs": step locator, "cw": wall locator, "cv": offset of the values}``."""
     series, counts, origins = chunk
     data = codec.scalar_data(*series)
     data["k"] = len(counts)
     data["oc"] = codec.encode_ints(counts)
     data["oo"] = codec.encode_ints(origins)
-    return msgpack.packb(
-        [codec.SCALARS, tag, int(series.steps[0]), float(series.walls[0]), data],
-        use_bin_type=True,
-    )
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [
+        packer.pack_array_header(5),
+        packer.pack(codec.SCALARS),
+        packer.pack(tag),
+        packer.pack(int(series.steps[0])),
+        packer.pack(float(series.walls[0])),
+        packer.pack_map_header(len(data)),
+    ]
+    size = sum(map(len, parts))
+    where = {}
+    for key, value in data.items():
+        packed_key, packed = packer.pack(key), packer.pack(value)
+        size += len(packed_key) + len(packed)
+        if key in ("s", "w", "v"):
+            tail = value if key == "v" else value[-1]
+            # The column's bytes end the packed value (a bin, or a list ending with one).
+            where[key] = size - len(tail) if isinstance(tail, bytes) else None
+        parts += (packed_key, packed)
+    s_enc, w_enc = data["s"], data["w"]
+    if s_enc[0] == "range":
+        cs = ["range", s_enc[1], s_enc[2]]
+    elif s_enc[0] == "u4":
+        cs = ["u4", s_enc[1], where["s"]]
+    else:
+        cs = ["i8", where["s"]]
+    cw = ["us", w_enc[1], where["w"]] if w_enc[0] == "us" else ["f8", where["w"]]
+    return b"".join(parts), {"cs": cs, "cw": cw, "cv": where["v"]}
+
+
+def _slice_extremes(values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the first minimum and of the first maximum of each slice of ``size`` values
+    (NumPy's argmin/argmax: a NaN is both)."""
+    n = len(values)
+    full = n // size
+    grid = values[: full * size].reshape(full, size)
+    offsets = np.arange(full, dtype=np.int64) * size
+    imin, imax = grid.argmin(axis=1) + offsets, grid.argmax(axis=1) + offsets
+    if full * size < n:
+        rest = values[full * size :]
+        imin = np.append(imin, rest.argmin() + full * size)
+        imax = np.append(imax, rest.argmax() + full * size)
+    return imin, imax
+
+
+def _slice_crcs(data: bytes, width: int, size: int, n: int) -> np.ndarray:
+    """crc32 of each slice's bytes of a column of ``width``-byte items."""
+    step = width * size
+    return np.array([zlib.crc32(data[i : i + step]) for i in range(0, width * n, step)], "<u4")
+
+
+def lod_payload(series: ScalarSeries, columns: dict, size: int) -> bytes:
+    """The level-of-detail summary of one chunk (layout in docs/record-format.md).
+
+    Args:
+        series: the chunk's points.
+        columns: where the chunk's columns are in its payload (:func:`_chunk_payload`).
+        size: points per slice.
+    """
+    steps, walls, values = series
+    n = len(steps)
+    imin, imax = _slice_extremes(values, size)
+    v = values.astype("<f8").tobytes()
+    sw = [b""] * -(-n // size)
+    if columns["cs"][0] != "range":
+        width = 4 if columns["cs"][0] == "u4" else 8
+        base = columns["cs"][1] if width == 4 else 0
+        col = (steps - base).astype("<u4" if width == 4 else "<i8").tobytes()
+        sw = [col[i : i + width * size] for i in range(0, width * n, width * size)]
+    if columns["cw"][0] == "us":
+        offsets = np.rint((walls - columns["cw"][1]) * 1e6).astype("<u4")
+        wcol, wwidth = offsets.tobytes(), 4
+        # The wall times as a reader decodes them (to the microsecond), not as given.
+        walls = offsets.astype(np.float64)
+        walls *= 1e-6
+        walls += columns["cw"][1]
+    else:
+        wcol, wwidth = walls.astype("<f8").tobytes(), 8
+    wparts = [wcol[i : i + wwidth * size] for i in range(0, wwidth * n, wwidth * size)]
+    data = {
+        "S": size,
+        "n": n,
+        "imin": imin.astype("<u4").tobytes(),
+        "imax": imax.astype("<u4").tobytes(),
+        "vmin": values[imin].astype("<f8").tobytes(),
+        "vmax": values[imax].astype("<f8").tobytes(),
+        "smin": steps[imin].astype("<i8").tobytes(),
+        "smax": steps[imax].astype("<i8").tobytes(),
+        "wmin": walls[imin].astype("<f8").tobytes(),
+        "wmax": walls[imax].astype("<f8").tobytes(),
+        "crc": _slice_crcs(v, 8, size, n).tobytes(),
+        "crcsw": np.array(
+            [zlib.crc32(a + b) for a, b in zip(sw, wparts, strict=True)], "<u4"
+        ).tobytes(),
+        **columns,
+    }
+    return msgpack.packb(data, use_bin_type=True)
+
+
+@dataclass
+class Lod:
+    """A chunk's level-of-detail summary, decoded: per slice of ``size`` points, the local index,
+    value, step and wall time of its first minimum and first maximum, and checksums of its
+    columns' bytes; and where the chunk's columns are in its payload."""
+
+    size: int
+    n: int
+    imin: np.ndarray
+    imax: np.ndarray
+    vmin: np.ndarray
+    vmax: np.ndarray
+    smin: np.ndarray
+    smax: np.ndarray
+    wmin: np.ndarray
+    wmax: np.ndarray
+    crc: np.ndarray
+    crcsw: np.ndarray
+    cs: list
+    cw: list
+    cv: int
+
+
+def decode_lod(payload: bytes) -> Lod:
+    """Decode a summary payload.
+
+    Raises:
+        PayloadError: it is malformed.
+    """
+    try:
+        d = msgpack.unpackb(payload, raw=False)
+        size, n = int(d["S"]), int(d["n"])
+        k = -(-n // size)
+        lod = Lod(
+            size, n,
+            np.frombuffer(d["imin"], "<u4").astype(np.int64),
+            np.frombuffer(d["imax"], "<u4").astype(np.int64),
+            np.frombuffer(d["vmin"], "<f8"), np.frombuffer(d["vmax"], "<f8"),
+            np.frombuffer(d["smin"], "<i8"), np.frombuffer(d["smax"], "<i8"),
+            np.frombuffer(d["wmin"], "<f8"), np.frombuffer(d["wmax"], "<f8"),
+            np.frombuffer(d["crc"], "<u4"), np.frombuffer(d["crcsw"], "<u4"),
+            list(d["cs"]), list(d["cw"]), int(d["cv"]),
+        )  # fmt: skip
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise codec.PayloadError(f"chunk summary is malformed: {exc}") from None
+    cols = (lod.imin, lod.imax, lod.vmin, lod.vmax, lod.smin, lod.smax, lod.wmin, lod.wmax)
+    if size < 1 or any(len(c) != k for c in (*cols, lod.crc, lod.crcsw)):
+        raise codec.PayloadError("chunk summary columns have the wrong length")
+    if lod.cs[0] not in ("range", "u4", "i8") or lod.cw[0] not in ("us", "f8"):
+        raise codec.PayloadError("chunk summary has an unknown column encoding")
+    return lod
 
 
 def _chunk_row(cols: dict, offset: int, length: int, tag: str, chunk: tuple) -> None:
@@ -327,18 +511,85 @@ def _batches(items: list) -> Iterable[list]:
         yield batch
 
 
-def _batch_payload(key: tuple, batch: list) -> bytes:
+def _batch_payload(key: tuple, batch: list) -> tuple[bytes, bytes]:
+    """The payload of an event batch (the bytes ``msgpack.packb`` gives), and its event index:
+    where each event's payload is in it, with its checksum (docs/record-format.md)."""
     kind, tag = key
     origins = np.array([item[3] for item in batch], np.int64)
-    data = {
-        "kind": kind,
+    oo = codec.encode_ints(origins)
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [
+        packer.pack_array_header(5),
+        packer.pack(EVENTS),
+        packer.pack(tag),
+        packer.pack(batch[0][0]),
+        packer.pack(float(batch[0][1])),
+        packer.pack_map_header(6),
+        packer.pack("kind"),
+        packer.pack(kind),
+        packer.pack("n"),
+        packer.pack(len(batch)),
+        packer.pack("p"),
+        packer.pack_array_header(len(batch)),
+    ]
+    size = sum(map(len, parts))
+    at = np.empty(len(batch), "<u4")
+    lengths = np.empty(len(batch), "<u4")
+    crcs = np.empty(len(batch), "<u4")
+    for i, item in enumerate(batch):
+        packed = packer.pack(item[2])
+        size += len(packed)
+        at[i], lengths[i], crcs[i] = size - len(item[2]), len(item[2]), zlib.crc32(item[2])
+        parts.append(packed)
+    parts += (
+        packer.pack("oo"),
+        packer.pack(oo),
+        packer.pack("st"),
+        packer.pack([item[0] for item in batch]),
+        packer.pack("wl"),
+        packer.pack(np.array([item[1] for item in batch], "<f8").tobytes()),
+    )
+    index = {
         "n": len(batch),
-        "p": [item[2] for item in batch],
-        "oo": codec.encode_ints(origins),
-        "st": [item[0] for item in batch],
-        "wl": np.array([item[1] for item in batch], "<f8").tobytes(),
+        "at": at.tobytes(),
+        "len": lengths.tobytes(),
+        "crc": crcs.tobytes(),
+        "oo": oo,
     }
-    return msgpack.packb([EVENTS, tag, batch[0][0], float(batch[0][1]), data], use_bin_type=True)
+    return b"".join(parts), msgpack.packb(index, use_bin_type=True)
+
+
+@dataclass
+class EventIndex:
+    """Where each event of a batch is in its payload: offset and length of its own payload, its
+    crc32, and its linear origin."""
+
+    at: np.ndarray
+    length: np.ndarray
+    crc: np.ndarray
+    origins: np.ndarray
+
+
+def decode_event_index(payload: bytes, n: int) -> EventIndex:
+    """Decode the event index of a batch of ``n`` events.
+
+    Raises:
+        PayloadError: it is malformed.
+    """
+    try:
+        d = msgpack.unpackb(payload, raw=False)
+        index = EventIndex(
+            np.frombuffer(d["at"], "<u4").astype(np.int64),
+            np.frombuffer(d["len"], "<u4").astype(np.int64),
+            np.frombuffer(d["crc"], "<u4"),
+            codec.decode_ints(d["oo"], n),
+        )
+        ok = d["n"] == n
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise codec.PayloadError(f"event index is malformed: {exc}") from None
+    if not ok or not (len(index.at) == len(index.length) == len(index.crc) == n):
+        raise codec.PayloadError("event index has the wrong length")
+    return index
 
 
 def _event_row(cols: dict, offset: int, length: int, key: tuple, batch: list) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,23 @@ INDEX_NAME = "index.vdli"
 INDEX_VERSION = 1
 # Event payloads larger than this are not kept in memory after scanning (read again on demand).
 KEEP_EVENT_BYTES = 16 << 10
+
+
+# Run directories whose files are not all on local disk (mirrors of runs in an object store,
+# recorder/store.py): run directory -> fill(file name, offset, size), which returns those bytes
+# (fetching them if needed), or None for a file that is whole on disk. Catalog.load reads records
+# through it; block headers and footers are always on disk.
+_SOURCES: dict[str, Callable[[str, int, int], bytes | None]] = {}
+
+
+def register_source(run_dir: str, fill: Callable[[str, int, int], bytes | None]) -> None:
+    """Have catalogs of ``run_dir`` read records through ``fill(name, offset, size)``."""
+    _SOURCES[os.path.abspath(run_dir)] = fill
+
+
+def unregister_source(run_dir: str) -> None:
+    """Undo :func:`register_source`."""
+    _SOURCES.pop(os.path.abspath(run_dir), None)
 
 
 def segment_name(number: int) -> str:
@@ -56,6 +74,7 @@ class Entry:
         "data",
         "kind",
         "length",
+        "lod",
         "offset",
         "parts",
         "segment",
@@ -104,6 +123,9 @@ class Entry:
         self.seq = -1  # its number in write order, set by a reader
         self.batch = False  # a block's batch of events (data: the batch map)
         self.window: tuple[int, int] | None = None  # block records: origins kept (lo, hi]
+        # A block record's summary frame (offset, payload length), if it has one: a chunk's
+        # level-of-detail summary, or a batch's event index.
+        self.lod: tuple[int, int] | None = None
         # The file holding it, and its origins: the positions just after the records its data
         # came from (first, last). For a record in a segment (computed when asked for) both are
         # its end; a block's record covers many.
@@ -198,6 +220,9 @@ class BlockState:
     footer: blocks.Footer
     origins: blocks.Origins
     read_to: int = -1  # linear origin up to which its records were taken (-1: none)
+    # The file's identity (device, inode) when its footer was read: a block rewritten under the
+    # same name (summaries added by recorder.add_summaries) is another file.
+    identity: tuple[int, int] | None = None
 
     @property
     def end(self) -> int:
@@ -238,6 +263,7 @@ class Catalog:
         self.end = Position(0, 0)  # the end of what was read
         self._files: OrderedDict[str, int] = OrderedDict()  # sealed files open for reading
         self._pinned: list[dict[str, int]] = []
+        self._fill = _SOURCES.get(os.path.abspath(run_dir))
 
     def close(self) -> None:
         """Close the open files."""
@@ -282,9 +308,11 @@ class Catalog:
         try:
             for name in {e.src for e in self.entries}:
                 try:
-                    pinned[name] = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
+                    fd = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
                 except FileNotFoundError:
                     raise SourceGone(name) from None
+                self._check_identity(name, fd)  # closes it when it raises
+                pinned[name] = fd
         except BaseException:
             for fd in pinned.values():
                 os.close(fd)
@@ -317,10 +345,76 @@ class Catalog:
             fd = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
         except FileNotFoundError:
             raise SourceGone(name) from None
+        self._check_identity(name, fd)
         self._files[name] = fd
         while len(self._files) > OPEN_FILES:
             os.close(self._files.popitem(last=False)[1])
         return fd
+
+    def _check_identity(self, name: str, fd: int) -> None:
+        """Raise SourceGone (closing ``fd``) if the block ``name`` is not the file whose footer
+        this catalog read (it was rewritten under the same name)."""
+        state = self.blocks.get(name)
+        if state is None or state.identity is None:
+            return
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != state.identity:
+            os.close(fd)
+            raise SourceGone(name)
+
+    def fd_of(self, entry: Entry) -> int:
+        """A descriptor of the file holding ``entry``, for preads until the next call that may
+        open another file. Raises SourceGone when compaction replaced the file."""
+        return self._fd(entry.src)
+
+    def pread(self, entry: Entry, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of the file holding ``entry`` (no checksum: the caller
+        verifies). Raises SourceGone when compaction replaced the file."""
+        fd = self._fd(entry.src)
+        data = None
+        if self._fill is not None:  # a mirror of a run in an object store
+            data = self._fill(entry.src, offset, size)
+        if data is None:
+            data = os.pread(fd, size, offset)
+        self.bytes_read += len(data)
+        return data
+
+    def load_lod(self, entry: Entry) -> blocks.Lod | None:
+        """The level-of-detail summary of a block chunk, verified; None if it has none or it is
+        damaged (the chunk itself is then read whole, which reports damage if it has any).
+
+        Raises:
+            SourceGone: the file holding it was replaced by compaction.
+        """
+        if entry.lod is None:
+            return None
+        offset, length = entry.lod
+        payload = framing.check_frame(self.pread(entry, offset, framing.FRAME_OVERHEAD + length))
+        if payload is None:
+            return None
+        try:
+            lod = blocks.decode_lod(payload)
+        except codec.PayloadError:
+            return None
+        return lod if lod.n == entry.count else None
+
+    def load_event_index(self, entry: Entry) -> blocks.EventIndex | None:
+        """The event index of a block's batch, verified; None if it has none or it is damaged
+        (the batch is then read whole).
+
+        Raises:
+            SourceGone: the file holding it was replaced by compaction.
+        """
+        if entry.lod is None or not entry.batch:
+            return None
+        offset, length = entry.lod
+        payload = framing.check_frame(self.pread(entry, offset, framing.FRAME_OVERHEAD + length))
+        if payload is None:
+            return None
+        try:
+            return blocks.decode_event_index(payload, entry.count)
+        except codec.PayloadError:
+            return None
 
     def _open_segment(self, number: int) -> SegmentState:
         state = self.segments.get(number)
@@ -462,6 +556,7 @@ class Catalog:
             raise SourceGone(name) from None
         try:
             footer = blocks.read_footer(fd)
+            st = os.fstat(fd)
         except blocks.BlockError as exc:
             raise FormatError(f"{path}: {exc}") from None
         finally:
@@ -481,6 +576,7 @@ class Catalog:
         for b in inner:
             del self.blocks[b]
         state = BlockState(name, path, footer, blocks.Origins(footer.segments))
+        state.identity = (st.st_dev, st.st_ino)
         state.read_to = state.end
         self.blocks[name] = state
 
@@ -495,6 +591,8 @@ class Catalog:
             state = BlockState(
                 name, os.path.join(self.run_dir, name), footer, blocks.Origins(footer.segments)
             )
+            st = os.fstat(fd)
+            state.identity = (st.st_dev, st.st_ino)
             self.blocks[name] = state
         hi = state.end if limit is None else min(state.end, state.origins.linear(limit))
         lo = max(state.read_to, state.origins.linear(self.end))
@@ -510,6 +608,8 @@ class Catalog:
         to_pos = state.origins.position
         rows: list[tuple[int, Entry]] = []
         c = footer.chunks
+        lod_offsets = c.get("lod_offset")
+        lod_lengths = c.get("lod_length")
         for i in range(len(c["offset"])):
             o_first, o_last = c["o_first"][i], c["o_last"][i]
             if o_last <= lo or o_first > hi:
@@ -525,8 +625,12 @@ class Catalog:
                 e.window = (lo, hi)
                 if not self._window_summary(e, state):
                     continue
+            elif lod_offsets is not None and lod_offsets[i] is not None:
+                e.lod = (int(lod_offsets[i]), int(lod_lengths[i]))
             rows.append((o_first, e))
         ev = footer.events
+        idx_offsets = ev.get("idx_offset")
+        idx_lengths = ev.get("idx_length")
         for i in range(len(ev["offset"])):
             o_first, o_last = ev["o_first"][i], ev["o_last"][i]
             if o_last <= lo or o_first > hi:
@@ -543,6 +647,8 @@ class Catalog:
                 e.window = (lo, hi)
                 if not self._window_summary(e, state):
                     continue
+            elif idx_offsets is not None and idx_offsets[i] is not None:
+                e.lod = (int(idx_offsets[i]), int(idx_lengths[i]))
             rows.append((o_first, e))
         rows.sort(key=lambda r: r[0])
         return [e for _, e in rows]
@@ -607,7 +713,11 @@ class Catalog:
         if entry.data is not None:
             return entry.data
         fd = self._fd(entry.src)
-        frame = os.pread(fd, framing.FRAME_OVERHEAD + entry.length, entry.offset)
+        frame = None
+        if self._fill is not None:
+            frame = self._fill(entry.src, entry.offset, framing.FRAME_OVERHEAD + entry.length)
+        if frame is None:
+            frame = os.pread(fd, framing.FRAME_OVERHEAD + entry.length, entry.offset)
         self.bytes_read += len(frame)
         payload = framing.check_frame(frame)
         why = "checksum mismatch"

@@ -77,6 +77,8 @@ class Compactor:
         self.merges = 0
         self.seconds = 0.0  # CPU time spent compacting (process time)
         self.unmergeable: set[tuple[int, int]] = set()
+        # Blocks an older writer left without level-of-detail summaries: one gets them per run.
+        self.unsummarised: list[str] = []
         # Test hook: called with a stage name at each step of a swap ("written", "renamed",
         # "removed"), so tests can kill the process between them.
         self.hook: Callable[[str], None] | None = None
@@ -122,6 +124,8 @@ class Compactor:
             finally:
                 os.close(fd)
             self.blocks.append([a, b, footer.level, os.path.getsize(path)])
+            if blocks.LOD_SLICE is not None and not blocks.has_summaries(footer):
+                self.unsummarised.append(name)
 
     def seal(self, number: int, size: int, records: int, capture: SegmentCapture | None) -> None:
         """Queue a sealed segment (no record will be appended to it) for compaction."""
@@ -141,8 +145,24 @@ class Compactor:
                     continue  # few or large records: left as they are
                 self._compact_segment(number, size, capture)
             self._merge_full_levels()
+            self._summarise_one()
         finally:
             self.seconds += time.process_time() - start
+
+    def _summarise_one(self) -> None:
+        """Give one block an older writer left its summaries (a resumed run catches up one block
+        per compaction, so no flush does more than one block's work for it)."""
+        live = {blocks.block_name(b[0], b[1]) for b in self.blocks}
+        while self.unsummarised:
+            name = self.unsummarised.pop()
+            if name not in live:
+                continue  # merged meanwhile: the merged block has them
+            size = rewrite_with_summaries(self.run_dir, name, self.dir_fd)
+            if size is not None:
+                for b in self.blocks:
+                    if blocks.block_name(b[0], b[1]) == name:
+                        b[3] = size
+            return
 
     def _compact_segment(self, number: int, size: int, capture: SegmentCapture | None) -> None:
         segments = [[number, self.created[number], size]]
@@ -243,6 +263,70 @@ class Compactor:
     def _stage(self, name: str) -> None:
         if self.hook is not None:
             self.hook(name)
+
+
+def rewrite_with_summaries(run_dir: str, name: str, dir_fd: int) -> int | None:
+    """Rewrite the block ``name`` with level-of-detail summaries, crash-safely (a new file under
+    a temporary name, fsynced, renamed over the old one, directory fsynced); return its new size,
+    or None when it has them already or is damaged (left as it is). The caller holds the run's
+    lock. The points, events and origins stay the same; readers that had the old file notice a
+    different file under the name and read the new one."""
+    path = os.path.join(run_dir, name)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        footer = blocks.read_footer(fd)
+        if blocks.has_summaries(footer):
+            return None
+        builder = blocks.BlockBuilder(footer.segments)
+        if not _feed_block(builder, fd, footer, 0):
+            return None
+    except blocks.BlockError:
+        return None
+    finally:
+        os.close(fd)
+    tmp = path + TMP_SUFFIX
+    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        size = builder.write(out, footer.level, footer.created)
+        os.fsync(out)
+    except BaseException:
+        os.close(out)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(out)
+    os.replace(tmp, path)
+    os.fsync(dir_fd)
+    return size
+
+
+def add_summaries(run_dir: str | os.PathLike[str]) -> int:
+    """Give every block of a run written before level-of-detail summaries existed its summaries
+    (what a writer resuming the run does one block per compaction); return how many blocks were
+    rewritten. Readers may be reading the run meanwhile.
+
+    Raises:
+        RunLockedError: a writer holds the run.
+        NotADirectoryError: ``run_dir`` is not a directory.
+    """
+    from recorder.writer import lock_run, unlock_run  # the writer imports this module
+
+    run_dir = os.fspath(run_dir)
+    if not os.path.isdir(run_dir):
+        raise NotADirectoryError(f"run_dir is not a directory: {run_dir!r}")
+    lock = lock_run(run_dir)
+    try:
+        dir_fd = os.open(run_dir, os.O_RDONLY)
+        try:
+            done = 0
+            for name in sorted(os.listdir(run_dir)):
+                if blocks.parse_block_name(name) is not None:
+                    done += rewrite_with_summaries(run_dir, name, dir_fd) is not None
+            return done
+        finally:
+            os.close(dir_fd)
+    finally:
+        unlock_run(lock)
 
 
 def _first_indexes(footers: list) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from recorder import blocks, codec
+from recorder import blocks, codec, framing
 from recorder.catalog import SEGMENT_RE, Catalog, Entry, SourceGone, list_segments
 from recorder.downsample import downsample
 from recorder.parts import PartTable
@@ -31,6 +32,8 @@ _T = TypeVar("_T")
 _RETRIES = 8
 # Decoded group chunks a reader keeps for streaming reads (least recently used dropped first).
 GROUP_CACHE_BYTES = 8 << 20
+# Group parts of a tag a downsampled read loads at once (beyond it, they are streamed).
+PARTS_AT_ONCE = 8192
 
 
 @dataclass(frozen=True)
@@ -604,6 +607,20 @@ class RunReader:
         hi = lo + int(cols["count"][ref])
         return ScalarSeries(*(col[lo:hi] for col in series))
 
+    def _parts_points(self, rows: list[int]) -> ScalarSeries | None:
+        """The points of consecutive group parts of one tag, concatenated; None if one is
+        damaged. Up to PARTS_AT_ONCE parts (a live run's tail holds a part per tag per flush)
+        are loaded into the part table, shared by every tag's read, and gathered at once; more
+        are read one at a time, keeping nothing."""
+        rows_arr = np.array(rows, np.int64)
+        if len(rows) <= PARTS_AT_ONCE:
+            if not self._parts.load(rows_arr, self._catalog.load):
+                self._tag_series.clear()
+                return None
+            return self._parts.gather(rows_arr)
+        pieces = [self._piece_points(r) for r in rows]
+        return None if any(p is None for p in pieces) else _concat(pieces)
+
     def _ceilings(self, refs: list, firsts, smins, smaxs) -> np.ndarray:
         """Per piece, the step from which its points are superseded by a later restart (the
         rule of :meth:`read_scalars`), from the summaries, decoding only pieces a restart cuts."""
@@ -705,11 +722,19 @@ class RunReader:
             yield _concat(pending)
 
     def _downsample_stream(
-        self, tag: str, start: int | None, end: int | None, max_points: int
+        self,
+        tag: str,
+        start: int | None,
+        end: int | None,
+        max_points: int,
+        use_lod: bool = True,
     ) -> ScalarSeries:
         """``downsample(read_scalars(tag, start, end), max_points)``, computed one chunk at a
         time: memory is bounded by a chunk and the buckets, nothing is kept. Chunks wholly in
-        range and not cut by a restart are counted from their summaries."""
+        range and not cut by a restart are counted from their summaries, and a block chunk with a
+        level-of-detail summary is not decoded at all when the buckets are at least two of its
+        slices wide: its slices' extremes stand for their points, and only the slices a bucket
+        edge (or the first or last point) falls in are read, a column range at a time."""
         refs, firsts, smins, smaxs = self._pieces(tag)
         ceil = self._ceilings(refs, firsts, smins, smaxs)
         cols = self._parts.cols
@@ -720,19 +745,24 @@ class RunReader:
         hi = np.iinfo(np.int64).max if end is None else end
         skip = (smaxs < lo) | (smins > hi) | (smins >= ceil)
         whole = ~skip & (smins >= lo) & (smaxs <= hi) & (smaxs < ceil)
+        cut: dict[int, ScalarSeries | None] = {}  # pieces cut by the range or a restart
 
         def kept(i: int) -> ScalarSeries | None:
+            if i in cut:
+                return cut[i]
             points = self._piece_points(refs[i])
             if points is None or whole[i]:
                 return points
             st = points.steps
             keep = (st < ceil[i]) & (st >= lo) & (st <= hi)
-            return ScalarSeries(*(col[keep] for col in points))
+            cut[i] = ScalarSeries(*(col[keep] for col in points))
+            return cut[i]
 
-        n = int(counts[whole].sum())
+        sizes = np.where(whole, counts, 0)
         for i in np.flatnonzero(~skip & ~whole).tolist():
             points = kept(i)
-            n += 0 if points is None else len(points.steps)
+            sizes[i] = 0 if points is None else len(points.steps)
+        n = int(sizes.sum())
         if n <= max_points:
             pieces = [p for i in np.flatnonzero(~skip).tolist() if (p := kept(i)) is not None]
             if not pieces:
@@ -741,48 +771,43 @@ class RunReader:
         buckets = (max_points - 2) // 2
         size = -(-(n - 2) // buckets) if buckets else n
         full = (n - 2) // size if buckets else 0
-        nb = full + (1 if buckets and full * size < n - 2 else 0)
-        # Per bucket: (global index, step, wall, value) of its first minimum and first maximum,
-        # NaN winning as in NumPy's argmin/argmax.
-        low: list = [None] * nb
-        high: list = [None] * nb
-        ends: dict[int, tuple] = {}
-        g = 0
-        for i in np.flatnonzero(~skip).tolist():
-            points = kept(i)
-            if points is None or not len(points.steps):
-                continue
-            k = len(points.steps)
-            st, wa, va = points
-            if g == 0:
-                ends[0] = (int(st[0]), float(wa[0]), float(va[0]))
-            if g + k == n:
-                ends[n - 1] = (int(st[-1]), float(wa[-1]), float(va[-1]))
-            a, b = max(g, 1), min(g + k, n - 1)  # inner points of this piece: [a, b)
-            if nb and a < b:
-                bucket_of = np.minimum((np.arange(a, b) - 1) // size, full)
-                cuts = [0, *(np.flatnonzero(np.diff(bucket_of)) + 1).tolist(), b - a]
-                for c0, c1 in itertools.pairwise(cuts):
-                    bk = int(bucket_of[c0])
-                    seg = va[a - g + c0 : a - g + c1]
-                    for table, pick, better in ((low, np.argmin, _lt), (high, np.argmax, _gt)):
-                        j = int(pick(seg))
-                        v = float(seg[j])
-                        cur = table[bk]
-                        if cur is None or better(v, cur[3]):
-                            p = a - g + c0 + j
-                            table[bk] = (a + c0 + j, int(st[p]), float(wa[p]), v)
-            g += k
-        chosen = dict(ends)
-        for item in (*low, *high):
-            if item is not None:
-                chosen[item[0]] = item[1:]
-        order = sorted(chosen)
-        return ScalarSeries(
-            np.array([chosen[i][0] for i in order], np.int64),
-            np.array([chosen[i][1] for i in order], np.float64),
-            np.array([chosen[i][2] for i in order], np.float64),
-        )
+        grid = _Buckets(n, size, full, bool(buckets))
+        try:
+            g = 0
+            parts: list[int] = []  # a run of whole group parts, read together
+            for i in [*np.flatnonzero(~skip).tolist(), None]:
+                ref = None if i is None else refs[i]
+                if isinstance(ref, int) and whole[i]:
+                    parts.append(ref)
+                    continue
+                if parts:
+                    points = self._parts_points(parts)
+                    if points is None:
+                        return self._downsample_stream(tag, start, end, max_points, use_lod)
+                    grid.add_points(points, g)
+                    g += len(points.steps)
+                    parts = []
+                if i is None:
+                    break
+                if use_lod and whole[i] and not isinstance(ref, int) and ref.lod is not None:
+                    lod = self._catalog.load_lod(ref)
+                    if lod is not None and size >= 2 * lod.size and buckets:
+                        grid.add_lod(_LodChunk(self._catalog, ref, lod), g)
+                        g += int(counts[i])
+                        continue
+                points = kept(i)
+                if points is None:
+                    # Found damaged while counting whole: the count is off; start over without it.
+                    return self._downsample_stream(tag, start, end, max_points, use_lod)
+                grid.add_points(points, g)
+                g += len(points.steps)
+            if g != n:
+                return self._downsample_stream(tag, start, end, max_points, use_lod)
+            return grid.result()
+        except _LodMismatch:
+            # A summary disagrees with its chunk's bytes: read the chunks whole (their frame
+            # checksums then report any damage).
+            return self._downsample_stream(tag, start, end, max_points, use_lod=False)
 
     def _check_scalar_tag(self, tag: str) -> None:
         entries = self._by_tag.get(tag)
@@ -906,6 +931,10 @@ class RunReader:
             if not entry.batch:
                 out.extend(self._keyed_records_of(entry))
                 continue
+            picked = self._picked_events(entry, local)
+            if picked is not None:
+                out.extend(picked)
+                continue
             data = self._load(entry)
             if data is None:
                 continue
@@ -923,6 +952,33 @@ class RunReader:
                 for j, ev in zip(local.tolist(), decoded, strict=True)
             )
         return [r for _, r in _in_write_order(out)]
+
+    def _picked_events(
+        self, entry: Entry, local: np.ndarray
+    ) -> list[tuple[Position, Record]] | None:
+        """The events ``local`` of a block's batch, each read alone through the batch's event
+        index (its payload checked against the index's crc32); None when the batch has no index
+        or anything does not match (the caller reads the batch whole, which reports damage)."""
+        if entry.data is not None:
+            return None  # held already
+        index = self._catalog.load_event_index(entry)
+        if index is None:
+            return None
+        base = entry.offset + framing.FRAME_OVERHEAD - 4  # the batch's payload
+        to_pos = self._catalog.blocks[entry.src].origins.position
+        out = []
+        for j in local.tolist():
+            payload = self._catalog.pread(entry, base + int(index.at[j]), int(index.length[j]))
+            if zlib.crc32(payload) != int(index.crc[j]):
+                return None
+            try:
+                decoded = codec.decode_payload(payload)
+            except codec.PayloadError:
+                return None
+            if decoded[0] != entry.kind or decoded[1] != entry.tag:
+                return None
+            out.append((to_pos(int(index.origins[j])), Record(*decoded)))
+        return out
 
     def _read_records(self, kind: str | None, tag: str | None) -> list[Record]:
         if tag is not None and kind not in (None, codec.SCALARS):
@@ -1055,15 +1111,260 @@ class RunReader:
             self.close()
 
 
-def _lt(a: float, b: float) -> bool:
-    """Whether ``a`` replaces ``b`` as a bucket's minimum (a later point: only if smaller, or
-    NaN where ``b`` is not; as np.argmin, the first NaN or the first minimum wins)."""
-    return b == b and (a != a or a < b)
+class _LodMismatch(Exception):
+    """A chunk's bytes do not match the checksums in its summary."""
 
 
-def _gt(a: float, b: float) -> bool:
-    """As :func:`_lt`, for the maximum."""
-    return b == b and (a != a or a > b)
+class _LodChunk:
+    """Reads single slices of a block chunk's columns, checked against its summary."""
+
+    def __init__(self, catalog: Catalog, entry: Entry, lod: blocks.Lod) -> None:
+        self.catalog = catalog
+        self.entry = entry
+        self.lod = lod
+        # Where the chunk's payload starts (after the frame's length and its checksum).
+        self.base = entry.offset + framing.FRAME_OVERHEAD - 4
+
+    def _bounds(self, j: int) -> tuple[int, int]:
+        size = self.lod.size
+        return j * size, min((j + 1) * size, self.lod.n)
+
+    def read_slices(self, slices: list[int]) -> np.ndarray:
+        """The values of the given slices, concatenated (one pread each, on one descriptor)."""
+        fd = self.catalog.fd_of(self.entry)
+        size = self.lod.size
+        start = self.base + self.lod.cv
+        parts = []
+        for j in slices:
+            a, b = j * size, min((j + 1) * size, self.lod.n)
+            data = os.pread(fd, 8 * (b - a), start + 8 * a)
+            if zlib.crc32(data) != int(self.lod.crc[j]):
+                raise _LodMismatch(self.entry.src)
+            parts.append(data)
+        self.catalog.bytes_read += sum(map(len, parts))
+        return np.frombuffer(b"".join(parts), "<f8")
+
+    def steps_walls(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """The steps and wall times of slice ``j``."""
+        a, b = self._bounds(j)
+        cs, cw = self.lod.cs, self.lod.cw
+        sdata = b""
+        if cs[0] == "range":
+            steps = cs[1] + cs[2] * np.arange(a, b, dtype=np.int64)
+        else:
+            width = 4 if cs[0] == "u4" else 8
+            rel = cs[2] if width == 4 else cs[1]
+            sdata = self.catalog.pread(self.entry, self.base + rel + width * a, width * (b - a))
+        wwidth = 4 if cw[0] == "us" else 8
+        wrel = cw[2] if wwidth == 4 else cw[1]
+        wdata = self.catalog.pread(self.entry, self.base + wrel + wwidth * a, wwidth * (b - a))
+        if zlib.crc32(sdata + wdata) != int(self.lod.crcsw[j]):
+            raise _LodMismatch(self.entry.src)
+        if cs[0] == "u4":
+            steps = np.frombuffer(sdata, "<u4").astype(np.int64) + cs[1]
+        elif cs[0] == "i8":
+            steps = np.frombuffer(sdata, "<i8")
+        if wwidth == 4:  # exactly as codec.decode_scalars computes them
+            walls = np.frombuffer(wdata, "<u4").astype(np.float64)
+            walls *= 1e-6
+            walls += cw[1]
+        else:
+            walls = np.frombuffer(wdata, "<f8")
+        return steps, walls
+
+
+class _Buckets:
+    """The buckets of :func:`recorder.downsample.extreme_indices` over ``n`` points, filled
+    with candidates for each bucket's minimum and maximum: points, or a summary slice's extremes
+    (which stand for the slice's points when the slice lies in one bucket). In order of index,
+    the first minimum (maximum) among a bucket's candidates is the first of its points, which is
+    what np.argmin (argmax) picks (NaN first)."""
+
+    # Points of consecutive decoded pieces gathered before they are bucketed (bounds memory).
+    GATHER = 1 << 16
+
+    def __init__(self, n: int, size: int, full: int, any_buckets: bool) -> None:
+        self.n, self.size, self.full, self.any = n, size, full, any_buckets
+        # Candidate columns, as lists of arrays: global index, value, step, wall, and for a
+        # candidate whose step and wall are still to be read, its chunk (index into
+        # self.chunks), slice and local index (chunk -1: read already).
+        self.cand: dict[str, list[tuple]] = {"min": [], "max": [], "ends": []}
+        self.chunks: list[_LodChunk] = []
+        self._at: list[int] = []  # global index of each chunk's first point
+        self._held: list[ScalarSeries] = []
+        self._held_at = 0  # global index of the first point held
+        self._held_n = 0
+
+    def _bucket_of(self, index: np.ndarray) -> np.ndarray:
+        return np.minimum((index - 1) // self.size, self.full)
+
+    def add_points(self, points: ScalarSeries, g: int) -> None:
+        """Add decoded points at global indices ``g, g + 1, ...``."""
+        if self._held and self._held_at + self._held_n != g:
+            self._flush()
+        if not self._held:
+            self._held_at = g
+        self._held.append(points)
+        self._held_n += len(points.steps)
+        if self._held_n >= self.GATHER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._held:
+            return
+        steps, walls, values = self._held[0] if len(self._held) == 1 else _concat(self._held)
+        g = self._held_at
+        self._held, self._held_n = [], 0
+        index = np.arange(g, g + len(steps))
+        for name, pos in self._extremes(index, values).items():
+            none = np.full(len(pos), -1, np.int64)
+            self.cand[name].append(
+                (index[pos], values[pos], steps[pos], walls[pos], none, none, none)
+            )
+
+    def _extremes(self, index: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+        """Positions in ``index`` (increasing global indices) of the first and last point if
+        there, and of each bucket's first minimum and first maximum among these points."""
+        out = {"ends": np.flatnonzero((index == 0) | (index == self.n - 1))}
+        inner = np.flatnonzero((index >= 1) & (index < self.n - 1))
+        if self.any and len(inner):
+            whole = len(inner) == len(index)
+            if not whole:
+                index, values = index[inner], values[inner]
+            lows, highs = _segment_extremes(values, _run_starts(self._bucket_of(index)))
+            out["min"], out["max"] = (lows, highs) if whole else (inner[lows], inner[highs])
+        return out
+
+    def add_lod(self, chunk: _LodChunk, g: int) -> None:
+        """Add a block chunk's points at global indices ``g, g + 1, ...`` from its summary
+        (chunks are taken in by :meth:`result`, all at once)."""
+        self.chunks.append(chunk)
+        self._at.append(g)
+
+    def _take_chunks(self) -> None:
+        """The extremes of the summary slices that lie in one bucket, and of the points of the
+        others (read one slice at a time)."""
+        for size in sorted({c.lod.size for c in self.chunks}):
+            which = [i for i, c in enumerate(self.chunks) if c.lod.size == size]
+            lods = [self.chunks[i].lod for i in which]
+            counts = np.array([len(lod.imin) for lod in lods], np.int64)
+            chunk_of = np.repeat(np.array(which, np.int64), counts)
+            slice_of = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            n_of = np.repeat(np.array([lod.n for lod in lods], np.int64), counts)
+            at = np.repeat(np.array([self._at[i] for i in which], np.int64), counts)
+            starts = slice_of * size
+            stops = np.minimum(starts + size, n_of)
+            first, last = at + starts, at + stops - 1  # global indices of each slice's ends
+            split = (first == 0) | (last == self.n - 1)
+            if self.any:
+                split |= self._bucket_of(first) != self._bucket_of(last)
+            cut = np.flatnonzero(split)
+            if len(cut):
+                self._take_cut(cut, chunk_of, slice_of, starts, stops, first, last)
+            if not self.any:
+                continue
+            clean = np.flatnonzero(~split)
+            none = np.full(len(clean), -1, np.int64)
+            for name in ("min", "max"):
+                cols = [
+                    np.concatenate([getattr(lod, col + name) for lod in lods])[clean]
+                    for col in ("i", "v", "s", "w")
+                ]
+                self.cand[name].append((at[clean] + cols[0], *cols[1:], none, none, none))
+
+    def _take_cut(self, cut, chunk_of, slice_of, starts, stops, first, last) -> None:
+        """The points of the slices ``cut`` (rows of the other arrays), read one slice at a time:
+        each slice is cut where a bucket starts, and where the inner points start (index 1) and
+        end (index n - 1); each piece's first minimum and first maximum are candidates (a piece
+        holding the first or the last point is that point alone)."""
+        values = np.concatenate(
+            [
+                self.chunks[c].read_slices(js)
+                for c, js in _runs_by_chunk(chunk_of[cut], slice_of[cut])
+            ]
+        )
+        lengths = stops[cut] - starts[cut]
+        offsets = np.cumsum(lengths) - lengths
+        f, l = first[cut], last[cut]  # noqa: E741
+        # Where pieces start, as global indices: each slice's start, and the edges inside it.
+        edges = [f]
+        if self.any:
+            k = np.minimum((l - 1) // self.size, self.full)  # the last bucket starting in it
+            edge = 1 + k * self.size
+            edges.append(np.where((k >= 1) & (edge > f) & (edge <= l), edge, f))
+        for point in (1, self.n - 1):
+            edges.append(np.where((f < point) & (point <= l), point, f))
+        at = np.unique(np.concatenate([e - f + offsets for e in edges]))  # positions in values
+        lows, highs = _segment_extremes(values, at)
+        piece_slice = np.searchsorted(offsets, at, "right") - 1
+        for name, pos in (("min", lows), ("max", highs)):
+            k = piece_slice
+            index = f[k] + pos - offsets[k]
+            if not self.any:
+                keep = (index == 0) | (index == self.n - 1)
+                pos, k, index = pos[keep], k[keep], index[keep]
+            zeros = np.zeros(len(pos), np.int64)
+            self.cand[name].append(
+                (index, values[pos], zeros, zeros.astype(np.float64), chunk_of[cut][k],
+                 slice_of[cut][k], starts[cut][k] + pos - offsets[k])
+            )  # fmt: skip
+
+    def result(self) -> ScalarSeries:
+        """The points picked: the first, the last, and each bucket's minimum and maximum."""
+        self._flush()
+        self._take_chunks()
+        picked = []
+        for name in ("ends", "min", "max"):
+            if not self.cand[name]:
+                continue
+            cols = [np.concatenate(c) for c in zip(*self.cand[name], strict=True)]
+            if name != "ends":
+                order = np.argsort(cols[0], kind="stable")
+                cols = [c[order] for c in cols]
+                bucket = self._bucket_of(cols[0])
+                bucket[cols[0] == 0] = -1  # the first and the last point: buckets of their own
+                bucket[cols[0] == self.n - 1] = self.full + 1
+                heads = _segment_extremes(cols[1], _run_starts(bucket))[name == "max"]
+                cols = [c[heads] for c in cols]
+            picked.append(cols)
+        g, v, s, w, c, j, loc = (np.concatenate(col) for col in zip(*picked, strict=True))
+        g, first = np.unique(g, return_index=True)
+        v, s, w, c, j, loc = (col[first] for col in (v, s, w, c, j, loc))
+        pending = np.flatnonzero(c >= 0)
+        if len(pending):
+            key = c[pending] * (1 << 32) + j[pending]
+            order = np.argsort(key, kind="stable")
+            for run in np.split(pending[order], _run_starts(key[order])[1:]):
+                ci, ji = int(c[run[0]]), int(j[run[0]])
+                steps, walls = self.chunks[ci].steps_walls(ji)
+                p = loc[run] - ji * self.chunks[ci].lod.size
+                s[run], w[run] = steps[p], walls[p]
+        return ScalarSeries(s.astype(np.int64), w.astype(np.float64), v)
+
+
+def _runs_by_chunk(chunks: np.ndarray, slices: np.ndarray) -> Iterator[tuple[int, list[int]]]:
+    """``(chunk, its slices)`` for each run of equal consecutive ``chunks``."""
+    bounds = [*_run_starts(chunks).tolist(), len(chunks)]
+    for a, b in itertools.pairwise(bounds):
+        yield int(chunks[a]), slices[a:b].tolist()
+
+
+def _run_starts(keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal consecutive ``keys`` starts."""
+    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+
+
+def _segment_extremes(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment of ``values`` (segments start at ``starts``), the position of its first
+    minimum and of its first maximum, as np.argmin/np.argmax pick them (NaN first)."""
+    ends = np.r_[starts[1:], len(values)]
+    nan = np.isnan(values)
+    out = []
+    for reduce in (np.minimum, np.maximum):
+        best = np.repeat(reduce.reduceat(values, starts), ends - starts)  # NaN propagates
+        hit = np.flatnonzero((values == best) | (nan & np.isnan(best)))
+        out.append(hit[np.searchsorted(hit, starts)])
+    return out[0], out[1]
 
 
 def _spread(n: int, limit: int) -> np.ndarray:

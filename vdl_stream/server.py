@@ -43,7 +43,7 @@ from werkzeug.exceptions import HTTPException
 
 from recorder import RecorderError
 
-from . import __version__, codec
+from . import __version__, codec, storage
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
 from .interop import Export, stream_export
@@ -77,6 +77,8 @@ CLOSE_POLICY = 1008  # no subscribe / no batch in time
 CLOSE_TRY_AGAIN_LATER = 1013  # too many browsers open
 #: Seconds a writer refused for lack of room is asked to wait (the 503's Retry-After).
 WRITER_RETRY_AFTER = 2
+#: Runs one writer connection is remembered to have written (to mark them crashed if it is lost).
+MAX_RUNS_PER_WRITER = 1024
 #: The longest ``tags`` filter a subscriber may send.
 MAX_TAG_FILTER = 200
 
@@ -596,7 +598,8 @@ def api_blueprint(broker: Broker) -> Blueprint:
 
     @bp.get("/api/runs")
     async def api_runs() -> Any:
-        return jsonify(runs=broker.runs())
+        # One summary per run (docs/http-api.md, "Run summaries"), each encoded once per change.
+        return Response(broker.summaries_json(), content_type="application/json")
 
     @bp.get("/api/tags")
     async def api_tags() -> Any:
@@ -719,9 +722,16 @@ def api_blueprint(broker: Broker) -> Blueprint:
         return jsonify(
             broker=broker.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
+            store=_store_statistics(broker),
         )
 
     return bp
+
+
+def _store_statistics(broker: Any) -> dict | None:
+    """The object store sync's statistics, if the log directory is in one (a replay has none)."""
+    stats = getattr(broker, "store_statistics", None)
+    return None if stats is None else stats().__dict__
 
 
 def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
@@ -764,7 +774,10 @@ def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
                 )
             )
             await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
-            await _live_session(broker, limits.subscribe_timeout)
+            # Every run's summary now; later ones come with each subscription (see stream()).
+            since = broker.summary_tick
+            await websocket.send(broker.summaries_frame())
+            await _live_session(broker, limits.subscribe_timeout, since)
         return None
 
     @bp.websocket("/ws/ingest")
@@ -827,11 +840,17 @@ def _static_response(static: Any, name: str) -> Response:
     return response
 
 
-async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
+async def _live_session(
+    broker: Broker, subscribe_timeout: float = 5.0, summaries_since: int | None = None
+) -> None:
     """Serve one browser: (re)subscribe on request, stream snapshot then live frames.
 
     A browser that sends no ``subscribe`` within ``subscribe_timeout`` seconds is closed (1008):
     an open WebSocket costs a file descriptor, and an idle one would hold it forever.
+
+    Each subscription first gets the summaries published since publication ``summaries_since``
+    (those sent on connect are older; ones dropped with a gap are re-sent this way), then its
+    snapshots, then ``synced``, then live frames (summaries among them).
     """
 
     async def stream(
@@ -847,7 +866,12 @@ async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
                 await websocket.close(1013, str(exc)[:120])  # 1013: try again later
                 return
             try:
+                # Subscribed first, so a summary published from now on reaches ``sub``.
+                if (frame := broker.summaries_frame(summaries_since)) is not None:
+                    await websocket.send(frame)
                 await broker.send_snapshot(sub, websocket.send, max_points)
+                # Runs that could not be read were left out: the page stops waiting for them.
+                await websocket.send(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
                 while True:
                     await websocket.send(await sub.receive())
             except trio.EndOfChannel:
@@ -898,6 +922,20 @@ async def _ingest_session(broker: Broker) -> None:
     broken, closes the connection with 1008 (there is no batch to answer).
     """
     send, receive = trio.open_memory_channel[tuple[str, int, int, bool, RefusedError | None]](1024)
+    # Runs this connection wrote: when it ends, those without a close marker read as crashed.
+    runs: set[str] = set()
+    try:
+        await _ingest_batches(broker, send, receive, runs)
+    finally:
+        broker.writer_lost(runs)
+
+
+async def _ingest_batches(
+    broker: Broker,
+    send: trio.MemorySendChannel[tuple[str, int, int, bool, RefusedError | None]],
+    receive: trio.MemoryReceiveChannel[tuple[str, int, int, bool, RefusedError | None]],
+    runs: set[str],
+) -> None:
 
     async def answer() -> None:
         async for writer, seq, broker_seq, durable, refusal in receive:
@@ -933,6 +971,8 @@ async def _ingest_session(broker: Broker) -> None:
                     await websocket.close(1008, str(exc)[:120])
                     nursery.cancel_scope.cancel()
                     return
+                if len(runs) < MAX_RUNS_PER_WRITER:
+                    runs.add(batch.run)
                 try:
                     broker_seq = await broker.ingest(batch)
                 except RefusedError as exc:
@@ -1054,9 +1094,15 @@ async def run_server(
     limits: Limits | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
+    cache_dir: str | Path | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``vdl-stream serve``: a broker over ``logdir`` and its web server.
+
+    ``logdir`` may be an object store URL (``s3://bucket/prefix``, ``gs://``, ``az://``): the
+    broker then keeps its runs' heads in ``cache_dir`` (by default under ``$VDL_STREAM_CACHE``
+    or ``~/.cache/vdl-stream``), publishes them to the store and serves the store's other runs
+    (vdl_stream/storage.py).
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
@@ -1070,12 +1116,24 @@ async def run_server(
     """
     check_bind(host, token, insecure=insecure)
     Access(token, allowed_hosts, host)  # a bad --allow-host fails before anything starts
+    sync = None
+    if storage.is_store_url(logdir):  # runs in an object store (docs/object-storage.md)
+        local = storage.cache_dir(str(logdir), cache_dir)
+        sync = storage.StoreSync(storage.ObstoreClient(str(logdir)), local)
+        logdir = local
     sock = bind_socket(host, port)
     try:
-        broker = Broker(logdir, cache_bytes=cache_bytes)
+        broker = Broker(
+            logdir,
+            cache_bytes=cache_bytes,
+            prepare_write=None if sync is None else sync.prepare_write,
+        )
         web_stop = trio.Event()
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
+            if sync is not None:
+                broker.store_statistics = sync.statistics
+                await nursery.start(sync.run, broker.wait_closed)
             await nursery.start(broker.follow)
             url = await nursery.start(
                 partial(

@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import random
+import socket
 import threading
 import time
 import uuid
@@ -40,9 +41,10 @@ import trio
 
 import recorder
 
-from . import codec, summaries
+from . import codec, storage, summaries
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError, unwrap
+from .run_summary import CLOSED, RUNNING, STATUS_KEY
 from .summaries import to_float, to_step
 from .transport import InProcessTransport, Spool, Transport, WebSocketTransport
 
@@ -295,6 +297,7 @@ class Writer:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._telemetry = telemetry
+        self._mute = mute
         if mute:  # a rank that does not log: the calls stay valid and cost nothing
             for name in LOGGING_METHODS:
                 setattr(self, name, _discard)
@@ -305,6 +308,9 @@ class Writer:
             self._pending.close()
             raise self._error.with_traceback(None) from None
         _live_writers.add(self)
+        if not mute:
+            # The run's summary shows the host, and "live" until the close marker (close()).
+            self._events.append(_status_event(RUNNING, socket.gethostname()))
 
     # -- the hot path ---------------------------------------------------------------------------
 
@@ -575,6 +581,8 @@ class Writer:
         """Flush, stop the background thread and release the run. Idempotent."""
         if self._closed:
             return
+        if not self._mute:
+            self._events.append(_status_event(CLOSED))  # the close marker: the run is finished
         if not self._thread.is_alive() or not self.flush(timeout):
             self._flush_timeout = 1.0  # undeliverable now: do not stall the program's exit
         self._closed = True
@@ -795,6 +803,16 @@ class Writer:
 _now = time.time  # one global lookup on the hot path instead of two
 
 
+def _status_event(status: str, host: str | None = None) -> dict[str, Any]:
+    """A ``meta`` event of the run's status (and the writer's host): ``running`` when a writer
+    starts, ``closed`` (the close marker) when it is closed (vdl_stream/run_summary.py)."""
+    event: dict[str, Any] = {"kind": "meta", "tag": None, "step": None, "wall": time.time()}
+    event[STATUS_KEY] = status
+    if host:
+        event["host"] = host
+    return event
+
+
 def _wall(walltime: float | None) -> float:
     """The wall time of an event: the caller's, or now."""
     return time.time() if walltime is None else walltime
@@ -833,7 +851,11 @@ def attach(
     """Start logging a run and return its :class:`Writer`.
 
     Args:
-        logdir: where an in-process broker records runs (``logdir/<run>/``).
+        logdir: where an in-process broker records runs (``logdir/<run>/``): a directory, or
+            an object store URL ``s3://bucket/prefix`` (``gs://``, ``az://``; needs the
+            ``cloud`` extra), whose runs' local heads are kept under ``$VDL_STREAM_CACHE``
+            (default ``~/.cache/vdl-stream``) and published to the store as they are sealed,
+            and whole when the writer closes (docs/object-storage.md).
         run: the run name; a unique, time-sortable name when omitted. An existing run is appended to.
         url: publish to a running ``vdl-stream serve`` at this ``ws://host:port`` instead of
             recording in-process.
@@ -875,6 +897,7 @@ def attach(
         # At the call, not in the background thread: a refused bind must reach the caller.
         check_bind(host, token)
     rank, local_rank, _ = distributed_env()
+    named = run is not None
     run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
     # NVML sees every GPU of the node, so one process per node reports them.
     sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
@@ -890,13 +913,30 @@ def attach(
 
         return Writer(run, open_remote, **options)
 
+    sync = None
+    if storage.is_store_url(logdir):  # runs in an object store (docs/object-storage.md)
+        assert isinstance(logdir, str)
+        client = storage.ObstoreClient(logdir)  # a bad URL or a missing obstore fails here
+        logdir = storage.cache_dir(logdir)
+        sync = storage.StoreSync(client, logdir, mirror=serve)
+        if not named:  # a unique new name: nothing to continue from the store
+            sync.fresh_runs.add(run)
     run_dir = check_logdir(logdir, run)
 
     async def open_local(nursery: trio.Nursery) -> Transport:
         from .broker import Broker
 
-        broker = Broker(logdir, cache_bytes=cache_mb << 20)
+        broker = Broker(
+            logdir,
+            cache_bytes=cache_mb << 20,
+            prepare_write=None if sync is None else sync.prepare_write,
+        )
         await nursery.start(broker.run)
+        if sync is not None:
+            # Publishes what the broker seals; after the broker closed its runs, publishes
+            # the rest (within storage.FINAL_DEADLINE), before this thread ends.
+            broker.store_statistics = sync.statistics
+            await nursery.start(sync.run, broker.wait_closed)
         # Open the run now, not at the first batch, so that a run held by another process or a
         # directory that cannot be written raises here, at attach(), instead of in the thread.
         await _open_run(broker, run, run_dir)

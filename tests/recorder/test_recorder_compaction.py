@@ -259,7 +259,7 @@ def test_block_file_layout_matches_the_documented_bytes(tmp_path):
     assert magic == b"VDLBEND\n" and tcrc == zlib.crc32(blob[-24:-12])
     assert offset + size == len(blob) - 24
     footer = msgpack.unpackb(framing.check_frame(blob[offset : offset + size]))
-    assert footer["version"] == 2 and footer["segments"][0][0] == first
+    assert footer["version"] == 3 and footer["segments"][0][0] == first
     c = footer["chunks"]
     for i, tag in enumerate(c["tag"]):  # every chunk is where the footer says, with its summary
         payload = framing.check_frame(blob[c["offset"][i] : c["offset"][i] + 12 + c["length"][i]])
@@ -267,6 +267,22 @@ def test_block_file_layout_matches_the_documented_bytes(tmp_path):
         assert (kind, ptag, step, data["n"]) == ("scalars", tag, c["first_step"][i], c["count"][i])
         assert data["k"] == data["n"]  # one point per flush: one piece per point
         assert c["finite"][i] is True and c["vmin_step"][i] is not None
+        assert payload == msgpack.packb(msgpack.unpackb(payload))  # plain msgpack, as packb
+        # The level-of-detail frame follows the chunk, and locates its columns in the payload.
+        assert c["lod_offset"][i] == c["offset"][i] + 12 + c["length"][i]
+        frame = blob[c["lod_offset"][i] : c["lod_offset"][i] + 12 + c["lod_length"][i]]
+        lod = msgpack.unpackb(framing.check_frame(frame))
+        n = data["n"]
+        assert (lod["S"], lod["n"]) == (256, n)
+        assert payload[lod["cv"] : lod["cv"] + 8 * n] == data["v"]
+        assert lod["cs"] == data["s"] == ["range", step, 1]
+        assert lod["cw"][:2] == data["w"][:2] == ["us", data["w"][1]]
+        assert payload[lod["cw"][2] : lod["cw"][2] + 4 * n] == data["w"][2]
+        assert zlib.crc32(data["v"]) == struct.unpack("<I", lod["crc"])[0]  # one slice
+        assert zlib.crc32(data["w"][2]) == struct.unpack("<I", lod["crcsw"])[0]
+        values = np.frombuffer(data["v"], "<f8")
+        assert struct.unpack("<I", lod["imin"])[0] == values.argmin()
+        assert struct.unpack("<d", lod["vmax"])[0] == values.max()
     assert footer["events"]["kind"] == ["ingest"]  # collapsed to the newest
 
 
