@@ -6,6 +6,8 @@ import { Connection, liveUrl, takeToken } from "./connection.js";
 import { SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler } from "./frames.js";
+import { deriveSummary, RunsModel, SELECT_ALL_UP_TO } from "./runs.js";
+import { RunsTable } from "./views/runstable.js";
 import { initLanguage, language, LANGUAGES, loadingText, onLanguage, setLanguage, t, tf } from "./i18n.js";
 import { DEFAULT_SMOOTHING } from "./smoothing.js";
 import { STEP, Store, VALUE, WALL } from "./store.js";
@@ -38,7 +40,13 @@ const state = {
   views: new Set(["scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
 };
 const syncGroups = new Map();
+// The runs table's model: selection, pins, hidden runs, filters, grouping (see runs.js).
+const runsModel = new RunsModel();
+runsModel.derive = (name) => deriveSummary(store, name);
 const ctx = {
+  runs: runsModel,
+  /** Call after changing the runs model (a brush): redraw, and re-subscribe to the runs drawn. */
+  onRunsChanged: () => applyRuns(),
   token,
   store,
   scheduler,
@@ -87,12 +95,12 @@ const langSelect = el(
 const tabs = el("nav", { class: "tabs" });
 // On a phone the settings panel is folded away behind this button.
 const menuBtn = el("button", { type: "button", class: "menu", "aria-label": "Settings / 设置", text: "☰", on: { click: () => document.body.classList.toggle("show-side") } });
-const runList = el("ul", { class: "runs" });
 const filterInput = el("input", { type: "search", class: "filter", spellcheck: "false", on: { input: onFilter } });
 const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step: "0.01", value: String(state.smoothing), on: { input: onSmoothing } });
 const smoothingValue = el("output", { text: state.smoothing.toFixed(2) });
 const xSelect = el("select", { class: "xkind", on: { change: (e) => updateSetting({ xKind: e.target.value }) } });
 const logInput = el("input", { type: "checkbox", class: "logy", on: { change: (e) => updateSetting({ logY: e.target.checked }) } });
+const runsTable = new RunsTable({ model: runsModel, onChange: applyRuns });
 const labels = {};
 const label = (key) => (labels[key] = el("span", { text: t(key) }));
 
@@ -103,14 +111,7 @@ const side = el(
   el("label", { class: "field" }, label("smoothing"), el("span", { class: "row" }, smoothingInput, smoothingValue)),
   el("label", { class: "field" }, label("xAxis"), xSelect),
   el("label", { class: "check" }, logInput, label("logY")),
-  el(
-    "h2",
-    { class: "runs-head" },
-    label("runs"),
-    el("button", { type: "button", class: "icon runs-all", on: { click: () => setAllRuns(true) } }, label("all")),
-    el("button", { type: "button", class: "icon runs-none", on: { click: () => setAllRuns(false) } }, label("none")),
-  ),
-  runList,
+  runsTable.element,
 );
 const main = el("main", {}, ...Object.values(views).map((v) => v.element));
 document.body.replaceChildren(
@@ -137,6 +138,7 @@ function relabel() {
   setConnState(conn.dataset.state);
   showSync();
   for (const view of Object.values(views)) view.relabel?.();
+  runsTable.relabel();
   replayBar.relabel();
 }
 
@@ -203,45 +205,98 @@ function setPaused(paused) {
 }
 
 // ---- runs ---------------------------------------------------------------------------------------
+// The runs table decides which runs are drawn; the page subscribes to those only (docs/dashboard.md,
+// "Runs"). Views read `state.hiddenRuns`: every known run that is not drawn.
 
-function renderRuns() {
-  const names = [...new Set([...store.announced, ...store.runNames()])].sort();
-  runList.replaceChildren(
-    ...names.map((name) =>
-      el(
-        "li",
-        { dataset: { run: name } },
-        el(
-          "label",
-          {},
-          el("input", {
-            type: "checkbox",
-            checked: !state.hiddenRuns.has(name),
-            on: {
-              change: (e) => {
-                if (e.target.checked) state.hiddenRuns.delete(name);
-                else state.hiddenRuns.add(name);
-                refreshViews();
-              },
-            },
-          }),
-          el("i", { class: "swatch", style: { background: colorFor(name) } }),
-          el("span", { class: "run-name", text: name, title: name }),
-        ),
-      ),
-    ),
-  );
-}
+/** Whether the first selection was made (on the first `runs` frame, or its summaries). */
+let selectionMade = false;
+/** Waiting, after a socket opened, for the `runs` frame (and summaries) to subscribe. */
+let awaitingSubscribe = false;
+let summariesTimer = 0;
+let subscribeTimer = 0;
+let subscribedKey = null;
 
-/** Show (true) or hide (false) every run. */
-function setAllRuns(shown) {
-  for (const name of window.vdl.runs()) {
-    if (shown) state.hiddenRuns.delete(name);
-    else state.hiddenRuns.add(name);
-  }
-  renderRuns();
+function applyRuns() {
+  const hidden = new Set();
+  for (const name of runsModel.names) if (!runsModel.isDrawn(name)) hidden.add(name);
+  state.hiddenRuns = hidden;
+  runsTable.update();
   refreshViews();
+  // Re-subscribe once the user pauses (typing a filter changes the set on every key).
+  clearTimeout(subscribeTimer);
+  if (!awaitingSubscribe) subscribeTimer = setTimeout(resubscribe, 150);
 }
+
+function resubscribe() {
+  if (!connection.connected || awaitingSubscribe) return;
+  const runs = runsModel.subscription();
+  const key = runs === null ? null : runs.join("\u0000");
+  if (key === subscribedKey) return;
+  sendSubscribe(runs);
+}
+
+function sendSubscribe(runs) {
+  subscribedKey = runs === null ? null : runs.join("\u0000");
+  awaitingSubscribe = false;
+  clearTimeout(summariesTimer);
+  store.subscribeTo(runs);
+  connection.subscribe(runs);
+}
+
+// On the first `runs` frame: few runs are all selected at once; with many, the most recently active
+// are chosen from the summaries that follow (or, from a server that sends none, by name).
+function onRunsKnown(fromSummaries) {
+  if (!awaitingSubscribe) return;
+  if (!selectionMade) {
+    if (runsModel.names.size > SELECT_ALL_UP_TO && !fromSummaries && runsModel.summaries.size === 0) {
+      summariesTimer ||= setTimeout(() => {
+        summariesTimer = 0;
+        onRunsKnown(true);
+      }, 500);
+      return;
+    }
+    runsModel.selectDefault();
+    selectionMade = true;
+    applyRuns();
+  }
+  sendSubscribe(runsModel.subscription());
+}
+
+// Runs appear one by one (a `runs` frame of 1,000 names emits 1,000 changes): take them in one go.
+let pendingNames = null;
+function addRunNames(names) {
+  if (pendingNames === null) {
+    pendingNames = [];
+    queueMicrotask(() => {
+      const added = runsModel.addNames(pendingNames);
+      pendingNames = null;
+      if (added.length && selectionMade) runsModel.selectNew(added);
+      if (added.length) applyRuns();
+    });
+  }
+  pendingNames.push(...names);
+}
+
+store.subscribe((change) => {
+  if (change.kind === "runs") {
+    if (change.run !== null) {
+      addRunNames([change.run]);
+      return;
+    }
+    // The frame's list: known now, so that the first selection sees every run.
+    const added = runsModel.addNames(store.announced);
+    if (added.length && selectionMade) runsModel.selectNew(added);
+    if (added.length) applyRuns();
+    onRunsKnown(false);
+  } else if (change.kind === "summaries") {
+    const added = runsModel.updateSummaries(change.summaries);
+    if (added.length && selectionMade) runsModel.selectNew(added);
+    applyRuns();
+    onRunsKnown(true);
+  } else if (change.kind === "hparams" || (change.kind === "scalars" && runsModel.summaries.size === 0)) {
+    runsTable.update();
+  }
+});
 
 // `body[data-sync]` is connecting, loading or ready (see Store.syncState): until ready, the other
 // views do not claim to have nothing (style.css), and the scalars view says what it waits for.
@@ -257,16 +312,6 @@ store.subscribe((change) => {
   if (change.kind === "sync") showSync();
 });
 
-let knownRuns = "";
-store.subscribe((change) => {
-  if (change.kind !== "runs") return;
-  const names = [...new Set([...store.announced, ...store.runNames()])].sort().join("\u0000");
-  if (names !== knownRuns) {
-    knownRuns = names;
-    renderRuns();
-  }
-});
-
 // ---- connection ---------------------------------------------------------------------------------
 
 function setConnState(s, detail = "") {
@@ -279,6 +324,7 @@ function setConnState(s, detail = "") {
 const PROTOCOL_VERSION = 1;
 const connection = new Connection({
   maxPoints: MAX_POINTS,
+  autoSubscribe: false,
   url: liveUrl(window.location, token),
   onMessage: (msg) => {
     if (msg.type === "hello") {
@@ -289,7 +335,12 @@ const connection = new Connection({
     replayBar.onMessage(msg);
   },
   onState: (s, detail) => {
-    if (s === "open") store.beginSync(null); // the server lists its runs, then sends their snapshots
+    if (s === "open") {
+      // The server lists its runs (and their summaries), then waits for the page's subscribe.
+      store.beginSync(null);
+      awaitingSubscribe = true;
+      subscribedKey = undefined;
+    }
     setConnState(s, detail);
   },
 });
@@ -347,6 +398,10 @@ window.vdl = {
   state,
   store,
   connection,
+  /** The runs table's model: `.selected`, `.pinned`, `.hidden`, `.summaries`, `subscription()`, ... */
+  runsModel,
+  /** The runs table (`render()` draws it now). */
+  runsTable,
   /** The frame scheduler; `vdl.scheduler.minInterval` (ms, default 100) caps the redraw rate. */
   scheduler,
   setLanguage,
