@@ -13,11 +13,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
 from recorder.compaction import MIN_RECORDS, SMALL_RECORD, Compactor, SegmentCapture
+from recorder.digest import LATEST_MAX_BYTES, Digest, data_files, load_digest, write_digest
 from recorder.records import NotARunError, Position, RecorderError, RunLockedError, ScalarSeries
 
 SYNC_MODES = ("flush", "interval", "never")
@@ -269,6 +271,9 @@ class RunWriter:
         try:
             self._lock_fd = lock_run(self._dir)
             self._open_run()
+            # The run's digest (recorder/digest.py): continued when current, else none is kept.
+            files = data_files(self._dir)
+            self._digest: Digest | None = load_digest(self._dir, files) if files else Digest()
         except BaseException:
             if self._fd >= 0:
                 os.close(self._fd)
@@ -390,6 +395,8 @@ class RunWriter:
             )
         if not len(s):
             return
+        if self._digest is not None:
+            self._digest.add_scalars(tag, s, w, v)
         slot = self._open_slots.get(tag)
         if slot is not None and (s[0] < slot.smax or slot.count + len(s) > CHUNK_POINTS):
             slot = None
@@ -437,6 +444,12 @@ class RunWriter:
         if len(payload) > framing.MAX_PAYLOAD:
             raise ValueError(f"record is {len(payload)} bytes, over {framing.MAX_PAYLOAD}")
         step = None if step is None else int(step)
+        if self._digest is not None:
+            # A copy of what was recorded: the caller may change ``data`` later.
+            kept = None
+            if kind == "meta" or (tag is None and len(payload) <= LATEST_MAX_BYTES):
+                kept = msgpack.unpackb(payload, raw=False, strict_map_key=False)[4]
+            self._digest.add_record(kind, tag, float(wall), kept, len(payload))
         self._queue.append((payload, (kind, tag, step, float(wall), 1, step, step, None, None)))
         self._pending_records += 1
         self._pending_bytes += len(payload)
@@ -610,6 +623,9 @@ class RunWriter:
             if durable:
                 self._fsync()
             self._write_index(durable)
+            if self._digest is not None:
+                with contextlib.suppress(OSError):  # only a shortcut: readers can do without
+                    write_digest(self._dir, self._digest, durable)
         finally:
             self._closed = True
             os.close(self._fd)
