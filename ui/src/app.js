@@ -6,7 +6,7 @@ import { Connection, liveUrl, takeToken } from "./connection.js";
 import { SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler } from "./frames.js";
-import { deriveSummary, RunsModel, SELECT_ALL_UP_TO } from "./runs.js";
+import { deriveSummary, pointsFor, RunsModel, SELECT_ALL_UP_TO } from "./runs.js";
 import { RunsTable } from "./views/runstable.js";
 import { initLanguage, language, LANGUAGES, loadingText, onLanguage, setLanguage, t, tf } from "./i18n.js";
 import { DEFAULT_SMOOTHING } from "./smoothing.js";
@@ -28,7 +28,8 @@ const MAX_POINTS = 2000;
 const store = new Store({ maxPoints: MAX_POINTS });
 // Charts redraw at most once per animation frame and at most 10 times a second: curves read just
 // as live, and with 20 charts on screen the browser spends most of a frame compositing canvases.
-const scheduler = new FrameScheduler({ minInterval: 100 });
+const NORMAL_REDRAW_MS = 100;
+const scheduler = new FrameScheduler({ minInterval: NORMAL_REDRAW_MS });
 const state = {
   xKind: "step",
   logY: false,
@@ -239,6 +240,10 @@ function sendSubscribe(runs) {
   subscribedKey = runs === null ? null : runs.join("\u0000");
   awaitingSubscribe = false;
   clearTimeout(summariesTimer);
+  // Fewer history points per run when many runs share the charts (the server answers faster).
+  const points = pointsFor(runs === null ? runsModel.names.size : runs.length);
+  connection.maxPoints = points;
+  store.maxPoints = points;
   store.subscribeTo(runs);
   connection.subscribe(runs);
 }
@@ -257,9 +262,10 @@ function onRunsKnown(fromSummaries) {
     }
     runsModel.selectDefault();
     selectionMade = true;
-    applyRuns();
   }
+  // Subscribe first: the server starts reading while the page draws the table.
   sendSubscribe(runsModel.subscription());
+  applyRuns();
 }
 
 // Runs appear one by one (a `runs` frame of 1,000 names emits 1,000 changes): take them in one go.
@@ -291,8 +297,8 @@ store.subscribe((change) => {
   } else if (change.kind === "summaries") {
     const added = runsModel.updateSummaries(change.summaries);
     if (added.length && selectionMade) runsModel.selectNew(added);
-    applyRuns();
-    onRunsKnown(true);
+    if (awaitingSubscribe) onRunsKnown(true);
+    else applyRuns();
   } else if (change.kind === "hparams" || (change.kind === "scalars" && runsModel.summaries.size === 0)) {
     runsTable.update();
   }
@@ -308,8 +314,19 @@ function showSync() {
   syncNote.title = sync.phase === "loading" ? loadingText(sync) : "";
 }
 showSync();
+// While the snapshots of many runs stream in, every arriving run changes each chart's set of lines
+// (a rebuild): redraw at most once a second until the last one is in, then at once.
+const LOADING_REDRAW_MS = 1000;
 store.subscribe((change) => {
-  if (change.kind === "sync") showSync();
+  if (change.kind !== "sync") return;
+  showSync();
+  const sync = store.syncState();
+  const many = sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO;
+  const interval = many ? LOADING_REDRAW_MS : NORMAL_REDRAW_MS;
+  if (interval !== scheduler.minInterval) {
+    scheduler.minInterval = interval;
+    if (!many) scheduler.flush();
+  }
 });
 
 // ---- connection ---------------------------------------------------------------------------------

@@ -11,6 +11,19 @@ export const SELECT_ALL_UP_TO = 20;
 /** With more runs, the most recently active this many are selected by default. */
 export const DEFAULT_SELECTED = 10;
 
+/**
+ * History points per tag to ask for in snapshots when subscribing to `runs` runs: 2,000 (the
+ * page's default) for up to SELECT_ALL_UP_TO runs, then fewer as more runs share a chart, down to
+ * 200 from 100 runs on. The server's time to answer grows with the points it sends, and a zoomed
+ * chart fetches the full-resolution points of its range anyway (history.js).
+ * @param {number} runs
+ * @returns {number}
+ */
+export function pointsFor(runs) {
+  if (runs <= SELECT_ALL_UP_TO) return 2000;
+  return Math.max(200, Math.round(20000 / runs / 100) * 100);
+}
+
 /** Built-in columns of the runs table, in order. */
 export const FIXED_COLUMNS = ["name", "status", "start", "duration", "last_step", "host"];
 
@@ -302,16 +315,31 @@ export class RunsModel {
 
   /** Hparam names of every run, sorted. */
   hparamNames() {
-    const keys = new Set();
-    for (const n of this.names) for (const k of Object.keys(this.row(n).hparams)) keys.add(k);
-    return [...keys].sort();
+    return this._cached("hparamNames", () => {
+      const keys = new Set();
+      for (const n of this.names) for (const k of Object.keys(this.row(n).hparams)) keys.add(k);
+      return [...keys].sort();
+    });
   }
 
   /** Scalar tags any run summary has, sorted. */
   metricTags() {
-    const tags = new Set();
-    for (const n of this.names) for (const k of Object.keys(this.row(n).last)) tags.add(k);
-    return [...tags].sort();
+    return this._cached("metricTags", () => {
+      const tags = new Set();
+      for (const n of this.names) for (const k of Object.keys(this.row(n).last)) tags.add(k);
+      return [...tags].sort();
+    });
+  }
+
+  // Lists over every run are asked for once per row while drawing: computed once per model
+  // version, and at most every half second (runs without a summary change with their data).
+  _cached(key, compute) {
+    const now = Date.now();
+    const hit = this._cache?.get(key);
+    if (hit && hit.version === this.version && now - hit.at < 500) return hit.value;
+    const value = compute();
+    (this._cache ??= new Map()).set(key, { version: this.version, at: now, value });
+    return value;
   }
 
   /** The metric tags shown as table columns: the chosen ones, else the first two tags. */
