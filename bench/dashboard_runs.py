@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -172,7 +173,14 @@ def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
 
 def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
     """The live measure: ``--runs-live`` runs logging at once, all shown, sampled through CDP."""
-    from bench_dashboard import perf_metrics, readline, slope_per_min, stop_process
+    from bench_dashboard import (
+        chromium_cpu_s,
+        find_browser_pid,
+        perf_metrics,
+        readline,
+        slope_per_min,
+        stop_process,
+    )
 
     server = writer = context = None
     try:
@@ -210,10 +218,12 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         writer.stdin.write("go\n")
         writer.stdin.flush()
         go = time.perf_counter()
+        browser_pid = find_browser_pid()
         samples = []
         while True:
             now = time.perf_counter() - go
-            samples.append({"t": now, **perf_metrics(cdp)})
+            cpu_now = chromium_cpu_s(browser_pid)
+            samples.append({"t": now, "chromium_cpu_s": cpu_now, **perf_metrics(cdp)})
             if now >= args.runs_duration or writer.poll() is not None:
                 break
             time.sleep(min(args.interval, max(0.05, args.runs_duration - now)))
@@ -230,6 +240,11 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         ]
         # The first interval holds the start of the load; the steady state is what follows.
         steady = busy[1:] or busy
+        # The heap's trend over the second half, once the ring buffers have grown.
+        half_t = args.runs_duration / 2
+        half = [(s["t"], s["JSHeapUsedSize"] / 1e6) for s in samples if s["t"] >= half_t]
+        span = max(samples[-1]["t"] - samples[0]["t"], 1e-9)
+        cpu = (samples[-1]["chromium_cpu_s"] - samples[0]["chromium_cpu_s"]) / span
         return {
             "runs": args.runs_live,
             "rate": args.runs_rate,
@@ -242,6 +257,9 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             "heap_slope_mb_per_min": slope_per_min(
                 [(s["t"], s["JSHeapUsedSize"] / 1e6) for s in samples]
             ),
+            "heap_slope_second_half_mb_per_min": slope_per_min(half),
+            "chromium_cpu_per_s": cpu,
+            "load_avg": list(os.getloadavg()),
             "lines_in_view": lines,
             "sent": sent,
             "errors": errors,
@@ -302,7 +320,10 @@ def report(result: dict) -> str:
         out.append(
             f"Live: {live['runs']} runs x 10 tags x {live['rate']} points/s for {live['duration_s']:.0f} s:"
             f" main-thread busy median {live['busy_median']:.0%} (max {live['busy_max']:.0%});"
+            f" Chromium CPU {live['chromium_cpu_per_s']:.2f} s/s (all its processes);"
             f" JS heap after GC {live['heap_gc_start_mb']:.1f} -> {live['heap_gc_end_mb']:.1f} MB,"
-            f" slope {live['heap_slope_mb_per_min']:+.1f} MB/min; lines per chart in view {live['lines_in_view']}"
+            f" slope {live['heap_slope_mb_per_min']:+.1f} MB/min"
+            f" (second half {live['heap_slope_second_half_mb_per_min']:+.1f});"
+            f" lines per chart in view {live['lines_in_view']}; load average {live['load_avg'][0]:.1f}"
         )
     return "\n".join(out)

@@ -211,10 +211,23 @@ def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
     try:
         page.goto(server.url + "/")
+        # Re-subscribe while the first snapshots stream in, twice: the server cancels a stream
+        # in the middle of its frames, and every frame must still decode.
+        page.wait_for_function(
+            "() => window.vdl && Array.isArray(window.vdl.connection.runs)", timeout=30_000
+        )
+        page.fill("input.run-search", "s01-")
+        page.wait_for_timeout(200)
+        page.fill("input.run-search", "")
         page.wait_for_function(READY, timeout=30_000)
         page.wait_for_function("() => window.vdl.runsModel.names.size === 300", timeout=15_000)
         # Runs start an hour apart: the ten newest are the last ten by index.
         newest = [f"s02-r{i:04d}-" for i in range(290, 300)]
+        page.wait_for_function(
+            "() => (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=30_000,
+        )
         subscribed = page.evaluate("() => window.vdl.connection.runs")
         assert len(subscribed) == 10
         assert sorted(r[:10] for r in subscribed) == newest
@@ -243,6 +256,38 @@ def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
         expected = page.evaluate("() => window.vdl.runsModel.tableRows().map(r => r.name).sort()")
         assert len(expected) > 10
         page.wait_for_function(subscribed_to(expected), timeout=10_000)
+        page.wait_for_function(READY, timeout=30_000)
+        assert page.evaluate("() => window.vdl.stats.badFrames") == 0
+    finally:
+        page.close()
+        stop_serve(server)
+
+
+def test_re_subscribing_while_snapshots_stream_keeps_every_frame_decodable(tmp_path, browser):
+    # Large snapshots (10 tags x 2,000 points a run, ~0.5 MB a frame) keep the server's sends
+    # waiting on the socket, so that changing the selection cancels a stream halfway through.
+    write_runs(tmp_path / "logs", n_runs=25, tags=10, points=20_000)
+    server = start_serve(tmp_path / "logs")
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    try:
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            "() => window.vdl && Array.isArray(window.vdl.connection.runs)", timeout=30_000
+        )
+        for text in ("s00-r001", "s00-r002", "", "s00-r001", ""):
+            page.fill("input.run-search", text)
+            page.wait_for_timeout(250)
+        page.wait_for_function(
+            "() => (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=60_000,
+        )
+        assert page.evaluate("() => window.vdl.stats.badFrames") == 0
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('train/loss');"
+            " return u && u.series.slice(1).filter(s => s.alpha === 1).length === 10; }",
+            timeout=30_000,
+        )
     finally:
         page.close()
         stop_serve(server)

@@ -29,6 +29,7 @@ const store = new Store({ maxPoints: MAX_POINTS });
 // Charts redraw at most once per animation frame and at most 10 times a second: curves read just
 // as live, and with 20 charts on screen the browser spends most of a frame compositing canvases.
 const NORMAL_REDRAW_MS = 100;
+const LOADING_REDRAW_MS = 1000;
 const scheduler = new FrameScheduler({ minInterval: NORMAL_REDRAW_MS });
 const state = {
   xKind: "step",
@@ -221,6 +222,7 @@ function applyRuns() {
   const hidden = new Set();
   for (const name of runsModel.names) if (!runsModel.isDrawn(name)) hidden.add(name);
   state.hiddenRuns = hidden;
+  setRedrawInterval();
   runsTable.update();
   refreshViews();
   // Re-subscribe once the user pauses (typing a filter changes the set on every key).
@@ -316,18 +318,24 @@ function showSync() {
 showSync();
 // While the snapshots of many runs stream in, every arriving run changes each chart's set of lines
 // (a rebuild): redraw at most once a second until the last one is in, then at once.
-const LOADING_REDRAW_MS = 1000;
 store.subscribe((change) => {
   if (change.kind !== "sync") return;
   showSync();
-  const sync = store.syncState();
-  const many = sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO;
-  const interval = many ? LOADING_REDRAW_MS : NORMAL_REDRAW_MS;
-  if (interval !== scheduler.minInterval) {
-    scheduler.minInterval = interval;
-    if (!many) scheduler.flush();
-  }
+  setRedrawInterval();
 });
+
+// Charts redraw at most every 100 ms with up to 20 runs drawn, every 250 ms up to 50, every 500 ms
+// beyond (each redraw strokes every line), and once a second while many snapshots stream in.
+function setRedrawInterval() {
+  const sync = store.syncState();
+  const loading = sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO;
+  const drawn = runsModel.names.size - state.hiddenRuns.size;
+  const interval = loading ? LOADING_REDRAW_MS : drawn <= SELECT_ALL_UP_TO ? NORMAL_REDRAW_MS : drawn <= 50 ? 250 : 500;
+  if (interval === scheduler.minInterval) return;
+  const sooner = interval < scheduler.minInterval;
+  scheduler.minInterval = interval;
+  if (sooner) scheduler.flush();
+}
 
 // ---- connection ---------------------------------------------------------------------------------
 

@@ -132,6 +132,8 @@ export class RunsModel {
   /** The row of a run: its summary, else what the page derives from its data, else only the name. */
   row(name) {
     const s = this.summaries.get(name);
+    // A server summary with hparams is complete; deriving one from the page's data scans it.
+    if (s && Object.keys(s.hparams).length > 0) return s;
     const d = this.derive(name);
     if (!s && !d) return normalizeSummary({ name });
     if (!s) return normalizeSummary({ ...d, name });

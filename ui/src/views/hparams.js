@@ -39,6 +39,9 @@ export class HparamsView {
     this.item = { element: this.element, render: () => this._render() };
     ctx.scheduler.observe(this.item);
     ctx.store.subscribe((change) => {
+      // Scalars only matter for metric values the page derives itself: with the server's summaries
+      // (at most one a second) the table and sweep panels need not follow every point.
+      if (change.kind === "scalars" && ctx.runs.summaries.size > 0) return;
       if (change.kind === "hparams" || change.kind === "scalars" || change.kind === "runs" || change.kind === "summaries") ctx.scheduler.mark(this.item);
     });
   }

@@ -10,6 +10,9 @@ import { groupKey } from "../runs.js";
 import { Ema } from "../smoothing.js";
 import { SMOOTHED, STEP, VALUE, WALL } from "../store.js";
 
+/** With more runs than this in a chart, the faint raw lines behind the smoothed ones are left out. */
+export const RAW_LINES_UP_TO = 20;
+
 /** The group a tag is shown in: the part before its first `/` (empty for none). */
 export function tagGroup(tag) {
   const i = tag.indexOf("/");
@@ -151,10 +154,15 @@ export class ScalarsView {
     if (this.ctx.runs?.groupBy) return this._groupLines(chart, tag);
     const { store, state } = this.ctx;
     const lines = [];
+    const shown = [];
     for (const run of store.runNames()) {
       if (state.hiddenRuns.has(run)) continue;
       const series = store.series(run, tag);
-      if (!series || series.length === 0) continue;
+      if (series && series.length > 0) shown.push([run, series]);
+    }
+    // With many runs overlaid the faint raw lines are only clutter (and half the drawing).
+    const raw = state.smoothing > 0 && shown.length <= RAW_LINES_UP_TO;
+    for (const [run, series] of shown) {
       const walls = series.column(WALL);
       const xsFull = state.xKind === "step" ? series.column(STEP) : walls;
       // Relative time counts from the run's first point, even after the ring buffer dropped it.
@@ -170,7 +178,7 @@ export class ScalarsView {
       }
       const color = colorFor(run);
       if (state.smoothing > 0) {
-        lines.push({ label: `${run} (raw)`, color, xs: cols.xs, ys: cols.raw, alpha: 0.25, width: 1, legend: false });
+        if (raw) lines.push({ label: `${run} (raw)`, color, xs: cols.xs, ys: cols.raw, alpha: 0.25, width: 1, legend: false });
         lines.push({ label: run, color, xs: cols.xs, ys: cols.smoothed });
       } else {
         lines.push({ label: run, color, xs: cols.xs, ys: cols.raw });
