@@ -93,22 +93,60 @@ class Digest:
         self, tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
     ) -> None:
         """Take in a non-empty batch of points of ``tag`` (int64, float64, float64 arrays)."""
+        finite = values[np.isfinite(values)]
+        vmin = float(finite.min()) if len(finite) else None
+        vmax = float(finite.max()) if len(finite) else None
+        self._tag(tag, len(steps), int(steps.min()), int(steps.max()), vmin, vmax)
+        self._last(tag, steps, walls, values, len(steps) - 1)
+        self._chunk_walls(walls)
+
+    def add_chunk(self, fields: tuple, parts: list | None, points: tuple) -> None:
+        """Take in a scalar chunk as the writer encodes it: its index fields ``(kind, tag, step,
+        wall, count, smin, smax, vmin, vmax)``, its part columns (a group chunk) or None, and its
+        points ``(tags, counts, steps, walls, values)``. Costs a few NumPy calls a chunk."""
+        tags, counts, steps, walls, values = points
+        if parts is None:
+            _, tag, _, _, count, smin, smax, vmin, vmax = fields
+            self._tag(tag, count, smin, smax, vmin, vmax)
+            self._last(tag, steps, walls, values, len(steps) - 1)
+        else:
+            _, _, _, _, smins, smaxs, vmins, vmaxs = parts
+            ends = np.cumsum(np.asarray(counts, dtype=np.int64)) - 1
+            for i, tag in enumerate(tags):
+                lo, hi = float(vmins[i]), float(vmaxs[i])
+                self._tag(
+                    tag, int(counts[i]), int(smins[i]), int(smaxs[i]),
+                    None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
+                )  # fmt: skip
+                self._last(tag, steps, walls, values, int(ends[i]))
+        self._chunk_walls(walls)
+
+    def _tag(
+        self, tag: str, count: int, smin: int, smax: int, vmin: float | None, vmax: float | None
+    ) -> None:
         t = self.scalars.get(tag)
         if t is None:
             t = self.scalars[tag] = TagDigest()
-        t.count += len(steps)
-        lo, hi = int(steps.min()), int(steps.max())
-        t.step_min = lo if t.step_min is None else min(t.step_min, lo)
-        t.step_max = hi if t.step_max is None else max(t.step_max, hi)
-        finite = values[np.isfinite(values)]
-        if len(finite):
-            lo_v, hi_v = float(finite.min()), float(finite.max())
-            t.vmin = lo_v if t.vmin is None else min(t.vmin, lo_v)
-            t.vmax = hi_v if t.vmax is None else max(t.vmax, hi_v)
-        t.last_step, t.last_wall, t.last_value = int(steps[-1]), float(walls[-1]), float(values[-1])
-        finite_walls = walls[np.isfinite(walls)]
-        if len(finite_walls):
-            self._walls(float(finite_walls.min()), float(finite_walls.max()))
+        t.count += count
+        t.step_min = smin if t.step_min is None else min(t.step_min, smin)
+        t.step_max = smax if t.step_max is None else max(t.step_max, smax)
+        if vmin is not None:
+            t.vmin = vmin if t.vmin is None else min(t.vmin, vmin)
+        if vmax is not None:
+            t.vmax = vmax if t.vmax is None else max(t.vmax, vmax)
+
+    def _last(self, tag: str, steps: Any, walls: Any, values: Any, i: int) -> None:
+        t = self.scalars[tag]
+        t.last_step, t.last_wall, t.last_value = int(steps[i]), float(walls[i]), float(values[i])
+
+    def _chunk_walls(self, walls: np.ndarray) -> None:
+        lo, hi = float(walls.min()), float(walls.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            finite = walls[np.isfinite(walls)]
+            if not len(finite):
+                return
+            lo, hi = float(finite.min()), float(finite.max())
+        self._walls(lo, hi)
 
     def add_record(
         self, kind: str, tag: str | None, wall: float, data: dict | None, size: int

@@ -395,8 +395,6 @@ class RunWriter:
             )
         if not len(s):
             return
-        if self._digest is not None:
-            self._digest.add_scalars(tag, s, w, v)
         slot = self._open_slots.get(tag)
         if slot is not None and (s[0] < slot.smax or slot.count + len(s) > CHUNK_POINTS):
             slot = None
@@ -468,6 +466,9 @@ class RunWriter:
         for item in queue:
             encoded = item.encode() if not isinstance(item, tuple) else [(*item, None, None)]
             for payload, fields, parts, points in encoded:
+                if self._digest is not None and points is not None:
+                    # From the chunk's own summary, computed for the index anyway.
+                    self._digest.add_chunk(fields, parts, points)
                 frame = framing.encode_frame(payload)
                 at = self._offset + batch_bytes
                 if at + len(frame) > self._segment_bytes and at > framing.HEADER_SIZE:

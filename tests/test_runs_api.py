@@ -336,6 +336,7 @@ BATCHES = st.lists(
             ),
             max_size=2,
         ),
+        st.booleans(),  # read the summary after this batch (it folds what it kept)
     ),
     min_size=1,
     max_size=8,
@@ -366,7 +367,10 @@ def full_read(run_dir: Path, name: str) -> dict:
             "last_wall": max(walls) if walls else None,
             "last_step": top,
             "host": hosts[-1] if hosts else None,
-            "hparams": hparams[-1] if hparams else {},
+            "hparams": {
+                k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in (hparams[-1] if hparams else {}).items()
+            },
             "last": last,
             "min": lo,
             "max": hi,
@@ -388,7 +392,7 @@ def test_summary_equals_a_full_read(batches):
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "r"
         with recorder.RunWriter(run, sync="never") as w:
-            for scalars, events in batches:
+            for scalars, events, read_now in batches:
                 cols = []
                 for tag, values in scalars:
                     first = steps.get(tag, 0)
@@ -405,6 +409,8 @@ def test_summary_equals_a_full_read(batches):
                     w.append_record(kind, None, None, wall, data)
                     maps.append({"kind": kind, "tag": None, "step": None, "wall": wall, **data})
                 live.add(cols, maps, time.time())
+                if read_now:
+                    live.status(time.time())
                 w.flush()
         expected = full_read(run, "r")
         digest = load_digest(run)
@@ -419,7 +425,7 @@ def test_summary_equals_a_full_read(batches):
             assert got == expected, (summary, got, expected)
         closed = [
             d.get("status") == "closed"
-            for _, ev in batches
+            for _, ev, _ in batches
             for k, d in ev
             if k == "meta" and "status" in d
         ]
@@ -453,3 +459,50 @@ async def test_broker_summaries_follow_ingest(tmp_path):
             await broker.wait_closed()
     with pytest.raises(ValueError, match="crash_after"):
         Broker(tmp_path, crash_after=0)
+
+
+def test_cold_runs_without_a_digest_get_their_summary(tmp_path):
+    """Runs written before digests existed (or whose writer was killed): listed at once with a
+    placeholder, then filled in by the server on its own, without a page asking."""
+    logdir = tmp_path / "logs"
+    for i in range(3):
+        with recorder.RunWriter(logdir / f"r{i}") as w:
+            w.append_scalars("loss", np.arange(10), 1.7e9 + np.arange(10.0), np.arange(10.0) + i)
+            w.append_record("meta", None, None, 1.7e9, {"host": "old", "status": "closed"})
+        (logdir / f"r{i}" / DIGEST_NAME).unlink()
+    with serving(logdir) as server:
+        for i in range(3):
+            s = summary_of(server, f"r{i}", lambda s: s["last_step"] is not None)
+            assert (s["status"], s["host"], s["last"], s["min"], s["max"]) == (
+                "finished",
+                "old",
+                {"loss": 9.0 + i},
+                {"loss": float(i)},
+                {"loss": 9.0 + i},
+            )
+
+
+async def test_a_followed_run_is_crashed_when_idle_and_live_when_it_moves(tmp_path):
+    """A run another process writes (no connection to lose): crashed once nothing arrived for
+    ``crash_after`` seconds (its files' age, for a run found on disk), live again when it grows."""
+    run = tmp_path / "r"
+    with recorder.RunWriter(run) as w:
+        w.append_scalars("loss", np.arange(3), 1.7e9 + np.arange(3.0), np.ones(3))
+    for name in os.listdir(run):
+        os.utime(run / name, (1.7e9, 1.7e9))  # written long ago, never closed by its Writer
+    broker = Broker(tmp_path, crash_after=5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        with trio.fail_after(30):
+            await nursery.start(partial(broker.follow, 0.05))
+            assert [s["status"] for s in broker.summaries()] == ["crashed"]
+            with recorder.RunWriter(run) as w:  # the training resumed
+                w.append_scalars("loss", np.arange(3, 5), 1.7e9 + np.arange(3.0, 5.0), np.zeros(2))
+            for _ in range(500):  # the follow loop polls every 50 ms
+                if (s := broker.summaries()[0])["last_step"] == 4:
+                    break
+                await trio.sleep(0.05)
+            assert s["status"] == "live" and s["last"] == {"loss": 0.0}
+            assert s["min"] == {"loss": 0.0} and s["max"] == {"loss": 1.0}
+            broker.close()
+            await broker.wait_closed()

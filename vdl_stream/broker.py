@@ -36,7 +36,7 @@ from recorder.digest import data_files, load_digest
 from . import codec
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
-from .run_summary import CRASH_AFTER, RunSummary
+from .run_summary import CRASH_AFTER, RunSummary, summaries_frame
 
 log = logging.getLogger("vdl_stream.broker")
 
@@ -351,6 +351,7 @@ class _Run:
         self.summary: RunSummary | None = None
         self.summary_exact = False
         self.summary_files: list[tuple[str, int]] | None = None
+        self.summary_failed = False  # reading it for its summary failed: not tried again
 
     def load_ingest_state(self) -> None:
         """Read which writer sequence numbers this run already holds (blocking)."""
@@ -807,7 +808,11 @@ class Broker:
             async with run.lock:
                 try:
                     opened = await trio.to_thread.run_sync(
-                        _discovered, run, self._skipped.get(name, ()), limiter=self._read_limiter
+                        _discovered,
+                        run,
+                        self._skipped.get(name, ()),
+                        self._crash_after,
+                        limiter=self._read_limiter,
                     )
                 except Exception as exc:  # one unreadable run never stops the others
                     self._skip(run, exc)
@@ -1449,6 +1454,15 @@ class Broker:
                 out.append(run.summary.to_json(now, self._crash_after))
         return out
 
+    def _summary_frame(self, names: Iterable[str] | None = None) -> bytes:
+        now = time.time()
+        packed = []
+        for name in sorted(self._runs) if names is None else names:
+            run = self._runs.get(name)
+            if run is not None and run.summary is not None:
+                packed.append(run.summary.msgpack_bytes(now, self._crash_after))
+        return summaries_frame(packed)
+
     def summaries(self) -> list[dict[str, Any]]:
         """Return every run's summary object, sorted by name (shared objects: do not change)."""
         return self._summary_objects()
@@ -1457,12 +1471,15 @@ class Broker:
         """Return ``{"runs": [summary, ...]}`` as JSON text; each summary is encoded once per
         change, so this costs a join whatever the points per run."""
         now = time.time()
-        parts = [
-            run.summary.json_bytes(now, self._crash_after)
-            for name in sorted(self._runs)
-            if (run := self._runs[name]).summary is not None
-        ]
-        return b'{"runs":[' + b",".join(parts) + b"]}"
+        parts = [b'{"runs":[']
+        for name in sorted(self._runs):
+            summary = self._runs[name].summary
+            if summary is not None:
+                parts += (summary.json_bytes(now, self._crash_after), b",")
+        if len(parts) > 1:
+            parts.pop()  # the last comma
+        parts.append(b"]}")
+        return b"".join(parts)  # one copy of the answer (a megabyte for 1,000 runs)
 
     @property
     def summary_tick(self) -> int:
@@ -1478,7 +1495,7 @@ class Broker:
             names = [n for n, (_, _, tick) in sorted(self._published.items()) if tick > since]
             if not names:
                 return None
-        return codec.encode_message({"type": "summaries", "runs": self._summary_objects(names)})
+        return self._summary_frame(names)
 
     def publish_summaries(self) -> int:
         """Offer the summaries that changed since the last call (in content or in status) to
@@ -1500,12 +1517,7 @@ class Broker:
         self._summary_tick += 1
         for name, version, status in changed:
             self._published[name] = (version, status, self._summary_tick)
-        frame = codec.encode_message(
-            {
-                "type": "summaries",
-                "runs": self._summary_objects(sorted(name for name, _, _ in changed)),
-            }
-        )
+        frame = self._summary_frame(sorted(name for name, _, _ in changed))
         for sub in self._subscribers:
             sub.offer(self._seq + 1, None, frame)
         return len(changed)
@@ -1522,7 +1534,7 @@ class Broker:
         waiting = [
             r
             for r in self._runs.values()
-            if not r.summary_exact and not r.local and r.position is None
+            if not r.summary_exact and not r.local and r.position is None and not r.summary_failed
         ]
         waiting.sort(key=lambda r: max((m for _, _, m in r.signature or ()), default=0))
         for run in waiting[-SUMMARY_FILLS:]:
@@ -1532,6 +1544,7 @@ class Broker:
                 try:
                     await trio.to_thread.run_sync(_open_reader, run, limiter=self._read_limiter)
                 except Exception as exc:  # one unreadable run never stops the others
+                    run.summary_failed = True  # and is not tried again by this loop
                     self._read_failed(run, exc)
                     continue
                 self._cache.update(run)
@@ -1681,9 +1694,9 @@ def _open_follower(run: _Run, skipped: tuple | None) -> bool:
     return True
 
 
-def _discovered(run: _Run, skipped: tuple | None) -> bool:
+def _discovered(run: _Run, skipped: tuple | None, crash_after: float) -> bool:
     """:func:`_open_follower`, then the run's summary from the recorder's digest when it is
-    current, else a placeholder (blocking). Reads one small file per run."""
+    current, else a placeholder, encoded for answers (blocking). Reads one small file a run."""
     opened = _open_follower(run, skipped)
     if opened:
         files = sorted(
@@ -1698,6 +1711,7 @@ def _discovered(run: _Run, skipped: tuple | None) -> bool:
         else:
             run.summary = RunSummary(run.name, _heard(run))
             run.summary_exact, run.summary_files = False, None
+        run.summary.prime(time.time(), crash_after)
     return opened
 
 
@@ -1716,7 +1730,14 @@ def _summary_on_open(run: _Run) -> None:
         run.summary_files = None
         return
     assert run.reader is not None
-    run.summary = RunSummary.from_reader(run.name, run.reader, _heard(run))
+    try:
+        # Its files as they are now (run.signature may be older: _poll sets it after this).
+        heard = max((m for _, _, m in _signature(run.path)), default=time.time_ns()) / 1e9
+        run.summary = RunSummary.from_reader(run.name, run.reader, heard)
+    except Exception as exc:  # the run's reads report their own errors; this one is a shortcut
+        run.summary_failed = True
+        log.warning("vdl-stream: no summary of run %r: %s", run.name, _describe(exc))
+        return
     run.summary_exact, run.summary_files = True, None
 
 

@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import msgpack
 import numpy as np
 
 import recorder
@@ -42,6 +43,10 @@ STATUS_KEY = "status"
 CLOSED = "closed"
 RUNNING = "running"
 STATUSES = ("live", "finished", "crashed")
+#: Batches a summary keeps before folding them in (it also folds whenever it is read).
+FOLD_BATCHES = 256
+#: ... or once the batches kept hold this many scalar points (so what is kept stays small).
+FOLD_POINTS = 1 << 16
 #: Event kinds logged without a tag, whose times count for a run read from disk.
 UNTAGGED_KINDS = ("meta", "hparams", "telemetry")
 # Versions are unique across summaries, so a summary replaced by a new object is seen as changed.
@@ -80,6 +85,8 @@ class RunSummary:
 
     __slots__ = (
         "_cache",
+        "_pending",
+        "_pending_points",
         "closed",
         "disconnected",
         "heard",
@@ -107,7 +114,10 @@ class RunSummary:
         self.heard = heard
         self.disconnected = False
         self.version = next(_versions)
-        self._cache: tuple[int, str, bytes, dict] | None = None
+        self._cache: tuple[int, str, bytes, dict, bytes] | None = None
+        # Batches taken in and not folded yet (at most FOLD_BATCHES).
+        self._pending: list[tuple[list[ScalarColumns], Iterable[dict[str, Any]]]] = []
+        self._pending_points = 0
 
     # -- building -------------------------------------------------------------------------------
 
@@ -128,17 +138,46 @@ class RunSummary:
     def add(
         self, scalars: Iterable[ScalarColumns], events: Iterable[dict[str, Any]], now: float
     ) -> None:
-        """Take in a batch as the broker fans it out (scalar columns and event maps)."""
-        for col in scalars:
-            steps, walls, values = col.steps, col.walls, col.values
-            if not len(steps):
-                continue
+        """Take in a batch as the broker fans it out (scalar columns and event maps).
+
+        Cheap: the batch is kept, and folded in with the others kept (one NumPy reduction per
+        tag over all of them) when the summary is next read, or once ``FOLD_BATCHES`` batches or
+        ``FOLD_POINTS`` points are kept.
+        """
+        scalars = list(scalars)
+        self._pending.append((scalars, events))
+        self._pending_points += sum(len(c.steps) for c in scalars)
+        self.heard = max(self.heard, now)
+        self.disconnected = False
+        self.version = next(_versions)
+        if len(self._pending) >= FOLD_BATCHES or self._pending_points >= FOLD_POINTS:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Fold the kept batches into the summary, in their order."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._pending_points = 0
+        by_tag: dict[str, list[ScalarColumns]] = {}
+        for scalars, events in pending:
+            for col in scalars:
+                if len(col.steps):
+                    by_tag.setdefault(col.tag, []).append(col)
+            self._fold_events(events)
+        for tag, cols in by_tag.items():
+            if len(cols) == 1:
+                steps, walls, values = cols[0].steps, cols[0].walls, cols[0].values
+            else:
+                steps = np.concatenate([c.steps for c in cols])
+                walls = np.concatenate([c.walls for c in cols])
+                values = np.concatenate([c.values for c in cols])
             finite = values[np.isfinite(values)]
-            row = self.tags.get(col.tag)
+            row = self.tags.get(tag)
             lo = float(finite.min()) if len(finite) else None
             hi = float(finite.max()) if len(finite) else None
             if row is None:
-                self.tags[col.tag] = [float(values[-1]), lo, hi]
+                self.tags[tag] = [float(values[-1]), lo, hi]
             else:
                 row[0] = float(values[-1])
                 row[1] = _min(row[1], lo)
@@ -146,6 +185,8 @@ class RunSummary:
             top = int(steps.max())
             self.last_step = top if self.last_step is None else max(self.last_step, top)
             self._walls(float(walls.min()), float(walls.max()))
+
+    def _fold_events(self, events: Iterable[dict[str, Any]]) -> None:
         for event in events:
             wall = event.get("wall")
             if isinstance(wall, (int, float)) and math.isfinite(wall):
@@ -157,12 +198,10 @@ class RunSummary:
                 self.hparams = dict(event["hparams"])
             elif kind == "telemetry" and isinstance(event.get("host"), str):
                 self.telemetry_host = event["host"]
-        self.heard = max(self.heard, now)
-        self.disconnected = False
-        self.version = next(_versions)
 
     def lost_writer(self) -> None:
         """The connection of a writer of this run ended: crashed unless it sent the close marker."""
+        self._fold()
         if not self.closed and not self.disconnected:
             self.disconnected = True
             self.version = next(_versions)
@@ -187,8 +226,8 @@ class RunSummary:
 
     @classmethod
     def from_reader(cls, name: str, reader: recorder.RunReader, heard: float) -> RunSummary:
-        """The summary of what ``reader`` holds (blocking: one streaming pass over each scalar
-        tag, keeping two points of it, and the newest ``hparams`` and ``telemetry`` records)."""
+        """The summary of what ``reader`` holds (blocking: per scalar tag, the chunks holding its
+        first and last step; the first and newest record of each event kind and tag)."""
         s = cls(name, heard)
         for tag, info in reader.tags().items():
             if info.kind != "scalars":
@@ -196,12 +235,18 @@ class RunSummary:
                 for record in reader.read_records(kind=info.kind, tag=tag, limit=2):
                     s._walls(record.wall, record.wall)
                 continue
-            ends = reader.read_scalars(tag, max_points=2)  # the first and the last point
-            if not len(ends.steps):
-                continue
-            s.tags[tag] = [float(ends.values[-1]), info.vmin, info.vmax]
-            s.last_step = _max(s.last_step, info.step_max)
-            s._walls(float(ends.walls.min()), float(ends.walls.max()))
+            # The points at the first and the last step: only the chunks holding those steps are
+            # decoded (the whole tag, streamed, should a restart have superseded the last step).
+            tail = reader.read_scalars(tag, start=info.step_max, end=info.step_max, max_points=2)
+            if not len(tail.steps):
+                tail = reader.read_scalars(tag, max_points=2)
+                if not len(tail.steps):
+                    continue
+            head = reader.read_scalars(tag, start=info.step_min, end=info.step_min, max_points=2)
+            s.tags[tag] = [float(tail.values[-1]), info.vmin, info.vmax]
+            s.last_step = _max(s.last_step, int(tail.steps.max()))
+            first = float(head.walls.min()) if len(head.walls) else float(tail.walls.min())
+            s._walls(first, float(tail.walls.max()))
         for kind in UNTAGGED_KINDS:  # events without a tag are not in tags()
             for record in reader.read_records(kind=kind, limit=2):
                 if record.tag is None:
@@ -219,6 +264,7 @@ class RunSummary:
 
     def status(self, now: float, crash_after: float = CRASH_AFTER) -> str:
         """``live``, ``finished`` or ``crashed`` at time ``now`` (see the module docstring)."""
+        self._fold()
         if self.closed:
             return "finished"
         if self.disconnected or now - self.heard > crash_after:
@@ -239,12 +285,18 @@ class RunSummary:
             "max": {tag: _num(row[2]) for tag, row in self.tags.items()},
         }
 
-    def _cached(self, status: str) -> tuple[int, str, bytes, dict]:
+    def _cached(self, status: str) -> tuple[int, str, bytes, dict, bytes]:
         if self._cache is None or self._cache[:2] != (self.version, status):
             obj = self._build(status)
             text = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
-            self._cache = (self.version, status, text, obj)
+            packed = msgpack.packb(obj, use_bin_type=True)
+            self._cache = (self.version, status, text, obj, packed)
         return self._cache
+
+    def prime(self, now: float, crash_after: float = CRASH_AFTER) -> None:
+        """Encode the summary now (e.g. in a worker thread, before the event loop sees it), so
+        the first answer that lists it costs no encoding."""
+        self._cached(self.status(now, crash_after))
 
     def to_json(self, now: float, crash_after: float = CRASH_AFTER) -> dict[str, Any]:
         """The summary object of docs/http-api.md (shared: do not change it)."""
@@ -253,3 +305,22 @@ class RunSummary:
     def json_bytes(self, now: float, crash_after: float = CRASH_AFTER) -> bytes:
         """:meth:`to_json` as JSON text, encoded once per change."""
         return self._cached(self.status(now, crash_after))[2]
+
+    def msgpack_bytes(self, now: float, crash_after: float = CRASH_AFTER) -> bytes:
+        """:meth:`to_json` as msgpack, encoded once per change."""
+        return self._cached(self.status(now, crash_after))[4]
+
+
+def summaries_frame(packed: list[bytes]) -> bytes:
+    """The ``summaries`` frame ``{"type": "summaries", "runs": [...]}`` holding the summaries
+    already encoded with msgpack in ``packed`` (joined, not encoded again)."""
+    head = msgpack.packb({"type": "summaries", "runs": []}, use_bin_type=True)
+    # The empty array (0x90) ends the map; an array header of the right length replaces it.
+    n = len(packed)
+    if n < 16:
+        header = bytes([0x90 | n])
+    elif n < 1 << 16:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + n.to_bytes(4, "big")
+    return b"".join([head[:-1], header, *packed])  # one copy of the frame
