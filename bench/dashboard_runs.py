@@ -84,14 +84,18 @@ IN_VIEW_LINES_JS = """() => {
 SELECT_JS = """(n) => new Promise((resolve) => {
   const H = window.innerHeight;
   const t0 = performance.now();
+  let subscribed = null, synced = null;
   document.querySelector('button.runs-all').click();
   const tick = () => {
     const now = performance.now();
+    const runs = window.vdl.connection.runs;
+    if (subscribed === null && Array.isArray(runs) && runs.length === n) subscribed = now - t0;
+    if (subscribed !== null && synced === null && window.vdl.sync.phase === 'ready') synced = now - t0;
     const charts = [...document.querySelectorAll('[data-tag]')].filter(e => {
       const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < H; });
     const done = charts.length > 0 && charts.every(e => { const u = window.vdl.charts.get(e.dataset.tag);
       return u && u.series.slice(1).filter(s => !String(s.label).endsWith(' (raw)')).length === n; });
-    if (done) resolve({ ms: now - t0, charts: charts.length, synced: window.vdl.sync.phase });
+    if (done) resolve({ ms: now - t0, charts: charts.length, subscribed_ms: subscribed, synced_ms: synced });
     else if (now - t0 > 60000) resolve({ ms: null, charts: charts.length });
     else requestAnimationFrame(tick);
   };
@@ -150,6 +154,10 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                     )
                     if last:
                         select = select_runs(page)
+                        names = page.evaluate("() => window.vdl.connection.runs")
+                        select["server_alone_s"] = server_select(
+                            server.ws_url, names, select["max_points"]
+                        )
                 finally:
                     context.close()
         finally:
@@ -168,7 +176,27 @@ def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
     page.wait_for_timeout(300)
     result = page.evaluate(SELECT_JS, 100)
     result["lines"] = page.evaluate(IN_VIEW_LINES_JS)
+    result["max_points"] = page.evaluate("() => window.vdl.connection.maxPoints")
     return result
+
+
+def server_select(ws_url: str, runs: list[str], max_points: int, timeout: float = 120.0) -> float:
+    """Seconds the server alone takes from a ``subscribe`` to ``runs`` until its ``synced``."""
+    import msgpack
+    import trio
+    from trio_websocket import open_websocket_url
+
+    async def main() -> float:
+        with trio.fail_after(timeout):
+            async with open_websocket_url(ws_url + "/ws/live") as ws:
+                message = {"type": "subscribe", "runs": runs, "max_points": max_points}
+                await ws.send_message(msgpack.packb(message))
+                t0 = time.perf_counter()
+                while msgpack.unpackb(await ws.get_message(), raw=False)["type"] != "synced":
+                    pass
+                return time.perf_counter() - t0
+
+    return trio.run(main)
 
 
 def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
@@ -312,7 +340,11 @@ def report(result: dict) -> str:
             out.append("")
             ms = "no" if sel["ms"] is None else f"{sel['ms']:.0f} ms"
             out.append(
-                f"Select 100 runs: every chart in view ({sel['charts']}) redrawn with 100 lines after {ms} (lines per chart: {sel['lines']})"
+                f"Select 100 runs: every chart in view ({sel['charts']}) redrawn with 100 lines"
+                f" after {ms} (subscribed after {sel['subscribed_ms']:.0f} ms, synced after"
+                f" {sel['synced_ms']:.0f} ms; max_points {sel['max_points']}; the server alone,"
+                f" the same subscribe on a fresh connection: {sel['server_alone_s']:.2f} s;"
+                f" lines per chart: {sel['lines']})"
             )
     live = result.get("live")
     if live:

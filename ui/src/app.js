@@ -218,13 +218,19 @@ let summariesTimer = 0;
 let subscribeTimer = 0;
 let subscribedKey = null;
 
-function applyRuns() {
+/**
+ * Apply the runs table's state: which runs are drawn (`state.hiddenRuns`), the table, the views and
+ * (soon) the subscription. With `always` false (new summaries), the views are refreshed only when
+ * the set of runs drawn changed.
+ */
+function applyRuns(always = true) {
   const hidden = new Set();
   for (const name of runsModel.names) if (!runsModel.isDrawn(name)) hidden.add(name);
+  const changed = hidden.size !== state.hiddenRuns.size || [...hidden].some((name) => !state.hiddenRuns.has(name));
   state.hiddenRuns = hidden;
   setRedrawInterval();
   runsTable.update();
-  refreshViews();
+  if (always || changed) refreshViews();
   // Re-subscribe once the user pauses (typing a filter changes the set on every key).
   clearTimeout(subscribeTimer);
   if (!awaitingSubscribe) subscribeTimer = setTimeout(resubscribe, 150);
@@ -300,9 +306,10 @@ store.subscribe((change) => {
     const added = runsModel.updateSummaries(change.summaries);
     if (added.length && selectionMade) runsModel.selectNew(added);
     if (awaitingSubscribe) onRunsKnown(true);
-    else applyRuns();
+    else applyRuns(false);
   } else if (change.kind === "hparams" || (change.kind === "scalars" && runsModel.summaries.size === 0)) {
-    runsTable.update();
+    // The page's own data only shows in the table for runs without a complete server summary.
+    if (change.run === null || !Object.keys(runsModel.summaries.get(change.run)?.hparams ?? {}).length) runsTable.update();
   }
 });
 
