@@ -140,3 +140,52 @@ test("aggregate over many points uses an even grid and holds each run's last val
   assert.equal(lastAtOrBefore(xs, 5.5), 5);
   assert.equal(lastAtOrBefore(xs, -1), -1);
 });
+
+test("sweep axes: linear, logarithmic for learning rates, categories otherwise", async () => {
+  const { axisScale, heatmapCells } = await import("../src/views/sweep.js");
+  const lin = axisScale([1, 2, 3, undefined]);
+  assert.equal(lin.kind, "linear");
+  assert.equal(lin.toUnit(1), 0);
+  assert.equal(lin.toUnit(3), 1);
+  assert.equal(lin.toUnit(undefined), null);
+  assert.equal(lin.fromUnit(0.5), 2);
+  const log = axisScale([1e-5, 1e-3, 1e-1]);
+  assert.equal(log.kind, "log");
+  assert.ok(Math.abs(log.toUnit(1e-3) - 0.5) < 1e-12);
+  assert.deepEqual(log.ticks.map((t) => t.value), [1e-5, 1e-4, 1e-3, 1e-2, 1e-1].map((v) => 10 ** Math.log10(v)));
+  const cat = axisScale(["sgd", "adam", "adam", 3]);
+  assert.equal(cat.kind, "category");
+  assert.deepEqual(cat.categories, ["3", "adam", "sgd"]);
+  assert.equal(cat.toUnit("adam"), 0.5);
+  assert.equal(cat.toUnit("rmsprop"), null);
+  const one = axisScale([5, 5]);
+  assert.equal(one.toUnit(5), 0.5);
+
+  const rows = [
+    { hparams: { lr: 0.1, opt: "adam" }, metric: 1 },
+    { hparams: { lr: 0.1, opt: "adam" }, metric: 3 },
+    { hparams: { lr: 0.01, opt: "sgd" }, metric: 5 },
+    { hparams: { lr: 0.01 }, metric: 7 },
+    { hparams: { lr: 0.01, opt: "sgd" }, metric: Number.NaN },
+  ];
+  const h = heatmapCells(rows, "lr", "opt");
+  assert.deepEqual(h.xs, ["0.01", "0.1"]);
+  assert.deepEqual(h.ys, ["adam", "sgd"]);
+  assert.deepEqual(h.cells.map((c) => [c.x, c.y, c.mean, c.n]).sort(), [[0, 1, 5, 1], [1, 0, 2, 2]]);
+  assert.equal(h.min, 2);
+  assert.equal(h.max, 5);
+  // Many distinct numbers are cut into 10 bins.
+  const many = heatmapCells(Array.from({ length: 40 }, (_, i) => ({ hparams: { a: i, b: "x" }, metric: i })), "a", "b");
+  assert.equal(many.xs.length, 10);
+  assert.equal(many.cells.length, 10);
+  assert.equal(many.cells.reduce((s, c) => s + c.n, 0), 40);
+});
+
+test("pointsFor asks fewer history points per run as more runs are subscribed", async () => {
+  const { pointsFor } = await import("../src/runs.js");
+  assert.equal(pointsFor(1), 2000);
+  assert.equal(pointsFor(20), 2000);
+  assert.equal(pointsFor(50), 400);
+  assert.equal(pointsFor(100), 200);
+  assert.equal(pointsFor(1000), 200);
+});
