@@ -14,21 +14,34 @@
 // `~` matches a string against a regular expression (case-insensitive). A field a run lacks makes a
 // comparison false (and `!=` true). A bare field is true when it is present, non-zero and non-empty.
 
+import { tf } from "./i18n.js";
+
 const KEYWORDS = new Set(["and", "or", "not", "true", "false", "null"]);
 const OPERATORS = ["<=", ">=", "==", "!=", "<", ">", "=", "~"];
 
-/** A condition that does not parse, or names a field no run has; `position` is 0-based. */
+/**
+ * A condition that does not parse, or names a field no run has. The message names the bad text and
+ * where it is (1-based, in the language of the page); `key` and `params` give it again for
+ * i18n.js (`tf(key, params)`), so a page can show it in another language later; `position` is the
+ * 0-based offset.
+ */
 export class ConditionError extends Error {
   /**
-   * @param {string} message what is wrong, naming the bad text
+   * @param {string} key the i18n.js key of the message (`cond_*`)
+   * @param {Record<string, string|number>} params its parameters
    * @param {number} position character offset in the condition
    */
-  constructor(message, position) {
-    super(message);
+  constructor(key, params, position) {
+    super(tf(key, params));
     this.name = "ConditionError";
+    this.key = key;
+    this.params = params;
     this.position = position;
   }
 }
+
+// The token at `tok` as the condition spells it, quoted, and its 1-based position.
+const spelled = (text, tok) => ({ got: JSON.stringify(text.slice(tok.pos, tok.pos + 20).split(/\s/u)[0] || String(tok.value)), at: tok.pos + 1 });
 
 /**
  * Split a condition into tokens: `{kind: "num"|"str"|"field"|"op"|"kw"|"(" |")", value, pos}`.
@@ -56,13 +69,13 @@ export function tokenize(text) {
         if (text[i] === "\\" && i + 1 < text.length) i++;
         value += text[i++];
       }
-      if (i >= text.length) throw new ConditionError(`unterminated ${c === "`" ? "field name" : "string"} starting at ${start + 1}: ${text.slice(start, start + 20)}`, start);
+      if (i >= text.length) throw new ConditionError(c === "`" ? "cond_unterminated_field" : "cond_unterminated_string", { at: start + 1, text: text.slice(start, start + 20) }, start);
       i++;
       tokens.push({ kind: c === "`" ? "field" : "str", value, pos: start });
     } else if (/[0-9]/u.test(c) || ((c === "-" || c === "+" || c === ".") && /[0-9.]/u.test(text[i + 1] ?? ""))) {
       const m = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?/iu.exec(text.slice(i));
       const value = m ? Number(m[0]) : NaN;
-      if (!m || !Number.isFinite(value)) throw new ConditionError(`bad number at ${start + 1}: ${text.slice(start, start + 20)}`, start);
+      if (!m || !Number.isFinite(value)) throw new ConditionError("cond_bad_number", { at: start + 1, text: text.slice(start, start + 20) }, start);
       i += m[0].length;
       tokens.push({ kind: "num", value, pos: start });
     } else if (/[\p{L}_]/u.test(c)) {
@@ -72,7 +85,7 @@ export function tokenize(text) {
       tokens.push(KEYWORDS.has(lower) ? { kind: "kw", value: lower, pos: start } : { kind: "field", value: m[0], pos: start });
     } else {
       const op = OPERATORS.find((o) => text.startsWith(o, i));
-      if (!op) throw new ConditionError(`unexpected ${JSON.stringify(c)} at ${start + 1}`, start);
+      if (!op) throw new ConditionError("cond_unexpected", { got: JSON.stringify(c), at: start + 1 }, start);
       i += op.length;
       tokens.push({ kind: "op", value: op === "=" ? "==" : op, pos: start });
     }
@@ -89,12 +102,11 @@ export function tokenize(text) {
  * @throws {ConditionError} with the position and what was expected
  */
 export function parseCondition(text) {
-  if (typeof text !== "string") throw new ConditionError(`condition must be a str, got ${typeof text}`, 0);
+  if (typeof text !== "string") throw new TypeError(`condition must be a str, got ${typeof text}`);
   const tokens = tokenize(text);
   if (tokens.length === 0) return null;
   let k = 0;
   const peek = () => tokens[k];
-  const describeToken = (tok) => (tok ? `${JSON.stringify(text.slice(tok.pos, tok.pos + 20).split(/\s/u)[0] || tok.value)} at ${tok.pos + 1}` : "the end");
   const isKw = (word) => peek()?.kind === "kw" && peek().value === word;
 
   function or() {
@@ -126,22 +138,25 @@ export function parseCondition(text) {
     const opTok = tokens[k++];
     const right = operand();
     if (opTok.value === "~") {
-      if (right.type !== "lit" || typeof right.value !== "string") throw new ConditionError(`~ needs a quoted regular expression after it, got ${describeToken(tokens[k - 1])}`, opTok.pos);
+      if (right.type !== "lit" || typeof right.value !== "string") throw new ConditionError("cond_regex_operand", spelled(text, tokens[k - 1]), opTok.pos);
       try {
         right.regex = new RegExp(right.value, "iu");
       } catch (err) {
-        throw new ConditionError(`bad regular expression ${JSON.stringify(right.value)} at ${tokens[k - 1].pos + 1}: ${err.message}`, tokens[k - 1].pos);
+        throw new ConditionError("cond_bad_regex", { regex: JSON.stringify(right.value), at: tokens[k - 1].pos + 1, error: err.message }, tokens[k - 1].pos);
       }
     }
     return { type: "cmp", op: opTok.value, left, right, pos: opTok.pos };
   }
   function operand() {
     const tok = peek();
-    if (!tok) throw new ConditionError(`expected a field, number or string at the end of ${JSON.stringify(text.trim())}`, text.length);
+    if (!tok) throw new ConditionError("cond_expected_end", { text: JSON.stringify(text.trim()) }, text.length);
     if (tok.kind === "(") {
       k++;
       const inner = or();
-      if (peek()?.kind !== ")") throw new ConditionError(`expected ")" to close the "(" at ${tok.pos + 1}, got ${describeToken(peek())}`, peek()?.pos ?? text.length);
+      if (peek()?.kind !== ")") {
+        if (!peek()) throw new ConditionError("cond_unclosed_end", { open: tok.pos + 1 }, text.length);
+        throw new ConditionError("cond_unclosed", { open: tok.pos + 1, ...spelled(text, peek()) }, peek().pos);
+      }
       k++;
       return inner;
     }
@@ -150,14 +165,14 @@ export function parseCondition(text) {
     if (tok.kind === "field") return { type: "field", name: tok.value, pos: tok.pos };
     if (tok.kind === "kw" && (tok.value === "true" || tok.value === "false")) return { type: "lit", value: tok.value === "true" };
     if (tok.kind === "kw" && tok.value === "null") return { type: "lit", value: null };
-    throw new ConditionError(`expected a field, number or string, got ${describeToken(tok)}`, tok.pos);
+    throw new ConditionError("cond_expected", spelled(text, tok), tok.pos);
   }
 
   const tree = or();
   if (k < tokens.length) {
     const tok = tokens[k];
-    const hint = tok.kind === "field" || tok.kind === "num" || tok.kind === "str" ? " (missing `and` / `or`?)" : "";
-    throw new ConditionError(`unexpected ${describeToken(tok)}${hint}`, tok.pos);
+    const joinable = tok.kind === "field" || tok.kind === "num" || tok.kind === "str";
+    throw new ConditionError(joinable ? "cond_unexpected_join" : "cond_unexpected", spelled(text, tok), tok.pos);
   }
   return tree;
 }
@@ -189,7 +204,7 @@ export function conditionFields(tree) {
 export function compileCondition(text, known) {
   const tree = parseCondition(text);
   for (const { name, pos } of conditionFields(tree)) {
-    if (!known(name)) throw new ConditionError(`unknown field ${JSON.stringify(name)} at ${pos + 1}: no run has it`, pos);
+    if (!known(name)) throw new ConditionError("cond_unknown_field", { name: JSON.stringify(name), at: pos + 1 }, pos);
   }
   return tree;
 }
@@ -220,7 +235,7 @@ function value(node, resolve) {
     case "cmp":
       return compare(node, value(node.left, resolve), value(node.right, resolve));
     default:
-      throw new ConditionError(`unknown node ${node.type}`, 0);
+      throw new TypeError(`unknown condition node ${node.type}`);
   }
 }
 

@@ -192,9 +192,12 @@ export class RunsModel {
       this.condition = compileCondition(text, (name) => this.knownField(name));
       this.conditionText = text;
       this.conditionError = "";
+      this.conditionErrorInfo = null;
     } catch (err) {
       if (!(err instanceof ConditionError)) throw err;
       this.conditionError = err.message;
+      /** The error's i18n key and parameters, to show it again in another language. */
+      this.conditionErrorInfo = { key: err.key, params: err.params };
     }
     this.version++;
     return this.conditionError;

@@ -99,3 +99,23 @@ test("tokenize never evaluates code", () => {
   assert.equal(globalThis.__touched, false);
   assert.equal(tokenize("a<=1").map((t) => t.value).join(" "), "a <= 1");
 });
+
+test("errors carry an i18n key and parameters, and read in Chinese too", async () => {
+  const { setLanguage, tf } = await import("../src/i18n.js");
+  let err;
+  try {
+    parseCondition("lr < 0.01 optimizer");
+  } catch (e) {
+    err = e;
+  }
+  assert.equal(err.key, "cond_unexpected_join");
+  assert.deepEqual(err.params, { got: '"optimizer"', at: 11 });
+  setLanguage("zh");
+  try {
+    assert.equal(tf(err.key, err.params), '第 11 个字符处出现意外的 "optimizer"（缺少 and / or？）');
+    assert.throws(() => parseCondition("(lr < 1"), /第 1 个字符处的 "\(" 缺少 "\)"/);
+  } finally {
+    setLanguage("en");
+  }
+  assert.throws(() => parseCondition(3), /condition must be a str, got number/);
+});

@@ -88,6 +88,7 @@ export class RunsTable {
     this.hiddenLabel.textContent = t("showHidden");
     this.metricsLabel.textContent = t("metricColumns");
     this.wideBtn.title = t("widenRuns");
+    this._showConditionError();
     this._drawn = "";
     this._schedule();
   }
@@ -123,12 +124,19 @@ export class RunsTable {
   }
 
   _onCondition() {
-    const error = this.model.setCondition(this.condition.value);
+    this.model.setCondition(this.condition.value);
+    this._showConditionError();
+    this.onChange();
+    this._schedule();
+  }
+
+  // The condition's error in the page's language (a language switch shows it again).
+  _showConditionError() {
+    const info = this.model.conditionErrorInfo;
+    const error = info ? tf(info.key, info.params) : "";
     this.error.textContent = error;
     this.error.hidden = !error;
     this.condition.setCustomValidity(error);
-    this.onChange();
-    this._schedule();
   }
 
   _onGroup() {

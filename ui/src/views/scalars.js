@@ -1,7 +1,7 @@
 // The scalars view: one chart per tag, grouped by the tag's prefix (`train/loss` is in `train`),
 // runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
 import { Chart } from "../chart.js";
-import { colorFor, el } from "../dom.js";
+import { colorFor, el, PALETTE } from "../dom.js";
 import { gather, lowerBound, minMaxIndices, nearestIndex } from "../downsample.js";
 import { aggregate } from "../groups.js";
 import { fetchScalars, needsHistory, spliceRange } from "../history.js";
@@ -232,7 +232,11 @@ export class ScalarsView {
     const lines = [];
     const aggregates = [];
     const zoom = chart.zoom;
+    let index = -1;
     for (const [key, names] of this.runGroups()) {
+      // Groups take the palette in the order of their keys: few, and distinct colors matter more
+      // than colors that survive a change of grouping.
+      index++;
       const runs = [];
       for (const run of names) {
         const series = store.series(run, tag);
@@ -246,7 +250,7 @@ export class ScalarsView {
       if (runs.length === 0) continue;
       const agg = aggregate(runs, chart.width, zoom?.[0], zoom?.[1]);
       if (agg.xs.length === 0) continue;
-      const color = colorFor(key, "group");
+      const color = PALETTE[index % PALETTE.length];
       const label = tf("groupMean", { name: key, n: runs.length });
       aggregates.push({ label, color, agg });
       lines.push({ label, color, xs: agg.xs, ys: agg.mean, width: 2, group: "mean" });
