@@ -3,6 +3,9 @@
     python bench/bench_runs.py                    # 1,000 runs x 10 tags, 1k and 10k points a tag
     python bench/bench_runs.py --quick            # 200 runs, 100 and 1k points a tag, 2 starts
     python bench/bench_runs.py --points 1000 10000 100000 --runs 1000
+    python bench/bench_runs.py --baseline /work/main  # and serve start-up against another tree
+    python bench/bench_runs.py --micro                # only the write paths' costs (in-process)
+    python bench/bench_runs.py --startup-only --baseline /work/main --starts 7
 
 For each ``--points`` the log directory of bench/runs_data.py (``--runs`` runs of ``--tags`` tags,
 hparams, host, close markers; generated once under bench/out/runs/) is served by a fresh
@@ -32,6 +35,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import urllib.request
@@ -128,6 +132,89 @@ def one_start(logdir: str, runs: int, gets: int) -> dict:
         stop_serve(server)
 
 
+def startup_s(logdir: str, tree: str) -> float:
+    """Seconds until ``vdl-stream serve`` of checkout ``tree`` over ``logdir`` prints its URL."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = tree
+    try:
+        t0 = time.perf_counter()
+        server = start_serve(Path(logdir))
+        seconds = time.perf_counter() - t0
+        stop_serve(server)
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+    return seconds
+
+
+def micro() -> dict:
+    """The costs on the write paths, in this process: ``RunSummary.add`` per batch (read every
+    50 batches, as the broker's publisher reads it once a second), and 1-point
+    ``RunWriter.append_scalars`` calls (a flush every 100), which keep the recorder's digest."""
+
+    import numpy as np
+
+    from vdl_stream.codec import ScalarColumns
+    from vdl_stream.run_summary import RunSummary
+
+    def add_us(tags: int, points: int, n: int) -> float:
+        summary = RunSummary("r", time.time())
+        cols = [
+            ScalarColumns(
+                f"t{i}", np.arange(points), np.full(points, 1.7e9), np.random.rand(points)
+            )
+            for i in range(tags)
+        ]
+        t0 = time.perf_counter()
+        for i in range(n):
+            summary.add(cols, [], 0.0)
+            if i % 50 == 0:
+                summary.status(0.0)
+        return (time.perf_counter() - t0) / n * 1e6
+
+    return {
+        "add_10x2_us": min(add_us(10, 2, 20_000) for _ in range(3)),
+        "add_1x4096_us": min(add_us(1, 4096, 2_000) for _ in range(3)),
+        "append_1_point_us": append_us(str(ROOT)),
+    }
+
+
+# 1-point appends with a flush every 100 (the recorder of the checkout on PYTHONPATH).
+APPEND = """
+import os, sys, tempfile, time
+import numpy as np
+from recorder import RunWriter
+best = []
+for _ in range(3):
+    with tempfile.TemporaryDirectory() as tmp:
+        w = RunWriter(os.path.join(tmp, "r"), sync="never")
+        s, wl, v = np.array([1]), np.array([1.7e9]), np.array([0.5])
+        t0 = time.perf_counter()
+        for i in range(100_000):
+            w.append_scalars("a", s + i, wl, v)
+            if i % 100 == 0:
+                w.flush()
+        best.append((time.perf_counter() - t0) / 100_000 * 1e6)
+        w.close()
+print(min(best))
+"""
+
+
+def append_us(tree: str) -> float:
+    """Microseconds a 1-point ``append_scalars`` (best of 3 x 100,000) with ``tree``'s recorder."""
+    out = subprocess.run(
+        [sys.executable, "-c", APPEND],
+        env={**os.environ, "PYTHONPATH": tree},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return float(out.stdout.strip())
+
+
 def measure_all(args: argparse.Namespace) -> list[dict]:
     """Every ``--points`` size, the starts interleaved (one of each size per round), so that
     the machine's load changes weigh on every size alike."""
@@ -222,6 +309,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="200 runs, 100/1k points, 2 starts")
     parser.add_argument("--out", default=str(HERE / "out" / "runs.json"))
+    parser.add_argument("--baseline", help="another checkout: its serve start-up too")
+    parser.add_argument("--micro", action="store_true", help="only the write-path costs")
+    parser.add_argument(
+        "--startup-only", action="store_true", help="only serve start-up against --baseline"
+    )
     args = parser.parse_args()
     if args.quick:
         args.runs = args.runs or 200
@@ -230,16 +322,38 @@ def main() -> None:
     args.runs = args.runs or 1000
     args.points = args.points or [1000, 10_000]
     args.starts = args.starts or 5
-    results = measure_all(args)
+    if args.micro:
+        figures = micro()
+        if args.baseline:
+            figures["append_1_point_us_baseline"] = append_us(args.baseline)
+        print(json.dumps(figures, indent=1))
+        return
+    results = [] if args.startup_only else measure_all(args)
     result = {
         "args": vars(args),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "results": results,
     }
+    if args.baseline:
+        logdir = cached_runs(args.runs, args.tags, args.points[-1], args.seed)
+        times: dict[str, list[float]] = {"this": [], "baseline": []}
+        for _ in range(args.starts):  # interleaved, as the sizes are
+            times["this"].append(startup_s(logdir, str(ROOT)))
+            times["baseline"].append(startup_s(logdir, args.baseline))
+        result["startup_vs_baseline"] = {k: statistics.median(v) for k, v in times.items()}
+        result["startup_vs_baseline_all"] = times
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(report(result))
+    if results:
+        print(report(result))
+    if args.baseline:
+        b = result["startup_vs_baseline"]
+        print(
+            f"\nserve start-up over {args.runs:,} runs of {args.points[-1] * args.tags:,} points: "
+            f"{b['this']:.2f} s, baseline {args.baseline}: {b['baseline']:.2f} s "
+            f"(medians of {args.starts}, interleaved)"
+        )
 
 
 if __name__ == "__main__":

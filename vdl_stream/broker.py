@@ -841,6 +841,10 @@ class Broker:
 
         Readers unused for ``idle_close`` seconds are closed, so quiet runs hold no file
         descriptors; a closed follower reopens where it stopped once its files change.
+
+        Meanwhile it publishes the run summaries that changed to every subscriber once every
+        ``SUMMARY_INTERVAL`` s (:meth:`publish_summaries`), and gives runs found without a current
+        digest their summary, a few each round.
         """
         await self._discover()
         self._following = True

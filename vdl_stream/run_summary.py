@@ -47,6 +47,8 @@ STATUSES = ("live", "finished", "crashed")
 FOLD_BATCHES = 256
 #: ... or once the batches kept hold this many scalar points (so what is kept stays small).
 FOLD_POINTS = 1 << 16
+#: A tag's kept columns are joined for one reduction when they hold at most this many points.
+CONCAT_POINTS = 8192
 #: Event kinds logged without a tag, whose times count for a run read from disk.
 UNTAGGED_KINDS = ("meta", "hparams", "telemetry")
 # Versions are unique across summaries, so a summary replaced by a new object is seen as changed.
@@ -166,25 +168,38 @@ class RunSummary:
                     by_tag.setdefault(col.tag, []).append(col)
             self._fold_events(events)
         for tag, cols in by_tag.items():
-            if len(cols) == 1:
-                steps, walls, values = cols[0].steps, cols[0].walls, cols[0].values
-            else:
-                steps = np.concatenate([c.steps for c in cols])
-                walls = np.concatenate([c.walls for c in cols])
-                values = np.concatenate([c.values for c in cols])
+            if len(cols) > 1 and sum(len(c.steps) for c in cols) <= CONCAT_POINTS:
+                # Many small columns (live writers' flushes): one reduction over all of them.
+                cols = [
+                    ScalarColumns(
+                        tag,
+                        np.concatenate([c.steps for c in cols]),
+                        np.concatenate([c.walls for c in cols]),
+                        np.concatenate([c.values for c in cols]),
+                    )
+                ]
+            for col in cols:  # large columns one by one: no copy of them
+                self._fold_column(tag, col.steps, col.walls, col.values)
+
+    def _fold_column(
+        self, tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
+    ) -> None:
+        lo, hi = float(values.min()), float(values.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            # NaN or ±Inf among them (else min and max would be finite): the finite ones only.
             finite = values[np.isfinite(values)]
-            row = self.tags.get(tag)
             lo = float(finite.min()) if len(finite) else None
             hi = float(finite.max()) if len(finite) else None
-            if row is None:
-                self.tags[tag] = [float(values[-1]), lo, hi]
-            else:
-                row[0] = float(values[-1])
-                row[1] = _min(row[1], lo)
-                row[2] = _max(row[2], hi)
-            top = int(steps.max())
-            self.last_step = top if self.last_step is None else max(self.last_step, top)
-            self._walls(float(walls.min()), float(walls.max()))
+        row = self.tags.get(tag)
+        if row is None:
+            self.tags[tag] = [float(values[-1]), lo, hi]
+        else:
+            row[0] = float(values[-1])
+            row[1] = _min(row[1], lo)
+            row[2] = _max(row[2], hi)
+        top = int(steps.max())
+        self.last_step = top if self.last_step is None else max(self.last_step, top)
+        self._walls(float(walls.min()), float(walls.max()))
 
     def _fold_events(self, events: Iterable[dict[str, Any]]) -> None:
         for event in events:
