@@ -155,8 +155,18 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                     if last:
                         select = select_runs(page)
                         names = page.evaluate("() => window.vdl.connection.runs")
+                        # The server alone, on the same runs (now open: warm) and on 100
+                        # others no page has read (cold, as the page's were).
                         select["server_alone_s"] = server_select(
                             server.ws_url, names, select["max_points"]
+                        )
+                        cold = [
+                            n
+                            for n in page.evaluate("() => [...window.vdl.runsModel.names]")
+                            if n.startswith("s06-")
+                        ]
+                        select["server_alone_cold_s"] = server_select(
+                            server.ws_url, sorted(cold), select["max_points"]
                         )
                 finally:
                     context.close()
@@ -343,7 +353,8 @@ def report(result: dict) -> str:
                 f"Select 100 runs: every chart in view ({sel['charts']}) redrawn with 100 lines"
                 f" after {ms} (subscribed after {sel['subscribed_ms']:.0f} ms, synced after"
                 f" {sel['synced_ms']:.0f} ms; max_points {sel['max_points']}; the server alone,"
-                f" the same subscribe on a fresh connection: {sel['server_alone_s']:.2f} s;"
+                f" the same subscribe on a fresh connection: {sel['server_alone_s']:.2f} s,"
+                f" 100 runs no page read yet: {sel['server_alone_cold_s']:.2f} s;"
                 f" lines per chart: {sel['lines']})"
             )
     live = result.get("live")
