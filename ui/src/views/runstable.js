@@ -166,10 +166,6 @@ export class RunsTable {
     this._set(() => this.model.setSelected(this.model.tableRows().map((r) => r.name), on));
   }
 
-  _columns() {
-    return this.model.columns();
-  }
-
   _width(column) {
     return WIDTHS[column] ?? (column.startsWith("h:") ? HPARAM_WIDTH : METRIC_WIDTH);
   }
@@ -183,7 +179,7 @@ export class RunsTable {
 
   _render() {
     const model = this.model;
-    const columns = this._columns();
+    const columns = model.columns();
     const rows = model.tableRows();
     const template = columns.map((c) => `${this._width(c)}px`).join(" ");
     this.scroller.style.setProperty("--rt-columns", template);
@@ -192,7 +188,7 @@ export class RunsTable {
 
     const drawn = model.drawn().length;
     this.count.textContent = tf("runsCount", { shown: drawn, total: model.names.size });
-    this._renderControls(columns);
+    this._renderControls();
 
     // The header, only when its columns or the sort changed.
     const headKey = JSON.stringify([columns, model.sort, this.titleLabel.textContent]);
@@ -229,7 +225,8 @@ export class RunsTable {
     this.body.replaceChildren(...built);
   }
 
-  _renderControls(columns) {
+  // The group-by choices and the metric-column checkboxes, rebuilt only when their lists change.
+  _renderControls() {
     const model = this.model;
     // Group-by choices: none, a name pattern, or any hparam.
     const hparams = model.hparamNames();
@@ -273,7 +270,6 @@ export class RunsTable {
         ),
       );
     }
-    void columns;
   }
 
   _row({ name, row }, index, columns) {

@@ -45,8 +45,8 @@ export function axisScale(values) {
       ticks: categories.map((c, i) => ({ value: c, unit: unit(i) })),
     };
   }
-  let lo = Math.min(...present);
-  let hi = Math.max(...present);
+  const lo = Math.min(...present);
+  const hi = Math.max(...present);
   const log = lo > 0 && hi / lo > 100;
   const f = log ? Math.log10 : (x) => x;
   const g = log ? (x) => 10 ** x : (x) => x;
@@ -64,8 +64,6 @@ export function axisScale(values) {
   } else {
     for (let i = 0; i <= 4; i++) ticks.push({ value: g(a + ((b - a) * i) / 4), unit: i / 4 });
   }
-  void lo;
-  void hi;
   return { kind: log ? "log" : "linear", categories: [], toUnit, fromUnit: (u) => g(a + u * (b - a)), ticks };
 }
 
@@ -272,7 +270,7 @@ export class SweepPanels {
         g.append(svg("rect", { x: x - 7, width: 14, y: yOf(u1), height: Math.max(2, yOf(u0) - yOf(u1)), class: "pc-brush" }));
       }
       // A wide transparent hit area to drag on.
-      g.append(svg("rect", { x: x - 12, width: 24, y: PAD.top - 4, height: plotH + 8, class: "pc-hit", on: { mousedown: (e) => this._startBrush(e, c, scale, x, yOf, plotH) } }));
+      g.append(svg("rect", { x: x - 12, width: 24, y: PAD.top - 4, height: plotH + 8, class: "pc-hit", on: { mousedown: (e) => this._startBrush(e, c, scale, x, plotH) } }));
       return g;
     });
     this.parallelBox.replaceChildren(svg("svg", { class: "parallel", width, height, viewBox: `0 0 ${width} ${height}` }, svg("g", { class: "pc-lines" }, ...lines), ...axisNodes));
@@ -289,7 +287,9 @@ export class SweepPanels {
     return [Math.max(0, lo), Math.min(1, hi)];
   }
 
-  _startBrush(e, column, scale, x, yOf, plotH) {
+  // Drag along an axis: a live rectangle follows the pointer; on release the range becomes the
+  // axis' brush (values for a numeric axis, the categories inside it otherwise).
+  _startBrush(e, column, scale, x, plotH) {
     e.preventDefault();
     const svgEl = e.currentTarget.ownerSVGElement;
     const y0 = e.clientY - svgEl.getBoundingClientRect().top;
@@ -323,7 +323,6 @@ export class SweepPanels {
     };
     document.addEventListener("mousemove", move);
     document.addEventListener("mouseup", up);
-    void yOf;
   }
 
   _renderScatter(rows) {
