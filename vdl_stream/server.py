@@ -837,6 +837,10 @@ def _static_response(static: Any, name: str) -> Response:
     return response
 
 
+#: Longest a frame to a browser may take to send once started (a stalled browser is closed).
+SEND_WHOLE_TIMEOUT = 30.0
+
+
 async def _live_session(
     broker: Broker, subscribe_timeout: float = 5.0, summaries_since: int | None = None
 ) -> None:
@@ -849,6 +853,15 @@ async def _live_session(
     (those sent on connect are older; ones dropped with a gap are re-sent this way), then its
     snapshots, then ``synced``, then live frames (summaries among them).
     """
+
+    async def send_whole(frame: bytes) -> None:
+        # A re-subscribe cancels the previous stream; a send cancelled halfway leaves the browser's
+        # permessage-deflate state out of step with the server's (every later frame then fails to
+        # decode), so each frame is sent whole, or the connection is closed.
+        with trio.move_on_after(SEND_WHOLE_TIMEOUT, shield=True) as guard:
+            await websocket.send(frame)
+        if guard.cancelled_caught:
+            raise ConnectionError("a frame could not be sent in time")
 
     async def stream(
         runs: set[str] | None,
@@ -865,12 +878,12 @@ async def _live_session(
             try:
                 # Subscribed first, so a summary published from now on reaches ``sub``.
                 if (frame := broker.summaries_frame(summaries_since)) is not None:
-                    await websocket.send(frame)
-                await broker.send_snapshot(sub, websocket.send, max_points)
+                    await send_whole(frame)
+                await broker.send_snapshot(sub, send_whole, max_points)
                 # Runs that could not be read were left out: the page stops waiting for them.
-                await websocket.send(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
+                await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
                 while True:
-                    await websocket.send(await sub.receive())
+                    await send_whole(await sub.receive())
             except trio.EndOfChannel:
                 await websocket.close(1001, "server shutting down")
             finally:

@@ -296,6 +296,11 @@ class Writer:
         self._error: BaseException | None = None
         self._telemetry = telemetry
         self._mute = mute
+        # The run's status meta events (see _stamp_status): "running" with the first data,
+        # "closed" (the close marker) with the last, each at the wall time of that data.
+        self._status_due = RUNNING if not mute else None
+        self._close_due = False
+        self._newest_wall: float | None = None
         if mute:  # a rank that does not log: the calls stay valid and cost nothing
             for name in LOGGING_METHODS:
                 setattr(self, name, _discard)
@@ -306,9 +311,6 @@ class Writer:
             self._pending.close()
             raise self._error.with_traceback(None) from None
         _live_writers.add(self)
-        if not mute:
-            # The run's summary shows the host, and "live" until the close marker (close()).
-            self._events.append(_status_event(RUNNING, socket.gethostname()))
 
     # -- the hot path ---------------------------------------------------------------------------
 
@@ -544,7 +546,7 @@ class Writer:
         if self._closed:
             return
         if not self._mute:
-            self._events.append(_status_event(CLOSED))  # the close marker: the run is finished
+            self._close_due = True  # the next batch taken ends with the close marker
         if not self._thread.is_alive() or not self.flush(timeout):
             self._flush_timeout = 1.0  # undeliverable now: do not stall the program's exit
         self._closed = True
@@ -657,12 +659,43 @@ class Writer:
             events = self._events[:m]
             del self._events[:m]
             self._seq += 1
-            batch = Batch(self._id, self._seq, self.run, self._columns(points), events, sync)
+            columns = self._columns(points)
+            if self._status_due is not None or self._close_due:
+                events = self._stamp_status(columns, events)
+            batch = Batch(self._id, self._seq, self.run, columns, events, sync)
             problem = self._pending.put(batch)
             if problem is not None:
                 self._report(problem)
             self._wake_sender()
         return self._seq
+
+    def _stamp_status(
+        self, columns: list[ScalarColumns], events: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Add the run's status meta events to a batch being taken (background thread).
+
+        ``{"status": "running", "host": ...}`` goes first in the first batch holding data, at its
+        oldest wall time; the close marker ``{"status": "closed"}`` last in the batch taken after
+        ``close()``, at the newest wall time logged. So the markers never widen the run's time
+        range, also when the calls gave wall times of their own (imports, replays, tests).
+        """
+        walls = [float(c.walls.min()) for c in columns if len(c.walls)]
+        walls += [float(c.walls.max()) for c in columns if len(c.walls)]
+        walls += [e["wall"] for e in events if isinstance(e.get("wall"), (int, float))]
+        if walls:
+            newest = max(walls)
+            self._newest_wall = (
+                newest if self._newest_wall is None else max(self._newest_wall, newest)
+            )
+        if self._status_due is not None and (walls or self._close_due):
+            wall = min(walls) if walls else time.time()
+            events = [_status_event(self._status_due, socket.gethostname(), wall), *events]
+            self._status_due = None
+        if self._close_due and self._status_due is None:
+            wall = self._newest_wall if self._newest_wall is not None else time.time()
+            events = [*events, _status_event(CLOSED, None, wall)]
+            self._close_due = False
+        return events
 
     def _columns(self, points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
         """Group points into columns. The calls checked every point, so this cannot fail; if it
@@ -765,10 +798,10 @@ class Writer:
 _now = time.time  # one global lookup on the hot path instead of two
 
 
-def _status_event(status: str, host: str | None = None) -> dict[str, Any]:
+def _status_event(status: str, host: str | None, wall: float) -> dict[str, Any]:
     """A ``meta`` event of the run's status (and the writer's host): ``running`` when a writer
     starts, ``closed`` (the close marker) when it is closed (vdl_stream/run_summary.py)."""
-    event: dict[str, Any] = {"kind": "meta", "tag": None, "step": None, "wall": time.time()}
+    event: dict[str, Any] = {"kind": "meta", "tag": None, "step": None, "wall": wall}
     event[STATUS_KEY] = status
     if host:
         event["host"] = host
