@@ -4,7 +4,7 @@ import "uplot/dist/uPlot.min.css";
 import "./style.css";
 import { Connection, liveUrl, takeToken } from "./connection.js";
 import { SyncGroup } from "./chart.js";
-import { el } from "./dom.js";
+import { colorFor, el } from "./dom.js";
 import { FrameScheduler } from "./frames.js";
 import { deriveSummary, pointsFor, RunsModel, SELECT_ALL_UP_TO } from "./runs.js";
 import { RunsTable } from "./views/runstable.js";
