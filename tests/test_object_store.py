@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -436,3 +437,45 @@ def test_store_sync_arguments_are_checked(tmp_path: Path) -> None:
             storage.StoreSync(None, tmp_path, **{name: 0})
     with pytest.raises(ValueError, match="cache_bytes"):
         storage.StoreSync(None, tmp_path, cache_bytes=-1)
+
+
+async def test_a_broker_over_the_bucket_fans_out_what_another_machine_publishes(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    """The writer's machine appends to a run and publishes it; a broker that only shares the
+    bucket shows the history as a snapshot, then fans out the appended points live (the head's
+    growth arrives by a ranged read of the new bytes)."""
+    import msgpack
+
+    from recorder.store import RunPublisher
+    from vdl_stream.broker import Broker
+
+    client = storage.ObstoreClient(URL)
+    source = tmp_path / "writer" / "r"
+    publisher = RunPublisher(client, "r", str(source), head_interval=0.0)
+
+    def write(first: int, last: int) -> None:
+        with recorder.RunWriter(source, sync="never") as w:
+            steps = np.arange(first, last)
+            w.append_scalars("x", steps, 1.7e9 + steps, steps * 0.5)
+        publisher.publish(final=True)
+
+    await trio.to_thread.run_sync(write, 0, 10)
+    broker = Broker(tmp_path / "reader")
+    sync = storage.StoreSync(client, tmp_path / "reader", list_interval=0.1)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(sync.run, broker.wait_closed)
+            await nursery.start(partial(broker.follow, 0.05))
+            sub = broker.subscribe()
+            (frame,) = await broker.snapshot(sub)
+            history = msgpack.unpackb(frame)["scalars"][0][1]
+            assert np.frombuffer(history, "<f8").tolist() == list(range(10))
+            await trio.to_thread.run_sync(write, 10, 15)
+            data = msgpack.unpackb(await sub.receive())
+            while data["type"] != "data":
+                data = msgpack.unpackb(await sub.receive())
+            assert np.frombuffer(data["scalars"][0][1], "<f8").tolist() == list(range(10, 15))
+            assert sync.statistics().requests["get_range"] >= 1  # the head's new bytes only
+            broker.close()
