@@ -479,3 +479,17 @@ async def test_a_broker_over_the_bucket_fans_out_what_another_machine_publishes(
             assert np.frombuffer(data["scalars"][0][1], "<f8").tolist() == list(range(10, 15))
             assert sync.statistics().requests["get_range"] >= 1  # the head's new bytes only
             broker.close()
+
+
+def test_large_sealed_files_are_uploaded_from_the_file(
+    s3: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import recorder.store
+
+    monkeypatch.setattr(recorder.store, "STREAM_BYTES", 0)  # every sealed file streamed
+    _write("streamed", 3_000, every=2)  # 1,500 flushes: blocks
+    manifest = Manifest.decode(storage.ObstoreClient(URL).get("streamed/manifest.vdlm"), "streamed")
+    assert any(f.tail is not None for f in manifest.files), manifest  # blocks, from their files
+    local = storage.cache_dir(URL) / "streamed"
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / "streamed") == _contents(local)
