@@ -493,3 +493,26 @@ def test_large_sealed_files_are_uploaded_from_the_file(
     local = storage.cache_dir(URL) / "streamed"
     with storage.mirrored(URL) as tmp:
         assert _contents(tmp / "streamed") == _contents(local)
+
+
+def test_a_hung_store_never_stalls_the_writer(s3: MotoServer) -> None:
+    """The store accepts connections but answers nothing (its process stopped): requests hang in
+    the sync's threads; the writer's flushes never wait for them."""
+    writer = vdl_stream.attach(logdir=URL, telemetry=False)
+    s3.proc.send_signal(signal.SIGSTOP)
+    try:
+        slowest, i = 0.0, 0
+        until = time.monotonic() + 3.0  # three rounds of the sync (one a second) hang meanwhile
+        while i < 3_000 or time.monotonic() < until:
+            start = time.perf_counter()
+            writer.add_scalar("x", float(i), i)
+            if i % 10 == 0:
+                assert writer.flush(timeout=10)
+            slowest = max(slowest, time.perf_counter() - start)
+            i += 1
+    finally:
+        s3.proc.send_signal(signal.SIGCONT)
+    assert slowest < 2.0, slowest
+    writer.close()  # the hung requests complete once the store answers; the rest is published
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / writer.run)["x"][0] == list(range(i))
