@@ -1131,13 +1131,13 @@ class _LodChunk:
 
     def read_slices(self, slices: list[int]) -> np.ndarray:
         """The values of the given slices, concatenated (one pread each, on one descriptor)."""
-        fd = self.catalog.fd_of(self.entry)
+        pread = self.catalog.reader_of(self.entry)
         size = self.lod.size
         start = self.base + self.lod.cv
         parts = []
         for j in slices:
             a, b = j * size, min((j + 1) * size, self.lod.n)
-            data = os.pread(fd, 8 * (b - a), start + 8 * a)
+            data = pread(8 * (b - a), start + 8 * a)
             if zlib.crc32(data) != int(self.lod.crc[j]):
                 raise _LodMismatch(self.entry.src)
             parts.append(data)
