@@ -13,7 +13,9 @@ import { CurvesView } from "./views/curves.js";
 import { HistogramsView } from "./views/histograms.js";
 import { HparamsView } from "./views/hparams.js";
 import { ImagesView } from "./views/images.js";
-import { ReplayBar } from "./views/replay.js";
+import { icon } from "./icons.js";
+import { Report } from "./report.js";
+import { BADGE_TEXT, badgeState, ReplayBar } from "./views/replay.js";
 import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
 import { TextView } from "./views/text.js";
@@ -34,7 +36,7 @@ const state = {
   filter: null,
   hiddenRuns: new Set(),
   paused: false,
-  /** Views shown on the page (the tab buttons toggle them). */
+  /** Views shown on the page (`vdl.showView` toggles them; the header's buttons scroll to them). */
   views: new Set(["scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
 };
 const syncGroups = new Map();
@@ -65,6 +67,7 @@ const views = {
 };
 // Shown only under `vdl-stream replay`: the server's first `replay` frame shows it.
 const replayBar = new ReplayBar(ctx);
+replayBar.onChange = () => showBadge();
 const viewTitles = {};
 for (const [name, view] of Object.entries(views)) {
   viewTitles[name] = el("h2", { class: "view-title" });
@@ -89,6 +92,7 @@ const tabs = el("nav", { class: "tabs" });
 const menuBtn = el("button", { type: "button", class: "menu", "aria-label": "Settings / 设置", text: "☰", on: { click: () => document.body.classList.toggle("show-side") } });
 const runList = el("ul", { class: "runs" });
 const filterInput = el("input", { type: "search", class: "filter", spellcheck: "false", on: { input: onFilter } });
+const filterError = el("span", { class: "filter-error", role: "alert", hidden: true });
 const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step: "0.01", value: String(state.smoothing), on: { input: onSmoothing } });
 const smoothingValue = el("output", { text: state.smoothing.toFixed(2) });
 const xSelect = el("select", { class: "xkind", on: { change: (e) => updateSetting({ xKind: e.target.value }) } });
@@ -99,7 +103,7 @@ const label = (key) => (labels[key] = el("span", { text: t(key) }));
 const side = el(
   "aside",
   { class: "side" },
-  el("label", { class: "field" }, label("tagFilter"), filterInput),
+  el("label", { class: "field" }, label("tagFilter"), filterInput, filterError),
   el("label", { class: "field" }, label("smoothing"), el("span", { class: "row" }, smoothingInput, smoothingValue)),
   el("label", { class: "field" }, label("xAxis"), xSelect),
   el("label", { class: "check" }, logInput, label("logY")),
@@ -112,11 +116,72 @@ const side = el(
   ),
   runList,
 );
-const main = el("main", {}, ...Object.values(views).map((v) => v.element));
-document.body.replaceChildren(
-  el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, syncNote, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect, replayBar.element),
-  el("div", { class: "layout" }, side, main),
+// ---- header: badge, buttons that scroll to a view, report (issue 12, items 6-7) ------------------
+
+const report = new Report(ctx, views);
+const reportLabel = el("span", { class: "report-label" });
+const reportBtn = el(
+  "button",
+  { type: "button", class: "report-btn", on: { click: () => (report.panel.hidden ? report.open() : report.close()) } },
+  icon("report"),
+  reportLabel,
 );
+const main = el("main", {}, report.head, ...Object.values(views).map((v) => v.element));
+const header = el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, syncNote, tabs, el("span", { class: "spacer" }), reportBtn, pauseBtn, langSelect, replayBar.element, report.panel);
+document.body.replaceChildren(header, el("div", { class: "layout" }, side, main));
+// The sticky sidebar and a view scrolled to start under the header, however tall it is.
+new ResizeObserver(() => document.documentElement.style.setProperty("--header-h", `${header.offsetHeight}px`)).observe(header);
+
+/** Scroll the page to a view (showing it first if `vdl.showView` hid it). */
+function goToView(name) {
+  if (!state.views.has(name)) {
+    state.views.add(name);
+    showViews();
+  }
+  document.body.classList.remove("show-side");
+  const target = views[name].element;
+  target.scrollIntoView({ behavior: "smooth", block: "start" });
+  // Charts drawn for the first time on the way may move the target: land on it once more.
+  window.addEventListener(
+    "scrollend",
+    () => {
+      if (Math.abs(target.getBoundingClientRect().top - header.offsetHeight - 8) > 2) target.scrollIntoView({ block: "start" });
+    },
+    { once: true },
+  );
+}
+
+// The header marks the view at the top of the page (the last one whose title has passed under
+// the header), checked once per frame while scrolling.
+let spyPending = false;
+function spyViews() {
+  spyPending = false;
+  const top = header.offsetHeight + 24; // views scroll to 8 px under the header
+  let current = null;
+  for (const [name, view] of Object.entries(views)) {
+    if (view.element.hidden) continue;
+    if (current === null || view.element.getBoundingClientRect().top <= top) current = name;
+  }
+  for (const b of tabs.children) {
+    const on = b.dataset.view === current;
+    b.classList.toggle("active", on);
+    if (on) b.setAttribute("aria-current", "true");
+    else b.removeAttribute("aria-current");
+  }
+}
+window.addEventListener("scroll", () => {
+  if (!spyPending) {
+    spyPending = true;
+    requestAnimationFrame(spyViews);
+  }
+}, { passive: true });
+
+/** Show the badge: Live, Paused, Replay (· paused), or the connection's state. */
+function showBadge() {
+  const badge = badgeState(conn.dataset.state, state.paused, replayBar.playState());
+  conn.dataset.badge = badge;
+  conn.textContent = t(BADGE_TEXT[badge]);
+}
 
 function relabel() {
   for (const [key, node] of Object.entries(labels)) node.textContent = t(key);
@@ -129,9 +194,13 @@ function relabel() {
   xSelect.value = state.xKind;
   tabs.replaceChildren(
     ...Object.keys(views).map((name) =>
-      el("button", { type: "button", class: "tab", dataset: { view: name }, text: t(name), on: { click: () => toggleView(name) } }),
+      el("button", { type: "button", class: "tab", dataset: { view: name }, text: t(name), title: tf("goToView", { view: t(name) }), on: { click: () => goToView(name) } }),
     ),
   );
+  reportLabel.textContent = t("exportReport");
+  reportBtn.title = t("exportReport");
+  report.relabel();
+  if (filterError.textContent) onFilter();
   for (const [name, h] of Object.entries(viewTitles)) h.textContent = t(name);
   showViews();
   setConnState(conn.dataset.state);
@@ -140,20 +209,10 @@ function relabel() {
   replayBar.relabel();
 }
 
-function toggleView(name) {
-  if (state.views.has(name)) state.views.delete(name);
-  else state.views.add(name);
-  showViews();
-}
-
 // A view that is not shown is display:none, so its charts are not drawn at all.
 function showViews() {
   for (const [name, view] of Object.entries(views)) view.element.hidden = !state.views.has(name);
-  for (const b of tabs.children) {
-    const on = state.views.has(b.dataset.view);
-    b.classList.toggle("active", on);
-    b.setAttribute("aria-pressed", String(on));
-  }
+  spyViews();
 }
 
 function refreshViews() {
@@ -168,9 +227,16 @@ function onFilter() {
     state.filter = text ? new RegExp(text, "iu") : null;
     filterInput.setCustomValidity("");
     filterInput.title = "";
-  } catch {
-    filterInput.setCustomValidity(t("badRegex"));
-    filterInput.title = t("badRegex");
+    filterError.hidden = true;
+    filterError.textContent = "";
+  } catch (err) {
+    // Say what is wrong (the engine's own words, e.g. "Unterminated group"); the last valid
+    // filter stays in force.
+    const message = tf("badRegexAt", { message: String(err.message).replace(/^Invalid regular expression: /, "") });
+    filterInput.setCustomValidity(message);
+    filterInput.title = message;
+    filterError.textContent = message;
+    filterError.hidden = false;
     return;
   }
   refreshViews();
@@ -200,6 +266,7 @@ function setPaused(paused) {
   pauseBtn.textContent = paused ? t("resume") : t("pause");
   pauseBtn.classList.toggle("active", paused);
   document.body.classList.toggle("paused", paused);
+  showBadge();
 }
 
 // ---- runs ---------------------------------------------------------------------------------------
@@ -271,8 +338,8 @@ store.subscribe((change) => {
 
 function setConnState(s, detail = "") {
   conn.dataset.state = s;
-  conn.textContent = s === "open" ? t("connected") : s === "connecting" ? t("connecting") : t("disconnected");
   conn.title = detail;
+  showBadge();
 }
 
 /** The /ws/live protocol version this page implements (docs/protocol.md). */
@@ -321,6 +388,14 @@ window.vdl = {
     for (const [metric, chart] of views.system.charts) if (chart.plot) map.set(metric, chart.plot);
     return map;
   },
+  /** PR/ROC charts: Map of `pr_curve:<tag>` / `roc_curve:<tag>` -> uPlot instance. */
+  get curveCharts() {
+    const map = new Map();
+    for (const [key, card] of views.curves.cards) if (card.chart.plot) map.set(key, card.chart.plot);
+    return map;
+  },
+  /** The colour of a run's lines, swatches and legends (the same in every view). */
+  runColor: (run) => colorFor(run),
   /** Show or hide a view: `scalars`, `system`, `histograms`, `images`, `text`, `curves`, `hparams`. */
   showView(name, shown = true) {
     if (shown) state.views.add(name);
@@ -350,6 +425,10 @@ window.vdl = {
   /** The frame scheduler; `vdl.scheduler.minInterval` (ms, default 100) caps the redraw rate. */
   scheduler,
   setLanguage,
+  /** Export report: `preparePrint(views)`/`finishPrint()` around a print, `png(views)`, `meta()`, `open()`. */
+  report: report.hook(),
+  /** Scroll to a view, as its header button does. */
+  goToView,
   /** Replay controls (only active under `vdl-stream replay`): status, play, pause, setSpeed, seek. */
   replay: replayBar.hook(),
   /** Loading state: `{phase: "connecting"|"loading"|"ready", total, done}` (snapshots of runs). */
@@ -358,9 +437,10 @@ window.vdl = {
   },
 };
 
-// Escape releases a pinned cursor.
+// Escape releases a pinned cursor (and closes the report panel).
 document.addEventListener("keydown", (e) => {
   if (e.key === "Escape") for (const group of syncGroups.values()) if (group.x !== null) group.set(null);
+  if (e.key === "Escape") report.close();
 });
 
 onLanguage(relabel);

@@ -1,11 +1,38 @@
 // A uPlot chart that pulls its lines from a source callback when the frame scheduler says so.
 // It owns the uPlot instance (rebuilt only when the set of lines changes), drag-to-zoom with a reset,
-// the value readout under the cursor, click-to-pin shared with its sync group, and PNG export.
+// the floating tooltip of the values under the cursor, click-to-pin shared with its sync group, and
+// its tools: CSV/JSON/PNG downloads, fullscreen, a manual y range and outlier clipping.
 import uPlot from "uplot";
+import { parseBound, quantileRange, saveText, seriesCsv, seriesJson } from "./chartdata.js";
 import { el, fileName } from "./dom.js";
-import { t } from "./i18n.js";
+import { onLanguage, t } from "./i18n.js";
+import { icon } from "./icons.js";
+import { hideTooltip, showTooltip, sortRows } from "./tooltip.js";
 
-const HEIGHT = 220;
+/** Height of a chart's canvas (axes and their titles included), CSS pixels. */
+export const HEIGHT = 240;
+/** Quantiles kept by "ignore outliers": values outside them do not widen the y scale. */
+export const CLIP_QUANTILES = [0.01, 0.99];
+const AXIS_FONT = "11px system-ui, sans-serif";
+/** Line dash patterns, for lines that share a color (the devices of one run); CSS border styles alike. */
+export const DASHES = [[], [6, 3], [2, 2], [10, 3, 2, 3]];
+const DASH_CSS = ["solid", "dashed", "dotted", "double"];
+
+/** Live charts, relabeled on a language switch. */
+const charts = new Set();
+const byElement = new WeakMap();
+
+/**
+ * The Chart whose element is `element`, or null (the report finds charts through the page).
+ * @param {Element} element
+ * @returns {Chart|null}
+ */
+export function chartFor(element) {
+  return byElement.get(element) ?? null;
+}
+onLanguage(() => {
+  for (const chart of charts) chart.relabel();
+});
 
 /**
  * What the charts of one cursor-sync group share besides uPlot's cursor sync: a pinned cursor
@@ -76,17 +103,43 @@ export class Chart {
    * @param {SyncGroup} opts.group the SyncGroup of that sync key
    * @param {"step"|"relative"|"wall"|"value"} [opts.xKind] how x is shown
    * @param {string} [opts.xLabel] name of x in the readout, for xKind "value"
+   * @param {() => string} [opts.xTitle] the x axis title (default: step, relative time or wall time)
+   * @param {() => string} [opts.yTitle] the y axis title (default: the chart's title)
    * @param {[number, number]} [opts.yRange] fixed y range instead of auto
-   * @param {(x: number) => ({x: number, values: {label: string, color: string, value: number}[]}|null)} [opts.lookup]
-   *   the values to read out at an x (default: the drawn points nearest the cursor)
+   * @param {[number, number]} [opts.xRange] fixed x range instead of the data's
+   * @param {(x: number) => ({x: number, values: {label: string, color: string, value: number, raw?: number, smoothed?: number}[]}|null)} [opts.lookup]
+   *   the values to read out at an x (default: the drawn points nearest the cursor); values with
+   *   `raw` and `smoothed` show both
+   * @param {() => object[]} [opts.exportData] the series to download as CSV/JSON (see
+   *   chartdata.js; default: the drawn lines as `{run, x, y}`)
+   * @param {boolean} [opts.legend] show a legend of the lines under the plot
    * @param {boolean} [opts.logY]
    * @param {(v: number) => string} [opts.formatY] y tick and readout format
    * @param {object} [opts.dataset] data attributes of the chart element (default `{tag: key}`)
    *
-   * A Line is `{label, color, xs, ys, alpha?, width?, legend?}`; lines with the same `xs` object
-   * share x values (uPlot's aligned data); others are joined.
+   * A Line is `{label, color, xs, ys, alpha?, width?, dash?, legend?, legendText?, legendData?}`;
+   * lines with the same `xs` object share x values (uPlot's aligned data); others are joined.
+   * `legend: false` keeps a line out of the legend and the tooltip.
    */
-  constructor({ key, title, source, syncKey, group, xKind = "step", logY = false, formatY = formatValue, dataset = { tag: key }, xLabel = "", yRange = null, lookup = null }) {
+  constructor({
+    key,
+    title,
+    source,
+    syncKey,
+    group,
+    xKind = "step",
+    logY = false,
+    formatY = formatValue,
+    dataset = { tag: key },
+    xLabel = "",
+    xTitle = null,
+    yTitle = null,
+    yRange = null,
+    xRange = null,
+    lookup = null,
+    exportData = null,
+    legend = false,
+  }) {
     this.key = key;
     this.source = source;
     this.syncKey = syncKey;
@@ -95,33 +148,89 @@ export class Chart {
     this.logY = logY;
     this.formatY = formatY;
     this.xLabel = xLabel;
+    this.xTitle = xTitle;
+    this.yTitle = yTitle;
     this.yRange = yRange;
+    this.xRange = xRange;
     this.lookup = lookup;
+    this.exportData = exportData;
+    this.showLegend = legend;
     /** Visible x range after a drag zoom, or null for everything. */
     this.zoom = null;
+    /** Manual y bounds (null: automatic) and whether outliers are left out of the y scale. */
+    this.yMin = null;
+    this.yMax = null;
+    this.clip = false;
+    /** Whether the chart fills the window. */
+    this.fullscreen = false;
     /** @type {uPlot|null} */
     this.plot = null;
     this.renders = 0;
     this._signature = "";
     this._lines = [];
     this._downX = null;
+    this._hover = false;
+    this._pointer = { clientX: 0, clientY: 0 };
+    this._height = HEIGHT;
 
     this.plotBox = el("div", { class: "plot" });
-    this.readout = el("div", { class: "readout" });
     this.titleEl = el("span", { class: "chart-title", text: title, title });
-    this.resetBtn = el("button", { class: "icon", type: "button", title: t("reset"), text: "⤢", on: { click: () => this.group.resetZoom() } });
-    this.pngBtn = el("button", { class: "icon", type: "button", title: t("savePng"), text: "PNG", on: { click: () => this.savePng() } });
+    const tool = (cls, text, fn) => el("button", { class: `icon ${cls}`, type: "button", on: { click: fn } }, text);
+    this.resetBtn = tool("reset", "⤢", () => this.group.resetZoom());
+    this.yBtn = tool("yrange-btn", icon("yrange"), () => this.toggleYPanel());
+    this.csvBtn = tool("dl-csv", "CSV", () => this.saveCsv());
+    this.jsonBtn = tool("dl-json", "JSON", () => this.saveJson());
+    this.pngBtn = tool("dl-png", "PNG", () => this.savePng());
+    this.fullBtn = tool("fullscreen-btn", icon("fullscreen"), () => this.setFullscreen(!this.fullscreen));
+    const bound = (cls) =>
+      el("input", { type: "text", inputmode: "decimal", class: cls, size: "7", spellcheck: "false", on: { input: () => this._onYInput() } });
+    this.yMinInput = bound("ymin");
+    this.yMaxInput = bound("ymax");
+    this.clipInput = el("input", { type: "checkbox", class: "clip", on: { change: () => this._onYInput() } });
+    this.yError = el("span", { class: "yrange-error", role: "alert" });
+    this._yLabels = { min: el("span"), max: el("span"), clip: el("span") };
+    this.yPanel = el(
+      "div",
+      { class: "yrange", hidden: true },
+      el("label", {}, this._yLabels.min, this.yMinInput),
+      el("label", {}, this._yLabels.max, this.yMaxInput),
+      el("label", { class: "check" }, this.clipInput, this._yLabels.clip),
+      this.yError,
+    );
+    this.legendEl = el("div", { class: "legend", hidden: !legend });
+    // Kept for callers that set its text; the values under the cursor are in the floating tooltip.
+    this.readout = el("div", { class: "readout", hidden: true });
     this.element = el(
       "section",
       { class: "chart", dataset, "aria-label": title },
-      el("header", {}, this.titleEl, el("span", { class: "chart-tools" }, this.resetBtn, this.pngBtn)),
+      el("header", {}, this.titleEl, el("span", { class: "chart-tools" }, this.resetBtn, this.yBtn, this.csvBtn, this.jsonBtn, this.pngBtn, this.fullBtn)),
+      this.yPanel,
       this.plotBox,
-      this.readout,
+      this.legendEl,
     );
     this.resetBtn.hidden = true;
+    this._relabelTools();
     group.charts.add(this);
-    this._resize = new ResizeObserver((entries) => this._onResize(entries[entries.length - 1].contentRect.width));
+    charts.add(this);
+    byElement.set(this.element, this);
+    this._resize = new ResizeObserver((entries) => {
+      const r = entries[entries.length - 1].contentRect;
+      this._onResize(r.width, r.height);
+    });
     this._resize.observe(this.plotBox);
+    // Captured on the way down, before uPlot's own handler moves the cursor (and the tooltip).
+    this.plotBox.addEventListener(
+      "mousemove",
+      (e) => {
+        this._pointer = { clientX: e.clientX, clientY: e.clientY };
+        this._hover = true;
+        if (this.group.x !== null) this._updateReadout(); // pinned: uPlot does not move the cursor
+      },
+      true,
+    );
+    this._onKey = (e) => {
+      if (e.key === "Escape") this.setFullscreen(false);
+    };
   }
 
   /**
@@ -137,7 +246,8 @@ export class Chart {
   render() {
     const lines = this.source(this);
     this._lines = lines;
-    const signature = `${this.xKind}|${this.logY}|` + lines.map((l) => `${l.label}\u0000${l.color}\u0000${l.alpha ?? 1}`).join("\u0001");
+    const signature =
+      `${this.xKind}|${this.logY}|${this._height}|` + lines.map((l) => `${l.label}\u0000${l.color}\u0000${l.alpha ?? 1}\u0000${l.dash ?? ""}\u0000${l.legendText ?? ""}`).join("\u0001");
     const data = alignedData(lines, this.logY);
     if (!this.plot || signature !== this._signature) {
       this._signature = signature;
@@ -159,22 +269,101 @@ export class Chart {
     this.onChange?.();
   }
 
-  /** Download the chart (title and plot) as a PNG file named after its tag. */
-  savePng() {
-    if (!this.plot) return;
+  /**
+   * Set the y scale: manual bounds (null: automatic) and outlier clipping.
+   * @param {{min?: number|null, max?: number|null, clip?: boolean}} range
+   */
+  setYRange({ min = this.yMin, max = this.yMax, clip = this.clip } = {}) {
+    this.yMin = min;
+    this.yMax = max;
+    this.clip = Boolean(clip);
+    this.yMinInput.value = min === null ? "" : String(min);
+    this.yMaxInput.value = max === null ? "" : String(max);
+    this.clipInput.checked = this.clip;
+    this.yError.textContent = "";
+    this._yChanged();
+  }
+
+  /** Show or hide the y range controls. */
+  toggleYPanel(shown = this.yPanel.hidden) {
+    this.yPanel.hidden = !shown;
+    this.yBtn.classList.toggle("active", shown || this._yCustom());
+  }
+
+  /** Fill the window with this chart (true) or put it back (false); Escape also puts it back. */
+  setFullscreen(on) {
+    on = Boolean(on);
+    if (on === this.fullscreen) return;
+    this.fullscreen = on;
+    this.element.classList.toggle("fullscreen", on);
+    document.body.classList.toggle("has-fullscreen", on || document.querySelector(".chart.fullscreen") !== null);
+    this.fullBtn.classList.toggle("active", on);
+    if (on) document.addEventListener("keydown", this._onKey);
+    else document.removeEventListener("keydown", this._onKey);
+    hideTooltip(this);
+    if (!on) this._setHeight(HEIGHT);
+    // In fullscreen the plot's height follows its box (ResizeObserver, _onResize).
+  }
+
+  /** The series the chart shows, for downloads: `exportData()` or the drawn lines. */
+  data() {
+    if (this.exportData) return this.exportData();
+    return this._lines
+      .filter((l) => l.legend !== false)
+      .map((l) => ({ run: l.label, x: Array.from(l.xs), y: Array.from(l.ys, (v) => (v === null ? NaN : v)) }));
+  }
+
+  /** Download what the chart shows as CSV (`<key>.csv`): one row per point, `run,step,wall,value,smoothed`. */
+  saveCsv() {
+    saveText(fileName(this.key, "csv"), "text/csv", seriesCsv(this.data()));
+  }
+
+  /** Download what the chart shows as JSON (`<key>.json`): `{chart, title, x, exported, series}`. */
+  saveJson() {
+    const meta = { chart: this.key, title: this.titleEl.textContent, x: this.xKind, exported: new Date().toISOString() };
+    saveText(fileName(this.key, "json"), "application/json", seriesJson(meta, this.data()));
+  }
+
+  /**
+   * The chart (title, plot with its axes, legend) drawn on one canvas, for PNG downloads and the
+   * report; null before the first drawing.
+   * @returns {HTMLCanvasElement|null}
+   */
+  snapshot() {
+    if (!this.plot) return null;
     const src = this.plot.ctx.canvas;
     const ratio = src.width / this.plot.width || 1;
     const pad = Math.round(28 * ratio);
+    const legend = this._lines.filter((l) => l.legend !== false && this.showLegend);
+    const legendH = legend.length ? Math.round(18 * ratio) * Math.ceil(legend.length / 3) + Math.round(6 * ratio) : 0;
     const canvas = document.createElement("canvas");
     canvas.width = src.width;
-    canvas.height = src.height + pad;
+    canvas.height = src.height + pad + legendH;
     const ctx = canvas.getContext("2d");
-    ctx.fillStyle = getComputedStyle(this.element).backgroundColor || "#fff";
+    const style = getComputedStyle(this.element);
+    ctx.fillStyle = style.backgroundColor || "#fff";
     ctx.fillRect(0, 0, canvas.width, canvas.height);
-    ctx.fillStyle = getComputedStyle(this.element).color || "#000";
-    ctx.font = `${Math.round(14 * ratio)}px system-ui, sans-serif`;
+    ctx.fillStyle = style.color || "#000";
+    ctx.font = `600 ${Math.round(14 * ratio)}px system-ui, sans-serif`;
     ctx.fillText(this.titleEl.textContent, 8 * ratio, 19 * ratio);
     ctx.drawImage(src, 0, pad);
+    ctx.font = `${Math.round(12 * ratio)}px system-ui, sans-serif`;
+    const colW = canvas.width / 3;
+    legend.forEach((l, i) => {
+      const x = (i % 3) * colW + 8 * ratio;
+      const y = src.height + pad + Math.floor(i / 3) * 18 * ratio + 12 * ratio;
+      ctx.fillStyle = l.color;
+      ctx.fillRect(x, y - 5 * ratio, 12 * ratio, 3 * ratio);
+      ctx.fillStyle = style.color || "#000";
+      ctx.fillText(l.legendText ?? l.label, x + 18 * ratio, y, colW - 30 * ratio);
+    });
+    return canvas;
+  }
+
+  /** Download the chart (title, plot, legend) as a PNG file named after its key. */
+  savePng() {
+    const canvas = this.snapshot();
+    if (!canvas) return;
     const a = el("a", { download: fileName(this.key, "png"), href: canvas.toDataURL("image/png") });
     document.body.append(a);
     a.click();
@@ -183,8 +372,11 @@ export class Chart {
 
   /** Remove the chart and its observers. */
   destroy() {
+    this.setFullscreen(false);
+    hideTooltip(this);
     this._resize.disconnect();
     this.group.charts.delete(this);
+    charts.delete(this);
     this.plot?.destroy();
     this.plot = null;
     this.element.remove();
@@ -192,17 +384,109 @@ export class Chart {
 
   /** Set the title text (for language switches). */
   setTitle(title) {
+    if (title === this.titleEl.textContent) return;
     this.titleEl.textContent = title;
     this.titleEl.title = title;
+    this._signature = ""; // the y axis title is the chart's title
+    this.onChange?.();
+  }
+
+  /** Re-apply interface strings after a language switch (axis titles are drawn: rebuild). */
+  relabel() {
+    this._relabelTools();
+    this._signature = "";
+    this.onChange?.();
+  }
+
+  _relabelTools() {
+    this.resetBtn.title = t("reset");
+    this.yBtn.title = t("yRange");
+    this.csvBtn.title = t("saveCsv");
+    this.jsonBtn.title = t("saveJson");
+    this.pngBtn.title = t("savePng");
+    this.fullBtn.title = t("fullscreen");
+    for (const b of [this.resetBtn, this.yBtn, this.csvBtn, this.jsonBtn, this.pngBtn, this.fullBtn]) b.setAttribute("aria-label", b.title);
+    this._yLabels.min.textContent = t("yMin");
+    this._yLabels.max.textContent = t("yMax");
+    this._yLabels.clip.textContent = t("ignoreOutliers");
+    this.yMinInput.placeholder = t("auto");
+    this.yMaxInput.placeholder = t("auto");
+  }
+
+  _yCustom() {
+    return this.yMin !== null || this.yMax !== null || this.clip;
+  }
+
+  _onYInput() {
+    let min;
+    let max;
+    try {
+      min = parseBound(this.yMinInput.value);
+      max = parseBound(this.yMaxInput.value);
+      if (min !== null && max !== null && !(max > min)) throw new RangeError(`y max must be above y min, got ${min} and ${max}`);
+    } catch (err) {
+      this.yError.textContent = `${t("badBound")}: ${err.message}`;
+      return;
+    }
+    this.yError.textContent = "";
+    this.yMin = min;
+    this.yMax = max;
+    this.clip = this.clipInput.checked;
+    this._yChanged();
+  }
+
+  _yChanged() {
+    this.yBtn.classList.toggle("active", !this.yPanel.hidden || this._yCustom());
+    this.element.dataset.yrange = this._yCustom() ? `${this.yMin ?? ""}:${this.yMax ?? ""}:${this.clip ? "clip" : ""}` : "";
+    this._signature = "";
+    this.onChange?.();
+  }
+
+  // The y range: the data's (or the fixed yRange), narrowed to the 1st-99th percentile when
+  // clipping outliers, with the manual bounds on top.
+  _yScale(u, dataMin, dataMax) {
+    let lo = dataMin;
+    let hi = dataMax;
+    let auto;
+    if (this.yRange && !this.clip) auto = this.yRange;
+    else {
+      if (this.clip) {
+        const q = quantileRange(u.data.slice(1), CLIP_QUANTILES[0], CLIP_QUANTILES[1], this.logY);
+        if (q) [lo, hi] = q;
+      }
+      if (lo === null || hi === null || !Number.isFinite(lo) || !Number.isFinite(hi)) [lo, hi] = this.logY ? [1, 10] : [0, 1];
+      auto = this.logY ? uPlot.rangeLog(lo, hi, 10, true) : uPlot.rangeNum(lo, hi, 0.1, true);
+    }
+    let min = this.yMin ?? auto[0];
+    let max = this.yMax ?? auto[1];
+    if (!(max > min)) {
+      // one manual bound beyond the data: keep a span on the other side
+      const span = Math.abs(auto[1] - auto[0]) || 1;
+      if (this.yMin !== null) max = min + span;
+      else min = max - span;
+    }
+    return [min, max];
+  }
+
+  _axisTitles() {
+    const x =
+      this.xTitle?.() ??
+      (this.xKind === "wall" ? t("xWall") : this.xKind === "relative" ? t("axisRelative") : this.xKind === "value" ? this.xLabel : t("xStep"));
+    const y = this.yTitle?.() ?? this.titleEl.textContent;
+    // The y title runs along the plot's height: cut it to what fits (about 6.5 px a character).
+    const room = Math.max(8, Math.floor((this._height - 60) / 6.5));
+    return { x, y: y.length > room ? `${y.slice(0, room - 1)}…` : y };
   }
 
   _build(lines, data) {
     this.plot?.destroy();
     const xKind = this.xKind;
     const formatY = this.formatY;
+    const titles = this._axisTitles();
+    const xRange = this.xRange;
     const opts = {
       width: this.width,
-      height: HEIGHT,
+      height: this._height,
       legend: { show: false },
       cursor: {
         sync: { key: this.syncKey, setSeries: false, scales: ["x", null] },
@@ -222,8 +506,8 @@ export class Chart {
       },
       scales: {
         // A single point would otherwise get an arbitrary range (uPlot gives a time axis 1,000 days).
-        x: { time: xKind === "wall", range: (u, min, max) => singlePointRange(u, min, max, xKind === "step" ? 1 : 30) },
-        y: this.logY ? { distr: 3 } : this.yRange ? { auto: false, range: this.yRange } : {},
+        x: { time: xKind === "wall", range: xRange ? () => [...xRange] : (u, min, max) => singlePointRange(u, min, max, xKind === "step" ? 1 : 30) },
+        y: { ...(this.logY ? { distr: 3 } : {}), range: (u, min, max) => this._yScale(u, min, max) },
       },
       axes: [
         {
@@ -232,13 +516,22 @@ export class Chart {
           ticks: { stroke: "rgba(128,128,128,0.3)" },
           ...(xKind === "relative" ? { values: (u, ticks) => ticks.map(formatDuration) } : {}),
           // Date-time labels are wide and two lines high; others need one short line.
-          ...(xKind === "wall" ? { space: 90, size: 48 } : { space: 64, size: 32 }),
+          ...(xKind === "wall" ? { space: 90, size: 44 } : { space: 64, size: 26 }),
+          label: titles.x,
+          labelSize: 16,
+          labelFont: AXIS_FONT,
+          font: AXIS_FONT,
         },
         {
           stroke: "var(--muted)",
           grid: { stroke: "rgba(128,128,128,0.15)" },
           ticks: { stroke: "rgba(128,128,128,0.3)" },
-          size: 64,
+          // As wide as its widest label ("91 MiB/s" is not cut to "·91 MiB/s").
+          size: fitAxis,
+          label: titles.y,
+          labelSize: 16,
+          labelFont: AXIS_FONT,
+          font: AXIS_FONT,
           // On a log scale uPlot puts ticks at 1..9 x 10^k; label the powers of ten only.
           values: this.logY ? (u, ticks) => ticks.map((v) => (isPowerOfTen(v) ? formatY(v) : "")) : (u, ticks) => ticks.map(formatY),
         },
@@ -251,6 +544,7 @@ export class Chart {
           width: l.width ?? 1.5,
           alpha: l.alpha ?? 1,
           spanGaps: true,
+          ...(l.dash?.length ? { dash: l.dash } : {}),
           // uPlot's default: dots only where points are sparse enough to tell apart.
         })),
       ],
@@ -263,9 +557,31 @@ export class Chart {
     const muted = getComputedStyle(document.documentElement).getPropertyValue("--muted").trim() || "#666";
     for (const axis of opts.axes) axis.stroke = muted;
     this.plot = new uPlot(opts, data, this.plotBox);
-    this.plot.over.addEventListener("mousedown", (e) => (this._downX = e.clientX));
-    this.plot.over.addEventListener("click", (e) => this._onClick(e));
-    this.plot.over.addEventListener("dblclick", () => this.group.resetZoom());
+    const over = this.plot.over;
+    over.addEventListener("mousedown", (e) => (this._downX = e.clientX));
+    over.addEventListener("click", (e) => this._onClick(e));
+    over.addEventListener("dblclick", () => this.group.resetZoom());
+    over.addEventListener("mouseenter", () => (this._hover = true));
+    over.addEventListener("mouseleave", () => {
+      this._hover = false;
+      hideTooltip(this);
+    });
+    this._renderLegend(lines);
+  }
+
+  _renderLegend(lines) {
+    if (!this.showLegend) return;
+    const shown = lines.filter((l) => l.legend !== false);
+    this.legendEl.replaceChildren(
+      ...shown.map((l) =>
+        el(
+          "span",
+          { class: "legend-item", dataset: { label: l.label, ...(l.legendData ?? {}) }, title: l.legendText ?? l.label },
+          el("i", { class: "legend-line", style: { borderTopColor: l.color, borderTopStyle: DASH_CSS[dashIndex(l.dash)] } }),
+          el("span", { text: l.legendText ?? l.label }),
+        ),
+      ),
+    );
   }
 
   _onSelect(u) {
@@ -332,28 +648,27 @@ export class Chart {
     u.setCursor({ left, top: u.over.clientHeight / 2 }, true, false);
   }
 
+  /** Show the tooltip of the values under the cursor, when the mouse is over this chart. */
   _updateReadout() {
     const u = this.plot;
     if (!u) return;
     const idx = u.cursor.idx;
-    if ((idx === null || idx === undefined) && !this.readout.firstChild) return; // nothing shown, nothing to show
-    const parts = [];
-    if (idx !== null && idx !== undefined && u.data[0].length) {
-      // The source's own lookup reads the received points (not the downsampled ones drawn), at the
-      // cursor's x itself, so every chart of a group reports the same step.
-      const cursorX = this.group.x ?? u.posToVal(u.cursor.left, "x");
-      const found = this.lookup?.(cursorX) ?? null;
-      const x = found ? found.x : u.data[0][idx];
-      const values = found
-        ? found.values
-        : this._lines.flatMap((line, i) => (line.legend === false ? [] : [{ label: line.label, color: line.color, value: nearest(u.data[i + 1], idx) }]));
-      parts.push(el("span", { class: "rx", text: this._formatX(x) }));
-      for (const { label, color, value } of values) {
-        parts.push(el("span", { class: "rv" }, el("i", { style: { background: color } }), `${label} ${this.formatY(value)}`));
-      }
-      if (this.group.x !== null) parts.push(el("span", { class: "rpin", text: t("pinned") }));
+    if (!this._hover || idx === null || idx === undefined || !u.data[0].length || u.cursor.left < 0) {
+      hideTooltip(this);
+      return;
     }
-    this.readout.replaceChildren(...parts);
+    // The source's own lookup reads the received points (not the downsampled ones drawn), at the
+    // cursor's x itself, so every chart of a group reports the same step.
+    const cursorX = this.group.x ?? u.posToVal(u.cursor.left, "x");
+    const found = this.lookup?.(cursorX) ?? null;
+    const x = found ? found.x : u.data[0][idx];
+    const values = found
+      ? found.values
+      : this._lines.flatMap((line, i) => (line.legend === false ? [] : [{ label: line.legendText ?? line.label, color: line.color, value: nearest(u.data[i + 1], idx) }]));
+    const both = values.some((v) => v.raw !== undefined && v.smoothed !== undefined);
+    const rows = sortRows(values).map((v) => ({ ...v, cells: both ? [this.formatY(v.smoothed), this.formatY(v.raw)] : [this.formatY(v.value)] }));
+    const title = this._formatX(x) + (this.group.x !== null ? ` · ${t("pinned")}` : "");
+    showTooltip(this, this._pointer, title, rows, both ? [t("smoothed"), t("raw")] : []);
   }
 
   _formatX(x) {
@@ -363,15 +678,45 @@ export class Chart {
     return `${t("step")} ${x}`;
   }
 
-  _onResize(width) {
+  _onResize(width, height) {
     this._width = width;
+    if (this.fullscreen && height > 0 && Math.abs(height - this._height) > 1) this._setHeight(Math.max(HEIGHT, Math.floor(height)));
     if (!this.plot) return;
     const w = this.width;
     if (Math.abs(w - this.plot.width) > 1) {
-      this.plot.setSize({ width: w, height: HEIGHT });
+      this.plot.setSize({ width: w, height: this._height });
       this.onChange?.();
     }
   }
+
+  _setHeight(h) {
+    if (h === this._height) return;
+    this._height = h;
+    this._signature = ""; // the y title is cut to the height
+    this.onChange?.();
+  }
+}
+
+function dashIndex(dash) {
+  if (!dash?.length) return 0;
+  const i = DASHES.findIndex((d) => d.join() === dash.join());
+  return i < 0 ? 1 : i;
+}
+
+// uPlot axis size: room for the widest tick label (each line of a two-line one), its tick and gap.
+// uPlot calls it again with the labels of each layout pass; past the second it keeps its answer.
+function fitAxis(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1 && axis._size) return axis._size;
+  let widest = 0;
+  if (values) {
+    u.ctx.save();
+    u.ctx.font = axis.font?.[0] ?? AXIS_FONT;
+    for (const v of values) for (const line of String(v ?? "").split("\n")) widest = Math.max(widest, u.ctx.measureText(line).width);
+    u.ctx.restore();
+    widest /= uPlot.pxRatio || 1;
+  }
+  return Math.ceil(Math.max(32, widest + (axis.ticks?.size ?? 10) + (axis.gap ?? 5) + 6));
 }
 
 // The value at idx, or the nearest defined one within a few rows (runs logged at different steps

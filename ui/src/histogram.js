@@ -102,6 +102,59 @@ export function niceTicks(lo, hi, count) {
 }
 
 /**
+ * Vertical positions of ridge baselines, spaced by step (not evenly): the oldest at `top`, the
+ * newest at `bottom`; evenly when every step is the same.
+ * @param {number[]} steps ascending
+ * @param {number} top
+ * @param {number} bottom
+ * @returns {number[]}
+ */
+export function ridgeBases(steps, top, bottom) {
+  const n = steps.length;
+  if (n === 1) return [bottom];
+  const first = steps[0];
+  const span = steps[n - 1] - first;
+  return steps.map((s, i) => top + (span > 0 ? (s - first) / span : i / (n - 1)) * (bottom - top));
+}
+
+/**
+ * Which ridges get a step label: the newest always, then each older one that clears the last
+ * label by `gap` pixels (baselines are spaced by step, so labels are too).
+ * @param {number[]} bases baseline y of each ridge, ascending (oldest first)
+ * @param {number} gap
+ * @returns {number[]} indices, newest first
+ */
+export function labelledRidges(bases, gap = 14) {
+  const out = [];
+  let last = Infinity;
+  for (let i = bases.length - 1; i >= 0; i--) {
+    if (last - bases[i] >= gap) {
+      out.push(i);
+      last = bases[i];
+    }
+  }
+  return out;
+}
+
+/**
+ * Horizontal edges of heatmap columns, placed by step: column i spans from its step to the next
+ * one's, the newest as wide as the average gap. Returns n+1 edges from `left` to `right`.
+ * @param {number[]} steps ascending
+ * @param {number} left
+ * @param {number} right
+ */
+export function columnEdges(steps, left, right) {
+  const n = steps.length;
+  const gap = n > 1 ? (steps[n - 1] - steps[0]) / (n - 1) : 1;
+  const first = steps[0];
+  const end = steps[n - 1] + (gap > 0 ? gap : 1);
+  const span = end - first;
+  const edges = steps.map((s) => left + ((s - first) / span) * (right - left));
+  edges.push(right);
+  return { edges, first, end };
+}
+
+/**
  * Draw histograms on a canvas.
  * @param {HTMLCanvasElement} canvas sized by CSS; the backing store is resized for the pixel ratio
  * @param {{step: number, edges: Float64Array, counts: Float64Array}[]} hists sorted by step
@@ -110,10 +163,11 @@ export function niceTicks(lo, hi, count) {
  * @param {string} opts.color run color (ridgeline)
  * @param {string} opts.fg text color
  * @param {(v: number) => string} opts.format tick label format
- * @returns {{mode: string, shown: object[], lo: number, hi: number, plot: {left: number, top: number, width: number, height: number}}}
+ * @param {string} [opts.countLabel] caption of the heatmap's color bar
+ * @returns {{mode: string, shown: object[], lo: number, hi: number, plot: {left: number, top: number, width: number, height: number}, bases?: number[], edges?: number[]}}
  *   what was drawn, for hit-testing the pointer
  */
-export function drawHistograms(canvas, hists, { mode, color, fg, format }) {
+export function drawHistograms(canvas, hists, { mode, color, fg, format, countLabel = "" }) {
   const ratio = globalThis.devicePixelRatio || 1;
   const cssW = canvas.clientWidth || 400;
   const cssH = canvas.clientHeight || 240;
@@ -126,34 +180,44 @@ export function drawHistograms(canvas, hists, { mode, color, fg, format }) {
   ctx.fillStyle = fg;
   ctx.strokeStyle = fg;
 
-  const plot = { left: 8, top: 8, width: cssW - 8 - 56, height: cssH - 8 - 22 };
+  // The heatmap keeps 44 px on the right for its color bar.
+  const bar = mode === "heatmap" ? 44 : 0;
+  const plot = { left: 8, top: 8, width: cssW - 8 - 56 - bar, height: cssH - 8 - 22 };
   const shown = mode === "heatmap" ? sampleEvenly(hists, Math.max(1, Math.floor(plot.width / 3))) : sampleEvenly(hists, MAX_RIDGES);
   const [lo, hi] = valueRange(shown);
   const info = { mode, shown, lo, hi, plot };
   if (shown.length === 0) return info;
 
-  if (mode === "heatmap") drawHeatmap(ctx, shown, lo, hi, plot);
-  else drawRidges(ctx, shown, lo, hi, plot, color);
-
-  // x axis (values) for the ridgeline, y axis (values) for the heatmap; steps on the other.
-  ctx.globalAlpha = 0.8;
-  ctx.fillStyle = fg;
   if (mode === "heatmap") {
+    const { edges, first, end } = columnEdges(
+      shown.map((h) => h.step),
+      plot.left,
+      plot.left + plot.width,
+    );
+    info.edges = edges;
+    drawHeatmap(ctx, shown, lo, hi, plot, edges);
+    drawColorBar(ctx, cssW - bar + 4, plot.top, plot.height, fg, countLabel);
+    ctx.globalAlpha = 0.8;
+    ctx.fillStyle = fg;
     ctx.textAlign = "left";
     ctx.textBaseline = "middle";
     for (const v of niceTicks(lo, hi, 5)) {
       const y = plot.top + plot.height - ((v - lo) / (hi - lo)) * plot.height;
       ctx.fillText(format(v), plot.left + plot.width + 4, y);
     }
-    ctx.textAlign = "center";
+    // Steps across, at their true positions.
     ctx.textBaseline = "top";
-    const first = shown[0].step;
-    const last = shown[shown.length - 1].step;
-    ctx.textAlign = "left";
-    ctx.fillText(String(first), plot.left, plot.top + plot.height + 6);
-    ctx.textAlign = "right";
-    ctx.fillText(String(last), plot.left + plot.width, plot.top + plot.height + 6);
+    ctx.textAlign = "center";
+    const ticks = niceTicks(first, end, Math.max(2, Math.floor(plot.width / 70))).filter((s) => s >= first && s < end && Number.isInteger(s));
+    for (const s of ticks) {
+      const x = plot.left + ((s - first) / (end - first)) * plot.width;
+      ctx.fillRect(x, plot.top + plot.height, 1, 3);
+      ctx.fillText(String(s), Math.min(plot.left + plot.width - 10, Math.max(plot.left + 10, x)), plot.top + plot.height + 6);
+    }
   } else {
+    info.bases = drawRidges(ctx, shown, lo, hi, plot, color);
+    ctx.globalAlpha = 0.8;
+    ctx.fillStyle = fg;
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
     for (const v of niceTicks(lo, hi, 6)) {
@@ -167,19 +231,22 @@ export function drawHistograms(canvas, hists, { mode, color, fg, format }) {
 
 function drawRidges(ctx, shown, lo, hi, plot, color) {
   const n = shown.length;
-  // Each ridge may rise to a third of the plot; baselines step down from the oldest (top) to the newest.
+  // Each ridge may rise to a third of the plot; baselines step down from the oldest (top) to the
+  // newest, spaced by step.
   const ridgeH = n === 1 ? plot.height : plot.height / 3;
-  const offset = n === 1 ? 0 : (plot.height - ridgeH) / (n - 1);
+  const bases = ridgeBases(
+    shown.map((h) => h.step),
+    plot.top + ridgeH,
+    plot.top + plot.height,
+  );
   const bins = Math.max(10, Math.min(200, Math.floor(plot.width / 3)));
   const rebinned = shown.map((h) => rebin(h.edges, h.counts, lo, hi, bins));
   let max = 0;
   for (const r of rebinned) for (const c of r) if (c > max) max = c;
   if (!(max > 0)) max = 1;
   const fg = ctx.fillStyle;
-  // Label the newest ridge, then every k-th older one so that labels stay 14 px apart.
-  const labelEvery = offset > 0 ? Math.max(1, Math.ceil(14 / offset)) : 1;
   for (let i = 0; i < n; i++) {
-    const base = plot.top + ridgeH + i * offset;
+    const base = bases[i];
     const r = rebinned[i];
     ctx.beginPath();
     ctx.moveTo(plot.left, base);
@@ -197,23 +264,24 @@ function drawRidges(ctx, shown, lo, hi, plot, color) {
     ctx.strokeStyle = "rgba(255,255,255,0.7)";
     ctx.lineWidth = 0.8;
     ctx.stroke();
-    // Label the newest ridge, and older ones only where they clear the previous label by 14 px.
-    if ((n - 1 - i) % labelEvery === 0) {
-      ctx.fillStyle = fg;
-      ctx.globalAlpha = 0.8;
-      ctx.textAlign = "left";
-      ctx.textBaseline = "middle";
-      ctx.fillText(String(shown[i].step), plot.left + plot.width + 4, base);
-      ctx.globalAlpha = 1;
-    }
   }
+  // The step of each labelled ridge at its baseline, with a tick.
   ctx.fillStyle = fg;
+  ctx.globalAlpha = 0.8;
+  ctx.textAlign = "left";
+  ctx.textBaseline = "middle";
+  for (const i of labelledRidges(bases)) {
+    ctx.fillRect(plot.left + plot.width, bases[i], 3, 1);
+    ctx.fillText(String(shown[i].step), plot.left + plot.width + 5, bases[i]);
+  }
+  ctx.globalAlpha = 1;
+  ctx.fillStyle = fg;
+  return bases;
 }
 
-function drawHeatmap(ctx, shown, lo, hi, plot) {
+function drawHeatmap(ctx, shown, lo, hi, plot, edges) {
   const n = shown.length;
   const bins = Math.max(10, Math.min(120, Math.floor(plot.height / 3)));
-  const colW = plot.width / n;
   const binH = plot.height / bins;
   const rebinned = shown.map((h) => rebin(h.edges, h.counts, lo, hi, bins));
   // Normalise per step, so a column shows the shape of that step's distribution.
@@ -221,9 +289,35 @@ function drawHeatmap(ctx, shown, lo, hi, plot) {
     const r = rebinned[i];
     let max = 0;
     for (const c of r) if (c > max) max = c;
+    const x = edges[i];
+    const w = Math.max(1, Math.ceil(edges[i + 1] - x));
     for (let k = 0; k < bins; k++) {
       ctx.fillStyle = ramp(max > 0 ? r[k] / max : 0);
-      ctx.fillRect(plot.left + i * colW, plot.top + plot.height - (k + 1) * binH, Math.ceil(colW), Math.ceil(binH));
+      ctx.fillRect(x, plot.top + plot.height - (k + 1) * binH, w, Math.ceil(binH));
     }
   }
+}
+
+// The heatmap's key: the color ramp from 0 (bottom) to the step's largest count (top).
+function drawColorBar(ctx, x, top, height, fg, caption) {
+  const steps = 32;
+  for (let i = 0; i < steps; i++) {
+    ctx.fillStyle = ramp((i + 0.5) / steps);
+    ctx.fillRect(x, top + height - ((i + 1) * height) / steps, 10, Math.ceil(height / steps) + 0.5);
+  }
+  ctx.fillStyle = fg;
+  ctx.globalAlpha = 0.8;
+  ctx.textAlign = "left";
+  ctx.textBaseline = "middle";
+  for (const [v, text] of [[0, "0"], [0.5, "½"], [1, "1"]]) ctx.fillText(text, x + 13, top + height - v * height);
+  if (caption) {
+    ctx.save();
+    ctx.translate(x + 34, top + height / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "center";
+    ctx.font = "10px system-ui, sans-serif";
+    ctx.fillText(caption, 0, 0, height);
+    ctx.restore();
+  }
+  ctx.globalAlpha = 1;
 }

@@ -145,6 +145,23 @@ export function latestStep(store) {
   return best;
 }
 
+/**
+ * The header's badge: `connecting` or `closed` while the socket is not open; then `replay` (a
+ * replay that plays), `replay-paused` (a replay paused or finished, or the page paused during
+ * one), `paused` (the page's Pause) or `live`. "Live" is never shown while paused or replaying.
+ * @param {"connecting"|"open"|"closed"} connState
+ * @param {boolean} paused the header's Pause
+ * @param {"absent"|"playing"|"paused"|"finished"} replayState
+ */
+export function badgeState(connState, paused, replayState) {
+  if (connState !== "open") return connState === "connecting" ? "connecting" : "closed";
+  if (replayState !== "absent") return replayState === "playing" && !paused ? "replay" : "replay-paused";
+  return paused ? "paused" : "live";
+}
+
+/** The string key of each badge state. */
+export const BADGE_TEXT = { connecting: "connecting", closed: "disconnected", live: "badgeLive", paused: "badgePaused", replay: "badgeReplay", "replay-paused": "badgeReplayPaused" };
+
 export class ReplayBar {
   /**
    * @param {object} ctx shared page context: `store`, `token`
@@ -195,7 +212,14 @@ export class ReplayBar {
     this.message = el("span", { class: "replay-msg", role: "status" });
     this.element = el("div", { class: "replay-bar", hidden: true, dataset: { state: "absent" } }, this.title, this.playBtn, this.speedSelect, this.scrub, this.time, this.stepLabel, this.message);
     this._speeds = "";
+    /** Called after each redraw of the bar (the header's badge follows the play state). */
+    this.onChange = null;
     this.relabel();
+  }
+
+  /** "absent" (no replay), "playing", "paused" or "finished". */
+  playState() {
+    return this.state === "active" ? this._playState() : "absent";
   }
 
   /** Re-apply interface strings after a language switch. */
@@ -350,6 +374,7 @@ export class ReplayBar {
       this.speedSelect.replaceChildren(...options.map((v) => el("option", { value: String(v), text: speedLabel(v, t("replayMax")) })));
     }
     if (typeof document === "undefined" || document.activeElement !== this.speedSelect) this.speedSelect.value = String(s.speed);
+    this.onChange?.(state);
   }
 
   /** The `window.vdl.replay` hook (docs/dashboard.md). */

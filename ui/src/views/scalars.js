@@ -1,6 +1,7 @@
 // The scalars view: one chart per tag, grouped by the tag's prefix (`train/loss` is in `train`),
 // runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
 import { Chart } from "../chart.js";
+import { scalarSeries } from "../chartdata.js";
 import { colorFor, el } from "../dom.js";
 import { gather, lowerBound, minMaxIndices, nearestIndex } from "../downsample.js";
 import { fetchScalars, needsHistory, spliceRange } from "../history.js";
@@ -107,6 +108,7 @@ export class ScalarsView {
       logY: state.logY,
       source: (c) => this._lines(c, tag),
       lookup: (x) => this._lookup(tag, x),
+      exportData: () => scalarSeries(this.ctx.store, this.ctx.state, tag),
     });
     chart.onChange = () => scheduler.mark(chart);
     this.charts.set(tag, chart);
@@ -184,7 +186,10 @@ export class ScalarsView {
       const offset = state.xKind === "relative" ? series.firstWall : 0;
       const i = nearestIndex(xs, x + offset);
       at ??= xs[i] - offset;
-      values.push({ label: run, color: colorFor(run), value: series.column(state.smoothing > 0 ? SMOOTHED : VALUE)[i] });
+      const raw = series.column(VALUE)[i];
+      const smoothed = series.column(SMOOTHED)[i];
+      // The tooltip shows both, sorted by the one drawn boldly.
+      values.push(state.smoothing > 0 ? { label: run, color: colorFor(run), value: smoothed, raw, smoothed } : { label: run, color: colorFor(run), value: raw });
     }
     return at === null ? null : { x: at, values };
   }

@@ -1,8 +1,9 @@
 // The system view: GPU utilization, memory, temperature and power, CPU and RAM, over wall time.
 // One chart per metric (`gpu0/util` and `gpu1/util` share the "GPU utilization" chart), one line per
 // device and source; cursors are synced by wall time with each other and with the scalar charts
-// when those use wall time.
-import { Chart, formatBytes, formatValue } from "../chart.js";
+// when those use wall time. Lines are in their run's color (the same as in every other view), the
+// devices and sources of one run told apart by dashes, and named in a legend under each chart.
+import { Chart, DASHES, formatBytes, formatValue } from "../chart.js";
 import { colorFor, el } from "../dom.js";
 import { gather, minMaxIndices } from "../downsample.js";
 import { t } from "../i18n.js";
@@ -86,7 +87,9 @@ export class SystemView {
         group: this.ctx.syncGroup("wall"),
         xKind: "wall",
         formatY: formatFor(metric),
+        legend: true,
         source: (c) => this._lines(c, metric),
+        exportData: () => this._export(metric),
       });
       chart.onChange = () => this.ctx.scheduler.mark(chart);
       this.charts.set(metric, chart);
@@ -102,7 +105,13 @@ export class SystemView {
     this.ctx.scheduler.mark(chart);
   }
 
-  _lines(chart, metric) {
+  // Every sample held of each line (not the drawn ones), for CSV/JSON: `{run: label, wall, value}`.
+  _export(metric) {
+    return this._lines(null, metric, true).map((l) => ({ run: l.label, wall: Array.from(l.xs), value: Array.from(l.ys) }));
+  }
+
+  // The lines of a chart, downsampled to its width and zoom (all: every sample, chart unused).
+  _lines(chart, metric, all = false) {
     const { store, state } = this.ctx;
     const lines = [];
     const runs = store.runNames().filter((r) => !state.hiddenRuns.has(r));
@@ -111,16 +120,16 @@ export class SystemView {
       const entries = [...store.runs.get(runName).telemetry.values()]
         .filter((s) => splitField(s.field).metric === metric && s.buffer.length > 0)
         .sort((a, b) => (a.source + a.field).localeCompare(b.source + b.field));
-      for (const series of entries) {
+      const sources = new Set(entries.map((series) => series.source));
+      entries.forEach((series, k) => {
         const walls = series.buffer.column(0);
         const values = series.buffer.column(1);
-        const zoom = chart.zoom;
-        const idx = minMaxIndices(walls, values, chart.width, zoom?.[0], zoom?.[1]);
+        const idx = all ? null : minMaxIndices(walls, values, chart.width, chart.zoom?.[0], chart.zoom?.[1]);
         const { device } = splitField(series.field);
         const source = series.source.endsWith("#0") ? series.source.slice(0, -2) : series.source;
-        const label = `${withTelemetry.length > 1 ? `${runName} ` : ""}${source} ${device}`.trim();
-        lines.push({ label, color: colorFor(label, "telemetry"), xs: gather(walls, idx), ys: gather(values, idx) });
-      }
+        const label = [runName, sources.size > 1 ? source : "", device].filter(Boolean).join(" ");
+        lines.push({ label, color: colorFor(runName), dash: DASHES[k % DASHES.length], legendData: { run: runName }, xs: idx ? gather(walls, idx) : walls, ys: idx ? gather(values, idx) : values });
+      });
     }
     return lines;
   }
