@@ -12,6 +12,7 @@ import os
 import re
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,23 @@ INDEX_NAME = "index.vdli"
 INDEX_VERSION = 1
 # Event payloads larger than this are not kept in memory after scanning (read again on demand).
 KEEP_EVENT_BYTES = 16 << 10
+
+
+# Run directories whose files are not all on local disk (mirrors of runs in an object store,
+# recorder/store.py): run directory -> fill(file name, offset, size), which returns those bytes
+# (fetching them if needed), or None for a file that is whole on disk. Catalog.load reads records
+# through it; block headers and footers are always on disk.
+_SOURCES: dict[str, Callable[[str, int, int], bytes | None]] = {}
+
+
+def register_source(run_dir: str, fill: Callable[[str, int, int], bytes | None]) -> None:
+    """Have catalogs of ``run_dir`` read records through ``fill(name, offset, size)``."""
+    _SOURCES[os.path.abspath(run_dir)] = fill
+
+
+def unregister_source(run_dir: str) -> None:
+    """Undo :func:`register_source`."""
+    _SOURCES.pop(os.path.abspath(run_dir), None)
 
 
 def segment_name(number: int) -> str:
@@ -245,6 +263,7 @@ class Catalog:
         self.end = Position(0, 0)  # the end of what was read
         self._files: OrderedDict[str, int] = OrderedDict()  # sealed files open for reading
         self._pinned: list[dict[str, int]] = []
+        self._fill = _SOURCES.get(os.path.abspath(run_dir))
 
     def close(self) -> None:
         """Close the open files."""
@@ -351,7 +370,12 @@ class Catalog:
     def pread(self, entry: Entry, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of the file holding ``entry`` (no checksum: the caller
         verifies). Raises SourceGone when compaction replaced the file."""
-        data = os.pread(self._fd(entry.src), size, offset)
+        fd = self._fd(entry.src)
+        data = None
+        if self._fill is not None:  # a mirror of a run in an object store
+            data = self._fill(entry.src, offset, size)
+        if data is None:
+            data = os.pread(fd, size, offset)
         self.bytes_read += len(data)
         return data
 
@@ -689,7 +713,11 @@ class Catalog:
         if entry.data is not None:
             return entry.data
         fd = self._fd(entry.src)
-        frame = os.pread(fd, framing.FRAME_OVERHEAD + entry.length, entry.offset)
+        frame = None
+        if self._fill is not None:
+            frame = self._fill(entry.src, entry.offset, framing.FRAME_OVERHEAD + entry.length)
+        if frame is None:
+            frame = os.pread(fd, framing.FRAME_OVERHEAD + entry.length, entry.offset)
         self.bytes_read += len(frame)
         payload = framing.check_frame(frame)
         why = "checksum mismatch"

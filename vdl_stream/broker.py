@@ -440,6 +440,10 @@ class Broker:
             beyond it the least recently used readers drop their caches.
         idle_close: close a run's reader (its file descriptors and cache) after this many seconds
             without a read or new data; it reopens where it stopped when needed.
+        prepare_write: called with a run's directory (in a worker thread) before the broker
+            first reads or writes it for ingest; an object store's sync uses it to fetch a run
+            that so far exists only in the store (vdl_stream/storage.py). An OSError from it
+            refuses the batch as retryable.
 
     Raises:
         ValueError: a size, count or ``idle_close`` is not positive.
@@ -459,6 +463,7 @@ class Broker:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         idle_close: float = IDLE_CLOSE,
         crash_after: float = CRASH_AFTER,
+        prepare_write: Callable[[Path], None] | None = None,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
@@ -483,6 +488,9 @@ class Broker:
                 f"crash_after must be a positive number of seconds, got {crash_after!r}"
             )
         self.logdir = Path(logdir)
+        self._prepare_write = prepare_write
+        # With a log directory in an object store: its sync's statistics (GET /api/stats).
+        self.store_statistics: Callable[[], Any] | None = None
         self._sync_interval = sync_interval
         self._subscriber_queue = subscriber_queue
         self._subscriber_bytes = subscriber_bytes
@@ -667,6 +675,10 @@ class Broker:
                         raise RefusedError(str(exc)[:200], retryable=False) from None
                 run = run or _Run(name, self.logdir / name)
                 try:
+                    if self._prepare_write is not None:
+                        # Not under the persist limiter: a slow store delays this run's first
+                        # batch only, never the persistence of the others.
+                        await trio.to_thread.run_sync(self._prepare_write, run.path)
                     await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
                 except (OSError, recorder.RecorderError) as exc:
                     # Not added: a later batch tries again (the cause may go away).

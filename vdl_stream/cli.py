@@ -22,8 +22,14 @@ def _serve(args: argparse.Namespace) -> int:
         check_token(args.token)  # --token "$UNSET" must not serve without authentication
     except ValueError as exc:
         return _fail(exc)
-    logdir = Path(args.logdir)
-    if logdir.exists() and not logdir.is_dir():
+    from .storage import is_store_url, parse_store_url
+
+    if is_store_url(args.logdir):
+        try:
+            parse_store_url(args.logdir, "--logdir")
+        except ValueError as exc:
+            return _fail(exc)
+    elif Path(args.logdir).exists() and not Path(args.logdir).is_dir():
         return _fail(ValueError(f"--logdir {args.logdir} is not a directory"))
 
     async def main() -> None:
@@ -48,6 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
                             max_browsers=args.max_browsers,
                         ),
                         shutdown_trigger=shutdown_trigger,
+                        cache_dir=args.cache_dir,
                         task_status=task_status,
                     )
                 )
@@ -149,7 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the broker and dashboard over a log directory")
-    serve.add_argument("--logdir", default="vdl_logs", help="directory of runs (default: vdl_logs)")
+    serve.add_argument(
+        "--logdir",
+        default="vdl_logs",
+        help="directory of runs, or s3://bucket/prefix, gs://..., az://... (default: vdl_logs)",
+    )
+    serve.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="with a --logdir in an object store: where runs' local heads are kept (default: "
+        "$VDL_STREAM_CACHE or ~/.cache/vdl-stream)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8040, help="port (default: 8040; 0: any free)")
     serve.add_argument("--token", help="require this token from writers and browsers (not empty)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import contextlib
 import csv
 import io
 import json
@@ -17,6 +18,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -27,7 +29,7 @@ import numpy as np
 
 import recorder
 
-from . import tfevents, vdlrecords
+from . import storage, tfevents, vdlrecords
 
 #: Scalar points of one tag held in memory before they are handed to the RunWriter.
 TAG_BUFFER_POINTS = 1 << 20
@@ -352,7 +354,11 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths", nargs="+", metavar="PATH", help="event/record files or directories holding them"
     )
-    parser.add_argument("--logdir", required=True, help="directory to write the runs into")
+    parser.add_argument(
+        "--logdir",
+        required=True,
+        help="directory to write the runs into, or s3://bucket/prefix (gs://, az://)",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--progress", action="store_true", help="always draw the progress bar (default: on a tty)"
@@ -367,8 +373,14 @@ def run_import(args: argparse.Namespace) -> int:
     bar = ProgressBar(err, "import") if show else None
     started = time.perf_counter()
     try:
-        report = import_runs(args.paths, args.logdir, progress=bar)
-    except (FileNotFoundError, ValueError, recorder.RecorderError) as exc:
+        if storage.is_store_url(args.logdir):
+            # Into a local directory first (runs are written there whole), then published.
+            with tempfile.TemporaryDirectory(prefix="vdl-stream-import-") as tmp:
+                report = import_runs(args.paths, tmp, progress=bar)
+                storage.publish_all(args.logdir, tmp, new_only=True)
+        else:
+            report = import_runs(args.paths, args.logdir, progress=bar)
+    except (OSError, ImportError, ValueError, recorder.RecorderError) as exc:
         if bar is not None:
             bar.close()
         print(f"vdl-stream import: {exc}", file=err)
@@ -752,16 +764,30 @@ async def stream_export(export: Export) -> AsyncIterator[bytes]:
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the arguments of ``vdl-stream export`` to ``parser``."""
-    parser.add_argument("run", metavar="RUN", help="a run directory")
+    parser.add_argument(
+        "run", metavar="RUN", help="a run directory, or a run's URL s3://bucket/prefix/run"
+    )
     parser.add_argument("--format", choices=("csv", "json"), default="csv", help="default: csv")
     parser.add_argument("--tag", metavar="PATTERN", help="only tags matching this regex")
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """Run ``vdl-stream export``; return 0, or 2 on bad input."""
+    """Run ``vdl-stream export``; return 0, or 2 on bad input. ``RUN`` may be a run's URL in an
+    object store (``s3://bucket/prefix/run``; vdl_stream/storage.py)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            path = stack.enter_context(storage.local_path(args.run, run_only=True))
+        except (OSError, ValueError, ImportError, recorder.RecorderError) as exc:
+            print(f"vdl-stream export: {exc}", file=sys.stderr)
+            return 2
+        return _export(args, path)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _export(args: argparse.Namespace, path: str) -> int:
     try:
-        export = Export(args.run, args.format, args.tag)
+        export = Export(path, args.format, args.tag)
     except re.error as exc:
         print(f"vdl-stream export: --tag is not a valid regular expression: {exc}", file=sys.stderr)
         return 2

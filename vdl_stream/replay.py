@@ -20,6 +20,7 @@ Control: :class:`Replayer` has ``play()``, ``pause()``, ``set_speed()``, ``seek(
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
@@ -1139,7 +1140,11 @@ async def serve_replay(
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the arguments of ``vdl-stream replay`` to ``parser``."""
-    parser.add_argument("path", metavar="PATH", help="a run directory or a log directory of runs")
+    parser.add_argument(
+        "path",
+        metavar="PATH",
+        help="a run directory or a log directory of runs (or its URL s3://bucket/prefix)",
+    )
     parser.add_argument(
         "--speed",
         default="1",
@@ -1179,8 +1184,6 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """Run ``vdl-stream replay``; return 0, or 2 on bad input."""
-    from . import __version__
-    from .errors import InsecureBindError, PortInUseError, unwrap
     from .server import check_allowed_host, check_bind
 
     try:
@@ -1190,10 +1193,28 @@ def run_replay(args: argparse.Namespace) -> int:
         speed = parse_speed(args.speed)
         if not args.max_gap > 0:
             raise ValueError(f"--max-gap must be a positive number, got {args.max_gap!r}")
-        timelines = load_timelines(args.path)
-    except (ValueError, recorder.RecorderError) as exc:
+    except ValueError as exc:
         print(f"vdl-stream replay: {exc}", file=sys.stderr)
         return 2
+    from . import storage
+
+    # PATH may be in an object store: replayed from a temporary mirror, kept until the end.
+    with contextlib.ExitStack() as stack:
+        try:
+            path = stack.enter_context(storage.local_path(args.path))
+            timelines = load_timelines(path)
+        except (OSError, ImportError, ValueError, recorder.RecorderError) as exc:
+            print(f"vdl-stream replay: {exc}", file=sys.stderr)
+            return 2
+        return _replay(args, timelines, speed, allowed_hosts)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _replay(
+    args: argparse.Namespace, timelines: list[RunTimeline], speed: float, allowed_hosts: list[str]
+) -> int:
+    from . import __version__
+    from .errors import InsecureBindError, PortInUseError, unwrap
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -43,7 +43,7 @@ from werkzeug.exceptions import HTTPException
 
 from recorder import RecorderError
 
-from . import __version__, codec
+from . import __version__, codec, storage
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
 from .interop import Export, stream_export
@@ -719,9 +719,16 @@ def api_blueprint(broker: Broker) -> Blueprint:
         return jsonify(
             broker=broker.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
+            store=_store_statistics(broker),
         )
 
     return bp
+
+
+def _store_statistics(broker: Any) -> dict | None:
+    """The object store sync's statistics, if the log directory is in one (a replay has none)."""
+    stats = getattr(broker, "store_statistics", None)
+    return None if stats is None else stats().__dict__
 
 
 def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
@@ -1084,9 +1091,15 @@ async def run_server(
     limits: Limits | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
+    cache_dir: str | Path | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``vdl-stream serve``: a broker over ``logdir`` and its web server.
+
+    ``logdir`` may be an object store URL (``s3://bucket/prefix``, ``gs://``, ``az://``): the
+    broker then keeps its runs' heads in ``cache_dir`` (by default under ``$VDL_STREAM_CACHE``
+    or ``~/.cache/vdl-stream``), publishes them to the store and serves the store's other runs
+    (vdl_stream/storage.py).
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
@@ -1100,12 +1113,24 @@ async def run_server(
     """
     check_bind(host, token, insecure=insecure)
     Access(token, allowed_hosts, host)  # a bad --allow-host fails before anything starts
+    sync = None
+    if storage.is_store_url(logdir):  # runs in an object store (docs/object-storage.md)
+        local = storage.cache_dir(str(logdir), cache_dir)
+        sync = storage.StoreSync(storage.ObstoreClient(str(logdir)), local)
+        logdir = local
     sock = bind_socket(host, port)
     try:
-        broker = Broker(logdir, cache_bytes=cache_bytes)
+        broker = Broker(
+            logdir,
+            cache_bytes=cache_bytes,
+            prepare_write=None if sync is None else sync.prepare_write,
+        )
         web_stop = trio.Event()
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
+            if sync is not None:
+                broker.store_statistics = sync.statistics
+                await nursery.start(sync.run, broker.wait_closed)
             await nursery.start(broker.follow)
             url = await nursery.start(
                 partial(

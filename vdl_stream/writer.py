@@ -41,7 +41,7 @@ import trio
 
 import recorder
 
-from . import codec, summaries
+from . import codec, storage, summaries
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError, unwrap
 from .run_summary import CLOSED, RUNNING, STATUS_KEY
@@ -813,7 +813,11 @@ def attach(
     """Start logging a run and return its :class:`Writer`.
 
     Args:
-        logdir: where an in-process broker records runs (``logdir/<run>/``).
+        logdir: where an in-process broker records runs (``logdir/<run>/``): a directory, or
+            an object store URL ``s3://bucket/prefix`` (``gs://``, ``az://``; needs the
+            ``cloud`` extra), whose runs' local heads are kept under ``$VDL_STREAM_CACHE``
+            (default ``~/.cache/vdl-stream``) and published to the store as they are sealed,
+            and whole when the writer closes (docs/object-storage.md).
         run: the run name; a unique, time-sortable name when omitted. An existing run is appended to.
         url: publish to a running ``vdl-stream serve`` at this ``ws://host:port`` instead of
             recording in-process.
@@ -855,6 +859,7 @@ def attach(
         # At the call, not in the background thread: a refused bind must reach the caller.
         check_bind(host, token)
     rank, local_rank, _ = distributed_env()
+    named = run is not None
     run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
     # NVML sees every GPU of the node, so one process per node reports them.
     sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
@@ -870,13 +875,30 @@ def attach(
 
         return Writer(run, open_remote, **options)
 
+    sync = None
+    if storage.is_store_url(logdir):  # runs in an object store (docs/object-storage.md)
+        assert isinstance(logdir, str)
+        client = storage.ObstoreClient(logdir)  # a bad URL or a missing obstore fails here
+        logdir = storage.cache_dir(logdir)
+        sync = storage.StoreSync(client, logdir, mirror=serve)
+        if not named:  # a unique new name: nothing to continue from the store
+            sync.fresh_runs.add(run)
     run_dir = check_logdir(logdir, run)
 
     async def open_local(nursery: trio.Nursery) -> Transport:
         from .broker import Broker
 
-        broker = Broker(logdir, cache_bytes=cache_mb << 20)
+        broker = Broker(
+            logdir,
+            cache_bytes=cache_mb << 20,
+            prepare_write=None if sync is None else sync.prepare_write,
+        )
         await nursery.start(broker.run)
+        if sync is not None:
+            # Publishes what the broker seals; after the broker closed its runs, publishes
+            # the rest (within storage.FINAL_DEADLINE), before this thread ends.
+            broker.store_statistics = sync.statistics
+            await nursery.start(sync.run, broker.wait_closed)
         # Open the run now, not at the first batch, so that a run held by another process or a
         # directory that cannot be written raises here, at attach(), instead of in the thread.
         await _open_run(broker, run, run_dir)

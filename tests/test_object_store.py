@@ -1,0 +1,438 @@
+"""Runs on object storage, against a real S3 API: moto's server mode on 127.0.0.1 (a subprocess),
+with a TCP relay in front of it where a test needs the store to go down and come back."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+
+pytest.importorskip("obstore")  # the cloud extra (which the test extra includes)
+
+import recorder
+import vdl_stream
+from recorder.store import (
+    FileRef,
+    Manifest,
+    ManifestError,
+    RangeCache,
+    RunMirror,
+    find_runs,
+    object_key,
+)
+from tests.conftest import http_get, start_serve, stop_serve
+from tests.s3_server import MotoServer, Relay, restore_env, set_env
+from vdl_stream import storage
+
+ROOT = Path(__file__).resolve().parents[1]
+URL = "s3://bucket/runs"
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[MotoServer]:
+    """moto on a free port with a bucket, the environment pointing at it, a fresh cache dir."""
+    server = MotoServer()
+    old = set_env({**server.env(), "VDL_STREAM_CACHE": str(tmp_path / "cache")})
+    try:
+        server.create_bucket("bucket")
+        yield server
+    finally:
+        restore_env(old)
+        server.stop()
+
+
+def _write(run: str, points: int, *, every: int = 10, url: str = URL) -> None:
+    """Record ``run`` through attach(logdir=url): two scalar tags, a text and a histogram,
+    flushed every ``every`` points (enough flushes for the broker to compact)."""
+    with vdl_stream.attach(logdir=url, run=run, telemetry=False) as writer:
+        for i in range(points):
+            writer.add_scalar("train/loss", 1.0 / (i + 1), i)
+            writer.add_scalar("train/acc", i * 1e-4, i)
+            if i % every == 0:
+                writer.flush()
+        writer.add_text("notes", "hello bucket", 1)
+        writer.add_histogram("w", np.arange(100.0), 2)
+
+
+def _contents(run_dir: Path, max_points: int | None = None) -> dict:
+    """Everything a reader returns from a run: every tag's points (downsampled to
+    ``max_points``, which reads block chunks' level-of-detail summaries and slices) and every
+    record's data."""
+    with recorder.RunReader(run_dir) as reader:
+        out: dict = {}
+        for tag, info in sorted(reader.tags().items()):
+            if info.kind == "scalars":
+                s = reader.read_scalars(tag, max_points=max_points)
+                out[tag] = (s.steps.tolist(), s.walls.tolist(), s.values.tolist())
+            else:
+                out[tag] = [(r.kind, r.step, r.data) for r in reader.read_records(info.kind, tag)]
+        return out
+
+
+def _objects(client: storage.ObstoreClient) -> dict[str, int]:
+    return {o.key: o.size for o in client.list("")}
+
+
+def test_attach_records_to_the_bucket_and_reads_back_exactly(s3: MotoServer) -> None:
+    _write("exp/a", 24_000)
+    client = storage.ObstoreClient(URL)
+    keys = _objects(client)
+    manifest = Manifest.decode(client.get("exp/a/manifest.vdlm"), "exp/a")
+    # Closed: blocks plus the empty head segment, every named object present.
+    assert any(f.name.startswith("block-") for f in manifest.files), manifest
+    assert all(keys.get(f.key) == f.size for f in manifest.files)
+    local = storage.cache_dir(URL) / "exp" / "a"
+    with storage.mirrored(URL) as tmp:
+        assert (tmp / "exp" / "a").is_dir()
+        downsampled = _contents(tmp / "exp" / "a", max_points=300)
+        remote = _contents(tmp / "exp" / "a")
+    assert remote == _contents(local)
+    assert downsampled == _contents(local, max_points=300)
+    assert len(downsampled["train/loss"][0]) <= 300
+    steps, _, values = remote["train/loss"]
+    assert steps == list(range(24_000))
+    assert values == [1.0 / (i + 1) for i in range(24_000)]
+    assert remote["notes"][0][2] == {"text": "hello bucket"}
+
+
+def test_append_to_a_run_that_exists_only_in_the_bucket(s3: MotoServer, tmp_path: Path) -> None:
+    _write("r", 3_000)
+    # Another machine: an empty cache. Naming the run continues it, from the bucket.
+    os.environ["VDL_STREAM_CACHE"] = str(tmp_path / "other-cache")
+    with vdl_stream.attach(logdir=URL, run="r", telemetry=False) as writer:
+        for i in range(3_000, 3_500):
+            writer.add_scalar("train/loss", 1.0 / (i + 1), i)
+    with storage.mirrored(URL, ["r"]) as tmp:
+        steps, _, _ = _contents(tmp / "r")["train/loss"]
+    assert steps == list(range(3_500))
+
+
+def test_a_fresh_serve_serves_the_bucket_with_an_empty_cache(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    _write("exp/a", 15_000)
+    _write("b", 500)
+    server = start_serve(URL, "--cache-dir", str(tmp_path / "serve-cache"))  # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the first listing is done before serve reports its URL
+            status, body = http_get(server.url + "/api/runs")
+            if status == 200 and sorted(r["name"] for r in body["runs"]) == ["b", "exp/a"]:
+                break
+            assert time.monotonic() < deadline, body
+        status, body = http_get(server.url + "/api/scalars?run=exp/a&tag=train/loss")
+        assert status == 200, body
+        assert body["steps"] == list(range(15_000))
+        assert body["values"] == [1.0 / (i + 1) for i in range(15_000)]
+        status, body = http_get(server.url + "/api/events?run=exp/a&kind=text&tag=notes")
+        assert status == 200 and body["events"][0]["text"] == "hello bucket", body
+        status, stats = http_get(server.url + "/api/stats")
+        store = stats["store"]
+        assert store["url"] == URL and store["runs_mirrored"] == 2, store
+        assert store["requests"]["put"] == 0  # a reader writes nothing
+        assert store["cache"]["fetches"] >= 1
+    finally:
+        assert stop_serve(server) == 0
+
+
+_KILLED_WRITER = textwrap.dedent(
+    """
+    import sys, vdl_stream
+    writer = vdl_stream.attach(logdir=sys.argv[1], run="killed", telemetry=False)
+    i = 0
+    while True:
+        writer.add_scalar("x", float(i), i)
+        if i % 10 == 9:
+            writer.flush()
+            print(i, flush=True)
+        i += 1
+    """
+)
+
+
+def test_a_writer_killed_mid_run_leaves_the_bucket_and_its_local_head_intact(
+    s3: MotoServer,
+) -> None:
+    client = storage.ObstoreClient(URL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, URL],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    flushed = -1
+    try:
+        deadline = time.monotonic() + 120
+        # Until a compacted block is published, then a little more.
+        while not any("block-" in k for k in _objects(client)):
+            line = proc.stdout.readline()
+            assert line and time.monotonic() < deadline, "no block was published"
+            flushed = int(line)
+        for _ in range(50):
+            flushed = int(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # The bucket holds a prefix of the run, exactly.
+    with storage.mirrored(URL) as tmp:
+        published = _contents(tmp / "killed")["x"][0]
+    assert published == list(range(len(published))) and len(published) >= 2048
+    # The local head holds everything flushed (the bucket's part included).
+    local = _contents(storage.cache_dir(URL) / "killed")["x"][0]
+    assert local[: len(published)] == published
+    assert local[: flushed + 1] == list(range(flushed + 1))
+    # The next writer of the run (same machine) publishes the rest.
+    with vdl_stream.attach(logdir=URL, run="killed", telemetry=False):
+        pass
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / "killed")["x"][0] == local
+
+
+def test_a_store_that_is_down_never_stalls_the_writer_and_loses_nothing(
+    s3: MotoServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    relay = Relay(s3.port)
+    old = set_env(s3.env(relay.endpoint))
+    try:
+        relay.down()
+        # Down from the start: a run named by attach() needs nothing from the store to begin.
+        writer = vdl_stream.attach(logdir=URL, telemetry=False)
+        slowest = 0.0
+        with caplog.at_level(logging.WARNING, "vdl_stream.storage"):
+            for i in range(20_000):
+                start = time.perf_counter()
+                writer.add_scalar("x", float(i), i)
+                if i % 10 == 0:
+                    assert writer.flush(timeout=10)
+                slowest = max(slowest, time.perf_counter() - start)
+            deadline = time.monotonic() + 30
+            while not any("failing" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "the outage was not reported"
+                assert writer.flush(timeout=10)
+        # Every flush returned once the local head had it: the store was never waited on.
+        assert slowest < 2.0, slowest
+        relay.up()
+        writer.close()
+        with storage.mirrored(URL) as tmp:
+            assert _contents(tmp / writer.run)["x"][0] == list(range(20_000))
+    finally:
+        restore_env(old)
+        relay.close()
+
+
+async def test_foreign_objects_in_the_prefix_are_skipped_with_a_warning(
+    s3: MotoServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await trio.to_thread.run_sync(_write, "good", 200)
+    client = storage.ObstoreClient(URL)
+    client.put("notes.txt", b"not a run")
+    client.put("good/stray.bin", b"\x00" * 10)
+    client.put("evil/manifest.vdlm", b"{not json")
+    client.put(
+        "sneaky/manifest.vdlm",
+        json.dumps(
+            {"format": "vdl-stream-manifest", "version": 1, "run": "sneaky",
+             "files": [["segment-000000.vdlr", "good/segment-000000.vdlr.0011223344556677", 40, None]]}
+        ).encode(),
+    )  # fmt: skip
+    sync = storage.StoreSync(client, tmp_path / "local")
+    done = trio.Event()
+    with caplog.at_level(logging.WARNING, "vdl_stream.storage"):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sync.run, done.wait)
+            done.set()
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    for bad in ("notes.txt", "good/stray.bin", "'evil'", "'sneaky'"):
+        assert bad in messages, messages
+    assert recorder.list_runs(tmp_path / "local") == ["good"]
+    assert _contents(tmp_path / "local" / "good")["train/loss"][0] == list(range(200))
+
+
+async def test_a_serving_broker_follows_a_live_run_through_the_bucket(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    """A writer on one machine, a broker on another: the broker sees the sealed blocks and the
+    head of a live run appear, through the bucket only."""
+    client = storage.ObstoreClient(URL)
+    writer = await trio.to_thread.run_sync(
+        lambda: vdl_stream.attach(logdir=URL, run="live", telemetry=False)
+    )
+
+    def write() -> None:
+        for i in range(30_000):
+            writer.add_scalar("x", float(i), i)
+            if i % 10 == 0:
+                writer.flush()
+
+    try:
+        await trio.to_thread.run_sync(write)
+        sync = storage.StoreSync(client, tmp_path / "reader", list_interval=0.2)
+        done = trio.Event()
+        path = tmp_path / "reader" / "live"
+        seen: list = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sync.run, done.wait)
+            with trio.fail_after(60):
+                while len(seen) < 2048:  # at least the first compacted block, while live
+                    if path.is_dir() and any(n.startswith("block-") for n in os.listdir(path)):
+                        seen = (await trio.to_thread.run_sync(_contents, path))["x"][0]
+                    await trio.sleep(0.1)  # the next listing
+            done.set()
+        assert seen == list(range(len(seen)))
+        assert sync.statistics().requests["put"] == 0
+    finally:
+        await trio.to_thread.run_sync(writer.close)
+
+
+def test_store_urls_are_checked() -> None:
+    assert storage.parse_store_url("s3://b/p/q/").prefix == "p/q"
+    assert storage.parse_store_url("gs://b").prefix == ""
+    for bad in ("s3://", "s3:///x", "ftp://b/p", "s3://b/a/../c", "s3://b/a//c"):
+        with pytest.raises(ValueError, match="logdir"):
+            storage.parse_store_url(bad)
+    assert storage.is_store_url("az://c/p") and not storage.is_store_url("vdl_logs")
+
+
+def test_manifests_are_checked() -> None:
+    good = Manifest(
+        "r", [FileRef("segment-000000.vdlr", object_key("r", "segment-000000.vdlr", b"x"), 32)]
+    )
+    assert Manifest.decode(good.encode(), "r").files == good.files
+    with pytest.raises(ManifestError, match="names run"):
+        Manifest.decode(good.encode(), "other")
+    outside = Manifest(
+        "r", [FileRef("segment-000000.vdlr", "s/segment-000000.vdlr.0011223344556677", 32)]
+    )
+    with pytest.raises(ManifestError, match="malformed"):
+        Manifest.decode(outside.encode(), "r")
+    with pytest.raises(ManifestError, match="not JSON"):
+        Manifest.decode(b"\x89PNG", "r")
+    runs, foreign = find_runs(
+        [
+            storage.ObjectInfo(k, 1)
+            for k in ("a/manifest.vdlm", "a/b/manifest.vdlm", "x", "../manifest.vdlm")
+        ]
+    )
+    assert sorted(runs) == ["a", "a/b"] and foreign == ["x", "../manifest.vdlm"]
+
+
+def test_the_range_cache_stays_within_its_budget(s3: MotoServer, tmp_path: Path) -> None:
+    _write("big", 5_000, every=2)  # 2,500 flushes: three blocks (two while live, one at close)
+    client = storage.ObstoreClient(URL)
+    # A downsampled read fetches the chunks' level-of-detail summaries and the slices a bucket
+    # edge falls in (Catalog.pread reads through the mirror), not the chunks.
+    lod_cache = RangeCache(budget=64 << 20, min_fetch=1)
+    lod_mirror = RunMirror(client, "big", str(tmp_path / "lod"), lod_cache)
+    assert lod_mirror.refresh()
+    with recorder.RunReader(tmp_path / "lod") as reader:
+        assert len(reader.read_scalars("train/loss", max_points=20).steps) <= 20
+    data = sum(f.tail - 32 for f in lod_mirror.files.values() if f.tail is not None)
+    # (About a fifth of the blocks' data here; reading train/loss's chunks whole is half.)
+    assert 0 < lod_cache.statistics().fetched_bytes < data / 3, (lod_cache.statistics(), data)
+    lod_mirror.close()
+    cache = RangeCache(budget=16 << 10, min_fetch=4 << 10)
+    mirror = RunMirror(client, "big", str(tmp_path / "big"), cache)
+    assert mirror.refresh()
+    assert sum(name.startswith("block-") for name in mirror.files) >= 2, mirror.files
+    with recorder.RunReader(tmp_path / "big") as reader:
+        for tag in ("train/loss", "train/acc"):
+            assert reader.read_scalars(tag).steps.tolist() == list(range(5_000))
+    stats = cache.statistics()
+    assert stats.fetches > 1 and stats.evictions >= 1, stats
+    # Over budget only by the file being read (the others are emptied first).
+    largest = max(f.size for f in mirror.files.values())
+    assert stats.bytes <= (16 << 10) + largest, stats
+    mirror.close()
+
+
+def test_import_export_and_replay_take_store_urls(
+    s3: MotoServer, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from tests.test_interop import write_tb_logs
+    from vdl_stream.cli import main
+
+    logged = write_tb_logs(tmp_path / "tb")
+    assert main(["import", str(tmp_path / "tb"), "--logdir", "s3://bucket/imported"]) == 0
+    assert "imported 2 run(s)" in capsys.readouterr().err
+    # Importing a run the bucket has already is refused, naming it.
+    assert main(["import", str(tmp_path / "tb"), "--logdir", "s3://bucket/imported"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    out = tmp_path / "train.csv"
+    assert main(["export", "s3://bucket/imported/train", "-o", str(out)]) == 0
+    rows = out.read_text().splitlines()
+    steps, _, values = logged["train"]
+    assert rows[0] == "tag,step,wall_time,value" and len(rows) == 1 + len(steps)
+    assert [float(r.split(",")[3]) for r in rows[1:]] == values.tolist()
+    assert main(["export", "s3://bucket/imported/none"]) == 2
+    assert "s3://bucket/imported/none: not a run" in capsys.readouterr().err
+    replay = [sys.executable, "-m", "vdl_stream.cli", "replay", "s3://bucket/imported"]
+    done = subprocess.run(
+        [*replay, "--speed", "max", "--exit", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "replaying eval, train at http://127.0.0.1:" in done.stdout
+    assert "replayed 548 of 548 points and events" in done.stdout
+
+
+def test_serve_publishes_what_remote_writers_send_and_everything_at_shutdown(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    server = start_serve(URL, "--cache-dir", str(tmp_path / "serve-cache"))  # type: ignore[arg-type]
+    try:
+        with vdl_stream.attach(url=server.ws_url, run="remote/r", telemetry=False) as writer:
+            for i in range(5_000):
+                writer.add_scalar("x", float(i), i)
+                if i % 10 == 0:
+                    writer.flush()
+        status, stats = http_get(server.url + "/api/stats")
+        assert status == 200 and stats["store"]["runs_published"] == 1, stats
+    finally:
+        assert stop_serve(server) == 0  # SIGTERM: closes the runs, then publishes them whole
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / "remote" / "r")["x"][0] == list(range(5_000))
+
+
+def test_a_run_another_process_writes_in_the_cache_is_left_to_it(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    """A serve and an attach() on one machine share the cache of a URL: each publishes only the
+    runs it holds (or that nobody holds any more: left by a writer that stopped)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, recorder; w = recorder.RunWriter(sys.argv[1]); "
+         "w.append_scalars('x', [0], [0.0], [1.0]); w.flush(); print('open', flush=True); "
+         "sys.stdin.readline()", str(tmp_path / "local" / "r")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "open\n"
+        assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == {holder.pid}
+        sync = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "local")
+        assert sync._local_runs() == []
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == set()
+    assert sync._local_runs() == ["r"]
+
+
+def test_store_sync_arguments_are_checked(tmp_path: Path) -> None:
+    for name in ("upload_interval", "list_interval", "head_interval"):
+        with pytest.raises(ValueError, match=name):
+            storage.StoreSync(None, tmp_path, **{name: 0})
+    with pytest.raises(ValueError, match="cache_bytes"):
+        storage.StoreSync(None, tmp_path, cache_bytes=-1)

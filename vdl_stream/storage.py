@@ -1,0 +1,714 @@
+"""Log directories on object storage: ``s3://``, ``gs://`` and ``az://`` URLs.
+
+A broker over ``--logdir s3://bucket/prefix`` keeps a local directory (the *cache*) as its log
+directory: the runs it writes live there, crash-safe as always, and :class:`StoreSync` publishes
+what their writers seal (compacted blocks, sealed segments, and the head every few seconds) to the
+bucket with :class:`recorder.store.RunPublisher`; runs that other brokers wrote appear there as
+mirrors (:class:`recorder.store.RunMirror`) that fetch bytes on demand. The object store is reached
+through obstore (the Rust ``object_store`` crate), whose blocking calls run in
+``trio.to_thread.run_sync`` under a limiter; its credentials and endpoint come from the usual
+environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``GOOGLE_SERVICE_ACCOUNT``,
+``AZURE_STORAGE_ACCOUNT_NAME``, ...). docs/object-storage.md describes the layout and the costs.
+
+obstore is an optional dependency (``pip install 'vdl-stream[cloud]'``); local log directories
+never import it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import recorder
+from recorder.store import (
+    MANIFEST,
+    ManifestError,
+    ObjectInfo,
+    RangeCache,
+    RunMirror,
+    RunPublisher,
+    StoreError,
+    download_run,
+    find_runs,
+    read_manifest,
+)
+
+log = logging.getLogger("vdl_stream.storage")
+
+SCHEMES = ("s3", "gs", "az")
+_URL_RE = re.compile(r"^(s3|gs|az)://([^/?#]+)(/[^?#]*)?$")
+# Requests to the store in flight at once, per broker.
+STORE_THREADS = 8
+# Seconds between two looks at the local runs for something to publish.
+UPLOAD_INTERVAL = 1.0
+# Seconds between two listings of the bucket for runs other brokers wrote.
+LIST_INTERVAL = 5.0
+# Seconds between two uploads of a live run's head segment (its newest records).
+HEAD_INTERVAL = 10.0
+# A failing store is retried after this many seconds, doubling up to BACKOFF_MAX.
+BACKOFF_MIN = 1.0
+BACKOFF_MAX = 30.0
+# Things warned about once (foreign objects, bad runs) remembered, at most.
+WARNED_KEYS = 4096
+# The last publish at shutdown gives up after this many seconds (the local head keeps the rest).
+FINAL_DEADLINE = 30.0
+
+
+def is_store_url(logdir: object) -> bool:
+    """Whether ``logdir`` names a location in an object store (``s3://``, ``gs://``, ``az://``)."""
+    return isinstance(logdir, str) and logdir.split("://", 1)[0] in SCHEMES and "://" in logdir
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A parsed store URL: ``scheme://bucket/prefix``."""
+
+    scheme: str
+    bucket: str
+    prefix: str
+
+    @property
+    def url(self) -> str:
+        """The URL, normalised (no trailing slash)."""
+        tail = f"/{self.prefix}" if self.prefix else ""
+        return f"{self.scheme}://{self.bucket}{tail}"
+
+
+def parse_store_url(url: str, argument: str = "logdir") -> StoreLocation:
+    """Parse ``scheme://bucket[/prefix]``.
+
+    Raises:
+        ValueError: not such a URL, or a prefix with empty, ``.`` or ``..`` parts; the message
+            names ``argument`` and the value.
+    """
+    match = _URL_RE.match(url) if isinstance(url, str) else None
+    if match is None:
+        raise ValueError(
+            f"{argument} must be a directory or a URL {'/'.join(s + '://' for s in SCHEMES)}"
+            f"bucket/prefix, got {url!r:.80}"
+        )
+    prefix = (match.group(3) or "").strip("/")
+    if prefix and any(p in ("", ".", "..") for p in prefix.split("/")):
+        raise ValueError(f"{argument} has an empty, '.' or '..' part in its prefix: {url!r:.80}")
+    return StoreLocation(match.group(1), match.group(2), prefix)
+
+
+def cache_dir(url: str, base: str | os.PathLike[str] | None = None) -> Path:
+    """The local directory a broker over the store URL ``url`` keeps its runs' heads in:
+    ``base`` (default ``$VDL_STREAM_CACHE``, else ``~/.cache/vdl-stream``) / a hash of the URL."""
+    location = parse_store_url(url)
+    root = base or os.environ.get("VDL_STREAM_CACHE") or Path.home() / ".cache" / "vdl-stream"
+    digest = hashlib.sha256(location.url.encode()).hexdigest()[:16]
+    return Path(root) / f"{location.scheme}-{location.bucket}-{digest}"
+
+
+@dataclass
+class RequestCounts:
+    """Requests sent to the store, by kind."""
+
+    put: int = 0
+    get: int = 0
+    get_range: int = 0
+    list: int = 0
+    delete: int = 0
+    failed: int = 0
+
+    def total(self) -> int:
+        """All requests sent (failed ones included)."""
+        return self.put + self.get + self.get_range + self.list + self.delete
+
+
+class ObstoreClient:
+    """:class:`recorder.store.ObjectStore` over obstore, counting requests.
+
+    Args:
+        url: ``s3://bucket/prefix``, ``gs://...`` or ``az://...``.
+        timeout: seconds a request may take.
+        retries: how often obstore retries a failed request itself (then the caller backs off).
+
+    Raises:
+        ValueError: a bad URL.
+        ImportError: obstore is not installed (the message says how to install it).
+    """
+
+    def __init__(self, url: str, *, timeout: float = 30.0, retries: int = 2) -> None:
+        self.location = parse_store_url(url)
+        try:
+            import obstore
+            from obstore.store import from_url
+        except ImportError:
+            raise ImportError(
+                "a log directory in an object store needs obstore: pip install 'vdl-stream[cloud]'"
+            ) from None
+        self._obs = obstore
+        options: dict[str, Any] = {"timeout": f"{timeout}s", "connect_timeout": "5s"}
+        endpoint = next(
+            (
+                os.environ[k]
+                for k in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+                if os.environ.get(k)
+            ),
+            "",
+        )
+        if self.location.scheme == "s3" and endpoint.startswith("http://"):
+            options["allow_http"] = True  # a local MinIO or test server
+        self._store = from_url(
+            self.location.url,
+            client_options=options,
+            retry_config={
+                "max_retries": retries,
+                "retry_timeout": timedelta(seconds=timeout),
+                "backoff": {
+                    "init_backoff": timedelta(milliseconds=100),
+                    "max_backoff": timedelta(seconds=2),
+                    "base": 2,
+                },
+            },
+        )
+        self.counts = RequestCounts()
+        self._lock = threading.Lock()
+
+    def _count(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self.counts, kind, getattr(self.counts, kind) + n)
+
+    def _call(self, kind: str, fn: Callable[[], Any], key: str, n: int = 1) -> Any:
+        self._count(kind, n)
+        try:
+            return fn()
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            from obstore.exceptions import NotFoundError
+
+            if isinstance(exc, NotFoundError):
+                raise FileNotFoundError(key) from None
+            self._count("failed")
+            raise StoreError(f"{self.location.url}/{key}: {_one_line(exc)}") from None
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write ``key`` whole."""
+        self._call("put", lambda: self._obs.put(self._store, key, data), key)
+
+    def get(self, key: str) -> bytes:
+        """Read ``key`` whole."""
+        return self._call("get", lambda: bytes(self._obs.get(self._store, key).bytes()), key)
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Read byte ranges of ``key`` (one request per range)."""
+        starts = [a for a, _ in ranges]
+        ends = [b for _, b in ranges]
+
+        def fetch() -> list[bytes]:
+            if len(ranges) == 1:
+                return [bytes(self._obs.get_range(self._store, key, start=starts[0], end=ends[0]))]
+            parts = self._obs.get_ranges(self._store, key, starts=starts, ends=ends)
+            return [bytes(p) for p in parts]
+
+        return self._call("get_range", fetch, key, len(ranges))
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object under ``prefix`` (one request per 1,000 keys)."""
+
+        def listing() -> list[ObjectInfo]:
+            out = []
+            for page in self._obs.list(self._store, prefix or None, chunk_size=1000):
+                self._count("list")
+                out.extend(
+                    ObjectInfo(o["path"], o["size"], o.get("e_tag"), _seconds(o["last_modified"]))
+                    for o in page
+                )
+            return out
+
+        return self._call("list", listing, prefix or "/", 0)
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Delete ``keys``."""
+        if keys:
+            self._call("delete", lambda: self._obs.delete(self._store, list(keys)), keys[0])
+
+
+def _seconds(when: Any) -> float | None:
+    try:
+        return float(when.timestamp())
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+@dataclass(frozen=True)
+class StoreStatistics:
+    """What a :class:`StoreSync` did: requests, uploads, failures and what is not yet published."""
+
+    url: str
+    requests: dict
+    objects_uploaded: int
+    bytes_uploaded: int
+    manifests_published: int
+    objects_deleted: int
+    runs_published: int
+    runs_mirrored: int
+    unpublished_runs: int
+    failures: int
+    last_error: str | None
+    cache: dict = field(default_factory=dict)
+
+
+class StoreSync:
+    """Keeps a broker's local log directory and a store prefix in step.
+
+    Publishes the runs written in ``local_dir`` (every ``upload_interval`` s; the head segment at
+    most every ``head_interval`` s) and, with ``mirror``, mirrors the runs found in the store that
+    are not written here (a listing every ``list_interval`` s; a run's manifest is read again only
+    when the listing shows it changed). Every store call runs in a worker thread under a limiter.
+    A failing store is retried with backoff and reported (a warning, :meth:`statistics`); the
+    broker never waits on it, and the local heads keep everything until it is back.
+
+    Args:
+        client: the object store.
+        local_dir: the broker's log directory (the cache of the store's runs).
+        mirror: mirror the store's other runs (a serving broker); False for a writer's
+            in-process broker.
+        upload_interval: seconds between two looks at the local runs for something to publish.
+        list_interval: seconds between two listings of the store.
+        head_interval: seconds between two uploads of a live run's head segment.
+        cache_bytes: bytes of fetched block data kept for mirrors, all runs together.
+
+    Raises:
+        ValueError: an interval or ``cache_bytes`` is not positive (the message names it).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        local_dir: str | os.PathLike[str],
+        *,
+        mirror: bool = True,
+        upload_interval: float = UPLOAD_INTERVAL,
+        list_interval: float = LIST_INTERVAL,
+        head_interval: float = HEAD_INTERVAL,
+        cache_bytes: int = 256 << 20,
+    ) -> None:
+        for name, value in (
+            ("upload_interval", upload_interval),
+            ("list_interval", list_interval),
+            ("head_interval", head_interval),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes <= 0:
+            raise ValueError(f"cache_bytes must be a positive int, got {cache_bytes!r}")
+        self.client = client
+        self.local_dir = Path(local_dir)
+        self.mirror = mirror
+        self.upload_interval = upload_interval
+        self.list_interval = list_interval
+        self.head_interval = head_interval
+        self.cache = RangeCache(cache_bytes)
+        self._limiter = trio.CapacityLimiter(STORE_THREADS)
+        self._publishers: dict[str, RunPublisher] = {}
+        self._mirrors: dict[str, RunMirror] = {}
+        self._seen: dict[str, str | None] = {}  # run -> etag of the manifest last applied
+        self._signatures: dict[str, tuple] = {}  # run -> local files when last published
+        self._warned: OrderedDict[str, None] = OrderedDict()  # bounded: WARNED_KEYS
+        self._failures = 0
+        self._last_error: str | None = None
+        self._failing = False
+        # Runs named here uniquely (attach(run=None)): nothing to look up in the store, so a
+        # store that is down never holds back their start.
+        self.fresh_runs: set[str] = set()
+        self._run_locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    # -- the service ----------------------------------------------------------------------------
+
+    async def run(
+        self,
+        closed: Callable[[], Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Mirror the store once, report readiness, then publish and mirror until ``closed()``
+        returns (the broker has closed its runs); then publish everything, heads included, within
+        :data:`FINAL_DEADLINE` seconds, and return. A store that is down at start is reported;
+        the broker starts anyway."""
+        if self.mirror:
+            await self._guarded(self._mirror_round)
+        task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._loop, self._upload_round, self.upload_interval)
+                if self.mirror:
+                    nursery.start_soon(self._loop, self._mirror_round, self.list_interval)
+                await closed()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.move_on_after(FINAL_DEADLINE, shield=True):
+                await self._guarded(partial_final(self._upload_round))
+            self.close()
+
+    async def _loop(self, round_: Callable[[], Awaitable[None]], interval: float) -> None:
+        delay = interval
+        while True:
+            await trio.sleep(delay)
+            ok = await self._guarded(round_)
+            delay = interval if ok else min(max(delay * 2, BACKOFF_MIN), BACKOFF_MAX)
+
+    async def _guarded(self, round_: Callable[[], Awaitable[None]]) -> bool:
+        try:
+            await round_()
+        except OSError as exc:
+            self._failures += 1
+            self._last_error = _one_line(exc)
+            if not self._failing:
+                log.warning(
+                    "object store %s failing (%s); retrying with backoff, runs kept locally in %s",
+                    self.client.location.url,
+                    self._last_error,
+                    self.local_dir,
+                )
+            self._failing = True
+            return False
+        if self._failing:
+            log.warning("object store %s reachable again", self.client.location.url)
+            self._failing = False
+        return True
+
+    async def _upload_round(self, final: bool = False) -> None:
+        runs = await trio.to_thread.run_sync(self._local_runs, limiter=self._limiter)
+        error: OSError | None = None
+        async with trio.open_nursery() as nursery:
+            for name in runs:
+
+                async def one(name: str = name) -> None:
+                    nonlocal error
+                    try:
+                        await trio.to_thread.run_sync(
+                            self._publish, name, final, limiter=self._limiter
+                        )
+                    except OSError as exc:
+                        error = exc
+                    except (recorder.RecorderError, ValueError) as exc:
+                        self._warn_once(name, f"cannot publish run {name!r}: {exc}")
+
+                nursery.start_soon(one)
+        if error is not None:
+            raise error
+
+    def _local_runs(self) -> list[str]:
+        """Runs written here (not mirrors) whose files changed since they were published."""
+        if not self.local_dir.is_dir():
+            return []
+        out = []
+        for name in recorder.list_runs(self.local_dir):
+            path = self.local_dir / name
+            if RunMirror.is_mirror(str(path)):
+                continue
+            holders = lock_holders(path / "writer.lock")
+            if holders is None and name not in self._publishers:
+                continue  # cannot tell whether another process writes it: leave it to that one
+            if holders and os.getpid() not in holders:
+                continue  # another process on this machine (an attach()) writes and publishes it
+            try:
+                signature = tuple(
+                    sorted((e.name, e.stat().st_size) for e in os.scandir(path) if e.is_file())
+                )
+            except OSError:
+                continue
+            publisher = self._publishers.get(name)
+            if signature != self._signatures.get(name) or publisher is None or publisher.pending():
+                out.append(name)
+        return out
+
+    def _publish(self, name: str, final: bool) -> None:
+        with self._run_lock(name):
+            path = self.local_dir / name
+            if RunMirror.is_mirror(str(path)):
+                return
+            publisher = self._publishers.get(name)
+            if publisher is None:
+                publisher = RunPublisher(
+                    self.client, name, str(path), head_interval=self.head_interval
+                )
+                self._publishers[name] = publisher
+            try:
+                signature = tuple(
+                    sorted((e.name, e.stat().st_size) for e in os.scandir(path) if e.is_file())
+                )
+            except FileNotFoundError:
+                return  # the run directory went away (a local failure, not the store's)
+            publisher.publish(final=final)
+            if not publisher.pending():
+                self._signatures[name] = signature
+
+    async def _mirror_round(self) -> None:
+        infos = await trio.to_thread.run_sync(self.client.list, "", limiter=self._limiter)
+        runs, foreign = find_runs(infos)
+        for key in foreign:
+            self._warn_once(
+                f"foreign:{key}",
+                f"skipping {self.client.location.url}/{key}: not an object of a vdl-stream run",
+            )
+        error: OSError | None = None
+        async with trio.open_nursery() as nursery:
+            for name, info in runs.items():
+                if self._seen.get(name) == (info.etag or str(info.size)) and name in self._mirrors:
+                    continue
+
+                async def one(name: str = name, info: ObjectInfo = info) -> None:
+                    nonlocal error
+                    try:
+                        await trio.to_thread.run_sync(self._refresh, name, limiter=self._limiter)
+                        self._seen[name] = info.etag or str(info.size)
+                    except OSError as exc:
+                        error = exc
+                    except (ManifestError, recorder.RecorderError, ValueError) as exc:
+                        self._seen[name] = info.etag or str(info.size)
+                        self._warn_once(f"run:{name}", f"skipping run {name!r} in the store: {exc}")
+
+                nursery.start_soon(one)
+        if error is not None:
+            raise error
+
+    def _refresh(self, name: str) -> None:
+        try:
+            recorder_name = _check_run_name(name)
+        except ValueError as exc:
+            raise ManifestError(str(exc)) from None
+        with self._run_lock(recorder_name):
+            path = self.local_dir / name
+            mirror = self._mirrors.get(name)
+            if mirror is None:
+                if path.exists() and not RunMirror.is_mirror(str(path)):
+                    return  # written here: this broker publishes it
+                if path.exists():  # a mirror left by an earlier process: its holes are unknown
+                    shutil.rmtree(path)
+                mirror = RunMirror(self.client, name, str(path), self.cache)
+                self._mirrors[name] = mirror
+            mirror.refresh()
+
+    def prepare_write(self, path: str | os.PathLike[str]) -> None:
+        """Make ``path`` ready for a local writer (blocking; the broker calls it before opening a
+        run for writing): a mirror is fetched whole and becomes a local run; a run that exists
+        only in the store is downloaded. Then the run is published from here.
+
+        Raises:
+            OSError: the store failed (the broker refuses the batch as retryable).
+        """
+        path = Path(path)
+        name = path.relative_to(self.local_dir).as_posix()
+        with self._run_lock(name):
+            mirror = self._mirrors.pop(name, None)
+            publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
+            if mirror is not None or RunMirror.is_mirror(str(path)):
+                if mirror is None:  # left by an earlier process
+                    shutil.rmtree(path)
+                    publisher.adopt(download_run(self.client, name, str(path)))
+                else:
+                    mirror.hydrate()
+                    publisher.adopt(read_manifest(self.client, name))
+            elif name in self.fresh_runs and name not in self._publishers:
+                publisher.adopt(None)
+            elif name not in self._publishers and not _has_segments(path):
+                publisher.adopt(download_run(self.client, name, str(path)))
+            else:
+                return
+            self._publishers[name] = publisher
+
+    def _run_lock(self, name: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._run_locks.setdefault(name, threading.Lock())
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned[key] = None
+            while len(self._warned) > WARNED_KEYS:  # a prefix full of junk may warn again
+                self._warned.popitem(last=False)
+            log.warning("%s", message)
+
+    def statistics(self) -> StoreStatistics:
+        """Requests sent, uploads, mirrors, failures and runs with unpublished data."""
+        pubs = list(self._publishers.values())
+        cache = self.cache.statistics()
+        return StoreStatistics(
+            url=self.client.location.url,
+            requests=dict(vars(self.client.counts)),
+            objects_uploaded=sum(p.stats.objects for p in pubs),
+            bytes_uploaded=sum(p.stats.bytes for p in pubs),
+            manifests_published=sum(p.stats.manifests for p in pubs),
+            objects_deleted=sum(p.stats.deleted for p in pubs),
+            runs_published=len(pubs),
+            runs_mirrored=len(self._mirrors),
+            unpublished_runs=sum(p.pending() for p in pubs),
+            failures=self._failures,
+            last_error=self._last_error,
+            cache=dict(vars(cache)),
+        )
+
+    def close(self) -> None:
+        """Stop fetching for the mirrors."""
+        for mirror in self._mirrors.values():
+            mirror.close()
+
+
+def lock_holders(path: Path) -> set[int] | None:
+    """The process ids holding a lock on ``path`` (a run's ``writer.lock``), from Linux's
+    ``/proc/locks``; an empty set when none (or no such file), None where that cannot be told.
+
+    A run in the cache that no process holds was left by a writer that stopped: its broker
+    publishes it. Read-only: taking the lock to test it could make a writer opening the run fail.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    holders = set()
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 26911 fe:00:2149000 0 EOF" ("1: -> FLOCK ..." waits)
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] != "->" and parts[5] == ident:
+            with contextlib.suppress(ValueError):
+                holders.add(int(parts[4]))
+    return holders
+
+
+def partial_final(round_: Callable[..., Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """``round_`` with ``final=True``: heads published whatever their interval."""
+
+    async def final() -> None:
+        await round_(final=True)
+
+    return final
+
+
+def _check_run_name(name: str) -> str:
+    from .codec import check_run_name
+
+    return check_run_name(name)
+
+
+def _has_segments(path: Path) -> bool:
+    try:
+        return any(recorder.catalog.SEGMENT_RE.match(n) for n in os.listdir(path))
+    except FileNotFoundError:
+        return False
+
+
+# -- blocking helpers for the command line (export, replay, import) ------------------------------
+
+
+@contextlib.contextmanager
+def mirrored(url: str, runs: Sequence[str] | None = None) -> Iterator[Path]:
+    """A temporary local log directory mirroring the runs under ``url`` (or only ``runs``),
+    for the commands that read runs; removed on exit.
+
+    Raises:
+        ValueError: a bad URL. ImportError: obstore is missing. OSError: the store failed.
+    """
+    client = ObstoreClient(url)
+    cache = RangeCache()
+    with tempfile.TemporaryDirectory(prefix="vdl-stream-mirror-") as tmp:
+        mirrors = []
+        try:
+            if runs is None:
+                found, foreign = find_runs(client.list(""))
+                for key in foreign:
+                    log.warning("skipping %s/%s: not an object of a vdl-stream run", url, key)
+                runs = sorted(found)
+            for name in runs:
+                mirror = RunMirror(client, name, os.path.join(tmp, *name.split("/")), cache)
+                mirrors.append(mirror)
+                try:
+                    if not mirror.refresh():
+                        raise recorder.NotARunError(f"{url}: no run {name!r} in the store")
+                except ManifestError as exc:
+                    log.warning("skipping run %r in the store: %s", name, exc)
+            yield Path(tmp)
+        finally:
+            for mirror in mirrors:
+                mirror.close()
+
+
+def split_run_url(url: str) -> tuple[str, str | None]:
+    """``(log directory URL, run name)`` when ``url`` names a run (it holds a manifest), else
+    ``(url, None)``: a log directory of runs.
+
+    Raises:
+        ValueError: a bad URL. OSError: the store failed.
+    """
+    location = parse_store_url(url)
+    try:
+        blob = ObstoreClient(location.url).get(MANIFEST)
+    except FileNotFoundError:
+        return location.url, None
+    try:
+        run = json.loads(blob)["run"]
+    except (ValueError, KeyError, TypeError):
+        raise ManifestError(f"{url}/{MANIFEST}: not a vdl-stream manifest") from None
+    if not isinstance(run, str) or not location.prefix.endswith(run):
+        raise ManifestError(f"{url}/{MANIFEST}: names run {run!r}, not this location")
+    parent = location.prefix[: -len(run)].rstrip("/")
+    return StoreLocation(location.scheme, location.bucket, parent).url, run
+
+
+@contextlib.contextmanager
+def local_path(path: str, *, run_only: bool = False) -> Iterator[str]:
+    """``path`` itself, or for a store URL a temporary mirror of it (a run, or a log directory of
+    runs), for the commands that read runs (``export``, ``replay``).
+
+    Raises:
+        NotARunError: ``run_only`` and the URL names no run.
+    """
+    if not is_store_url(path):
+        yield path
+        return
+    logdir, run = split_run_url(path)
+    if run is None and run_only:
+        raise recorder.NotARunError(f"{path}: not a run (no {MANIFEST} there)")
+    with mirrored(logdir, None if run is None else [run]) as tmp:
+        yield str(tmp if run is None else tmp.joinpath(*run.split("/")))
+
+
+def publish_all(url: str, local_dir: str | os.PathLike[str], *, new_only: bool = False) -> int:
+    """Publish every run under ``local_dir`` to ``url`` whole (heads too); return how many.
+
+    Raises:
+        FileExistsError: ``new_only`` and a run exists in the store already (nothing published).
+        OSError: the store failed (the local runs stay; calling again resumes).
+    """
+    client = ObstoreClient(url)
+    names = recorder.list_runs(local_dir)
+    if new_only:
+        for name in names:
+            if read_manifest(client, name) is not None:
+                raise FileExistsError(f"run {name!r} already exists in {url}")
+    for name in names:
+        RunPublisher(client, name, os.path.join(local_dir, *name.split("/"))).publish(final=True)
+    return len(names)
