@@ -1137,11 +1137,14 @@ class _LodChunk:
         parts = []
         for j in slices:
             a, b = j * size, min((j + 1) * size, self.lod.n)
-            data = os.pread(fd, 8 * (b - a), start + 8 * a)
+            if fd is None:
+                data = self.catalog.pread(self.entry, start + 8 * a, 8 * (b - a))
+            else:
+                data = os.pread(fd, 8 * (b - a), start + 8 * a)
+                self.catalog.bytes_read += len(data)
             if zlib.crc32(data) != int(self.lod.crc[j]):
                 raise _LodMismatch(self.entry.src)
             parts.append(data)
-        self.catalog.bytes_read += sum(map(len, parts))
         return np.frombuffer(b"".join(parts), "<f8")
 
     def steps_walls(self, j: int) -> tuple[np.ndarray, np.ndarray]:
