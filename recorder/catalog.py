@@ -362,22 +362,13 @@ class Catalog:
             os.close(fd)
             raise SourceGone(name)
 
-    def reader_of(self, entry: Entry) -> Callable[[int, int], bytes]:
-        """A function reading ``(size, offset)`` of the file holding ``entry``, for many small
-        reads until the next call that may open another file: ``os.pread`` on its descriptor, or
-        through the object-store mirror's fill (a mirror's record bytes are holes on disk). It
-        does not count into ``bytes_read``. Raises SourceGone when compaction replaced the file."""
+    def fd_of(self, entry: Entry) -> int | None:
+        """A descriptor of the file holding ``entry``, for preads until the next call that may
+        open another file; None when reads must go through :meth:`pread` (a run mirrored from
+        an object store, whose files may not be whole on disk). Raises SourceGone when
+        compaction replaced the file."""
         fd = self._fd(entry.src)
-        fill = self._fill
-        if fill is None:
-            return lambda size, offset: os.pread(fd, size, offset)
-        src = entry.src
-
-        def read(size: int, offset: int) -> bytes:
-            data = fill(src, offset, size)
-            return os.pread(fd, size, offset) if data is None else data
-
-        return read
+        return None if self._fill is not None else fd
 
     def pread(self, entry: Entry, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of the file holding ``entry`` (no checksum: the caller
