@@ -716,6 +716,7 @@ def api_blueprint(broker: Broker) -> Blueprint:
         return jsonify(
             broker=broker.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
+            bus=None if broker._bus is None else broker._bus.statistics().__dict__,
         )
 
     return bp
@@ -1050,10 +1051,15 @@ async def run_server(
     allowed_hosts: Iterable[str] = (),
     limits: Limits | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    bus: str | None = None,
+    bus_lease: float | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``vdl-stream serve``: a broker over ``logdir`` and its web server.
+
+    ``bus``, a ``redis://`` URL, joins this broker to the others on that Redis (``--bus``,
+    :mod:`vdl_stream.bus`; ``bus_lease`` is the run leases' time to live in seconds).
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
@@ -1073,6 +1079,10 @@ async def run_server(
         web_stop = trio.Event()
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
+            if bus is not None:  # several brokers, one dashboard (vdl_stream/bus.py)
+                from .bus import LEASE_TTL, Bus
+
+                await nursery.start(Bus(broker, bus, lease_ttl=bus_lease or LEASE_TTL).run)
             await nursery.start(broker.follow)
             url = await nursery.start(
                 partial(
