@@ -333,13 +333,13 @@ async def test_a_run_is_refused_by_a_broker_that_does_not_hold_its_lease(brokers
 
 
 def _write_steadily(writer, written: list[int], stop: threading.Event) -> None:
-    """Log one step after another until ``stop`` (about 10k steps/s); count them in ``written``."""
+    """Log one step after another until ``stop`` (a few thousand a second); count them."""
     step = 0
     while not stop.is_set():
         writer.add_scalar("loss", float(step), step)
         step += 1
         written[0] = step
-        if step % 50 == 0:
+        if step % 20 == 0:
             time.sleep(0.005)
 
 
@@ -380,7 +380,8 @@ def test_sigkilled_brokers_writers_fail_over_losing_and_duplicating_nothing(brok
     for i, (n,) in enumerate(counts):
         assert n > 1000  # they were writing all along
         # 0 lost, 0 duplicated: every step exactly once, in order.
-        np.testing.assert_array_equal(disk_steps(group.logdir, f"fo{i}"), np.arange(n))
+        got = disk_steps(group.logdir, f"fo{i}")
+        np.testing.assert_array_equal(got, np.arange(n))
 
 
 # -- Redis restart ----------------------------------------------------------------------------

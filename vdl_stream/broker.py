@@ -504,12 +504,14 @@ class Broker:
         """
         try:
             if self._bus is not None:  # bus: only the broker holding the run's lease takes it
-                await self._bus.admit(batch.run)
+                await self._bus.admit(batch)
             run = await self._get_run(batch.run)
             if self._bus is not None and run.resend_from:
                 self._bus_settle(run.resend_from, run.last_seq)
-        except RefusedError:
+        except RefusedError as refusal:
             self._refusal_count += 1
+            if self._bus is not None:  # bus: nothing of this writer's after it until it is back
+                self._bus.refused(batch, refusal)
             raise
         resend = run.resend_from.get(batch.writer)
         if resend is not None:
@@ -1295,17 +1297,18 @@ class Broker:
             # Reopened as a follower: what is on disk then is history, later appends are tailed.
             run.position = None
 
-    def _bus_learn(self, name: str) -> None:
+    def _bus_learn(self, name: str) -> bool:
         """Another broker writes run ``name``: serve it here too (its files are in the shared
-        log directory, or will be read from the shared store)."""
+        log directory, or will be read from the shared store). Return whether it was known."""
         if name in self._runs or self._closed.is_set():
-            return
+            return True
         try:
             codec.check_run_name(name)
         except ValueError:
-            return  # never from a broker of ours: ignore it
+            return True  # never from a broker of ours: ignore it
         self._runs[name] = _Run(name, self.logdir / name)
         self._announce()
+        return False
 
     def _bus_fan_out(
         self, name: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]
@@ -1317,9 +1320,13 @@ class Broker:
     def _bus_gap(self, name: str | None) -> None:
         """Live frames of run ``name`` (None: of every run) were lost between brokers: the
         subscribers concerned re-sync from snapshots."""
+        gap = codec.encode_message({"type": "gap", "seq": self._seq})
         for sub in self._subscribers:
             if name is None or sub.wants(name):
-                sub.mark_gap()
+                if sub.statistics().depth:
+                    sub.mark_gap()  # the queued frames are dropped, then the gap goes
+                else:
+                    sub.offer(self._seq + 1, None, gap)  # an idle receiver must wake for it
 
     # -- subscribers ----------------------------------------------------------------------------
 
@@ -1389,6 +1396,11 @@ class Broker:
                 # moves together with the written seq.
                 covered = self._written_seq if run.local else self._seq
                 try:
+                    if self._bus is not None and not run.local and self._bus.carries(name):
+                        # bus: live frames of this run come by the bus, and the files hold
+                        # what they carried: read them to their end (what the frames fanned out
+                        # meanwhile repeat comes twice, rather than not at all)
+                        await trio.to_thread.run_sync(_poll, run, limiter=self._read_limiter)
                     scalars, events = await trio.to_thread.run_sync(
                         _read_snapshot,
                         run,

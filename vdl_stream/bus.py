@@ -69,6 +69,8 @@ COMMAND_TIMEOUT = 1.0
 #: Entries one XREAD returns at most, and the ms it blocks.
 READ_COUNT = 1000
 READ_BLOCK_MS = 1000
+#: Writers whose refused batch has not come again, remembered at most (oldest forgotten).
+PENDING_KEPT = 65_536
 #: Entries one publish round pipelines at most.
 PUBLISH_ROUND = 256
 
@@ -78,8 +80,8 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) return 2 end
 return 0
 """
-# KEYS: leases; ARGV: broker id, ttl ms. Per key 1 if still ours (extended), else 0. A missing
-# key (Redis restarted without its data) is taken again: no other broker took it meanwhile.
+# KEYS: leases; ARGV: broker id, ttl ms. Per key 1 if still ours (extended), 2 if it was missing
+# (Redis restarted without its data) and is taken again (no other broker took it meanwhile), else 0.
 _EXTEND = """
 local held = {}
 for i, key in ipairs(KEYS) do
@@ -87,7 +89,7 @@ for i, key in ipairs(KEYS) do
   if holder == ARGV[1] then
     redis.call('pexpire', key, ARGV[2]) held[i] = 1
   elseif not holder then
-    redis.call('set', key, ARGV[1], 'PX', ARGV[2]) held[i] = 1
+    redis.call('set', key, ARGV[1], 'PX', ARGV[2]) held[i] = 2
   else held[i] = 0 end
 end
 return held
@@ -207,6 +209,8 @@ class Bus:
         self._used: dict[str, float] = {}  # run -> monotonic time of its last batch
         self._locks: dict[str, trio.Lock] = {}  # run -> serialises taking and giving its lease
         self._counters: dict[str, int] = {}  # run -> the n of this broker's last entry
+        # (run, writer) -> (seq, refusal): a batch refused before it reached its run
+        self._pending: dict[tuple[str, str], tuple[int, RefusedError]] = {}
         self._seen: dict[tuple[bytes, str], int] = {}  # (broker, run) -> n of its last entry
         self._connected = False
         self._published = self._dropped = self._received = self._gaps = 0
@@ -232,15 +236,39 @@ class Bus:
         """Return whether live frames of ``run`` from other brokers reach this broker now."""
         return self._connected
 
-    async def admit(self, run: str) -> None:
-        """Make sure this broker holds the lease of ``run`` before it takes a batch of it.
+    async def admit(self, batch: Batch) -> None:
+        """Make sure this broker holds the lease of the batch's run before it takes the batch.
 
         A held lease costs a dictionary look-up; otherwise one Redis round trip (bounded by
-        ``COMMAND_TIMEOUT``) takes it.
+        ``COMMAND_TIMEOUT``) takes it. A writer's batch refused before it reached the run
+        (:meth:`refused`) must come again before any later batch of that writer is taken: the
+        lease may be free by the time the later ones arrive, and taking them first would make the
+        refused one look like a duplicate of data already written, and be dropped.
 
         Raises:
-            RefusedError: (retryable) another broker holds the run, or Redis cannot be reached.
+            RefusedError: (retryable) another broker holds the run, Redis cannot be reached, or
+                an earlier batch of this writer was refused and has not come again yet.
         """
+        key = (batch.run, batch.writer)
+        pending = self._pending.get(key)
+        if pending is not None:
+            if batch.seq > pending[0]:
+                raise pending[1]
+            del self._pending[key]  # the refused batch (or an earlier one) is back
+        await self._admit(batch.run)
+
+    def refused(self, batch: Batch, refusal: RefusedError) -> None:
+        """Note that ``batch`` was refused before it reached its run (see :meth:`admit`)."""
+        if not refusal.retryable:
+            return  # the writer forgets that batch and goes on with the next
+        key = (batch.run, batch.writer)
+        pending = self._pending.get(key)
+        if pending is None or batch.seq < pending[0]:
+            self._pending[key] = (batch.seq, refusal)
+            while len(self._pending) > PENDING_KEPT:  # writers that never came back
+                del self._pending[next(iter(self._pending))]
+
+    async def _admit(self, run: str) -> None:
         now = time.monotonic()
         self._used[run] = now
         if self.holds(run):
@@ -405,6 +433,8 @@ class Bus:
         if not self._connected:
             self._connected = True
             self.broker._bus_gap(None)  # frames were lost while away: re-sync from snapshots
+            for run in list(self._held):
+                self._register(run)  # a restarted Redis knows none of this broker's runs
         self._seen.clear()
         prefix = f"{self._prefix}:run:".encode()
         while True:
@@ -417,9 +447,12 @@ class Bus:
                     for entry in entries:
                         run = _text(entry.field_values.get(b"run"))
                         if run and self._run_key(run) not in streams:
-                            # Its data entries come after this registry entry.
+                            # Read from this entry on. A run known here already (from its files)
+                            # may have entries from before it (a broker that announces its runs
+                            # again after a Redis restart): its subscribers re-sync.
                             streams[self._run_key(run)] = entry.identifier.decode()
-                            self.broker._bus_learn(run)
+                            if self.broker._bus_learn(run):
+                                self.broker._bus_gap(run)
                     continue
                 if key.startswith(prefix):
                     self._fan_out(key[len(prefix) :].decode(), entries)
@@ -478,6 +511,8 @@ class Bus:
                 if int(kept[i]):
                     if run in self._held:
                         self._held[run] = sent + self._ttl * 2 / 3
+                    if int(kept[i]) == 2:
+                        self._register(run)  # Redis lost the registry too: announce it again
                 else:
                     self._leases_lost += 1
                     log.warning("vdl-stream: lost the lease of run %r to another broker", run)
