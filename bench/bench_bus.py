@@ -55,7 +55,8 @@ from vdl_stream import attach, codec
 
 PHASES = ("latency", "failover")
 BROKERS = 3
-#: Lease ttl given to the brokers (``--bus-lease``): how long a killed broker's runs wait.
+#: Lease ttl given to the brokers of the failover phase (``--bus-lease``): how long a killed
+#: broker's runs wait (the latency phase runs the default).
 LEASE = "1.5"
 
 
@@ -104,17 +105,14 @@ class RedisProcess:
             self.proc.wait()
 
 
-def start_brokers(logdir: Path, workdir: Path, redis: RedisProcess, ports: list[int]):
+def start_brokers(
+    logdir: Path, workdir: Path, redis: RedisProcess, ports: list[int], lease: str | None = None
+) -> list[ServeProcess]:
+    """Start a ``serve --bus`` per port (0: any free port), with ``--bus-lease`` if given."""
+    leasing = ("--bus-lease", lease) if lease else ()
     return [
         ServeProcess(
-            logdir,
-            workdir / f"broker{i}.log",
-            "--port",
-            str(port),
-            "--bus",
-            redis.url,
-            "--bus-lease",
-            LEASE,
+            logdir, workdir / f"broker{i}.log", "--port", str(port), "--bus", redis.url, *leasing
         )
         for i, port in enumerate(ports)
     ]
@@ -270,7 +268,7 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
     redis = RedisProcess(workdir)
     logdir = workdir / "logs"
     ports = [free_port() for _ in range(BROKERS)]
-    brokers = start_brokers(logdir, workdir, redis, ports)
+    brokers = start_brokers(logdir, workdir, redis, ports, LEASE)
     rng = random.Random(args.seed)
     stop = threading.Event()
     counts = [0] * args.writers
@@ -303,7 +301,7 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
             brokers[victim].proc.wait()
             time.sleep(rng.uniform(0.2, 1.0))
             brokers[victim].stop()
-            brokers[victim] = start_brokers(logdir, workdir, redis, [ports[victim]])[0]
+            brokers[victim] = start_brokers(logdir, workdir, redis, [ports[victim]], LEASE)[0]
             kills.append({"broker": victim, "at_s": round(t_kill - t0, 2)})
         time.sleep(1.0)
         stop.set()

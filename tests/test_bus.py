@@ -425,3 +425,53 @@ async def test_a_redis_restart_costs_live_frames_never_data(brokers, redis_serve
         await trio.to_thread.run_sync(writer.close)
     group.stop()
     np.testing.assert_array_equal(disk_steps(group.logdir, "rr"), np.arange(steps))
+
+
+# -- the default path, start-up and clean close ---------------------------------------------------
+
+
+def test_the_default_path_never_imports_coredis():
+    code = (
+        "import sys, vdl_stream, vdl_stream.cli, vdl_stream.server, vdl_stream.broker, "
+        "vdl_stream.transport, vdl_stream.writer\n"
+        "assert 'coredis' not in sys.modules, 'coredis imported without --bus'\n"
+    )
+    proc = subprocess.run(["python3", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def redis_cli(redis: RedisServer, *command: str) -> str:
+    return subprocess.run(
+        ["redis-cli", "-p", str(redis.port), *command], capture_output=True, text=True, timeout=10
+    ).stdout.strip()
+
+
+def test_brokers_start_without_redis_and_take_runs_once_it_is_up(brokers, redis_server):
+    redis_server.stop()
+    group = brokers(2)  # they serve at once; runs wait for Redis (their leases)
+    with attach(url=group.ws_urls, run="late", telemetry=False) as writer:
+        for step in range(500):
+            writer.add_scalar("loss", float(step), step)
+        with pytest.warns(RuntimeWarning, match=r"the dashboard's bus \(Redis\) cannot be reached"):
+            assert not writer.flush(2)  # no broker may take the run yet: nothing acknowledged
+        redis_server.start()
+        assert writer.flush(30)
+    assert redis_cli(redis_server, "get", "vdl:lease:late")  # held by the broker that took it
+    group.stop()
+    np.testing.assert_array_equal(disk_steps(group.logdir, "late"), np.arange(500))
+
+
+def test_a_clean_stop_releases_the_leases_at_once(brokers, redis_server):
+    group = brokers(2)
+    with attach(url=group.ws_urls, run="handover", telemetry=False) as writer:
+        writer.add_scalar("loss", 0.0, 0)
+        assert writer.flush(30)
+        holder = redis_cli(redis_server, "get", "vdl:lease:handover")
+        assert holder
+        stop_serve(group.servers[0])  # SIGTERM: closes its runs, then deletes its leases
+        assert redis_cli(redis_server, "exists", "vdl:lease:handover") == "0"
+        writer.add_scalar("loss", 1.0, 1)
+        assert writer.flush(30)  # the second broker took the run over
+        assert redis_cli(redis_server, "get", "vdl:lease:handover") not in ("", holder)
+    group.stop()
+    np.testing.assert_array_equal(disk_steps(group.logdir, "handover"), [0, 1])
