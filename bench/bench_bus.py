@@ -1,8 +1,11 @@
 """Several brokers, one dashboard: ``vdl-stream serve --bus`` on one host, a real redis-server.
 
-Two phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence) and
-three fresh ``vdl-stream serve --bus`` subprocesses sharing one log directory:
+Three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
+the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing one log directory:
 
+0. ``hop``: Redis alone, through coredis on trio as the bus uses it: one pipelined ``XADD`` of a
+   600-byte entry every 4 ms, read back by a blocked ``XREAD`` in the same process; latency from
+   before the XADD to the XREAD's return (500 entries).
 1. ``latency``: 48 raw ``/ws/ingest`` writers, 16 per broker, each in its own run and paced so
    that together they send ``--rate`` events/s (batches of 25 points); one ``/ws/live`` client
    per broker subscribed to every run. Reports, for each client, the runs it saw, and the latency
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
+import psutil
 import trio
 from broker_clients import (
     MAX_MESSAGE,
@@ -53,7 +57,7 @@ from trio_websocket import open_websocket_url
 import recorder
 from vdl_stream import attach, codec
 
-PHASES = ("latency", "failover")
+PHASES = ("hop", "latency", "failover")
 BROKERS = 3
 #: Lease ttl given to the brokers of the failover phase (``--bus-lease``): how long a killed
 #: broker's runs wait (the latency phase runs the default).
@@ -118,6 +122,42 @@ def start_brokers(
     ]
 
 
+# -- phase 0: the Redis hop alone ----------------------------------------------------------------
+
+
+def phase_hop(args: argparse.Namespace, workdir: Path) -> dict:
+    import coredis
+
+    redis = RedisProcess(workdir)
+    latencies: list[float] = []
+    count = 500
+
+    async def read(client: coredis.Redis) -> None:
+        last = "0-0"
+        while len(latencies) < count:
+            result = await client.xread({"hop": last}, count=100, block=1000)
+            now = time.perf_counter()
+            for entry in (result or {}).get(b"hop", ()):
+                last = entry.identifier.decode()
+                latencies.append(now - float(entry.field_values[b"t"]))
+
+    async def main() -> None:
+        client = coredis.Redis.from_url(redis.url)
+        with trio.fail_after(60):
+            async with client, trio.open_nursery() as nursery:
+                nursery.start_soon(read, client)
+                for _ in range(count):
+                    async with client.pipeline(transaction=False) as pipe:
+                        pipe.xadd("hop", {"t": repr(time.perf_counter()), "f": b"x" * 600})
+                    await trio.sleep(0.004)
+
+    try:
+        trio.run(main)
+    finally:
+        redis.stop()
+    return percentiles([np.array(latencies)])
+
+
 # -- phase 1: latency across brokers ------------------------------------------------------------
 
 
@@ -160,6 +200,11 @@ async def browse(ws: str, own_runs: set[str], result: Browser, since: list[float
         result.error = f"{type(exc).__name__}: {exc}"[:200]
 
 
+def cpu_seconds(server: ServeProcess) -> float:
+    times = psutil.Process(server.pid).cpu_times()
+    return times.user + times.system
+
+
 def percentiles(chunks: list[np.ndarray]) -> dict[str, float]:
     if not chunks:
         return {"points": 0}
@@ -185,6 +230,7 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
         results = [WriterResult(f"w{i}", run) for i, run in enumerate(runs)]
         since = [float("inf")]
         stats_before: list[dict] = []
+        cpu_before: list[float] = []
         redis_before: dict = {}
 
         async def main() -> float:
@@ -211,6 +257,7 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
                     await trio.sleep(1)  # warm-up: runs appear, leases are taken
                     since[0] = time.time()
                     stats_before.extend(b.stats() for b in brokers)
+                    cpu_before.extend(cpu_seconds(b) for b in brokers)
                     redis_before.update(redis.info("stats") or {})
                     t0 = time.perf_counter()
                 await trio.sleep(0.5)  # the last frames reach the browsers
@@ -219,6 +266,7 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
 
         elapsed = trio.run(main)
         stats = [b.stats() for b in brokers]
+        cpu = [cpu_seconds(b) - c for b, c in zip(brokers, cpu_before, strict=True)]
         redis_after = redis.info("stats") or {}
         memory = redis.info("memory") or {}
         events = sum(r.acked_seq for r in results) * points
@@ -251,6 +299,8 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
             "every_browser_sees_every_run": all(len(b.runs) == writers for b in browsers),
             "other_broker_all": percentiles([c for b in browsers for c in b.other]),
             "bus": [s["bus"] for s in stats],
+            "broker_cpu_per_s": [round(c / elapsed, 2) for c in cpu],
+            "load_average": [round(x, 1) for x in psutil.getloadavg()],
             "xadd_per_s": round(published / elapsed),
             "redis_commands_per_s": round(commands / elapsed),
             "redis_used_memory_mb": round(int(memory.get("used_memory", 0)) / 2**20, 1),
@@ -351,7 +401,9 @@ def main() -> None:
             if phase in args.skip:
                 continue
             with tempfile.TemporaryDirectory(prefix=f"bench-bus-{phase}-") as tmp:
-                run = phase_latency if phase == "latency" else phase_failover
+                run = {"hop": phase_hop, "latency": phase_latency, "failover": phase_failover}[
+                    phase
+                ]
                 results[phase] = run(args, Path(tmp))
             print(json.dumps({phase: results[phase]}, indent=1), flush=True)
     finally:

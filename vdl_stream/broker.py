@@ -878,8 +878,15 @@ class Broker:
         async with run.lock:
             if self._runs.get(run.name) is not run or run.local:
                 return
+            carried = self._bus is not None and self._bus.carries(run.name)  # bus: live already
             try:
-                records = await trio.to_thread.run_sync(_poll, run, limiter=self._read_limiter)
+                if carried:  # only move the reader on (no record decoded): the bus fanned it out
+                    await trio.to_thread.run_sync(
+                        self._bus_catch_up, run, limiter=self._read_limiter
+                    )
+                    records = []
+                else:
+                    records = await trio.to_thread.run_sync(_poll, run, limiter=self._read_limiter)
             except Exception as exc:  # one unreadable run never stops the others
                 self._read_failed(run, exc)
                 return
@@ -891,8 +898,7 @@ class Broker:
                 if r.kind == "scalars"
             ]
             events = [_record_event(r) for r in records if r.kind in codec.EVENT_KINDS]
-            carried = self._bus is not None and self._bus.carries(run.name)  # bus: live already
-            if (scalars or events) and not carried:
+            if scalars or events:
                 self._fan_out(run.name, scalars, events)
             self._cache.update(run)
 
@@ -1297,6 +1303,17 @@ class Broker:
             # Reopened as a follower: what is on disk then is history, later appends are tailed.
             run.position = None
 
+    @staticmethod
+    def _bus_catch_up(run: _Run) -> None:
+        """Move a followed run's reader to the end of its files without decoding what it skips
+        (blocking; hold ``run.lock``): the bus fanned those records out already."""
+        signature = _signature(run.path)
+        reader = _open_reader(run)
+        reader.refresh()
+        run.signature = signature
+        run.position = reader.position()
+        _measure(run)
+
     def _bus_learn(self, name: str) -> bool:
         """Another broker writes run ``name``: serve it here too (its files are in the shared
         log directory, or will be read from the shared store). Return whether it was known."""
@@ -1400,7 +1417,9 @@ class Broker:
                         # bus: live frames of this run come by the bus, and the files hold
                         # what they carried: read them to their end (what the frames fanned out
                         # meanwhile repeat comes twice, rather than not at all)
-                        await trio.to_thread.run_sync(_poll, run, limiter=self._read_limiter)
+                        await trio.to_thread.run_sync(
+                            self._bus_catch_up, run, limiter=self._read_limiter
+                        )
                     scalars, events = await trio.to_thread.run_sync(
                         _read_snapshot,
                         run,
