@@ -6,9 +6,9 @@ the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing on
 0. ``hop``: Redis alone, through coredis on trio as the bus uses it: one pipelined ``XADD`` of a
    600-byte entry every 4 ms, read back by a blocked ``XREAD`` in the same process; latency from
    before the XADD to the XREAD's return (500 entries).
-1. ``latency``: 48 raw ``/ws/ingest`` writers, 16 per broker, each in its own run and paced so
-   that together they send ``--rate`` events/s (batches of 25 points); one ``/ws/live`` client
-   per broker subscribed to every run. Reports, for each client, the runs it saw, and the latency
+1. ``latency``: 48 raw ``/ws/ingest`` writers, 16 per broker (a process of writers per broker),
+   each in its own run and paced so that together they send ``--rate`` events/s (batches of 25
+   points); one ``/ws/live`` client per broker (each its own process) subscribed to every run. Reports, for each client, the runs it saw, and the latency
    from a point's creation (its wall time, stamped when the batch is built) to its arrival, split
    into points written through the client's own broker and through another broker (the bus
    path); the brokers' bus counters (published, dropped, gaps); Redis's commands/s and memory.
@@ -206,9 +206,9 @@ def cpu_seconds(server: ServeProcess) -> float:
 
 
 def percentiles(chunks: list[np.ndarray]) -> dict[str, float]:
-    if not chunks:
+    lat = np.concatenate(chunks) * 1000 if chunks else np.zeros(0)
+    if not len(lat):
         return {"points": 0}
-    lat = np.concatenate(chunks) * 1000
     return {
         "points": len(lat),
         "p50_ms": round(float(np.percentile(lat, 50)), 2),
@@ -217,60 +217,113 @@ def percentiles(chunks: list[np.ndarray]) -> dict[str, float]:
     }
 
 
+def _browser_process(ws: str, own: set[str], since: float, until: float, out: Path) -> None:
+    """A child process: one ``/ws/live`` client until ``until``; results saved to ``out``."""
+    result = Browser()
+
+    async def main() -> None:
+        with trio.move_on_after(max(0.0, until - time.time())):
+            await browse(ws, own, result, [since])
+
+    trio.run(main)
+    empty = np.zeros(0)
+    np.savez(
+        out,
+        own=np.concatenate(result.own) if result.own else empty,
+        other=np.concatenate(result.other) if result.other else empty,
+    )
+    out.with_suffix(".json").write_text(
+        json.dumps({"runs": sorted(result.runs), "gaps": result.gaps, "error": result.error})
+    )
+
+
+def _writers_process(specs: list[tuple[str, str, str]], options: dict, out: Path) -> None:
+    """A child process: raw writers ``(writer, run, ws)`` streaming from ``options["at"]`` on."""
+    results = [WriterResult(writer, run) for writer, run, _ in specs]
+
+    async def main() -> None:
+        start = trio.Event()
+        async with trio.open_nursery() as nursery:
+            for (_, _, ws), result in zip(specs, results, strict=True):
+                nursery.start_soon(
+                    lambda ws=ws, r=result: stream_batches(
+                        ws,
+                        r,
+                        tags=["loss"],
+                        points=options["points"],
+                        seconds=options["seconds"],
+                        start=start,
+                        batches_per_s=options["batches_per_s"],
+                    )
+                )
+            await trio.sleep(max(0.0, options["at"] - time.time()))
+            start.set()
+
+    trio.run(main)
+    out.write_text(json.dumps([{"acked": r.acked_seq, "error": r.error} for r in results]))
+
+
 def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
+    """48 paced writers in 3 processes, one browser process per broker (so that no client
+    process is the bottleneck: each has its own GIL)."""
+    import multiprocessing
+
+    fork = multiprocessing.get_context("fork")
     redis = RedisProcess(workdir)
     brokers = start_brokers(workdir / "logs", workdir, redis, [0] * BROKERS)
+    children: list = []
     try:
-        writers = 48
-        points = 25
-        per_writer = args.rate / writers / points  # batches/s per writer
+        writers, points = 48, 25
         runs = [f"bus{i:02d}" for i in range(writers)]
         home = {run: i % BROKERS for i, run in enumerate(runs)}
-        browsers = [Browser() for _ in brokers]
-        results = [WriterResult(f"w{i}", run) for i, run in enumerate(runs)]
-        since = [float("inf")]
-        stats_before: list[dict] = []
-        cpu_before: list[float] = []
-        redis_before: dict = {}
-
-        async def main() -> float:
-            start = trio.Event()
-            async with trio.open_nursery() as nursery:
-                for i, broker in enumerate(brokers):
-                    own = {r for r in runs if home[r] == i}
-                    nursery.start_soon(browse, broker.ws, own, browsers[i], since)
-                async with trio.open_nursery() as writing:
-                    for result in results:
-                        writing.start_soon(
-                            lambda r=result: stream_batches(
-                                brokers[home[r.run]].ws,
-                                r,
-                                tags=["loss"],
-                                points=points,
-                                seconds=args.seconds + 1,
-                                start=start,
-                                batches_per_s=per_writer,
-                            )
-                        )
-                    await trio.sleep(1)  # connections and subscriptions in place
-                    start.set()
-                    await trio.sleep(1)  # warm-up: runs appear, leases are taken
-                    since[0] = time.time()
-                    stats_before.extend(b.stats() for b in brokers)
-                    cpu_before.extend(cpu_seconds(b) for b in brokers)
-                    redis_before.update(redis.info("stats") or {})
-                    t0 = time.perf_counter()
-                await trio.sleep(0.5)  # the last frames reach the browsers
-                nursery.cancel_scope.cancel()
-            return time.perf_counter() - t0
-
-        elapsed = trio.run(main)
+        start_at = time.time() + 3  # every connection and subscription in place
+        since = start_at + 1  # after a warm-up: runs appear, leases are taken
+        until = since + args.seconds
+        options = {
+            "points": points,
+            "seconds": until - start_at,
+            "batches_per_s": args.rate / writers / points,
+            "at": start_at,
+        }
+        for i, broker in enumerate(brokers):
+            own = {r for r in runs if home[r] == i}
+            children.append(
+                fork.Process(
+                    target=_browser_process,
+                    args=(broker.ws, own, since, until + 0.5, workdir / f"browser{i}.npz"),
+                )
+            )
+            specs = [(f"w{r}", r, broker.ws) for r in runs if home[r] == i]
+            children.append(
+                fork.Process(
+                    target=_writers_process, args=(specs, options, workdir / f"writers{i}.json")
+                )
+            )
+        for child in children:
+            child.start()
+        time.sleep(max(0.0, since - time.time()))
+        stats_before = [b.stats() for b in brokers]
+        cpu_before = [cpu_seconds(b) for b in brokers]
+        redis_before = redis.info("stats") or {}
+        time.sleep(max(0.0, until - time.time()))
         stats = [b.stats() for b in brokers]
         cpu = [cpu_seconds(b) - c for b, c in zip(brokers, cpu_before, strict=True)]
         redis_after = redis.info("stats") or {}
         memory = redis.info("memory") or {}
-        events = sum(r.acked_seq for r in results) * points
-        measured = sum(max(0, r.acked_seq - per_writer) for r in results) * points
+        load = psutil.getloadavg()
+        for child in children:
+            child.join(120)
+        elapsed = args.seconds
+        browsers = []
+        for i in range(BROKERS):
+            saved = np.load(workdir / f"browser{i}.npz")
+            meta = json.loads((workdir / f"browser{i}.json").read_text())
+            browsers.append((saved["own"], saved["other"], meta))
+        written = [
+            w
+            for i in range(BROKERS)
+            for w in json.loads((workdir / f"writers{i}.json").read_text())
+        ]
         published = sum(
             s["bus"]["published"] - b["bus"]["published"]
             for s, b in zip(stats, stats_before, strict=True)
@@ -282,30 +335,33 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
             "brokers": BROKERS,
             "writers": writers,
             "rate_target": args.rate,
-            "seconds": round(elapsed, 1),
-            "events_acked": events,
-            "events_per_s": round(measured / elapsed),
-            "writer_errors": [r.error for r in results if r.error],
+            "seconds": elapsed,
+            "events_per_s": round(sum(w["acked"] for w in written) * points / options["seconds"]),
+            "writer_errors": [w["error"] for w in written if w["error"]],
             "browsers": [
                 {
-                    "runs_seen": len(b.runs),
-                    "own_broker": percentiles(b.own),
-                    "other_broker": percentiles(b.other),
-                    "gaps": b.gaps,
-                    "error": b.error,
+                    "runs_seen": len(meta["runs"]),
+                    "own_broker": percentiles([own]),
+                    "other_broker": percentiles([other]),
+                    "gaps": meta["gaps"],
+                    "error": meta["error"],
                 }
-                for b in browsers
+                for own, other, meta in browsers
             ],
-            "every_browser_sees_every_run": all(len(b.runs) == writers for b in browsers),
-            "other_broker_all": percentiles([c for b in browsers for c in b.other]),
+            "every_browser_sees_every_run": all(len(m["runs"]) == writers for _, _, m in browsers),
+            "other_broker_all": percentiles([other for _, other, _ in browsers]),
             "bus": [s["bus"] for s in stats],
+            "subscribers": [s["subscribers"] for s in stats],
             "broker_cpu_per_s": [round(c / elapsed, 2) for c in cpu],
-            "load_average": [round(x, 1) for x in psutil.getloadavg()],
+            "load_average": [round(x, 1) for x in load],
             "xadd_per_s": round(published / elapsed),
             "redis_commands_per_s": round(commands / elapsed),
             "redis_used_memory_mb": round(int(memory.get("used_memory", 0)) / 2**20, 1),
         }
     finally:
+        for child in children:
+            if child.is_alive():
+                child.kill()
         for broker in brokers:
             broker.stop()
         redis.stop()

@@ -878,15 +878,12 @@ class Broker:
         async with run.lock:
             if self._runs.get(run.name) is not run or run.local:
                 return
-            carried = self._bus is not None and self._bus.carries(run.name)  # bus: live already
+            if self._bus is not None and self._bus.carries(run.name):
+                # bus: it fanned this run out live already; the reader catches up (without
+                # decoding) when a snapshot needs it, not every second
+                return
             try:
-                if carried:  # only move the reader on (no record decoded): the bus fanned it out
-                    await trio.to_thread.run_sync(
-                        self._bus_catch_up, run, limiter=self._read_limiter
-                    )
-                    records = []
-                else:
-                    records = await trio.to_thread.run_sync(_poll, run, limiter=self._read_limiter)
+                records = await trio.to_thread.run_sync(_poll, run, limiter=self._read_limiter)
             except Exception as exc:  # one unreadable run never stops the others
                 self._read_failed(run, exc)
                 return

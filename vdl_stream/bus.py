@@ -43,10 +43,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import numpy as np
 import trio
 
 from . import codec
-from .codec import Batch
+from .codec import Batch, ScalarColumns
 from .errors import RefusedError
 
 if TYPE_CHECKING:
@@ -459,6 +460,11 @@ class Bus:
             await trio.lowlevel.checkpoint()
 
     def _fan_out(self, run: str, entries: Iterable[Any]) -> None:
+        """Fan out the entries of ``run`` one XREAD returned as one ``data`` frame: the more
+        a broker falls behind, the more each frame carries (columns of a tag concatenated), so
+        browsers get fewer, larger frames instead of overflowing their queues."""
+        columns: dict[str, list[ScalarColumns]] = {}
+        events: list[dict[str, Any]] = []
         for entry in entries:
             fields = entry.field_values
             source = fields.get(b"b", b"")
@@ -476,7 +482,23 @@ class Bus:
                 self._gaps += 1
                 self.broker._bus_gap(run)
             self._received += 1
-            self.broker._bus_fan_out(run, batch.scalars, batch.events)
+            for cols in batch.scalars:
+                columns.setdefault(cols.tag, []).append(cols)
+            events.extend(batch.events)
+        if not columns and not events:
+            return
+        scalars = [
+            parts[0]
+            if len(parts) == 1
+            else ScalarColumns(
+                tag,
+                np.concatenate([p.steps for p in parts]),
+                np.concatenate([p.walls for p in parts]),
+                np.concatenate([p.values for p in parts]),
+            )
+            for tag, parts in columns.items()
+        ]
+        self.broker._bus_fan_out(run, scalars, events)
 
     async def _lease_loop(self) -> None:
         """Renew held leases every third of the ttl; release idle ones; give up lost ones."""
