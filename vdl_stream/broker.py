@@ -506,8 +506,10 @@ class Broker:
             if self._bus is not None:  # bus: only the broker holding the run's lease takes it
                 await self._bus.admit(batch)
             run = await self._get_run(batch.run)
-            if self._bus is not None and run.resend_from:
-                self._bus_settle(run.resend_from, run.last_seq)
+            if self._bus is not None:
+                self._bus.check_order(batch, run.last_seq)
+                if run.resend_from:
+                    self._bus_settle(run.resend_from, run.last_seq)
         except RefusedError as refusal:
             self._refusal_count += 1
             if self._bus is not None:  # bus: nothing of this writer's after it until it is back
@@ -547,6 +549,12 @@ class Broker:
             # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
             run.last_seq[batch.writer] = last
             run.inflight.pop((batch.writer, batch.seq), None)
+            # A copy of this batch re-sent on another connection meanwhile (a writer that
+            # reconnected while this one was still being read) waits on this number: it must
+            # hear that the batch was not taken, not be acknowledged once later ones are written.
+            self._refused[seq] = RefusedError(
+                "the batch was not taken (its connection closed); send it again", retryable=True
+            )
             if self._ingest_seq == seq:
                 self._ingest_seq = ingested
             if resend is not None and batch.seq == resend[0]:

@@ -241,22 +241,31 @@ class Bus:
         """Make sure this broker holds the lease of the batch's run before it takes the batch.
 
         A held lease costs a dictionary look-up; otherwise one Redis round trip (bounded by
-        ``COMMAND_TIMEOUT``) takes it. A writer's batch refused before it reached the run
-        (:meth:`refused`) must come again before any later batch of that writer is taken: the
-        lease may be free by the time the later ones arrive, and taking them first would make the
-        refused one look like a duplicate of data already written, and be dropped.
+        ``COMMAND_TIMEOUT``) takes it.
 
         Raises:
-            RefusedError: (retryable) another broker holds the run, Redis cannot be reached, or
-                an earlier batch of this writer was refused and has not come again yet.
+            RefusedError: (retryable) another broker holds the run, or Redis cannot be reached.
+        """
+        await self._admit(batch.run)
+
+    def check_order(self, batch: Batch, last_seq: dict[str, int]) -> None:
+        """Refuse ``batch`` if an earlier batch of its writer was refused before it reached the
+        run (:meth:`refused`) and has not come again: the lease may be free by the time the later
+        ones arrive, and taking them first would make the refused one look like a duplicate of
+        data already written, and be dropped. ``last_seq`` is what the run's files hold of each
+        writer: a refused batch that another broker wrote meanwhile is settled.
+
+        Raises:
+            RefusedError: (retryable) that earlier batch has to come first.
         """
         key = (batch.run, batch.writer)
         pending = self._pending.get(key)
-        if pending is not None:
-            if batch.seq > pending[0]:
-                raise pending[1]
-            del self._pending[key]  # the refused batch (or an earlier one) is back
-        await self._admit(batch.run)
+        if pending is None:
+            return
+        if pending[0] <= last_seq.get(batch.writer, 0) or batch.seq <= pending[0]:
+            del self._pending[key]  # written elsewhere meanwhile, or it (or an earlier one) is back
+            return
+        raise pending[1]
 
     def refused(self, batch: Batch, refusal: RefusedError) -> None:
         """Note that ``batch`` was refused before it reached its run (see :meth:`admit`)."""
