@@ -720,6 +720,7 @@ def api_blueprint(broker: Broker) -> Blueprint:
             broker=broker.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
             store=_store_statistics(broker),
+            bus=None if broker._bus is None else broker._bus.statistics().__dict__,
         )
 
     return bp
@@ -1103,6 +1104,8 @@ async def run_server(
     allowed_hosts: Iterable[str] = (),
     limits: Limits | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    bus: str | None = None,
+    bus_lease: float | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     cache_dir: str | Path | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -1113,6 +1116,9 @@ async def run_server(
     broker then keeps its runs' heads in ``cache_dir`` (by default under ``$VDL_STREAM_CACHE``
     or ``~/.cache/vdl-stream``), publishes them to the store and serves the store's other runs
     (vdl_stream/storage.py).
+
+    ``bus``, a ``redis://`` URL, joins this broker to the others on that Redis (``--bus``,
+    :mod:`vdl_stream.bus`; ``bus_lease`` is the run leases' time to live in seconds).
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
@@ -1144,6 +1150,10 @@ async def run_server(
             if sync is not None:
                 broker.store_statistics = sync.statistics
                 await nursery.start(sync.run, broker.wait_closed)
+            if bus is not None:  # several brokers, one dashboard (vdl_stream/bus.py)
+                from .bus import LEASE_TTL, Bus
+
+                await nursery.start(Bus(broker, bus, lease_ttl=bus_lease or LEASE_TTL).run)
             await nursery.start(broker.follow)
             url = await nursery.start(
                 partial(

@@ -831,7 +831,7 @@ def attach(
     logdir: str | os.PathLike[str] = "vdl_logs",
     run: str | None = None,
     *,
-    url: str | None = None,
+    url: str | Sequence[str] | None = None,
     serve: bool = False,
     host: str = "127.0.0.1",
     port: int = 8040,
@@ -853,7 +853,8 @@ def attach(
             and whole when the writer closes (docs/object-storage.md).
         run: the run name; a unique, time-sortable name when omitted. An existing run is appended to.
         url: publish to a running ``vdl-stream serve`` at this ``ws://host:port`` instead of
-            recording in-process.
+            recording in-process; or a list of such URLs, brokers joined by ``serve --bus``:
+            the writer fails over from one to the next (docs/deploy.md).
         serve: also serve the dashboard from this process (in-process broker only).
         host, port: where the dashboard listens when ``serve`` is true (``port=0``: any free port).
         token: the access token for ``url``, or required by the served dashboard.
@@ -883,7 +884,11 @@ def attach(
     if serve and url is not None:
         raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
     if url is not None and not isinstance(url, str):
-        raise TypeError(f"url must be a str, got {type(url).__name__} {url!r:.40}")
+        if not isinstance(url, Sequence) or not url or not all(isinstance(u, str) for u in url):
+            raise TypeError(
+                f"url must be a str or a non-empty list of str, got {type(url).__name__} {url!r:.40}"
+            )
+        url = list(url)
     if token is not None and not isinstance(token, str):
         raise TypeError(f"token must be a str or None, got {type(token).__name__}")
     if serve:
@@ -893,7 +898,7 @@ def attach(
         check_bind(host, token)
     rank, local_rank, _ = distributed_env()
     named = run is not None
-    run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
+    run, mute = resolve_run(run, all_ranks=all_ranks, url=None if url is None else "ws:")
     # NVML sees every GPU of the node, so one process per node reports them.
     sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
     options = {
