@@ -3,6 +3,7 @@
     python bench/bench_dashboard.py            # 60 s of live load, then the 10,000,000-point run
     python bench/bench_dashboard.py --quick    # 15 s of live load, one server start for the run
     python bench/bench_dashboard.py --skip-load --prefill 262144   # live load with full rings
+    python bench/bench_dashboard.py --runs     # issue 12: 1,000 runs (bench/dashboard_runs.py)
 
 Two parts, each against a real ``vdl-stream serve`` subprocess on 127.0.0.1:
 
@@ -59,6 +60,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
+import dashboard_runs  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from broker_clients import ServeProcess  # noqa: E402
@@ -762,7 +764,23 @@ def main() -> None:
     parser.add_argument("--skip-live", action="store_true")
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--out", default=str(HERE / "out" / "dashboard.json"))
+    # -- issue 12: many runs (bench/dashboard_runs.py) --
+    parser.add_argument("--runs", action="store_true", help="only the many-runs part (issue 12)")
+    parser.add_argument("--runs-count", type=int, default=1000, help="runs of the served directory")
+    parser.add_argument("--runs-points", type=int, default=10_000, help="points per tag and run")
+    parser.add_argument("--runs-starts", type=int, default=None, help="server starts (default 2)")
+    parser.add_argument("--runs-live", type=int, default=50, help="runs logging live")
+    parser.add_argument("--runs-rate", type=int, default=100, help="points/s per tag, live runs")
+    parser.add_argument("--runs-duration", type=float, default=None, help="live seconds (30)")
+    parser.add_argument("--runs-skip-load", action="store_true")
+    parser.add_argument("--runs-skip-live", action="store_true")
     args = parser.parse_args()
+    if args.runs_starts is None:
+        args.runs_starts = 1 if args.quick else 2
+    if args.runs_duration is None:
+        args.runs_duration = 15.0 if args.quick else 30.0
+    if args.runs:
+        args.out = args.out.replace("dashboard.json", "dashboard-runs.json")
     if args.duration is None:
         args.duration = 15.0 if args.quick else 60.0
     if args.starts is None:
@@ -792,16 +810,19 @@ def main() -> None:
         browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
             result["machine"]["browser_version"] = browser.version
-            if not args.skip_live:
-                result["live"] = live(args, browser, Path(tmp))
-            if not args.skip_load:
-                result["load"] = load(args, browser, Path(tmp))
+            if args.runs:
+                result["runs"] = dashboard_runs.run(args, browser, Path(tmp))
+            else:
+                if not args.skip_live:
+                    result["live"] = live(args, browser, Path(tmp))
+                if not args.skip_load:
+                    result["load"] = load(args, browser, Path(tmp))
         finally:
             browser.close()
     result["machine"]["load_avg_after"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(report(result))
+    print(dashboard_runs.report(result["runs"]) if args.runs else report(result))
     print(f"\n(full record: {args.out})")
 
 

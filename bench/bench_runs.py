@@ -16,6 +16,8 @@ measures:
   its summary read from the recorder's digest, happens before it listens);
 * ``cold_ms``: the first ``GET /api/runs`` (body read);
 * ``warm_ms``: the median of ``--gets`` more;
+* ``stats_ms``: the median of ``--gets`` ``GET /api/stats`` (a small answer): the floor that the
+  machine's load sets for any answer at that moment;
 * ``summaries_ms``: from opening ``/ws/live`` until its first ``summaries`` frame (every run's
   summary) is read, and that frame's size.
 
@@ -113,6 +115,12 @@ def one_start(logdir: str, runs: int, gets: int) -> dict:
         answer = json.loads(body)
         assert len(answer["runs"]) == runs, len(answer["runs"])
         warm = [get_runs(server.url)[0] for _ in range(gets)]
+        floor = []  # the server's answer time for a tiny body, now: the machine's noise floor
+        for _ in range(gets):
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(server.url + "/api/stats", timeout=60) as response:
+                response.read()
+            floor.append(time.perf_counter() - t0)
         ws_s, frame_bytes, frame_runs = trio.run(first_summaries, server.ws_url)
         assert frame_runs == runs
         statuses: dict[str, int] = {}
@@ -123,6 +131,7 @@ def one_start(logdir: str, runs: int, gets: int) -> dict:
             "cold_ms": cold * 1e3,
             "warm_ms": statistics.median(warm) * 1e3,
             "warm_ms_all": [w * 1e3 for w in warm],
+            "stats_ms": statistics.median(floor) * 1e3,
             "body_bytes": len(body),
             "summaries_ms": ws_s * 1e3,
             "summaries_bytes": frame_bytes,
@@ -258,6 +267,7 @@ def measure(
         "cold_ms": med("cold_ms"),
         "warm_ms": med("warm_ms"),
         "summaries_ms": med("summaries_ms"),
+        "stats_ms": med("stats_ms"),
         "body_bytes": starts[0]["body_bytes"],
         "summaries_bytes": starts[0]["summaries_bytes"],
         "statuses": starts[0]["statuses"],
@@ -272,15 +282,16 @@ def report(result: dict) -> str:
         f"{a['runs']:,} runs x {a['tags']} tags; medians of {a['starts']} fresh `serve` starts "
         f"({a['gets']} warm GETs each)",
         "",
-        "| points a run | logdir | serve start-up | GET /api/runs cold | warm | first `summaries` "
-        "frame | answer | frame | in the server: discovery; answer; frame |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| points a run | logdir | serve start-up | GET /api/runs cold | warm | GET /api/stats "
+        "| first `summaries` frame | answer | frame | in the server: discovery; answer; frame |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result["results"]:
         inner = r["in_process"]
         lines.append(
             f"| {r['points_per_run']:,} | {r['logdir_bytes'] / 1e6:,.0f} MB | "
             f"{r['startup_s']:.2f} s | {r['cold_ms']:.1f} ms | {r['warm_ms']:.1f} ms | "
+            f"{r['stats_ms']:.1f} ms | "
             f"{r['summaries_ms']:.1f} ms | {r['body_bytes'] / 1e3:,.0f} kB | "
             f"{r['summaries_bytes'] / 1e3:,.0f} kB | {inner['discover_s']:.2f} s; "
             f"{inner['answer_ms']:.2f} ms; {inner['frame_ms']:.2f} ms |"

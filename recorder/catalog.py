@@ -362,10 +362,13 @@ class Catalog:
             os.close(fd)
             raise SourceGone(name)
 
-    def fd_of(self, entry: Entry) -> int:
+    def fd_of(self, entry: Entry) -> int | None:
         """A descriptor of the file holding ``entry``, for preads until the next call that may
-        open another file. Raises SourceGone when compaction replaced the file."""
-        return self._fd(entry.src)
+        open another file; None when reads must go through :meth:`pread` (a run mirrored from
+        an object store, whose files may not be whole on disk). Raises SourceGone when
+        compaction replaced the file."""
+        fd = self._fd(entry.src)
+        return None if self._fill is not None else fd
 
     def pread(self, entry: Entry, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of the file holding ``entry`` (no checksum: the caller

@@ -13,8 +13,9 @@ appended by a writer that was killed has no current digest until a writer closes
 read elsewhere; readers fall back to reading the run).
 
 Format (docs/record-format.md, "Digest"): the 8-byte magic ``b"\\x89VDLDIG\\n"``, then one msgpack
-map ``{"version": 1, "files": [[name, size], ...], "scalars": {tag: [count, step_min, step_max,
-vmin, vmax, last_step, last_wall, last_value]}, "first_wall", "last_wall", "meta": {...},
+map ``{"version": 2, "files": [[name, size], ...], "scalars": {tag: [count, step_min, step_max,
+vmin, vmax, last_step, last_wall, last_value]}, "kinds": {kind: [records, first_wall, last_wall]},
+"meta": {...},
 "latest": {kind: [wall, data]}}``. ``vmin``/``vmax`` are over finite values only (None when a tag
 has none), like the index's chunk summaries.
 """
@@ -36,7 +37,7 @@ from recorder.framing import HEADER_SIZE
 
 DIGEST_NAME = "digest.vdld"
 DIGEST_MAGIC = b"\x89VDLDIG\n"
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2
 #: Untagged records larger than this (encoded) are not kept as a kind's newest record.
 LATEST_MAX_BYTES = 16 << 10
 #: A digest file larger than this is not read (it cannot be one this module wrote).
@@ -69,7 +70,8 @@ class Digest:
 
     Attributes:
         scalars: per scalar tag, a :class:`TagDigest`.
-        first_wall, last_wall: the smallest and largest wall time of any record (None: empty).
+        kinds: per record kind (``"scalars"`` for scalar points), ``[count, first wall,
+            last wall]``: how many, and the smallest and largest wall time among them.
         meta: the ``meta`` records merged in order (as ``RunReader.meta``).
         latest: per kind, ``(wall, data)`` of the newest untagged record of at most
             ``LATEST_MAX_BYTES`` (``hparams``, ``telemetry``, ...).
@@ -77,17 +79,38 @@ class Digest:
     """
 
     scalars: dict[str, TagDigest] = field(default_factory=dict)
-    first_wall: float | None = None
-    last_wall: float | None = None
+    kinds: dict[str, list] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     latest: dict[str, tuple[float, Any]] = field(default_factory=dict)
     files: list[tuple[str, int]] = field(default_factory=list)
 
-    def _walls(self, lo: float, hi: float) -> None:
-        if self.first_wall is None or lo < self.first_wall:
-            self.first_wall = lo
-        if self.last_wall is None or hi > self.last_wall:
-            self.last_wall = hi
+    def _walls(self, kind: str, n: int, lo: float | None, hi: float | None) -> None:
+        row = self.kinds.get(kind)
+        if row is None:
+            self.kinds[kind] = [n, lo, hi]
+            return
+        row[0] += n
+        if lo is not None and (row[1] is None or lo < row[1]):
+            row[1] = lo
+        if hi is not None and (row[2] is None or hi > row[2]):
+            row[2] = hi
+
+    def walls(self, kinds: Any = None) -> tuple[float | None, float | None]:
+        """The smallest and largest wall time of the records of ``kinds`` (None: every kind)."""
+        rows = [r for k, r in self.kinds.items() if kinds is None or k in kinds]
+        los = [r[1] for r in rows if r[1] is not None]
+        his = [r[2] for r in rows if r[2] is not None]
+        return (min(los) if los else None, max(his) if his else None)
+
+    @property
+    def first_wall(self) -> float | None:
+        """The smallest wall time of any record (None: none)."""
+        return self.walls()[0]
+
+    @property
+    def last_wall(self) -> float | None:
+        """The largest wall time of any record (None: none)."""
+        return self.walls()[1]
 
     def add_scalars(
         self, tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
@@ -144,17 +167,18 @@ class Digest:
         if not (math.isfinite(lo) and math.isfinite(hi)):
             finite = walls[np.isfinite(walls)]
             if not len(finite):
+                self._walls("scalars", len(walls), None, None)
                 return
             lo, hi = float(finite.min()), float(finite.max())
-        self._walls(lo, hi)
+        self._walls("scalars", len(walls), lo, hi)
 
     def add_record(
         self, kind: str, tag: str | None, wall: float, data: dict | None, size: int
     ) -> None:
         """Take in one non-scalar record of ``size`` encoded bytes (``data`` is needed only for
         ``meta`` records and untagged ones of at most ``LATEST_MAX_BYTES``)."""
-        if math.isfinite(wall):
-            self._walls(wall, wall)
+        finite = math.isfinite(wall)
+        self._walls(kind, 1, wall if finite else None, wall if finite else None)
         if kind == "meta" and data is not None:
             self.meta.update(data)
         if tag is None and size <= LATEST_MAX_BYTES and data is not None:
@@ -166,8 +190,7 @@ class Digest:
             "version": DIGEST_VERSION,
             "files": [list(f) for f in self.files],
             "scalars": {tag: t.as_list() for tag, t in self.scalars.items()},
-            "first_wall": self.first_wall,
-            "last_wall": self.last_wall,
+            "kinds": self.kinds,
             "meta": self.meta,
             "latest": {kind: list(v) for kind, v in self.latest.items()},
         }
@@ -188,8 +211,7 @@ class Digest:
                 raise ValueError(f"digest version {body['version']!r} is not {DIGEST_VERSION}")
             return cls(
                 scalars={tag: TagDigest(*row) for tag, row in body["scalars"].items()},
-                first_wall=body["first_wall"],
-                last_wall=body["last_wall"],
+                kinds={str(k): list(v) for k, v in body["kinds"].items()},
                 meta=dict(body["meta"]),
                 latest={kind: (v[0], v[1]) for kind, v in body["latest"].items()},
                 files=[(str(n), int(s)) for n, s in body["files"]],

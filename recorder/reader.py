@@ -1137,11 +1137,14 @@ class _LodChunk:
         parts = []
         for j in slices:
             a, b = j * size, min((j + 1) * size, self.lod.n)
-            data = os.pread(fd, 8 * (b - a), start + 8 * a)
+            if fd is None:
+                data = self.catalog.pread(self.entry, start + 8 * a, 8 * (b - a))
+            else:
+                data = os.pread(fd, 8 * (b - a), start + 8 * a)
+                self.catalog.bytes_read += len(data)
             if zlib.crc32(data) != int(self.lod.crc[j]):
                 raise _LodMismatch(self.entry.src)
             parts.append(data)
-        self.catalog.bytes_read += sum(map(len, parts))
         return np.frombuffer(b"".join(parts), "<f8")
 
     def steps_walls(self, j: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1215,24 +1218,48 @@ class _Buckets:
         steps, walls, values = self._held[0] if len(self._held) == 1 else _concat(self._held)
         g = self._held_at
         self._held, self._held_n = [], 0
-        index = np.arange(g, g + len(steps))
-        for name, pos in self._extremes(index, values).items():
+        for name, pos in self._extremes(g, values).items():
             none = np.full(len(pos), -1, np.int64)
-            self.cand[name].append(
-                (index[pos], values[pos], steps[pos], walls[pos], none, none, none)
-            )
+            self.cand[name].append((pos + g, values[pos], steps[pos], walls[pos], none, none, none))
 
-    def _extremes(self, index: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
-        """Positions in ``index`` (increasing global indices) of the first and last point if
-        there, and of each bucket's first minimum and first maximum among these points."""
-        out = {"ends": np.flatnonzero((index == 0) | (index == self.n - 1))}
-        inner = np.flatnonzero((index >= 1) & (index < self.n - 1))
-        if self.any and len(inner):
-            whole = len(inner) == len(index)
-            if not whole:
-                index, values = index[inner], values[inner]
-            lows, highs = _segment_extremes(values, _run_starts(self._bucket_of(index)))
-            out["min"], out["max"] = (lows, highs) if whole else (inner[lows], inner[highs])
+    def _extremes(self, g: int, values: np.ndarray) -> dict[str, np.ndarray]:
+        """Positions in ``values`` (the points at global indices ``g, g + 1, ...``) of the first
+        and last point if there, and of each bucket's first minimum and first maximum among
+        them: whole buckets by one argmin/argmax over a (buckets, size) view, the cut ones at the
+        ends alone."""
+        k = len(values)
+        ends = [p for p in (-g, self.n - 1 - g) if 0 <= p < k]
+        out = {"ends": np.array(sorted(set(ends)), np.int64)}
+        a, b = max(g, 1), min(g + k, self.n - 1)  # inner points: [a, b)
+        if not self.any or a >= b:
+            return out
+        size, full = self.size, self.full
+        last = 1 + full * size  # where the last bucket (the rest) starts
+        cuts = [a]
+        edge = 1 + ((a - 1) // size + 1) * size  # the next bucket's start after a
+        whole = None
+        if edge < min(b, last):
+            cuts.append(edge)
+            stop = min(b, last)
+            count = (stop - edge) // size
+            if count:
+                whole = (edge, count)
+                cuts.append(edge + count * size)
+        if a < last < b:
+            cuts.append(last)
+        cuts = [*sorted({c for c in cuts if a <= c < b}), b]
+        lows, highs = [], []
+        for lo, hi in itertools.pairwise(cuts):
+            seg = values[lo - g : hi - g]
+            if whole is not None and lo == whole[0]:
+                grid = seg.reshape(whole[1], size)
+                base = np.arange(whole[1], dtype=np.int64) * size + (lo - g)
+                lows.append(grid.argmin(axis=1) + base)
+                highs.append(grid.argmax(axis=1) + base)
+            else:
+                lows.append(np.array([int(seg.argmin()) + lo - g]))
+                highs.append(np.array([int(seg.argmax()) + lo - g]))
+        out["min"], out["max"] = np.concatenate(lows), np.concatenate(highs)
         return out
 
     def add_lod(self, chunk: _LodChunk, g: int) -> None:

@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from recorder import blocks, framing
 from recorder.catalog import SEGMENT_RE, Catalog, register_source, segment_name, unregister_source
@@ -52,6 +52,8 @@ FILE_RE = re.compile(r"^(?:block-\d{6,}-\d{6,}\.vdlb|segment-\d{6,}\.vdlr)$")
 OBJECT_RE = re.compile(r"^(block-\d{6,}-\d{6,}\.vdlb|segment-\d{6,}\.vdlr)\.[0-9a-f]{16}$")
 # Objects no manifest names any more are deleted this long after they were replaced.
 GRACE_SECONDS = 60.0
+# Sealed files larger than this are uploaded from the file (a multipart upload), not from memory.
+STREAM_BYTES = 8 << 20
 # A fetch for a record reads at least this many bytes (the next records come with it).
 MIN_FETCH = 1 << 20
 # What a manifest may claim, at most: a reader fetches segments and block footers whole.
@@ -86,8 +88,9 @@ class ObjectStore(Protocol):
     :class:`FileNotFoundError` for a missing key; any other failure is an :class:`OSError`.
     """
 
-    def put(self, key: str, data: bytes) -> None:
-        """Write the object ``key`` whole (atomically replacing an older one)."""
+    def put(self, key: str, data: bytes | BinaryIO) -> None:
+        """Write the object ``key`` whole (atomically replacing an older one), from bytes or
+        from a file open for reading at its start."""
 
     def get(self, key: str) -> bytes:
         """Read the object ``key`` whole."""
@@ -196,6 +199,25 @@ def object_key(run: str, name: str, data: bytes) -> str:
     return f"{run}/{name}.{hashlib.blake2b(data, digest_size=8).hexdigest()}"
 
 
+def _streamed_ref(run: str, name: str, f: BinaryIO, size: int, block: bool) -> FileRef:
+    """The :class:`FileRef` of the open file ``f`` of ``size`` bytes, read in pieces (a large
+    sealed file is uploaded from the file, never held in memory)."""
+    digest = hashlib.blake2b(digest_size=8)
+    left = size
+    while left > 0:
+        piece = f.read(min(left, 1 << 20))
+        if not piece:
+            break
+        digest.update(piece)
+        left -= len(piece)
+    f.seek(0)
+    tail = None
+    if block and size >= framing.HEADER_SIZE + blocks.TRAILER_SIZE:
+        trailer = os.pread(f.fileno(), blocks.TRAILER_SIZE, size - blocks.TRAILER_SIZE)
+        tail = _trailer_offset(trailer, size)
+    return FileRef(name, f"{run}/{name}.{digest.hexdigest()}", size - left, tail)
+
+
 def find_runs(infos: Sequence[ObjectInfo]) -> tuple[dict[str, ObjectInfo], list[str]]:
     """Sort the objects of a listing: ``(run -> its manifest object, foreign keys)``.
 
@@ -234,8 +256,12 @@ def footer_offset(data: bytes) -> int | None:
     """Where a block's footer frame starts (from its trailer), or None if the trailer is bad."""
     if len(data) < framing.HEADER_SIZE + blocks.TRAILER_SIZE:
         return None
-    offset, _length, _crc, magic = _TRAILER.unpack_from(data, len(data) - blocks.TRAILER_SIZE)
-    if magic != blocks.TRAILER_MAGIC or not framing.HEADER_SIZE <= offset < len(data):
+    return _trailer_offset(data[len(data) - blocks.TRAILER_SIZE :], len(data))
+
+
+def _trailer_offset(trailer: bytes, size: int) -> int | None:
+    offset, _length, _crc, magic = _TRAILER.unpack(trailer)
+    if magic != blocks.TRAILER_MAGIC or not framing.HEADER_SIZE <= offset < size:
         return None
     return offset
 
@@ -332,9 +358,20 @@ class RunPublisher:
             self.adopt(read_manifest(self.store, self.run))
             self._sweep()
         assert self.published is not None
+        uploads: list[tuple[FileRef, bytes | BinaryIO]] = []
+        try:
+            return self._publish(final, now, uploads)
+        finally:
+            for _, data in uploads:
+                if not isinstance(data, bytes):
+                    data.close()
+
+    def _publish(
+        self, final: bool, now: float, uploads: list[tuple[FileRef, bytes | BinaryIO]]
+    ) -> bool:
+        assert self.published is not None
         layout = Catalog(self.run_dir, keep_data=False).layout()[0]
         refs: list[FileRef] = []
-        uploads: list[tuple[FileRef, bytes]] = []
         for i, (first, _last, block) in enumerate(layout):
             name = block if block is not None else segment_name(first)
             head = block is None and i == len(layout) - 1
@@ -354,6 +391,12 @@ class RunPublisher:
                     continue
                 if old is not None and old.size == size:
                     refs.append(old)
+                    continue
+                if not head and size > STREAM_BYTES:
+                    # Uploaded from the open file (still readable if compaction deletes it).
+                    f = open(path, "rb")  # noqa: SIM115 (closed by publish())
+                    uploads.append((_streamed_ref(self.run, name, f, size, block is not None), f))
+                    refs.append(uploads[-1][0])
                     continue
                 with open(path, "rb") as f:
                     data = f.read()
@@ -379,7 +422,7 @@ class RunPublisher:
             for ref, data in uploads:
                 self.store.put(ref.key, data)
                 self.stats.objects += 1
-                self.stats.bytes += len(data)
+                self.stats.bytes += ref.size
             manifest = Manifest(self.run, refs, self.generation + 1, time.time())
             self.store.put(manifest_key(self.run), manifest.encode())
             self.stats.manifests += 1

@@ -12,8 +12,16 @@ if ! command -v chromium >/dev/null 2>&1 || ! dpkg -s fonts-noto-cjk >/dev/null 
     apt-get install -y -qq chromium fonts-noto-cjk >/dev/null
 fi
 
+# Debian's redis-server: tests/test_bus.py starts its own on 127.0.0.1 (a port per test) for the
+# brokers joined by --bus.
+if ! command -v redis-server >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq redis-server >/dev/null
+fi
+
 # torch for the integration tests: the CPU-only wheel (~190 MB) where its index is reachable, instead
-# of PyPI's Linux build that pulls ~3 GB of CUDA libraries. Without the index, ".[test]" below
+# of PyPI's Linux build that pulls several GB of CUDA libraries. Without the index, ".[test]" below
 # installs torch from PyPI.
 if ! python3 -c "import torch" >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check torch \

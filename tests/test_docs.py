@@ -262,7 +262,12 @@ def cli_examples() -> list[tuple[str, list[str]]]:
     found = []
     for path in doc_files():
         fence = None
+        pending = ""  # a shell line continued with a trailing backslash
         for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+            if fence is not None and line.endswith("\\"):
+                pending += line[:-1]
+                continue
+            line, pending = pending + line, ""
             match = _FENCE.match(line)
             if match and (fence is None or match["fence"] == fence):
                 fence = None if fence else match["fence"]

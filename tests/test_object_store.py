@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -436,3 +437,82 @@ def test_store_sync_arguments_are_checked(tmp_path: Path) -> None:
             storage.StoreSync(None, tmp_path, **{name: 0})
     with pytest.raises(ValueError, match="cache_bytes"):
         storage.StoreSync(None, tmp_path, cache_bytes=-1)
+
+
+async def test_a_broker_over_the_bucket_fans_out_what_another_machine_publishes(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    """The writer's machine appends to a run and publishes it; a broker that only shares the
+    bucket shows the history as a snapshot, then fans out the appended points live (the head's
+    growth arrives by a ranged read of the new bytes)."""
+    import msgpack
+
+    from recorder.store import RunPublisher
+    from vdl_stream.broker import Broker
+
+    client = storage.ObstoreClient(URL)
+    source = tmp_path / "writer" / "r"
+    publisher = RunPublisher(client, "r", str(source), head_interval=0.0)
+
+    def write(first: int, last: int) -> None:
+        with recorder.RunWriter(source, sync="never") as w:
+            steps = np.arange(first, last)
+            w.append_scalars("x", steps, 1.7e9 + steps, steps * 0.5)
+        publisher.publish(final=True)
+
+    await trio.to_thread.run_sync(write, 0, 10)
+    broker = Broker(tmp_path / "reader")
+    sync = storage.StoreSync(client, tmp_path / "reader", list_interval=0.1)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(sync.run, broker.wait_closed)
+            await nursery.start(partial(broker.follow, 0.05))
+            sub = broker.subscribe()
+            (frame,) = await broker.snapshot(sub)
+            history = msgpack.unpackb(frame)["scalars"][0][1]
+            assert np.frombuffer(history, "<f8").tolist() == list(range(10))
+            await trio.to_thread.run_sync(write, 10, 15)
+            data = msgpack.unpackb(await sub.receive())
+            while data["type"] != "data":
+                data = msgpack.unpackb(await sub.receive())
+            assert np.frombuffer(data["scalars"][0][1], "<f8").tolist() == list(range(10, 15))
+            assert sync.statistics().requests["get_range"] >= 1  # the head's new bytes only
+            broker.close()
+
+
+def test_large_sealed_files_are_uploaded_from_the_file(
+    s3: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import recorder.store
+
+    monkeypatch.setattr(recorder.store, "STREAM_BYTES", 0)  # every sealed file streamed
+    _write("streamed", 3_000, every=2)  # 1,500 flushes: blocks
+    manifest = Manifest.decode(storage.ObstoreClient(URL).get("streamed/manifest.vdlm"), "streamed")
+    assert any(f.tail is not None for f in manifest.files), manifest  # blocks, from their files
+    local = storage.cache_dir(URL) / "streamed"
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / "streamed") == _contents(local)
+
+
+def test_a_hung_store_never_stalls_the_writer(s3: MotoServer) -> None:
+    """The store accepts connections but answers nothing (its process stopped): requests hang in
+    the sync's threads; the writer's flushes never wait for them."""
+    writer = vdl_stream.attach(logdir=URL, telemetry=False)
+    s3.proc.send_signal(signal.SIGSTOP)
+    try:
+        slowest, i = 0.0, 0
+        until = time.monotonic() + 3.0  # three rounds of the sync (one a second) hang meanwhile
+        while i < 3_000 or time.monotonic() < until:
+            start = time.perf_counter()
+            writer.add_scalar("x", float(i), i)
+            if i % 10 == 0:
+                assert writer.flush(timeout=10)
+            slowest = max(slowest, time.perf_counter() - start)
+            i += 1
+    finally:
+        s3.proc.send_signal(signal.SIGCONT)
+    assert slowest < 2.0, slowest
+    writer.close()  # the hung requests complete once the store answers; the rest is published
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / writer.run)["x"][0] == list(range(i))

@@ -506,3 +506,22 @@ async def test_a_followed_run_is_crashed_when_idle_and_live_when_it_moves(tmp_pa
             assert s["min"] == {"loss": 0.0} and s["max"] == {"loss": 1.0}
             broker.close()
             await broker.wait_closed()
+
+
+def test_status_markers_keep_the_run_time_range(tmp_path):
+    """The Writer's status meta events take the wall times of the data they go with, so a run
+    logged with wall times of its own (an import, a test) keeps its time range."""
+    from vdl_stream import attach
+
+    with attach(tmp_path, run="r", telemetry=False) as w:
+        for step in range(5):
+            w.add_scalar("loss", 1.0 / (step + 1), step, walltime=1.7e9 + step)
+    with recorder.RunReader(tmp_path / "r") as reader:
+        metas = reader.read_records(kind="meta")
+        assert [m.data.get("status") for m in metas] == ["running", "closed"]
+        assert [m.wall for m in metas] == [1.7e9, 1.7e9 + 4]
+        assert metas[0].data["host"] == socket.gethostname()
+    digest = load_digest(tmp_path / "r")
+    assert digest is not None and digest.walls(("scalars", "meta")) == (1.7e9, 1.7e9 + 4)
+    s = RunSummary.from_digest("r", digest, time.time()).to_json(time.time())
+    assert (s["status"], s["start"], s["last_wall"]) == ("finished", 1.7e9, 1.7e9 + 4)

@@ -543,9 +543,17 @@ class Broker:
             trio.ClosedResourceError: the broker is closed.
         """
         try:
+            if self._bus is not None:  # bus: only the broker holding the run's lease takes it
+                await self._bus.admit(batch)
             run = await self._get_run(batch.run)
-        except RefusedError:
+            if self._bus is not None:
+                self._bus.check_order(batch, run.last_seq)
+                if run.resend_from:
+                    self._bus_settle(run.resend_from, run.last_seq)
+        except RefusedError as refusal:
             self._refusal_count += 1
+            if self._bus is not None:  # bus: nothing of this writer's after it until it is back
+                self._bus.refused(batch, refusal)
             raise
         resend = run.resend_from.get(batch.writer)
         if resend is not None:
@@ -581,6 +589,12 @@ class Broker:
             # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
             run.last_seq[batch.writer] = last
             run.inflight.pop((batch.writer, batch.seq), None)
+            # A copy of this batch re-sent on another connection meanwhile (a writer that
+            # reconnected while this one was still being read) waits on this number: it must
+            # hear that the batch was not taken, not be acknowledged once later ones are written.
+            self._refused[seq] = RefusedError(
+                "the batch was not taken (its connection closed); send it again", retryable=True
+            )
             if self._ingest_seq == seq:
                 self._ingest_seq = ingested
             if resend is not None and batch.seq == resend[0]:
@@ -759,6 +773,10 @@ class Broker:
                 if inflight.get((batch.writer, batch.seq)) == seq:  # not a newer copy's
                     del inflight[(batch.writer, batch.seq)]
         self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
+        if self._bus is not None:  # bus: what is written goes to the other brokers' browsers
+            for seq, batch, _ in items:
+                if batch is not None and seq not in refused:
+                    self._bus.publish(batch)
         self._wake_waiters()  # written: acknowledge writers that did not ask to sync
 
     def _refuse(self, seq: int, batch: Batch, refusal: RefusedError, root: bool) -> None:
@@ -925,6 +943,10 @@ class Broker:
         async with run.lock:
             if self._runs.get(run.name) is not run or run.local:
                 return
+            if self._bus is not None and self._bus.carries(run.name):
+                # bus: it fanned this run out live already; the reader catches up (without
+                # decoding) when a snapshot needs it, not every second
+                return
             try:
                 records = await trio.to_thread.run_sync(_poll, run, limiter=self._read_limiter)
             except Exception as exc:  # one unreadable run never stops the others
@@ -1060,6 +1082,13 @@ class Broker:
         positions: dict[str, Any] = {}
         refused: dict[int, Any] = {}
         for name, batches in by_run.items():
+            if self._bus is not None:
+                run = self._runs[name]
+                if not self._bus.holds(name):
+                    self._bus_refuse(run, batches, refused)
+                    continue
+                if run.blocked:
+                    self._bus_settle(run.blocked, run.persisted_seq)
             self._persist_run(self._runs[name], batches, positions, refused)
         return positions, refused
 
@@ -1283,6 +1312,101 @@ class Broker:
         """Return once the persist task has drained, fsynced and closed every run."""
         await self._closed.wait()
 
+    # -- bus (several brokers as one dashboard; vdl_stream/bus.py) -------------------------------
+
+    #: The bus this broker is joined to (``serve --bus``), set by :class:`~vdl_stream.bus.Bus`.
+    _bus: Any = None
+
+    def _bus_refuse(
+        self, run: _Run, batches: list[tuple[int, Batch]], refused: dict[int, Any]
+    ) -> None:
+        """Refuse (retryable) the batches of a run whose lease this broker lost before they were
+        written (persist thread): another broker writes the run now, the writer goes there."""
+        refusal = RefusedError(self._bus.LEASE_LOST, retryable=True)
+        for seq, batch in batches:
+            refused[seq] = (batch, (refusal, True))
+            if batch.writer not in run.blocked:
+                run.blocked[batch.writer] = (batch.seq, refusal)
+
+    def _bus_took(self, name: str) -> None:
+        """This broker took the lease of run ``name``: forget what it knew of the run's writers,
+        so that the next batch reads their sequence numbers back from the run's files (another
+        broker may have written it since)."""
+        run = self._runs.get(name)
+        if run is not None and run.writer is None:
+            run.loaded = False
+            run.last_seq.clear()
+            run.persisted_seq.clear()
+            # resend_from and blocked stay: a writer's batch refused here must still come again
+            # before its later ones, unless another broker wrote it meanwhile (_bus_settle).
+
+    @staticmethod
+    def _bus_settle(held: dict[str, tuple[int, RefusedError]], done: dict[str, int]) -> None:
+        """Forget refusals (``resend_from`` or ``blocked``) of batches that are in the run's files
+        after all: another broker wrote them while this one did not hold the run."""
+        for writer, (seq, _) in list(held.items()):
+            if seq <= done.get(writer, 0):
+                del held[writer]
+
+    async def _bus_release(self, name: str) -> None:
+        """Stop writing run ``name`` (its lease is lost or released): fsync and close its writer,
+        so another broker can open it, and follow it again like a run of another process."""
+        run = self._runs.get(name)
+        if run is None:
+            return
+        await trio.to_thread.run_sync(self._retire, run, limiter=self._limiter)
+        async with run.lock:
+            run.local = False
+            run.loaded = False
+            if run.reader is not None:
+                run.reader.close()
+                run.reader = None
+                self._cache.forget(name)
+            # Reopened as a follower: what is on disk then is history, later appends are tailed.
+            run.position = None
+
+    @staticmethod
+    def _bus_catch_up(run: _Run) -> None:
+        """Move a followed run's reader to the end of its files without decoding what it skips
+        (blocking; hold ``run.lock``): the bus fanned those records out already."""
+        signature = _signature(run.path)
+        reader = _open_reader(run)
+        reader.refresh()
+        run.signature = signature
+        run.position = reader.position()
+        _measure(run)
+
+    def _bus_learn(self, name: str) -> bool:
+        """Another broker writes run ``name``: serve it here too (its files are in the shared
+        log directory, or will be read from the shared store). Return whether it was known."""
+        if name in self._runs or self._closed.is_set():
+            return True
+        try:
+            codec.check_run_name(name)
+        except ValueError:
+            return True  # never from a broker of ours: ignore it
+        self._runs[name] = _Run(name, self.logdir / name)
+        self._announce()
+        return False
+
+    def _bus_fan_out(
+        self, name: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]
+    ) -> None:
+        """Fan out what another broker wrote of run ``name`` to this broker's subscribers."""
+        self._bus_learn(name)
+        self._fan_out(name, scalars, events)
+
+    def _bus_gap(self, name: str | None) -> None:
+        """Live frames of run ``name`` (None: of every run) were lost between brokers: the
+        subscribers concerned re-sync from snapshots."""
+        gap = codec.encode_message({"type": "gap", "seq": self._seq})
+        for sub in self._subscribers:
+            if name is None or sub.wants(name):
+                if sub.statistics().depth:
+                    sub.mark_gap()  # the queued frames are dropped, then the gap goes
+                else:
+                    sub.offer(self._seq + 1, None, gap)  # an idle receiver must wake for it
+
     # -- subscribers ----------------------------------------------------------------------------
 
     def run_path(self, name: str) -> Path:
@@ -1351,6 +1475,13 @@ class Broker:
                 # moves together with the written seq.
                 covered = self._written_seq if run.local else self._seq
                 try:
+                    if self._bus is not None and not run.local and self._bus.carries(name):
+                        # bus: live frames of this run come by the bus, and the files hold
+                        # what they carried: read them to their end (what the frames fanned out
+                        # meanwhile repeat comes twice, rather than not at all)
+                        await trio.to_thread.run_sync(
+                            self._bus_catch_up, run, limiter=self._read_limiter
+                        )
                     scalars, events = await trio.to_thread.run_sync(
                         _read_snapshot,
                         run,

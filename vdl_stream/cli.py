@@ -22,6 +22,13 @@ def _serve(args: argparse.Namespace) -> int:
         check_token(args.token)  # --token "$UNSET" must not serve without authentication
     except ValueError as exc:
         return _fail(exc)
+    if args.bus is not None:
+        from .bus import check_bus_url
+
+        try:
+            check_bus_url(args.bus)
+        except ValueError as exc:
+            return _fail(exc)
     from .storage import is_store_url, parse_store_url
 
     if is_store_url(args.logdir):
@@ -48,6 +55,8 @@ def _serve(args: argparse.Namespace) -> int:
                         args.token,
                         insecure=args.insecure,
                         cache_bytes=args.cache_mb << 20,
+                        bus=args.bus,
+                        bus_lease=args.bus_lease,
                         allowed_hosts=args.allow_host,
                         limits=Limits(
                             max_websockets=args.max_connections,
@@ -111,6 +120,16 @@ def _positive_int(value: str) -> int:
         number = 0
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not 0 < number < 3600:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 3600), got {value!r}")
     return number
 
 
@@ -202,6 +221,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=128,
         metavar="N",
         help="open dashboard pages at most (default: 128, and at most half of --max-connections)",
+    )
+    serve.add_argument(
+        "--bus",
+        metavar="URL",
+        help="join the other brokers on this Redis (redis://host:6379/0): one dashboard, "
+        "writers fail over between brokers (docs/deploy.md; needs the 'bus' extra)",
+    )
+    serve.add_argument(
+        "--bus-lease",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="with --bus: seconds a broker's lease on a run lasts without renewal, so how long "
+        "the runs of a killed broker wait for another (default: 3)",
     )
     serve.set_defaults(func=_serve)
 

@@ -34,7 +34,7 @@ import numpy as np
 import recorder
 from recorder.digest import Digest
 
-from .codec import ScalarColumns
+from .codec import EVENT_KINDS, ScalarColumns
 
 #: Seconds without news after which a run that was not closed is ``crashed``.
 CRASH_AFTER = 120.0
@@ -229,7 +229,8 @@ class RunSummary:
             s.tags[tag] = [t.last_value, t.vmin, t.vmax]
             if t.step_max is not None:
                 s.last_step = t.step_max if s.last_step is None else max(s.last_step, t.step_max)
-        s.start, s.last_wall = digest.first_wall, digest.last_wall
+        # Events and scalars only: bookkeeping records (the broker's "ingest") are not events.
+        s.start, s.last_wall = digest.walls(("scalars", *EVENT_KINDS))
         s._meta(digest.meta)
         hp = digest.latest.get("hparams")
         if hp is not None and isinstance(hp[1], dict) and isinstance(hp[1].get("hparams"), dict):

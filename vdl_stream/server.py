@@ -723,6 +723,7 @@ def api_blueprint(broker: Broker) -> Blueprint:
             broker=broker.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
             store=_store_statistics(broker),
+            bus=None if broker._bus is None else broker._bus.statistics().__dict__,
         )
 
     return bp
@@ -840,6 +841,10 @@ def _static_response(static: Any, name: str) -> Response:
     return response
 
 
+#: Longest a frame to a browser may take to send once started (a stalled browser is closed).
+SEND_WHOLE_TIMEOUT = 30.0
+
+
 async def _live_session(
     broker: Broker, subscribe_timeout: float = 5.0, summaries_since: int | None = None
 ) -> None:
@@ -852,6 +857,15 @@ async def _live_session(
     (those sent on connect are older; ones dropped with a gap are re-sent this way), then its
     snapshots, then ``synced``, then live frames (summaries among them).
     """
+
+    async def send_whole(frame: bytes) -> None:
+        # A re-subscribe cancels the previous stream; a send cancelled halfway leaves the browser's
+        # permessage-deflate state out of step with the server's (every later frame then fails to
+        # decode), so each frame is sent whole, or the connection is closed.
+        with trio.move_on_after(SEND_WHOLE_TIMEOUT, shield=True) as guard:
+            await websocket.send(frame)
+        if guard.cancelled_caught:
+            raise ConnectionError("a frame could not be sent in time")
 
     async def stream(
         runs: set[str] | None,
@@ -868,12 +882,12 @@ async def _live_session(
             try:
                 # Subscribed first, so a summary published from now on reaches ``sub``.
                 if (frame := broker.summaries_frame(summaries_since)) is not None:
-                    await websocket.send(frame)
-                await broker.send_snapshot(sub, websocket.send, max_points)
+                    await send_whole(frame)
+                await broker.send_snapshot(sub, send_whole, max_points)
                 # Runs that could not be read were left out: the page stops waiting for them.
-                await websocket.send(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
+                await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
                 while True:
-                    await websocket.send(await sub.receive())
+                    await send_whole(await sub.receive())
             except trio.EndOfChannel:
                 await websocket.close(1001, "server shutting down")
             finally:
@@ -1093,6 +1107,8 @@ async def run_server(
     allowed_hosts: Iterable[str] = (),
     limits: Limits | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    bus: str | None = None,
+    bus_lease: float | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     cache_dir: str | Path | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -1103,6 +1119,9 @@ async def run_server(
     broker then keeps its runs' heads in ``cache_dir`` (by default under ``$VDL_STREAM_CACHE``
     or ``~/.cache/vdl-stream``), publishes them to the store and serves the store's other runs
     (vdl_stream/storage.py).
+
+    ``bus``, a ``redis://`` URL, joins this broker to the others on that Redis (``--bus``,
+    :mod:`vdl_stream.bus`; ``bus_lease`` is the run leases' time to live in seconds).
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
@@ -1134,6 +1153,10 @@ async def run_server(
             if sync is not None:
                 broker.store_statistics = sync.statistics
                 await nursery.start(sync.run, broker.wait_closed)
+            if bus is not None:  # several brokers, one dashboard (vdl_stream/bus.py)
+                from .bus import LEASE_TTL, Bus
+
+                await nursery.start(Bus(broker, bus, lease_ttl=bus_lease or LEASE_TTL).run)
             await nursery.start(broker.follow)
             url = await nursery.start(
                 partial(

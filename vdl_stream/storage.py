@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import trio
 
@@ -63,6 +63,8 @@ HEAD_INTERVAL = 10.0
 # A failing store is retried after this many seconds, doubling up to BACKOFF_MAX.
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 30.0
+# obstore uploads a file object larger than this in parts of this size (its default).
+MULTIPART_BYTES = 5 << 20
 # Things warned about once (foreign objects, bad runs) remembered, at most.
 WARNED_KEYS = 4096
 # The last publish at shutdown gives up after this many seconds (the local head keeps the rest).
@@ -201,9 +203,14 @@ class ObstoreClient:
             self._count("failed")
             raise StoreError(f"{self.location.url}/{key}: {_one_line(exc)}") from None
 
-    def put(self, key: str, data: bytes) -> None:
-        """Write ``key`` whole."""
-        self._call("put", lambda: self._obs.put(self._store, key, data), key)
+    def put(self, key: str, data: bytes | BinaryIO) -> None:
+        """Write ``key`` whole, from bytes or an open file (past 5 MiB obstore uploads a file in
+        5-MiB parts: counted as the requests a multipart upload sends, parts plus two)."""
+        parts = 1
+        if not isinstance(data, bytes):
+            size = os.fstat(data.fileno()).st_size
+            parts = 1 if size <= MULTIPART_BYTES else -(-size // MULTIPART_BYTES) + 2
+        self._call("put", lambda: self._obs.put(self._store, key, data), key, parts)
 
     def get(self, key: str) -> bytes:
         """Read ``key`` whole."""

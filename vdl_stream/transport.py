@@ -4,6 +4,9 @@
 - :class:`WebSocketTransport`: the broker is a ``vdl-stream serve`` reached over ``/ws/ingest``.
   Batches stay queued until acknowledged; after a disconnect the transport reconnects with backoff
   and re-sends them, and the broker drops the ones it already has, so nothing is lost or duplicated.
+  Given several brokers' URLs (brokers joined by ``--bus``, docs/deploy.md) it *fails over*: when
+  the connection drops, or a broker refuses a batch with a retryable reason (the run is leased by
+  another broker), it moves on to the next URL and re-sends from the first unacknowledged batch.
 
 The refusal contract (both transports; the writer codes against it):
 
@@ -31,6 +34,7 @@ import os
 import tempfile
 import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -423,6 +427,21 @@ def _length(place: tuple[int, int] | bytes) -> int:
     return len(place) if isinstance(place, bytes) else place[1]
 
 
+def _ingest_urls(url: str | Sequence[str]) -> list[str]:
+    """Check one URL or a list of them; return each with the ``/ws/ingest`` path."""
+    urls = [url] if isinstance(url, str) else list(url) if isinstance(url, Sequence) else None
+    if not urls:
+        raise ValueError(f"url must be a ws:// URL or a non-empty list of them, got {url!r:.80}")
+    checked = []
+    for one in urls:
+        if not isinstance(one, str) or not one.startswith(("ws://", "wss://")):
+            raise ValueError(f"url must start with ws:// or wss://, got {one!r:.80}")
+        checked.append(
+            one if one.rstrip("/").endswith("/ws/ingest") else one.rstrip("/") + "/ws/ingest"
+        )
+    return checked
+
+
 def describe_connect_error(exc: BaseException) -> str:
     """Say in a few words why connecting to a broker failed (trio-websocket's errors often have
     an empty message)."""
@@ -464,15 +483,25 @@ class WebSocketTransport:
     the later batches; the others are forgotten; all reach :meth:`take_errors`.
 
     Args:
-        url: the server, ``ws://host:port`` (the ``/ws/ingest`` path is added when missing).
+        url: the server, ``ws://host:port`` (the ``/ws/ingest`` path is added when missing), or a
+            list of them: brokers joined by ``--bus``, tried in order. The transport moves to the
+            next one when the connection fails or drops, or when a broker refuses a batch with a
+            retryable reason (after the refusal backoff); it never goes back on its own to the
+            first. The broker that takes the run over continues it from the shared log, and its
+            dedup by (writer, seq) makes the re-sent batches land exactly once.
         token: sent as ``Authorization: Bearer <token>`` when given.
         spool: where unacknowledged batches wait (memory, then a temporary file).
+
+    Raises:
+        ValueError: ``url`` is empty, or one of its URLs does not start with ws:// or wss://.
     """
 
-    def __init__(self, url: str, token: str | None = None, *, spool: Spool | None = None) -> None:
-        if not url.startswith(("ws://", "wss://")):
-            raise ValueError(f"url must start with ws:// or wss://, got {url!r}")
-        self.url = url if url.rstrip("/").endswith("/ws/ingest") else url.rstrip("/") + "/ws/ingest"
+    def __init__(
+        self, url: str | Sequence[str], token: str | None = None, *, spool: Spool | None = None
+    ) -> None:
+        self.urls = _ingest_urls(url)
+        self._current = 0
+        self.url = self.urls[0]
         self._headers = [("Authorization", f"Bearer {token}")] if token else []
         self._spool = spool or Spool()
         self._acked = 0
@@ -483,11 +512,13 @@ class WebSocketTransport:
         self._backoff = _Backoff()
         self._resend_from: int | None = None  # a retryable refusal: send again from this seq
         self._connections = self._retries = 0
+        self._move = False  # a retryable refusal with other brokers to try: move to the next
+        self.failovers = 0  # moves from one broker's URL to another's
 
     @classmethod
     async def run(
         cls,
-        url: str,
+        url: str | Sequence[str],
         token: str | None = None,
         *,
         task_status: trio.TaskStatus[WebSocketTransport] = trio.TASK_STATUS_IGNORED,
@@ -536,12 +567,15 @@ class WebSocketTransport:
 
     async def _connect_forever(self) -> None:
         delay = 0.05
+        tried = 0  # URLs tried since the last connection that worked
         while True:
+            self._move = False
             try:
                 async with open_websocket_url(
                     self.url, extra_headers=self._headers, connect_timeout=5
                 ) as ws:
                     delay = 0.05
+                    tried = 0
                     self._warned = False
                     self._connections += 1
                     async with trio.open_nursery() as nursery:
@@ -551,15 +585,30 @@ class WebSocketTransport:
                         except ConnectionClosed:
                             nursery.cancel_scope.cancel()
             except (OSError, HandshakeError, ConnectionClosed) as exc:
-                if not self._warned:
+                if not self._warned and tried + 1 >= len(self.urls):
                     self._warned = True
+                    where = self.url if len(self.urls) == 1 else f"any of {', '.join(self.urls)}"
                     warnings.warn(
-                        f"vdl-stream: cannot reach the broker at {self.url} "
+                        f"vdl-stream: cannot reach the broker at {where} "
                         f"({describe_connect_error(exc):.200}); "
                         "training continues and batches are re-sent when it is back",
                         RuntimeWarning,
                         stacklevel=1,
                     )
+            if len(self.urls) > 1:
+                # Fail over: the next broker at once (the refusal's backoff, if one refused),
+                # and the growing delay only once every broker was tried.
+                self._current = (self._current + 1) % len(self.urls)
+                self.url = self.urls[self._current]
+                self.failovers += 1
+                tried += 1
+                if self._move:
+                    await trio.sleep_until(self._backoff.at)
+                    continue
+                if tried < len(self.urls):
+                    await trio.sleep(0.05)
+                    continue
+                tried = 0
             await trio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
@@ -600,6 +649,8 @@ class WebSocketTransport:
                     self._notify()
                 elif kind == "refused":
                     self._on_refused(message)
+                    if self._move:
+                        return  # the finally closes this connection; the next URL follows
         except (ConnectionClosed, codec.ProtocolError, KeyError, TypeError, ValueError):
             pass
         finally:
@@ -618,4 +669,6 @@ class WebSocketTransport:
             if self._resend_from is None:
                 self._backoff.refused()
             self._resend_from = seq
+            # Another broker may hold the run (its lease), or have room: go there.
+            self._move = len(self.urls) > 1
         self._notify()

@@ -298,6 +298,11 @@ class Writer:
         self._error: BaseException | None = None
         self._telemetry = telemetry
         self._mute = mute
+        # The run's status meta events (see _stamp_status): "running" with the first data,
+        # "closed" (the close marker) with the last, each at the wall time of that data.
+        self._status_due = RUNNING if not mute else None
+        self._close_due = False
+        self._newest_wall: float | None = None
         if mute:  # a rank that does not log: the calls stay valid and cost nothing
             for name in LOGGING_METHODS:
                 setattr(self, name, _discard)
@@ -308,9 +313,6 @@ class Writer:
             self._pending.close()
             raise self._error.with_traceback(None) from None
         _live_writers.add(self)
-        if not mute:
-            # The run's summary shows the host, and "live" until the close marker (close()).
-            self._events.append(_status_event(RUNNING, socket.gethostname()))
 
     # -- the hot path ---------------------------------------------------------------------------
 
@@ -582,7 +584,7 @@ class Writer:
         if self._closed:
             return
         if not self._mute:
-            self._events.append(_status_event(CLOSED))  # the close marker: the run is finished
+            self._close_due = True  # the next batch taken ends with the close marker
         if not self._thread.is_alive() or not self.flush(timeout):
             self._flush_timeout = 1.0  # undeliverable now: do not stall the program's exit
         self._closed = True
@@ -695,12 +697,43 @@ class Writer:
             events = self._events[:m]
             del self._events[:m]
             self._seq += 1
-            batch = Batch(self._id, self._seq, self.run, self._columns(points), events, sync)
+            columns = self._columns(points)
+            if self._status_due is not None or self._close_due:
+                events = self._stamp_status(columns, events)
+            batch = Batch(self._id, self._seq, self.run, columns, events, sync)
             problem = self._pending.put(batch)
             if problem is not None:
                 self._report(problem)
             self._wake_sender()
         return self._seq
+
+    def _stamp_status(
+        self, columns: list[ScalarColumns], events: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Add the run's status meta events to a batch being taken (background thread).
+
+        ``{"status": "running", "host": ...}`` goes first in the first batch holding data, at its
+        oldest wall time; the close marker ``{"status": "closed"}`` last in the batch taken after
+        ``close()``, at the newest wall time logged. So the markers never widen the run's time
+        range, also when the calls gave wall times of their own (imports, replays, tests).
+        """
+        walls = [float(c.walls.min()) for c in columns if len(c.walls)]
+        walls += [float(c.walls.max()) for c in columns if len(c.walls)]
+        walls += [e["wall"] for e in events if isinstance(e.get("wall"), (int, float))]
+        if walls:
+            newest = max(walls)
+            self._newest_wall = (
+                newest if self._newest_wall is None else max(self._newest_wall, newest)
+            )
+        if self._status_due is not None and (walls or self._close_due):
+            wall = min(walls) if walls else time.time()
+            events = [_status_event(self._status_due, socket.gethostname(), wall), *events]
+            self._status_due = None
+        if self._close_due and self._status_due is None:
+            wall = self._newest_wall if self._newest_wall is not None else time.time()
+            events = [*events, _status_event(CLOSED, None, wall)]
+            self._close_due = False
+        return events
 
     def _columns(self, points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
         """Group points into columns. The calls checked every point, so this cannot fail; if it
@@ -803,10 +836,10 @@ class Writer:
 _now = time.time  # one global lookup on the hot path instead of two
 
 
-def _status_event(status: str, host: str | None = None) -> dict[str, Any]:
+def _status_event(status: str, host: str | None, wall: float) -> dict[str, Any]:
     """A ``meta`` event of the run's status (and the writer's host): ``running`` when a writer
     starts, ``closed`` (the close marker) when it is closed (vdl_stream/run_summary.py)."""
-    event: dict[str, Any] = {"kind": "meta", "tag": None, "step": None, "wall": time.time()}
+    event: dict[str, Any] = {"kind": "meta", "tag": None, "step": None, "wall": wall}
     event[STATUS_KEY] = status
     if host:
         event["host"] = host
@@ -836,7 +869,7 @@ def attach(
     logdir: str | os.PathLike[str] = "vdl_logs",
     run: str | None = None,
     *,
-    url: str | None = None,
+    url: str | Sequence[str] | None = None,
     serve: bool = False,
     host: str = "127.0.0.1",
     port: int = 8040,
@@ -858,7 +891,8 @@ def attach(
             and whole when the writer closes (docs/object-storage.md).
         run: the run name; a unique, time-sortable name when omitted. An existing run is appended to.
         url: publish to a running ``vdl-stream serve`` at this ``ws://host:port`` instead of
-            recording in-process.
+            recording in-process; or a list of such URLs, brokers joined by ``serve --bus``:
+            the writer fails over from one to the next (docs/deploy.md).
         serve: also serve the dashboard from this process (in-process broker only).
         host, port: where the dashboard listens when ``serve`` is true (``port=0``: any free port).
         token: the access token for ``url``, or required by the served dashboard.
@@ -888,7 +922,11 @@ def attach(
     if serve and url is not None:
         raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
     if url is not None and not isinstance(url, str):
-        raise TypeError(f"url must be a str, got {type(url).__name__} {url!r:.40}")
+        if not isinstance(url, Sequence) or not url or not all(isinstance(u, str) for u in url):
+            raise TypeError(
+                f"url must be a str or a non-empty list of str, got {type(url).__name__} {url!r:.40}"
+            )
+        url = list(url)
     if token is not None and not isinstance(token, str):
         raise TypeError(f"token must be a str or None, got {type(token).__name__}")
     if serve:
@@ -898,7 +936,7 @@ def attach(
         check_bind(host, token)
     rank, local_rank, _ = distributed_env()
     named = run is not None
-    run, mute = resolve_run(run, all_ranks=all_ranks, url=url)
+    run, mute = resolve_run(run, all_ranks=all_ranks, url=None if url is None else "ws:")
     # NVML sees every GPU of the node, so one process per node reports them.
     sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
     options = {

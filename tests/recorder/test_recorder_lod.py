@@ -101,7 +101,7 @@ def apply(w: RunWriter, acts: list[tuple]) -> None:
 )
 @given(
     writes(),
-    st.integers(1, 5),
+    st.one_of(st.none(), st.integers(1, 5)),
     st.integers(2, 6),
     st.lists(st.integers(2, 40), min_size=1, max_size=4),
     st.one_of(st.none(), st.none(), st.integers(0, 100)),

@@ -6,6 +6,8 @@ import { Connection, liveUrl, takeToken } from "./connection.js";
 import { SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler } from "./frames.js";
+import { deriveSummary, pointsFor, RunsModel, SELECT_ALL_UP_TO } from "./runs.js";
+import { RunsTable } from "./views/runstable.js";
 import { initLanguage, language, LANGUAGES, loadingText, onLanguage, setLanguage, t, tf } from "./i18n.js";
 import { DEFAULT_SMOOTHING } from "./smoothing.js";
 import { STEP, Store, VALUE, WALL } from "./store.js";
@@ -28,7 +30,9 @@ const MAX_POINTS = 2000;
 const store = new Store({ maxPoints: MAX_POINTS });
 // Charts redraw at most once per animation frame and at most 10 times a second: curves read just
 // as live, and with 20 charts on screen the browser spends most of a frame compositing canvases.
-const scheduler = new FrameScheduler({ minInterval: 100 });
+const NORMAL_REDRAW_MS = 100;
+const LOADING_REDRAW_MS = 1000;
+const scheduler = new FrameScheduler({ minInterval: NORMAL_REDRAW_MS });
 const state = {
   xKind: "step",
   logY: false,
@@ -40,7 +44,13 @@ const state = {
   views: new Set(["scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
 };
 const syncGroups = new Map();
+// The runs table's model: selection, pins, hidden runs, filters, grouping (see runs.js).
+const runsModel = new RunsModel();
+runsModel.derive = (name) => deriveSummary(store, name);
 const ctx = {
+  runs: runsModel,
+  /** Call after changing the runs model (a brush): redraw, and re-subscribe to the runs drawn. */
+  onRunsChanged: () => applyRuns(),
   token,
   store,
   scheduler,
@@ -90,13 +100,13 @@ const langSelect = el(
 const tabs = el("nav", { class: "tabs" });
 // On a phone the settings panel is folded away behind this button.
 const menuBtn = el("button", { type: "button", class: "menu", "aria-label": "Settings / 设置", text: "☰", on: { click: () => document.body.classList.toggle("show-side") } });
-const runList = el("ul", { class: "runs" });
 const filterInput = el("input", { type: "search", class: "filter", spellcheck: "false", on: { input: onFilter } });
 const filterError = el("span", { class: "filter-error", role: "alert", hidden: true });
 const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step: "0.01", value: String(state.smoothing), on: { input: onSmoothing } });
 const smoothingValue = el("output", { text: state.smoothing.toFixed(2) });
 const xSelect = el("select", { class: "xkind", on: { change: (e) => updateSetting({ xKind: e.target.value }) } });
 const logInput = el("input", { type: "checkbox", class: "logy", on: { change: (e) => updateSetting({ logY: e.target.checked }) } });
+const runsTable = new RunsTable({ model: runsModel, onChange: applyRuns });
 const labels = {};
 const label = (key) => (labels[key] = el("span", { text: t(key) }));
 
@@ -107,14 +117,7 @@ const side = el(
   el("label", { class: "field" }, label("smoothing"), el("span", { class: "row" }, smoothingInput, smoothingValue)),
   el("label", { class: "field" }, label("xAxis"), xSelect),
   el("label", { class: "check" }, logInput, label("logY")),
-  el(
-    "h2",
-    { class: "runs-head" },
-    label("runs"),
-    el("button", { type: "button", class: "icon runs-all", on: { click: () => setAllRuns(true) } }, label("all")),
-    el("button", { type: "button", class: "icon runs-none", on: { click: () => setAllRuns(false) } }, label("none")),
-  ),
-  runList,
+  runsTable.element,
 );
 // ---- header: badge, buttons that scroll to a view, report (issue 12, items 6-7) ------------------
 
@@ -206,6 +209,7 @@ function relabel() {
   setConnState(conn.dataset.state);
   showSync();
   for (const view of Object.values(views)) view.relabel?.();
+  runsTable.relabel();
   replayBar.relabel();
 }
 
@@ -270,45 +274,111 @@ function setPaused(paused) {
 }
 
 // ---- runs ---------------------------------------------------------------------------------------
+// The runs table decides which runs are drawn; the page subscribes to those only (docs/dashboard.md,
+// "Runs"). Views read `state.hiddenRuns`: every known run that is not drawn.
 
-function renderRuns() {
-  const names = [...new Set([...store.announced, ...store.runNames()])].sort();
-  runList.replaceChildren(
-    ...names.map((name) =>
-      el(
-        "li",
-        { dataset: { run: name } },
-        el(
-          "label",
-          {},
-          el("input", {
-            type: "checkbox",
-            checked: !state.hiddenRuns.has(name),
-            on: {
-              change: (e) => {
-                if (e.target.checked) state.hiddenRuns.delete(name);
-                else state.hiddenRuns.add(name);
-                refreshViews();
-              },
-            },
-          }),
-          el("i", { class: "swatch", style: { background: colorFor(name) } }),
-          el("span", { class: "run-name", text: name, title: name }),
-        ),
-      ),
-    ),
-  );
+/** Whether the first selection was made (on the first `runs` frame, or its summaries). */
+let selectionMade = false;
+/** Waiting, after a socket opened, for the `runs` frame (and summaries) to subscribe. */
+let awaitingSubscribe = false;
+let summariesTimer = 0;
+let subscribeTimer = 0;
+let subscribedKey = null;
+
+/**
+ * Apply the runs table's state: which runs are drawn (`state.hiddenRuns`), the table, the views and
+ * (soon) the subscription. With `always` false (new summaries), the views are refreshed only when
+ * the set of runs drawn changed.
+ */
+function applyRuns(always = true) {
+  const hidden = new Set();
+  for (const name of runsModel.names) if (!runsModel.isDrawn(name)) hidden.add(name);
+  const changed = hidden.size !== state.hiddenRuns.size || [...hidden].some((name) => !state.hiddenRuns.has(name));
+  state.hiddenRuns = hidden;
+  setRedrawInterval();
+  runsTable.update();
+  if (always || changed) refreshViews();
+  // Re-subscribe once the user pauses (typing a filter changes the set on every key).
+  clearTimeout(subscribeTimer);
+  if (!awaitingSubscribe) subscribeTimer = setTimeout(resubscribe, 150);
 }
 
-/** Show (true) or hide (false) every run. */
-function setAllRuns(shown) {
-  for (const name of window.vdl.runs()) {
-    if (shown) state.hiddenRuns.delete(name);
-    else state.hiddenRuns.add(name);
+function resubscribe() {
+  if (!connection.connected || awaitingSubscribe) return;
+  const runs = runsModel.subscription();
+  const key = runs === null ? null : runs.join("\u0000");
+  if (key === subscribedKey) return;
+  sendSubscribe(runs);
+}
+
+function sendSubscribe(runs) {
+  subscribedKey = runs === null ? null : runs.join("\u0000");
+  awaitingSubscribe = false;
+  clearTimeout(summariesTimer);
+  // Fewer history points per run when many runs share the charts (the server answers faster).
+  const points = pointsFor(runs === null ? runsModel.names.size : runs.length);
+  connection.maxPoints = points;
+  store.maxPoints = points;
+  store.subscribeTo(runs);
+  connection.subscribe(runs);
+}
+
+// On the first `runs` frame: few runs are all selected at once; with many, the most recently active
+// are chosen from the summaries that follow (or, from a server that sends none, by name).
+function onRunsKnown(fromSummaries) {
+  if (!awaitingSubscribe) return;
+  if (!selectionMade) {
+    if (runsModel.names.size > SELECT_ALL_UP_TO && !fromSummaries && runsModel.summaries.size === 0) {
+      summariesTimer ||= setTimeout(() => {
+        summariesTimer = 0;
+        onRunsKnown(true);
+      }, 500);
+      return;
+    }
+    runsModel.selectDefault();
+    selectionMade = true;
   }
-  renderRuns();
-  refreshViews();
+  // Subscribe first: the server starts reading while the page draws the table.
+  sendSubscribe(runsModel.subscription());
+  applyRuns();
 }
+
+// Runs appear one by one (a `runs` frame of 1,000 names emits 1,000 changes): take them in one go.
+let pendingNames = null;
+function addRunNames(names) {
+  if (pendingNames === null) {
+    pendingNames = [];
+    queueMicrotask(() => {
+      const added = runsModel.addNames(pendingNames);
+      pendingNames = null;
+      if (added.length && selectionMade) runsModel.selectNew(added);
+      if (added.length) applyRuns();
+    });
+  }
+  pendingNames.push(...names);
+}
+
+store.subscribe((change) => {
+  if (change.kind === "runs") {
+    if (change.run !== null) {
+      addRunNames([change.run]);
+      return;
+    }
+    // The frame's list: known now, so that the first selection sees every run.
+    const added = runsModel.addNames(store.announced);
+    if (added.length && selectionMade) runsModel.selectNew(added);
+    if (added.length) applyRuns();
+    onRunsKnown(false);
+  } else if (change.kind === "summaries") {
+    const added = runsModel.updateSummaries(change.summaries);
+    if (added.length && selectionMade) runsModel.selectNew(added);
+    if (awaitingSubscribe) onRunsKnown(true);
+    else applyRuns(false);
+  } else if (change.kind === "hparams" || (change.kind === "scalars" && runsModel.summaries.size === 0)) {
+    // The page's own data only shows in the table for runs without a complete server summary.
+    if (change.run === null || !Object.keys(runsModel.summaries.get(change.run)?.hparams ?? {}).length) runsTable.update();
+  }
+});
 
 // `body[data-sync]` is connecting, loading or ready (see Store.syncState): until ready, the other
 // views do not claim to have nothing (style.css), and the scalars view says what it waits for.
@@ -320,19 +390,26 @@ function showSync() {
   syncNote.title = sync.phase === "loading" ? loadingText(sync) : "";
 }
 showSync();
+// While the snapshots of many runs stream in, every arriving run changes each chart's set of lines
+// (a rebuild): redraw at most once a second until the last one is in, then at once.
 store.subscribe((change) => {
-  if (change.kind === "sync") showSync();
+  if (change.kind !== "sync") return;
+  showSync();
+  setRedrawInterval();
 });
 
-let knownRuns = "";
-store.subscribe((change) => {
-  if (change.kind !== "runs") return;
-  const names = [...new Set([...store.announced, ...store.runNames()])].sort().join("\u0000");
-  if (names !== knownRuns) {
-    knownRuns = names;
-    renderRuns();
-  }
-});
+// Charts redraw at most every 100 ms with up to 20 runs drawn, every 250 ms up to 50, every 500 ms
+// beyond (each redraw strokes every line), and once a second while many snapshots stream in.
+function setRedrawInterval() {
+  const sync = store.syncState();
+  const loading = sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO;
+  const drawn = runsModel.names.size - state.hiddenRuns.size;
+  const interval = loading ? LOADING_REDRAW_MS : drawn <= SELECT_ALL_UP_TO ? NORMAL_REDRAW_MS : drawn <= 50 ? 250 : 500;
+  if (interval === scheduler.minInterval) return;
+  const sooner = interval < scheduler.minInterval;
+  scheduler.minInterval = interval;
+  if (sooner) scheduler.flush();
+}
 
 // ---- connection ---------------------------------------------------------------------------------
 
@@ -346,6 +423,7 @@ function setConnState(s, detail = "") {
 const PROTOCOL_VERSION = 1;
 const connection = new Connection({
   maxPoints: MAX_POINTS,
+  autoSubscribe: false,
   url: liveUrl(window.location, token),
   onMessage: (msg) => {
     if (msg.type === "hello") {
@@ -356,7 +434,12 @@ const connection = new Connection({
     replayBar.onMessage(msg);
   },
   onState: (s, detail) => {
-    if (s === "open") store.beginSync(null); // the server lists its runs, then sends their snapshots
+    if (s === "open") {
+      // The server lists its runs (and their summaries), then waits for the page's subscribe.
+      store.beginSync(null);
+      awaitingSubscribe = true;
+      subscribedKey = undefined;
+    }
     setConnState(s, detail);
   },
 });
@@ -422,6 +505,10 @@ window.vdl = {
   state,
   store,
   connection,
+  /** The runs table's model: `.selected`, `.pinned`, `.hidden`, `.summaries`, `subscription()`, ... */
+  runsModel,
+  /** The runs table (`render()` draws it now). */
+  runsTable,
   /** The frame scheduler; `vdl.scheduler.minInterval` (ms, default 100) caps the redraw rate. */
   scheduler,
   setLanguage,

@@ -58,8 +58,11 @@ export class Connection {
    * @param {(msg: object) => void} opts.onMessage decoded server messages
    * @param {(state: "connecting"|"open"|"closed", detail?: string) => void} opts.onState
    * @param {number} [opts.maxPoints] history points per tag in snapshots
+   * @param {boolean} [opts.autoSubscribe] subscribe as soon as a socket opens (default); when
+   *   false the caller calls subscribe() once it has chosen the runs (after the `runs` frame)
    */
-  constructor({ url, onMessage, onState, maxPoints = 2000 }) {
+  constructor({ url, onMessage, onState, maxPoints = 2000, autoSubscribe = true }) {
+    this.autoSubscribe = autoSubscribe;
     this.url = url;
     this.onMessage = onMessage;
     this.onState = onState;
@@ -115,7 +118,7 @@ export class Connection {
       this._attempt = 0;
       this.connected = true;
       this.onState("open");
-      this.subscribe();
+      if (this.autoSubscribe) this.subscribe();
     };
     ws.onmessage = (ev) => {
       if (!(ev.data instanceof ArrayBuffer)) return;

@@ -52,17 +52,42 @@ export function insertSorted(parent, items, key, element, elementOf = (item) => 
   parent.insertBefore(element, next === undefined ? null : elementOf(items.get(next)));
 }
 
-/** Colors for runs, in order of first appearance (colour-blind friendly, after Okabe & Ito / Tableau). */
-export const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
+/**
+ * Line colors: Tableau's ten first (what telemetry lines and groups use in order), then ten darker
+ * ones, all readable on light and dark backgrounds. Twenty rather than ten, so that runs colored
+ * by a hash of their names share a color half as often.
+ */
+export const PALETTE = [
+  "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+  "#393b79", "#e6550d", "#637939", "#843c39", "#7b4173", "#3182bd", "#8c6d31", "#31a354", "#a55194", "#636363",
+];
+
+/**
+ * 32-bit FNV-1a hash of a string's UTF-16 code units: small, fast and well spread, so that run
+ * names differing in one character (`seed1`, `seed2`) get different colors.
+ * @param {string} text
+ * @returns {number} an unsigned 32-bit integer
+ */
+export function hashString(text) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
 
 const colors = new Map();
 /**
- * A stable color for a key, assigned in order of first use within its namespace (runs and
- * telemetry lines each start at the first palette color).
+ * A stable color for a key within its namespace. Runs (space "run") get a color derived from the
+ * name alone (a hash into the palette), so a run has the same color in every view, after a reload
+ * and whatever order the runs arrive in. Other spaces (telemetry lines) are colored in order of
+ * first use, starting at the first palette color.
  * @param {string} key
  * @param {string} [space]
  */
 export function colorFor(key, space = "run") {
+  if (space === "run") return PALETTE[hashString(`${space}\u0000${key}`) % PALETTE.length];
   let map = colors.get(space);
   if (!map) colors.set(space, (map = new Map()));
   let c = map.get(key);

@@ -64,6 +64,11 @@ export class FrameScheduler {
     if (!this.paused) this._frame(true);
   }
 
+  /** Draw the visible dirty items now, whatever minInterval says (after a batch of changes ends). */
+  flush() {
+    if (!this.paused) this._frame();
+  }
+
   _schedule() {
     if (this._pending || this.paused || this._dirty.size === 0) return;
     this._pending = true;

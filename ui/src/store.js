@@ -142,6 +142,22 @@ export class Store {
     this.smoothing = DEFAULT_SMOOTHING;
     this._listeners = new Set();
     this._sync = { phase: "connecting", expected: new Set(), arrived: new Set() };
+    /** The runs the page subscribed to, or null (every run): what a `gap` re-sends. */
+    this.subscribed = null;
+  }
+
+  /**
+   * The page (re)subscribed to `runs` (null: every run): wait for their snapshots, and empty the
+   * runs it no longer follows so that their points do not linger in memory.
+   * @param {string[]|null} runs
+   */
+  subscribeTo(runs) {
+    this.subscribed = runs;
+    if (runs !== null) {
+      const keep = new Set(runs);
+      for (const name of this.runs.keys()) if (!keep.has(name)) this._dropRun(name);
+    }
+    this.beginSync(runs ?? this.announced);
   }
 
   /**
@@ -170,7 +186,7 @@ export class Store {
 
   /**
    * Listen for changes. The callback gets `{kind, run, tags}` where kind is `runs`, `scalars`,
-   * `sync` (see syncState) or an event kind (`histogram`, `image`, `audio`, `text`, `telemetry`,
+   * `sync` (see syncState), `summaries` (with `summaries`: the frame's list) or an event kind (`histogram`, `image`, `audio`, `text`, `telemetry`,
    * `pr_curve`, `roc_curve`, `hparams`), and `tags` the tags touched.
    * @returns {() => void} unsubscribe
    */
@@ -212,7 +228,16 @@ export class Store {
         this.beginSync(msg.runs);
         break;
       case "gap":
-        this.beginSync(this.announced); // the page subscribes again: every run's snapshot comes
+        // The page subscribes again: a snapshot of every run of its subscription comes.
+        this.beginSync(this.subscribed ?? this.announced);
+        break;
+      case "summaries":
+        // One small summary per run (docs/http-api.md "Run summaries"), for the runs table.
+        if (Array.isArray(msg.runs)) this._emit({ kind: "summaries", run: null, tags: [], summaries: msg.runs });
+        break;
+      case "synced":
+        // Every snapshot of the subscription was sent (a run the server could not read is left out).
+        if (this._sync.phase === "loading") this._ready();
         break;
       default:
         break;
@@ -280,6 +305,20 @@ export class Store {
       t.version++;
     }
     this._emit({ kind: "scalars", run: name, tags: [...run.scalars.keys()] });
+    for (const kind of ["histogram", "image", "audio", "text", "telemetry", "pr_curve", "roc_curve", "hparams"]) this._emit({ kind, run: name, tags: [] });
+  }
+
+  // Forget a run's data entirely (its buffers go to the garbage collector); the run stays known.
+  _dropRun(name) {
+    const run = this.runs.get(name);
+    if (!run) return;
+    const tags = [...run.scalars.keys()];
+    const had = tags.length + run.histograms.size + run.images.size + run.texts.size + run.prCurves.size + run.rocCurves.size + run.audio.size + run.telemetry.size;
+    if (had === 0 && run.hparams === null) return;
+    const fresh = new Run(name);
+    fresh.seq = run.seq;
+    this.runs.set(name, fresh);
+    this._emit({ kind: "scalars", run: name, tags });
     for (const kind of ["histogram", "image", "audio", "text", "telemetry", "pr_curve", "roc_curve", "hparams"]) this._emit({ kind, run: name, tags: [] });
   }
 

@@ -149,3 +149,26 @@ test("reset: fresh snapshots of the listed runs replace them, other runs are emp
   assert.equal(store.syncState().phase, "ready");
   assert.deepEqual(store.runNames(), ["a", "b"]); // runs stay known
 });
+
+test("a subscription to some runs: the others are emptied, synced ends the loading, a gap re-awaits them", () => {
+  const store = new Store();
+  store.apply({ type: "runs", runs: ["a", "b", "c"] });
+  for (const run of ["a", "b", "c"]) store.apply({ type: "snapshot", seq: 1, run, scalars: [cols([0, 1], [1, 2])], events: [] });
+  assert.equal(store.syncState().phase, "ready");
+  const summaries = [];
+  store.subscribe((c) => c.kind === "summaries" && summaries.push(c.summaries));
+  store.subscribeTo(["a", "c"]);
+  assert.equal(store.series("b", "loss"), undefined); // its buffers are gone
+  assert.equal(store.series("a", "loss").length, 2); // kept until its snapshot replaces it
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 2, done: 0 });
+  store.apply({ type: "snapshot", seq: 2, run: "a", scalars: [cols([0], [1])], events: [] });
+  // A run the server could not read sends no snapshot: `synced` says the history is in anyway.
+  store.apply({ type: "synced", seq: 2 });
+  assert.equal(store.syncState().phase, "ready");
+  store.apply({ type: "gap", seq: 3 });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 2, done: 0 });
+  store.apply({ type: "summaries", runs: [{ name: "a", status: "live" }] });
+  assert.deepEqual(summaries, [[{ name: "a", status: "live" }]]);
+  store.subscribeTo(null);
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 3, done: 0 });
+});

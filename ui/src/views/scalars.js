@@ -2,12 +2,17 @@
 // runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
 import { Chart } from "../chart.js";
 import { scalarSeries } from "../chartdata.js";
-import { colorFor, el } from "../dom.js";
+import { colorFor, el, PALETTE } from "../dom.js";
 import { gather, lowerBound, minMaxIndices, nearestIndex } from "../downsample.js";
+import { aggregate } from "../groups.js";
 import { fetchScalars, needsHistory, spliceRange } from "../history.js";
-import { loadingText, t } from "../i18n.js";
+import { loadingText, t, tf } from "../i18n.js";
+import { groupKey } from "../runs.js";
 import { Ema } from "../smoothing.js";
 import { SMOOTHED, STEP, VALUE, WALL } from "../store.js";
+
+/** With more runs than this in a chart, the faint raw lines behind the smoothed ones are left out. */
+export const RAW_LINES_UP_TO = 20;
 
 /** The group a tag is shown in: the part before its first `/` (empty for none). */
 export function tagGroup(tag) {
@@ -28,6 +33,8 @@ export class ScalarsView {
     /** Fetched full-resolution history by `${tag}\u0000${run}`, and requests in flight. */
     this.details = new Map();
     this.pending = new Map();
+    /** The group aggregates last drawn, by tag (for the readout). */
+    this.groupAggregates = new Map();
     // While it has no charts, this says whether the page is connecting, loading (with progress)
     // or has everything the server has: "No data yet" only then.
     this.empty = el("p", { class: "empty", dataset: { sync: "connecting" }, text: loadingText(ctx.store.syncState()) });
@@ -111,6 +118,12 @@ export class ScalarsView {
       exportData: () => scalarSeries(this.ctx.store, this.ctx.state, tag),
     });
     chart.onChange = () => scheduler.mark(chart);
+    // Group lines come as mean, max, min: after each draw, fill between max and min (uPlot bands).
+    const render = chart.render.bind(chart);
+    chart.render = () => {
+      render();
+      applyBands(chart);
+    };
     this.charts.set(tag, chart);
 
     const name = tagGroup(tag);
@@ -140,12 +153,18 @@ export class ScalarsView {
   // smoothed values, downsampled to the chart's width over its zoomed range. Zoomed into history
   // the page only has downsampled (or no longer has), the full-resolution points are fetched.
   _lines(chart, tag) {
+    if (this.ctx.runs?.groupBy) return this._groupLines(chart, tag);
     const { store, state } = this.ctx;
     const lines = [];
+    const shown = [];
     for (const run of store.runNames()) {
       if (state.hiddenRuns.has(run)) continue;
       const series = store.series(run, tag);
-      if (!series || series.length === 0) continue;
+      if (series && series.length > 0) shown.push([run, series]);
+    }
+    // With many runs overlaid the faint raw lines are only clutter (and half the drawing).
+    const raw = state.smoothing > 0 && shown.length <= RAW_LINES_UP_TO;
+    for (const [run, series] of shown) {
       const walls = series.column(WALL);
       const xsFull = state.xKind === "step" ? series.column(STEP) : walls;
       // Relative time counts from the run's first point, even after the ring buffer dropped it.
@@ -161,7 +180,7 @@ export class ScalarsView {
       }
       const color = colorFor(run);
       if (state.smoothing > 0) {
-        lines.push({ label: `${run} (raw)`, color, xs: cols.xs, ys: cols.raw, alpha: 0.25, width: 1, legend: false });
+        if (raw) lines.push({ label: `${run} (raw)`, color, xs: cols.xs, ys: cols.raw, alpha: 0.25, width: 1, legend: false });
         lines.push({ label: run, color, xs: cols.xs, ys: cols.smoothed });
       } else {
         lines.push({ label: run, color, xs: cols.xs, ys: cols.raw });
@@ -173,6 +192,7 @@ export class ScalarsView {
   // The received point nearest to x of every visible run (smoothed value when smoothing), for the
   // readout; x is reported as the first run's step (or time) of that point.
   _lookup(tag, x) {
+    if (this.ctx.runs?.groupBy) return this._groupLookup(tag, x);
     const { store, state } = this.ctx;
     let at = null;
     const values = [];
@@ -190,6 +210,71 @@ export class ScalarsView {
       const smoothed = series.column(SMOOTHED)[i];
       // The tooltip shows both, sorted by the one drawn boldly.
       values.push(state.smoothing > 0 ? { label: run, color: colorFor(run), value: smoothed, raw, smoothed } : { label: run, color: colorFor(run), value: raw });
+    }
+    return at === null ? null : { x: at, values };
+  }
+
+  /**
+   * The drawn runs by group (see runs.js groupKey): Map of group key -> run names, in key order.
+   * @returns {Map<string, string[]>}
+   */
+  runGroups() {
+    const { store, state, runs } = this.ctx;
+    const byKey = new Map();
+    for (const run of store.runNames()) {
+      if (state.hiddenRuns.has(run)) continue;
+      const key = groupKey(run, runs.row(run).hparams, runs.groupBy);
+      if (!byKey.has(key)) byKey.set(key, []);
+      byKey.get(key).push(run);
+    }
+    return new Map([...byKey].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)));
+  }
+
+  // Per group: the mean across its runs (smoothed values when smoothing is on) and a min–max band,
+  // over the chart's zoomed range at about one x per pixel column, recomputed on every draw (live).
+  _groupLines(chart, tag) {
+    const { store, state } = this.ctx;
+    const lines = [];
+    const aggregates = [];
+    const zoom = chart.zoom;
+    let index = -1;
+    for (const [key, names] of this.runGroups()) {
+      // Groups take the palette in the order of their keys: few, and distinct colors matter more
+      // than colors that survive a change of grouping.
+      index++;
+      const runs = [];
+      for (const run of names) {
+        const series = store.series(run, tag);
+        if (!series || series.length === 0) continue;
+        const ascending = state.xKind === "step" ? series.stepsAscending : series.wallsAscending;
+        if (!ascending) continue;
+        let xs = series.column(state.xKind === "step" ? STEP : WALL);
+        if (state.xKind === "relative") xs = Float64Array.from(xs, (w) => w - series.firstWall);
+        runs.push({ xs, ys: series.column(state.smoothing > 0 ? SMOOTHED : VALUE) });
+      }
+      if (runs.length === 0) continue;
+      const agg = aggregate(runs, chart.width, zoom?.[0], zoom?.[1]);
+      if (agg.xs.length === 0) continue;
+      const color = PALETTE[index % PALETTE.length];
+      const label = tf("groupMean", { name: key, n: runs.length });
+      aggregates.push({ label, color, agg });
+      lines.push({ label, color, xs: agg.xs, ys: agg.mean, width: 2, group: "mean" });
+      lines.push({ label: `${label} max`, color, xs: agg.xs, ys: agg.max, width: 0.5, alpha: 0.4, legend: false, group: "max" });
+      lines.push({ label: `${label} min`, color, xs: agg.xs, ys: agg.min, width: 0.5, alpha: 0.4, legend: false, group: "min" });
+    }
+    this.groupAggregates.set(tag, aggregates);
+    return lines;
+  }
+
+  // The readout of grouped lines: each group's mean at the aggregated x nearest to x.
+  _groupLookup(tag, x) {
+    const aggregates = this.groupAggregates.get(tag) ?? [];
+    let at = null;
+    const values = [];
+    for (const { label, color, agg } of aggregates) {
+      const i = nearestIndex(agg.xs, x);
+      at ??= agg.xs[i];
+      values.push({ label, color, value: agg.mean[i] });
     }
     return at === null ? null : { x: at, values };
   }
@@ -238,6 +323,34 @@ export class ScalarsView {
     (before >= 0 ? Ema.continuing(this.ctx.state.smoothing, seed) : new Ema(this.ctx.state.smoothing)).fill(values, out);
     return out;
   }
+}
+
+/**
+ * Give a chart's uPlot instance one band per group (fill between its max and min lines), once per
+ * instance: the chart rebuilds the instance whenever its set of lines changes.
+ * @param {Chart} chart
+ */
+export function applyBands(chart) {
+  const u = chart.plot;
+  if (!u) return;
+  const lines = chart._lines;
+  const wanted = [];
+  for (let i = 0; i + 2 < lines.length; i++) {
+    if (lines[i].group === "mean" && lines[i + 1].group === "max" && lines[i + 2].group === "min") {
+      wanted.push({ series: [i + 2, i + 3], fill: `${lines[i].color}66` });
+    }
+  }
+  const key = JSON.stringify(wanted);
+  if (chart._bandPlot === u && chart._bandKey === key) return;
+  // A new instance draws for the first time after this task (uPlot commits in a microtask), so its
+  // bands only need adding; redrawing it now would draw it before its scales are set.
+  const fresh = chart._bandPlot !== u;
+  chart._bandPlot = u;
+  chart._bandKey = key;
+  if (fresh && wanted.length === 0) return;
+  u.delBand(null);
+  for (const band of wanted) u.addBand(band);
+  if (!fresh) u.redraw(true, false); // band clips are made while building the paths
 }
 
 /** Scalar charts share the cursor by step; on wall time they join the telemetry charts' group. */

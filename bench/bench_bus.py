@@ -1,0 +1,472 @@
+"""Several brokers, one dashboard: ``vdl-stream serve --bus`` on one host, a real redis-server.
+
+Three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
+the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing one log directory:
+
+0. ``hop``: Redis alone, through coredis on trio as the bus uses it: one pipelined ``XADD`` of a
+   600-byte entry every 4 ms, read back by a blocked ``XREAD`` in the same process; latency from
+   before the XADD to the XREAD's return (500 entries).
+1. ``latency``: 48 raw ``/ws/ingest`` writers, 16 per broker (a process of writers per broker),
+   each in its own run and paced so that together they send ``--rate`` events/s (batches of 25
+   points); one ``/ws/live`` client per broker (each its own process) subscribed to every run. Reports, for each client, the runs it saw, and the latency
+   from a point's creation (its wall time, stamped when the batch is built) to its arrival, split
+   into points written through the client's own broker and through another broker (the bus
+   path); the brokers' bus counters (published, dropped, gaps); Redis's commands/s and memory.
+2. ``failover``: ``--writers`` ``attach(url=[a, b, c])`` writers (threads of this process, each
+   broker first in a third of the lists) logging steadily; one broker SIGKILLed ``--kills`` times
+   at random moments (and started again on its port after a random pause). Afterwards every run
+   is read back from disk: steps lost and steps duplicated must both be 0.
+
+Only 127.0.0.1 is used; every loop is bounded; every process started is stopped in ``finally``.
+
+Usage: python bench/bench_bus.py [--quick] [--seconds S] [--rate N] [--writers N] [--kills N]
+                                 [--json PATH] [--skip PHASE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+import psutil
+import trio
+from broker_clients import (
+    MAX_MESSAGE,
+    STARTED,
+    ServeProcess,
+    WriterResult,
+    free_port,
+    kill_started,
+    stream_batches,
+)
+from trio_websocket import open_websocket_url
+
+import recorder
+from vdl_stream import attach, codec
+
+PHASES = ("hop", "latency", "failover")
+BROKERS = 3
+#: Lease ttl given to the brokers of the failover phase (``--bus-lease``): how long a killed
+#: broker's runs wait (the latency phase runs the default).
+LEASE = "1.5"
+
+
+class RedisProcess:
+    """A ``redis-server`` on 127.0.0.1 and a free port, without persistence."""
+
+    def __init__(self, workdir: Path) -> None:
+        executable = shutil.which("redis-server")
+        if executable is None:
+            raise SystemExit("redis-server is not installed (scripts/test.sh installs it)")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [
+                *(executable, "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no", "--dir", str(workdir)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        STARTED.add(self.proc)
+        deadline = time.monotonic() + 10
+        while self.info("server") is None:
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("redis-server did not answer within 10 s")
+            time.sleep(0.05)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def info(self, section: str) -> dict[str, str] | None:
+        """``INFO section`` through redis-cli, as a dict; None while it does not answer."""
+        try:
+            out = subprocess.run(
+                ["redis-cli", "-p", str(self.port), "info", section],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        pairs = [line.split(":", 1) for line in out.splitlines() if ":" in line]
+        return dict(pairs) or None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_brokers(
+    logdir: Path, workdir: Path, redis: RedisProcess, ports: list[int], lease: str | None = None
+) -> list[ServeProcess]:
+    """Start a ``serve --bus`` per port (0: any free port), with ``--bus-lease`` if given."""
+    leasing = ("--bus-lease", lease) if lease else ()
+    return [
+        ServeProcess(
+            logdir, workdir / f"broker{i}.log", "--port", str(port), "--bus", redis.url, *leasing
+        )
+        for i, port in enumerate(ports)
+    ]
+
+
+# -- phase 0: the Redis hop alone ----------------------------------------------------------------
+
+
+def phase_hop(args: argparse.Namespace, workdir: Path) -> dict:
+    import coredis
+
+    redis = RedisProcess(workdir)
+    latencies: list[float] = []
+    count = 500
+
+    async def read(client: coredis.Redis) -> None:
+        last = "0-0"
+        while len(latencies) < count:
+            result = await client.xread({"hop": last}, count=100, block=1000)
+            now = time.perf_counter()
+            for entry in (result or {}).get(b"hop", ()):
+                last = entry.identifier.decode()
+                latencies.append(now - float(entry.field_values[b"t"]))
+
+    async def main() -> None:
+        client = coredis.Redis.from_url(redis.url)
+        with trio.fail_after(60):
+            async with client, trio.open_nursery() as nursery:
+                nursery.start_soon(read, client)
+                for _ in range(count):
+                    async with client.pipeline(transaction=False) as pipe:
+                        pipe.xadd("hop", {"t": repr(time.perf_counter()), "f": b"x" * 600})
+                    await trio.sleep(0.004)
+
+    try:
+        trio.run(main)
+    finally:
+        redis.stop()
+    return percentiles([np.array(latencies)])
+
+
+# -- phase 1: latency across brokers ------------------------------------------------------------
+
+
+@dataclass
+class Browser:
+    """What one ``/ws/live`` client (subscribed to every run) received."""
+
+    runs: set[str] = field(default_factory=set)
+    own: list[np.ndarray] = field(default_factory=list)  # latencies via its own broker
+    other: list[np.ndarray] = field(default_factory=list)  # via another broker (the bus)
+    gaps: int = 0
+    error: str | None = None
+
+
+async def browse(ws: str, own_runs: set[str], result: Browser, since: list[float]) -> None:
+    subscribe = codec.encode_message({"type": "subscribe", "runs": None, "max_points": 2000})
+    try:
+        async with open_websocket_url(
+            ws + "/ws/live", max_message_size=MAX_MESSAGE, message_queue_size=256
+        ) as conn:
+            await conn.send_message(subscribe)
+            while True:
+                message = codec.decode_message(await conn.get_message())
+                now = time.time()
+                kind = message["type"]
+                if kind == "gap":
+                    result.gaps += 1
+                    await conn.send_message(subscribe)
+                elif kind in ("data", "snapshot"):
+                    run = message["run"]
+                    result.runs.add(run)
+                    if kind != "data":
+                        continue
+                    for _tag, _steps, walls, _values in message["scalars"]:
+                        w = np.frombuffer(walls, dtype="<f8")
+                        w = w[w >= since[0]]  # after the warm-up
+                        if len(w):
+                            (result.own if run in own_runs else result.other).append(now - w)
+    except Exception as exc:  # reported, never hidden
+        result.error = f"{type(exc).__name__}: {exc}"[:200]
+
+
+def cpu_seconds(server: ServeProcess) -> float:
+    times = psutil.Process(server.pid).cpu_times()
+    return times.user + times.system
+
+
+def percentiles(chunks: list[np.ndarray]) -> dict[str, float]:
+    lat = np.concatenate(chunks) * 1000 if chunks else np.zeros(0)
+    if not len(lat):
+        return {"points": 0}
+    return {
+        "points": len(lat),
+        "p50_ms": round(float(np.percentile(lat, 50)), 2),
+        "p99_ms": round(float(np.percentile(lat, 99)), 2),
+        "max_ms": round(float(lat.max()), 1),
+    }
+
+
+def _browser_process(ws: str, own: set[str], since: float, until: float, out: Path) -> None:
+    """A child process: one ``/ws/live`` client until ``until``; results saved to ``out``."""
+    result = Browser()
+
+    async def main() -> None:
+        with trio.move_on_after(max(0.0, until - time.time())):
+            await browse(ws, own, result, [since])
+
+    trio.run(main)
+    empty = np.zeros(0)
+    np.savez(
+        out,
+        own=np.concatenate(result.own) if result.own else empty,
+        other=np.concatenate(result.other) if result.other else empty,
+    )
+    out.with_suffix(".json").write_text(
+        json.dumps({"runs": sorted(result.runs), "gaps": result.gaps, "error": result.error})
+    )
+
+
+def _writers_process(specs: list[tuple[str, str, str]], options: dict, out: Path) -> None:
+    """A child process: raw writers ``(writer, run, ws)`` streaming from ``options["at"]`` on."""
+    results = [WriterResult(writer, run) for writer, run, _ in specs]
+
+    async def main() -> None:
+        start = trio.Event()
+        async with trio.open_nursery() as nursery:
+            for (_, _, ws), result in zip(specs, results, strict=True):
+                nursery.start_soon(
+                    lambda ws=ws, r=result: stream_batches(
+                        ws,
+                        r,
+                        tags=["loss"],
+                        points=options["points"],
+                        seconds=options["seconds"],
+                        start=start,
+                        batches_per_s=options["batches_per_s"],
+                    )
+                )
+            await trio.sleep(max(0.0, options["at"] - time.time()))
+            start.set()
+
+    trio.run(main)
+    out.write_text(json.dumps([{"acked": r.acked_seq, "error": r.error} for r in results]))
+
+
+def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
+    """48 paced writers in 3 processes, one browser process per broker (so that no client
+    process is the bottleneck: each has its own GIL)."""
+    import multiprocessing
+
+    fork = multiprocessing.get_context("fork")
+    redis = RedisProcess(workdir)
+    brokers = start_brokers(workdir / "logs", workdir, redis, [0] * BROKERS)
+    children: list = []
+    try:
+        writers, points = 48, 25
+        runs = [f"bus{i:02d}" for i in range(writers)]
+        home = {run: i % BROKERS for i, run in enumerate(runs)}
+        start_at = time.time() + 3  # every connection and subscription in place
+        since = start_at + 1  # after a warm-up: runs appear, leases are taken
+        until = since + args.seconds
+        options = {
+            "points": points,
+            "seconds": until - start_at,
+            "batches_per_s": args.rate / writers / points,
+            "at": start_at,
+        }
+        for i, broker in enumerate(brokers):
+            own = {r for r in runs if home[r] == i}
+            children.append(
+                fork.Process(
+                    target=_browser_process,
+                    args=(broker.ws, own, since, until + 0.5, workdir / f"browser{i}.npz"),
+                )
+            )
+            specs = [(f"w{r}", r, broker.ws) for r in runs if home[r] == i]
+            children.append(
+                fork.Process(
+                    target=_writers_process, args=(specs, options, workdir / f"writers{i}.json")
+                )
+            )
+        for child in children:
+            child.start()
+        time.sleep(max(0.0, since - time.time()))
+        stats_before = [b.stats() for b in brokers]
+        cpu_before = [cpu_seconds(b) for b in brokers]
+        redis_before = redis.info("stats") or {}
+        time.sleep(max(0.0, until - time.time()))
+        stats = [b.stats() for b in brokers]
+        cpu = [cpu_seconds(b) - c for b, c in zip(brokers, cpu_before, strict=True)]
+        redis_after = redis.info("stats") or {}
+        memory = redis.info("memory") or {}
+        load = psutil.getloadavg()
+        for child in children:
+            child.join(120)
+        elapsed = args.seconds
+        browsers = []
+        for i in range(BROKERS):
+            saved = np.load(workdir / f"browser{i}.npz")
+            meta = json.loads((workdir / f"browser{i}.json").read_text())
+            browsers.append((saved["own"], saved["other"], meta))
+        written = [
+            w
+            for i in range(BROKERS)
+            for w in json.loads((workdir / f"writers{i}.json").read_text())
+        ]
+        published = sum(
+            s["bus"]["published"] - b["bus"]["published"]
+            for s, b in zip(stats, stats_before, strict=True)
+        )
+        commands = int(redis_after.get("total_commands_processed", 0)) - int(
+            redis_before.get("total_commands_processed", 0)
+        )
+        return {
+            "brokers": BROKERS,
+            "writers": writers,
+            "rate_target": args.rate,
+            "seconds": elapsed,
+            "events_per_s": round(sum(w["acked"] for w in written) * points / options["seconds"]),
+            "writer_errors": [w["error"] for w in written if w["error"]],
+            "browsers": [
+                {
+                    "runs_seen": len(meta["runs"]),
+                    "own_broker": percentiles([own]),
+                    "other_broker": percentiles([other]),
+                    "gaps": meta["gaps"],
+                    "error": meta["error"],
+                }
+                for own, other, meta in browsers
+            ],
+            "every_browser_sees_every_run": all(len(m["runs"]) == writers for _, _, m in browsers),
+            "other_broker_all": percentiles([other for _, other, _ in browsers]),
+            "bus": [s["bus"] for s in stats],
+            "subscribers": [s["subscribers"] for s in stats],
+            "broker_cpu_per_s": [round(c / elapsed, 2) for c in cpu],
+            "load_average": [round(x, 1) for x in load],
+            "xadd_per_s": round(published / elapsed),
+            "redis_commands_per_s": round(commands / elapsed),
+            "redis_used_memory_mb": round(int(memory.get("used_memory", 0)) / 2**20, 1),
+        }
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.kill()
+        for broker in brokers:
+            broker.stop()
+        redis.stop()
+
+
+# -- phase 2: SIGKILL failover -------------------------------------------------------------------
+
+
+def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
+    redis = RedisProcess(workdir)
+    logdir = workdir / "logs"
+    ports = [free_port() for _ in range(BROKERS)]
+    brokers = start_brokers(logdir, workdir, redis, ports, LEASE)
+    rng = random.Random(args.seed)
+    stop = threading.Event()
+    counts = [0] * args.writers
+    urls = [b.ws for b in brokers]
+    writers = [
+        attach(url=urls[i % BROKERS :] + urls[: i % BROKERS], run=f"fo{i:02d}", telemetry=False)
+        for i in range(args.writers)
+    ]
+
+    def log_steadily(index: int) -> None:
+        writer, step = writers[index], 0
+        while not stop.is_set():
+            writer.add_scalar("loss", float(step), step)
+            step += 1
+            counts[index] = step
+            if step % 10 == 0:
+                time.sleep(0.01)  # about 1,000 steps/s a writer
+
+    threads = [threading.Thread(target=log_steadily, args=(i,)) for i in range(args.writers)]
+    kills = []
+    t0 = time.time()
+    try:
+        for t in threads:
+            t.start()
+        for _ in range(args.kills):
+            time.sleep(rng.uniform(0.5, 2.0))
+            victim = rng.randrange(BROKERS)
+            t_kill = time.time()
+            brokers[victim].proc.kill()
+            brokers[victim].proc.wait()
+            time.sleep(rng.uniform(0.2, 1.0))
+            brokers[victim].stop()
+            brokers[victim] = start_brokers(logdir, workdir, redis, [ports[victim]], LEASE)[0]
+            kills.append({"broker": victim, "at_s": round(t_kill - t0, 2)})
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        flushed = [w.flush(120) for w in writers]
+    finally:
+        stop.set()
+        for w in writers:
+            w.close()
+        for broker in brokers:
+            broker.stop()
+        redis.stop()
+    lost = duplicated = 0
+    for i, n in enumerate(counts):
+        with recorder.RunReader(logdir / f"fo{i:02d}") as reader:
+            steps = reader.read_scalars("loss").steps
+        unique = np.unique(steps)
+        duplicated += len(steps) - len(unique)
+        lost += n - len(np.intersect1d(unique, np.arange(n)))
+    return {
+        "writers": args.writers,
+        "kills": kills,
+        "steps_logged": sum(counts),
+        "steps_lost": int(lost),
+        "steps_duplicated": int(duplicated),
+        "all_flushed": all(flushed),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="short phases (development)")
+    parser.add_argument("--seconds", type=float, default=None, help="latency phase length")
+    parser.add_argument("--rate", type=int, default=30_000, help="events/s, all writers")
+    parser.add_argument("--writers", type=int, default=None, help="failover phase writers")
+    parser.add_argument("--kills", type=int, default=5, help="SIGKILLs in the failover phase")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--skip", nargs="*", default=[], choices=PHASES)
+    args = parser.parse_args()
+    args.seconds = args.seconds or (4.0 if args.quick else 15.0)
+    args.writers = args.writers or (12 if args.quick else 48)
+    results = {}
+    try:
+        for phase in PHASES:
+            if phase in args.skip:
+                continue
+            with tempfile.TemporaryDirectory(prefix=f"bench-bus-{phase}-") as tmp:
+                run = {"hop": phase_hop, "latency": phase_latency, "failover": phase_failover}[
+                    phase
+                ]
+                results[phase] = run(args, Path(tmp))
+            print(json.dumps({phase: results[phase]}, indent=1), flush=True)
+    finally:
+        kill_started()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

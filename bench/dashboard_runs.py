@@ -1,0 +1,372 @@
+"""The page figures of issue 12 (many runs), for ``bench/bench_dashboard.py --runs``.
+
+Three measures, each against a real ``vdl-stream serve`` subprocess and headless Chromium:
+
+* load: a log directory of ``--runs-count`` runs (bench/runs_data.py: 10 tags x ``--runs-points``
+  points, hparams, host; cached under bench/out/runs) is served ``--runs-starts`` times and opened
+  1 + ``--repeat`` times per start, each in a fresh browser context (the first load after a start
+  is "cold"). An init script (RUNS_PROBE_JS) notes, at each animation frame from the navigation
+  start, when the runs table is filled (a summary of every run, and rows in the DOM) and when the
+  first scalar chart has data, then when every chart in view has.
+* select: in the last page, the search box keeps the 100 runs named ``s05-*`` (none of them
+  selected: the default selection is the newest ten), then ``All`` is clicked; the time from the
+  click until every scalar chart in view draws 100 lines (the page re-subscribes to those runs and
+  draws their snapshots).
+* live: ``--runs-live`` runs (bench/runs_writer.py, its own process) log 10 tags at
+  ``--runs-rate`` points/s each while the page shows all of them (``All`` clicked); every
+  ``--interval`` seconds the Chrome DevTools Protocol's ``Performance.getMetrics`` gives the
+  main-thread busy share (d TaskDuration / d Timestamp) and JSHeapUsedSize; the heap is also read
+  after ``HeapProfiler.collectGarbage`` at the start and the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+VIEWPORT = {"width": 1400, "height": 1000}
+
+# Injected before the page's scripts: when the table is filled, the first chart has data, every
+# chart in view has data (ms since the navigation started). Stops after 120 s.
+RUNS_PROBE_JS = """(() => {
+  const t = { table: null, firstChart: null, inView: null, rows: 0 };
+  window.__runsBench = t;
+  const expect = window.__runsBenchExpect;
+  const tick = () => {
+    const now = performance.now();
+    const vdl = window.vdl;
+    if (vdl) {
+      const m = vdl.runsModel;
+      if (t.table === null && m && m.summaries.size >= expect) {
+        const rows = document.querySelectorAll('.rt-body [data-run]').length;
+        if (rows > 0) { t.table = now; t.rows = rows; }
+      }
+      if (t.firstChart === null) {
+        for (const u of vdl.charts.values()) if (u.data[0].length > 0) { t.firstChart = now; break; }
+      }
+      if (t.firstChart !== null && t.inView === null) {
+        const H = window.innerHeight;
+        const charts = [...document.querySelectorAll('[data-tag]')].filter(e => {
+          const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < H; });
+        if (charts.length && charts.every(e => { const u = vdl.charts.get(e.dataset.tag);
+              return u && u.data[0].length > 0; })) t.inView = now;
+      }
+    }
+    if ((t.table === null || t.inView === null) && now < 120000) requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+})();"""
+
+# Every scalar chart in view draws `n` runs (smoothed lines, the raw ones left out).
+IN_VIEW_LINES_JS = """() => {
+  const H = window.innerHeight;
+  const out = [];
+  for (const e of document.querySelectorAll('[data-tag]')) {
+    const r = e.getBoundingClientRect();
+    if (!(r.bottom > 0 && r.top < H)) continue;
+    const u = window.vdl.charts.get(e.dataset.tag);
+    out.push(u ? u.series.slice(1).filter(s => !String(s.label).endsWith(' (raw)')).length : 0);
+  }
+  return out;
+}"""
+
+# Click "All" and resolve, at the first animation frame where every chart in view draws `n` lines,
+# with the milliseconds since the click.
+SELECT_JS = """(n) => new Promise((resolve) => {
+  const H = window.innerHeight;
+  const t0 = performance.now();
+  let subscribed = null, synced = null;
+  document.querySelector('button.runs-all').click();
+  const tick = () => {
+    const now = performance.now();
+    const runs = window.vdl.connection.runs;
+    if (subscribed === null && Array.isArray(runs) && runs.length === n) subscribed = now - t0;
+    if (subscribed !== null && synced === null && window.vdl.sync.phase === 'ready') synced = now - t0;
+    const charts = [...document.querySelectorAll('[data-tag]')].filter(e => {
+      const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < H; });
+    const done = charts.length > 0 && charts.every(e => { const u = window.vdl.charts.get(e.dataset.tag);
+      return u && u.series.slice(1).filter(s => !String(s.label).endsWith(' (raw)')).length === n; });
+    if (done) resolve({ ms: now - t0, charts: charts.length, subscribed_ms: subscribed, synced_ms: synced });
+    else if (now - t0 > 60000) resolve({ ms: null, charts: charts.length });
+    else requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+})"""
+
+
+def _serve(logdir: Path, log: Path):  # type: ignore[no-untyped-def]
+    from bench_dashboard import Serve
+
+    return Serve(logdir, log)
+
+
+def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
+    """The load and select measures over the cached many-runs log directory."""
+    from runs_data import cached_runs
+
+    t_gen = time.perf_counter()
+    logdir = Path(cached_runs(n_runs=args.runs_count, tags=10, points=args.runs_points))
+    gen_s = time.perf_counter() - t_gen
+    loads = []
+    select = None
+    for start in range(args.runs_starts):
+        server = _serve(logdir, work / f"serve-runs-{start}.log")
+        try:
+            for k in range(1 + args.repeat):
+                last = start == args.runs_starts - 1 and k == args.repeat
+                context = browser.new_context(viewport=VIEWPORT)
+                try:
+                    context.add_init_script(
+                        script=f"window.__runsBenchExpect = {args.runs_count};\n{RUNS_PROBE_JS}"
+                    )
+                    page = context.new_page()
+                    errors: list[str] = []
+                    page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+                    page.goto(server.url + "/", wait_until="commit")
+                    page.wait_for_function(
+                        "() => window.__runsBench && window.__runsBench.table !== null"
+                        " && window.__runsBench.inView !== null",
+                        timeout=120_000,
+                    )
+                    probe = page.evaluate("() => window.__runsBench")
+                    loads.append(
+                        {
+                            "start": start,
+                            "cold": k == 0,
+                            "table_ms": probe["table"],
+                            "first_chart_ms": probe["firstChart"],
+                            "in_view_ms": probe["inView"],
+                            "rows_in_dom": probe["rows"],
+                            "subscribed": len(
+                                page.evaluate("() => window.vdl.connection.runs || []")
+                            ),
+                            "errors": errors,
+                        }
+                    )
+                    if last:
+                        select = select_runs(page)
+                        names = page.evaluate("() => window.vdl.connection.runs")
+                        # The server alone, on the same runs (now open: warm) and on 100
+                        # others no page has read (cold, as the page's were).
+                        select["server_alone_s"] = server_select(
+                            server.ws_url, names, select["max_points"]
+                        )
+                        cold = [
+                            n
+                            for n in page.evaluate("() => [...window.vdl.runsModel.names]")
+                            if n.startswith("s06-")
+                        ]
+                        select["server_alone_cold_s"] = server_select(
+                            server.ws_url, sorted(cold), select["max_points"]
+                        )
+                finally:
+                    context.close()
+        finally:
+            server.stop()
+    return {"logdir": str(logdir), "generation_s": gen_s, "loads": loads, "select": select}
+
+
+def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
+    """Search for the ``s05-*`` runs, then time ``All`` until every chart in view draws 100."""
+    page.fill("input.run-search", "s05-")
+    page.wait_for_function(
+        "() => window.vdl.runsModel.tableRows().length === 100"
+        " && Array.isArray(window.vdl.connection.runs) && window.vdl.connection.runs.length === 0",
+        timeout=30_000,
+    )
+    page.wait_for_timeout(300)
+    result = page.evaluate(SELECT_JS, 100)
+    result["lines"] = page.evaluate(IN_VIEW_LINES_JS)
+    result["max_points"] = page.evaluate("() => window.vdl.connection.maxPoints")
+    return result
+
+
+def server_select(ws_url: str, runs: list[str], max_points: int, timeout: float = 120.0) -> float:
+    """Seconds the server alone takes from a ``subscribe`` to ``runs`` until its ``synced``."""
+    import msgpack
+    import trio
+    from trio_websocket import open_websocket_url
+
+    async def main() -> float:
+        with trio.fail_after(timeout):
+            async with open_websocket_url(ws_url + "/ws/live") as ws:
+                message = {"type": "subscribe", "runs": runs, "max_points": max_points}
+                await ws.send_message(msgpack.packb(message))
+                t0 = time.perf_counter()
+                while msgpack.unpackb(await ws.get_message(), raw=False)["type"] != "synced":
+                    pass
+                return time.perf_counter() - t0
+
+    return trio.run(main)
+
+
+def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
+    """The live measure: ``--runs-live`` runs logging at once, all shown, sampled through CDP."""
+    from bench_dashboard import (
+        chromium_cpu_s,
+        find_browser_pid,
+        perf_metrics,
+        readline,
+        slope_per_min,
+        stop_process,
+    )
+
+    server = writer = context = None
+    try:
+        server = _serve(work / "runs-live-logs", work / "serve-runs-live.log")
+        writer = subprocess.Popen(
+            [
+                sys.executable, str(HERE / "runs_writer.py"), "--url", server.ws_url,
+                "--runs", str(args.runs_live), "--tags", "10", "--rate", str(args.runs_rate),
+                "--duration", str(args.runs_duration),
+            ],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+        if readline(writer, 120).strip() != "ready":
+            raise RuntimeError("the runs writer did not attach")
+        context = browser.new_context(viewport=VIEWPORT)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            f"() => window.vdl && window.vdl.runsModel.names.size === {args.runs_live}"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=60_000,
+        )
+        page.click("button.runs-all")
+        page.wait_for_function(
+            f"() => (window.vdl.connection.runs === null || window.vdl.connection.runs.length === {args.runs_live})"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=60_000,
+        )
+        cdp = context.new_cdp_session(page)
+        cdp.send("Performance.enable")
+        cdp.send("HeapProfiler.collectGarbage")
+        heap0 = perf_metrics(cdp)["JSHeapUsedSize"]
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        go = time.perf_counter()
+        browser_pid = find_browser_pid()
+        samples = []
+        while True:
+            now = time.perf_counter() - go
+            cpu_now = chromium_cpu_s(browser_pid)
+            samples.append({"t": now, "chromium_cpu_s": cpu_now, **perf_metrics(cdp)})
+            if now >= args.runs_duration or writer.poll() is not None:
+                break
+            time.sleep(min(args.interval, max(0.05, args.runs_duration - now)))
+        line = readline(writer, args.runs_duration + 120)
+        sent = json.loads(line) if line else None
+        writer.wait(30)
+        cdp.send("HeapProfiler.collectGarbage")
+        heap1 = perf_metrics(cdp)["JSHeapUsedSize"]
+        lines = page.evaluate(IN_VIEW_LINES_JS)
+        busy = [
+            (b["TaskDuration"] - a["TaskDuration"]) / (b["Timestamp"] - a["Timestamp"])
+            for a, b in itertools.pairwise(samples)
+            if b["Timestamp"] > a["Timestamp"]
+        ]
+        # The first interval holds the start of the load; the steady state is what follows.
+        steady = busy[1:] or busy
+        # The heap's trend over the second half, once the ring buffers have grown.
+        half_t = args.runs_duration / 2
+        half = [(s["t"], s["JSHeapUsedSize"] / 1e6) for s in samples if s["t"] >= half_t]
+        span = max(samples[-1]["t"] - samples[0]["t"], 1e-9)
+        cpu = (samples[-1]["chromium_cpu_s"] - samples[0]["chromium_cpu_s"]) / span
+        return {
+            "runs": args.runs_live,
+            "rate": args.runs_rate,
+            "duration_s": args.runs_duration,
+            "busy_median": statistics.median(steady) if steady else None,
+            "busy_max": max(steady) if steady else None,
+            "busy_samples": busy,
+            "heap_gc_start_mb": heap0 / 1e6,
+            "heap_gc_end_mb": heap1 / 1e6,
+            "heap_slope_mb_per_min": slope_per_min(
+                [(s["t"], s["JSHeapUsedSize"] / 1e6) for s in samples]
+            ),
+            "heap_slope_second_half_mb_per_min": slope_per_min(half),
+            "chromium_cpu_per_s": cpu,
+            "load_avg": list(os.getloadavg()),
+            "lines_in_view": lines,
+            "sent": sent,
+            "errors": errors,
+        }
+    finally:
+        stop_process(writer)
+        if context is not None:
+            context.close()
+        if server is not None:
+            server.stop()
+
+
+def run(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
+    """Every measure of the runs part."""
+    out = {}
+    if not args.runs_skip_load:
+        out["load"] = load_and_select(args, browser, work)
+    if not args.runs_skip_live:
+        out["live"] = live_runs(args, browser, work)
+    return out
+
+
+def report(result: dict) -> str:
+    """The runs part's figures as Markdown."""
+    out = ["## Issue 12: page (many runs)", ""]
+    load = result.get("load")
+    if load:
+        out.append(f"Log directory: {load['logdir']} (ready in {load['generation_s']:.1f} s)")
+        out.append("")
+        out.append(
+            "| load | table filled | first chart drawn | every chart in view | runs subscribed |"
+        )
+        out.append("| --- | --- | --- | --- | --- |")
+        for kind, rows in (
+            ("cold", [r for r in load["loads"] if r["cold"]]),
+            ("warm", [r for r in load["loads"] if not r["cold"]]),
+        ):
+            if not rows:
+                continue
+            table, first, in_view = (
+                statistics.median(r[key] for r in rows)
+                for key in ("table_ms", "first_chart_ms", "in_view_ms")
+            )
+            out.append(
+                f"| {kind} (median of {len(rows)}) | {table:.0f} ms | {first:.0f} ms"
+                f" | {in_view:.0f} ms | {rows[0]['subscribed']} |"
+            )
+        sel = load.get("select")
+        if sel:
+            out.append("")
+            ms = "no" if sel["ms"] is None else f"{sel['ms']:.0f} ms"
+            out.append(
+                f"Select 100 runs: every chart in view ({sel['charts']}) redrawn with 100 lines"
+                f" after {ms} (subscribed after {sel['subscribed_ms']:.0f} ms, synced after"
+                f" {sel['synced_ms']:.0f} ms; max_points {sel['max_points']}; the server alone,"
+                f" the same subscribe on a fresh connection: {sel['server_alone_s']:.2f} s,"
+                f" 100 runs no page read yet: {sel['server_alone_cold_s']:.2f} s;"
+                f" lines per chart: {sel['lines']})"
+            )
+    live = result.get("live")
+    if live:
+        out.append("")
+        out.append(
+            f"Live: {live['runs']} runs x 10 tags x {live['rate']} points/s for {live['duration_s']:.0f} s:"
+            f" main-thread busy median {live['busy_median']:.0%} (max {live['busy_max']:.0%});"
+            f" Chromium CPU {live['chromium_cpu_per_s']:.2f} s/s (all its processes);"
+            f" JS heap after GC {live['heap_gc_start_mb']:.1f} -> {live['heap_gc_end_mb']:.1f} MB,"
+            f" slope {live['heap_slope_mb_per_min']:+.1f} MB/min"
+            f" (second half {live['heap_slope_second_half_mb_per_min']:+.1f});"
+            f" lines per chart in view {live['lines_in_view']}; load average {live['load_avg'][0]:.1f}"
+        )
+    return "\n".join(out)

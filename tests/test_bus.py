@@ -1,0 +1,477 @@
+"""Several brokers as one dashboard (``serve --bus``): a real redis-server, real serve processes.
+
+Every test starts its own ``redis-server`` on 127.0.0.1 with a port of its own (no persistence),
+and ``vdl-stream serve --bus`` subprocesses sharing one log directory, the way brokers on one host
+share the truth. Brokers are SIGKILLed and Redis is restarted for real.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+from trio_websocket import open_websocket_url
+
+import recorder
+from tests.conftest import ServeProcess, http_get, start_serve, stop_serve
+from vdl_stream import attach, codec
+from vdl_stream.bus import Bus, check_bus_url
+from vdl_stream.transport import WebSocketTransport
+
+#: Lease ttl of the brokers under test: how long a killed broker's runs wait for another.
+LEASE = "1.0"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A ``redis-server`` subprocess on 127.0.0.1 and a port of its own, without persistence."""
+
+    def __init__(self, workdir: Path) -> None:
+        executable = shutil.which("redis-server")
+        if executable is None:
+            pytest.fail("redis-server is not installed: run scripts/test.sh, which installs it")
+        self.executable = executable
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start it (again, on the same port) and wait until it answers PING (10 s at most)."""
+        self.proc = subprocess.Popen(
+            [
+                self.executable,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server did not answer within 10 s")
+
+    def stop(self) -> None:
+        """SIGKILL it (a crash: nothing is saved) and wait for it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Brokers:
+    """``vdl-stream serve --bus`` processes over one log directory; all stopped at the end."""
+
+    def __init__(self, logdir: Path, redis: RedisServer, count: int) -> None:
+        self.logdir = logdir
+        self.redis = redis
+        self.servers: list[ServeProcess] = []
+        self.ports: list[int] = []
+        for _ in range(count):
+            self.ports.append(free_port())
+            self.servers.append(self._start(len(self.servers)))
+
+    def _start(self, index: int) -> ServeProcess:
+        log = open(self.logdir.parent / f"broker{index}.log", "a")  # noqa: SIM115 (Popen's)
+        try:
+            return start_serve(
+                self.logdir,
+                "--bus",
+                self.redis.url,
+                "--bus-lease",
+                LEASE,
+                port=self.ports[index],
+                stderr=log,
+            )
+        finally:
+            log.close()
+
+    @property
+    def ws_urls(self) -> list[str]:
+        return [s.ws_url for s in self.servers]
+
+    def kill(self, index: int) -> None:
+        self.servers[index].proc.kill()
+        self.servers[index].proc.wait()
+
+    def restart(self, index: int) -> None:
+        """Start broker ``index`` again on its port (retrying while the port is still held)."""
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.servers[index] = self._start(index)
+                return
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            stop_serve(server)
+
+
+@pytest.fixture
+def brokers(tmp_path: Path, redis_server: RedisServer) -> Iterator[callable]:
+    started: list[Brokers] = []
+
+    def make(count: int) -> Brokers:
+        (tmp_path / "logs").mkdir(exist_ok=True)
+        group = Brokers(tmp_path / "logs", redis_server, count)
+        started.append(group)
+        return group
+
+    try:
+        yield make
+    finally:
+        for group in started:
+            group.stop()
+
+
+@dataclass
+class Watched:
+    """What one ``/ws/live`` client saw: steps per run (snapshots and data), gaps."""
+
+    steps: dict[str, set[float]] = field(default_factory=dict)
+    data_frames: dict[str, int] = field(default_factory=dict)
+    gaps: int = 0
+
+
+async def watch(ws_url: str, seen: Watched) -> None:
+    """Subscribe to every run on ``/ws/live`` and record what arrives (until cancelled); after a
+    ``gap`` subscribe again, as the page does."""
+    subscribe = codec.encode_message({"type": "subscribe", "runs": None, "max_points": 100_000})
+    async with open_websocket_url(ws_url + "/ws/live", max_message_size=64 << 20) as ws:
+        await ws.send_message(subscribe)
+        while True:
+            message = codec.decode_message(await ws.get_message())
+            kind = message["type"]
+            if kind == "gap":
+                seen.gaps += 1
+                await ws.send_message(subscribe)
+            elif kind in ("data", "snapshot"):
+                run = message["run"]
+                if kind == "data":
+                    seen.data_frames[run] = seen.data_frames.get(run, 0) + 1
+                steps = seen.steps.setdefault(run, set())
+                for _tag, s, _w, _v in message["scalars"]:
+                    steps.update(np.frombuffer(s, dtype="<f8").tolist())
+
+
+async def wait_until(condition, deadline: float, what: str) -> None:
+    """Check ``condition`` every 20 ms until true; fail naming ``what`` after ``deadline`` s.
+
+    (Polling: the condition is about frames another task records, with no event to wait on.)
+    """
+    end = trio.current_time() + deadline
+    while not condition():
+        if trio.current_time() > end:
+            pytest.fail(f"timed out after {deadline} s waiting for {what}")
+        await trio.sleep(0.02)
+
+
+def disk_steps(logdir: Path, run: str, tag: str = "loss") -> np.ndarray:
+    with recorder.RunReader(logdir / run) as reader:
+        return reader.read_scalars(tag).steps
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+
+def test_bus_url_and_arguments_are_checked():
+    assert check_bus_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    for bad in ("http://x:6379", "redis://", "localhost:6379", 3):
+        with pytest.raises(ValueError, match="--bus must be a redis://"):
+            check_bus_url(bad)  # type: ignore[arg-type]
+    from vdl_stream.broker import Broker
+
+    with pytest.raises(ValueError, match="lease_ttl must be a positive number, got 0"):
+        Bus(Broker("unused"), "redis://127.0.0.1:1/0", lease_ttl=0)
+    with pytest.raises(ValueError, match="must start with ws:// or wss://, got 'http://a'"):
+        WebSocketTransport(["ws://a:1", "http://a"])
+    with pytest.raises(ValueError, match="non-empty list"):
+        WebSocketTransport([])
+    with pytest.raises(TypeError, match="url must be a str or a non-empty list of str"):
+        attach(url=["ws://a:1", 3])  # type: ignore[list-item]
+
+
+def test_serve_refuses_a_bad_bus_url(tmp_path):
+    proc = subprocess.run(
+        ["python3", "-m", "vdl_stream.cli", "serve", "--logdir", str(tmp_path), "--bus", "x:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--bus must be a redis://host:port/db URL, got 'x:1'" in proc.stderr
+
+
+# -- one dashboard ----------------------------------------------------------------------------
+
+
+async def test_a_browser_on_any_broker_sees_every_run_live(brokers):
+    group = brokers(3)
+    views = [Watched() for _ in group.servers]
+    writers = [
+        attach(url=url, run=f"run{i}", telemetry=False) for i, url in enumerate(group.ws_urls)
+    ]
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for url, view in zip(group.ws_urls, views, strict=True):
+                    nursery.start_soon(watch, url, view)
+
+                def write() -> None:  # the writer's API is for training code: not in trio
+                    for step in range(200):
+                        for w in writers:
+                            w.add_scalar("loss", float(step), step)
+                        time.sleep(0.005)
+                    for w in writers:
+                        w.flush()
+
+                await trio.to_thread.run_sync(write)
+
+                def everyone_sees_everything() -> bool:
+                    return all(
+                        len(v.steps.get(f"run{i}", ())) == 200
+                        for v in views
+                        for i in range(len(writers))
+                    )
+
+                await wait_until(everyone_sees_everything, 30, "every browser to see every run")
+                nursery.cancel_scope.cancel()
+    finally:
+        for w in writers:
+            await trio.to_thread.run_sync(w.close)
+    # Live through the bus (data frames from the other brokers), not only from snapshots.
+    for index, view in enumerate(views):
+        others = [f"run{i}" for i in range(len(writers)) if i != index]
+        assert all(view.data_frames.get(run, 0) > 0 for run in others), view.data_frames
+    for server in group.servers:
+        status, stats = http_get(server.url + "/api/stats")
+        assert status == 200
+        assert stats["bus"]["connected"] is True
+        assert stats["bus"]["received"] > 0 and stats["bus"]["published"] > 0
+        assert stats["bus"]["dropped"] == 0
+
+
+async def test_a_run_is_refused_by_a_broker_that_does_not_hold_its_lease(brokers):
+    group = brokers(2)
+    first = attach(url=group.ws_urls[0], run="held", telemetry=False)
+    try:
+        first.add_scalar("loss", 1.0, 0)
+        await trio.to_thread.run_sync(first.flush)
+        # A writer of the same run on the other broker alone: refused (retryable) while the
+        # first broker holds the lease; the transport keeps its batch.
+        async with trio.open_nursery() as nursery:
+            transport = await nursery.start(WebSocketTransport.run, group.ws_urls[1])
+            batch = codec.Batch(
+                "w2",
+                1,
+                "held",
+                [codec.ScalarColumns("loss", np.array([1]), np.array([time.time()]), np.ones(1))],
+            )
+            await transport.send(batch)
+            await wait_until(lambda: transport.statistics().refusals, 20, "the refusal")
+            reasons = [e.reason for e in transport.take_errors()]
+            assert Bus.LEASED_ELSEWHERE in reasons
+            assert transport.statistics().queued_batches == 1  # kept for a later retry
+            nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(first.close)
+    _, stats = http_get(group.servers[1].url + "/api/stats")
+    assert stats["bus"]["refused_leased"] >= 1
+    assert list(disk_steps(group.logdir, "held")) == [0]
+
+
+# -- failover ---------------------------------------------------------------------------------
+
+
+def _write_steadily(writer, written: list[int], stop: threading.Event) -> None:
+    """Log one step after another until ``stop`` (a few thousand a second); count them."""
+    step = 0
+    while not stop.is_set():
+        writer.add_scalar("loss", float(step), step)
+        step += 1
+        written[0] = step
+        if step % 20 == 0:
+            time.sleep(0.005)
+
+
+def test_sigkilled_brokers_writers_fail_over_losing_and_duplicating_nothing(brokers):
+    group = brokers(3)
+    urls = group.ws_urls
+    rng = random.Random(13)
+    # Six writers spread over three brokers, each with every broker in its list, its own first.
+    writers = [
+        attach(url=urls[i % 3 :] + urls[: i % 3], run=f"fo{i}", telemetry=False) for i in range(6)
+    ]
+    counts = [[0] for _ in writers]
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_write_steadily, args=(w, n, stop), daemon=True)
+        for w, n in zip(writers, counts, strict=True)
+    ]
+    try:
+        for t in threads:
+            t.start()
+        for _ in range(2):  # at random moments while every writer is logging
+            time.sleep(rng.uniform(0.3, 1.0))
+            victim = rng.randrange(3)
+            group.kill(victim)
+            time.sleep(rng.uniform(0.2, 0.6))
+            group.restart(victim)
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        for w in writers:
+            assert w.flush(60), "a writer's points were not all acknowledged within 60 s"
+    finally:
+        stop.set()
+        for w in writers:
+            w.close()
+    group.stop()
+    for i, (n,) in enumerate(counts):
+        assert n > 1000  # they were writing all along
+        # 0 lost, 0 duplicated: every step exactly once, in order.
+        got = disk_steps(group.logdir, f"fo{i}")
+        np.testing.assert_array_equal(got, np.arange(n))
+
+
+# -- Redis restart ----------------------------------------------------------------------------
+
+
+async def test_a_redis_restart_costs_live_frames_never_data(brokers, redis_server):
+    group = brokers(2)
+    view = Watched()
+    writer = attach(url=group.ws_urls, run="rr", telemetry=False)
+    steps = 3000
+    try:
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, group.ws_urls[1], view)
+
+                def write(first: int, last: int) -> None:
+                    for step in range(first, last):
+                        writer.add_scalar("loss", float(step), step)
+                        if step % 20 == 0:
+                            time.sleep(0.002)
+
+                await trio.to_thread.run_sync(write, 0, 1000)
+                await wait_until(
+                    lambda: view.data_frames.get("rr", 0) > 0, 20, "live data across brokers"
+                )
+                redis_server.stop()
+                await trio.to_thread.run_sync(write, 1000, 2000)
+                await wait_until(lambda: view.gaps >= 1, 20, "a gap after losing Redis")
+                redis_server.start()  # empty: its streams and leases are gone
+                frames = view.data_frames["rr"]
+                await trio.to_thread.run_sync(write, 2000, steps)
+                await trio.to_thread.run_sync(writer.flush)
+                await wait_until(
+                    lambda: len(view.steps.get("rr", ())) == steps,
+                    30,
+                    "the browser to hold every step again",
+                )
+                assert view.data_frames["rr"] > frames  # live again after the restart
+                nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(writer.close)
+    group.stop()
+    np.testing.assert_array_equal(disk_steps(group.logdir, "rr"), np.arange(steps))
+
+
+# -- the default path, start-up and clean close ---------------------------------------------------
+
+
+def test_the_default_path_never_imports_coredis():
+    code = (
+        "import sys, vdl_stream, vdl_stream.cli, vdl_stream.server, vdl_stream.broker, "
+        "vdl_stream.transport, vdl_stream.writer\n"
+        "assert 'coredis' not in sys.modules, 'coredis imported without --bus'\n"
+    )
+    proc = subprocess.run(["python3", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def redis_cli(redis: RedisServer, *command: str) -> str:
+    return subprocess.run(
+        ["redis-cli", "-p", str(redis.port), *command], capture_output=True, text=True, timeout=10
+    ).stdout.strip()
+
+
+def test_brokers_start_without_redis_and_take_runs_once_it_is_up(brokers, redis_server):
+    redis_server.stop()
+    group = brokers(2)  # they serve at once; runs wait for Redis (their leases)
+    with attach(url=group.ws_urls, run="late", telemetry=False) as writer:
+        for step in range(500):
+            writer.add_scalar("loss", float(step), step)
+        with pytest.warns(RuntimeWarning, match=r"the dashboard's bus \(Redis\) cannot be reached"):
+            assert not writer.flush(2)  # no broker may take the run yet: nothing acknowledged
+        redis_server.start()
+        assert writer.flush(30)
+    assert redis_cli(redis_server, "get", "vdl:lease:late")  # held by the broker that took it
+    group.stop()
+    np.testing.assert_array_equal(disk_steps(group.logdir, "late"), np.arange(500))
+
+
+def test_a_clean_stop_releases_the_leases_at_once(brokers, redis_server):
+    group = brokers(2)
+    with attach(url=group.ws_urls, run="handover", telemetry=False) as writer:
+        writer.add_scalar("loss", 0.0, 0)
+        assert writer.flush(30)
+        holder = redis_cli(redis_server, "get", "vdl:lease:handover")
+        assert holder
+        stop_serve(group.servers[0])  # SIGTERM: closes its runs, then deletes its leases
+        assert redis_cli(redis_server, "exists", "vdl:lease:handover") == "0"
+        writer.add_scalar("loss", 1.0, 1)
+        assert writer.flush(30)  # the second broker took the run over
+        assert redis_cli(redis_server, "get", "vdl:lease:handover") not in ("", holder)
+    group.stop()
+    np.testing.assert_array_equal(disk_steps(group.logdir, "handover"), [0, 1])

@@ -1,0 +1,389 @@
+"""The runs table, groups and the hparam sweep views in headless Chromium against a real
+``vdl-stream serve``: sorting, the condition filter (and its errors), select / pin / hide, the
+subscription to the drawn runs only, the default selection with many runs, virtualised rows, group
+means with bands, and parallel-coordinate brushing. Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ServeProcess, start_serve, stop_serve
+from tests.test_dashboard import ARTIFACTS
+from vdl_stream import attach
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from runs_data import write_runs
+
+READY = "() => window.vdl && window.vdl.sync.phase === 'ready'"
+#: (name, lr, optimizer): six runs of a small sweep.
+SWEEP = [
+    ("a-sgd-1", 0.1, "sgd"),
+    ("b-adam-1", 0.001, "adam"),
+    ("c-adam-2", 0.005, "adam"),
+    ("d-sgd-2", 0.01, "sgd"),
+    ("e-adam-3", 0.05, "adam"),
+    ("f-sgd-3", 0.0005, "sgd"),
+]
+STEPS = 40
+
+
+def accuracy(index: int, step: int) -> float:
+    """The eval/accuracy logged by run number ``index`` at ``step`` (exact in binary)."""
+    return (index + 1) * 0.125 + step / 64
+
+
+def rows(page) -> list[str]:  # type: ignore[no-untyped-def]
+    """Run names of the table's rows in the DOM, top to bottom."""
+    return page.evaluate(
+        "() => [...document.querySelectorAll('.rt-body [data-run]')]"
+        ".sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))"
+        ".map(r => r.dataset.run)"
+    )
+
+
+def subscribed_to(runs: list[str]) -> str:
+    """A condition: the page's subscription is exactly ``runs``."""
+    return f"() => JSON.stringify(window.vdl.connection.runs) === {json.dumps(json.dumps(runs, separators=(',', ':')))}"
+
+
+def drawn_lines(page, tag: str = "eval/accuracy") -> list[str]:  # type: ignore[no-untyped-def]
+    """Labels of the solid lines of a scalar chart (raw lines and band edges left out)."""
+    page.evaluate("() => window.vdl.drawAll()")
+    return page.evaluate(
+        f"() => window.vdl.charts.get({tag!r}).series.slice(1)"
+        ".filter(s => s.alpha === 1).map(s => s.label).sort()"
+    )
+
+
+@pytest.fixture
+def sweep_server(tmp_path: Path) -> Iterator[ServeProcess]:
+    """A server over six finished runs with hparams (lr, optimizer) and one scalar tag."""
+    server = start_serve(tmp_path / "logs")
+    try:
+        for i, (name, lr, opt) in enumerate(SWEEP):
+            with attach(url=server.ws_url, run=name, telemetry=False) as writer:
+                writer.add_hparams({"lr": lr, "optimizer": opt}, ["eval/accuracy"])
+                for step in range(STEPS):
+                    writer.add_scalar("eval/accuracy", accuracy(i, step), step)
+        yield server
+    finally:
+        stop_serve(server)
+
+
+def open_page(browser, server: ServeProcess, width: int = 1500):  # type: ignore[no-untyped-def]
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.errors = errors
+    page.goto(server.url + "/")
+    page.wait_for_function(READY, timeout=20_000)
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.rt-body [data-run]').length === {len(SWEEP)}"
+        " && window.vdl.runsModel.summaries.size === 6",
+        timeout=15_000,
+    )
+    return page
+
+
+def test_the_runs_table_sorts_filters_and_selects(sweep_server, browser):
+    page = open_page(browser, sweep_server)
+    try:
+        names = [name for name, _, _ in SWEEP]
+        assert rows(page) == names  # by name at first
+        # Few runs: every run is selected, and the page subscribes to "every run".
+        assert page.evaluate("() => window.vdl.connection.runs") is None
+        assert drawn_lines(page) == names
+        row = page.locator('.rt-body [data-run="b-adam-1"]')
+        assert row.locator(".rt-cell").nth(3).inner_text() != ""  # duration column filled
+        assert "finished" in row.inner_text()
+
+        # Sort by lr, then reversed; by the last accuracy.
+        page.click('.rt-head [data-column="h:lr"]')
+        by_lr = [n for n, _, _ in sorted(SWEEP, key=lambda r: r[1])]
+        page.wait_for_function(
+            "() => document.querySelector('.rt-head [data-column=\"h:lr\"]').ariaSort === 'ascending'"
+        )
+        page.wait_for_timeout(100)
+        assert rows(page) == by_lr
+        page.click('.rt-head [data-column="h:lr"]')
+        page.wait_for_timeout(100)
+        assert rows(page) == by_lr[::-1]
+        assert page.get_attribute('.rt-head [data-column="h:lr"]', "aria-sort") == "descending"
+        page.click('.rt-head [data-column="m:eval/accuracy:last"]')
+        page.wait_for_timeout(100)
+        assert rows(page) == names  # accuracy grows with the run's index
+
+        # A condition: the table, the charts and the subscription follow it.
+        page.fill("input.run-condition", 'lr < 0.01 and optimizer == "adam"')
+        expected = ["b-adam-1", "c-adam-2"]
+        page.wait_for_function(subscribed_to(expected))
+        assert sorted(rows(page)) == expected
+        assert drawn_lines(page) == expected
+        # Runs no longer subscribed are emptied in the page.
+        page.wait_for_function(
+            "() => window.vdl.series('a-sgd-1', 'eval/accuracy').steps.length === 0"
+        )
+        assert (
+            page.evaluate("() => window.vdl.series('b-adam-1', 'eval/accuracy').steps.length")
+            == STEPS
+        )
+
+        # A bad condition says what is wrong and the last good one stays in force.
+        page.fill("input.run-condition", "lr < 0.01 and")
+        error = page.locator(".run-condition-error")
+        error.wait_for(state="visible")
+        assert "expected a field, number or string at the end" in error.inner_text()
+        assert sorted(rows(page)) == expected
+        page.fill("input.run-condition", "lrr > 1")
+        page.wait_for_function(
+            "() => document.querySelector('.run-condition-error').textContent.includes('lrr')"
+        )
+        assert error.inner_text() == 'unknown field "lrr" at 1: no run has it'
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "runs-table-error.png"))
+        page.fill("input.run-condition", "eval/accuracy > 0.9")
+        page.wait_for_function("() => document.querySelector('.run-condition-error').hidden")
+        # Last accuracies: (i + 1) / 8 + 39 / 64, above 0.9 from run 2 on.
+        assert sorted(rows(page)) == names[2:]
+        page.fill("input.run-condition", "")
+        page.wait_for_function("() => window.vdl.connection.runs === null")
+
+        # Unselect one run: it leaves the charts and the subscription.
+        page.click('.rt-head [data-column="name"]')
+        page.locator('.rt-body [data-run="d-sgd-2"] input.run-select').uncheck()
+        page.wait_for_function(
+            "() => Array.isArray(window.vdl.connection.runs) && !window.vdl.connection.runs.includes('d-sgd-2')"
+        )
+        assert drawn_lines(page) == [n for n in names if n != "d-sgd-2"]
+        page.locator('.rt-body [data-run="d-sgd-2"] input.run-select').check()
+        page.wait_for_function("() => window.vdl.connection.runs.length === 6")
+        page.wait_for_function(
+            "() => window.vdl.series('d-sgd-2', 'eval/accuracy').steps.length === 40"
+        )
+        assert drawn_lines(page) == names
+
+        # Pin the last row: it goes to the top, whatever the sort.
+        page.click('.rt-body [data-run="f-sgd-3"] button.run-pin')
+        page.wait_for_function(
+            "() => document.querySelector('.rt-body [data-run=\"f-sgd-3\"]').style.top === '0px'"
+        )
+        assert rows(page)[0] == "f-sgd-3"
+        assert (
+            page.get_attribute('.rt-body [data-run="f-sgd-3"] button.run-pin', "aria-pressed")
+            == "true"
+        )
+
+        # Hide one: out of the table and the charts, back (dimmed) with "show hidden".
+        page.click('.rt-body [data-run="a-sgd-1"] button.run-hide')
+        page.wait_for_function("() => !document.querySelector('.rt-body [data-run=\"a-sgd-1\"]')")
+        assert "a-sgd-1" not in drawn_lines(page)
+        page.check("input.runs-show-hidden")
+        page.locator('.rt-body [data-run="a-sgd-1"].hidden-run').wait_for()
+
+        # Colours come from the name: the same in the table and the chart.
+        swatch = page.evaluate(
+            "() => getComputedStyle(document.querySelector('.rt-body [data-run=\"c-adam-2\"] .swatch')).backgroundColor"
+        )
+        stroke = page.evaluate(
+            "() => window.vdl.charts.get('eval/accuracy').series.find(s => s.label === 'c-adam-2').stroke()"
+        )
+        assert swatch.replace(" ", "") == hex_to_rgb(stroke)
+        page.screenshot(path=str(ARTIFACTS / "runs-table.png"))
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def hex_to_rgb(color: str) -> str:
+    h = color.lstrip("#")
+    return "rgb({},{},{})".format(*(int(h[i : i + 2], 16) for i in (0, 2, 4)))
+
+
+def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
+    facts = write_runs(tmp_path / "logs", n_runs=300, tags=3, points=200)
+    assert len(facts["runs"]) == 300
+    server = start_serve(tmp_path / "logs")
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    try:
+        page.goto(server.url + "/")
+        # Re-subscribe while the first snapshots stream in, twice: the server cancels a stream
+        # in the middle of its frames, and every frame must still decode.
+        page.wait_for_function(
+            "() => window.vdl && Array.isArray(window.vdl.connection.runs)", timeout=30_000
+        )
+        page.fill("input.run-search", "s01-")
+        page.wait_for_timeout(200)
+        page.fill("input.run-search", "")
+        page.wait_for_function(READY, timeout=30_000)
+        page.wait_for_function("() => window.vdl.runsModel.names.size === 300", timeout=15_000)
+        # Runs start an hour apart: the ten newest are the last ten by index.
+        newest = [f"s02-r{i:04d}-" for i in range(290, 300)]
+        page.wait_for_function(
+            "() => (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=30_000,
+        )
+        subscribed = page.evaluate("() => window.vdl.connection.runs")
+        assert len(subscribed) == 10
+        assert sorted(r[:10] for r in subscribed) == newest
+        # Only the subscribed runs' data reached the page.
+        held = page.evaluate(
+            "() => [...window.vdl.store.runs.values()].filter(r => r.scalars.size > 0).map(r => r.name)"
+        )
+        assert sorted(held) == sorted(subscribed)
+        page.wait_for_function("() => window.vdl.charts.get('train/loss')")
+        assert len(drawn_lines(page, "train/loss")) == 10
+        # 300 rows, but only those in view are in the DOM; scrolling to the end shows the last.
+        in_dom = page.evaluate("() => document.querySelectorAll('.rt-body [data-run]').length")
+        assert 10 <= in_dom <= 80
+        page.evaluate(
+            "() => { const s = document.querySelector('.runs-table'); s.scrollTop = s.scrollHeight; }"
+        )
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.rt-body [data-run]')].some(r => r.dataset.run.startsWith('s02-r0299'))"
+        )
+        page.wait_for_timeout(200)
+        page.screenshot(path=str(ARTIFACTS / "runs-table-300.png"))
+        # Select every run the condition keeps: the subscription follows.
+        page.fill("input.run-condition", 'optimizer == "adam" and lr < 0.001')
+        page.wait_for_function("() => window.vdl.runsModel.conditionText !== ''")
+        page.click("button.runs-all")
+        expected = page.evaluate("() => window.vdl.runsModel.tableRows().map(r => r.name).sort()")
+        assert len(expected) > 10
+        page.wait_for_function(subscribed_to(expected), timeout=10_000)
+        page.wait_for_function(READY, timeout=30_000)
+        assert page.evaluate("() => window.vdl.stats.badFrames") == 0
+    finally:
+        page.close()
+        stop_serve(server)
+
+
+def test_re_subscribing_while_snapshots_stream_keeps_every_frame_decodable(tmp_path, browser):
+    # Large snapshots (10 tags x 2,000 points a run, ~0.5 MB a frame) keep the server's sends
+    # waiting on the socket, so that changing the selection cancels a stream halfway through.
+    write_runs(tmp_path / "logs", n_runs=25, tags=10, points=20_000)
+    server = start_serve(tmp_path / "logs")
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    try:
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            "() => window.vdl && Array.isArray(window.vdl.connection.runs)", timeout=30_000
+        )
+        for text in ("s00-r001", "s00-r002", "", "s00-r001", ""):
+            page.fill("input.run-search", text)
+            page.wait_for_timeout(250)
+        page.wait_for_function(
+            "() => (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=60_000,
+        )
+        assert page.evaluate("() => window.vdl.stats.badFrames") == 0
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('train/loss');"
+            " return u && u.series.slice(1).filter(s => s.alpha === 1).length === 10; }",
+            timeout=30_000,
+        )
+    finally:
+        page.close()
+        stop_serve(server)
+
+
+def test_groups_draw_a_mean_with_a_band_and_follow_new_points(sweep_server, browser):
+    page = open_page(browser, sweep_server)
+    try:
+        # Raw values, so that the mean can be checked exactly.
+        page.evaluate(
+            "() => { const s = document.querySelector('.side input[type=range]'); s.value = '0';"
+            " s.dispatchEvent(new Event('input')); }"
+        )
+        page.wait_for_function("() => window.vdl.state.smoothing === 0")
+        page.select_option("select.run-group", "h:optimizer")
+        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy').bands.length === 2")
+        u_labels = drawn_lines(page)
+        assert u_labels == ["optimizer=adam (mean of 3)", "optimizer=sgd (mean of 3)"]
+        data = page.evaluate(
+            "() => { const u = window.vdl.charts.get('eval/accuracy');"
+            " return {xs: Array.from(u.data[0]), labels: u.series.map(s => s.label),"
+            " ys: u.data.slice(1).map(c => Array.from(c))}; }"
+        )
+        adam = [i for i, (_, _, opt) in enumerate(SWEEP) if opt == "adam"]
+        mean_col = data["ys"][data["labels"].index("optimizer=adam (mean of 3)") - 1]
+        max_col = data["ys"][data["labels"].index("optimizer=adam (mean of 3) max") - 1]
+        min_col = data["ys"][data["labels"].index("optimizer=adam (mean of 3) min") - 1]
+        for k, step in enumerate(data["xs"]):
+            values = [accuracy(i, int(step)) for i in adam]
+            assert mean_col[k] == pytest.approx(sum(values) / 3)
+            assert max_col[k] == max(values) and min_col[k] == min(values)
+
+        # Group by a name pattern: the capture group is the key.
+        page.select_option("select.run-group", "pattern")
+        page.fill("input.run-group-pattern", r"-(\d)$")
+        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy').bands.length === 3")
+        assert drawn_lines(page) == ["1 (mean of 2)", "2 (mean of 2)", "3 (mean of 2)"]
+        page.fill("input.run-group-pattern", "(")
+        assert (
+            page.evaluate(
+                "() => document.querySelector('input.run-group-pattern').validationMessage"
+            )
+            != ""
+        )
+
+        # Live: new points of a grouped run extend its group.
+        page.select_option("select.run-group", "h:optimizer")
+        with attach(url=sweep_server.ws_url, run="b-adam-1", telemetry=False) as writer:
+            for step in range(STEPS, STEPS + 20):
+                writer.add_scalar("eval/accuracy", accuracy(1, step), step)
+        page.wait_for_function(
+            f"() => {{ window.vdl.drawAll(); const u = window.vdl.charts.get('eval/accuracy');"
+            f" return u.data[0][u.data[0].length - 1] === {STEPS + 19}; }}",
+            timeout=15_000,
+        )
+        page.evaluate("() => window.vdl.drawAll()")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "runs-groups.png"))
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_brushing_parallel_coordinates_filters_the_runs(sweep_server, browser):
+    page = open_page(browser, sweep_server)
+    try:
+        page.locator(".view.hparams").scroll_into_view_if_needed()
+        axis = page.locator('svg.parallel .pc-axis[data-column="h:lr"] .pc-hit')
+        axis.wait_for()
+        lines = page.locator("svg.parallel path.pc-line[data-run]")
+        assert lines.count() == 6
+        box = axis.bounding_box()
+        # lr is on a log axis from 5e-4 (bottom) to 0.1 (top); keep the upper part (lr >= ~0.005).
+        x = box["x"] + box["width"] / 2
+        page.mouse.move(x, box["y"] + 2)
+        page.mouse.down()
+        page.mouse.move(x, box["y"] + box["height"] * 0.35, steps=5)
+        page.mouse.up()
+        page.wait_for_function("() => window.vdl.runsModel.brushes.has('h:lr')")
+        lo, hi = page.evaluate("() => window.vdl.runsModel.brushes.get('h:lr')")
+        kept = sorted(name for name, lr, _ in SWEEP if lo <= lr <= hi)
+        assert 1 <= len(kept) < 6
+        page.wait_for_function(subscribed_to(kept))
+        assert sorted(rows(page)) == kept
+        assert drawn_lines(page) == kept
+        assert page.locator("svg.parallel path.pc-line.out").count() == 6 - len(kept)
+        assert page.locator("svg.parallel .pc-brush").count() == 1
+        # The heat map and scatter are there, with a cell per (lr, optimizer) kept.
+        assert page.locator("svg.hp-heatmap rect.heat-cell").count() == len(kept)
+        assert page.locator("svg.scatter circle.scatter-point").count() == 6
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator(".view.hparams").screenshot(path=str(ARTIFACTS / "runs-parallel.png"))
+        # A click on the axis clears its brush.
+        page.mouse.click(x, box["y"] + box["height"] * 0.8)
+        page.wait_for_function("() => window.vdl.connection.runs === null")
+        assert page.locator("svg.parallel path.pc-line.out").count() == 0
+        assert page.errors == []
+    finally:
+        page.close()

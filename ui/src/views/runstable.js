@@ -1,0 +1,320 @@
+// The runs table in the sidebar: one row per run (name, status, start, duration, last step, host,
+// every hparam, last/min/max of chosen metrics), sortable by any column, with a text search, a
+// condition filter (its error shown under it), grouping, and per-row select / pin / hide. Only the
+// rows in view are in the DOM (fixed row height), so 1,000 runs scroll as smoothly as 10.
+import { formatDuration, formatValue } from "../chart.js";
+import { colorFor, el } from "../dom.js";
+import { t, tf } from "../i18n.js";
+import { FIXED_COLUMNS } from "../runs.js";
+
+/** Height of one row in px (rows are absolutely placed at index x ROW_HEIGHT). */
+export const ROW_HEIGHT = 26;
+/** Rows drawn above and below those in view, so a fast scroll does not show blanks. */
+const OVERSCAN = 8;
+
+const WIDTHS = { name: 190, status: 62, start: 92, duration: 62, last_step: 62, host: 80 };
+const HPARAM_WIDTH = 72;
+const METRIC_WIDTH = 70;
+
+/** A cell's text for a column's value. */
+export function cellText(column, value) {
+  if (value === undefined || value === null) return "";
+  if (column === "start") return formatStart(value);
+  if (column === "duration") return formatDuration(value);
+  if (typeof value === "number") return formatValue(value);
+  return String(value);
+}
+
+function formatStart(wall) {
+  const d = new Date(wall * 1000);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+export class RunsTable {
+  /**
+   * @param {object} opts
+   * @param {import("../runs.js").RunsModel} opts.model
+   * @param {() => void} opts.onChange called after the user changed the selection, pins, hidden
+   *   runs, filters or grouping (the page then redraws and re-subscribes)
+   */
+  constructor({ model, onChange }) {
+    this.model = model;
+    this.onChange = onChange;
+    this.count = el("span", { class: "runs-count" });
+    this.search = el("input", { type: "search", class: "run-search", spellcheck: "false", on: { input: () => this._onSearch() } });
+    this.condition = el("input", { type: "search", class: "run-condition", spellcheck: "false", on: { input: () => this._onCondition() } });
+    this.error = el("div", { class: "run-condition-error", role: "alert", hidden: true });
+    this.groupSelect = el("select", { class: "run-group", on: { change: () => this._onGroup() } });
+    this.groupPattern = el("input", { type: "search", class: "run-group-pattern", spellcheck: "false", hidden: true, on: { input: () => this._onGroup() } });
+    this.metricsBox = el("div", { class: "run-metrics-list" });
+    this.metricsLabel = el("summary", {});
+    this.metricsPicker = el("details", { class: "run-metrics" }, this.metricsLabel, this.metricsBox);
+    this.allBtn = el("button", { type: "button", class: "icon runs-all", on: { click: () => this._selectShown(true) } });
+    this.noneBtn = el("button", { type: "button", class: "icon runs-none", on: { click: () => this._selectShown(false) } });
+    this.hiddenCheck = el("input", { type: "checkbox", class: "runs-show-hidden", on: { change: (e) => this._set(() => (this.model.showHidden = e.target.checked)) } });
+    this.hiddenLabel = el("span", {});
+    this.wideBtn = el("button", { type: "button", class: "icon runs-wide", text: "⇔", on: { click: () => document.body.classList.toggle("wide-runs") } });
+    this.head = el("div", { class: "rt-head rt-row" });
+    this.body = el("div", { class: "rt-body" });
+    this.scroller = el("div", { class: "runs-table", on: { scroll: () => this._schedule() } }, this.head, this.body);
+    this.titleLabel = el("span", {});
+    this.element = el(
+      "section",
+      { class: "runs-panel" },
+      el("h2", { class: "runs-head" }, this.titleLabel, this.count, this.wideBtn),
+      this.search,
+      this.condition,
+      this.error,
+      el("div", { class: "row runs-tools" }, this.groupSelect, this.groupPattern),
+      this.metricsPicker,
+      el("div", { class: "row runs-tools" }, this.allBtn, this.noneBtn, el("label", { class: "check" }, this.hiddenCheck, this.hiddenLabel)),
+      this.scroller,
+    );
+    this._frame = 0;
+    this._drawn = "";
+    this.relabel();
+  }
+
+  /** Re-apply interface strings after a language switch. */
+  relabel() {
+    this.titleLabel.textContent = t("runs");
+    this.search.placeholder = t("runSearch");
+    this.condition.placeholder = t("runCondition");
+    this.condition.title = t("runConditionHelp");
+    this.groupPattern.placeholder = t("groupPattern");
+    this.allBtn.textContent = t("all");
+    this.noneBtn.textContent = t("none");
+    this.hiddenLabel.textContent = t("showHidden");
+    this.metricsLabel.textContent = t("metricColumns");
+    this.wideBtn.title = t("widenRuns");
+    this._showConditionError();
+    this._drawn = "";
+    this._schedule();
+  }
+
+  /** Redraw soon (at most once per animation frame). */
+  update() {
+    this._schedule();
+  }
+
+  /** Redraw now. */
+  render() {
+    cancelAnimationFrame(this._frame);
+    this._frame = 0;
+    this._render();
+  }
+
+  _schedule() {
+    if (this._frame) return;
+    this._frame = requestAnimationFrame(() => {
+      this._frame = 0;
+      this._render();
+    });
+  }
+
+  _set(fn) {
+    fn();
+    this.onChange();
+    this._schedule();
+  }
+
+  _onSearch() {
+    this._set(() => this.model.setSearch(this.search.value));
+  }
+
+  _onCondition() {
+    this.model.setCondition(this.condition.value);
+    this._showConditionError();
+    this.onChange();
+    this._schedule();
+  }
+
+  // The condition's error in the page's language (a language switch shows it again).
+  _showConditionError() {
+    const info = this.model.conditionErrorInfo;
+    const error = info ? tf(info.key, info.params) : "";
+    this.error.textContent = error;
+    this.error.hidden = !error;
+    this.condition.setCustomValidity(error);
+  }
+
+  _onGroup() {
+    const value = this.groupSelect.value;
+    this.groupPattern.hidden = value !== "pattern";
+    let spec = null;
+    let error = "";
+    if (value === "pattern") {
+      const text = this.groupPattern.value;
+      if (text) {
+        try {
+          spec = { kind: "pattern", regex: new RegExp(text, "u") };
+        } catch (err) {
+          error = tf("badGroupPattern", { error: err.message });
+        }
+      }
+    } else if (value.startsWith("h:")) {
+      spec = { kind: "hparam", key: value.slice(2) };
+    }
+    this.groupPattern.setCustomValidity(error);
+    this.groupPattern.title = error;
+    if (error) return;
+    this._set(() => (this.model.groupBy = spec));
+  }
+
+  _selectShown(on) {
+    this._set(() => this.model.setSelected(this.model.tableRows().map((r) => r.name), on));
+  }
+
+  _width(column) {
+    return WIDTHS[column] ?? (column.startsWith("h:") ? HPARAM_WIDTH : METRIC_WIDTH);
+  }
+
+  _label(column) {
+    if (FIXED_COLUMNS.includes(column)) return t(`col_${column}`);
+    if (column.startsWith("h:")) return column.slice(2);
+    const i = column.lastIndexOf(":");
+    return `${column.slice(2, i)} ${t(`agg_${column.slice(i + 1)}`)}`;
+  }
+
+  _render() {
+    const model = this.model;
+    const columns = model.columns();
+    const rows = model.tableRows();
+    const template = columns.map((c) => `${this._width(c)}px`).join(" ");
+    this.scroller.style.setProperty("--rt-columns", template);
+    const total = columns.reduce((s, c) => s + this._width(c), 0);
+    this.head.style.width = this.body.style.width = `${total}px`;
+
+    const drawn = model.drawn().length;
+    this.count.textContent = tf("runsCount", { shown: drawn, total: model.names.size });
+    this._renderControls();
+
+    // The header, only when its columns or the sort changed.
+    const headKey = JSON.stringify([columns, model.sort, this.titleLabel.textContent]);
+    if (headKey !== this._headKey) {
+      this._headKey = headKey;
+      const { column: sorted, descending } = model.sort;
+      this.head.replaceChildren(
+        ...columns.map((c) =>
+          el(
+            "div",
+            {
+              class: `rt-cell rt-th${c === "name" ? " rt-name" : ""}${c.startsWith("m:") ? " metric" : ""}`,
+              dataset: { column: c },
+              role: "columnheader",
+              title: this._label(c),
+              "aria-sort": sorted === c ? (descending ? "descending" : "ascending") : "none",
+              on: { click: () => this._set(() => model.sortBy(c)) },
+            },
+            this._label(c),
+            sorted === c ? (descending ? " ▼" : " ▲") : "",
+          ),
+        ),
+      );
+    }
+
+    // Only the rows in view (plus a margin) are built.
+    this.body.style.height = `${rows.length * ROW_HEIGHT}px`;
+    const top = this.scroller.scrollTop;
+    const height = this.scroller.clientHeight || 400;
+    const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - OVERSCAN);
+    const last = Math.min(rows.length, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
+    const built = [];
+    for (let i = first; i < last; i++) built.push(this._row(rows[i], i, columns));
+    this.body.replaceChildren(...built);
+  }
+
+  // The group-by choices and the metric-column checkboxes, rebuilt only when their lists change.
+  _renderControls() {
+    const model = this.model;
+    // Group-by choices: none, a name pattern, or any hparam.
+    const hparams = model.hparamNames();
+    const groupKey = JSON.stringify([hparams, this.titleLabel.textContent]);
+    if (groupKey !== this._groupKey) {
+      this._groupKey = groupKey;
+      const value = this.groupSelect.value || "";
+      this.groupSelect.replaceChildren(
+        el("option", { value: "", text: t("noGroups") }),
+        el("option", { value: "pattern", text: t("groupByPattern") }),
+        ...hparams.map((k) => el("option", { value: `h:${k}`, text: tf("groupByHparam", { name: k }) })),
+      );
+      this.groupSelect.value = [...this.groupSelect.options].some((o) => o.value === value) ? value : "";
+    }
+    // Metric column checkboxes.
+    const tags = model.metricTags();
+    const shown = model.shownMetrics();
+    const metricsKey = JSON.stringify([tags, shown]);
+    if (metricsKey !== this._metricsKey) {
+      this._metricsKey = metricsKey;
+      this.metricsBox.replaceChildren(
+        ...tags.map((tag) =>
+          el(
+            "label",
+            { class: "check", dataset: { metric: tag } },
+            el("input", {
+              type: "checkbox",
+              checked: shown.includes(tag),
+              on: {
+                change: (e) =>
+                  this._set(() => {
+                    const now = new Set(model.shownMetrics());
+                    if (e.target.checked) now.add(tag);
+                    else now.delete(tag);
+                    model.metrics = [...now].sort();
+                  }),
+              },
+            }),
+            tag,
+          ),
+        ),
+      );
+    }
+  }
+
+  _row({ name, row }, index, columns) {
+    const model = this.model;
+    const selected = model.isSelected(name);
+    const cls = ["rt-row"];
+    if (model.pinned.has(name)) cls.push("pinned");
+    if (model.hidden.has(name)) cls.push("hidden-run");
+    if (model.isDrawn(name)) cls.push("drawn");
+    const cells = columns.map((c) => {
+      if (c === "name") {
+        return el(
+          "div",
+          { class: "rt-cell rt-name", title: name },
+          el("input", {
+            type: "checkbox",
+            class: "run-select",
+            checked: selected,
+            "aria-label": name,
+            on: { change: (e) => this._set(() => model.setSelected([name], e.target.checked)) },
+          }),
+          el("i", { class: "swatch", style: { background: colorFor(name) } }),
+          el("span", { class: "run-name", text: name }),
+          el("button", {
+            type: "button",
+            class: `run-pin${model.pinned.has(name) ? " on" : ""}`,
+            title: t(model.pinned.has(name) ? "unpinRun" : "pinRun"),
+            text: model.pinned.has(name) ? "★" : "☆",
+            "aria-pressed": String(model.pinned.has(name)),
+            on: { click: () => this._set(() => model.togglePinned(name)) },
+          }),
+          el("button", {
+            type: "button",
+            class: `run-hide${model.hidden.has(name) ? " on" : ""}`,
+            title: t(model.hidden.has(name) ? "unhideRun" : "hideRun"),
+            text: "⊘",
+            "aria-pressed": String(model.hidden.has(name)),
+            on: { click: () => this._set(() => model.toggleHidden(name)) },
+          }),
+        );
+      }
+      const v = model.columnValue(row, c);
+      const text = c === "status" && v ? t(`status_${v}`) : cellText(c, v);
+      return el("div", { class: `rt-cell${c.startsWith("m:") ? " metric" : ""}${c === "status" ? ` status-${v ?? "unknown"}` : ""}`, title: text }, text);
+    });
+    return el("div", { class: cls.join(" "), dataset: { run: name }, role: "row", style: { top: `${index * ROW_HEIGHT}px` } }, ...cells);
+  }
+}

@@ -1,0 +1,191 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { colorFor, hashString, PALETTE } from "../src/dom.js";
+import { aggregate, lastAtOrBefore } from "../src/groups.js";
+import { DEFAULT_SELECTED, groupKey, RunsModel, SELECT_ALL_UP_TO } from "../src/runs.js";
+
+function model(n, extra = () => ({})) {
+  const m = new RunsModel();
+  m.updateSummaries(
+    Array.from({ length: n }, (_, i) => ({
+      name: `run-${String(i).padStart(4, "0")}`,
+      status: i % 3 === 0 ? "live" : "finished",
+      start: 1000 + i,
+      last_wall: 2000 + i,
+      last_step: i * 10,
+      host: `h${i % 2}`,
+      hparams: { lr: 0.001 * (i + 1), optimizer: i % 2 ? "adam" : "sgd" },
+      last: { "eval/accuracy": i / n, "train/loss": 1 - i / n },
+      min: { "eval/accuracy": 0, "train/loss": 1 - i / n },
+      max: { "eval/accuracy": i / n, "train/loss": 1 },
+      ...extra(i),
+    })),
+  );
+  return m;
+}
+
+test("run colours depend on the name only", () => {
+  assert.equal(colorFor("b"), colorFor("b"));
+  assert.ok(PALETTE.includes(colorFor("anything")));
+  assert.equal(hashString("abc"), 0x1a47e90b);
+  // Different names spread over the palette rather than sharing one colour.
+  const used = new Set(Array.from({ length: 50 }, (_, i) => colorFor(`seed${i}`)));
+  assert.ok(used.size >= 8, `${used.size} colours for 50 runs`);
+  // Telemetry lines keep first-use order.
+  assert.equal(colorFor("gpu0", "telemetry-test"), PALETTE[0]);
+  assert.equal(colorFor("gpu1", "telemetry-test"), PALETTE[1]);
+});
+
+test("few runs are all selected and subscribed to as 'every run'", () => {
+  const m = model(SELECT_ALL_UP_TO);
+  m.selectDefault();
+  assert.equal(m.selected, null);
+  assert.equal(m.subscription(), null);
+  assert.equal(m.drawn().length, SELECT_ALL_UP_TO);
+});
+
+test("many runs: the most recently active are selected; the subscription lists them", () => {
+  const m = model(1000);
+  m.selectDefault();
+  assert.equal(m.selected.size, DEFAULT_SELECTED);
+  assert.deepEqual(m.subscription(), Array.from({ length: DEFAULT_SELECTED }, (_, i) => `run-0${990 + i}`));
+  m.setSelected(["run-0000"], true);
+  assert.equal(m.subscription().length, DEFAULT_SELECTED + 1);
+});
+
+test("hiding or filtering narrows what is drawn and subscribed to", () => {
+  const m = model(5);
+  m.selectDefault();
+  m.toggleHidden("run-0001");
+  assert.deepEqual(m.subscription(), ["run-0000", "run-0002", "run-0003", "run-0004"]);
+  assert.equal(m.tableRows().length, 4);
+  m.showHidden = true;
+  assert.equal(m.tableRows().length, 5);
+  assert.equal(m.setCondition('optimizer == "adam" and lr < 0.003'), "");
+  assert.deepEqual(m.drawn(), []); // run-0001 is adam with lr 0.002, but hidden
+  m.toggleHidden("run-0001");
+  assert.deepEqual(m.drawn(), ["run-0001"]);
+  assert.equal(m.setCondition("lr <"), 'expected a field, number or string at the end of "lr <"');
+  assert.deepEqual(m.drawn(), ["run-0001"]); // the last good condition stays
+  assert.match(m.setCondition("eval/acc > 1"), /unknown field "eval\/acc"/);
+  assert.equal(m.setCondition("eval/accuracy >= 0.6 and train/loss.min < 0.3"), "");
+  assert.deepEqual(m.drawn(), ["run-0004"]);
+  assert.equal(m.setCondition("eval/accuracy >= 0.6 and train/loss.min <= 0.4"), "");
+  assert.deepEqual(m.drawn(), ["run-0003", "run-0004"]);
+  m.setCondition("");
+  m.setSearch("ADAM");
+  assert.deepEqual(m.drawn(), ["run-0001", "run-0003"]);
+});
+
+test("sorting keeps pinned runs first and runs without the value last", () => {
+  const m = model(4, (i) => (i === 2 ? { hparams: {} } : {}));
+  m.sortBy("h:lr");
+  m.sortBy("h:lr"); // descending
+  assert.deepEqual(m.tableRows().map((r) => r.name), ["run-0003", "run-0001", "run-0000", "run-0002"]);
+  m.togglePinned("run-0000");
+  assert.deepEqual(m.tableRows().map((r) => r.name), ["run-0000", "run-0003", "run-0001", "run-0002"]);
+  m.sortBy("m:eval/accuracy:last");
+  assert.deepEqual(m.tableRows().map((r) => r.name), ["run-0000", "run-0001", "run-0002", "run-0003"]);
+  m.sortBy("duration");
+  assert.equal(m.tableRows().length, 4);
+});
+
+test("pinned runs pass every filter; brushes filter numeric and categorical columns", () => {
+  const m = model(6);
+  m.selectDefault();
+  m.brushes.set("h:lr", [0.002, 0.004]);
+  assert.deepEqual(m.drawn(), ["run-0001", "run-0002", "run-0003"]);
+  m.brushes.set("h:optimizer", new Set(["adam"]));
+  assert.deepEqual(m.drawn(), ["run-0001", "run-0003"]);
+  m.togglePinned("run-0005");
+  assert.deepEqual(m.drawn(), ["run-0001", "run-0003", "run-0005"]);
+});
+
+test("groups by an hparam or by the part of the name a pattern matches", () => {
+  assert.equal(groupKey("a", { lr: 0.1 }, { kind: "hparam", key: "lr" }), "lr=0.1");
+  assert.equal(groupKey("a", {}, { kind: "hparam", key: "lr" }), "a");
+  assert.equal(groupKey("lr0.1-seed3", {}, { kind: "pattern", regex: /^(.*)-seed\d+$/u }), "lr0.1");
+  assert.equal(groupKey("base-x", {}, { kind: "pattern", regex: /^[a-z]+/u }), "base");
+  assert.equal(groupKey("x", {}, null), null);
+});
+
+test("aggregate: mean and min-max across runs at the same steps", () => {
+  const a = { xs: Float64Array.from([0, 1, 2, 3]), ys: Float64Array.from([1, 2, 3, 4]) };
+  const b = { xs: Float64Array.from([0, 1, 2]), ys: Float64Array.from([3, 4, NaN]) };
+  const g = aggregate([a, b], 100);
+  assert.deepEqual(Array.from(g.xs), [0, 1, 2, 3]);
+  assert.deepEqual(Array.from(g.mean), [2, 3, 3, 4]);
+  assert.deepEqual(Array.from(g.min), [1, 2, 3, 4]);
+  assert.deepEqual(Array.from(g.max), [3, 4, 3, 4]);
+  assert.deepEqual(Array.from(g.count), [2, 2, 1, 1]);
+  // A run is not extended before its first point.
+  const c = { xs: Float64Array.from([2, 3]), ys: Float64Array.from([10, 10]) };
+  assert.deepEqual(Array.from(aggregate([a, c], 100).count), [1, 1, 2, 2]);
+  assert.throws(() => aggregate([a], 0), /columns must be a positive integer, got 0/);
+  assert.equal(aggregate([], 10).xs.length, 0);
+});
+
+test("aggregate over many points uses an even grid and holds each run's last value", () => {
+  const n = 10_000;
+  const xs = Float64Array.from({ length: n }, (_, i) => i);
+  const g = aggregate([{ xs, ys: xs }, { xs, ys: Float64Array.from(xs, (x) => x + 2) }], 101);
+  assert.equal(g.xs.length, 101);
+  assert.equal(g.xs[0], 0);
+  assert.equal(g.xs[100], n - 1);
+  for (let i = 0; i < g.xs.length; i++) {
+    const x = Math.floor(g.xs[i]);
+    assert.equal(g.mean[i], x + 1);
+    assert.equal(g.max[i] - g.min[i], 2);
+  }
+  assert.equal(lastAtOrBefore(xs, 5.5), 5);
+  assert.equal(lastAtOrBefore(xs, -1), -1);
+});
+
+test("sweep axes: linear, logarithmic for learning rates, categories otherwise", async () => {
+  const { axisScale, heatmapCells } = await import("../src/views/sweep.js");
+  const lin = axisScale([1, 2, 3, undefined]);
+  assert.equal(lin.kind, "linear");
+  assert.equal(lin.toUnit(1), 0);
+  assert.equal(lin.toUnit(3), 1);
+  assert.equal(lin.toUnit(undefined), null);
+  assert.equal(lin.fromUnit(0.5), 2);
+  const log = axisScale([1e-5, 1e-3, 1e-1]);
+  assert.equal(log.kind, "log");
+  assert.ok(Math.abs(log.toUnit(1e-3) - 0.5) < 1e-12);
+  assert.deepEqual(log.ticks.map((t) => t.value), [1e-5, 1e-4, 1e-3, 1e-2, 1e-1].map((v) => 10 ** Math.log10(v)));
+  const cat = axisScale(["sgd", "adam", "adam", 3]);
+  assert.equal(cat.kind, "category");
+  assert.deepEqual(cat.categories, ["3", "adam", "sgd"]);
+  assert.equal(cat.toUnit("adam"), 0.5);
+  assert.equal(cat.toUnit("rmsprop"), null);
+  const one = axisScale([5, 5]);
+  assert.equal(one.toUnit(5), 0.5);
+
+  const rows = [
+    { hparams: { lr: 0.1, opt: "adam" }, metric: 1 },
+    { hparams: { lr: 0.1, opt: "adam" }, metric: 3 },
+    { hparams: { lr: 0.01, opt: "sgd" }, metric: 5 },
+    { hparams: { lr: 0.01 }, metric: 7 },
+    { hparams: { lr: 0.01, opt: "sgd" }, metric: Number.NaN },
+  ];
+  const h = heatmapCells(rows, "lr", "opt");
+  assert.deepEqual(h.xs, ["0.01", "0.1"]);
+  assert.deepEqual(h.ys, ["adam", "sgd"]);
+  assert.deepEqual(h.cells.map((c) => [c.x, c.y, c.mean, c.n]).sort(), [[0, 1, 5, 1], [1, 0, 2, 2]]);
+  assert.equal(h.min, 2);
+  assert.equal(h.max, 5);
+  // Many distinct numbers are cut into 10 bins.
+  const many = heatmapCells(Array.from({ length: 40 }, (_, i) => ({ hparams: { a: i, b: "x" }, metric: i })), "a", "b");
+  assert.equal(many.xs.length, 10);
+  assert.equal(many.cells.length, 10);
+  assert.equal(many.cells.reduce((s, c) => s + c.n, 0), 40);
+});
+
+test("pointsFor asks fewer history points per run as more runs are subscribed", async () => {
+  const { pointsFor } = await import("../src/runs.js");
+  assert.equal(pointsFor(1), 2000);
+  assert.equal(pointsFor(20), 2000);
+  assert.equal(pointsFor(50), 400);
+  assert.equal(pointsFor(100), 200);
+  assert.equal(pointsFor(1000), 200);
+});

@@ -1,0 +1,609 @@
+"""The bus: several ``vdl-stream serve`` brokers as one dashboard, through Redis Streams.
+
+``vdl-stream serve --bus redis://host:6379/0`` joins a broker to the others on the same Redis
+(coredis, whose anyio backend runs on trio). Redis carries *live* data and leases only; the runs'
+files (a log directory the brokers share on one host, or the object store across hosts) are the
+truth. Keys, under a prefix (``vdl`` by default)::
+
+    vdl:lease:<run>   string   id of the broker that writes the run; SET NX PX, renewed
+    vdl:run:<run>     stream   live batches of the run, one entry per batch written
+                               fields: b = broker id, n = per (broker, run) counter, f = batch frame
+    vdl:runs          stream   one entry each time a broker takes a run's lease: run, b
+
+Data path of a batch, broker A (holding the run's lease) to a browser on broker B::
+
+    A: ingest -> persist (recorder) -> publish() -> bounded queue -> XADD vdl:run:<run> MAXLEN ~ N
+    B: XREAD BLOCK (every run stream it knows) -> Broker._bus_fan_out -> B's subscribers
+
+- **Ingest never waits on Redis for data.** ``publish`` is ``send_nowait`` into a bounded queue;
+  a full queue or a failed XADD drops the entry. Receivers see the hole in ``n`` and send their
+  subscribers a ``gap`` (they re-sync from snapshots, read from the files).
+- **Exactly one broker persists a run.** A broker takes a run's lease at its first batch (Lua:
+  ``SET NX PX``, or extend it if it is already this broker's), renews every lease it holds every
+  ``lease_ttl / 3`` with a Lua check-and-extend (a broker never renews a lease it lost), and
+  releases it with a Lua check-and-delete when the run goes idle or the broker closes. Locally a
+  lease counts as held until ``lease_ttl * 2 / 3`` after the command that last confirmed it was
+  *sent*, so a broker stops writing before Redis could give the run to another. A batch of a run
+  leased elsewhere is refused (retryable); writers given several URLs move to the next broker.
+- **Failover.** The broker that takes a run over reads the writers' sequence numbers back from the
+  run's files (``Broker._bus_took``); the writer re-sends what was not acknowledged and the
+  broker's dedup by (writer, seq) drops what is already there: 0 lost, 0 duplicated.
+- **Redis restart.** Live frames in flight are lost, never data: every broker sends its
+  subscribers a ``gap`` when its reader loses Redis and when it gets it back, and meanwhile
+  serves runs of the shared log directory by tailing their files (as without a bus).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import trio
+
+from . import codec
+from .codec import Batch, ScalarColumns
+from .errors import RefusedError
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("vdl_stream.bus")
+
+#: Default lease time to live in seconds: how long a killed broker's runs wait for another broker.
+LEASE_TTL = 3.0
+#: Default bound of each run's stream (``XADD MAXLEN ~``): a receiver this far behind gets a gap.
+STREAM_MAXLEN = 10_000
+#: Bound of the run registry stream.
+REGISTRY_MAXLEN = 100_000
+#: Default capacity of the publish queue, in batches; past it entries are dropped (and counted).
+PUBLISH_QUEUE = 4096
+#: Seconds without a batch after which a broker releases a run's lease (and closes its writer).
+IDLE_RELEASE = 30.0
+#: Bound on one Redis command of the ingest and lease paths, in seconds.
+COMMAND_TIMEOUT = 1.0
+#: Entries one XREAD returns at most, and the ms it blocks.
+READ_COUNT = 1000
+READ_BLOCK_MS = 1000
+#: Writers whose refused batch has not come again, remembered at most (oldest forgotten).
+PENDING_KEPT = 65_536
+#: Entries one publish round pipelines at most.
+PUBLISH_ROUND = 256
+
+# KEYS[1] the lease; ARGV: broker id, ttl ms. 1: taken, 2: already ours (extended), 0: elsewhere.
+_ACQUIRE = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) return 2 end
+return 0
+"""
+# KEYS: leases; ARGV: broker id, ttl ms. Per key 1 if still ours (extended), 2 if it was missing
+# (Redis restarted without its data) and is taken again (no other broker took it meanwhile), else 0.
+_EXTEND = """
+local held = {}
+for i, key in ipairs(KEYS) do
+  local holder = redis.call('get', key)
+  if holder == ARGV[1] then
+    redis.call('pexpire', key, ARGV[2]) held[i] = 1
+  elseif not holder then
+    redis.call('set', key, ARGV[1], 'PX', ARGV[2]) held[i] = 2
+  else held[i] = 0 end
+end
+return held
+"""
+# KEYS[1] the lease; ARGV[1] broker id: delete only if still ours.
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class BusStatistics:
+    """A point-in-time view of a broker's bus.
+
+    Attributes:
+        broker: this broker's id on the bus.
+        connected: whether the reader reaches Redis now (live frames of other brokers flow).
+        leases: runs this broker holds the lease of.
+        published: entries added to run streams.
+        dropped: entries not published (queue full, or Redis slow or down).
+        queue_depth: entries waiting to be published; queue_peak: the most that waited.
+        received: entries of other brokers fanned out here.
+        gaps: holes found in other brokers' entries (their subscribers were sent a gap).
+        refused_leased: batches refused because another broker holds their run.
+        leases_lost: leases found taken or expired while this broker thought it held them.
+    """
+
+    broker: str
+    connected: bool
+    leases: int
+    published: int
+    dropped: int
+    queue_depth: int
+    queue_peak: int
+    received: int
+    gaps: int
+    refused_leased: int
+    leases_lost: int
+
+
+def check_bus_url(url: str) -> str:
+    """Return ``url`` if it is a Redis URL the bus can use.
+
+    Raises:
+        ValueError: it is not ``redis://`` or ``rediss://`` with a host (the message names it).
+    """
+    if not isinstance(url, str):
+        raise ValueError(f"--bus must be a redis:// URL, got {url!r:.80}")
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise ValueError(f"--bus must be a redis://host:port/db URL, got {url!r:.80}")
+    return url
+
+
+class Bus:
+    """Joins one broker to the others on a Redis: leases, and live data both ways.
+
+    Create it, then run :meth:`run` in the broker's nursery (``await nursery.start(bus.run)``);
+    it returns once the broker is closed and its leases are released.
+
+    Args:
+        broker: the broker to join; its hooks (``Broker._bus_*``) call back into it.
+        url: ``redis://host:port/db`` (``rediss://`` for TLS).
+        prefix: the keys' prefix, so that several dashboards can share one Redis.
+        lease_ttl: lease time to live in seconds (renewed every third of it).
+        maxlen: approximate bound of each run's stream.
+        queue: capacity of the publish queue, in batches.
+        idle_release: release a run's lease after this many seconds without a batch.
+
+    Raises:
+        ValueError: a bad ``url`` or a non-positive number, named in the message.
+    """
+
+    #: Refusal reason of a batch whose run another broker holds.
+    LEASED_ELSEWHERE = "the run is being written through another broker (it holds the run's lease)"
+    #: Refusal reason of a batch queued before this broker lost the run's lease.
+    LEASE_LOST = "the run moved to another broker (this broker's lease on it ended)"
+    #: Refusal reason when Redis cannot be reached to take a run's lease.
+    UNREACHABLE = "the dashboard's bus (Redis) cannot be reached to take the run's lease"
+
+    def __init__(
+        self,
+        broker: Broker,
+        url: str,
+        *,
+        prefix: str = "vdl",
+        lease_ttl: float = LEASE_TTL,
+        maxlen: int = STREAM_MAXLEN,
+        queue: int = PUBLISH_QUEUE,
+        idle_release: float = IDLE_RELEASE,
+    ) -> None:
+        self.url = check_bus_url(url)
+        for name, value in (
+            ("lease_ttl", lease_ttl),
+            ("maxlen", maxlen),
+            ("queue", queue),
+            ("idle_release", idle_release),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty str, got {prefix!r}")
+        self.broker = broker
+        self.id = uuid.uuid4().hex[:16]
+        self._prefix = prefix
+        self._ttl = float(lease_ttl)
+        self._maxlen = int(maxlen)
+        self._idle_release = float(idle_release)
+        self._registry = f"{prefix}:runs"
+        self._send, self._receive = trio.open_memory_channel[tuple[str, int, bytes | Batch]](
+            int(queue)
+        )
+        self._redis: Any = None
+        # run -> monotonic time until which this broker may write it (read by the persist thread)
+        self._held: dict[str, float] = {}
+        self._used: dict[str, float] = {}  # run -> monotonic time of its last batch
+        self._locks: dict[str, trio.Lock] = {}  # run -> serialises taking and giving its lease
+        self._counters: dict[str, int] = {}  # run -> the n of this broker's last entry
+        # (run, writer) -> (seq, refusal): a batch refused before it reached its run
+        self._pending: dict[tuple[str, str], tuple[int, RefusedError]] = {}
+        self._seen: dict[tuple[bytes, str], int] = {}  # (broker, run) -> n of its last entry
+        self._connected = False
+        self._published = self._dropped = self._received = self._gaps = 0
+        self._refused_leased = self._leases_lost = self._queue_peak = 0
+        broker._bus = self
+
+    # -- keys -----------------------------------------------------------------------------------
+
+    def _lease_key(self, run: str) -> str:
+        return f"{self._prefix}:lease:{run}"
+
+    def _run_key(self, run: str) -> str:
+        return f"{self._prefix}:run:{run}"
+
+    # -- hooks the broker calls -----------------------------------------------------------------
+
+    def holds(self, run: str) -> bool:
+        """Return whether this broker may write ``run`` now (thread-safe: the persist thread asks)."""
+        until = self._held.get(run)
+        return until is not None and time.monotonic() < until
+
+    def carries(self, run: str) -> bool:
+        """Return whether live frames of ``run`` from other brokers reach this broker now."""
+        return self._connected
+
+    async def admit(self, batch: Batch) -> None:
+        """Make sure this broker holds the lease of the batch's run before it takes the batch.
+
+        A held lease costs a dictionary look-up; otherwise one Redis round trip (bounded by
+        ``COMMAND_TIMEOUT``) takes it.
+
+        Raises:
+            RefusedError: (retryable) another broker holds the run, or Redis cannot be reached.
+        """
+        await self._admit(batch.run)
+
+    def check_order(self, batch: Batch, last_seq: dict[str, int]) -> None:
+        """Refuse ``batch`` if an earlier batch of its writer was refused before it reached the
+        run (:meth:`refused`) and has not come again: the lease may be free by the time the later
+        ones arrive, and taking them first would make the refused one look like a duplicate of
+        data already written, and be dropped. ``last_seq`` is what the run's files hold of each
+        writer: a refused batch that another broker wrote meanwhile is settled.
+
+        Raises:
+            RefusedError: (retryable) that earlier batch has to come first.
+        """
+        key = (batch.run, batch.writer)
+        pending = self._pending.get(key)
+        if pending is None:
+            return
+        if pending[0] <= last_seq.get(batch.writer, 0) or batch.seq <= pending[0]:
+            del self._pending[key]  # written elsewhere meanwhile, or it (or an earlier one) is back
+            return
+        raise pending[1]
+
+    def refused(self, batch: Batch, refusal: RefusedError) -> None:
+        """Note that ``batch`` was refused before it reached its run (see :meth:`admit`)."""
+        if not refusal.retryable:
+            return  # the writer forgets that batch and goes on with the next
+        key = (batch.run, batch.writer)
+        pending = self._pending.get(key)
+        if pending is None or batch.seq < pending[0]:
+            self._pending[key] = (batch.seq, refusal)
+            while len(self._pending) > PENDING_KEPT:  # writers that never came back
+                del self._pending[next(iter(self._pending))]
+
+    async def _admit(self, run: str) -> None:
+        now = time.monotonic()
+        self._used[run] = now
+        if self.holds(run):
+            return
+        async with self._lock(run):
+            if self.holds(run):
+                return
+            sent = time.monotonic()
+            try:
+                with trio.fail_after(COMMAND_TIMEOUT):
+                    got = await self._redis.eval(
+                        _ACQUIRE, [self._lease_key(run)], [self.id, int(self._ttl * 1000)]
+                    )
+            except Exception as exc:
+                if not _redis_failure(exc):
+                    raise
+                raise RefusedError(self.UNREACHABLE, retryable=True) from None
+            if int(got) == 0:
+                self._refused_leased += 1
+                raise RefusedError(self.LEASED_ELSEWHERE, retryable=True)
+            if run not in self._held:
+                self.broker._bus_took(run)  # read the writers' seqs back from the run's files
+                self._register(run)
+            self._held[run] = sent + self._ttl * 2 / 3
+
+    def publish(self, batch: Batch) -> None:
+        """Queue a written batch for the other brokers; never blocks (drops when full)."""
+        n = self._counters.get(batch.run, 0) + 1
+        self._counters[batch.run] = n  # a dropped entry still takes its number: receivers see it
+        try:
+            self._send.send_nowait((batch.run, n, batch))
+        except trio.WouldBlock:
+            self._dropped += 1
+            return
+        self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
+
+    def _register(self, run: str) -> None:
+        """Announce run ``run`` in the registry stream (through the publish queue, never waits)."""
+        try:
+            self._send.send_nowait((run, 0, b""))
+        except trio.WouldBlock:
+            self._dropped += 1
+
+    def _lock(self, run: str) -> trio.Lock:
+        lock = self._locks.get(run)
+        if lock is None:
+            lock = self._locks[run] = trio.Lock()
+        return lock
+
+    def statistics(self) -> BusStatistics:
+        """Return counters and queue depths (see :class:`BusStatistics`)."""
+        return BusStatistics(
+            broker=self.id,
+            connected=self._connected,
+            leases=sum(1 for r in list(self._held) if self.holds(r)),
+            published=self._published,
+            dropped=self._dropped,
+            queue_depth=self._send.statistics().current_buffer_used,
+            queue_peak=self._queue_peak,
+            received=self._received,
+            gaps=self._gaps,
+            refused_leased=self._refused_leased,
+            leases_lost=self._leases_lost,
+        )
+
+    # -- tasks ----------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Publish, read and keep leases until the broker is closed; then release the leases.
+
+        Starts even when Redis cannot be reached (runs are refused, retryably, until it can:
+        no lease can be taken), and keeps trying to reach it.
+        """
+        import coredis  # the bus extra: the default single-machine path never imports it
+
+        self._redis = coredis.Redis.from_url(
+            self.url, stream_timeout=READ_BLOCK_MS / 1000 + 5, connect_timeout=COMMAND_TIMEOUT
+        )
+        async with self._redis, trio.open_nursery() as nursery:
+            nursery.start_soon(self._publish_loop)
+            nursery.start_soon(self._read_loop)
+            nursery.start_soon(self._lease_loop)
+            task_status.started()
+            await self.broker.wait_closed()
+            # Clean close: the broker fsynced and closed its runs; let others take them at once.
+            with trio.move_on_after(2, shield=True):
+                await self._release_all()
+            nursery.cancel_scope.cancel()
+
+    async def _publish_loop(self) -> None:
+        """Move queued batches to their run streams, many per round trip (pipelined)."""
+        while True:
+            items = [await self._receive.receive()]
+            while len(items) < PUBLISH_ROUND:
+                try:
+                    items.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            try:
+                with trio.fail_after(COMMAND_TIMEOUT * 2):
+                    async with self._redis.pipeline(transaction=False) as pipe:
+                        for run, n, batch in items:
+                            if n == 0:
+                                pipe.xadd(
+                                    self._registry,
+                                    {"run": run, "b": self.id},
+                                    trim_strategy=_token("MAXLEN"),
+                                    threshold=REGISTRY_MAXLEN,
+                                    trim_operator=_token("APPROXIMATELY"),
+                                )
+                                continue
+                            assert isinstance(batch, Batch)
+                            pipe.xadd(
+                                self._run_key(run),
+                                {"b": self.id, "n": n, "f": codec.encode_batch(batch)},
+                                trim_strategy=_token("MAXLEN"),
+                                threshold=self._maxlen,
+                                trim_operator=_token("APPROXIMATELY"),
+                            )
+            except Exception as exc:
+                if not _redis_failure(exc):
+                    raise
+                self._dropped += sum(1 for _, n, _ in items if n)
+                log.debug("publishing to the bus failed: %s", exc)
+                continue
+            self._published += sum(1 for _, n, _ in items if n)
+
+    async def _read_loop(self) -> None:
+        """Fan out the other brokers' entries to this broker's subscribers; on losing Redis,
+        re-sync the subscribers (a gap) and start again from the present."""
+        delay = 0.1
+        while True:
+            try:
+                await self._read_from_now()
+            except Exception as exc:
+                if not _redis_failure(exc):
+                    raise
+                if self._connected:
+                    log.warning("vdl-stream: lost the bus (%s); browsers re-sync", _describe(exc))
+                    self._connected = False
+                    self.broker._bus_gap(None)
+                await trio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.1
+
+    async def _read_from_now(self) -> None:
+        """Read every run stream from the present on (returns only by raising)."""
+        redis = self._redis
+        with trio.fail_after(COMMAND_TIMEOUT):
+            now = await redis.time()
+        start = f"{int(now.timestamp() * 1000)}-0"
+        # Runs already registered are read from now: what they hold before is in the files.
+        streams: dict[str, str] = {self._registry: start}
+        with trio.fail_after(COMMAND_TIMEOUT * 5):
+            entries = await redis.xrevrange(self._registry, count=REGISTRY_MAXLEN)
+        for entry in entries:
+            run = _text(entry.field_values.get(b"run"))
+            if run and self._run_key(run) not in streams:
+                streams[self._run_key(run)] = start
+                self.broker._bus_learn(run)
+        if not self._connected:
+            self._connected = True
+            self.broker._bus_gap(None)  # frames were lost while away: re-sync from snapshots
+            for run in list(self._held):
+                self._register(run)  # a restarted Redis knows none of this broker's runs
+        self._seen.clear()
+        prefix = f"{self._prefix}:run:".encode()
+        while True:
+            result = await redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
+            for key, entries in (result or {}).items():
+                name = key.decode()
+                if entries:
+                    streams[name] = entries[-1].identifier.decode()
+                if key == self._registry.encode():
+                    for entry in entries:
+                        run = _text(entry.field_values.get(b"run"))
+                        if run and self._run_key(run) not in streams:
+                            # Read from this entry on. A run known here already (from its files)
+                            # may have entries from before it (a broker that announces its runs
+                            # again after a Redis restart): its subscribers re-sync.
+                            streams[self._run_key(run)] = entry.identifier.decode()
+                            if self.broker._bus_learn(run):
+                                self.broker._bus_gap(run)
+                    continue
+                if key.startswith(prefix):
+                    self._fan_out(key[len(prefix) :].decode(), entries)
+            await trio.lowlevel.checkpoint()
+
+    def _fan_out(self, run: str, entries: Iterable[Any]) -> None:
+        """Fan out the entries of ``run`` one XREAD returned as one ``data`` frame: the more
+        a broker falls behind, the more each frame carries (columns of a tag concatenated), so
+        browsers get fewer, larger frames instead of overflowing their queues."""
+        columns: dict[str, list[ScalarColumns]] = {}
+        events: list[dict[str, Any]] = []
+        for entry in entries:
+            fields = entry.field_values
+            source = fields.get(b"b", b"")
+            if source == self.id.encode():
+                continue  # this broker's own: its subscribers had it at ingest
+            try:
+                n = int(fields[b"n"])
+                batch = codec.decode_batch(codec.decode_message(fields[b"f"]))
+            except (KeyError, ValueError, codec.ProtocolError, codec.BatchError):
+                log.warning("vdl-stream: ignoring a malformed bus entry of run %r", run)
+                continue
+            last = self._seen.get((source, run))
+            self._seen[(source, run)] = n
+            if last is not None and n != last + 1:
+                self._gaps += 1
+                self.broker._bus_gap(run)
+            self._received += 1
+            for cols in batch.scalars:
+                columns.setdefault(cols.tag, []).append(cols)
+            events.extend(batch.events)
+        if not columns and not events:
+            return
+        scalars = [
+            parts[0]
+            if len(parts) == 1
+            else ScalarColumns(
+                tag,
+                np.concatenate([p.steps for p in parts]),
+                np.concatenate([p.walls for p in parts]),
+                np.concatenate([p.values for p in parts]),
+            )
+            for tag, parts in columns.items()
+        ]
+        self.broker._bus_fan_out(run, scalars, events)
+
+    async def _lease_loop(self) -> None:
+        """Renew held leases every third of the ttl; release idle ones; give up lost ones."""
+        while True:
+            await trio.sleep(self._ttl / 3)
+            for run in [r for r in list(self._held) if not self.holds(r)]:
+                # Not confirmed in time (Redis away or slow): another broker may have it now.
+                self._leases_lost += 1
+                log.warning("vdl-stream: the lease of run %r ran out; another broker takes it", run)
+                await self._give_up(run, release=False)
+            now = time.monotonic()
+            for run in [
+                r for r in list(self._held) if now - self._used.get(r, 0) > self._idle_release
+            ]:
+                await self._give_up(run, release=True)
+            runs = [r for r in list(self._held) if self.holds(r)]
+            if not runs:
+                continue
+            sent = time.monotonic()
+            try:
+                with trio.fail_after(COMMAND_TIMEOUT):
+                    kept = await self._redis.eval(
+                        _EXTEND,
+                        [self._lease_key(r) for r in runs],
+                        [self.id, int(self._ttl * 1000)],
+                    )
+            except Exception as exc:
+                if not _redis_failure(exc):
+                    raise
+                continue  # unknown: the leases stay held until their local deadline
+            for i, run in enumerate(runs):
+                if int(kept[i]):
+                    if run in self._held:
+                        self._held[run] = sent + self._ttl * 2 / 3
+                    if int(kept[i]) == 2:
+                        self._register(run)  # Redis lost the registry too: announce it again
+                else:
+                    self._leases_lost += 1
+                    log.warning("vdl-stream: lost the lease of run %r to another broker", run)
+                    await self._give_up(run, release=False)
+
+    async def _give_up(self, run: str, *, release: bool) -> None:
+        """Stop writing ``run``: close its writer, then (``release``) delete the lease if ours."""
+        async with self._lock(run):
+            if self._held.pop(run, None) is None:
+                return
+            self._used.pop(run, None)
+            await self.broker._bus_release(run)
+            if release:
+                try:
+                    with trio.fail_after(COMMAND_TIMEOUT):
+                        await self._redis.eval(_RELEASE, [self._lease_key(run)], [self.id])
+                except Exception as exc:
+                    if not _redis_failure(exc):
+                        raise
+                    # it expires by itself within the ttl
+
+    async def _release_all(self) -> None:
+        """Delete every lease this broker holds (its runs are closed already)."""
+        runs = list(self._held)
+        self._held.clear()
+        for run in runs:
+            try:
+                with trio.fail_after(COMMAND_TIMEOUT):
+                    await self._redis.eval(_RELEASE, [self._lease_key(run)], [self.id])
+            except Exception as exc:
+                if not _redis_failure(exc):
+                    raise
+                return  # they expire by themselves within the ttl
+
+
+def _token(name: str) -> Any:
+    from coredis import PureToken
+
+    return getattr(PureToken, name)
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
+
+
+def _redis_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis being away, slow or refusing (as opposed to a bug)."""
+    from coredis.exceptions import RedisError
+
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_redis_failure(e) for e in exc.exceptions)
+    return isinstance(exc, (RedisError, OSError, TimeoutError, trio.TooSlowError))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    return str(exc) or type(exc).__name__
