@@ -20,13 +20,13 @@ if ! command -v redis-server >/dev/null 2>&1; then
     apt-get install -y -qq redis-server >/dev/null
 fi
 
-# torch for the integration tests: the CPU-only wheel (~190 MB) where its index is reachable, instead
-# of PyPI's Linux build that pulls several GB of CUDA libraries. Without the index, ".[test]" below
-# installs torch from PyPI.
+# torch for the integration tests: a pinned CPU-only wheel (~190 MB), from torch's CPU index or a
+# local wheel directory, instead of PyPI's Linux build that pulls several GB of CUDA libraries.
+# Where neither has it, ".[test]" below installs torch from PyPI.
 if ! python3 -c "import torch" >/dev/null 2>&1; then
-    python3 -m pip install --quiet --disable-pip-version-check torch \
-        --index-url https://download.pytorch.org/whl/cpu \
-        || echo "download.pytorch.org unreachable: torch comes from PyPI (with CUDA libraries)" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --timeout 20 --retries 1 \
+        --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu" \
+        || echo "no CPU-only torch wheel reachable: torch comes from PyPI (with CUDA libraries)" >&2
 fi
 python3 -m pip install --quiet --disable-pip-version-check -e ".[test]"
 
