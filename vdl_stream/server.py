@@ -723,7 +723,7 @@ def api_blueprint(broker: Broker) -> Blueprint:
             broker=broker.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
             store=_store_statistics(broker),
-            bus=None if broker._bus is None else broker._bus.statistics().__dict__,
+            bus=_bus_statistics(broker),
         )
 
     return bp
@@ -733,6 +733,12 @@ def _store_statistics(broker: Any) -> dict | None:
     """The object store sync's statistics, if the log directory is in one (a replay has none)."""
     stats = getattr(broker, "store_statistics", None)
     return None if stats is None else stats().__dict__
+
+
+def _bus_statistics(broker: Any) -> dict | None:
+    """The Redis bus's statistics, if this broker joined one (``--bus``; a replay has none)."""
+    bus = getattr(broker, "_bus", None)
+    return None if bus is None else bus.statistics().__dict__
 
 
 def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
