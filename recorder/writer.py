@@ -13,11 +13,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
 from recorder.compaction import MIN_RECORDS, SMALL_RECORD, Compactor, SegmentCapture
+from recorder.digest import LATEST_MAX_BYTES, Digest, data_files, load_digest, write_digest
 from recorder.records import NotARunError, Position, RecorderError, RunLockedError, ScalarSeries
 
 SYNC_MODES = ("flush", "interval", "never")
@@ -269,6 +271,9 @@ class RunWriter:
         try:
             self._lock_fd = lock_run(self._dir)
             self._open_run()
+            # The run's digest (recorder/digest.py): continued when current, else none is kept.
+            files = data_files(self._dir)
+            self._digest: Digest | None = load_digest(self._dir, files) if files else Digest()
         except BaseException:
             if self._fd >= 0:
                 os.close(self._fd)
@@ -437,6 +442,12 @@ class RunWriter:
         if len(payload) > framing.MAX_PAYLOAD:
             raise ValueError(f"record is {len(payload)} bytes, over {framing.MAX_PAYLOAD}")
         step = None if step is None else int(step)
+        if self._digest is not None:
+            # A copy of what was recorded: the caller may change ``data`` later.
+            kept = None
+            if kind == "meta" or (tag is None and len(payload) <= LATEST_MAX_BYTES):
+                kept = msgpack.unpackb(payload, raw=False, strict_map_key=False)[4]
+            self._digest.add_record(kind, tag, float(wall), kept, len(payload))
         self._queue.append((payload, (kind, tag, step, float(wall), 1, step, step, None, None)))
         self._pending_records += 1
         self._pending_bytes += len(payload)
@@ -455,6 +466,9 @@ class RunWriter:
         for item in queue:
             encoded = item.encode() if not isinstance(item, tuple) else [(*item, None, None)]
             for payload, fields, parts, points in encoded:
+                if self._digest is not None and points is not None:
+                    # From the chunk's own summary, computed for the index anyway.
+                    self._digest.add_chunk(fields, parts, points)
                 frame = framing.encode_frame(payload)
                 at = self._offset + batch_bytes
                 if at + len(frame) > self._segment_bytes and at > framing.HEADER_SIZE:
@@ -610,6 +624,9 @@ class RunWriter:
             if durable:
                 self._fsync()
             self._write_index(durable)
+            if self._digest is not None:
+                with contextlib.suppress(OSError):  # only a shortcut: readers can do without
+                    write_digest(self._dir, self._digest, durable)
         finally:
             self._closed = True
             os.close(self._fd)

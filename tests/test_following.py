@@ -180,7 +180,7 @@ def test_a_dashboard_follows_another_process_run_live(logdir, browser, order):
         check_live_then_closed(page, writer, "job")
         status, stats = http_get(server.url + "/api/stats")
         assert status == 200 and stats["subscribers"][0]["sent"] > 0
-        assert http_get(server.url + "/api/runs")[1] == {"runs": ["job"]}
+        assert [r["name"] for r in http_get(server.url + "/api/runs")[1]["runs"]] == ["job"]
         assert errors == []
     finally:
         if page is not None:
@@ -353,7 +353,7 @@ def make_bad_runs(logdir: Path, names: list[str]) -> None:
 
 def wait_runs(server, expected: list[str]) -> None:
     deadline = time.monotonic() + 15
-    while (runs := http_get(server.url + "/api/runs")[1]["runs"]) != expected:
+    while (runs := [r["name"] for r in http_get(server.url + "/api/runs")[1]["runs"]]) != expected:
         assert server.proc.poll() is None, server.proc.stderr.read()
         assert time.monotonic() < deadline, runs
         time.sleep(0.05)

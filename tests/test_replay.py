@@ -264,9 +264,13 @@ async def test_a_seek_is_a_reset_and_snapshots_at_the_target_forward_back_and_re
             assert replayer.status().position == WALL + 40  # at once, for the command's answer
             await trio.sleep(0.01)
             got = collector.since(mark)
-            assert [m["type"] for m in got if m["type"] != "replay"] == ["reset", "snapshot"]
-            reset, snapshot = (m for m in got if m["type"] != "replay")
-            assert reset["runs"] == ["r"] and reset["seq"] == snapshot["seq"]
+            assert [m["type"] for m in got if m["type"] != "replay"] == [
+                "reset",
+                "snapshot",
+                "synced",
+            ]
+            reset, snapshot, synced = (m for m in got if m["type"] != "replay")
+            assert reset["runs"] == ["r"] and reset["seq"] == snapshot["seq"] == synced["seq"]
             assert steps_of(snapshot, "acc") == steps_of(snapshot, "loss") == list(range(40))
             kinds = [(e["kind"], e["step"]) for e in snapshot["events"]]
             assert kinds == [("text", 5), ("histogram", 10)]
@@ -285,7 +289,7 @@ async def test_a_seek_is_a_reset_and_snapshots_at_the_target_forward_back_and_re
             replayer.seek(wall=WALL + 20.5)  # backwards: the same cursor, moved back
             await trio.sleep(0.01)
             got = [m for m in collector.since(mark) if m["type"] != "replay"]
-            assert [m["type"] for m in got] == ["reset", "snapshot"]
+            assert [m["type"] for m in got] == ["reset", "snapshot", "synced"]
             assert steps_of(got[1], "acc") == list(range(21))
             assert [(e["kind"], e["step"]) for e in got[1]["events"]] == [
                 ("text", 5),
@@ -296,7 +300,7 @@ async def test_a_seek_is_a_reset_and_snapshots_at_the_target_forward_back_and_re
             replayer.seek(wall=WALL - 100)  # a restart: clamped to the start, nothing shown
             await trio.sleep(0.01)
             got = [m for m in collector.since(mark) if m["type"] != "replay"]
-            assert [m["type"] for m in got] == ["reset", "snapshot"]
+            assert [m["type"] for m in got] == ["reset", "snapshot", "synced"]
             assert got[1]["scalars"] == [] and got[1]["events"] == []
             assert replayer.status().fed == 0 and replayer.status().step is None
 
@@ -527,6 +531,11 @@ async def test_status_and_seeks_arrive_on_the_same_socket(tmp_path):
             async with open_websocket_url(url.replace("http", "ws") + "/ws/live") as ws:
                 assert decode(await ws.get_message())["type"] == "hello"
                 assert decode(await ws.get_message()) == {"type": "runs", "runs": ["exp"]}
+                summaries = decode(await ws.get_message())  # every run, finished, no figures
+                assert summaries["type"] == "summaries"
+                assert [(r["name"], r["status"]) for r in summaries["runs"]] == [
+                    ("exp", "finished")
+                ]
                 await ws.send_message(msgpack.packb({"type": "subscribe", "runs": None}))
                 first = decode(await ws.get_message())
                 assert first["type"] == "replay" and first["playing"] is False

@@ -451,10 +451,10 @@ def test_start_up_errors_are_one_line_and_the_port_comes_first(tmp_path):
 async def test_an_internal_error_answers_json_500(nursery, tmp_path, caplog):
     broker = Broker(tmp_path)
 
-    def explode() -> list[str]:
+    def explode() -> bytes:
         raise RuntimeError("secret /srv/path detail")
 
-    broker.runs = explode  # type: ignore[method-assign]
+    broker.summaries_json = explode  # type: ignore[method-assign]  (what /api/runs answers with)
     await nursery.start(broker.run)
     url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
     with trio.fail_after(20):

@@ -20,7 +20,7 @@ import re
 import resource
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,10 +31,12 @@ import recorder
 from recorder import framing
 from recorder.blocks import BLOCK_RE
 from recorder.catalog import INDEX_NAME, SEGMENT_RE
+from recorder.digest import data_files, load_digest
 
 from . import codec
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
+from .run_summary import CRASH_AFTER, RunSummary, summaries_frame
 
 log = logging.getLogger("vdl_stream.broker")
 
@@ -67,6 +69,10 @@ NO_ROTATION = 1 << 62
 LOG_INTERVAL = 10.0
 #: Refusals remembered for waiters that ask after the fact, by broker seq (oldest forgotten).
 REFUSALS_KEPT = 65536
+#: Changed run summaries are published to every subscriber at most this often, in seconds.
+SUMMARY_INTERVAL = 1.0
+#: Runs whose summary is a placeholder (no current digest) read per follow round, at most.
+SUMMARY_FILLS = 8
 
 
 def default_open_writers() -> int:
@@ -339,6 +345,13 @@ class _Run:
         # The same, on the persist side (worker thread): batches queued behind a refused one.
         self.blocked: dict[str, tuple[int, RefusedError]] = {}
         self.rotating = False  # the writer is open with a segment limit to start a new segment
+        # The run's summary (run_summary.py); ``summary_exact``: it covers everything the run
+        # held when it was set (else a placeholder until a reader computes it);
+        # ``summary_files``: the data files a summary taken from the recorder's digest describes.
+        self.summary: RunSummary | None = None
+        self.summary_exact = False
+        self.summary_files: list[tuple[str, int]] | None = None
+        self.summary_failed = False  # reading it for its summary failed: not tried again
 
     def load_ingest_state(self) -> None:
         """Read which writer sequence numbers this run already holds (blocking)."""
@@ -352,8 +365,13 @@ class _Run:
                     # Each bookkeeping record holds every writer the run has seen: the newest
                     # suffices.
                     record = reader.last_record(INGEST_KIND)
+                    if self.summary is None or not self.summary_exact:
+                        _summary_from_disk(self, reader)
                 if record is not None:
                     self.last_seq.update(record.data)
+        if self.summary is None:
+            self.summary = RunSummary(self.name, time.time())
+            self.summary_exact = True
         self.persisted_seq = dict(self.last_seq)
         self.loaded = True  # only now: a failed load is tried again by the next batch
 
@@ -440,6 +458,7 @@ class Broker:
         segment_bytes: int = 64 << 20,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         idle_close: float = IDLE_CLOSE,
+        crash_after: float = CRASH_AFTER,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
@@ -455,6 +474,14 @@ class Broker:
             raise ValueError(f"cache_bytes must be a positive int, got {cache_bytes!r}")
         if not idle_close > 0:
             raise ValueError(f"idle_close must be a positive number of seconds, got {idle_close!r}")
+        if (
+            isinstance(crash_after, bool)
+            or not isinstance(crash_after, (int, float))
+            or not (crash_after > 0)
+        ):
+            raise ValueError(
+                f"crash_after must be a positive number of seconds, got {crash_after!r}"
+            )
         self.logdir = Path(logdir)
         self._sync_interval = sync_interval
         self._subscriber_queue = subscriber_queue
@@ -485,6 +512,11 @@ class Broker:
         self._following = False  # the first discovery is done: later runs are offered snapshots
         self._skipped: dict[str, tuple | None] = {}  # unreadable run -> its files when skipped
         self._warned: set[str] = set()
+        # Run summaries (see the "run summaries" block): what was last published of each run
+        # as (summary version, status, publish tick), and the tick counter.
+        self._crash_after = float(crash_after)
+        self._published: dict[str, tuple[int, str, int]] = {}
+        self._summary_tick = 0
 
     # -- ingest ---------------------------------------------------------------------------------
 
@@ -556,6 +588,7 @@ class Broker:
 
     def _fan_out(self, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]) -> int:
         """Give new data of ``run`` the next broker seq and offer it to every subscriber of it."""
+        self._summarize(run, scalars, events)
         self._seq += 1
         seq = self._seq
         frames: dict[str | None, bytes | None] = {}  # one encoding per distinct tag pattern
@@ -775,7 +808,11 @@ class Broker:
             async with run.lock:
                 try:
                     opened = await trio.to_thread.run_sync(
-                        _open_follower, run, self._skipped.get(name, ()), limiter=self._read_limiter
+                        _discovered,
+                        run,
+                        self._skipped.get(name, ()),
+                        self._crash_after,
+                        limiter=self._read_limiter,
                     )
                 except Exception as exc:  # one unreadable run never stops the others
                     self._skip(run, exc)
@@ -807,15 +844,19 @@ class Broker:
         """
         await self._discover()
         self._following = True
-        task_status.started()
-        while True:
-            with trio.move_on_after(interval):
-                await self._closed.wait()
-            if self._closed.is_set():
-                return
-            await self._discover()
-            await self._tail_all()
-            await self._warm_up()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._publish_summaries, SUMMARY_INTERVAL)
+            task_status.started()
+            while True:
+                with trio.move_on_after(interval):
+                    await self._closed.wait()
+                if self._closed.is_set():
+                    break
+                await self._discover()
+                await self._tail_all()
+                await self._fill_summaries()
+                await self._warm_up()
+            nursery.cancel_scope.cancel()
 
     async def _tail_all(self) -> None:
         """Poll the followed runs whose files changed; close readers that went idle."""
@@ -1383,6 +1424,129 @@ class Broker:
         """Return the statistics of every subscriber."""
         return [s.statistics() for s in self._subscribers]
 
+    # -- run summaries (docs/http-api.md, "Run summaries"; vdl_stream/run_summary.py) ----------
+
+    def _summarize(
+        self, name: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]
+    ) -> None:
+        """Fold data being fanned out into the run's summary (never reads the run)."""
+        run = self._runs.get(name)
+        if run is None:
+            return
+        if run.summary is None:  # not expected: discovery and load_ingest_state set one
+            run.summary = RunSummary(name, time.time())
+        run.summary.add(scalars, events, time.time())
+
+    def writer_lost(self, runs: Iterable[str]) -> None:
+        """The connection of a writer of ``runs`` ended: each of them that did not get the close
+        marker is ``crashed`` until its next batch."""
+        for name in runs:
+            run = self._runs.get(name)
+            if run is not None and run.summary is not None:
+                run.summary.lost_writer()
+
+    def _summary_objects(self, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        now = time.time()
+        out = []
+        for name in sorted(self._runs) if names is None else names:
+            run = self._runs.get(name)
+            if run is not None and run.summary is not None:
+                out.append(run.summary.to_json(now, self._crash_after))
+        return out
+
+    def _summary_frame(self, names: Iterable[str] | None = None) -> bytes:
+        now = time.time()
+        packed = []
+        for name in sorted(self._runs) if names is None else names:
+            run = self._runs.get(name)
+            if run is not None and run.summary is not None:
+                packed.append(run.summary.msgpack_bytes(now, self._crash_after))
+        return summaries_frame(packed)
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """Return every run's summary object, sorted by name (shared objects: do not change)."""
+        return self._summary_objects()
+
+    def summaries_json(self) -> bytes:
+        """Return ``{"runs": [summary, ...]}`` as JSON text; each summary is encoded once per
+        change, so this costs a join whatever the points per run."""
+        now = time.time()
+        parts = [
+            run.summary.json_bytes(now, self._crash_after)
+            for name in sorted(self._runs)
+            if (run := self._runs[name]).summary is not None
+        ]
+        return b'{"runs":[' + b",".join(parts) + b"]}"
+
+    @property
+    def summary_tick(self) -> int:
+        """The number of summary publications so far (see :meth:`summaries_frame`)."""
+        return self._summary_tick
+
+    def summaries_frame(self, since: int | None = None) -> bytes | None:
+        """Return a ``summaries`` frame of every run (``since`` None), or of the runs whose
+        summary was published after publication ``since`` (None when there are none)."""
+        if since is None:
+            names = None
+        else:
+            names = [n for n, (_, _, tick) in sorted(self._published.items()) if tick > since]
+            if not names:
+                return None
+        return self._summary_frame(names)
+
+    def publish_summaries(self) -> int:
+        """Offer the summaries that changed since the last call (in content or in status) to
+        every subscriber, as one ``summaries`` frame; return how many runs it holds."""
+        now = time.time()
+        changed = []
+        for name, run in self._runs.items():
+            summary = run.summary
+            if summary is None:
+                continue
+            status = summary.status(now, self._crash_after)
+            seen = self._published.get(name)
+            if seen is None or seen[0] != summary.version or seen[1] != status:
+                changed.append((name, summary.version, status))
+        for name in [n for n in self._published if n not in self._runs]:
+            del self._published[name]  # skipped or removed runs
+        if not changed:
+            return 0
+        self._summary_tick += 1
+        for name, version, status in changed:
+            self._published[name] = (version, status, self._summary_tick)
+        frame = self._summary_frame(sorted(name for name, _, _ in changed))
+        for sub in self._subscribers:
+            sub.offer(self._seq + 1, None, frame)
+        return len(changed)
+
+    async def _publish_summaries(self, interval: float) -> None:
+        """Publish changed summaries every ``interval`` seconds (started by :meth:`follow`)."""
+        while True:
+            await trio.sleep(interval)
+            self.publish_summaries()
+
+    async def _fill_summaries(self) -> None:
+        """Give a few followed runs that have only a placeholder summary (no current digest on
+        disk) their real one, by opening their reader: the most recently written first."""
+        waiting = [
+            r
+            for r in self._runs.values()
+            if not r.summary_exact and not r.local and r.position is None and not r.summary_failed
+        ]
+        waiting.sort(key=lambda r: max((m for _, _, m in r.signature or ()), default=0))
+        for run in waiting[-SUMMARY_FILLS:]:
+            async with run.lock:
+                if run.summary_exact or self._runs.get(run.name) is not run:
+                    continue
+                try:
+                    await trio.to_thread.run_sync(_open_reader, run, limiter=self._read_limiter)
+                except Exception as exc:  # one unreadable run never stops the others
+                    run.summary_failed = True  # and is not tried again by this loop
+                    self._read_failed(run, exc)
+                    continue
+                self._cache.update(run)
+            await self._trim()
+
 
 class UnreadableRunError(recorder.RecorderError):
     """A run directory whose files the broker will not read (a symbolic link or a special file
@@ -1527,6 +1691,63 @@ def _open_follower(run: _Run, skipped: tuple | None) -> bool:
     return True
 
 
+def _discovered(run: _Run, skipped: tuple | None, crash_after: float) -> bool:
+    """:func:`_open_follower`, then the run's summary from the recorder's digest when it is
+    current, else a placeholder, encoded for answers (blocking). Reads one small file a run."""
+    opened = _open_follower(run, skipped)
+    if opened:
+        files = sorted(
+            (name, size)
+            for name, size, _ in run.signature or ()
+            if BLOCK_RE.match(name) or (SEGMENT_RE.match(name) and size > framing.HEADER_SIZE)
+        )
+        digest = load_digest(run.path, files)
+        if digest is not None:
+            run.summary = RunSummary.from_digest(run.name, digest, _heard(run))
+            run.summary_exact, run.summary_files = True, digest.files
+        else:
+            run.summary = RunSummary(run.name, _heard(run))
+            run.summary_exact, run.summary_files = False, None
+        run.summary.prime(time.time(), crash_after)
+    return opened
+
+
+def _heard(run: _Run) -> float:
+    """When a followed run last changed: its newest file's modification time."""
+    return max((m for _, _, m in run.signature or ()), default=time.time_ns()) / 1e9
+
+
+def _summary_on_open(run: _Run) -> None:
+    """A followed run's reader was opened for the first time (blocking; hold ``run.lock``):
+    from here on its fan-out updates the summary, so the summary must cover exactly what the
+    reader holds. One taken from a digest still does if the files did not change since."""
+    if run.summary_exact and (
+        run.summary_files is None or data_files(run.path) == run.summary_files
+    ):
+        run.summary_files = None
+        return
+    assert run.reader is not None
+    try:
+        run.summary = RunSummary.from_reader(run.name, run.reader, _heard(run))
+    except Exception as exc:  # the run's reads report their own errors; this one is a shortcut
+        run.summary_failed = True
+        log.warning("vdl-stream: no summary of run %r: %s", run.name, _describe(exc))
+        return
+    run.summary_exact, run.summary_files = True, None
+
+
+def _summary_from_disk(run: _Run, reader: recorder.RunReader) -> None:
+    """The summary of a run this broker starts writing (blocking): from its digest when
+    current, else from ``reader``."""
+    digest = load_digest(run.path)
+    now = time.time()
+    if digest is not None:
+        run.summary = RunSummary.from_digest(run.name, digest, now)
+    else:
+        run.summary = RunSummary.from_reader(run.name, reader, now)
+    run.summary_exact, run.summary_files = True, None
+
+
 def _check_header(path: Path) -> None:
     """Check a segment's header (blocking): a foreign file or a newer format is refused."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, even if swapped for a FIFO
@@ -1557,6 +1778,7 @@ def _open_reader(run: _Run, limit: Any = None) -> recorder.RunReader:
             # A followed run read for the first time: what it holds now is history (in the
             # snapshot being read); only what is appended later is fanned out.
             run.position = run.reader.position()
+            _summary_on_open(run)
     elif run.local:
         run.reader.refresh(run.position if limit is None else limit)
     run.used = time.monotonic()

@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from .broker import (
 )
 from .codec import ScalarColumns
 from .errors import RefusedError
+from .run_summary import RunSummary, summaries_frame
 
 #: Real seconds between two feeds while playing (the pacing granularity).
 TICK = 0.05
@@ -514,6 +516,11 @@ class ReplaySubscriber:
         self._pending: deque[bytes] = deque()
         self._waiting: trio.CancelScope | None = None
 
+    @property
+    def after_seq(self) -> int:
+        """The source's seq when this subscription began (its ``synced`` frame names it)."""
+        return self._queue.after_seq
+
     def wants(self, run: str) -> bool:
         """Return whether this subscription covers ``run``."""
         return self._queue.wants(run)
@@ -676,7 +683,11 @@ class ReplaySource:
         """After a seek: a ``reset`` frame naming the runs whose snapshots follow, then those."""
         seq, frames = await self._frames_at_cursor(sub)
         names = [name for name in self._timelines if sub.wants(name)]
-        return [codec.encode_message({"type": "reset", "seq": seq, "runs": names}), *frames]
+        return [
+            codec.encode_message({"type": "reset", "seq": seq, "runs": names}),
+            *frames,
+            codec.encode_message({"type": "synced", "seq": seq}),  # every snapshot is in
+        ]
 
     async def _frames_at_cursor(self, sub: ReplaySubscriber) -> tuple[int, list[bytes]]:
         """The seq and snapshot frames of every run ``sub`` wants, at the cursor as it is now."""
@@ -748,6 +759,29 @@ class ReplaySource:
         """The replayed run names, sorted (all of them, from the start: a run the replay has not
         reached yet is listed with no data)."""
         return sorted(self._timelines)
+
+    # Run summaries (docs/http-api.md): a replay lists its runs as finished, with no figures yet.
+    summary_tick = 0
+
+    def _summaries(self) -> list[RunSummary]:
+        out = []
+        for name in sorted(self._timelines):
+            summary = RunSummary(name, time.time())
+            summary.closed = True
+            out.append(summary)
+        return out
+
+    def summaries_json(self) -> bytes:
+        """``{"runs": [summary, ...]}`` as JSON text (every run, finished, no figures)."""
+        now = time.time()
+        return b'{"runs":[' + b",".join(s.json_bytes(now) for s in self._summaries()) + b"]}"
+
+    def summaries_frame(self, since: int | None = None) -> bytes | None:
+        """The ``summaries`` frame of every run (``since`` None); later ones never change."""
+        if since is not None:
+            return None
+        now = time.time()
+        return summaries_frame([s.msgpack_bytes(now) for s in self._summaries()])
 
     def run_path(self, name: str) -> Any:
         """The recorded directory of a replayed run (``/api/export`` reads it whole, read-only)."""

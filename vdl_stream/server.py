@@ -75,6 +75,8 @@ CLOSE_POLICY = 1008  # no subscribe / no batch in time
 CLOSE_TRY_AGAIN_LATER = 1013  # too many browsers open
 #: Seconds a writer refused for lack of room is asked to wait (the 503's Retry-After).
 WRITER_RETRY_AFTER = 2
+#: Runs one writer connection is remembered to have written (to mark them crashed if it is lost).
+MAX_RUNS_PER_WRITER = 1024
 #: The longest ``tags`` filter a subscriber may send.
 MAX_TAG_FILTER = 200
 
@@ -594,7 +596,8 @@ def api_blueprint(broker: Broker) -> Blueprint:
 
     @bp.get("/api/runs")
     async def api_runs() -> Any:
-        return jsonify(runs=broker.runs())
+        # One summary per run (docs/http-api.md, "Run summaries"), each encoded once per change.
+        return Response(broker.summaries_json(), content_type="application/json")
 
     @bp.get("/api/tags")
     async def api_tags() -> Any:
@@ -761,7 +764,10 @@ def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
                 )
             )
             await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
-            await _live_session(broker, limits.subscribe_timeout)
+            # Every run's summary now; later ones come with each subscription (see stream()).
+            since = broker.summary_tick
+            await websocket.send(broker.summaries_frame())
+            await _live_session(broker, limits.subscribe_timeout, since)
         return None
 
     @bp.websocket("/ws/ingest")
@@ -824,11 +830,17 @@ def _static_response(static: Any, name: str) -> Response:
     return response
 
 
-async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
+async def _live_session(
+    broker: Broker, subscribe_timeout: float = 5.0, summaries_since: int | None = None
+) -> None:
     """Serve one browser: (re)subscribe on request, stream snapshot then live frames.
 
     A browser that sends no ``subscribe`` within ``subscribe_timeout`` seconds is closed (1008):
     an open WebSocket costs a file descriptor, and an idle one would hold it forever.
+
+    Each subscription first gets the summaries published since publication ``summaries_since``
+    (those sent on connect are older; ones dropped with a gap are re-sent this way), then its
+    snapshots, then ``synced``, then live frames (summaries among them).
     """
 
     async def stream(
@@ -844,7 +856,12 @@ async def _live_session(broker: Broker, subscribe_timeout: float = 5.0) -> None:
                 await websocket.close(1013, str(exc)[:120])  # 1013: try again later
                 return
             try:
+                # Subscribed first, so a summary published from now on reaches ``sub``.
+                if (frame := broker.summaries_frame(summaries_since)) is not None:
+                    await websocket.send(frame)
                 await broker.send_snapshot(sub, websocket.send, max_points)
+                # Runs that could not be read were left out: the page stops waiting for them.
+                await websocket.send(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
                 while True:
                     await websocket.send(await sub.receive())
             except trio.EndOfChannel:
@@ -895,6 +912,20 @@ async def _ingest_session(broker: Broker) -> None:
     broken, closes the connection with 1008 (there is no batch to answer).
     """
     send, receive = trio.open_memory_channel[tuple[str, int, int, bool, RefusedError | None]](1024)
+    # Runs this connection wrote: when it ends, those without a close marker read as crashed.
+    runs: set[str] = set()
+    try:
+        await _ingest_batches(broker, send, receive, runs)
+    finally:
+        broker.writer_lost(runs)
+
+
+async def _ingest_batches(
+    broker: Broker,
+    send: trio.MemorySendChannel[tuple[str, int, int, bool, RefusedError | None]],
+    receive: trio.MemoryReceiveChannel[tuple[str, int, int, bool, RefusedError | None]],
+    runs: set[str],
+) -> None:
 
     async def answer() -> None:
         async for writer, seq, broker_seq, durable, refusal in receive:
@@ -930,6 +961,8 @@ async def _ingest_session(broker: Broker) -> None:
                     await websocket.close(1008, str(exc)[:120])
                     nursery.cancel_scope.cancel()
                     return
+                if len(runs) < MAX_RUNS_PER_WRITER:
+                    runs.add(batch.run)
                 try:
                     broker_seq = await broker.ingest(batch)
                 except RefusedError as exc:

@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import random
+import socket
 import threading
 import time
 import uuid
@@ -43,6 +44,7 @@ import recorder
 from . import codec, summaries
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError, unwrap
+from .run_summary import CLOSED, RUNNING, STATUS_KEY
 from .summaries import to_float, to_step
 from .transport import InProcessTransport, Spool, Transport, WebSocketTransport
 
@@ -293,6 +295,7 @@ class Writer:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._telemetry = telemetry
+        self._mute = mute
         if mute:  # a rank that does not log: the calls stay valid and cost nothing
             for name in LOGGING_METHODS:
                 setattr(self, name, _discard)
@@ -303,6 +306,9 @@ class Writer:
             self._pending.close()
             raise self._error.with_traceback(None) from None
         _live_writers.add(self)
+        if not mute:
+            # The run's summary shows the host, and "live" until the close marker (close()).
+            self._events.append(_status_event(RUNNING, socket.gethostname()))
 
     # -- the hot path ---------------------------------------------------------------------------
 
@@ -537,6 +543,8 @@ class Writer:
         """Flush, stop the background thread and release the run. Idempotent."""
         if self._closed:
             return
+        if not self._mute:
+            self._events.append(_status_event(CLOSED))  # the close marker: the run is finished
         if not self._thread.is_alive() or not self.flush(timeout):
             self._flush_timeout = 1.0  # undeliverable now: do not stall the program's exit
         self._closed = True
@@ -755,6 +763,16 @@ class Writer:
 
 
 _now = time.time  # one global lookup on the hot path instead of two
+
+
+def _status_event(status: str, host: str | None = None) -> dict[str, Any]:
+    """A ``meta`` event of the run's status (and the writer's host): ``running`` when a writer
+    starts, ``closed`` (the close marker) when it is closed (vdl_stream/run_summary.py)."""
+    event: dict[str, Any] = {"kind": "meta", "tag": None, "step": None, "wall": time.time()}
+    event[STATUS_KEY] = status
+    if host:
+        event["host"] = host
+    return event
 
 
 def _wall(walltime: float | None) -> float:

@@ -1,0 +1,482 @@
+"""Run summaries: ``GET /api/runs``, the ``summaries`` and ``synced`` frames of ``/ws/live``.
+
+Real processes and sockets: a ``vdl-stream serve`` subprocess on 127.0.0.1, training processes
+that publish to it over ``/ws/ingest`` (closed cleanly, or SIGKILLed) or write their own run that
+the server follows, and real WebSockets. The summary logic itself is checked against a full read
+of the run by a property test over any sequence of batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from trio_websocket import open_websocket_url
+
+import recorder
+from recorder.digest import DIGEST_NAME, load_digest
+from tests.conftest import http_get, start_serve, stop_serve
+from vdl_stream import codec
+from vdl_stream.broker import Broker
+from vdl_stream.codec import Batch, ScalarColumns
+from vdl_stream.run_summary import RunSummary
+from vdl_stream.server import run_server
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+from runs_data import write_runs  # noqa: E402
+
+KEYS = {
+    "name",
+    "status",
+    "start",
+    "last_wall",
+    "last_step",
+    "host",
+    "hparams",
+    "last",
+    "min",
+    "max",
+}
+
+# A training process: hparams, then train/loss at steps 0..5 with NaN and Inf among the values,
+# flushed; then it waits for its standard input to close (and closes the writer cleanly) or to
+# be killed. ``url`` empty: it writes the run itself (an in-process broker) for a server to follow.
+WRITER = """
+import math, sys
+from vdl_stream import attach
+url, logdir, run = sys.argv[1], sys.argv[2], sys.argv[3]
+kw = {"url": url} if url else {}
+w = attach(logdir, run=run, telemetry=False, **kw)
+w.add_hparams({"lr": 0.01, "optimizer": "adam", "layers": 4}, ["train/loss"])
+for step, value in enumerate([3.0, 1.0, math.nan, 2.0, math.inf, math.nan]):
+    w.add_scalar("train/loss", value, step)
+w.add_scalar("train/acc", 0.5, 5)
+assert w.flush(timeout=20)
+print("flushed", flush=True)
+sys.stdin.read()
+w.close()
+print("closed", flush=True)
+"""
+
+
+def start_writer(logdir: Path, run: str, url: str = "") -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, url, str(logdir), run],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout.readline().strip() == "flushed"
+    return proc
+
+
+def summary_of(server, run: str, until, timeout: float = 20.0) -> dict:
+    """Poll ``/api/runs`` until ``run``'s summary satisfies ``until`` (or fail after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = http_get(server.url + "/api/runs")
+        assert status == 200
+        found = {r["name"]: r for r in body["runs"]}
+        if run in found and until(found[run]):
+            return found[run]
+        assert server.proc.poll() is None, "the server exited"
+        assert time.monotonic() < deadline, found.get(run)
+        time.sleep(0.05)
+
+
+def check_writer_summary(s: dict) -> None:
+    """What WRITER logged, as a summary says it (NaN and Inf travel as null; min/max skip them)."""
+    assert set(s) == KEYS
+    assert s["hparams"] == {"lr": 0.01, "optimizer": "adam", "layers": 4}
+    assert s["last"] == {"train/loss": None, "train/acc": 0.5}
+    assert s["min"] == {"train/loss": 1.0, "train/acc": 0.5}
+    assert s["max"] == {"train/loss": 3.0, "train/acc": 0.5}
+    assert s["last_step"] == 5
+    assert s["host"] == socket.gethostname()
+    assert s["start"] <= s["last_wall"] <= time.time() + 1
+
+
+@contextlib.contextmanager
+def serving(logdir: Path):
+    server = start_serve(logdir)
+    try:
+        yield server
+    finally:
+        stop_serve(server)
+
+
+def test_ingested_run_is_live_then_finished(tmp_path):
+    with serving(tmp_path / "logs") as server:
+        writer = start_writer(tmp_path / "unused", "job", server.ws_url)
+        try:
+            live = summary_of(server, "job", lambda s: s["last_step"] == 5)
+            assert live["status"] == "live"
+            check_writer_summary(live)
+            writer.stdin.close()
+            assert writer.wait(30) == 0
+            done = summary_of(server, "job", lambda s: s["status"] == "finished")
+            check_writer_summary(done)
+        finally:
+            writer.kill()
+            writer.wait()
+
+
+def test_sigkilled_writer_reads_as_crashed(tmp_path):
+    with serving(tmp_path / "logs") as server:
+        writer = start_writer(tmp_path / "unused", "job", server.ws_url)
+        try:
+            summary_of(server, "job", lambda s: s["status"] == "live" and s["last_step"] == 5)
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+        crashed = summary_of(server, "job", lambda s: s["status"] == "crashed")
+        check_writer_summary(crashed)
+
+
+def test_followed_run_of_another_process(tmp_path):
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    with serving(logdir) as server:
+        # The training process writes the run itself; the server follows its files.
+        writer = start_writer(logdir, "other", "")
+        try:
+            live = summary_of(server, "other", lambda s: s["last_step"] == 5)
+            assert live["status"] == "live"
+            check_writer_summary(live)
+            writer.stdin.close()
+            assert writer.wait(30) == 0
+            done = summary_of(server, "other", lambda s: s["status"] == "finished")
+            check_writer_summary(done)
+        finally:
+            writer.kill()
+            writer.wait()
+    # A fresh server over the closed run: its summary comes from the recorder's digest.
+    assert load_digest(logdir / "other") is not None
+    with serving(logdir) as server:
+        status, body = http_get(server.url + "/api/runs")
+        assert status == 200
+        (cold,) = body["runs"]
+        assert cold["status"] == "finished"
+        check_writer_summary(cold)
+
+
+def test_thousand_runs_answer(tmp_path):
+    logdir = tmp_path / "sweep"
+    facts = write_runs(logdir, n_runs=1000, tags=3, points=20)
+    with serving(logdir) as server:
+        t0 = time.perf_counter()
+        status, body = http_get(server.url + "/api/runs")
+        first = time.perf_counter() - t0
+        assert status == 200
+        runs = body["runs"]
+        assert [r["name"] for r in runs] == facts["runs"]  # every run, sorted by name
+        assert all(set(r) == KEYS for r in runs)
+        crashed = {r["name"] for r in runs if r["status"] == "crashed"}
+        assert crashed == set(facts["crashed"]) and 0 < len(crashed) < 100
+        assert {r["status"] for r in runs} == {"finished", "crashed"}
+        r = runs[0]
+        assert set(r["last"]) == {"train/loss", "train/acc", "eval/loss"}
+        assert set(r["hparams"]) >= {"lr", "optimizer", "batch_size"}
+        assert r["host"] == "node00" and r["last_step"] == 19
+        with recorder.RunReader(logdir / r["name"]) as reader:
+            loss = reader.read_scalars("train/loss")
+        assert r["last"]["train/loss"] == loss.values[-1]
+        assert r["min"]["train/loss"] == loss.values.min()
+        assert r["start"] == loss.walls[0] and r["last_wall"] == loss.walls[-1]
+        for name in facts["diverged"]:  # their loss ends in NaN: null, and min/max stay finite
+            d = next(x for x in runs if x["name"] == name)
+            assert d["last"]["train/loss"] is None and d["max"]["train/loss"] is not None
+        assert first < 5.0, first  # the figure itself is bench/bench_runs.py's
+
+
+# -- /ws/live: summaries and synced -----------------------------------------------------------
+
+
+async def next_of(ws, kind: str) -> dict:
+    while True:
+        message = msgpack.unpackb(await ws.get_message(), raw=False)
+        if message["type"] == kind:
+            return message
+
+
+def columns(tag: str, steps: list[int], values: list[float]) -> ScalarColumns:
+    s = np.array(steps, dtype=np.int64)
+    return ScalarColumns(tag, s, 1.7e9 + s.astype(np.float64), np.array(values, dtype=np.float64))
+
+
+async def test_summaries_and_synced_frames(tmp_path, nursery):
+    logdir = tmp_path / "logs"
+    with recorder.RunWriter(logdir / "old") as w:
+        w.append_scalars("loss", np.arange(3), 1.7e9 + np.arange(3.0), np.array([5.0, 4.0, 3.0]))
+    bad = logdir / "bad"
+    bad.mkdir()
+    (bad / "segment-000000.vdlr").write_bytes(b"\x89VDLREC\n" + b"\0" * 8)  # a broken header
+    with trio.fail_after(30):
+        url = await nursery.start(partial(run_server, logdir, "127.0.0.1", 0))
+        ws_url = "ws" + url.removeprefix("http")
+        async with open_websocket_url(ws_url + "/ws/live") as browser:
+            assert (await next_of(browser, "hello"))["version"] == 1
+            first = await next_of(browser, "summaries")
+            assert [r["name"] for r in first["runs"]] == ["old"]
+            assert first["runs"][0]["last"] == {"loss": 3.0}
+            assert first["runs"][0]["status"] == "finished" or first["runs"][0]["host"] is None
+            # Subscribed to a run that does not exist yet: synced still comes, and summaries of
+            # every run come too, whatever the subscription names.
+            await browser.send_message(
+                codec.encode_message({"type": "subscribe", "runs": ["elsewhere"]})
+            )
+            synced = await next_of(browser, "synced")
+            assert isinstance(synced["seq"], int)
+            async with open_websocket_url(ws_url + "/ws/ingest") as writer:
+                batch = Batch("w", 1, "new", [columns("loss", [0, 1, 2], [1.0, math.nan, 0.5])])
+                await writer.send_message(codec.encode_batch(batch))
+                assert msgpack.unpackb(await writer.get_message(), raw=False)["type"] == "ack"
+                changed = await next_of(browser, "summaries")
+                while "new" not in {r["name"] for r in changed["runs"]}:
+                    changed = await next_of(browser, "summaries")
+                (new,) = [r for r in changed["runs"] if r["name"] == "new"]
+                assert new["status"] == "live" and new["last_step"] == 2
+                assert (new["last"], new["min"], new["max"]) == (
+                    {"loss": 0.5},
+                    {"loss": 0.5},
+                    {"loss": 1.0},
+                )
+            # The writer's connection ended without the close marker: crashed.
+            lost = await next_of(browser, "summaries")
+            while "new" not in {r["name"] for r in lost["runs"]}:
+                lost = await next_of(browser, "summaries")
+            assert [r["status"] for r in lost["runs"] if r["name"] == "new"] == ["crashed"]
+        # A page subscribed to every run, with one of them unreadable: synced follows the
+        # snapshots of the others (the page once waited for the unreadable one forever).
+        async with open_websocket_url(ws_url + "/ws/live") as browser:
+            await next_of(browser, "summaries")
+            await browser.send_message(codec.encode_message({"type": "subscribe", "runs": None}))
+            got = []
+            while (message := msgpack.unpackb(await browser.get_message(), raw=False))[
+                "type"
+            ] != "synced":
+                if message["type"] == "snapshot":
+                    got.append(message["run"])
+            assert sorted(got) == ["new", "old"]
+
+
+# -- the recorder's digest --------------------------------------------------------------------
+
+
+def test_digest_is_stale_once_the_run_grows_without_it(tmp_path):
+    run = tmp_path / "r"
+    with recorder.RunWriter(run) as w:
+        w.append_scalars("a", np.arange(4), 1.7e9 + np.arange(4.0), np.arange(4.0))
+        w.append_record("meta", None, None, 1.7e9, {"host": "h1"})
+    digest = load_digest(run)
+    assert digest is not None and digest.scalars["a"].last_value == 3.0
+    assert digest.meta == {"host": "h1"}
+    w = recorder.RunWriter(run)  # reopened: the digest is continued...
+    w.append_scalars("a", np.arange(4, 6), 1.7e9 + np.arange(4.0, 6.0), np.array([9.0, -1.0]))
+    w.flush()
+    assert load_digest(run) is None  # ...but on disk it no longer describes the files
+    w.close()
+    digest = load_digest(run)
+    assert digest is not None
+    assert (digest.scalars["a"].count, digest.scalars["a"].vmin, digest.scalars["a"].vmax) == (
+        6,
+        -1.0,
+        9.0,
+    )
+    (run / DIGEST_NAME).write_bytes(b"garbage")
+    assert load_digest(run) is None  # damaged: ignored, never an error
+
+
+# -- property: a summary equals what a full read of the run says ------------------------------
+
+VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+    st.sampled_from([math.nan, math.inf, -math.inf, 0.0]),
+)
+BATCHES = st.lists(
+    st.tuples(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b/c", "d"]), st.lists(VALUES, min_size=1, max_size=5)),
+            max_size=3,
+        ),
+        st.lists(
+            st.one_of(
+                st.builds(
+                    lambda h: ("hparams", {"hparams": h, "metrics": [], "metric_values": None}),
+                    st.dictionaries(
+                        st.sampled_from(["lr", "opt", "n"]),
+                        st.one_of(
+                            st.floats(allow_nan=False), st.text(max_size=3), st.integers(-5, 5)
+                        ),
+                        max_size=3,
+                    ),
+                ),
+                st.builds(
+                    lambda h, c: ("meta", {"host": h, **({"status": "closed"} if c else {})}),
+                    st.sampled_from(["h1", "h2"]),
+                    st.booleans(),
+                ),
+            ),
+            max_size=2,
+        ),
+        st.booleans(),  # read the summary after this batch (it folds what it kept)
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def full_read(run_dir: Path, name: str) -> dict:
+    """The summary fields as a full read of the run gives them (status left out)."""
+    with recorder.RunReader(run_dir) as reader:
+        last, lo, hi, walls, top = {}, {}, {}, [], None
+        for tag, info in reader.tags().items():
+            if info.kind != "scalars":
+                continue
+            s = reader.read_scalars(tag)
+            finite = s.values[np.isfinite(s.values)]
+            last[tag] = float(s.values[-1]) if math.isfinite(s.values[-1]) else None
+            lo[tag] = float(finite.min()) if len(finite) else None
+            hi[tag] = float(finite.max()) if len(finite) else None
+            walls += s.walls.tolist()
+            top = int(s.steps.max()) if top is None else max(top, int(s.steps.max()))
+        records = reader.read_records()
+        walls += [r.wall for r in records if r.kind != "scalars"]
+        hparams = [r.data["hparams"] for r in records if r.kind == "hparams"]
+        hosts = [r.data["host"] for r in records if r.kind == "meta" and "host" in r.data]
+        return {
+            "name": name,
+            "start": min(walls) if walls else None,
+            "last_wall": max(walls) if walls else None,
+            "last_step": top,
+            "host": hosts[-1] if hosts else None,
+            "hparams": {
+                k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in (hparams[-1] if hparams else {}).items()
+            },
+            "last": last,
+            "min": lo,
+            "max": hi,
+        }
+
+
+def without_status(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k != "status"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(BATCHES)
+def test_summary_equals_a_full_read(batches):
+    """Built batch by batch (as the broker does), from the digest a closed writer leaves, and
+    from a reader: each equals what a full read of the run says."""
+    live = RunSummary("r", time.time())
+    steps: dict[str, int] = {}
+    wall = 1.7e9
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "r"
+        with recorder.RunWriter(run, sync="never") as w:
+            for scalars, events, read_now in batches:
+                cols = []
+                for tag, values in scalars:
+                    first = steps.get(tag, 0)
+                    s = np.arange(first, first + len(values), dtype=np.int64)
+                    steps[tag] = first + len(values)
+                    wall += 1
+                    walls = wall + np.arange(len(values), dtype=np.float64) * 0.01
+                    v = np.array(values, dtype=np.float64)
+                    w.append_scalars(tag, s, walls, v)
+                    cols.append(ScalarColumns(tag, s, walls, v))
+                maps = []
+                for kind, data in events:
+                    wall += 1
+                    w.append_record(kind, None, None, wall, data)
+                    maps.append({"kind": kind, "tag": None, "step": None, "wall": wall, **data})
+                live.add(cols, maps, time.time())
+                if read_now:
+                    live.status(time.time())
+                w.flush()
+        expected = full_read(run, "r")
+        digest = load_digest(run)
+        assert digest is not None
+        from_digest = RunSummary.from_digest("r", digest, time.time())
+        with recorder.RunReader(run) as reader:
+            from_reader = RunSummary.from_reader("r", reader, time.time())
+        now = time.time()
+        for summary in (live, from_digest, from_reader):
+            got = without_status(summary.to_json(now))
+            # hparams values: NaN never generated; compare through JSON's eyes.
+            assert got == expected, (summary, got, expected)
+        closed = [
+            d.get("status") == "closed"
+            for _, ev, _ in batches
+            for k, d in ev
+            if k == "meta" and "status" in d
+        ]
+        want = "finished" if closed and closed[-1] else "live"
+        assert {s.status(now) for s in (live, from_digest, from_reader)} == {want}
+
+
+async def test_broker_summaries_follow_ingest(tmp_path):
+    """In-process: the broker's summary of an ingested run, and of a run it starts writing that
+    already holds history on disk (no digest: read once), then updated batch by batch."""
+    with recorder.RunWriter(tmp_path / "hist", compact_records=None) as w:
+        w.append_scalars("x", np.arange(5), 1.7e9 + np.arange(5.0), np.array([1, 2, 3, 4, 0.0]))
+    (tmp_path / "hist" / DIGEST_NAME).unlink()
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        with trio.fail_after(20):
+            await broker.ingest(Batch("w", 1, "hist", [columns("x", [5, 6], [7.0, 6.0])]))
+            (s,) = broker.summaries()
+            assert (s["last"], s["min"], s["max"], s["last_step"]) == (
+                {"x": 6.0},
+                {"x": 0.0},
+                {"x": 7.0},
+                6,
+            )
+            assert broker.publish_summaries() == 1 and broker.publish_summaries() == 0
+            broker.writer_lost(["hist"])
+            assert broker.summaries()[0]["status"] == "crashed"
+            assert broker.publish_summaries() == 1  # a status change is a change
+            broker.close()
+            await broker.wait_closed()
+    with pytest.raises(ValueError, match="crash_after"):
+        Broker(tmp_path, crash_after=0)
+
+
+def test_cold_runs_without_a_digest_get_their_summary(tmp_path):
+    """Runs written before digests existed (or whose writer was killed): listed at once with a
+    placeholder, then filled in by the server on its own, without a page asking."""
+    logdir = tmp_path / "logs"
+    for i in range(3):
+        with recorder.RunWriter(logdir / f"r{i}") as w:
+            w.append_scalars("loss", np.arange(10), 1.7e9 + np.arange(10.0), np.arange(10.0) + i)
+            w.append_record("meta", None, None, 1.7e9, {"host": "old", "status": "closed"})
+        (logdir / f"r{i}" / DIGEST_NAME).unlink()
+    with serving(logdir) as server:
+        for i in range(3):
+            s = summary_of(server, f"r{i}", lambda s: s["last_step"] is not None)
+            assert (s["status"], s["host"], s["last"], s["min"], s["max"]) == (
+                "finished",
+                "old",
+                {"loss": 9.0 + i},
+                {"loss": float(i)},
+                {"loss": 9.0 + i},
+            )

@@ -1,0 +1,326 @@
+"""Run summaries: one small object per run (status, times, last step, host, hparams, each scalar
+tag's last/min/max), kept up to date as batches arrive, never by reading a run's history again.
+
+The object is the one of docs/http-api.md, "Run summaries". A summary starts from what the run
+already holds on disk, read cheaply: the recorder's digest (``recorder/digest.py``, written when a
+writer closes the run) when it is current, else one streaming pass over the run
+(:meth:`RunSummary.from_reader`); from then on every batch the broker fans out updates it
+(:meth:`RunSummary.add`, a few NumPy reductions per scalar column).
+
+Status:
+
+* ``finished``: the run's newest ``meta`` event with a ``status`` key says ``"closed"`` (the close
+  marker ``vdl_stream.Writer.close()`` sends; a writer resuming the run sends ``"running"``).
+* ``crashed``: not closed, and either the writer's connection was lost without the close marker
+  (and nothing arrived since), or nothing arrived for ``crash_after`` seconds (default
+  :data:`CRASH_AFTER`, 120 s: Aim declares a run failed once its promised check-in is overdue
+  beyond a 100 s grace period; we have no promised interval, so we take a little more than that).
+  Idleness is measured with the server's clock (when the data arrived; for a run not followed live,
+  its files' modification time), never with the writer's wall times.
+* ``live`` otherwise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import msgpack
+import numpy as np
+
+import recorder
+from recorder.digest import Digest
+
+from .codec import ScalarColumns
+
+#: Seconds without news after which a run that was not closed is ``crashed``.
+CRASH_AFTER = 120.0
+#: The ``meta`` key and values of the close marker.
+STATUS_KEY = "status"
+CLOSED = "closed"
+RUNNING = "running"
+STATUSES = ("live", "finished", "crashed")
+#: Batches a summary keeps before folding them in (it also folds whenever it is read).
+FOLD_BATCHES = 256
+#: ... or once the batches kept hold this many scalar points (so what is kept stays small).
+FOLD_POINTS = 1 << 16
+#: Event kinds logged without a tag, whose times count for a run read from disk.
+UNTAGGED_KINDS = ("meta", "hparams", "telemetry")
+# Versions are unique across summaries, so a summary replaced by a new object is seen as changed.
+_versions = itertools.count(1)
+
+
+def _num(x: float | None) -> float | None:
+    """JSON (and the page) has no NaN or Infinity: they travel as null."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+class RunSummary:
+    """The summary of one run, updated in place (event loop only; not thread-safe).
+
+    Attributes:
+        name: the run.
+        start, last_wall: the smallest and largest wall time of any event (None: none yet).
+        last_step: the largest step of any scalar point.
+        host: the ``host`` of the newest ``meta`` event naming one (else of a telemetry event).
+        hparams: the ``hparams`` map of the newest ``hparams`` event.
+        tags: ``{tag: [last, min, max]}``; ``last`` may be NaN or infinite, ``min``/``max`` are
+            over finite values (None: no finite value yet).
+        closed: the newest status ``meta`` event is the close marker.
+        heard: when the server last learnt something of the run (``time.time()``).
+        disconnected: the writer's connection ended without the close marker, nothing since.
+        version: bumped by every change (the broker publishes changed summaries by it).
+    """
+
+    __slots__ = (
+        "_cache",
+        "_pending",
+        "_pending_points",
+        "closed",
+        "disconnected",
+        "heard",
+        "host",
+        "hparams",
+        "last_step",
+        "last_wall",
+        "name",
+        "start",
+        "tags",
+        "telemetry_host",
+        "version",
+    )
+
+    def __init__(self, name: str, heard: float) -> None:
+        self.name = name
+        self.start: float | None = None
+        self.last_wall: float | None = None
+        self.last_step: int | None = None
+        self.host: str | None = None
+        self.telemetry_host: str | None = None
+        self.hparams: dict[str, Any] = {}
+        self.tags: dict[str, list] = {}
+        self.closed = False
+        self.heard = heard
+        self.disconnected = False
+        self.version = next(_versions)
+        self._cache: tuple[int, str, bytes, dict, bytes] | None = None
+        # Batches taken in and not folded yet (at most FOLD_BATCHES).
+        self._pending: list[tuple[list[ScalarColumns], Iterable[dict[str, Any]]]] = []
+        self._pending_points = 0
+
+    # -- building -------------------------------------------------------------------------------
+
+    def _walls(self, lo: float | None, hi: float | None) -> None:
+        self.start = _min(self.start, lo)
+        self.last_wall = _max(self.last_wall, hi)
+
+    def _meta(self, data: dict[str, Any]) -> None:
+        host = data.get("host")
+        if isinstance(host, str):
+            self.host = host
+        status = data.get(STATUS_KEY)
+        if status == CLOSED:
+            self.closed = True
+        elif status is not None:
+            self.closed = False
+
+    def add(
+        self, scalars: Iterable[ScalarColumns], events: Iterable[dict[str, Any]], now: float
+    ) -> None:
+        """Take in a batch as the broker fans it out (scalar columns and event maps).
+
+        Cheap: the batch is kept, and folded in with the others kept (one NumPy reduction per
+        tag over all of them) when the summary is next read, or once ``FOLD_BATCHES`` batches or
+        ``FOLD_POINTS`` points are kept.
+        """
+        scalars = list(scalars)
+        self._pending.append((scalars, events))
+        self._pending_points += sum(len(c.steps) for c in scalars)
+        self.heard = max(self.heard, now)
+        self.disconnected = False
+        self.version = next(_versions)
+        if len(self._pending) >= FOLD_BATCHES or self._pending_points >= FOLD_POINTS:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Fold the kept batches into the summary, in their order."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._pending_points = 0
+        by_tag: dict[str, list[ScalarColumns]] = {}
+        for scalars, events in pending:
+            for col in scalars:
+                if len(col.steps):
+                    by_tag.setdefault(col.tag, []).append(col)
+            self._fold_events(events)
+        for tag, cols in by_tag.items():
+            if len(cols) == 1:
+                steps, walls, values = cols[0].steps, cols[0].walls, cols[0].values
+            else:
+                steps = np.concatenate([c.steps for c in cols])
+                walls = np.concatenate([c.walls for c in cols])
+                values = np.concatenate([c.values for c in cols])
+            finite = values[np.isfinite(values)]
+            row = self.tags.get(tag)
+            lo = float(finite.min()) if len(finite) else None
+            hi = float(finite.max()) if len(finite) else None
+            if row is None:
+                self.tags[tag] = [float(values[-1]), lo, hi]
+            else:
+                row[0] = float(values[-1])
+                row[1] = _min(row[1], lo)
+                row[2] = _max(row[2], hi)
+            top = int(steps.max())
+            self.last_step = top if self.last_step is None else max(self.last_step, top)
+            self._walls(float(walls.min()), float(walls.max()))
+
+    def _fold_events(self, events: Iterable[dict[str, Any]]) -> None:
+        for event in events:
+            wall = event.get("wall")
+            if isinstance(wall, (int, float)) and math.isfinite(wall):
+                self._walls(float(wall), float(wall))
+            kind = event.get("kind")
+            if kind == "meta":
+                self._meta(event)
+            elif kind == "hparams" and isinstance(event.get("hparams"), dict):
+                self.hparams = dict(event["hparams"])
+            elif kind == "telemetry" and isinstance(event.get("host"), str):
+                self.telemetry_host = event["host"]
+
+    def lost_writer(self) -> None:
+        """The connection of a writer of this run ended: crashed unless it sent the close marker."""
+        self._fold()
+        if not self.closed and not self.disconnected:
+            self.disconnected = True
+            self.version = next(_versions)
+
+    @classmethod
+    def from_digest(cls, name: str, digest: Digest, heard: float) -> RunSummary:
+        """The summary of a run whose recorder digest is current."""
+        s = cls(name, heard)
+        for tag, t in digest.scalars.items():
+            s.tags[tag] = [t.last_value, t.vmin, t.vmax]
+            if t.step_max is not None:
+                s.last_step = t.step_max if s.last_step is None else max(s.last_step, t.step_max)
+        s.start, s.last_wall = digest.first_wall, digest.last_wall
+        s._meta(digest.meta)
+        hp = digest.latest.get("hparams")
+        if hp is not None and isinstance(hp[1], dict) and isinstance(hp[1].get("hparams"), dict):
+            s.hparams = dict(hp[1]["hparams"])
+        tm = digest.latest.get("telemetry")
+        if tm is not None and isinstance(tm[1], dict) and isinstance(tm[1].get("host"), str):
+            s.telemetry_host = tm[1]["host"]
+        return s
+
+    @classmethod
+    def from_reader(cls, name: str, reader: recorder.RunReader, heard: float) -> RunSummary:
+        """The summary of what ``reader`` holds (blocking: per scalar tag, the chunks holding its
+        first and last step; the first and newest record of each event kind and tag)."""
+        s = cls(name, heard)
+        for tag, info in reader.tags().items():
+            if info.kind != "scalars":
+                # The first and the newest event of the tag (only those two are decoded).
+                for record in reader.read_records(kind=info.kind, tag=tag, limit=2):
+                    s._walls(record.wall, record.wall)
+                continue
+            # The points at the first and the last step: only the chunks holding those steps are
+            # decoded (the whole tag, streamed, should a restart have superseded the last step).
+            tail = reader.read_scalars(tag, start=info.step_max, end=info.step_max, max_points=2)
+            if not len(tail.steps):
+                tail = reader.read_scalars(tag, max_points=2)
+                if not len(tail.steps):
+                    continue
+            head = reader.read_scalars(tag, start=info.step_min, end=info.step_min, max_points=2)
+            s.tags[tag] = [float(tail.values[-1]), info.vmin, info.vmax]
+            s.last_step = _max(s.last_step, int(tail.steps.max()))
+            first = float(head.walls.min()) if len(head.walls) else float(tail.walls.min())
+            s._walls(first, float(tail.walls.max()))
+        for kind in UNTAGGED_KINDS:  # events without a tag are not in tags()
+            for record in reader.read_records(kind=kind, limit=2):
+                if record.tag is None:
+                    s._walls(record.wall, record.wall)
+        s._meta(reader.meta)
+        record = reader.last_record("hparams")
+        if record is not None and isinstance(record.data.get("hparams"), dict):
+            s.hparams = dict(record.data["hparams"])
+        record = reader.last_record("telemetry")
+        if record is not None and isinstance(record.data.get("host"), str):
+            s.telemetry_host = record.data["host"]
+        return s
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def status(self, now: float, crash_after: float = CRASH_AFTER) -> str:
+        """``live``, ``finished`` or ``crashed`` at time ``now`` (see the module docstring)."""
+        self._fold()
+        if self.closed:
+            return "finished"
+        if self.disconnected or now - self.heard > crash_after:
+            return "crashed"
+        return "live"
+
+    def _build(self, status: str) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": status,
+            "start": _num(self.start),
+            "last_wall": _num(self.last_wall),
+            "last_step": self.last_step,
+            "host": self.host if self.host is not None else self.telemetry_host,
+            "hparams": {k: _num(v) if isinstance(v, float) else v for k, v in self.hparams.items()},
+            "last": {tag: _num(row[0]) for tag, row in self.tags.items()},
+            "min": {tag: _num(row[1]) for tag, row in self.tags.items()},
+            "max": {tag: _num(row[2]) for tag, row in self.tags.items()},
+        }
+
+    def _cached(self, status: str) -> tuple[int, str, bytes, dict, bytes]:
+        if self._cache is None or self._cache[:2] != (self.version, status):
+            obj = self._build(status)
+            text = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
+            packed = msgpack.packb(obj, use_bin_type=True)
+            self._cache = (self.version, status, text, obj, packed)
+        return self._cache
+
+    def prime(self, now: float, crash_after: float = CRASH_AFTER) -> None:
+        """Encode the summary now (e.g. in a worker thread, before the event loop sees it), so
+        the first answer that lists it costs no encoding."""
+        self._cached(self.status(now, crash_after))
+
+    def to_json(self, now: float, crash_after: float = CRASH_AFTER) -> dict[str, Any]:
+        """The summary object of docs/http-api.md (shared: do not change it)."""
+        return self._cached(self.status(now, crash_after))[3]
+
+    def json_bytes(self, now: float, crash_after: float = CRASH_AFTER) -> bytes:
+        """:meth:`to_json` as JSON text, encoded once per change."""
+        return self._cached(self.status(now, crash_after))[2]
+
+    def msgpack_bytes(self, now: float, crash_after: float = CRASH_AFTER) -> bytes:
+        """:meth:`to_json` as msgpack, encoded once per change."""
+        return self._cached(self.status(now, crash_after))[4]
+
+
+def summaries_frame(packed: list[bytes]) -> bytes:
+    """The ``summaries`` frame ``{"type": "summaries", "runs": [...]}`` holding the summaries
+    already encoded with msgpack in ``packed`` (joined, not encoded again)."""
+    head = msgpack.packb({"type": "summaries", "runs": []}, use_bin_type=True)
+    # The empty array (0x90) ends the map; an array header of the right length replaces it.
+    n = len(packed)
+    if n < 16:
+        header = bytes([0x90 | n])
+    elif n < 1 << 16:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + n.to_bytes(4, "big")
+    return head[:-1] + header + b"".join(packed)
