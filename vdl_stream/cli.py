@@ -25,6 +25,10 @@ def _serve(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir)
     if logdir.exists() and not logdir.is_dir():
         return _fail(ValueError(f"--logdir {args.logdir} is not a directory"))
+    try:
+        engine, notifier = _alerts(args)
+    except (OSError, ValueError) as exc:
+        return _fail(exc)
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -42,6 +46,8 @@ def _serve(args: argparse.Namespace) -> int:
                         args.token,
                         insecure=args.insecure,
                         cache_bytes=args.cache_mb << 20,
+                        alerts=engine,
+                        webhooks=notifier,
                         allowed_hosts=args.allow_host,
                         limits=Limits(
                             max_websockets=args.max_connections,
@@ -73,6 +79,18 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(error)
         raise
     return 0
+
+
+def _alerts(args: argparse.Namespace) -> tuple:
+    """The alert engine and webhook notifier of ``serve --alerts/--webhook`` (docs/alerts.md)."""
+    from .alerts import AlertEngine, load_rules
+    from .webhooks import Webhook, WebhookNotifier
+
+    rules = load_rules(args.alerts) if args.alerts else None
+    hooks = [Webhook.parse(url, args.webhook_format) for url in args.webhook]
+    notifier = WebhookNotifier(hooks) if hooks else None
+    engine = AlertEngine(rules, notify=None if notifier is None else notifier.notify)
+    return engine, notifier
 
 
 def _fail(error: BaseException) -> int:
@@ -185,6 +203,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=128,
         metavar="N",
         help="open dashboard pages at most (default: 128, and at most half of --max-connections)",
+    )
+    serve.add_argument(
+        "--alerts",
+        metavar="RULES.toml",
+        help="tune or disable the alert detectors per tag pattern (docs/alerts.md)",
+    )
+    serve.add_argument(
+        "--webhook",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="POST every alert as JSON to this URL (repeatable; Slack, Feishu and DingTalk "
+        "incoming webhooks are recognised by their host)",
+    )
+    serve.add_argument(
+        "--webhook-format",
+        default="auto",
+        choices=["auto", "json", "slack", "feishu", "dingtalk"],
+        help="payload shape of every --webhook (default: auto, by the URL's host)",
     )
     serve.set_defaults(func=_serve)
 

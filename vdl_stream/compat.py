@@ -296,6 +296,18 @@ class LogWriter(_Recorder):
             _visualdl_wall(walltime),
         )
 
+    def alert(
+        self,
+        title: str,
+        text: str,
+        level: str = "warn",
+        step: int | None = None,
+        walltime: float | None = None,
+    ) -> None:
+        """Raise an alert from training code: see :meth:`vdl_stream.Writer.alert`."""
+        wall = None if walltime is None else _visualdl_wall(walltime)
+        self._writer.alert(title, text, level, step, wall)
+
     # -- VisualDL 1.x: with writer.mode("train") as w: w.scalar("loss").add_record(step, v) ----
 
     def mode(self, name: str) -> LogWriterMode:
@@ -713,6 +725,17 @@ class SummaryWriter(_Recorder):
         """Log a precision-recall curve."""
         step = 0 if global_step is None else global_step
         self._writer.add_pr_curve(tag, labels, predictions, step, num_thresholds, weights, walltime)
+
+    def alert(
+        self,
+        title: str,
+        text: str,
+        level: str = "warn",
+        step: int | None = None,
+        walltime: float | None = None,
+    ) -> None:
+        """Raise an alert from training code: see :meth:`vdl_stream.Writer.alert`."""
+        self._writer.alert(title, text, level, step, walltime)
 
 
 __all__ = [

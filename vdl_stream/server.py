@@ -44,9 +44,11 @@ from werkzeug.exceptions import HTTPException
 from recorder import RecorderError
 
 from . import __version__, codec
+from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
 from .interop import Export, stream_export
+from .webhooks import WebhookNotifier
 
 log = logging.getLogger("vdl_stream.server")
 
@@ -693,6 +695,25 @@ def api_blueprint(broker: Broker) -> Blueprint:
                 s["values"].append(_finite(value))
         return jsonify(run=name, series=series)
 
+    @bp.get("/api/alerts")
+    async def api_alerts() -> Any:
+        """A run's alerts (docs/http-api.md, "Alerts"), oldest first; ``limit``: the newest N."""
+        name = _query("run")
+        limit_text = request.args.get("limit", "")
+        try:
+            limit = int(limit_text) if limit_text else None
+            if limit is not None and limit < 1:
+                raise ValueError
+        except ValueError:
+            return _error(400, f"limit must be a positive int, got {limit_text[:20]!r}")
+        try:
+            events = await broker.read_alerts(name)
+        except KeyError:
+            return _error(404, f"no run named {name!r}")
+        if limit is not None:
+            events = events[-limit:]
+        return jsonify(run=name, alerts=[_jsonable(e) for e in events])
+
     @bp.get("/api/export")
     async def api_export() -> Any:
         """A run's scalars and telemetry as CSV (``tag,step,wall_time,value``) or JSON."""
@@ -718,6 +739,7 @@ def api_blueprint(broker: Broker) -> Blueprint:
     async def api_stats() -> Any:
         return jsonify(
             broker=broker.statistics().__dict__,
+            alerts=None if broker.alerts is None else broker.alerts.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
         )
 
@@ -918,6 +940,8 @@ async def _ingest_session(broker: Broker) -> None:
         await _ingest_batches(broker, send, receive, runs)
     finally:
         broker.writer_lost(runs)
+        if broker.alerts is not None:  # the crash rule (docs/alerts.md)
+            broker.alerts.writer_lost(runs)
 
 
 async def _ingest_batches(
@@ -1083,10 +1107,15 @@ async def run_server(
     allowed_hosts: Iterable[str] = (),
     limits: Limits | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    alerts: AlertEngine | None = None,
+    webhooks: WebhookNotifier | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``vdl-stream serve``: a broker over ``logdir`` and its web server.
+
+    ``alerts`` is the detector engine that watches ingest (docs/alerts.md); one with the default
+    rules when None. ``webhooks``, when given, is started too (the engine's ``notify`` feeds it).
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
@@ -1100,6 +1129,7 @@ async def run_server(
     """
     check_bind(host, token, insecure=insecure)
     Access(token, allowed_hosts, host)  # a bad --allow-host fails before anything starts
+    alerts_run = (alerts or AlertEngine()).run
     sock = bind_socket(host, port)
     try:
         broker = Broker(logdir, cache_bytes=cache_bytes)
@@ -1107,6 +1137,9 @@ async def run_server(
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
             await nursery.start(broker.follow)
+            await nursery.start(alerts_run, broker)
+            if webhooks is not None:
+                await nursery.start(webhooks.run)
             url = await nursery.start(
                 partial(
                     serve_dashboard,

@@ -1,0 +1,226 @@
+"""Live alerts (issue 14): the alert event, the detectors on real demo runs with injected faults,
+rules files, rate limits, the live path (a real server, a real writer process, a WebSocket client)
+and the webhooks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import recorder
+from tests import alert_faults
+from vdl_stream import attach, codec, summaries
+from vdl_stream.alerts import (
+    AlertEngine,
+    RulesError,
+    alert_event,
+    load_rules,
+    rules_from_dict,
+)
+from vdl_stream.codec import columns_from_points
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the alert event -------------------------------------------------------------------------
+
+
+def test_an_alert_event_passes_the_codec_and_bad_ones_are_refused():
+    event = alert_event("Loss exploded", "loss is 1e9", "error", step=3, rule="user")
+    assert codec.check_event(dict(event)) == event
+    assert event["kind"] == "alert" and event["tag"] is None and event["step"] == 3
+    for change, what in (
+        ({"tag": "train/loss"}, "alert tag must be nil"),
+        ({"level": "fatal"}, "alert level must be one of"),
+        ({"rule": ""}, "alert rule must be a short str"),
+        ({"message": 3}, "alert message must be a str"),
+        ({"value": "x"}, "alert value must be a number or nil"),
+        ({"series": "a\x00"}, "alert series must not contain control characters"),
+    ):
+        with pytest.raises(codec.ProtocolError, match=what):
+            codec.check_event({**event, **change})
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "text"),
+    [
+        ((3, "t"), {}, TypeError, "title must be a str, got int 3"),
+        (("", "t"), {}, ValueError, "title must be a non-empty str"),
+        (("t", None), {}, TypeError, "text must be a str, got NoneType"),
+        (("t", "x" * 5000), {}, ValueError, "text must be at most 4096 characters, got 5000"),
+        (("t", "x"), {"level": "fatal"}, ValueError, "level must be one of"),
+        (("t", "x"), {"level": 2}, TypeError, "level must be a str, got int 2"),
+        (("t", "x"), {"step": 1.5}, TypeError, "step"),
+        (("t", "x"), {"walltime": float("nan")}, ValueError, "walltime"),
+    ],
+)
+def test_writer_alert_checks_its_arguments_and_loses_nothing(tmp_path, args, kwargs, error, text):
+    with attach(tmp_path, run="r", telemetry=False) as w:
+        w.add_scalar("a", 1.0, 0)
+        with pytest.raises(error, match=text):
+            w.alert(*args, **kwargs)
+        w.alert("kept", "after a refused call", "info", step=7)
+    with recorder.RunReader(tmp_path / "r") as reader:
+        assert len(reader.read_scalars("a")) == 1
+        [record] = reader.read_records(kind="alert")
+    assert record.data["title"] == "kept" and record.data["level"] == "info"
+    assert record.step == 7 and record.data["rule"] == "user"
+
+
+def test_log_writer_and_summary_writer_alert(tmp_path):
+    from vdl_stream import LogWriter, SummaryWriter
+
+    with LogWriter(logdir=str(tmp_path / "vdl"), telemetry=False) as w:
+        w.alert("from LogWriter", "text", "error", step=1)
+        with pytest.raises(ValueError, match="level must be one of"):
+            w.alert("t", "x", "loud")
+    with SummaryWriter(log_dir=str(tmp_path / "tb"), telemetry=False) as w:
+        w.alert("from SummaryWriter", "text")
+    for run, title, level in (
+        ("vdl", "from LogWriter", "error"),
+        ("tb", "from SummaryWriter", "warn"),
+    ):
+        with recorder.RunReader(tmp_path / run) as reader:
+            [record] = reader.read_records(kind="alert")
+        assert (record.data["title"], record.data["level"]) == (title, level)
+
+
+# -- detectors on real demo runs (the engine's pure core) ---------------------------------------
+
+
+class _Collect:
+    """Stands in for a Writer: hands what the demo logs to ``engine.process`` in batches of
+    about 30 points, as the writer's 20 ms flushes do, with wall times from the training."""
+
+    def __init__(self, engine: AlertEngine, run: str = "r") -> None:
+        self.engine, self.run = engine, run
+        self.points: list[tuple[str, int, float, float]] = []
+        self.events: list[dict[str, Any]] = []
+        self.clock = 0.0
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.points.append((tag, step, float(value), 1.7e9 + step * 0.01))
+        if len(self.points) >= 30:
+            self.flush()
+
+    def add_histogram(self, tag: str, values: Any, step: int) -> None:
+        self.events.append(summaries.histogram_event(tag, values, step, 1.7e9 + step * 0.01, 10))
+
+    def flush(self) -> None:
+        self.clock += 0.02
+        self.engine.process(self.run, columns_from_points(self.points), self.events, self.clock)
+        self.points, self.events = [], []
+
+
+def _alerts(steps: int, **faults: Any) -> list[dict[str, Any]]:
+    engine = AlertEngine()
+    sink = _Collect(engine)
+    alert_faults.train(sink, steps, **faults)
+    sink.flush()
+    return [event for _, event in engine.pending()]
+
+
+def test_lr_times_100_is_caught_as_divergence_and_spike():
+    alerts = _alerts(2000, lr_boost_at=1200)
+    rules = {(a["rule"], a["series"]) for a in alerts}
+    assert ("spike", "train/loss") in rules and ("divergence", "train/loss") in rules
+    for a in alerts:
+        assert 1200 <= a["step"] <= 1230, a  # caught within a few steps of the fault
+
+
+def test_a_nan_loss_is_caught_at_its_step():
+    alerts = _alerts(1000, nan_at=700)
+    assert [(a["rule"], a["series"], a["step"]) for a in alerts] == [("nan", "train/loss", 700)]
+    assert alerts[0]["level"] == "error" and alerts[0]["value"] is None
+
+
+def test_gradients_times_1e6_are_caught_as_exploding():
+    alerts = _alerts(1000, grad_scale_at=600)
+    explode = [a for a in alerts if a["rule"] == "gradient_explode"]
+    assert [(a["series"], a["step"]) for a in explode] == [("grads/w1", 600)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_no_alert_over_a_normal_demo_run(seed):
+    """The issue's target is 0 alerts over 10 normal runs of 5,000 steps (bench/bench_alerts.py
+    --false-positives measures that); here 3 seeds of 2,500 steps keep the suite quick."""
+    assert _alerts(2500, seed=seed) == []
+
+
+def test_a_repeated_fault_raises_one_alert_and_many_tags_are_rate_limited():
+    engine = AlertEngine()
+    walls = np.full(5, 1.7e9)
+    for i in range(50):  # NaN every batch: the condition holds, one alert
+        cols = codec.ScalarColumns("loss", np.arange(i * 5, i * 5 + 5), walls, np.full(5, np.nan))
+        engine.process("r", [cols], [], float(i))
+    assert [a["rule"] for _, a in engine.pending()] == ["nan"]
+    for i in range(100):  # an Inf in each of 100 tags: 20 alerts a minute at most, that one too
+        cols = codec.ScalarColumns(f"t{i}", np.arange(1), walls[:1], np.array([np.inf]))
+        engine.process("r", [cols], [], 0.0)
+    assert len(engine.pending()) == 19
+    assert engine.statistics().suppressed == 81
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+
+def test_rules_file_tunes_and_disables_detectors_per_tag(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text(
+        "[spike]\nthreshold = 40\n\n[stall]\nmin_seconds = 5\n\n"
+        '[[tags]]\nmatch = "train/loss"\nnan = false\n\n'
+        '[[tags]]\nmatch = ["eval/*"]\nspike = { window = 50 }\n'
+    )
+    rules = load_rules(path)
+    assert rules.for_tag("nan", "train/loss") is None
+    assert rules.for_tag("nan", "train/accuracy")["enabled"]
+    assert rules.for_tag("spike", "train/accuracy")["threshold"] == 40.0
+    eval_spike = rules.for_tag("spike", "eval/loss")
+    assert (eval_spike["window"], eval_spike["threshold"]) == (50, 40.0)
+    assert rules.for_tag("spike", "train/lr") is None  # excluded by default: a schedule moves
+    assert rules.params("stall")["min_seconds"] == 5.0
+    engine = AlertEngine(rules)
+    cols = codec.ScalarColumns("train/loss", np.arange(1), np.full(1, 1.7e9), np.array([np.nan]))
+    engine.process("r", [cols], [], 0.0)
+    assert engine.pending() == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[spikes]\n", "unknown detector 'spikes'"),
+        ("[spike]\nthreshold = 'high'\n", "spike.threshold must be a number"),
+        ("[spike]\nwindoww = 3\n", "spike has no setting 'windoww'"),
+        ("[[tags]]\nspike = false\n", r"tags\[0\] must be a table with a match glob"),
+        ('[[tags]]\nmatch = "a"\nstall = false\n', r"tags\[0\].stall is not a per-tag detector"),
+        ("[spike\n", "not valid TOML"),
+    ],
+)
+def test_bad_rules_files_name_the_key(tmp_path, text, message):
+    path = tmp_path / "rules.toml"
+    path.write_text(text)
+    with pytest.raises(RulesError, match=message):
+        load_rules(path)
+
+
+def test_serve_refuses_a_bad_rules_file_in_one_line(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text("[spike]\nthreshold = -1\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "vdl_stream.cli", "serve", "--logdir", str(tmp_path), "--port", "0",
+         "--alerts", str(path)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "spike.threshold must be a finite number >= 0, got -1" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_rules_from_dict_rejects_non_tables():
+    with pytest.raises(RulesError, match="must be a table or true/false"):
+        rules_from_dict({"spike": 3})
