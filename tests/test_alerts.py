@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
+import trio
+from trio_websocket import open_websocket_url
 
 import recorder
 from tests import alert_faults
+from tests.conftest import http_get, start_serve, stop_serve
 from vdl_stream import attach, codec, summaries
 from vdl_stream.alerts import (
     AlertEngine,
@@ -224,3 +229,174 @@ def test_serve_refuses_a_bad_rules_file_in_one_line(tmp_path):
 def test_rules_from_dict_rejects_non_tables():
     with pytest.raises(RulesError, match="must be a table or true/false"):
         rules_from_dict({"spike": 3})
+
+
+# -- the live path: a real server, a real writer process, a WebSocket client ----------------------
+
+LIVE_RULES = """
+[stall]
+min_seconds = 1.5
+
+[crash]
+grace = 1.0
+
+[gpu_underuse]
+seconds = 1.0
+"""
+
+
+@pytest.fixture(scope="module")
+def alert_server(tmp_path_factory):
+    """``vdl-stream serve --alerts`` with short stall, crash and GPU thresholds."""
+    root = tmp_path_factory.mktemp("alerts")
+    rules = root / "rules.toml"
+    rules.write_text(LIVE_RULES)
+    server = start_serve(root / "logs", "--alerts", str(rules))
+    try:
+        yield server
+    finally:
+        stop_serve(server)
+
+
+def _writer(server, run: str, fault: str, steps: int = 600) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "alert_writer.py"), server.ws_url, run, fault,
+         str(steps)],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+async def _wait_line(proc: subprocess.Popen, word: str) -> float:
+    """Wait (in a thread) for the writer to print ``word``; return when it did."""
+    while True:
+        line = await trio.to_thread.run_sync(proc.stdout.readline)
+        if not line:
+            raise AssertionError(f"the writer exited (code {proc.wait()}) before {word!r}")
+        if line.strip() == word:
+            return time.time()
+
+
+async def _alerts_of(ws_url: str, run: str, rules: set[str], seconds: float) -> list:
+    """Subscribe on /ws/live; return ``(received, alert)`` for alerts of ``run`` until one of each
+    of ``rules`` arrived, or ``seconds`` passed."""
+    out: list[tuple[float, dict[str, Any]]] = []
+    async with open_websocket_url(ws_url + "/ws/live") as ws:
+        await ws.send_message(msgpack.packb({"type": "subscribe", "runs": [run], "tags": None}))
+        with trio.move_on_after(seconds):
+            while not rules <= {a["rule"] for _, a in out}:
+                message = msgpack.unpackb(await ws.get_message(), raw=False)
+                if message.get("type") in ("data", "snapshot") and message.get("run") == run:
+                    now = time.time()
+                    out.extend((now, e) for e in message["events"] if e.get("kind") == "alert")
+    return out
+
+
+async def _live(alert_server, run: str, fault: str, rules: set[str], seconds: float = 60):
+    proc = _writer(alert_server, run, fault)
+    try:
+        async with trio.open_nursery() as nursery:
+            got: list = []
+
+            async def watch() -> None:
+                got.extend(await _alerts_of(alert_server.ws_url, run, rules, seconds))
+
+            nursery.start_soon(watch)
+            await _wait_line(proc, "ready")
+        return proc, got
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [("lr", {"spike", "divergence"}), ("nan", {"nan"}), ("grad", {"gradient_explode"})],
+)
+async def test_a_fault_reaches_a_websocket_client_within_a_second(alert_server, fault, expected):
+    run = f"live-{fault}"
+    proc, got = await _live(alert_server, run, fault, expected)
+    try:
+        rules = {a["rule"] for _, a in got}
+        assert expected <= rules, got
+        for received, alert in got:
+            if alert["rule"] in expected:
+                # wall: when the offending point or histogram was logged in the writer process
+                assert received - alert["wall"] <= 1.0, (alert, received)
+        assert await trio.to_thread.run_sync(proc.wait, 60) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    status, body = await trio.to_thread.run_sync(
+        http_get, f"{alert_server.url}/api/alerts?run={run}"
+    )
+    assert status == 200
+    assert expected <= {a["rule"] for a in body["alerts"]}  # recorded in the run: they persist
+    assert all(a["kind"] == "alert" and a["tag"] is None for a in body["alerts"])
+
+
+async def test_a_paused_loop_is_reported_as_stalled(alert_server):
+    proc = _writer(alert_server, "live-pause", "pause")
+    try:
+        got: list = []
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                got.extend(await _alerts_of(alert_server.ws_url, "live-pause", {"stall"}, 60))
+
+            nursery.start_soon(watch)
+            paused = await _wait_line(proc, "paused")
+        [(received, alert)] = [(r, a) for r, a in got if a["rule"] == "stall"]
+        assert alert["series"] is None and alert["step"] == 299
+        assert received - paused <= 1.5 + 1.0  # the stall threshold + 1 s
+        assert {a["rule"] for _, a in got} == {"stall"}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_sigkilled_writer_is_reported_as_crashed(alert_server):
+    proc = _writer(alert_server, "live-kill", "kill")
+    try:
+        got: list = []
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                got.extend(await _alerts_of(alert_server.ws_url, "live-kill", {"crash"}, 60))
+
+            nursery.start_soon(watch)
+            await _wait_line(proc, "paused")
+            proc.kill()  # SIGKILL: no close marker, the connection just ends
+            killed = time.time()
+        crashes = [(r, a) for r, a in got if a["rule"] == "crash"]
+        assert len(crashes) == 1, got
+        assert crashes[0][0] - killed <= 1.0 + 1.0  # the crash grace + 1 s
+        assert crashes[0][1]["level"] == "error"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_gpu_at_10_percent_is_reported_as_underused(alert_server):
+    proc, got = await _live(alert_server, "live-gpu", "gpu", {"gpu_underuse"})
+    try:
+        [(received, alert)] = [(r, a) for r, a in got if a["rule"] == "gpu_underuse"]
+        assert alert["series"] == "gpu0/util" and alert["value"] == 10.0
+        assert received - alert["wall"] <= 1.0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_closed_normal_run_raises_nothing(alert_server):
+    proc, _ = await _live(alert_server, "live-none", "none", {"never"}, seconds=0.1)
+    assert await trio.to_thread.run_sync(proc.wait, 60) == 0
+    await trio.sleep(2.0)  # past the stall threshold: a closed run does not stall
+    status, body = await trio.to_thread.run_sync(
+        http_get, f"{alert_server.url}/api/alerts?run=live-none"
+    )
+    assert (status, body["alerts"]) == (200, [])
+    status, body = await trio.to_thread.run_sync(
+        http_get, f"{alert_server.url}/api/alerts?run=nope"
+    )
+    assert status == 404
