@@ -4,6 +4,7 @@ and the webhooks."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -400,3 +401,170 @@ async def test_a_closed_normal_run_raises_nothing(alert_server):
         http_get, f"{alert_server.url}/api/alerts?run=nope"
     )
     assert status == 404
+
+
+# -- webhooks, against local HTTP servers on 127.0.0.1 ----------------------------------------------
+
+
+class _Hooks:
+    """A local HTTP server: ``/ok`` records each POST, ``/fail`` answers 500 (counted), ``/hang``
+    holds the request until the test ends."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.posts: list[tuple[str, float, dict]] = []
+        self.fails = 0
+        self.release = threading.Event()
+        hooks = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/hang":
+                    hooks.release.wait(30)
+                    return
+                if self.path == "/fail":
+                    hooks.fails += 1
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                hooks.posts.append((self.path, time.time(), json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hooks():
+    server = _Hooks()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+async def _until(condition: Any, seconds: float = 10.0) -> None:
+    # The condition is changed by the HTTP server's threads, which cannot set a trio.Event.
+    with trio.fail_after(seconds):
+        while not condition():  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+def test_payload_shapes_of_slack_feishu_and_dingtalk():
+    from vdl_stream.webhooks import Webhook, payload
+
+    alert = alert_event("Spike: train/loss", "train/loss = 20", "error", step=5, value=20.0)
+    slack = Webhook.parse("https://hooks.slack.com/services/T/B/X")
+    feishu = Webhook.parse("https://open.feishu.cn/open-apis/bot/v2/hook/abc")
+    ding = Webhook.parse("https://oapi.dingtalk.com/robot/send?access_token=t")
+    other = Webhook.parse("http://127.0.0.1:9/hook")
+    assert [h.format for h in (slack, feishu, ding, other)] == [
+        "slack",
+        "feishu",
+        "dingtalk",
+        "json",
+    ]
+    assert Webhook.parse("http://127.0.0.1:9/x", "feishu").format == "feishu"
+    text = "[vdl-stream ERROR] Spike: train/loss (run r, step 5)\ntrain/loss = 20"
+    assert payload("slack", "r", alert) == {"text": text}
+    assert payload("feishu", "r", alert) == {"msg_type": "text", "content": {"text": text}}
+    assert payload("dingtalk", "r", alert) == {"msgtype": "text", "text": {"content": text}}
+    body = payload("json", "r", alert)
+    assert body["run"] == "r" and body["rule"] == "user" and body["value"] == 20.0
+    json.dumps(body, allow_nan=False)
+    assert "access_token" not in repr(ding)  # the secret stays out of logs
+    with pytest.raises(ValueError, match="webhook must be an http:// or https:// URL"):
+        Webhook.parse("ftp://x/y")
+    with pytest.raises(ValueError, match="webhook format must be one of"):
+        Webhook.parse("http://x/y", "teams")
+
+
+async def test_a_hanging_hook_and_a_failing_hook_never_hold_back_a_good_one(hooks):
+    from vdl_stream.webhooks import Webhook, WebhookNotifier
+
+    notifier = WebhookNotifier(
+        [Webhook.parse(hooks.url + p) for p in ("/hang", "/fail", "/ok")],
+        timeout=0.5, backoff=0.05, rate=100.0, burst=10,
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
+        started = time.time()
+        for i in range(3):
+            notifier.notify("r", alert_event(f"alert {i}", "text", step=i))
+        assert time.time() - started < 0.05  # notify never waits
+        await _until(lambda: len(hooks.posts) == 3, 5.0)
+        assert [p[2]["title"] for p in hooks.posts] == ["alert 0", "alert 1", "alert 2"]
+        assert hooks.posts[-1][1] - started < 1.0  # not behind the hanging hook's timeouts
+        await _until(lambda: notifier.statistics().failed == 6, 20.0)  # 3 alerts x 2 bad hooks
+        stats = notifier.statistics()
+        assert hooks.fails == 9  # 3 tries for each alert at the 500 hook
+        assert (stats.sent, stats.retries, stats.dropped) == (3, 12, 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_full_webhook_queue_drops_and_counts(hooks):
+    from vdl_stream.webhooks import Webhook, WebhookNotifier
+
+    notifier = WebhookNotifier([Webhook.parse(hooks.url + "/hang")], queue_size=2, timeout=5)
+    for i in range(10):  # not running: nothing is taken from the queue
+        notifier.notify("r", alert_event(f"a{i}", ""))
+    stats = notifier.statistics()
+    assert (stats.queued, stats.dropped, stats.depth) == (2, 8, 2)
+
+
+async def test_the_rate_limit_spaces_posts(hooks):
+    from vdl_stream.webhooks import Webhook, WebhookNotifier
+
+    notifier = WebhookNotifier([Webhook.parse(hooks.url + "/ok")], rate=10.0, burst=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
+        for i in range(6):
+            notifier.notify("r", alert_event(f"a{i}", ""))
+        await _until(lambda: len(hooks.posts) == 6, 10.0)
+        times = [t for _, t, _ in hooks.posts]
+        # 2 at once (the burst), then one per 0.1 s: the last about 0.4 s after the first
+        assert times[-1] - times[0] >= 0.3
+        nursery.cancel_scope.cancel()
+
+
+def test_serve_posts_alerts_to_webhooks_while_ingest_carries_on(tmp_path, hooks):
+    server = start_serve(
+        tmp_path / "logs",
+        "--webhook", hooks.url + "/hang",
+        "--webhook", hooks.url + "/fail",
+        "--webhook", hooks.url + "/ok",
+        "--webhook-format", "slack",
+    )  # fmt: skip
+    try:
+        proc = _writer(server, "hooked", "nan", 600)
+        assert proc.wait(120) == 0
+        deadline = time.monotonic() + 20
+        while not hooks.posts and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [(path, _, body)] = hooks.posts
+        assert path == "/ok" and body["text"].startswith(
+            "[vdl-stream ERROR] NaN or Inf: train/loss"
+        )
+        status, tags = http_get(f"{server.url}/api/tags?run=hooked")
+        assert status == 200 and tags["tags"]["train/loss"]["count"] == 600  # nothing lost
+        status, stats = http_get(f"{server.url}/api/stats")
+        assert stats["alerts"]["raised"] >= 1 and stats["alerts"]["dropped"] == 0
+    finally:
+        stop_serve(server)
