@@ -568,3 +568,14 @@ def test_serve_posts_alerts_to_webhooks_while_ingest_carries_on(tmp_path, hooks)
         assert stats["alerts"]["raised"] >= 1 and stats["alerts"]["dropped"] == 0
     finally:
         stop_serve(server)
+
+
+def test_the_documented_rules_file_example_is_valid():
+    import tomllib
+
+    text = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    [example] = [b.split("```")[0] for b in text.split("```toml")[1:] if "[[tags]]" in b]
+    rules = rules_from_dict(tomllib.loads(example))
+    assert rules.params("gpu_memory")["enabled"] is False
+    assert rules.for_tag("plateau", "train/loss") is None
+    assert rules.for_tag("spike", "val/acc")["window"] == 50
