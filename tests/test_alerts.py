@@ -574,7 +574,9 @@ def test_the_documented_rules_file_example_is_valid():
     import tomllib
 
     text = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
-    [example] = [b.split("```")[0] for b in text.split("```toml")[1:] if "[[tags]]" in b]
+    [example] = [
+        b for b in (c.split("```")[0] for c in text.split("```toml")[1:]) if "[[tags]]" in b
+    ]
     rules = rules_from_dict(tomllib.loads(example))
     assert rules.params("gpu_memory")["enabled"] is False
     assert rules.for_tag("plateau", "train/loss") is None
