@@ -3,7 +3,7 @@
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
 import { Connection, liveUrl, takeToken } from "./connection.js";
-import { SyncGroup } from "./chart.js";
+import { chartHooks, SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler } from "./frames.js";
 import { initLanguage, language, LANGUAGES, loadingText, onLanguage, setLanguage, t, tf } from "./i18n.js";
@@ -17,6 +17,8 @@ import { ReplayBar } from "./views/replay.js";
 import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
 import { TextView } from "./views/text.js";
+import { AlertsView } from "./views/alerts.js";
+import { Toasts } from "./toast.js";
 
 initLanguage();
 
@@ -35,7 +37,7 @@ const state = {
   hiddenRuns: new Set(),
   paused: false,
   /** Views shown on the page (the tab buttons toggle them). */
-  views: new Set(["scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
+  views: new Set(["alerts", "scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
 };
 const syncGroups = new Map();
 const ctx = {
@@ -53,8 +55,20 @@ const ctx = {
   },
 };
 
-// Page order: training curves first, then the system charts right under them.
+// Alerts (issue 14): a panel above the charts (collapsed while there are none), toasts, and a
+// marker on each chart at the alert's step.
+const toasts = new Toasts();
+const alertsView = new AlertsView(ctx, {
+  toasts,
+  onChange: () => {
+    for (const chart of views.scalars.charts.values()) chart.plot?.redraw(false, false);
+  },
+});
+chartHooks.draw = (chart, u) => alertsView.drawMarkers(chart, u);
+
+// Page order: alerts, then training curves, then the system charts right under them.
 const views = {
+  alerts: alertsView,
   scalars: new ScalarsView(ctx),
   system: new SystemView(ctx),
   histograms: new HistogramsView(ctx),
@@ -116,6 +130,7 @@ const main = el("main", {}, ...Object.values(views).map((v) => v.element));
 document.body.replaceChildren(
   el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, syncNote, tabs, el("span", { class: "spacer" }), pauseBtn, langSelect, replayBar.element),
   el("div", { class: "layout" }, side, main),
+  toasts.element,
 );
 
 function relabel() {
@@ -286,6 +301,7 @@ const connection = new Connection({
       conn.dataset.server = String(msg.server ?? "");
     }
     store.apply(msg);
+    alertsView.onMessage(msg);
     replayBar.onMessage(msg);
   },
   onState: (s, detail) => {
@@ -343,6 +359,14 @@ window.vdl = {
   /** Connection counters: frames, badFrames, reconnects, gaps, sockets (WebSockets opened), draws. */
   get stats() {
     return { ...connection.stats, ...scheduler.stats };
+  },
+  /** Alerts: `list()` newest first, `book` (acknowledge, mute), `toasts.shown`. */
+  alerts: {
+    list: () => alertsView.book.all(),
+    book: alertsView.book,
+    toasts,
+    /** Markers drawn on the scalar chart of `tag` at its last draw. */
+    markers: (tag) => views.scalars.charts.get(tag)?.alertMarkers ?? 0,
   },
   state,
   store,
