@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from vdl_stream import demo
+from vdl_stream import demo, summaries
+from vdl_stream.alerts import AlertEngine
+from vdl_stream.codec import columns_from_points
 
 
 def train(
@@ -74,3 +76,27 @@ def train(
                 on_step(step, wall)
             if delay:
                 time.sleep(delay)
+
+
+class Collect:
+    """Stands in for a Writer: hands what the demo logs to ``engine.process`` in batches of
+    about 30 points, as the writer's 20 ms flushes do, with wall times from the training."""
+
+    def __init__(self, engine: AlertEngine, run: str = "r") -> None:
+        self.engine, self.run = engine, run
+        self.points: list[tuple[str, int, float, float]] = []
+        self.events: list[dict[str, Any]] = []
+        self.clock = 0.0
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.points.append((tag, step, float(value), 1.7e9 + step * 0.01))
+        if len(self.points) >= 30:
+            self.flush()
+
+    def add_histogram(self, tag: str, values: Any, step: int) -> None:
+        self.events.append(summaries.histogram_event(tag, values, step, 1.7e9 + step * 0.01, 10))
+
+    def flush(self) -> None:
+        self.clock += 0.02
+        self.engine.process(self.run, columns_from_points(self.points), self.events, self.clock)
+        self.points, self.events = [], []

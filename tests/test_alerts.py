@@ -20,7 +20,7 @@ from trio_websocket import open_websocket_url
 import recorder
 from tests import alert_faults
 from tests.conftest import http_get, start_serve, stop_serve
-from vdl_stream import attach, codec, summaries
+from vdl_stream import attach, codec
 from vdl_stream.alerts import (
     AlertEngine,
     RulesError,
@@ -28,7 +28,6 @@ from vdl_stream.alerts import (
     load_rules,
     rules_from_dict,
 )
-from vdl_stream.codec import columns_from_points
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,33 +98,9 @@ def test_log_writer_and_summary_writer_alert(tmp_path):
 # -- detectors on real demo runs (the engine's pure core) ---------------------------------------
 
 
-class _Collect:
-    """Stands in for a Writer: hands what the demo logs to ``engine.process`` in batches of
-    about 30 points, as the writer's 20 ms flushes do, with wall times from the training."""
-
-    def __init__(self, engine: AlertEngine, run: str = "r") -> None:
-        self.engine, self.run = engine, run
-        self.points: list[tuple[str, int, float, float]] = []
-        self.events: list[dict[str, Any]] = []
-        self.clock = 0.0
-
-    def add_scalar(self, tag: str, value: float, step: int) -> None:
-        self.points.append((tag, step, float(value), 1.7e9 + step * 0.01))
-        if len(self.points) >= 30:
-            self.flush()
-
-    def add_histogram(self, tag: str, values: Any, step: int) -> None:
-        self.events.append(summaries.histogram_event(tag, values, step, 1.7e9 + step * 0.01, 10))
-
-    def flush(self) -> None:
-        self.clock += 0.02
-        self.engine.process(self.run, columns_from_points(self.points), self.events, self.clock)
-        self.points, self.events = [], []
-
-
 def _alerts(steps: int, **faults: Any) -> list[dict[str, Any]]:
     engine = AlertEngine()
-    sink = _Collect(engine)
+    sink = alert_faults.Collect(engine)
     alert_faults.train(sink, steps, **faults)
     sink.flush()
     return [event for _, event in engine.pending()]

@@ -48,7 +48,9 @@ MAX_TAGS = 1024
 #: Seconds between checks of the time-based rules (stall, crash).
 TICK = 0.2
 #: Points of a long column folded into one smoothed update at most (bounded cost per batch).
-MAX_SMOOTH_POINTS = 256
+MAX_SMOOTH_POINTS = 64
+#: Seconds between detector rounds at most; each round takes everything queued meanwhile.
+DETECT_INTERVAL = 0.05
 
 #: Every detector with its default parameters (docs/alerts.md explains each value).
 DEFAULT_RULES: dict[str, dict[str, Any]] = {
@@ -391,14 +393,28 @@ class _Smoothed:
 
 
 class _TagState:
-    __slots__ = ("norms", "params", "plateau", "seen", "smooth", "window")
+    __slots__ = (
+        "baseline",
+        "emas",
+        "norms",
+        "params",
+        "plateau",
+        "seen",
+        "sign",
+        "smooth",
+        "window",
+    )
 
     def __init__(self) -> None:
         self.params: dict[str, dict[str, Any] | None] = {}
         self.window: _Rolling | None = None
         self.smooth: _Smoothed | None = None
         self.plateau: _Smoothed | None = None
+        # alpha -> the tag's EMA with that weight, shared by divergence and plateau
+        self.emas: dict[float, _Smoothed] = {}
+        self.sign = 1.0  # plateau: -1 for a tag that improves upwards
         self.norms: list[float] = []
+        self.baseline: float | None = None  # the median of the first norms, once there are enough
         self.seen = 0
 
 
@@ -447,6 +463,37 @@ class AlertStatistics:
 # -- the engine --------------------------------------------------------------------------------
 
 
+def _merge(
+    items: list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]],
+) -> list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]]:
+    """Join queued batches per run: each tag's columns concatenated in arrival order, with the
+    arrival time of the newest."""
+    runs: dict[str, tuple[dict[str, list[ScalarColumns]], list[dict[str, Any]], list[float]]] = {}
+    for run, scalars, events, arrived in items:
+        tags, evs, times = runs.setdefault(run, ({}, [], [0.0]))
+        for cols in scalars:
+            tags.setdefault(cols.tag, []).append(cols)
+        evs.extend(events)
+        times[0] = arrived
+    out = []
+    for run, (tags, events, times) in runs.items():
+        merged = []
+        for tag, parts in tags.items():
+            if len(parts) == 1:
+                merged.append(parts[0])
+            else:
+                merged.append(
+                    ScalarColumns(
+                        tag,
+                        np.concatenate([c.steps for c in parts]),
+                        np.concatenate([c.walls for c in parts]),
+                        np.concatenate([c.values for c in parts]),
+                    )
+                )
+        out.append((run, merged, events, times[0]))
+    return out
+
+
 class AlertEngine:
     """Runs the detectors of docs/alerts.md over every batch a broker ingests.
 
@@ -474,7 +521,7 @@ class AlertEngine:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         self.rules = rules or Rules()
         self._send, self._receive = trio.open_memory_channel[
-            tuple[str, list[ScalarColumns], list[dict[str, Any]]]
+            tuple[str, list[ScalarColumns], list[dict[str, Any]], float]
         ](queue_size)
         self._notify = notify
         self._clock = clock
@@ -482,7 +529,7 @@ class AlertEngine:
         self._out: deque[tuple[str, dict[str, Any]]] = deque(maxlen=4096)
         self._out_ready = trio.Event()
         self._seq = 0
-        self._observed = self._dropped = self._peak = 0
+        self._observed = self._dropped = self._peak = self._depth = 0
         self._raised = self._suppressed = self._failed = 0
         self._broker: Any = None
 
@@ -498,13 +545,13 @@ class AlertEngine:
                 if event.get("kind") == "alert":
                     self._notify(run, event)
         try:
-            self._send.send_nowait((run, scalars, events))
+            self._send.send_nowait((run, scalars, events, self._clock()))
         except trio.WouldBlock:
             self._dropped += 1
             return
-        depth = self._send.statistics().current_buffer_used
-        if depth > self._peak:
-            self._peak = depth
+        self._depth += 1
+        if self._depth > self._peak:
+            self._peak = self._depth
 
     def writer_lost(self, runs: Iterable[str]) -> None:
         """A writer's connection of each of ``runs`` ended; one that was not closed and hears
@@ -537,13 +584,33 @@ class AlertEngine:
             broker.alerts = None
 
     async def _detect(self) -> None:
-        async for run, scalars, events in self._receive:
-            self._observed += 1
+        last = -math.inf
+        while True:
             try:
-                self.process(run, scalars, events, self._clock())
-            except Exception:  # a detector bug must never stop the others
-                log.exception("alert detectors failed on a batch of run %r", run)
-            await trio.lowlevel.checkpoint()
+                first = await self._receive.receive()
+            except trio.EndOfChannel:
+                return
+            # Run at most every DETECT_INTERVAL, on everything queued meanwhile: the cost per
+            # run and tag is paid once per round, not once per batch, so a fast writer's many
+            # small batches cost about what one large one does (and ingest keeps its pace).
+            wait = last + DETECT_INTERVAL - trio.current_time()
+            if wait > 0:
+                await trio.sleep(wait)
+            items = [first]
+            while len(items) < QUEUE_BATCHES:
+                try:
+                    items.append(self._receive.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            last = trio.current_time()
+            self._observed += len(items)
+            self._depth -= len(items)
+            for run, scalars, events, arrived in _merge(items):
+                try:
+                    self.process(run, scalars, events, arrived)
+                except Exception:  # a detector bug must never stop the others
+                    log.exception("alert detectors failed on a batch of run %r", run)
+                await trio.lowlevel.checkpoint()
 
     async def _tick(self) -> None:
         while True:
@@ -595,7 +662,8 @@ class AlertEngine:
     def process(
         self, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]], now: float
     ) -> None:
-        """Run the per-batch detectors on one batch of ``run`` (``now``: monotonic seconds)."""
+        """Run the per-batch detectors on one batch of ``run`` that arrived at ``now`` (the
+        engine's monotonic clock, taken by :meth:`observe`)."""
         state = self._state(run)
         data = bool(scalars)
         for event in events:
@@ -614,7 +682,9 @@ class AlertEngine:
             if state.last_data is not None:
                 state.intervals.append(now - state.last_data)
             state.last_data = now
-            state.lost_at = None
+            # Batches queued before the connection was lost do not bring the writer back.
+            if state.lost_at is not None and now > state.lost_at:
+                state.lost_at = None
             state.active.discard(("stall", None))
             state.active.discard(("crash", None))
         for cols in scalars:
@@ -660,13 +730,25 @@ class AlertEngine:
         else:
             walls = cols.walls
         ts.seen += len(values)
+        divergence = ts.params["divergence"]
+        plateau = ts.params["plateau"]
+        for p in (divergence, plateau):  # each smoothing weight once, however many use it
+            if p is not None and (e := ts.emas.get(p["alpha"])) is not None:
+                e.first = None  # marks "not yet updated with this batch"
+        for p in (divergence, plateau):
+            if p is not None:
+                e = ts.emas.get(p["alpha"])
+                if e is None:
+                    e = ts.emas[p["alpha"]] = _Smoothed()
+                    e.first = None
+                if e.first is None:
+                    self._ema(e, values, p["alpha"])
+                    e.first = 1.0
         spike = ts.params["spike"]
         if spike is not None:
             self._spike(run, state, ts, cols.tag, spike, steps, walls, values)
-        divergence = ts.params["divergence"]
         if divergence is not None:
             self._divergence(run, state, ts, cols.tag, divergence, steps, walls, values)
-        plateau = ts.params["plateau"]
         if plateau is not None:
             self._plateau(run, state, ts, cols.tag, plateau, steps, walls, values)
 
@@ -709,12 +791,14 @@ class AlertEngine:
 
     @staticmethod
     def _ema(s: _Smoothed, values: np.ndarray, alpha: float) -> None:
-        if len(values) > MAX_SMOOTH_POINTS:
+        n = len(values)
+        if n > MAX_SMOOTH_POINTS:
             # Fold a long column in groups: each group mean is one update of an EMA whose
             # weight covers the group, so the cost per batch stays bounded.
-            groups = np.array_split(values, MAX_SMOOTH_POINTS)
-            means = [float(g.mean()) for g in groups]
-            alphas = [1 - (1 - alpha) ** len(g) for g in groups]
+            starts = (np.arange(MAX_SMOOTH_POINTS) * n) // MAX_SMOOTH_POINTS
+            counts = np.diff(np.append(starts, n))
+            means = (np.add.reduceat(values, starts) / counts).tolist()
+            alphas = (1 - (1 - alpha) ** counts).tolist()
         else:
             means = values.tolist()
             alphas = None
@@ -739,25 +823,26 @@ class AlertEngine:
         walls: np.ndarray,
         values: np.ndarray,
     ) -> None:
+        e = ts.emas[p["alpha"]]
         s = ts.smooth
         if s is None:
             s = ts.smooth = _Smoothed()
-        self._ema(s, values, p["alpha"])
-        if s.n < p["min_points"] or s.ema is None:
+        if e.n < p["min_points"] or e.ema is None:
             return
+        s.ema = e.ema
         if s.first is None:
             s.first = s.best = s.ema
         s.best = min(s.best, s.ema)
         scale = max(abs(s.best), 0.1 * abs(s.first), 1e-12)
         rise = s.ema - s.best
         by_factor = rise > (p["factor"] - 1) * scale
-        rising = s.rising >= p["rising_points"] and rise > 0.2 * scale
+        rising = e.rising >= p["rising_points"] and rise > 0.2 * scale
         key = ("divergence", tag)
         if by_factor or rising:
             why = (
                 f"{(s.ema - s.best) / scale + 1:.1f}x its best"
                 if by_factor
-                else f"rising for {s.rising} points"
+                else f"rising for {e.rising} points"
             )
             self._fire(
                 run, state, "divergence", tag, p, int(steps[-1]), float(walls[-1]),
@@ -780,17 +865,17 @@ class AlertEngine:
         walls: np.ndarray,
         values: np.ndarray,
     ) -> None:
+        e = ts.emas[p["alpha"]]
         s = ts.plateau
         if s is None:
             s = ts.plateau = _Smoothed()
-        self._ema(s, values, p["alpha"])
-        sign = 1.0
-        mode = p["mode"]
-        if mode == "max" or (
-            mode == "auto" and any(fnmatch.fnmatchcase(tag, g) for g in HIGHER_IS_BETTER)
-        ):
-            sign = -1.0  # minimise the negated metric
-        v = sign * s.ema
+            mode = p["mode"]
+            if mode == "max" or (
+                mode == "auto" and any(fnmatch.fnmatchcase(tag, g) for g in HIGHER_IS_BETTER)
+            ):
+                ts.sign = -1.0  # minimise the negated metric
+        sign = ts.sign
+        v = sign * e.ema
         step = int(steps[-1])
         if s.first is None:
             s.first, s.best, s.best_step, s.first_step = v, v, int(steps[0]), int(steps[0])
@@ -826,23 +911,30 @@ class AlertEngine:
         if p is None:
             return
         try:
-            edges = np.frombuffer(event["edges"], "<f8")
-            counts = np.frombuffer(event["counts"], "<f8")
+            # A histogram has a few dozen bins at most: plain floats cost less than NumPy here.
+            edges = np.frombuffer(event["edges"], "<f8").tolist()
+            counts = np.frombuffer(event["counts"], "<f8").tolist()
         except (KeyError, TypeError, ValueError):
             return
-        total = float(counts.sum())
+        total = sum(counts)
         sum_sq = event.get("sum_sq")
         if sum_sq is not None and math.isfinite(sum_sq):
             norm = math.sqrt(max(0.0, float(sum_sq)))
         else:  # from the bins' centres
-            centres = (edges[:-1] + edges[1:]) / 2
-            norm = math.sqrt(float((counts * centres * centres).sum()))
+            norm = math.sqrt(
+                sum(
+                    c * ((a + b) / 2) ** 2
+                    for c, a, b in zip(counts, edges, edges[1:], strict=False)
+                )
+            )
         fired = False
-        if len(ts.norms) < p["baseline_points"]:
+        if ts.baseline is None:
             if norm > 0 and math.isfinite(norm):
                 ts.norms.append(norm)
+                if len(ts.norms) >= p["baseline_points"]:
+                    ts.baseline = float(np.median(ts.norms))
         else:
-            base = float(np.median(ts.norms))
+            base = ts.baseline
             if norm > base * p["growth"]:
                 fired = True
                 self._fire(
@@ -860,10 +952,16 @@ class AlertEngine:
                     hold=True,
                 )  # fmt: skip
         if total > 0 and not fired:
-            mag_lo = np.minimum(np.abs(edges[:-1]), np.abs(edges[1:]))
-            mag_hi = np.maximum(np.abs(edges[:-1]), np.abs(edges[1:]))
-            zero = float(counts[mag_hi <= p["zero_eps"]].sum()) / total
-            huge = float(counts[mag_lo >= p["huge"]].sum()) / total
+            zero = huge = 0.0
+            eps, big = p["zero_eps"], p["huge"]
+            for c, a, b in zip(counts, edges, edges[1:], strict=False):
+                lo, hi = (abs(a), abs(b)) if abs(a) <= abs(b) else (abs(b), abs(a))
+                if hi <= eps:
+                    zero += c
+                elif lo >= big:
+                    huge += c
+            zero /= total
+            huge /= total
             if huge >= p["huge_share"]:
                 fired = True
                 self._fire(
@@ -1019,7 +1117,7 @@ class AlertEngine:
         return AlertStatistics(
             observed=self._observed,
             dropped=self._dropped,
-            queue_depth=self._send.statistics().current_buffer_used,
+            queue_depth=self._depth,
             queue_peak=self._peak,
             raised=self._raised,
             suppressed=self._suppressed,

@@ -86,8 +86,12 @@ def _alerts(args: argparse.Namespace) -> tuple:
     from .alerts import AlertEngine, load_rules
     from .webhooks import Webhook, WebhookNotifier
 
-    rules = load_rules(args.alerts) if args.alerts else None
     hooks = [Webhook.parse(url, args.webhook_format) for url in args.webhook]
+    if args.alerts == "off":
+        if hooks:
+            raise ValueError("--webhook needs the alert detectors: it cannot go with --alerts off")
+        return False, None
+    rules = load_rules(args.alerts) if args.alerts else None
     notifier = WebhookNotifier(hooks) if hooks else None
     engine = AlertEngine(rules, notify=None if notifier is None else notifier.notify)
     return engine, notifier
@@ -207,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--alerts",
         metavar="RULES.toml",
-        help="tune or disable the alert detectors per tag pattern (docs/alerts.md)",
+        help="tune or disable the alert detectors per tag pattern (docs/alerts.md); "
+        "'off': run no detectors at all",
     )
     serve.add_argument(
         "--webhook",

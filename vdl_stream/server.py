@@ -1107,7 +1107,7 @@ async def run_server(
     allowed_hosts: Iterable[str] = (),
     limits: Limits | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
-    alerts: AlertEngine | None = None,
+    alerts: AlertEngine | bool | None = None,
     webhooks: WebhookNotifier | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -1115,7 +1115,7 @@ async def run_server(
     """Run ``vdl-stream serve``: a broker over ``logdir`` and its web server.
 
     ``alerts`` is the detector engine that watches ingest (docs/alerts.md); one with the default
-    rules when None. ``webhooks``, when given, is started too (the engine's ``notify`` feeds it).
+    rules when None or True, none at all when False. ``webhooks``, when given, is started too (the engine's ``notify`` feeds it).
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
@@ -1129,7 +1129,8 @@ async def run_server(
     """
     check_bind(host, token, insecure=insecure)
     Access(token, allowed_hosts, host)  # a bad --allow-host fails before anything starts
-    alerts_run = (alerts or AlertEngine()).run
+    if alerts is None or alerts is True:
+        alerts = AlertEngine()
     sock = bind_socket(host, port)
     try:
         broker = Broker(logdir, cache_bytes=cache_bytes)
@@ -1137,7 +1138,8 @@ async def run_server(
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
             await nursery.start(broker.follow)
-            await nursery.start(alerts_run, broker)
+            if alerts is not False:
+                await nursery.start(alerts.run, broker)
             if webhooks is not None:
                 await nursery.start(webhooks.run)
             url = await nursery.start(
