@@ -14,7 +14,11 @@ Phases:
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
    batch for ``--seconds`` seconds with at most 8 unacknowledged batches each; events/s
    acknowledged (persisted), alternating on and off, median of ``--repeat``.
-3. ``false-positives``: the demo's training (tests/alert_faults.py, the model, data and optimiser
+3. ``latency``: a ``vdl-stream serve`` and a training process (tests/alert_writer.py) with a
+   fault (learning rate x100, a NaN loss, gradients x1e6 at step 300); seconds from the offending
+   point's wall time (taken in the training process) to the alert's arrival at a ``/ws/live``
+   client, per alert.
+4. ``false-positives``: the demo's training (tests/alert_faults.py, the model, data and optimiser
    of vdl_stream/demo.py, one seed per run) for ``--runs`` runs of ``--steps`` steps, its points
    handed to the detectors in the writer's batch sizes; alerts raised (the target is 0), and for
    contrast the same runs with a fault (learning rate x100 at step 2,000): runs caught.
@@ -33,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,7 +53,7 @@ from vdl_stream.alerts import AlertEngine
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
 
-PHASES = ("throughput", "served", "false-positives")
+PHASES = ("throughput", "served", "latency", "false-positives")
 
 
 def make_batches(n: int, tags: int, points: int, seed: int = 0) -> list[Batch]:
@@ -221,6 +226,43 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def phase_latency(args: argparse.Namespace, results: dict) -> None:
+    from tests.test_alerts import _live
+
+    workdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-latency-"))
+    server = ServeProcess(workdir / "logs", workdir / "serve.err")
+    out = {}
+    try:
+        for fault, rules in (
+            ("lr", {"spike", "divergence"}),
+            ("nan", {"nan"}),
+            ("grad", {"gradient_explode"}),
+        ):
+            for i in range(args.latency_runs):
+                target = SimpleNamespace(ws_url=server.ws)
+                proc, got = trio.run(_live, target, f"lat-{fault}-{i}", fault, rules)
+                proc.wait(60)
+                for received, alert in got:
+                    if alert["rule"] in rules:
+                        out.setdefault(f"{fault}:{alert['rule']}", []).append(
+                            received - alert["wall"]
+                        )
+    finally:
+        server.stop()
+        kill_started()
+        shutil.rmtree(workdir, ignore_errors=True)
+    results["latency_s"] = {
+        k: {"median": round(statistics.median(v), 3), "max": round(max(v), 3), "n": len(v)}
+        for k, v in out.items()
+    }
+    for k, v in out.items():
+        print(
+            f"latency {k}: median {statistics.median(v) * 1e3:.0f} ms, max {max(v) * 1e3:.0f} ms "
+            f"over {len(v)} runs",
+            flush=True,
+        )
+
+
 def _alerts(steps: int, seed: int, **faults: object) -> list[dict]:
     engine = AlertEngine()
     sink = alert_faults.Collect(engine)
@@ -268,6 +310,7 @@ def main() -> None:
         help="points per tag and batch in the served phase (default: 1024 8)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="served phase (default: 5)")
+    parser.add_argument("--latency-runs", type=int, default=5, help="per fault (default: 5)")
     parser.add_argument("--runs", type=int, default=10, help="demo runs (default: 10)")
     parser.add_argument("--steps", type=int, default=5000, help="steps per run (default: 5000)")
     parser.add_argument("--json", help="also write every figure to this JSON file")
@@ -275,11 +318,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.batches, args.runs, args.steps, args.seconds = 100, 2, 1500, 2.0
+        args.latency_runs = 1
     results: dict = {"args": vars(args)}
     if "throughput" not in args.skip:
         phase_throughput(args, results)
     if "served" not in args.skip:
         phase_served(args, results)
+    if "latency" not in args.skip:
+        phase_latency(args, results)
     if "false-positives" not in args.skip:
         phase_false_positives(args, results)
     if args.json:

@@ -261,24 +261,19 @@ async def _alerts_of(ws_url: str, run: str, rules: set[str], seconds: float) -> 
         with trio.move_on_after(seconds):
             while not rules <= {a["rule"] for _, a in out}:
                 message = msgpack.unpackb(await ws.get_message(), raw=False)
-                if message.get("type") in ("data", "snapshot") and message.get("run") == run:
+                if message.get("type") == "data" and message.get("run") == run:
                     now = time.time()
                     out.extend((now, e) for e in message["events"] if e.get("kind") == "alert")
     return out
 
 
 async def _live(alert_server, run: str, fault: str, rules: set[str], seconds: float = 60):
+    """Run a writer with ``fault``; once its run exists (``ready``, step 50, before the fault at
+    step 300), watch it on /ws/live, so that alerts come in ``data`` frames as they happen."""
     proc = _writer(alert_server, run, fault)
     try:
-        async with trio.open_nursery() as nursery:
-            got: list = []
-
-            async def watch() -> None:
-                got.extend(await _alerts_of(alert_server.ws_url, run, rules, seconds))
-
-            nursery.start_soon(watch)
-            await _wait_line(proc, "ready")
-        return proc, got
+        await _wait_line(proc, "ready")
+        return proc, await _alerts_of(alert_server.ws_url, run, rules, seconds)
     except BaseException:
         proc.kill()
         proc.wait()
@@ -354,8 +349,10 @@ async def test_a_sigkilled_writer_is_reported_as_crashed(alert_server):
 
 
 async def test_a_gpu_at_10_percent_is_reported_as_underused(alert_server):
-    proc, got = await _live(alert_server, "live-gpu", "gpu", {"gpu_underuse"})
+    # Watched from the start: the rule's 1 s may pass before the writer's step 50.
+    proc = _writer(alert_server, "live-gpu", "gpu")
     try:
+        got = await _alerts_of(alert_server.ws_url, "live-gpu", {"gpu_underuse"}, 60)
         [(received, alert)] = [(r, a) for r, a in got if a["rule"] == "gpu_underuse"]
         assert alert["series"] == "gpu0/util" and alert["value"] == 10.0
         assert received - alert["wall"] <= 1.0
