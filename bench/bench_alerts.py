@@ -6,14 +6,17 @@ Phases:
    batches (each ``--tags`` loss-like tags x ``--points`` points, noisy and positive; a gradient
    histogram in every 25th) and waits until all are written; events/s persisted, with the alert
    engine running (every detector on, default rules) and without it, alternating, median of
-   ``--repeat`` runs each. The detectors share the broker's event loop and thread here, the
-   worst case for the comparison. Run twice: large batches (a fast writer, 4,096 points) and
+   ``--repeat`` runs each; and the process's CPU time per event (every thread, persistence
+   included), with the detectors' own share (``cpu_seconds`` of their statistics), which a busy
+   machine disturbs less than wall-clock rates. The detectors share the broker's event loop and
+   thread here, the worst case for the comparison. Run twice: large batches (a fast writer, 4,096 points) and
    small ones (30 points, what a writer's 20 ms flush holds for a demo-speed loop).
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
    ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
    batch for ``--seconds`` seconds with at most 8 unacknowledged batches each; events/s
-   acknowledged (persisted), alternating on and off, median of ``--repeat``.
+   acknowledged (persisted), and the server's CPU time per event, alternating on and off, median
+   of ``--repeat``.
 3. ``latency``: a ``vdl-stream serve`` and a training process (tests/alert_writer.py) with a
    fault (learning rate x100, a NaN loss, gradients x1e6 at step 300); seconds from the offending
    point's wall time (taken in the training process) to the alert's arrival at a ``/ws/live``
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -44,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import broker_clients
 import numpy as np
+import psutil
 import trio
 from broker_clients import ServeProcess, WriterResult, kill_started, stream_batches
 
@@ -79,29 +84,33 @@ def make_batches(n: int, tags: int, points: int, seed: int = 0) -> list[Batch]:
     return out
 
 
-async def _ingest(logdir: Path, batches: list[Batch], alerts: bool) -> tuple[float, dict]:
+async def _ingest(logdir: Path, batches: list[Batch], alerts: bool) -> tuple[float, float, dict]:
+    """Ingest ``batches`` into a fresh broker; return wall seconds until all are written, the
+    process's CPU seconds (every thread) until the detectors are done too, and their statistics."""
     broker = Broker(logdir)
     engine = AlertEngine() if alerts else None
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
         if engine is not None:
             await nursery.start(engine.run, broker)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         seq = 0
         for batch in batches:
             seq = await broker.ingest(batch)
         await broker.wait_written(seq)
         elapsed = time.perf_counter() - started
         if engine is not None:
-            # Let the detectors finish what is queued (not timed: ingest never waits for them).
+            # Let the detectors finish what is queued (ingest never waits for them, but their
+            # CPU time counts).
             with trio.move_on_after(30):
                 while engine.statistics().queue_depth:  # noqa: ASYNC110 (a counter, no event)
                     await trio.sleep(0.01)
+        cpu = time.process_time() - cpu
         stats = engine.statistics().__dict__ if engine is not None else {}
         broker.close()
         await broker.wait_closed()
         nursery.cancel_scope.cancel()
-    return elapsed, stats
+    return elapsed, cpu, stats
 
 
 def phase_throughput(args: argparse.Namespace, results: dict) -> None:
@@ -112,19 +121,26 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
         batches = make_batches(count, args.tags, points)
         events = sum(b.count() for b in batches)
         rates: dict[str, list[float]] = {"off": [], "on": []}
+        cpus: dict[str, list[float]] = {"off": [], "on": []}
         stats = {}
         for i in range(args.repeat):
             for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
                 logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
                 try:
-                    elapsed, s = trio.run(_ingest, logdir, batches, mode == "on")
+                    elapsed, cpu, s = trio.run(_ingest, logdir, batches, mode == "on")
                 finally:
                     shutil.rmtree(logdir, ignore_errors=True)
                 rates[mode].append(events / elapsed)
+                cpus[mode].append(cpu / events * 1e9)  # ns per event
                 if s:
                     stats = s
         off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+        cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+        detector_ns = stats["cpu_seconds"] / events * 1e9
         results[f"throughput_{label}"] = {
+            "cpu_ns_per_event_off": round(cpu_off, 1),
+            "cpu_ns_per_event_on": round(cpu_on, 1),
+            "detector_cpu_ns_per_event": round(detector_ns, 1),
             "points_per_batch": points * args.tags,
             "batches": count,
             "events_per_s_off": round(off),
@@ -135,8 +151,9 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
         print(
             f"ingest, {label} batches ({points * args.tags} points, {count} batches): "
             f"off {off:,.0f} events/s, on {on:,.0f} events/s, on/off {on / off:.3f} "
-            f"(median of {args.repeat}); detectors observed {stats.get('observed')}, dropped "
-            f"{stats.get('dropped')}",
+            f"(median of {args.repeat}); CPU per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns, "
+            f"of which the detectors {detector_ns:.0f} ns ({detector_ns / cpu_off:.1%} of ingest "
+            f"off); detectors observed {stats.get('observed')}, dropped {stats.get('dropped')}",
             flush=True,
         )
 
@@ -153,6 +170,11 @@ def _noisy_batch(
     values = np.exp(-steps / 5e5) * np.exp(rng.normal(0, 0.3, points))
     columns = [ScalarColumns(tag, steps, walls, values * (1 + i)) for i, tag in enumerate(tags)]
     return codec.encode_batch(Batch(writer, seq, run, columns))
+
+
+def _cpu(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def _served_once(alerts: bool, points: int, args: argparse.Namespace, workdir: Path) -> dict:
@@ -179,7 +201,9 @@ def _served_once(alerts: bool, points: int, args: argparse.Namespace, workdir: P
                         await connected.acquire()
                 start.set()
 
+        cpu0 = _cpu(server.pid)
         trio.run(main)
+        cpu = _cpu(server.pid) - cpu0
         stats = server.stats()
     finally:
         server.stop()
@@ -187,7 +211,12 @@ def _served_once(alerts: bool, points: int, args: argparse.Namespace, workdir: P
     acked = sum(min(w.acked_seq, w.sent_batches) for w in writers) * len(tags) * points
     span = max(w.last_ack for w in writers) - min(w.first_send for w in writers)
     errors = [w.error for w in writers if w.error]
-    return {"events_per_s": acked / span, "alerts": stats.get("alerts"), "errors": errors}
+    return {
+        "events_per_s": acked / span,
+        "server_cpu_ns_per_event": cpu / acked * 1e9 if acked else float("nan"),
+        "alerts": stats.get("alerts"),
+        "errors": errors,
+    }
 
 
 def phase_served(args: argparse.Namespace, results: dict) -> None:
@@ -196,6 +225,7 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
     try:
         for points in args.served_points:
             rates: dict[str, list[float]] = {"off": [], "on": []}
+            cpus: dict[str, list[float]] = {"off": [], "on": []}
             last = None
             for i in range(args.repeat):
                 for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
@@ -203,10 +233,14 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
                     if r["errors"]:
                         raise RuntimeError(f"writers failed: {r['errors']}")
                     rates[mode].append(r["events_per_s"])
+                    cpus[mode].append(r["server_cpu_ns_per_event"])
                     if mode == "on":
                         last = r["alerts"]
             off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+            cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
             results[f"served_{points}"] = {
+                "server_cpu_ns_per_event_off": round(cpu_off, 1),
+                "server_cpu_ns_per_event_on": round(cpu_on, 1),
                 "points_per_batch": points * args.tags,
                 "events_per_s_off": round(off),
                 "events_per_s_on": round(on),
@@ -217,8 +251,9 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
             }
             print(
                 f"serve, {points * args.tags} points per batch: off {off:,.0f} events/s, on "
-                f"{on:,.0f} events/s, on/off {on / off:.3f} (median of {args.repeat}); detectors "
-                f"{last}",
+                f"{on:,.0f} events/s, on/off {on / off:.3f} (median of {args.repeat}); server CPU "
+                f"per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns; load average "
+                f"{os.getloadavg()[0]:.1f}; detectors {last}",
                 flush=True,
             )
     finally:

@@ -553,3 +553,26 @@ def test_the_documented_rules_file_example_is_valid():
     assert rules.params("gpu_memory")["enabled"] is False
     assert rules.for_tag("plateau", "train/loss") is None
     assert rules.for_tag("spike", "val/acc")["window"] == 50
+
+
+def test_replay_keeps_the_alerts_of_a_run(tmp_path):
+    from vdl_stream.replay import load_timelines
+
+    with attach(tmp_path, run="r", telemetry=False) as w:
+        w.add_scalar("loss", 1.0, 0)
+        w.alert("checkpoint failed", "disk full", "error", step=0)
+    [timeline] = load_timelines(str(tmp_path))
+    timeline.move_to(float("inf"))
+    _, events = timeline.snapshot_at(timeline.cursor(), 100)
+    [alert] = [e for e in events if e["kind"] == "alert"]
+    assert (alert["title"], alert["level"], alert["rule"]) == ("checkpoint failed", "error", "user")
+
+
+def test_alerts_off_goes_without_webhooks(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "vdl_stream.cli", "serve", "--logdir", str(tmp_path), "--port", "0",
+         "--alerts", "off", "--webhook", "http://127.0.0.1:9/x"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--webhook needs the alert detectors" in result.stderr

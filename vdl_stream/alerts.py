@@ -448,6 +448,7 @@ class AlertStatistics:
         suppressed: alerts held back by the per-rule cooldown or the per-run rate limit.
         failed: alerts that could not be ingested (the run refused them).
         runs: runs with detector state.
+        cpu_seconds: CPU time the detectors took, all rounds together.
     """
 
     observed: int
@@ -458,6 +459,7 @@ class AlertStatistics:
     suppressed: int
     failed: int
     runs: int
+    cpu_seconds: float
 
 
 # -- the engine --------------------------------------------------------------------------------
@@ -531,6 +533,7 @@ class AlertEngine:
         self._seq = 0
         self._observed = self._dropped = self._peak = self._depth = 0
         self._raised = self._suppressed = self._failed = 0
+        self._busy = 0.0  # CPU seconds the detectors took (this thread's time)
         self._broker: Any = None
 
     # -- the ingest side (event loop, never blocks) ------------------------------------------
@@ -606,10 +609,12 @@ class AlertEngine:
             self._observed += len(items)
             self._depth -= len(items)
             for run, scalars, events, arrived in _merge(items):
+                started = time.thread_time()
                 try:
                     self.process(run, scalars, events, arrived)
                 except Exception:  # a detector bug must never stop the others
                     log.exception("alert detectors failed on a batch of run %r", run)
+                self._busy += time.thread_time() - started
                 await trio.lowlevel.checkpoint()
 
     async def _tick(self) -> None:
@@ -1123,6 +1128,7 @@ class AlertEngine:
             suppressed=self._suppressed,
             failed=self._failed,
             runs=len(self._runs),
+            cpu_seconds=round(self._busy, 6),
         )
 
 
