@@ -533,7 +533,11 @@ class AlertEngine:
         self._seq = 0
         self._observed = self._dropped = self._peak = self._depth = 0
         self._raised = self._suppressed = self._failed = 0
-        self._busy = 0.0  # CPU seconds the detectors took (this thread's time)
+        self._busy = 0.0  # CPU seconds the detectors took (their thread's time)
+        # Detector rounds run in a worker thread; the lock keeps the time-based checks (event
+        # loop) off the state while one runs.
+        self._lock = trio.Lock()
+        self._limiter = trio.CapacityLimiter(1)
         self._broker: Any = None
 
     # -- the ingest side (event loop, never blocks) ------------------------------------------
@@ -608,19 +612,33 @@ class AlertEngine:
             last = trio.current_time()
             self._observed += len(items)
             self._depth -= len(items)
-            for run, scalars, events, arrived in _merge(items):
-                started = time.thread_time()
-                try:
-                    self.process(run, scalars, events, arrived)
-                except Exception:  # a detector bug must never stop the others
-                    log.exception("alert detectors failed on a batch of run %r", run)
-                self._busy += time.thread_time() - started
-                await trio.lowlevel.checkpoint()
+            # In a worker thread: a round is a stretch of NumPy and Python work, and run on the
+            # event loop it would hold back the broker's other tasks (the persist task hands the
+            # recorder its next flush from there) for its whole length.
+            async with self._lock:
+                await trio.to_thread.run_sync(self._round, items, limiter=self._limiter)
+            if self._out:
+                self._out_ready.set()
+
+    def _round(
+        self, items: list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]]
+    ) -> None:
+        """One detector round over queued batches (worker thread; the engine's lock held)."""
+        started = time.thread_time()
+        for run, scalars, events, arrived in _merge(items):
+            try:
+                self.process(run, scalars, events, arrived)
+            except Exception:  # a detector bug must never stop the others
+                log.exception("alert detectors failed on a batch of run %r", run)
+        self._busy += time.thread_time() - started
 
     async def _tick(self) -> None:
         while True:
             await trio.sleep(TICK)
-            self.check_time(self._clock())
+            async with self._lock:  # not while a round runs in its thread
+                self.check_time(self._clock())
+            if self._out:
+                self._out_ready.set()
 
     async def _emit(self) -> None:
         warned = False
@@ -1108,8 +1126,7 @@ class AlertEngine:
             series=series,
             value=value,
         )
-        self._out.append((run, event))
-        self._out_ready.set()
+        self._out.append((run, event))  # the engine's tasks wake the emitter (event loop only)
 
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
         """Take the alerts raised but not yet ingested (for tests that call :meth:`process`)."""
