@@ -2,9 +2,10 @@
 
 The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only queues it
 (``send_nowait`` into a bounded channel; a full queue drops the batch and counts it), so the
-ingest path never waits for a detector. The engine's own task runs the detectors per run and
-tag, with state bounded per tag (a rolling window, a few numbers), and checks time-based rules
-(stalled and crashed runs, GPU underuse) a few times a second. An alert it raises is an
+ingest path never waits for a detector. The engine's own task runs the detectors in rounds (at
+most every 50 ms, on everything queued meanwhile, in a worker thread), per run and tag, with
+state bounded per tag (a rolling window, a few numbers), and checks time-based rules (stalled and
+crashed runs) a few times a second. An alert it raises is an
 ``alert`` event ingested into the run like any other batch, from the writer id
 :data:`ALERTS_WRITER`: it is persisted with the run (so export of the run directory, import and
 replay keep it) and pushed to every page on ``/ws/live`` in the run's ``data`` frames.
@@ -40,7 +41,9 @@ ALERTS_WRITER = "vdl-stream-alerts"
 #: The ``rule`` of alerts sent by training code with ``Writer.alert``.
 USER_RULE = "user"
 #: Batches waiting for the detectors; past this the newest are dropped and counted.
-QUEUE_BATCHES = 1024
+QUEUE_BATCHES = 4096
+#: ... and scalar points waiting at most (about 24 bytes each, kept alive by the queue): 96 MiB.
+QUEUE_POINTS = 1 << 22
 #: Runs whose detector state is kept (least recently ingested forgotten first).
 MAX_RUNS = 4096
 #: Tags whose detector state is kept per run (tags past this are not watched).
@@ -48,7 +51,9 @@ MAX_TAGS = 1024
 #: Seconds between checks of the time-based rules (stall, crash).
 TICK = 0.2
 #: Points of a long column folded into one smoothed update at most (bounded cost per batch).
-MAX_SMOOTH_POINTS = 64
+MAX_SMOOTH_POINTS = 32
+#: Columns of one tag are joined for a round until they hold this many points.
+JOIN_POINTS = 1 << 10
 #: Seconds between detector rounds at most; each round takes everything queued meanwhile.
 DETECT_INTERVAL = 0.05
 
@@ -367,11 +372,21 @@ class _Rolling:
         return self.buf[: self.n] if self.n < len(self.buf) else self.buf
 
 
+def _median(values: np.ndarray) -> float:
+    """The median of finite ``values`` (np.median's NaN checks cost more than the work here)."""
+    n = len(values)
+    k = n // 2
+    if n % 2:
+        return float(np.partition(values, k)[k])
+    part = np.partition(values, (k - 1, k))
+    return float(part[k - 1] + part[k]) / 2
+
+
 def _robust_z(window: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     """How many robust standard deviations (1.4826 MAD) each of ``values`` lies from the median
     of ``window``; None when the window has no spread (a constant, a step schedule)."""
-    med = float(np.median(window))
-    mad = float(np.median(np.abs(window - med)))
+    med = _median(window)
+    mad = _median(np.abs(window - med))
     if not mad > 0:
         return None
     return np.abs(values - med) / (1.4826 * mad)
@@ -481,19 +496,37 @@ def _merge(
     for run, (tags, events, times) in runs.items():
         merged = []
         for tag, parts in tags.items():
-            if len(parts) == 1:
-                merged.append(parts[0])
-            else:
-                merged.append(
-                    ScalarColumns(
-                        tag,
-                        np.concatenate([c.steps for c in parts]),
-                        np.concatenate([c.walls for c in parts]),
-                        np.concatenate([c.values for c in parts]),
-                    )
-                )
+            # Small columns are joined (one pass of the detectors instead of many); columns
+            # that are large already are passed as they are (joining would only copy them).
+            group: list[ScalarColumns] = []
+            size = 0
+            for cols in parts:
+                if len(cols) >= JOIN_POINTS:
+                    merged.extend(_joined(tag, group))
+                    merged.append(cols)
+                    group, size = [], 0
+                    continue
+                group.append(cols)
+                size += len(cols)
+                if size >= JOIN_POINTS:
+                    merged.extend(_joined(tag, group))
+                    group, size = [], 0
+            merged.extend(_joined(tag, group))
         out.append((run, merged, events, times[0]))
     return out
+
+
+def _joined(tag: str, parts: list[ScalarColumns]) -> list[ScalarColumns]:
+    if len(parts) <= 1:
+        return parts
+    return [
+        ScalarColumns(
+            tag,
+            np.concatenate([c.steps for c in parts]),
+            np.concatenate([c.walls for c in parts]),
+            np.concatenate([c.values for c in parts]),
+        )
+    ]
 
 
 class AlertEngine:
@@ -501,7 +534,8 @@ class AlertEngine:
 
     Args:
         rules: detector parameters (the defaults when None).
-        queue_size: batches waiting for the detectors at most; more are dropped and counted.
+        queue_size: batches waiting for the detectors at most (and :data:`QUEUE_POINTS` scalar
+            points); more are dropped and counted.
         notify: called with ``(run, alert event)`` for every alert ingested, training code's
             own included (the webhooks, :class:`vdl_stream.webhooks.WebhookNotifier`). It must
             not block.
@@ -531,7 +565,7 @@ class AlertEngine:
         self._out: deque[tuple[str, dict[str, Any]]] = deque(maxlen=4096)
         self._out_ready = trio.Event()
         self._seq = 0
-        self._observed = self._dropped = self._peak = self._depth = 0
+        self._observed = self._dropped = self._peak = self._depth = self._points = 0
         self._raised = self._suppressed = self._failed = 0
         self._busy = 0.0  # CPU seconds the detectors took (their thread's time)
         # Detector rounds run in a worker thread; the lock keeps the time-based checks (event
@@ -551,11 +585,18 @@ class AlertEngine:
             for event in events:
                 if event.get("kind") == "alert":
                     self._notify(run, event)
+        points = 0
+        for cols in scalars:
+            points += len(cols)
+        if self._points + points > QUEUE_POINTS:
+            self._dropped += 1
+            return
         try:
             self._send.send_nowait((run, scalars, events, self._clock()))
         except trio.WouldBlock:
             self._dropped += 1
             return
+        self._points += points
         self._depth += 1
         if self._depth > self._peak:
             self._peak = self._depth
@@ -612,6 +653,7 @@ class AlertEngine:
             last = trio.current_time()
             self._observed += len(items)
             self._depth -= len(items)
+            self._points -= sum(len(c) for _, scalars, _, _ in items for c in scalars)
             # In a worker thread: a round is a stretch of NumPy and Python work, and run on the
             # event loop it would hold back the broker's other tasks (the persist task hands the
             # recorder its next flush from there) for its whole length.
@@ -732,8 +774,13 @@ class AlertEngine:
         last = int(steps[-1])
         if state.last_step is None or last > state.last_step:
             state.last_step = last
-        finite = np.isfinite(values)
-        all_finite = bool(finite.all())
+        # One pass for the common case: a finite sum means every value is finite (NaN and Inf
+        # propagate; a sum that overflows is checked value by value).
+        all_finite = math.isfinite(float(np.add.reduce(values)))
+        finite = None
+        if not all_finite:
+            finite = np.isfinite(values)
+            all_finite = bool(finite.all())
         nan = ts.params["nan"]
         if nan is not None:
             if not all_finite:
@@ -791,8 +838,15 @@ class AlertEngine:
         window = ts.window
         if window.n >= p["min_points"]:
             w = window.values()
-            z = _robust_z(w, values)
-            if z is not None and (z > p["threshold"]).any():
+            z = None
+            med = _median(w)
+            mad = _median(np.abs(w - med))
+            # Only the extremes can be spikes: two passes decide for the whole column.
+            if mad > 0:
+                reach = p["threshold"] * 1.4826 * mad
+                if float(values.max()) - med > reach or med - float(values.min()) > reach:
+                    z = np.abs(values - med) / (1.4826 * mad)
+            if z is not None:
                 # A series positive throughout (a loss, a norm, a time) must also stand out on a
                 # log scale: its noise is multiplicative (near convergence a hard mini-batch has
                 # ten times the median loss, tens of MADs away), a fault is orders of magnitude.
@@ -801,7 +855,6 @@ class AlertEngine:
                     if log_z is None:
                         log_z = z
                     z = np.where(log_z > p["log_threshold"], z, 0.0)
-                med = float(np.median(w))
                 i = int(np.argmax(z))
                 if z[i] > p["threshold"]:
                     v = float(values[i])
