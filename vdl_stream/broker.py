@@ -1558,10 +1558,6 @@ class Broker:
     #: runs. Ingest only queues each batch for them (never waits), and skips their own alerts.
     alerts: AlertEngine | None = None
 
-    async def read_alerts(self, name: str) -> list[dict[str, Any]]:
-        """Read the ``alert`` events of run ``name`` from disk, in write order."""
-        return await self.read_events(name, "alert")
-
 
 class UnreadableRunError(recorder.RecorderError):
     """A run directory whose files the broker will not read (a symbolic link or a special file

@@ -707,7 +707,7 @@ def api_blueprint(broker: Broker) -> Blueprint:
         except ValueError:
             return _error(400, f"limit must be a positive int, got {limit_text[:20]!r}")
         try:
-            events = await broker.read_alerts(name)
+            events = await broker.read_events(name, "alert")  # a replay source has it too
         except KeyError:
             return _error(404, f"no run named {name!r}")
         if limit is not None:
@@ -739,7 +739,10 @@ def api_blueprint(broker: Broker) -> Blueprint:
     async def api_stats() -> Any:
         return jsonify(
             broker=broker.statistics().__dict__,
-            alerts=None if broker.alerts is None else broker.alerts.statistics().__dict__,
+            # Under `vdl-stream replay` the source has no detectors.
+            alerts=None
+            if (a := getattr(broker, "alerts", None)) is None
+            else a.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
         )
 
