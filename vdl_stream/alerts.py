@@ -615,7 +615,8 @@ class AlertEngine:
     async def run(
         self, broker: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Watch ``broker`` until cancelled: attach to it, run the detectors, ingest the alerts.
+        """Watch ``broker`` until it is closed (or this is cancelled): attach to it, run the
+        detectors, ingest the alerts.
 
         Alerts are ingested with :meth:`Broker.ingest` from the writer :data:`ALERTS_WRITER`; a
         refusal (a full disk, say) is counted and logged once, never raised.
@@ -628,6 +629,9 @@ class AlertEngine:
                 nursery.start_soon(self._tick)
                 nursery.start_soon(self._emit)
                 task_status.started()
+                # Ends with the broker, so that a server shutting down is not held open.
+                await broker.wait_closed()
+                nursery.cancel_scope.cancel()
         finally:
             broker.alerts = None
 

@@ -1100,6 +1100,17 @@ async def serve_dashboard(
         accept_log.removeFilter(once)
 
 
+async def _until_closed(
+    broker: Broker, service: Callable[..., Awaitable[None]], *, task_status: Any
+) -> None:
+    """Run ``service`` (started with ``nursery.start``) until ``broker`` is closed."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service)
+        task_status.started()
+        await broker.wait_closed()
+        nursery.cancel_scope.cancel()
+
+
 async def run_server(
     logdir: str | Path,
     host: str = "127.0.0.1",
@@ -1144,7 +1155,7 @@ async def run_server(
             if alerts is not False:
                 await nursery.start(alerts.run, broker)
             if webhooks is not None:
-                await nursery.start(webhooks.run)
+                await nursery.start(_until_closed, broker, webhooks.run)
             url = await nursery.start(
                 partial(
                     serve_dashboard,
