@@ -34,6 +34,7 @@ from recorder.catalog import INDEX_NAME, SEGMENT_RE
 from recorder.digest import data_files, load_digest
 
 from . import codec
+from .alerts import ALERTS_WRITER, AlertEngine
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
 from .run_summary import CRASH_AFTER, RunSummary, summaries_frame
@@ -46,6 +47,8 @@ INGEST_KIND = "ingest"
 SNAPSHOT_EVENTS = 100
 #: Untagged kinds in a snapshot, with their limits: an hour of telemetry at one sample a second.
 UNTAGGED_SNAPSHOT = {"telemetry": 3600, "hparams": SNAPSHOT_EVENTS, "meta": SNAPSHOT_EVENTS}
+#: Alerts (untagged: a tag holds one kind) in a snapshot: the per-run rate limit keeps them few.
+UNTAGGED_SNAPSHOT["alert"] = 10 * SNAPSHOT_EVENTS
 #: Points per tag in the snapshot offered to open pages when a new run appears (the page's default).
 SNAPSHOT_POINTS = 2000
 #: Default budget for decoded data kept by runs' readers between reads.
@@ -580,6 +583,8 @@ class Broker:
         run.last_seq[batch.writer] = batch.seq
         run.local = True
         seq = self._fan_out(batch.run, batch.scalars, batch.events)
+        if self.alerts is not None and batch.writer != ALERTS_WRITER:  # alerts block, below
+            self.alerts.observe(batch.run, batch.scalars, batch.events)
         run.inflight[(batch.writer, batch.seq)] = seq
         ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
@@ -1696,6 +1701,12 @@ class Broker:
                     continue
                 self._cache.update(run)
             await self._trim()
+
+    # -- alerts (vdl_stream/alerts.py; docs/alerts.md) ------------------------------------------
+
+    #: The detectors watching this broker's ingest, set by :meth:`AlertEngine.run` while it
+    #: runs. Ingest only queues each batch for them (never waits), and skips their own alerts.
+    alerts: AlertEngine | None = None
 
 
 class UnreadableRunError(recorder.RecorderError):

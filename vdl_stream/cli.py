@@ -38,6 +38,10 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(exc)
     elif Path(args.logdir).exists() and not Path(args.logdir).is_dir():
         return _fail(ValueError(f"--logdir {args.logdir} is not a directory"))
+    try:
+        engine, notifier = _alerts(args)
+    except (OSError, ValueError) as exc:
+        return _fail(exc)
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -57,6 +61,8 @@ def _serve(args: argparse.Namespace) -> int:
                         cache_bytes=args.cache_mb << 20,
                         bus=args.bus,
                         bus_lease=args.bus_lease,
+                        alerts=engine,
+                        webhooks=notifier,
                         allowed_hosts=args.allow_host,
                         limits=Limits(
                             max_websockets=args.max_connections,
@@ -89,6 +95,22 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(error)
         raise
     return 0
+
+
+def _alerts(args: argparse.Namespace) -> tuple:
+    """The alert engine and webhook notifier of ``serve --alerts/--webhook`` (docs/alerts.md)."""
+    from .alerts import AlertEngine, load_rules
+    from .webhooks import Webhook, WebhookNotifier
+
+    hooks = [Webhook.parse(url, args.webhook_format) for url in args.webhook]
+    if args.alerts == "off":
+        if hooks:
+            raise ValueError("--webhook needs the alert detectors: it cannot go with --alerts off")
+        return False, None
+    rules = load_rules(args.alerts) if args.alerts else None
+    notifier = WebhookNotifier(hooks) if hooks else None
+    engine = AlertEngine(rules, notify=None if notifier is None else notifier.notify)
+    return engine, notifier
 
 
 def _fail(error: BaseException) -> int:
@@ -235,6 +257,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="with --bus: seconds a broker's lease on a run lasts without renewal, so how long "
         "the runs of a killed broker wait for another (default: 3)",
+    )
+    serve.add_argument(
+        "--alerts",
+        metavar="RULES.toml",
+        help="tune or disable the alert detectors per tag pattern (docs/alerts.md); "
+        "'off': run no detectors at all",
+    )
+    serve.add_argument(
+        "--webhook",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="POST every alert as JSON to this URL (repeatable; Slack, Feishu and DingTalk "
+        "incoming webhooks are recognised by their host)",
+    )
+    serve.add_argument(
+        "--webhook-format",
+        default="auto",
+        choices=["auto", "json", "slack", "feishu", "dingtalk"],
+        help="payload shape of every --webhook (default: auto, by the URL's host)",
     )
     serve.set_defaults(func=_serve)
 

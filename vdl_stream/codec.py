@@ -32,8 +32,13 @@ EVENT_KINDS = frozenset(
         "roc_curve",
         "telemetry",
         "meta",
+        "alert",
     }
 )
+#: Alert levels, least severe first (``alert`` events; docs/alerts.md).
+ALERT_LEVELS = ("info", "warn", "error")
+#: Alert titles and messages are at most this many characters.
+MAX_ALERT_TEXT = 4096
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RUN_PART = re.compile(r"^[^\x00-\x1f\x7f/\\:]+$")
@@ -413,6 +418,26 @@ def _check_telemetry(event: dict[str, Any]) -> None:
     _require(event, "rank", "telemetry", lambda v: v is None or type(v) is int, "an int")
 
 
+def _short_str(limit: int) -> Any:
+    return lambda v: type(v) is str and len(v) <= limit
+
+
+def _check_alert(event: dict[str, Any]) -> None:
+    """An alert is untagged (a tag holds one kind): the tag it is about travels as ``series``."""
+    _require(event, "tag", "alert", lambda v: v is None, "nil (the tag it is about is series)")
+    _require(event, "rule", "alert", lambda v: type(v) is str and 0 < len(v) <= 64, "a short str")
+    _require(event, "level", "alert", lambda v: v in ALERT_LEVELS, f"one of {list(ALERT_LEVELS)}")
+    _require(event, "message", "alert", _short_str(MAX_ALERT_TEXT), "a str")
+    _require(event, "title", "alert", _short_str(MAX_ALERT_TEXT), "a str")
+    _require(event, "value", "alert", _optional_number, "a number or nil")
+    series = event.get("series")
+    if series is not None:
+        try:
+            check_tag(series, "alert series")
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(str(exc)) from None
+
+
 def _check_meta(event: dict[str, Any]) -> None:
     """``meta`` holds free-form keys; the depth and key checks apply."""
 
@@ -431,6 +456,7 @@ _KIND_CHECKS = {
     "roc_curve": lambda e: _check_curve(e, "roc_curve", _CURVES["roc_curve"]),
     "telemetry": _check_telemetry,
     "meta": _check_meta,
+    "alert": _check_alert,
 }
 #: Bin values that are not ``<f8`` arrays; every other bin value of an event is one.
 _OPAQUE_BINS = frozenset({"data"})

@@ -316,6 +316,18 @@ class LogWriter(_Recorder):
         """Log a matplotlib figure (or a list of them) rendered to PNG; ``close`` closes it."""
         self._writer.add_figure(tag, figure, step, close, _visualdl_wall(walltime))
 
+    def alert(
+        self,
+        title: str,
+        text: str,
+        level: str = "warn",
+        step: int | None = None,
+        walltime: float | None = None,
+    ) -> None:
+        """Raise an alert from training code: see :meth:`vdl_stream.Writer.alert`."""
+        wall = None if walltime is None else _visualdl_wall(walltime)
+        self._writer.alert(title, text, level, step, wall)
+
     # -- VisualDL 1.x: with writer.mode("train") as w: w.scalar("loss").add_record(step, v) ----
 
     def mode(self, name: str) -> LogWriterMode:
@@ -762,6 +774,17 @@ class SummaryWriter(_Recorder):
         display; ``close`` closes it afterwards."""
         step = 0 if global_step is None else global_step
         self._writer.add_figure(tag, figure, step, close, walltime)
+
+    def alert(
+        self,
+        title: str,
+        text: str,
+        level: str = "warn",
+        step: int | None = None,
+        walltime: float | None = None,
+    ) -> None:
+        """Raise an alert from training code: see :meth:`vdl_stream.Writer.alert`."""
+        self._writer.alert(title, text, level, step, walltime)
 
 
 __all__ = [

@@ -44,9 +44,11 @@ from werkzeug.exceptions import HTTPException
 from recorder import RecorderError
 
 from . import __version__, codec, storage
+from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
 from .interop import Export, stream_export
+from .webhooks import WebhookNotifier
 
 log = logging.getLogger("vdl_stream.server")
 
@@ -696,6 +698,25 @@ def api_blueprint(broker: Broker) -> Blueprint:
                 s["values"].append(_finite(value))
         return jsonify(run=name, series=series)
 
+    @bp.get("/api/alerts")
+    async def api_alerts() -> Any:
+        """A run's alerts (docs/http-api.md, "Alerts"), oldest first; ``limit``: the newest N."""
+        name = _query("run")
+        limit_text = request.args.get("limit", "")
+        try:
+            limit = int(limit_text) if limit_text else None
+            if limit is not None and limit < 1:
+                raise ValueError
+        except ValueError:
+            return _error(400, f"limit must be a positive int, got {limit_text[:20]!r}")
+        try:
+            events = await broker.read_events(name, "alert")  # a replay source has it too
+        except KeyError:
+            return _error(404, f"no run named {name!r}")
+        if limit is not None:
+            events = events[-limit:]
+        return jsonify(run=name, alerts=[_jsonable(e) for e in events])
+
     @bp.get("/api/export")
     async def api_export() -> Any:
         """A run's scalars and telemetry as CSV (``tag,step,wall_time,value``) or JSON."""
@@ -721,6 +742,10 @@ def api_blueprint(broker: Broker) -> Blueprint:
     async def api_stats() -> Any:
         return jsonify(
             broker=broker.statistics().__dict__,
+            # Under `vdl-stream replay` the source has no detectors.
+            alerts=None
+            if (a := getattr(broker, "alerts", None)) is None
+            else a.statistics().__dict__,
             subscribers=[s.__dict__ for s in broker.subscriber_statistics()],
             store=_store_statistics(broker),
             bus=_bus_statistics(broker),
@@ -948,6 +973,8 @@ async def _ingest_session(broker: Broker) -> None:
         await _ingest_batches(broker, send, receive, runs)
     finally:
         broker.writer_lost(runs)
+        if broker.alerts is not None:  # the crash rule (docs/alerts.md)
+            broker.alerts.writer_lost(runs)
 
 
 async def _ingest_batches(
@@ -1103,6 +1130,17 @@ async def serve_dashboard(
         accept_log.removeFilter(once)
 
 
+async def _until_closed(
+    broker: Broker, service: Callable[..., Awaitable[None]], *, task_status: Any
+) -> None:
+    """Run ``service`` (started with ``nursery.start``) until ``broker`` is closed."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service)
+        task_status.started()
+        await broker.wait_closed()
+        nursery.cancel_scope.cancel()
+
+
 async def run_server(
     logdir: str | Path,
     host: str = "127.0.0.1",
@@ -1115,6 +1153,8 @@ async def run_server(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     bus: str | None = None,
     bus_lease: float | None = None,
+    alerts: AlertEngine | bool | None = None,
+    webhooks: WebhookNotifier | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     cache_dir: str | Path | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -1128,6 +1168,9 @@ async def run_server(
 
     ``bus``, a ``redis://`` URL, joins this broker to the others on that Redis (``--bus``,
     :mod:`vdl_stream.bus`; ``bus_lease`` is the run leases' time to live in seconds).
+
+    ``alerts`` is the detector engine that watches ingest (docs/alerts.md); one with the default
+    rules when None or True, none at all when False. ``webhooks``, when given, is started too (the engine's ``notify`` feeds it).
 
     Reports the dashboard URL through ``task_status``. When ``shutdown_trigger`` returns it shuts
     down in order, within a deadline: stop ingest, drain and fsync every run, close subscribers
@@ -1146,6 +1189,8 @@ async def run_server(
         local = storage.cache_dir(str(logdir), cache_dir)
         sync = storage.StoreSync(storage.ObstoreClient(str(logdir)), local)
         logdir = local
+    if alerts is None or alerts is True:
+        alerts = AlertEngine()
     sock = bind_socket(host, port)
     try:
         broker = Broker(
@@ -1164,6 +1209,10 @@ async def run_server(
 
                 await nursery.start(Bus(broker, bus, lease_ttl=bus_lease or LEASE_TTL).run)
             await nursery.start(broker.follow)
+            if alerts is not False:
+                await nursery.start(alerts.run, broker)
+            if webhooks is not None:
+                await nursery.start(_until_closed, broker, webhooks.run)
             url = await nursery.start(
                 partial(
                     serve_dashboard,

@@ -82,6 +82,7 @@ LOGGING_METHODS = (
     "add_roc_curve",
     "add_video",
     "add_figure",
+    "alert",
 )
 
 
@@ -484,6 +485,33 @@ class Writer:
 
         wall = _wall(walltime)
         self._add_event(media.figure_event(tag, figure, step, wall, close))
+
+    def alert(
+        self,
+        title: str,
+        text: str,
+        level: str = "warn",
+        step: int | None = None,
+        walltime: float | None = None,
+    ) -> None:
+        """Raise an alert from training code (the name W&B and trackio use).
+
+        It is recorded in the run as an ``alert`` event (rule ``"user"``), shown in the page's
+        alerts panel and toasts, and posted to the server's webhooks (docs/alerts.md).
+
+        Args:
+            title: a short headline, a non-empty str of at most 4,096 characters.
+            text: the message, a str of at most 4,096 characters.
+            level: ``"info"``, ``"warn"`` or ``"error"``.
+            step: the training step it concerns, or None.
+            walltime: seconds since the epoch, a finite number; now when omitted.
+
+        Raises:
+            TypeError, ValueError: a bad argument, named in the message.
+        """
+        from .alerts import alert_event
+
+        self._add_event(alert_event(title, text, level, step=step, wall=walltime))
 
     def _add_event(self, event: dict[str, Any]) -> None:
         """Queue a non-scalar event map (already validated by the caller)."""
@@ -983,6 +1011,9 @@ def attach(
             from .server import serve_dashboard  # the web stack loads only when serving
 
             await nursery.start(broker.follow)  # show the other runs of the log directory too
+            from .alerts import AlertEngine
+
+            await nursery.start(AlertEngine().run, broker)  # live alerts for the page
             transport.url = await nursery.start(
                 partial(serve_dashboard, allowed_hosts=allowed_hosts), broker, host, port, token
             )

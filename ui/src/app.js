@@ -3,7 +3,7 @@
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
 import { Connection, liveUrl, takeToken } from "./connection.js";
-import { SyncGroup } from "./chart.js";
+import { chartHooks, SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler } from "./frames.js";
 import { deriveSummary, pointsFor, RunsModel, SELECT_ALL_UP_TO } from "./runs.js";
@@ -21,6 +21,8 @@ import { BADGE_TEXT, badgeState, ReplayBar } from "./views/replay.js";
 import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
 import { TextView } from "./views/text.js";
+import { AlertsView } from "./views/alerts.js";
+import { Toasts } from "./toast.js";
 
 initLanguage();
 
@@ -41,7 +43,7 @@ const state = {
   hiddenRuns: new Set(),
   paused: false,
   /** Views shown on the page (`vdl.showView` toggles them; the header's buttons scroll to them). */
-  views: new Set(["scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
+  views: new Set(["alerts", "scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
 };
 const syncGroups = new Map();
 // The runs table's model: selection, pins, hidden runs, filters, grouping (see runs.js).
@@ -65,8 +67,20 @@ const ctx = {
   },
 };
 
-// Page order: training curves first, then the system charts right under them.
+// Alerts (issue 14): a panel above the charts (collapsed while there are none), toasts, and a
+// marker on each chart at the alert's step.
+const toasts = new Toasts();
+const alertsView = new AlertsView(ctx, {
+  toasts,
+  onChange: () => {
+    for (const chart of views.scalars.charts.values()) chart.plot?.redraw(false, false);
+  },
+});
+chartHooks.draw = (chart, u) => alertsView.drawMarkers(chart, u);
+
+// Page order: alerts, then training curves, then the system charts right under them.
 const views = {
+  alerts: alertsView,
   scalars: new ScalarsView(ctx),
   system: new SystemView(ctx),
   histograms: new HistogramsView(ctx),
@@ -131,7 +145,7 @@ const reportBtn = el(
 );
 const main = el("main", {}, report.head, ...Object.values(views).map((v) => v.element));
 const header = el("header", { class: "top" }, menuBtn, el("h1", { text: "vdl-stream" }), conn, syncNote, tabs, el("span", { class: "spacer" }), reportBtn, pauseBtn, langSelect, replayBar.element, report.panel);
-document.body.replaceChildren(header, el("div", { class: "layout" }, side, main));
+document.body.replaceChildren(header, el("div", { class: "layout" }, side, main), toasts.element);
 // The sticky sidebar and a view scrolled to start under the header, however tall it is.
 new ResizeObserver(() => document.documentElement.style.setProperty("--header-h", `${header.offsetHeight}px`)).observe(header);
 
@@ -431,6 +445,7 @@ const connection = new Connection({
       conn.dataset.server = String(msg.server ?? "");
     }
     store.apply(msg);
+    alertsView.onMessage(msg);
     replayBar.onMessage(msg);
   },
   onState: (s, detail) => {
@@ -501,6 +516,14 @@ window.vdl = {
   /** Connection counters: frames, badFrames, reconnects, gaps, sockets (WebSockets opened), draws. */
   get stats() {
     return { ...connection.stats, ...scheduler.stats };
+  },
+  /** Alerts: `list()` newest first, `book` (acknowledge, mute), `toasts.shown`. */
+  alerts: {
+    list: () => alertsView.book.all(),
+    book: alertsView.book,
+    toasts,
+    /** Markers drawn on the scalar chart of `tag` at its last draw. */
+    markers: (tag) => views.scalars.charts.get(tag)?.alertMarkers ?? 0,
   },
   state,
   store,

@@ -93,6 +93,9 @@ export function formatBytes(v) {
   return `${+v.toFixed(v >= 100 || i === 0 ? 0 : 1)} ${units[i]}`;
 }
 
+/** Drawn on every chart after uPlot draws it: `draw(chart, u)` (the alert markers, views/alerts.js). */
+export const chartHooks = { draw: null };
+
 export class Chart {
   /**
    * @param {object} opts
@@ -551,6 +554,7 @@ export class Chart {
       hooks: {
         setCursor: [() => this._updateReadout()],
         setSelect: [(u) => this._onSelect(u)],
+        draw: [(u) => chartHooks.draw?.(this, u)],
       },
     };
     // A stroke given as a CSS variable is not understood by canvas; resolve it once here.

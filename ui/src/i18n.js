@@ -304,6 +304,56 @@ const STRINGS = {
   },
 };
 
+// Alerts panel, toasts and chart markers (ui/src/views/alerts.js, ui/src/toast.js; issue 14).
+Object.assign(STRINGS.en, {
+  alerts: "Alerts",
+  noAlerts: "No alerts.",
+  alertsOpen: "{open} open of {total}",
+  alertAck: "Acknowledge",
+  alertUnack: "Reopen",
+  alertMute: "Mute",
+  alertUnmute: "Unmute",
+  alertMuteHint: "No more toasts or chart markers for this rule on this tag of this run",
+  close: "Close",
+  level_info: "Info",
+  level_warn: "Warning",
+  level_error: "Error",
+  alert_nan: "NaN or Inf",
+  alert_spike: "Spike",
+  alert_divergence: "Diverging",
+  alert_plateau: "Plateau",
+  alert_stall: "Run stalled",
+  alert_crash: "Run crashed",
+  alert_gpu_underuse: "GPU underused",
+  alert_gpu_memory: "GPU memory nearly full",
+  alert_gradient_explode: "Exploding gradients",
+  alert_gradient_vanish: "Vanishing gradients",
+});
+Object.assign(STRINGS.zh, {
+  alerts: "告警",
+  noAlerts: "暂无告警。",
+  alertsOpen: "未处理 {open} / 共 {total}",
+  alertAck: "确认",
+  alertUnack: "重新打开",
+  alertMute: "静音",
+  alertUnmute: "取消静音",
+  alertMuteHint: "此运行中该标签的这条规则不再弹出提示，也不在图表上标记",
+  close: "关闭",
+  level_info: "提示",
+  level_warn: "警告",
+  level_error: "错误",
+  alert_nan: "出现 NaN 或 Inf",
+  alert_spike: "突刺",
+  alert_divergence: "发散",
+  alert_plateau: "停滞不降",
+  alert_stall: "运行停滞",
+  alert_crash: "运行崩溃",
+  alert_gpu_underuse: "GPU 利用率低",
+  alert_gpu_memory: "GPU 显存将满",
+  alert_gradient_explode: "梯度爆炸",
+  alert_gradient_vanish: "梯度消失",
+});
+
 /** Supported language codes. */
 export const LANGUAGES = Object.keys(STRINGS);
 

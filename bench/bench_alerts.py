@@ -1,0 +1,371 @@
+"""Alerts benchmark (issue 14): what the detectors cost ingest, and how often they cry wolf.
+
+Phases:
+
+1. ``throughput``: an in-process ``Broker`` over a fresh log directory ingests ``--batches``
+   batches (each ``--tags`` loss-like tags x ``--points`` points, noisy and positive; a gradient
+   histogram in every 25th) and waits until all are written; events/s persisted, with the alert
+   engine running (every detector on, default rules) and without it, alternating, median of
+   ``--repeat`` runs each; and the process's CPU time per event (every thread, persistence
+   included), with the detectors' own share (``cpu_seconds`` of their statistics), which a busy
+   machine disturbs less than wall-clock rates. The detectors share the broker's event loop and
+   thread here, the worst case for the comparison. Run twice: large batches (a fast writer, 4,096 points) and
+   small ones (30 points, what a writer's 20 ms flush holds for a demo-speed loop).
+2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
+   ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
+   as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
+   batch for ``--seconds`` seconds with at most 8 unacknowledged batches each; events/s
+   acknowledged (persisted), and the server's CPU time per event, alternating on and off, median
+   of ``--repeat``.
+3. ``latency``: a ``vdl-stream serve`` and a training process (tests/alert_writer.py) with a
+   fault (learning rate x100, a NaN loss, gradients x1e6 at step 300); seconds from the offending
+   point's wall time (taken in the training process) to the alert's arrival at a ``/ws/live``
+   client, per alert.
+4. ``false-positives``: the demo's training (tests/alert_faults.py, the model, data and optimiser
+   of vdl_stream/demo.py, one seed per run) for ``--runs`` runs of ``--steps`` steps, its points
+   handed to the detectors in the writer's batch sizes; alerts raised (the target is 0), and for
+   contrast the same runs with a fault (learning rate x100 at step 2,000): runs caught.
+
+Usage: python bench/bench_alerts.py [--quick] [--repeat N] [--runs N] [--steps N] [--seconds S]
+                                    [--served-points N ...] [--json PATH] [--skip PHASE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import broker_clients
+import numpy as np
+import psutil
+import trio
+from broker_clients import ServeProcess, WriterResult, kill_started, stream_batches
+
+from tests import alert_faults
+from vdl_stream import codec, summaries
+from vdl_stream.alerts import AlertEngine
+from vdl_stream.broker import Broker
+from vdl_stream.codec import Batch, ScalarColumns
+
+PHASES = ("throughput", "served", "latency", "false-positives")
+
+
+def make_batches(n: int, tags: int, points: int, seed: int = 0) -> list[Batch]:
+    """``n`` batches of ``tags`` loss-like tags x ``points`` points and a gradient histogram."""
+    rng = np.random.default_rng(seed)
+    out = []
+    step = 0
+    for seq in range(1, n + 1):
+        steps = np.arange(step, step + points, dtype=np.int64)
+        walls = 1.7e9 + steps * 0.01
+        scalars = []
+        for t in range(tags):
+            # A decaying loss with multiplicative noise: what the spike and divergence rules judge.
+            values = np.exp(-steps / 5e4) * np.exp(rng.normal(0, 0.3, points)) * (1 + t)
+            scalars.append(ScalarColumns(f"train/loss{t}", steps, walls, values))
+        events = []
+        if seq % 25 == 1:  # as the demo: a gradient histogram every 25 steps
+            events.append(
+                summaries.histogram_event("grads/w", rng.normal(0, 0.01, 256), step, walls[-1], 10)
+            )
+        out.append(Batch("bench", seq, "bench", scalars, events))
+        step += points
+    return out
+
+
+async def _ingest(logdir: Path, batches: list[Batch], alerts: bool) -> tuple[float, float, dict]:
+    """Ingest ``batches`` into a fresh broker; return wall seconds until all are written, the
+    process's CPU seconds (every thread) until the detectors are done too, and their statistics."""
+    broker = Broker(logdir)
+    engine = AlertEngine() if alerts else None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        if engine is not None:
+            await nursery.start(engine.run, broker)
+        started, cpu = time.perf_counter(), time.process_time()
+        seq = 0
+        for batch in batches:
+            seq = await broker.ingest(batch)
+        await broker.wait_written(seq)
+        elapsed = time.perf_counter() - started
+        if engine is not None:
+            # Let the detectors finish what is queued (ingest never waits for them, but their
+            # CPU time counts).
+            with trio.move_on_after(30):
+                while engine.statistics().queue_depth:  # noqa: ASYNC110 (a counter, no event)
+                    await trio.sleep(0.01)
+        cpu = time.process_time() - cpu
+        stats = engine.statistics().__dict__ if engine is not None else {}
+        broker.close()
+        await broker.wait_closed()
+        nursery.cancel_scope.cancel()
+    return elapsed, cpu, stats
+
+
+def phase_throughput(args: argparse.Namespace, results: dict) -> None:
+    for label, points, count in (
+        ("large", 4096, args.batches),
+        ("small", 30, args.batches * 20),
+    ):
+        batches = make_batches(count, args.tags, points)
+        events = sum(b.count() for b in batches)
+        rates: dict[str, list[float]] = {"off": [], "on": []}
+        cpus: dict[str, list[float]] = {"off": [], "on": []}
+        stats = {}
+        for i in range(args.repeat):
+            for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
+                logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
+                try:
+                    elapsed, cpu, s = trio.run(_ingest, logdir, batches, mode == "on")
+                finally:
+                    shutil.rmtree(logdir, ignore_errors=True)
+                rates[mode].append(events / elapsed)
+                cpus[mode].append(cpu / events * 1e9)  # ns per event
+                if s:
+                    stats = s
+        off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+        cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+        detector_ns = stats["cpu_seconds"] / events * 1e9
+        results[f"throughput_{label}"] = {
+            "cpu_ns_per_event_off": round(cpu_off, 1),
+            "cpu_ns_per_event_on": round(cpu_on, 1),
+            "detector_cpu_ns_per_event": round(detector_ns, 1),
+            "points_per_batch": points * args.tags,
+            "batches": count,
+            "events_per_s_off": round(off),
+            "events_per_s_on": round(on),
+            "ratio_on_off": round(on / off, 3),
+            "detector_stats": stats,
+        }
+        print(
+            f"ingest, {label} batches ({points * args.tags} points, {count} batches): "
+            f"off {off:,.0f} events/s, on {on:,.0f} events/s, on/off {on / off:.3f} "
+            f"(median of {args.repeat}); CPU per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns, "
+            f"of which the detectors {detector_ns:.0f} ns ({detector_ns / cpu_off:.1%} of ingest "
+            f"off); detectors observed {stats.get('observed')}, dropped {stats.get('dropped')}",
+            flush=True,
+        )
+
+
+def _noisy_batch(
+    writer: str, seq: int, run: str, tags: list[str], points: int, wall: float | None = None
+) -> bytes:
+    """broker_clients.make_batch with loss-like values (a decay with multiplicative noise) in
+    place of the step numbers: a steadily rising series is a diverging loss, and would have the
+    detectors fire (and be rate limited) on every round, which is not what a normal run costs."""
+    steps = np.arange((seq - 1) * points, seq * points, dtype=np.int64)
+    walls = np.full(points, time.time() if wall is None else wall)
+    rng = np.random.default_rng(seq)
+    values = np.exp(-steps / 5e5) * np.exp(rng.normal(0, 0.3, points))
+    columns = [ScalarColumns(tag, steps, walls, values * (1 + i)) for i, tag in enumerate(tags)]
+    return codec.encode_batch(Batch(writer, seq, run, columns))
+
+
+def _cpu(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def _served_once(alerts: bool, points: int, args: argparse.Namespace, workdir: Path) -> dict:
+    logdir = Path(tempfile.mkdtemp(prefix="logs-", dir=workdir))
+    extra = () if alerts else ("--alerts", "off")
+    server = ServeProcess(logdir, workdir / "serve.err", *extra)
+    tags = [f"train/loss{i}" for i in range(args.tags)]
+    writers = [WriterResult(f"w{i}", f"ingest/rank{i}") for i in range(4)]
+    try:
+
+        async def main() -> None:
+            start = trio.Event()
+            connected = trio.Semaphore(0)
+            async with trio.open_nursery() as nursery:
+                for w in writers:
+                    nursery.start_soon(
+                        lambda w=w: stream_batches(
+                            server.ws, w, tags=tags, points=points, seconds=args.seconds,
+                            start=start, window=8, connected=connected,
+                        )
+                    )  # fmt: skip
+                with trio.fail_after(30):
+                    for _ in writers:
+                        await connected.acquire()
+                start.set()
+
+        cpu0 = _cpu(server.pid)
+        trio.run(main)
+        cpu = _cpu(server.pid) - cpu0
+        stats = server.stats()
+    finally:
+        server.stop()
+        shutil.rmtree(logdir, ignore_errors=True)
+    acked = sum(min(w.acked_seq, w.sent_batches) for w in writers) * len(tags) * points
+    span = max(w.last_ack for w in writers) - min(w.first_send for w in writers)
+    errors = [w.error for w in writers if w.error]
+    return {
+        "events_per_s": acked / span,
+        "server_cpu_ns_per_event": cpu / acked * 1e9 if acked else float("nan"),
+        "alerts": stats.get("alerts"),
+        "errors": errors,
+    }
+
+
+def phase_served(args: argparse.Namespace, results: dict) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-served-"))
+    broker_clients.make_batch = _noisy_batch
+    try:
+        for points in args.served_points:
+            rates: dict[str, list[float]] = {"off": [], "on": []}
+            cpus: dict[str, list[float]] = {"off": [], "on": []}
+            last = None
+            for i in range(args.repeat):
+                for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
+                    r = _served_once(mode == "on", points, args, workdir)
+                    if r["errors"]:
+                        raise RuntimeError(f"writers failed: {r['errors']}")
+                    rates[mode].append(r["events_per_s"])
+                    cpus[mode].append(r["server_cpu_ns_per_event"])
+                    if mode == "on":
+                        last = r["alerts"]
+            off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+            cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+            results[f"served_{points}"] = {
+                "server_cpu_ns_per_event_off": round(cpu_off, 1),
+                "server_cpu_ns_per_event_on": round(cpu_on, 1),
+                "points_per_batch": points * args.tags,
+                "events_per_s_off": round(off),
+                "events_per_s_on": round(on),
+                "ratio_on_off": round(on / off, 3),
+                "all_off": [round(x) for x in rates["off"]],
+                "all_on": [round(x) for x in rates["on"]],
+                "detector_stats": last,
+            }
+            print(
+                f"serve, {points * args.tags} points per batch: off {off:,.0f} events/s, on "
+                f"{on:,.0f} events/s, on/off {on / off:.3f} (median of {args.repeat}); server CPU "
+                f"per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns; load average "
+                f"{os.getloadavg()[0]:.1f}; detectors {last}",
+                flush=True,
+            )
+    finally:
+        kill_started()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def phase_latency(args: argparse.Namespace, results: dict) -> None:
+    from tests.test_alerts import _live
+
+    workdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-latency-"))
+    server = ServeProcess(workdir / "logs", workdir / "serve.err")
+    out = {}
+    try:
+        for fault, rules in (
+            ("lr", {"spike", "divergence"}),
+            ("nan", {"nan"}),
+            ("grad", {"gradient_explode"}),
+        ):
+            for i in range(args.latency_runs):
+                target = SimpleNamespace(ws_url=server.ws)
+                proc, got = trio.run(_live, target, f"lat-{fault}-{i}", fault, rules)
+                proc.wait(60)
+                for received, alert in got:
+                    if alert["rule"] in rules:
+                        out.setdefault(f"{fault}:{alert['rule']}", []).append(
+                            received - alert["wall"]
+                        )
+    finally:
+        server.stop()
+        kill_started()
+        shutil.rmtree(workdir, ignore_errors=True)
+    results["latency_s"] = {
+        k: {"median": round(statistics.median(v), 3), "max": round(max(v), 3), "n": len(v)}
+        for k, v in out.items()
+    }
+    for k, v in out.items():
+        print(
+            f"latency {k}: median {statistics.median(v) * 1e3:.0f} ms, max {max(v) * 1e3:.0f} ms "
+            f"over {len(v)} runs",
+            flush=True,
+        )
+
+
+def _alerts(steps: int, seed: int, **faults: object) -> list[dict]:
+    engine = AlertEngine()
+    sink = alert_faults.Collect(engine)
+    alert_faults.train(sink, steps, seed=seed, **faults)
+    sink.flush()
+    return [event for _, event in engine.pending()]
+
+
+def phase_false_positives(args: argparse.Namespace, results: dict) -> None:
+    false = []
+    caught = 0
+    started = time.perf_counter()
+    for seed in range(args.runs):
+        alerts = _alerts(args.steps, seed)
+        false.extend((seed, a["rule"], a["series"], a["step"]) for a in alerts)
+        faulty = _alerts(args.steps, seed, lr_boost_at=min(2000, args.steps // 2))
+        caught += any(a["rule"] in ("spike", "divergence", "nan") for a in faulty)
+        print(f"  seed {seed}: {len(alerts)} alerts normal, {len(faulty)} with lr x100", flush=True)
+    results["false_positives"] = {
+        "runs": args.runs,
+        "steps": args.steps,
+        "alerts": len(false),
+        "which": false,
+        "faulty_runs_caught": caught,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    print(
+        f"false positives: {len(false)} alerts over {args.runs} normal demo runs of {args.steps} "
+        f"steps; lr x100 caught in {caught}/{args.runs} runs",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for development")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per mode (default: 5)")
+    parser.add_argument("--batches", type=int, default=400, help="large batches (default: 400)")
+    parser.add_argument("--tags", type=int, default=4, help="scalar tags per batch (default: 4)")
+    parser.add_argument(
+        "--served-points",
+        type=int,
+        nargs="*",
+        default=[1024, 8],
+        help="points per tag and batch in the served phase (default: 1024 8)",
+    )
+    parser.add_argument("--seconds", type=float, default=5.0, help="served phase (default: 5)")
+    parser.add_argument("--latency-runs", type=int, default=5, help="per fault (default: 5)")
+    parser.add_argument("--runs", type=int, default=10, help="demo runs (default: 10)")
+    parser.add_argument("--steps", type=int, default=5000, help="steps per run (default: 5000)")
+    parser.add_argument("--json", help="also write every figure to this JSON file")
+    parser.add_argument("--skip", nargs="*", default=[], choices=PHASES, help="phases to leave out")
+    args = parser.parse_args()
+    if args.quick:
+        args.batches, args.runs, args.steps, args.seconds = 100, 2, 1500, 2.0
+        args.latency_runs = 1
+    results: dict = {"args": vars(args)}
+    if "throughput" not in args.skip:
+        phase_throughput(args, results)
+    if "served" not in args.skip:
+        phase_served(args, results)
+    if "latency" not in args.skip:
+        phase_latency(args, results)
+    if "false-positives" not in args.skip:
+        phase_false_positives(args, results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,580 @@
+"""Live alerts (issue 14): the alert event, the detectors on real demo runs with injected faults,
+rules files, rate limits, the live path (a real server, a real writer process, a WebSocket client)
+and the webhooks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+import trio
+from trio_websocket import open_websocket_url
+
+import recorder
+from tests import alert_faults
+from tests.conftest import http_get, start_serve, stop_serve
+from vdl_stream import attach, codec
+from vdl_stream.alerts import (
+    AlertEngine,
+    RulesError,
+    alert_event,
+    load_rules,
+    rules_from_dict,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the alert event -------------------------------------------------------------------------
+
+
+def test_an_alert_event_passes_the_codec_and_bad_ones_are_refused():
+    event = alert_event("Loss exploded", "loss is 1e9", "error", step=3, rule="user")
+    assert codec.check_event(dict(event)) == event
+    assert event["kind"] == "alert" and event["tag"] is None and event["step"] == 3
+    for change, what in (
+        ({"tag": "train/loss"}, "alert tag must be nil"),
+        ({"level": "fatal"}, "alert level must be one of"),
+        ({"rule": ""}, "alert rule must be a short str"),
+        ({"message": 3}, "alert message must be a str"),
+        ({"value": "x"}, "alert value must be a number or nil"),
+        ({"series": "a\x00"}, "alert series must not contain control characters"),
+    ):
+        with pytest.raises(codec.ProtocolError, match=what):
+            codec.check_event({**event, **change})
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "text"),
+    [
+        ((3, "t"), {}, TypeError, "title must be a str, got int 3"),
+        (("", "t"), {}, ValueError, "title must be a non-empty str"),
+        (("t", None), {}, TypeError, "text must be a str, got NoneType"),
+        (("t", "x" * 5000), {}, ValueError, "text must be at most 4096 characters, got 5000"),
+        (("t", "x"), {"level": "fatal"}, ValueError, "level must be one of"),
+        (("t", "x"), {"level": 2}, TypeError, "level must be a str, got int 2"),
+        (("t", "x"), {"step": 1.5}, TypeError, "step"),
+        (("t", "x"), {"walltime": float("nan")}, ValueError, "walltime"),
+    ],
+)
+def test_writer_alert_checks_its_arguments_and_loses_nothing(tmp_path, args, kwargs, error, text):
+    with attach(tmp_path, run="r", telemetry=False) as w:
+        w.add_scalar("a", 1.0, 0)
+        with pytest.raises(error, match=text):
+            w.alert(*args, **kwargs)
+        w.alert("kept", "after a refused call", "info", step=7)
+    with recorder.RunReader(tmp_path / "r") as reader:
+        assert len(reader.read_scalars("a")) == 1
+        [record] = reader.read_records(kind="alert")
+    assert record.data["title"] == "kept" and record.data["level"] == "info"
+    assert record.step == 7 and record.data["rule"] == "user"
+
+
+def test_log_writer_and_summary_writer_alert(tmp_path):
+    from vdl_stream import LogWriter, SummaryWriter
+
+    with LogWriter(logdir=str(tmp_path / "vdl"), telemetry=False) as w:
+        w.alert("from LogWriter", "text", "error", step=1)
+        with pytest.raises(ValueError, match="level must be one of"):
+            w.alert("t", "x", "loud")
+    with SummaryWriter(log_dir=str(tmp_path / "tb"), telemetry=False) as w:
+        w.alert("from SummaryWriter", "text")
+    for run, title, level in (
+        ("vdl", "from LogWriter", "error"),
+        ("tb", "from SummaryWriter", "warn"),
+    ):
+        with recorder.RunReader(tmp_path / run) as reader:
+            [record] = reader.read_records(kind="alert")
+        assert (record.data["title"], record.data["level"]) == (title, level)
+
+
+# -- detectors on real demo runs (the engine's pure core) ---------------------------------------
+
+
+def _alerts(steps: int, **faults: Any) -> list[dict[str, Any]]:
+    engine = AlertEngine()
+    sink = alert_faults.Collect(engine)
+    alert_faults.train(sink, steps, **faults)
+    sink.flush()
+    return [event for _, event in engine.pending()]
+
+
+def test_lr_times_100_is_caught_as_divergence_and_spike():
+    alerts = _alerts(2000, lr_boost_at=1200)
+    rules = {(a["rule"], a["series"]) for a in alerts}
+    assert ("spike", "train/loss") in rules and ("divergence", "train/loss") in rules
+    for a in alerts:
+        assert 1200 <= a["step"] <= 1230, a  # caught within a few steps of the fault
+
+
+def test_a_nan_loss_is_caught_at_its_step():
+    alerts = _alerts(1000, nan_at=700)
+    assert [(a["rule"], a["series"], a["step"]) for a in alerts] == [("nan", "train/loss", 700)]
+    assert alerts[0]["level"] == "error" and alerts[0]["value"] is None
+
+
+def test_gradients_times_1e6_are_caught_as_exploding():
+    alerts = _alerts(1000, grad_scale_at=600)
+    explode = [a for a in alerts if a["rule"] == "gradient_explode"]
+    assert [(a["series"], a["step"]) for a in explode] == [("grads/w1", 600)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_no_alert_over_a_normal_demo_run(seed):
+    """The issue's target is 0 alerts over 10 normal runs of 5,000 steps (bench/bench_alerts.py
+    --false-positives measures that); here 3 seeds of 2,500 steps keep the suite quick."""
+    assert _alerts(2500, seed=seed) == []
+
+
+def test_a_repeated_fault_raises_one_alert_and_many_tags_are_rate_limited():
+    engine = AlertEngine()
+    walls = np.full(5, 1.7e9)
+    for i in range(50):  # NaN every batch: the condition holds, one alert
+        cols = codec.ScalarColumns("loss", np.arange(i * 5, i * 5 + 5), walls, np.full(5, np.nan))
+        engine.process("r", [cols], [], float(i))
+    assert [a["rule"] for _, a in engine.pending()] == ["nan"]
+    for i in range(100):  # an Inf in each of 100 tags: 20 alerts a minute at most, that one too
+        cols = codec.ScalarColumns(f"t{i}", np.arange(1), walls[:1], np.array([np.inf]))
+        engine.process("r", [cols], [], 0.0)
+    assert len(engine.pending()) == 19
+    assert engine.statistics().suppressed == 81
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+
+def test_rules_file_tunes_and_disables_detectors_per_tag(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text(
+        "[spike]\nthreshold = 40\n\n[stall]\nmin_seconds = 5\n\n"
+        '[[tags]]\nmatch = "train/loss"\nnan = false\n\n'
+        '[[tags]]\nmatch = ["eval/*"]\nspike = { window = 50 }\n'
+    )
+    rules = load_rules(path)
+    assert rules.for_tag("nan", "train/loss") is None
+    assert rules.for_tag("nan", "train/accuracy")["enabled"]
+    assert rules.for_tag("spike", "train/accuracy")["threshold"] == 40.0
+    eval_spike = rules.for_tag("spike", "eval/loss")
+    assert (eval_spike["window"], eval_spike["threshold"]) == (50, 40.0)
+    assert rules.for_tag("spike", "train/lr") is None  # excluded by default: a schedule moves
+    assert rules.params("stall")["min_seconds"] == 5.0
+    engine = AlertEngine(rules)
+    cols = codec.ScalarColumns("train/loss", np.arange(1), np.full(1, 1.7e9), np.array([np.nan]))
+    engine.process("r", [cols], [], 0.0)
+    assert engine.pending() == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[spikes]\n", "unknown detector 'spikes'"),
+        ("[spike]\nthreshold = 'high'\n", "spike.threshold must be a number"),
+        ("[spike]\nwindoww = 3\n", "spike has no setting 'windoww'"),
+        ("[[tags]]\nspike = false\n", r"tags\[0\] must be a table with a match glob"),
+        ('[[tags]]\nmatch = "a"\nstall = false\n', r"tags\[0\].stall is not a per-tag detector"),
+        ("[spike\n", "not valid TOML"),
+    ],
+)
+def test_bad_rules_files_name_the_key(tmp_path, text, message):
+    path = tmp_path / "rules.toml"
+    path.write_text(text)
+    with pytest.raises(RulesError, match=message):
+        load_rules(path)
+
+
+def test_serve_refuses_a_bad_rules_file_in_one_line(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text("[spike]\nthreshold = -1\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "vdl_stream.cli", "serve", "--logdir", str(tmp_path), "--port", "0",
+         "--alerts", str(path)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "spike.threshold must be a finite number >= 0, got -1" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_rules_from_dict_rejects_non_tables():
+    with pytest.raises(RulesError, match="must be a table or true/false"):
+        rules_from_dict({"spike": 3})
+
+
+# -- the live path: a real server, a real writer process, a WebSocket client ----------------------
+
+LIVE_RULES = """
+[stall]
+min_seconds = 1.5
+
+[crash]
+grace = 1.0
+
+[gpu_underuse]
+seconds = 1.0
+"""
+
+
+@pytest.fixture(scope="module")
+def alert_server(tmp_path_factory):
+    """``vdl-stream serve --alerts`` with short stall, crash and GPU thresholds."""
+    root = tmp_path_factory.mktemp("alerts")
+    rules = root / "rules.toml"
+    rules.write_text(LIVE_RULES)
+    server = start_serve(root / "logs", "--alerts", str(rules))
+    try:
+        yield server
+    finally:
+        stop_serve(server)
+
+
+def _writer(server, run: str, fault: str, steps: int = 600) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "alert_writer.py"), server.ws_url, run, fault,
+         str(steps)],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+async def _wait_line(proc: subprocess.Popen, word: str) -> float:
+    """Wait (in a thread) for the writer to print ``word``; return when it did."""
+    while True:
+        line = await trio.to_thread.run_sync(proc.stdout.readline)
+        if not line:
+            raise AssertionError(f"the writer exited (code {proc.wait()}) before {word!r}")
+        if line.strip() == word:
+            return time.time()
+
+
+async def _alerts_of(ws_url: str, run: str, rules: set[str], seconds: float) -> list:
+    """Subscribe on /ws/live; return ``(received, alert)`` for alerts of ``run`` until one of each
+    of ``rules`` arrived, or ``seconds`` passed."""
+    out: list[tuple[float, dict[str, Any]]] = []
+    async with open_websocket_url(ws_url + "/ws/live") as ws:
+        await ws.send_message(msgpack.packb({"type": "subscribe", "runs": [run], "tags": None}))
+        with trio.move_on_after(seconds):
+            while not rules <= {a["rule"] for _, a in out}:
+                message = msgpack.unpackb(await ws.get_message(), raw=False)
+                if message.get("type") == "data" and message.get("run") == run:
+                    now = time.time()
+                    out.extend((now, e) for e in message["events"] if e.get("kind") == "alert")
+    return out
+
+
+async def _live(alert_server, run: str, fault: str, rules: set[str], seconds: float = 60):
+    """Run a writer with ``fault``; once its run exists (``ready``, step 50, before the fault at
+    step 300), watch it on /ws/live, so that alerts come in ``data`` frames as they happen."""
+    proc = _writer(alert_server, run, fault)
+    try:
+        await _wait_line(proc, "ready")
+        return proc, await _alerts_of(alert_server.ws_url, run, rules, seconds)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [("lr", {"spike", "divergence"}), ("nan", {"nan"}), ("grad", {"gradient_explode"})],
+)
+async def test_a_fault_reaches_a_websocket_client_within_a_second(alert_server, fault, expected):
+    run = f"live-{fault}"
+    proc, got = await _live(alert_server, run, fault, expected)
+    try:
+        rules = {a["rule"] for _, a in got}
+        assert expected <= rules, got
+        for received, alert in got:
+            if alert["rule"] in expected:
+                # wall: when the offending point or histogram was logged in the writer process
+                assert received - alert["wall"] <= 1.0, (alert, received)
+        assert await trio.to_thread.run_sync(proc.wait, 60) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    status, body = await trio.to_thread.run_sync(
+        http_get, f"{alert_server.url}/api/alerts?run={run}"
+    )
+    assert status == 200
+    assert expected <= {a["rule"] for a in body["alerts"]}  # recorded in the run: they persist
+    assert all(a["kind"] == "alert" and a["tag"] is None for a in body["alerts"])
+
+
+async def test_a_paused_loop_is_reported_as_stalled(alert_server):
+    proc = _writer(alert_server, "live-pause", "pause")
+    try:
+        got: list = []
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                got.extend(await _alerts_of(alert_server.ws_url, "live-pause", {"stall"}, 60))
+
+            nursery.start_soon(watch)
+            paused = await _wait_line(proc, "paused")
+        [(received, alert)] = [(r, a) for r, a in got if a["rule"] == "stall"]
+        assert alert["series"] is None and alert["step"] == 299
+        assert received - paused <= 1.5 + 1.0  # the stall threshold + 1 s
+        assert {a["rule"] for _, a in got} == {"stall"}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_sigkilled_writer_is_reported_as_crashed(alert_server):
+    proc = _writer(alert_server, "live-kill", "kill")
+    try:
+        got: list = []
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                got.extend(await _alerts_of(alert_server.ws_url, "live-kill", {"crash"}, 60))
+
+            nursery.start_soon(watch)
+            await _wait_line(proc, "paused")
+            proc.kill()  # SIGKILL: no close marker, the connection just ends
+            killed = time.time()
+        crashes = [(r, a) for r, a in got if a["rule"] == "crash"]
+        assert len(crashes) == 1, got
+        assert crashes[0][0] - killed <= 1.0 + 1.0  # the crash grace + 1 s
+        assert crashes[0][1]["level"] == "error"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_gpu_at_10_percent_is_reported_as_underused(alert_server):
+    # Watched from the start: the rule's 1 s may pass before the writer's step 50.
+    proc = _writer(alert_server, "live-gpu", "gpu")
+    try:
+        got = await _alerts_of(alert_server.ws_url, "live-gpu", {"gpu_underuse"}, 60)
+        [(received, alert)] = [(r, a) for r, a in got if a["rule"] == "gpu_underuse"]
+        assert alert["series"] == "gpu0/util" and alert["value"] == 10.0
+        assert received - alert["wall"] <= 1.0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_closed_normal_run_raises_nothing(alert_server):
+    proc, _ = await _live(alert_server, "live-none", "none", {"never"}, seconds=0.1)
+    assert await trio.to_thread.run_sync(proc.wait, 60) == 0
+    await trio.sleep(2.0)  # past the stall threshold: a closed run does not stall
+    status, body = await trio.to_thread.run_sync(
+        http_get, f"{alert_server.url}/api/alerts?run=live-none"
+    )
+    assert (status, body["alerts"]) == (200, [])
+    status, body = await trio.to_thread.run_sync(
+        http_get, f"{alert_server.url}/api/alerts?run=nope"
+    )
+    assert status == 404
+
+
+# -- webhooks, against local HTTP servers on 127.0.0.1 ----------------------------------------------
+
+
+class _Hooks:
+    """A local HTTP server: ``/ok`` records each POST, ``/fail`` answers 500 (counted), ``/hang``
+    holds the request until the test ends."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.posts: list[tuple[str, float, dict]] = []
+        self.fails = 0
+        self.release = threading.Event()
+        hooks = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/hang":
+                    hooks.release.wait(30)
+                    return
+                if self.path == "/fail":
+                    hooks.fails += 1
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                hooks.posts.append((self.path, time.time(), json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hooks():
+    server = _Hooks()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+async def _until(condition: Any, seconds: float = 10.0) -> None:
+    # The condition is changed by the HTTP server's threads, which cannot set a trio.Event.
+    with trio.fail_after(seconds):
+        while not condition():  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+def test_payload_shapes_of_slack_feishu_and_dingtalk():
+    from vdl_stream.webhooks import Webhook, payload
+
+    alert = alert_event("Spike: train/loss", "train/loss = 20", "error", step=5, value=20.0)
+    slack = Webhook.parse("https://hooks.slack.com/services/T/B/X")
+    feishu = Webhook.parse("https://open.feishu.cn/open-apis/bot/v2/hook/abc")
+    ding = Webhook.parse("https://oapi.dingtalk.com/robot/send?access_token=t")
+    other = Webhook.parse("http://127.0.0.1:9/hook")
+    assert [h.format for h in (slack, feishu, ding, other)] == [
+        "slack",
+        "feishu",
+        "dingtalk",
+        "json",
+    ]
+    assert Webhook.parse("http://127.0.0.1:9/x", "feishu").format == "feishu"
+    text = "[vdl-stream ERROR] Spike: train/loss (run r, step 5)\ntrain/loss = 20"
+    assert payload("slack", "r", alert) == {"text": text}
+    assert payload("feishu", "r", alert) == {"msg_type": "text", "content": {"text": text}}
+    assert payload("dingtalk", "r", alert) == {"msgtype": "text", "text": {"content": text}}
+    body = payload("json", "r", alert)
+    assert body["run"] == "r" and body["rule"] == "user" and body["value"] == 20.0
+    json.dumps(body, allow_nan=False)
+    assert "access_token" not in repr(ding)  # the secret stays out of logs
+    with pytest.raises(ValueError, match="webhook must be an http:// or https:// URL"):
+        Webhook.parse("ftp://x/y")
+    with pytest.raises(ValueError, match="webhook format must be one of"):
+        Webhook.parse("http://x/y", "teams")
+
+
+async def test_a_hanging_hook_and_a_failing_hook_never_hold_back_a_good_one(hooks):
+    from vdl_stream.webhooks import Webhook, WebhookNotifier
+
+    notifier = WebhookNotifier(
+        [Webhook.parse(hooks.url + p) for p in ("/hang", "/fail", "/ok")],
+        timeout=0.5, backoff=0.05, rate=100.0, burst=10,
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
+        started = time.time()
+        for i in range(3):
+            notifier.notify("r", alert_event(f"alert {i}", "text", step=i))
+        assert time.time() - started < 0.05  # notify never waits
+        await _until(lambda: len(hooks.posts) == 3, 5.0)
+        assert [p[2]["title"] for p in hooks.posts] == ["alert 0", "alert 1", "alert 2"]
+        assert hooks.posts[-1][1] - started < 1.0  # not behind the hanging hook's timeouts
+        await _until(lambda: notifier.statistics().failed == 6, 20.0)  # 3 alerts x 2 bad hooks
+        stats = notifier.statistics()
+        assert hooks.fails == 9  # 3 tries for each alert at the 500 hook
+        assert (stats.sent, stats.retries, stats.dropped) == (3, 12, 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_full_webhook_queue_drops_and_counts(hooks):
+    from vdl_stream.webhooks import Webhook, WebhookNotifier
+
+    notifier = WebhookNotifier([Webhook.parse(hooks.url + "/hang")], queue_size=2, timeout=5)
+    for i in range(10):  # not running: nothing is taken from the queue
+        notifier.notify("r", alert_event(f"a{i}", ""))
+    stats = notifier.statistics()
+    assert (stats.queued, stats.dropped, stats.depth) == (2, 8, 2)
+
+
+async def test_the_rate_limit_spaces_posts(hooks):
+    from vdl_stream.webhooks import Webhook, WebhookNotifier
+
+    notifier = WebhookNotifier([Webhook.parse(hooks.url + "/ok")], rate=10.0, burst=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
+        for i in range(6):
+            notifier.notify("r", alert_event(f"a{i}", ""))
+        await _until(lambda: len(hooks.posts) == 6, 10.0)
+        times = [t for _, t, _ in hooks.posts]
+        # 2 at once (the burst), then one per 0.1 s: the last about 0.4 s after the first
+        assert times[-1] - times[0] >= 0.3
+        nursery.cancel_scope.cancel()
+
+
+def test_serve_posts_alerts_to_webhooks_while_ingest_carries_on(tmp_path, hooks):
+    server = start_serve(
+        tmp_path / "logs",
+        "--webhook", hooks.url + "/hang",
+        "--webhook", hooks.url + "/fail",
+        "--webhook", hooks.url + "/ok",
+        "--webhook-format", "slack",
+    )  # fmt: skip
+    try:
+        proc = _writer(server, "hooked", "nan", 600)
+        assert proc.wait(120) == 0
+        deadline = time.monotonic() + 20
+        while not hooks.posts and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [(path, _, body)] = hooks.posts
+        assert path == "/ok" and body["text"].startswith(
+            "[vdl-stream ERROR] NaN or Inf: train/loss"
+        )
+        status, tags = http_get(f"{server.url}/api/tags?run=hooked")
+        assert status == 200 and tags["tags"]["train/loss"]["count"] == 600  # nothing lost
+        status, stats = http_get(f"{server.url}/api/stats")
+        assert stats["alerts"]["raised"] >= 1 and stats["alerts"]["dropped"] == 0
+        # A hook that hangs does not hold the shutdown: SIGTERM ends the server cleanly.
+        assert stop_serve(server) == 0
+    finally:
+        stop_serve(server)
+
+
+def test_the_documented_rules_file_example_is_valid():
+    import tomllib
+
+    text = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    [example] = [
+        b for b in (c.split("```")[0] for c in text.split("```toml")[1:]) if "[[tags]]" in b
+    ]
+    rules = rules_from_dict(tomllib.loads(example))
+    assert rules.params("gpu_memory")["enabled"] is False
+    assert rules.for_tag("plateau", "train/loss") is None
+    assert rules.for_tag("spike", "val/acc")["window"] == 50
+
+
+def test_replay_keeps_the_alerts_of_a_run(tmp_path):
+    from vdl_stream.replay import load_timelines
+
+    with attach(tmp_path, run="r", telemetry=False) as w:
+        w.add_scalar("loss", 1.0, 0)
+        w.alert("checkpoint failed", "disk full", "error", step=0)
+    [timeline] = load_timelines(str(tmp_path))
+    timeline.move_to(float("inf"))
+    _, events = timeline.snapshot_at(timeline.cursor(), 100)
+    [alert] = [e for e in events if e["kind"] == "alert"]
+    assert (alert["title"], alert["level"], alert["rule"]) == ("checkpoint failed", "error", "user")
+
+
+def test_alerts_off_goes_without_webhooks(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "vdl_stream.cli", "serve", "--logdir", str(tmp_path), "--port", "0",
+         "--alerts", "off", "--webhook", "http://127.0.0.1:9/x"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--webhook needs the alert detectors" in result.stderr

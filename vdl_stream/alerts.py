@@ -1,0 +1,1221 @@
+"""Live alerts: detectors that watch every run as it is ingested, and the ``alert`` event.
+
+The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only queues it
+(``send_nowait`` into a bounded channel; a full queue drops the batch and counts it), so the
+ingest path never waits for a detector. The engine's own task runs the detectors in rounds (at
+most every 50 ms, on everything queued meanwhile, in a worker thread), per run and tag, with
+state bounded per tag (a rolling window, a few numbers), and checks time-based rules (stalled and
+crashed runs) a few times a second. An alert it raises is an
+``alert`` event ingested into the run like any other batch, from the writer id
+:data:`ALERTS_WRITER`: it is persisted with the run (so export of the run directory, import and
+replay keep it) and pushed to every page on ``/ws/live`` in the run's ``data`` frames.
+
+The detectors, their defaults and the reasoning behind each are in docs/alerts.md; the rules
+file (``vdl-stream serve --alerts rules.toml``) is parsed by :func:`load_rules`.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import logging
+import math
+import time
+import tomllib
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import trio
+
+from . import codec
+from .codec import Batch, ScalarColumns
+
+log = logging.getLogger("vdl_stream.alerts")
+
+#: The writer id of the broker's own alert batches (never observed again by the detectors).
+ALERTS_WRITER = "vdl-stream-alerts"
+#: The ``rule`` of alerts sent by training code with ``Writer.alert``.
+USER_RULE = "user"
+#: Batches waiting for the detectors; past this the newest are dropped and counted.
+QUEUE_BATCHES = 4096
+#: ... and scalar points waiting at most (about 24 bytes each, kept alive by the queue): 96 MiB.
+QUEUE_POINTS = 1 << 22
+#: Runs whose detector state is kept (least recently ingested forgotten first).
+MAX_RUNS = 4096
+#: Tags whose detector state is kept per run (tags past this are not watched).
+MAX_TAGS = 1024
+#: Seconds between checks of the time-based rules (stall, crash).
+TICK = 0.2
+#: Points of a long column folded into one smoothed update at most (bounded cost per batch).
+MAX_SMOOTH_POINTS = 32
+#: Columns of one tag are joined for a round until they hold this many points.
+JOIN_POINTS = 1 << 10
+#: Seconds between detector rounds at most; each round takes everything queued meanwhile.
+DETECT_INTERVAL = 0.05
+
+#: Every detector with its default parameters (docs/alerts.md explains each value).
+DEFAULT_RULES: dict[str, dict[str, Any]] = {
+    "nan": {"enabled": True, "tags": ["*"], "exclude": [], "level": "error"},
+    "spike": {
+        "enabled": True,
+        "tags": ["*"],
+        "exclude": ["lr", "*/lr", "*learning_rate*", "*/lr_*", "*lr/*"],
+        "level": "warn",
+        "window": 200,
+        "min_points": 50,
+        "threshold": 25.0,
+        "log_threshold": 6.0,
+    },
+    "divergence": {
+        "enabled": True,
+        "tags": ["*loss*"],
+        "exclude": [],
+        "level": "error",
+        "alpha": 0.05,
+        "min_points": 50,
+        "factor": 3.0,
+        "rising_points": 300,
+    },
+    "plateau": {
+        "enabled": True,
+        "tags": ["*loss*"],
+        "exclude": [],
+        "level": "info",
+        "mode": "auto",
+        "alpha": 0.05,
+        "min_delta": 0.01,
+        "patience": 2000,
+        "patience_fraction": 0.5,
+    },
+    "stall": {"enabled": True, "level": "warn", "factor": 20.0, "min_seconds": 120.0},
+    "crash": {"enabled": True, "level": "error", "grace": 3.0},
+    "gpu_underuse": {"enabled": True, "level": "warn", "util": 30.0, "seconds": 120.0},
+    "gpu_memory": {"enabled": True, "level": "warn", "fraction": 0.98, "seconds": 10.0},
+    "gradients": {
+        "enabled": True,
+        "tags": ["*grad*"],
+        "exclude": [],
+        "level": "error",
+        "baseline_points": 5,
+        "growth": 1000.0,
+        "shrink": 10000.0,
+        "zero_eps": 1e-10,
+        "zero_share": 0.9,
+        "huge": 1e6,
+        "huge_share": 0.01,
+    },
+    "limits": {"cooldown": 60.0, "per_minute": 20},
+}
+#: Detectors that apply per tag, and can be tuned or disabled per tag pattern.
+TAG_DETECTORS = ("nan", "spike", "divergence", "plateau", "gradients")
+#: Plateau's ``auto`` mode: tags matching these improve upwards; every other tag downwards.
+HIGHER_IS_BETTER = ("*acc*", "*auc*", "*f1*", "*precision*", "*recall*", "*map*", "*score*")
+
+
+# -- the alert event -------------------------------------------------------------------------------
+
+
+def alert_event(
+    title: object,
+    text: object,
+    level: object = "warn",
+    *,
+    step: object = None,
+    wall: object = None,
+    rule: str = USER_RULE,
+    series: str | None = None,
+    value: float | None = None,
+) -> dict[str, Any]:
+    """Build an ``alert`` event (docs/protocol.md, "alert").
+
+    Args:
+        title: a short headline, a non-empty str of at most 4,096 characters.
+        text: the message, a str of at most 4,096 characters.
+        level: ``"info"``, ``"warn"`` or ``"error"``.
+        step: the training step it concerns, an int, or None.
+        wall: seconds since the epoch; now when None.
+        rule: the detector that raised it (``"user"`` for training code).
+        series: the tag it is about, or None for the whole run.
+        value: the offending value, or None.
+
+    Raises:
+        TypeError, ValueError: a bad argument, named in the message.
+    """
+    from .summaries import check_str, check_wall, to_step
+
+    title = check_str(title, "title")
+    if not title or len(title) > codec.MAX_ALERT_TEXT:
+        raise ValueError(
+            f"title must be a non-empty str of at most {codec.MAX_ALERT_TEXT} characters, "
+            f"got {len(title)} characters"
+        )
+    text = check_str(text, "text")
+    if len(text) > codec.MAX_ALERT_TEXT:
+        raise ValueError(f"text must be at most {codec.MAX_ALERT_TEXT} characters, got {len(text)}")
+    if type(level) is not str:
+        raise TypeError(f"level must be a str, got {type(level).__name__} {level!r:.40}")
+    if level not in codec.ALERT_LEVELS:
+        raise ValueError(f"level must be one of {list(codec.ALERT_LEVELS)}, got {level!r:.40}")
+    if step is not None:
+        step = to_step(step)
+    wall = time.time() if wall is None else check_wall(wall)
+    if series is not None:
+        codec.check_tag(series, "series")
+    if value is not None and not math.isfinite(value):
+        value_out: float | None = None  # msgpack carries NaN, but JSON answers cannot
+        text = text or f"value {value}"
+    else:
+        value_out = value
+    return {
+        "kind": "alert",
+        "tag": None,
+        "step": step,
+        "wall": wall,
+        "series": series,
+        "value": value_out,
+        "rule": rule,
+        "level": level,
+        "title": title,
+        "message": text,
+    }
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+
+class RulesError(ValueError):
+    """A rules file (or rules map) is malformed; the message names the key and the bad value."""
+
+
+def _patterns(value: object, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
+        raise RulesError(f"{where} must be a glob or a list of globs, got {value!r:.80}")
+    return list(value)
+
+
+def _merge_params(base: dict[str, Any], given: object, where: str) -> dict[str, Any]:
+    """``base`` updated with ``given`` (a table, or a bool that only switches it on or off)."""
+    out = copy.deepcopy(base)
+    if isinstance(given, bool):
+        out["enabled"] = given
+        return out
+    if not isinstance(given, dict):
+        raise RulesError(f"{where} must be a table or true/false, got {given!r:.80}")
+    for key, value in given.items():
+        if key not in base:
+            raise RulesError(f"{where} has no setting {key!r} (known: {sorted(base)})")
+        default = base[key]
+        if key in ("tags", "exclude"):
+            out[key] = _patterns(value, f"{where}.{key}")
+        elif key == "level":
+            if value not in codec.ALERT_LEVELS:
+                raise RulesError(f"{where}.level must be one of {list(codec.ALERT_LEVELS)}")
+            out[key] = value
+        elif key == "mode":
+            if value not in ("auto", "min", "max"):
+                raise RulesError(f"{where}.mode must be auto, min or max, got {value!r:.40}")
+            out[key] = value
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise RulesError(f"{where}.{key} must be true or false, got {value!r:.40}")
+            out[key] = value
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise RulesError(f"{where}.{key} must be a number, got {value!r:.40}")
+            if not math.isfinite(value) or value < 0:
+                raise RulesError(f"{where}.{key} must be a finite number >= 0, got {value!r}")
+            out[key] = type(default)(value) if isinstance(default, int) else float(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Detector parameters: the global ones, and overrides per tag pattern, first match wins.
+
+    Build one with :func:`load_rules` (from TOML) or :func:`rules_from_dict`; ``Rules()`` is the
+    defaults of :data:`DEFAULT_RULES`.
+    """
+
+    detectors: dict[str, dict[str, Any]] | None = None
+    overrides: tuple[tuple[tuple[str, ...], dict[str, dict[str, Any]]], ...] = ()
+
+    def params(self, name: str) -> dict[str, Any]:
+        """The global parameters of detector ``name``."""
+        return (self.detectors or DEFAULT_RULES)[name]
+
+    def for_tag(self, name: str, tag: str) -> dict[str, Any] | None:
+        """The parameters of tag detector ``name`` for ``tag``, or None when it does not apply."""
+        for patterns, tables in self.overrides:
+            if any(fnmatch.fnmatchcase(tag, p) for p in patterns):
+                if name in tables:
+                    params = tables[name]
+                    return params if params["enabled"] else None
+                break
+        params = self.params(name)
+        if not params["enabled"]:
+            return None
+        if not any(fnmatch.fnmatchcase(tag, p) for p in params["tags"]):
+            return None
+        if any(fnmatch.fnmatchcase(tag, p) for p in params["exclude"]):
+            return None
+        return params
+
+
+def rules_from_dict(data: dict[str, Any]) -> Rules:
+    """Build :class:`Rules` from a parsed rules file (see docs/alerts.md, "Rules file").
+
+    Top-level tables name detectors (``[spike]``, ``[stall]``...) and change their defaults; a
+    detector set to ``false`` is off. Each ``[[tags]]`` entry has ``match`` (a glob or a list of
+    globs) and per-detector tables or booleans that apply to the tags it matches.
+
+    Raises:
+        RulesError: an unknown detector or setting, or a value of the wrong type.
+    """
+    if not isinstance(data, dict):
+        raise RulesError("the rules must be a table")
+    detectors = copy.deepcopy(DEFAULT_RULES)
+    overrides = []
+    for key, value in data.items():
+        if key == "tags":
+            if not isinstance(value, list):
+                raise RulesError("tags must be an array of tables ([[tags]])")
+            for i, entry in enumerate(value):
+                where = f"tags[{i}]"
+                if not isinstance(entry, dict) or "match" not in entry:
+                    raise RulesError(f"{where} must be a table with a match glob")
+                patterns = tuple(_patterns(entry["match"], f"{where}.match"))
+                tables = {}
+                for name, given in entry.items():
+                    if name == "match":
+                        continue
+                    if name not in TAG_DETECTORS:
+                        raise RulesError(
+                            f"{where}.{name} is not a per-tag detector (known: {list(TAG_DETECTORS)})"
+                        )
+                    tables[name] = _merge_params(detectors[name], given, f"{where}.{name}")
+                overrides.append((patterns, tables))
+        elif key in DEFAULT_RULES:
+            detectors[key] = _merge_params(detectors[key], value, key)
+        else:
+            raise RulesError(f"unknown detector {key!r:.40} (known: {sorted(DEFAULT_RULES)})")
+    # Overrides were merged over the defaults as they stood when read; re-merge them over the
+    # final global tables so that `[spike] window = 50` reaches tags with their own spike table.
+    final = []
+    for i, (patterns, tables) in enumerate(overrides):
+        entry = data["tags"][i]
+        final.append(
+            (
+                patterns,
+                {
+                    name: _merge_params(detectors[name], entry[name], f"tags[{i}].{name}")
+                    for name in tables
+                },
+            )
+        )
+    return Rules(detectors, tuple(final))
+
+
+def load_rules(path: str | Path) -> Rules:
+    """Read a rules file (TOML; docs/alerts.md).
+
+    Raises:
+        OSError: the file cannot be read.
+        RulesError: it is not valid TOML or breaks the schema (the message names the file).
+    """
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise RulesError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return rules_from_dict(data)
+    except RulesError as exc:
+        raise RulesError(f"{path}: {exc}") from None
+
+
+# -- per-tag detector state ---------------------------------------------------------------------
+
+
+class _Rolling:
+    """The last ``size`` finite values of a tag, as a ring (for median and MAD)."""
+
+    __slots__ = ("buf", "i", "n")
+
+    def __init__(self, size: int) -> None:
+        self.buf = np.empty(max(1, size), np.float64)
+        self.n = 0
+        self.i = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        size = len(self.buf)
+        if len(values) >= size:
+            self.buf[:] = values[-size:]
+            self.n, self.i = size, 0
+            return
+        end = self.i + len(values)
+        if end <= size:
+            self.buf[self.i : end] = values
+        else:
+            cut = size - self.i
+            self.buf[self.i :] = values[:cut]
+            self.buf[: end - size] = values[cut:]
+        self.i = end % size
+        self.n = min(size, self.n + len(values))
+
+    def values(self) -> np.ndarray:
+        return self.buf[: self.n] if self.n < len(self.buf) else self.buf
+
+
+def _median(values: np.ndarray) -> float:
+    """The median of finite ``values`` (np.median's NaN checks cost more than the work here)."""
+    n = len(values)
+    k = n // 2
+    if n % 2:
+        return float(np.partition(values, k)[k])
+    part = np.partition(values, (k - 1, k))
+    return float(part[k - 1] + part[k]) / 2
+
+
+def _robust_z(window: np.ndarray, values: np.ndarray) -> np.ndarray | None:
+    """How many robust standard deviations (1.4826 MAD) each of ``values`` lies from the median
+    of ``window``; None when the window has no spread (a constant, a step schedule)."""
+    med = _median(window)
+    mad = _median(np.abs(window - med))
+    if not mad > 0:
+        return None
+    return np.abs(values - med) / (1.4826 * mad)
+
+
+class _Smoothed:
+    """An exponential moving average with its best value, and how long it has risen."""
+
+    __slots__ = ("best", "best_step", "ema", "first", "first_step", "n", "rising")
+
+    def __init__(self) -> None:
+        self.ema: float | None = None
+        self.n = 0
+        self.first: float | None = None
+        self.best: float | None = None
+        self.best_step: int | None = None
+        self.rising = 0
+        self.first_step = 0
+
+
+class _TagState:
+    __slots__ = (
+        "baseline",
+        "emas",
+        "norms",
+        "params",
+        "plateau",
+        "seen",
+        "sign",
+        "smooth",
+        "window",
+    )
+
+    def __init__(self) -> None:
+        self.params: dict[str, dict[str, Any] | None] = {}
+        self.window: _Rolling | None = None
+        self.smooth: _Smoothed | None = None
+        self.plateau: _Smoothed | None = None
+        # alpha -> the tag's EMA with that weight, shared by divergence and plateau
+        self.emas: dict[float, _Smoothed] = {}
+        self.sign = 1.0  # plateau: -1 for a tag that improves upwards
+        self.norms: list[float] = []
+        self.baseline: float | None = None  # the median of the first norms, once there are enough
+        self.seen = 0
+
+
+class _RunState:
+    """What the engine knows of one run."""
+
+    def __init__(self) -> None:
+        self.tags: dict[str, _TagState] = {}
+        self.active: set[tuple[str, str | None]] = set()  # conditions that fired and still hold
+        self.last_fired: dict[tuple[str, str | None], float] = {}
+        self.minute: deque[float] = deque()  # monotonic times of alerts in the last minute
+        self.suppressed = 0
+        self.closed = False
+        self.last_data: float | None = None  # monotonic time of the last training data
+        self.intervals: deque[float] = deque(maxlen=32)
+        self.lost_at: float | None = None  # a writer connection ended without the close marker
+        self.last_step: int | None = None
+        self.gpu_low: dict[tuple[Any, ...], float] = {}  # (host, rank, gpu) -> wall low since
+        self.gpu_full: dict[tuple[Any, ...], float] = {}
+
+
+@dataclass(frozen=True)
+class AlertStatistics:
+    """A point-in-time view of the engine (``/api/stats`` shows it under ``alerts``).
+
+    Attributes:
+        observed: batches the detectors looked at.
+        dropped: batches dropped because the detectors' queue was full.
+        queue_depth, queue_peak: the queue now, and its peak.
+        raised: alerts ingested into runs.
+        suppressed: alerts held back by the per-rule cooldown or the per-run rate limit.
+        failed: alerts that could not be ingested (the run refused them).
+        runs: runs with detector state.
+        cpu_seconds: CPU time the detectors took, all rounds together.
+    """
+
+    observed: int
+    dropped: int
+    queue_depth: int
+    queue_peak: int
+    raised: int
+    suppressed: int
+    failed: int
+    runs: int
+    cpu_seconds: float
+
+
+# -- the engine --------------------------------------------------------------------------------
+
+
+def _merge(
+    items: list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]],
+) -> list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]]:
+    """Join queued batches per run: each tag's columns concatenated in arrival order, with the
+    arrival time of the newest."""
+    runs: dict[str, tuple[dict[str, list[ScalarColumns]], list[dict[str, Any]], list[float]]] = {}
+    for run, scalars, events, arrived in items:
+        tags, evs, times = runs.setdefault(run, ({}, [], [0.0]))
+        for cols in scalars:
+            tags.setdefault(cols.tag, []).append(cols)
+        evs.extend(events)
+        times[0] = arrived
+    out = []
+    for run, (tags, events, times) in runs.items():
+        merged = []
+        for tag, parts in tags.items():
+            # Small columns are joined (one pass of the detectors instead of many); columns
+            # that are large already are passed as they are (joining would only copy them).
+            group: list[ScalarColumns] = []
+            size = 0
+            for cols in parts:
+                if len(cols) >= JOIN_POINTS:
+                    merged.extend(_joined(tag, group))
+                    merged.append(cols)
+                    group, size = [], 0
+                    continue
+                group.append(cols)
+                size += len(cols)
+                if size >= JOIN_POINTS:
+                    merged.extend(_joined(tag, group))
+                    group, size = [], 0
+            merged.extend(_joined(tag, group))
+        out.append((run, merged, events, times[0]))
+    return out
+
+
+def _joined(tag: str, parts: list[ScalarColumns]) -> list[ScalarColumns]:
+    if len(parts) <= 1:
+        return parts
+    return [
+        ScalarColumns(
+            tag,
+            np.concatenate([c.steps for c in parts]),
+            np.concatenate([c.walls for c in parts]),
+            np.concatenate([c.values for c in parts]),
+        )
+    ]
+
+
+class AlertEngine:
+    """Runs the detectors of docs/alerts.md over every batch a broker ingests.
+
+    Args:
+        rules: detector parameters (the defaults when None).
+        queue_size: batches waiting for the detectors at most (and :data:`QUEUE_POINTS` scalar
+            points); more are dropped and counted.
+        notify: called with ``(run, alert event)`` for every alert ingested, training code's
+            own included (the webhooks, :class:`vdl_stream.webhooks.WebhookNotifier`). It must
+            not block.
+        clock: the monotonic clock for the time-based rules (tests may pass their own).
+
+    Raises:
+        ValueError: ``queue_size`` is not a positive int.
+    """
+
+    def __init__(
+        self,
+        rules: Rules | None = None,
+        *,
+        queue_size: int = QUEUE_BATCHES,
+        notify: Callable[[str, dict[str, Any]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if type(queue_size) is not int or queue_size < 1:
+            raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
+        self.rules = rules or Rules()
+        self._send, self._receive = trio.open_memory_channel[
+            tuple[str, list[ScalarColumns], list[dict[str, Any]], float]
+        ](queue_size)
+        self._notify = notify
+        self._clock = clock
+        self._runs: OrderedDict[str, _RunState] = OrderedDict()
+        self._out: deque[tuple[str, dict[str, Any]]] = deque(maxlen=4096)
+        self._out_ready = trio.Event()
+        self._seq = 0
+        self._observed = self._dropped = self._peak = self._depth = self._points = 0
+        self._raised = self._suppressed = self._failed = 0
+        self._busy = 0.0  # CPU seconds the detectors took (their thread's time)
+        # Detector rounds run in a worker thread; the lock keeps the time-based checks (event
+        # loop) off the state while one runs.
+        self._lock = trio.Lock()
+        self._limiter = trio.CapacityLimiter(1)
+        self._broker: Any = None
+
+    # -- the ingest side (event loop, never blocks) ------------------------------------------
+
+    def observe(self, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]) -> None:
+        """Queue an ingested batch for the detectors; drop it (counted) when the queue is full.
+
+        Alert events in it (from ``Writer.alert``) go straight to ``notify``.
+        """
+        if self._notify is not None:
+            for event in events:
+                if event.get("kind") == "alert":
+                    self._notify(run, event)
+        points = 0
+        for cols in scalars:
+            points += len(cols)
+        if self._points + points > QUEUE_POINTS:
+            self._dropped += 1
+            return
+        try:
+            self._send.send_nowait((run, scalars, events, self._clock()))
+        except trio.WouldBlock:
+            self._dropped += 1
+            return
+        self._points += points
+        self._depth += 1
+        if self._depth > self._peak:
+            self._peak = self._depth
+
+    def writer_lost(self, runs: Iterable[str]) -> None:
+        """A writer's connection of each of ``runs`` ended; one that was not closed and hears
+        nothing within the crash rule's ``grace`` seconds is reported as crashed."""
+        now = self._clock()
+        for name in runs:
+            state = self._runs.get(name)
+            if state is not None and not state.closed:
+                state.lost_at = now
+
+    # -- the engine's task ---------------------------------------------------------------------
+
+    async def run(
+        self, broker: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Watch ``broker`` until it is closed (or this is cancelled): attach to it, run the
+        detectors, ingest the alerts.
+
+        Alerts are ingested with :meth:`Broker.ingest` from the writer :data:`ALERTS_WRITER`; a
+        refusal (a full disk, say) is counted and logged once, never raised.
+        """
+        self._broker = broker
+        broker.alerts = self
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._detect)
+                nursery.start_soon(self._tick)
+                nursery.start_soon(self._emit)
+                task_status.started()
+                # Ends with the broker, so that a server shutting down is not held open.
+                await broker.wait_closed()
+                nursery.cancel_scope.cancel()
+        finally:
+            broker.alerts = None
+
+    async def _detect(self) -> None:
+        last = -math.inf
+        while True:
+            try:
+                first = await self._receive.receive()
+            except trio.EndOfChannel:
+                return
+            # Run at most every DETECT_INTERVAL, on everything queued meanwhile: the cost per
+            # run and tag is paid once per round, not once per batch, so a fast writer's many
+            # small batches cost about what one large one does (and ingest keeps its pace).
+            wait = last + DETECT_INTERVAL - trio.current_time()
+            if wait > 0:
+                await trio.sleep(wait)
+            items = [first]
+            while len(items) < QUEUE_BATCHES:
+                try:
+                    items.append(self._receive.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            last = trio.current_time()
+            self._observed += len(items)
+            self._depth -= len(items)
+            self._points -= sum(len(c) for _, scalars, _, _ in items for c in scalars)
+            # In a worker thread: a round is a stretch of NumPy and Python work, and run on the
+            # event loop it would hold back the broker's other tasks (the persist task hands the
+            # recorder its next flush from there) for its whole length.
+            async with self._lock:
+                await trio.to_thread.run_sync(self._round, items, limiter=self._limiter)
+            if self._out:
+                self._out_ready.set()
+
+    def _round(
+        self, items: list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]]
+    ) -> None:
+        """One detector round over queued batches (worker thread; the engine's lock held)."""
+        started = time.thread_time()
+        for run, scalars, events, arrived in _merge(items):
+            try:
+                self.process(run, scalars, events, arrived)
+            except Exception:  # a detector bug must never stop the others
+                log.exception("alert detectors failed on a batch of run %r", run)
+        self._busy += time.thread_time() - started
+
+    async def _tick(self) -> None:
+        while True:
+            await trio.sleep(TICK)
+            async with self._lock:  # not while a round runs in its thread
+                self.check_time(self._clock())
+            if self._out:
+                self._out_ready.set()
+
+    async def _emit(self) -> None:
+        warned = False
+        while True:
+            if not self._out:
+                self._out_ready = trio.Event()
+                await self._out_ready.wait()
+            by_run: dict[str, list[dict[str, Any]]] = {}
+            while self._out:
+                run, event = self._out.popleft()
+                by_run.setdefault(run, []).append(event)
+            for run, events in by_run.items():
+                # Writer seqs must keep rising across broker restarts (the broker dedups by
+                # them, and remembers the last one on disk): microseconds since the epoch.
+                self._seq = max(self._seq + 1, time.time_ns() // 1000)
+                batch = Batch(ALERTS_WRITER, self._seq, run, [], events)
+                try:
+                    await self._broker.ingest(batch)
+                except trio.ClosedResourceError:
+                    return
+                except Exception as exc:  # RefusedError and the like: counted, logged once
+                    self._failed += len(events)
+                    if not warned:
+                        warned = True
+                        log.warning("cannot record alerts of run %r: %s", run, exc)
+                    continue
+                self._raised += len(events)
+                if self._notify is not None:
+                    for event in events:
+                        self._notify(run, event)
+
+    # -- detectors (pure: no I/O, callable from tests) ---------------------------------------------
+
+    def _state(self, run: str) -> _RunState:
+        state = self._runs.get(run)
+        if state is None:
+            state = self._runs[run] = _RunState()
+            while len(self._runs) > MAX_RUNS:
+                self._runs.popitem(last=False)
+        else:
+            self._runs.move_to_end(run)
+        return state
+
+    def process(
+        self, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]], now: float
+    ) -> None:
+        """Run the per-batch detectors on one batch of ``run`` that arrived at ``now`` (the
+        engine's monotonic clock, taken by :meth:`observe`)."""
+        state = self._state(run)
+        data = bool(scalars)
+        for event in events:
+            kind = event.get("kind")
+            if kind == "meta" and "status" in event:
+                state.closed = event["status"] == "closed"
+                if state.closed:
+                    state.lost_at = None
+            elif kind == "telemetry":
+                self._telemetry(run, state, event)
+            elif kind not in ("alert", "hparams", "meta"):
+                data = True
+                if kind == "histogram" and event.get("tag") is not None:
+                    self._histogram(run, state, event)
+        if data:
+            if state.last_data is not None:
+                state.intervals.append(now - state.last_data)
+            state.last_data = now
+            # Batches queued before the connection was lost do not bring the writer back.
+            if state.lost_at is not None and now > state.lost_at:
+                state.lost_at = None
+            state.active.discard(("stall", None))
+            state.active.discard(("crash", None))
+        for cols in scalars:
+            if len(cols):
+                self._scalars(run, state, cols)
+
+    def _tag(self, state: _RunState, tag: str) -> _TagState | None:
+        ts = state.tags.get(tag)
+        if ts is None:
+            if len(state.tags) >= MAX_TAGS:
+                return None
+            ts = state.tags[tag] = _TagState()
+            for name in TAG_DETECTORS:
+                ts.params[name] = self.rules.for_tag(name, tag)
+        return ts
+
+    def _scalars(self, run: str, state: _RunState, cols: ScalarColumns) -> None:
+        ts = self._tag(state, cols.tag)
+        if ts is None:
+            return
+        steps, values = cols.steps, cols.values
+        last = int(steps[-1])
+        if state.last_step is None or last > state.last_step:
+            state.last_step = last
+        # One pass for the common case: a finite sum means every value is finite (NaN and Inf
+        # propagate; a sum that overflows is checked value by value).
+        all_finite = math.isfinite(float(np.add.reduce(values)))
+        finite = None
+        if not all_finite:
+            finite = np.isfinite(values)
+            all_finite = bool(finite.all())
+        nan = ts.params["nan"]
+        if nan is not None:
+            if not all_finite:
+                i = int(np.argmin(finite))
+                v = float(values[i])
+                self._fire(
+                    run, state, "nan", cols.tag, nan, int(steps[i]), float(cols.walls[i]), v,
+                    f"{cols.tag} is {v} at step {int(steps[i])}",
+                    hold=True,
+                )  # fmt: skip
+            elif ("nan", cols.tag) in state.active:
+                state.active.discard(("nan", cols.tag))
+        if not all_finite:
+            steps, walls, values = steps[finite], cols.walls[finite], values[finite]
+            if not len(values):
+                return
+        else:
+            walls = cols.walls
+        ts.seen += len(values)
+        divergence = ts.params["divergence"]
+        plateau = ts.params["plateau"]
+        for p in (divergence, plateau):  # each smoothing weight once, however many use it
+            if p is not None and (e := ts.emas.get(p["alpha"])) is not None:
+                e.first = None  # marks "not yet updated with this batch"
+        for p in (divergence, plateau):
+            if p is not None:
+                e = ts.emas.get(p["alpha"])
+                if e is None:
+                    e = ts.emas[p["alpha"]] = _Smoothed()
+                    e.first = None
+                if e.first is None:
+                    self._ema(e, values, p["alpha"])
+                    e.first = 1.0
+        spike = ts.params["spike"]
+        if spike is not None:
+            self._spike(run, state, ts, cols.tag, spike, steps, walls, values)
+        if divergence is not None:
+            self._divergence(run, state, ts, cols.tag, divergence, steps, walls, values)
+        if plateau is not None:
+            self._plateau(run, state, ts, cols.tag, plateau, steps, walls, values)
+
+    def _spike(
+        self,
+        run: str,
+        state: _RunState,
+        ts: _TagState,
+        tag: str,
+        p: dict[str, Any],
+        steps: np.ndarray,
+        walls: np.ndarray,
+        values: np.ndarray,
+    ) -> None:
+        if ts.window is None:
+            ts.window = _Rolling(int(p["window"]))
+        window = ts.window
+        if window.n >= p["min_points"]:
+            w = window.values()
+            z = None
+            med = _median(w)
+            mad = _median(np.abs(w - med))
+            # Only the extremes can be spikes: two passes decide for the whole column.
+            if mad > 0:
+                reach = p["threshold"] * 1.4826 * mad
+                if float(values.max()) - med > reach or med - float(values.min()) > reach:
+                    z = np.abs(values - med) / (1.4826 * mad)
+            if z is not None:
+                # A series positive throughout (a loss, a norm, a time) must also stand out on a
+                # log scale: its noise is multiplicative (near convergence a hard mini-batch has
+                # ten times the median loss, tens of MADs away), a fault is orders of magnitude.
+                if w.min() > 0 and values.min() > 0:
+                    log_z = _robust_z(np.log(w), np.log(values))
+                    if log_z is None:
+                        log_z = z
+                    z = np.where(log_z > p["log_threshold"], z, 0.0)
+                i = int(np.argmax(z))
+                if z[i] > p["threshold"]:
+                    v = float(values[i])
+                    self._fire(
+                        run, state, "spike", tag, p, int(steps[i]), float(walls[i]), v,
+                        f"{tag} = {v:.6g} at step {int(steps[i])}, {float(z[i]):.0f} robust "
+                        f"deviations from the median {med:.6g} of the last {window.n} points",
+                    )  # fmt: skip
+        window.extend(values)
+
+    @staticmethod
+    def _ema(s: _Smoothed, values: np.ndarray, alpha: float) -> None:
+        n = len(values)
+        if n > MAX_SMOOTH_POINTS:
+            # Fold a long column in groups: each group mean is one update of an EMA whose
+            # weight covers the group, so the cost per batch stays bounded.
+            starts = (np.arange(MAX_SMOOTH_POINTS) * n) // MAX_SMOOTH_POINTS
+            counts = np.diff(np.append(starts, n))
+            means = (np.add.reduceat(values, starts) / counts).tolist()
+            alphas = (1 - (1 - alpha) ** counts).tolist()
+        else:
+            means = values.tolist()
+            alphas = None
+        ema = s.ema
+        for j, x in enumerate(means):
+            a = alpha if alphas is None else alphas[j]
+            new = x if ema is None else ema + a * (x - ema)
+            if ema is not None:
+                s.rising = s.rising + 1 if new > ema else 0
+            ema = new
+        s.ema = ema
+        s.n += len(values)
+
+    def _divergence(
+        self,
+        run: str,
+        state: _RunState,
+        ts: _TagState,
+        tag: str,
+        p: dict[str, Any],
+        steps: np.ndarray,
+        walls: np.ndarray,
+        values: np.ndarray,
+    ) -> None:
+        e = ts.emas[p["alpha"]]
+        s = ts.smooth
+        if s is None:
+            s = ts.smooth = _Smoothed()
+        if e.n < p["min_points"] or e.ema is None:
+            return
+        s.ema = e.ema
+        if s.first is None:
+            s.first = s.best = s.ema
+        s.best = min(s.best, s.ema)
+        scale = max(abs(s.best), 0.1 * abs(s.first), 1e-12)
+        rise = s.ema - s.best
+        by_factor = rise > (p["factor"] - 1) * scale
+        rising = e.rising >= p["rising_points"] and rise > 0.2 * scale
+        key = ("divergence", tag)
+        if by_factor or rising:
+            why = (
+                f"{(s.ema - s.best) / scale + 1:.1f}x its best"
+                if by_factor
+                else f"rising for {e.rising} points"
+            )
+            self._fire(
+                run, state, "divergence", tag, p, int(steps[-1]), float(walls[-1]),
+                float(values[-1]),
+                f"{tag} is diverging: smoothed {s.ema:.6g}, {why} (best {s.best:.6g}) "
+                f"at step {int(steps[-1])}",
+                hold=True,
+            )  # fmt: skip
+        elif key in state.active and rise < 0.5 * (p["factor"] - 1) * scale:
+            state.active.discard(key)
+
+    def _plateau(
+        self,
+        run: str,
+        state: _RunState,
+        ts: _TagState,
+        tag: str,
+        p: dict[str, Any],
+        steps: np.ndarray,
+        walls: np.ndarray,
+        values: np.ndarray,
+    ) -> None:
+        e = ts.emas[p["alpha"]]
+        s = ts.plateau
+        if s is None:
+            s = ts.plateau = _Smoothed()
+            mode = p["mode"]
+            if mode == "max" or (
+                mode == "auto" and any(fnmatch.fnmatchcase(tag, g) for g in HIGHER_IS_BETTER)
+            ):
+                ts.sign = -1.0  # minimise the negated metric
+        sign = ts.sign
+        v = sign * e.ema
+        step = int(steps[-1])
+        if s.first is None:
+            s.first, s.best, s.best_step, s.first_step = v, v, int(steps[0]), int(steps[0])
+        if v < s.best - p["min_delta"] * abs(s.best):
+            s.best, s.best_step = v, step
+            state.active.discard(("plateau", tag))
+            return
+        patience = max(p["patience"], p["patience_fraction"] * (step - s.first_step))
+        if step - s.best_step >= patience:
+            self._fire(
+                run, state, "plateau", tag, p, step, float(walls[-1]), float(values[-1]),
+                f"{tag} has not improved by {p['min_delta']:.0%} for {step - s.best_step} "
+                f"steps (best smoothed {sign * s.best:.6g} at step {s.best_step})",
+                hold=True,
+            )  # fmt: skip
+
+    def _histogram(self, run: str, state: _RunState, event: dict[str, Any]) -> None:
+        tag = event["tag"]
+        ts = self._tag(state, tag)
+        if ts is None:
+            return
+        step = event.get("step")
+        wall = float(event["wall"])
+        nan = ts.params["nan"]
+        bad = int(event.get("nan") or 0) + int(event.get("inf") or 0)
+        if nan is not None and bad:
+            self._fire(
+                run, state, "nan", tag, nan, step, wall, None,
+                f"{tag} holds {bad} NaN or Inf values at step {step}",
+                hold=True,
+            )  # fmt: skip
+        p = ts.params["gradients"]
+        if p is None:
+            return
+        try:
+            # A histogram has a few dozen bins at most: plain floats cost less than NumPy here.
+            edges = np.frombuffer(event["edges"], "<f8").tolist()
+            counts = np.frombuffer(event["counts"], "<f8").tolist()
+        except (KeyError, TypeError, ValueError):
+            return
+        total = sum(counts)
+        sum_sq = event.get("sum_sq")
+        if sum_sq is not None and math.isfinite(sum_sq):
+            norm = math.sqrt(max(0.0, float(sum_sq)))
+        else:  # from the bins' centres
+            norm = math.sqrt(
+                sum(
+                    c * ((a + b) / 2) ** 2
+                    for c, a, b in zip(counts, edges, edges[1:], strict=False)
+                )
+            )
+        fired = False
+        if ts.baseline is None:
+            if norm > 0 and math.isfinite(norm):
+                ts.norms.append(norm)
+                if len(ts.norms) >= p["baseline_points"]:
+                    ts.baseline = float(np.median(ts.norms))
+        else:
+            base = ts.baseline
+            if norm > base * p["growth"]:
+                fired = True
+                self._fire(
+                    run, state, "gradient_explode", tag, p, step, wall, norm,
+                    f"{tag}: norm {norm:.3g} is {norm / base:.0e}x its early norm {base:.3g} "
+                    f"at step {step}",
+                    hold=True,
+                )  # fmt: skip
+            elif 0 < norm * p["shrink"] < base:
+                fired = True
+                self._fire(
+                    run, state, "gradient_vanish", tag, p, step, wall, norm,
+                    f"{tag}: norm {norm:.3g} fell to {norm / base:.0e}x its early norm "
+                    f"{base:.3g} at step {step}",
+                    hold=True,
+                )  # fmt: skip
+        if total > 0 and not fired:
+            zero = huge = 0.0
+            eps, big = p["zero_eps"], p["huge"]
+            for c, a, b in zip(counts, edges, edges[1:], strict=False):
+                lo, hi = (abs(a), abs(b)) if abs(a) <= abs(b) else (abs(b), abs(a))
+                if hi <= eps:
+                    zero += c
+                elif lo >= big:
+                    huge += c
+            zero /= total
+            huge /= total
+            if huge >= p["huge_share"]:
+                fired = True
+                self._fire(
+                    run, state, "gradient_explode", tag, p, step, wall, huge,
+                    f"{tag}: {huge:.0%} of values are beyond {p['huge']:g} at step {step}",
+                    hold=True,
+                )  # fmt: skip
+            elif zero >= p["zero_share"]:
+                fired = True
+                self._fire(
+                    run, state, "gradient_vanish", tag, p, step, wall, zero,
+                    f"{tag}: {zero:.0%} of values are within {p['zero_eps']:g} of zero at "
+                    f"step {step}",
+                    hold=True,
+                )  # fmt: skip
+        if not fired:
+            state.active.discard(("gradient_explode", tag))
+            state.active.discard(("gradient_vanish", tag))
+
+    def _telemetry(self, run: str, state: _RunState, event: dict[str, Any]) -> None:
+        fields = event.get("fields")
+        if not isinstance(fields, dict) or state.closed:
+            return
+        wall = float(event["wall"])
+        host, rank = event.get("host"), event.get("rank")
+        under = self.rules.params("gpu_underuse")
+        memory = self.rules.params("gpu_memory")
+        for name, util in fields.items():
+            if not (name.startswith("gpu") and name.endswith("/util")):
+                continue
+            gpu = name[: -len("/util")]
+            key = (host, rank, gpu)
+            label = f"{gpu} on {host}" if host else gpu
+            if under["enabled"]:
+                if util < under["util"]:
+                    since = state.gpu_low.setdefault(key, wall)
+                    if wall - since >= under["seconds"]:
+                        self._fire(
+                            run, state, "gpu_underuse", f"{gpu}/util", under, state.last_step,
+                            wall, float(util),
+                            f"{label} has been {util:.0f}% busy (under {under['util']:g}%) for "
+                            f"{wall - since:.0f} s; the input pipeline may be the bottleneck",
+                            hold=True,
+                        )  # fmt: skip
+                else:
+                    state.gpu_low.pop(key, None)
+                    state.active.discard(("gpu_underuse", f"{gpu}/util"))
+            used, total = fields.get(f"{gpu}/mem_used"), fields.get(f"{gpu}/mem_total")
+            if memory["enabled"] and used is not None and total:
+                share = used / total
+                if share >= memory["fraction"]:
+                    since = state.gpu_full.setdefault(key, wall)
+                    if wall - since >= memory["seconds"]:
+                        self._fire(
+                            run, state, "gpu_memory", f"{gpu}/mem_used", memory, state.last_step,
+                            wall, float(share),
+                            f"{label} memory is {share:.0%} full for {wall - since:.0f} s",
+                            hold=True,
+                        )  # fmt: skip
+                else:
+                    state.gpu_full.pop(key, None)
+                    state.active.discard(("gpu_memory", f"{gpu}/mem_used"))
+
+    def check_time(self, now: float) -> None:
+        """Check the time-based rules (stalled and crashed runs) at monotonic time ``now``."""
+        stall = self.rules.params("stall")
+        crash = self.rules.params("crash")
+        for run, state in self._runs.items():
+            if state.closed or state.last_data is None:
+                continue
+            lost = state.lost_at
+            if crash["enabled"] and lost is not None and now - lost >= crash["grace"]:
+                state.lost_at = None
+                self._fire(
+                    run, state, "crash", None, crash, state.last_step, time.time(), None,
+                    "the writer's connection was lost without closing the run, and it has "
+                    f"not come back within {crash['grace']:g} s",
+                    hold=True,
+                )  # fmt: skip
+                continue
+            if stall["enabled"] and ("stall", None) not in state.active:
+                cadence = float(np.median(state.intervals)) if state.intervals else 0.0
+                limit = max(stall["factor"] * cadence, stall["min_seconds"])
+                idle = now - state.last_data
+                if idle >= limit:
+                    self._fire(
+                        run, state, "stall", None, stall, state.last_step, time.time(), idle,
+                        f"no new data for {idle:.0f} s (the run's cadence is {cadence:.2g} s "
+                        "between batches) and it was not closed",
+                        hold=True,
+                    )  # fmt: skip
+
+    # -- raising -------------------------------------------------------------------------------
+
+    def _fire(
+        self,
+        run: str,
+        state: _RunState,
+        rule: str,
+        series: str | None,
+        params: dict[str, Any],
+        step: int | None,
+        wall: float,
+        value: float | None,
+        message: str,
+        *,
+        hold: bool = False,
+    ) -> None:
+        """Raise an alert unless its condition already fired (``hold``: until it clears), its
+        (rule, series) is cooling down, or the run used up its alerts for this minute."""
+        key = (rule, series)
+        if hold and key in state.active:
+            return
+        if hold:
+            state.active.add(key)
+        limits = self.rules.params("limits")
+        now = self._clock()
+        last = state.last_fired.get(key)
+        if last is not None and now - last < limits["cooldown"]:
+            state.suppressed += 1
+            self._suppressed += 1
+            return
+        while state.minute and now - state.minute[0] >= 60.0:
+            state.minute.popleft()
+        if len(state.minute) >= limits["per_minute"]:
+            state.suppressed += 1
+            self._suppressed += 1
+            return
+        state.minute.append(now)
+        state.last_fired[key] = now
+        title = TITLES.get(rule, rule) + (f": {series}" if series else "")
+        event = alert_event(
+            title,
+            message[: codec.MAX_ALERT_TEXT],
+            params.get("level", "warn"),
+            step=step,
+            wall=wall if math.isfinite(wall) else None,
+            rule=rule,
+            series=series,
+            value=value,
+        )
+        self._out.append((run, event))  # the engine's tasks wake the emitter (event loop only)
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        """Take the alerts raised but not yet ingested (for tests that call :meth:`process`)."""
+        out = list(self._out)
+        self._out.clear()
+        return out
+
+    def statistics(self) -> AlertStatistics:
+        """Return the engine's counters now."""
+        return AlertStatistics(
+            observed=self._observed,
+            dropped=self._dropped,
+            queue_depth=self._depth,
+            queue_peak=self._peak,
+            raised=self._raised,
+            suppressed=self._suppressed,
+            failed=self._failed,
+            runs=len(self._runs),
+            cpu_seconds=round(self._busy, 6),
+        )
+
+
+#: Alert titles by rule (the page translates by rule; webhooks show these).
+TITLES = {
+    "nan": "NaN or Inf",
+    "spike": "Spike",
+    "divergence": "Diverging",
+    "plateau": "Plateau",
+    "stall": "Run stalled",
+    "crash": "Run crashed",
+    "gpu_underuse": "GPU underused",
+    "gpu_memory": "GPU memory nearly full",
+    "gradient_explode": "Exploding gradients",
+    "gradient_vanish": "Vanishing gradients",
+}
