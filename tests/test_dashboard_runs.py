@@ -37,13 +37,37 @@ def accuracy(index: int, step: int) -> float:
     return (index + 1) * 0.125 + step / 64
 
 
+ROWS_JS = (
+    "[...document.querySelectorAll('.rt-body [data-run]')]"
+    ".sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))"
+    ".map(r => r.dataset.run)"
+)
+
+
+def wait_sorted_rows(page, expected: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the table's rows are ``expected`` (in any order): the table re-renders on the
+    next frame after a filter changes, later than the filter's own error state under load."""
+    page.wait_for_function(
+        f"(want) => JSON.stringify({ROWS_JS}.sort()) === JSON.stringify(want)", arg=sorted(expected)
+    )
+
+
+def wait_stable_box(page, selector: str) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the element's box is the same over two animation frames (the page has laid
+    out what it was still adding), so a drag measured from it lands where it aims."""
+    page.wait_for_function(
+        """(sel) => new Promise((done) => {
+          const box = () => JSON.stringify(document.querySelector(sel).getBoundingClientRect());
+          const first = box();
+          requestAnimationFrame(() => requestAnimationFrame(() => done(box() === first)));
+        })""",
+        arg=selector,
+    )
+
+
 def rows(page) -> list[str]:  # type: ignore[no-untyped-def]
     """Run names of the table's rows in the DOM, top to bottom."""
-    return page.evaluate(
-        "() => [...document.querySelectorAll('.rt-body [data-run]')]"
-        ".sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))"
-        ".map(r => r.dataset.run)"
-    )
+    return page.evaluate(f"() => {ROWS_JS}")
 
 
 def subscribed_to(runs: list[str]) -> str:
@@ -149,7 +173,7 @@ def test_the_runs_table_sorts_filters_and_selects(sweep_server, browser):
         page.fill("input.run-condition", "eval/accuracy > 0.9")
         page.wait_for_function("() => document.querySelector('.run-condition-error').hidden")
         # Last accuracies: (i + 1) / 8 + 39 / 64, above 0.9 from run 2 on.
-        assert sorted(rows(page)) == names[2:]
+        wait_sorted_rows(page, names[2:])
         page.fill("input.run-condition", "")
         page.wait_for_function("() => window.vdl.connection.runs === null")
 
@@ -359,6 +383,7 @@ def test_brushing_parallel_coordinates_filters_the_runs(sweep_server, browser):
         axis.wait_for()
         lines = page.locator("svg.parallel path.pc-line[data-run]")
         assert lines.count() == 6
+        wait_stable_box(page, 'svg.parallel .pc-axis[data-column="h:lr"] .pc-hit')
         box = axis.bounding_box()
         # lr is on a log axis from 5e-4 (bottom) to 0.1 (top); keep the upper part (lr >= ~0.005).
         x = box["x"] + box["width"] / 2
