@@ -762,7 +762,11 @@ async def test_a_redos_filter_does_not_delay_other_subscribers(tmp_path):
     assert len(latencies) == 299
     p50, p99 = (latencies[int(q * len(latencies))] * 1000 for q in (0.5, 0.99))
     print(f"\nhealthy subscriber beside '(.|.)*!': p50 {p50:.1f} ms, p99 {p99:.1f} ms")
-    assert latencies[int(0.99 * len(latencies))] <= 0.050, latencies[-5:]
+    # A backtracking match of this tag alone takes seconds and would hold the event loop for every
+    # frame, so these bounds catch a ReDoS with a wide margin while staying clear of a loaded
+    # machine's scheduling noise (the healthy latency itself is a benchmark figure, not a test's).
+    assert p50 <= 200, latencies[len(latencies) // 2]
+    assert p99 <= 1000, latencies[-5:]
 
 
 HOST_NAMES = ["localhost", "127.0.0.1", "127.1.2.3", "[::1]", "dash.example"]
