@@ -296,3 +296,13 @@ def test_cli_export_keeps_alerts(alerted):
     assert result.returncode == 0, result.stderr
     assert result.stdout == CSV_HEADER + ALERT_CSV
     assert "exported 5 rows" in result.stderr
+
+
+async def test_http_export_keeps_alerts(alerted, nursery):
+    url = await nursery.start(partial(run_server, alerted.parent, "127.0.0.1", 0))
+    with trio.fail_after(30):
+        status, kind, body = await trio.to_thread.run_sync(
+            http_request, url + "/api/export?run=alerted&format=json&tag=%5Ealert%2F"
+        )
+    assert status == 200 and kind.startswith("application/json")
+    assert body == b"{" + ALERT_JSON.removeprefix(",").encode()
