@@ -578,3 +578,99 @@ def test_alerts_off_goes_without_webhooks(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2
     assert "--webhook needs the alert detectors" in result.stderr
+
+
+# -- a run written by another process, only followed from disk by serve ---------------------------
+
+# A training job with its own in-process broker (no server, so no detectors of its own): logs a
+# normal loss, says "ready", logs a NaN loss and raises an alert of its own when told to ("nan" on
+# its standard input) and says when, then closes once its standard input closes.
+FOLLOWED_WRITER = """
+import sys, time
+from vdl_stream import attach
+with attach(sys.argv[1], run="followed", telemetry=False) as w:
+    for step in range(100):
+        w.add_scalar("train/loss", 1.0 / (step + 1), step)
+    w.flush(timeout=10)
+    print("ready", flush=True)
+    assert sys.stdin.readline().strip() == "nan"
+    w.add_scalar("train/loss", float("nan"), 100)
+    w.alert("checkpoint failed", "disk full", step=100)
+    w.flush(timeout=10)
+    print("nan", time.time(), flush=True)
+    sys.stdin.read()
+"""
+
+#: serve's follow interval (1 s) plus the detectors' round, with slack for a loaded machine.
+FOLLOWED_LATENCY = 3.0
+
+
+def _followed_writer(logdir: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", FOLLOWED_WRITER, str(logdir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+async def test_serve_alerts_on_a_run_another_process_writes(tmp_path, hooks):
+    logdir = tmp_path / "logs"
+    proc = _followed_writer(logdir)
+    server = None
+    try:
+        with trio.fail_after(60):
+            await _wait_line(proc, "ready")
+            server = start_serve(logdir, "--webhook", hooks.url + "/ok")
+            async with open_websocket_url(server.ws_url + "/ws/live") as ws:
+                subscribe = {"type": "subscribe", "runs": ["followed"], "tags": None}
+                await ws.send_message(msgpack.packb(subscribe))
+                while True:  # subscribed once the run's snapshot came
+                    message = msgpack.unpackb(await ws.get_message(), raw=False)
+                    if message.get("type") == "snapshot" and message.get("run") == "followed":
+                        break
+                proc.stdin.write("nan\n")
+                proc.stdin.flush()
+                line = await trio.to_thread.run_sync(proc.stdout.readline)
+                logged = float(line.split()[1])
+                alerts: list[dict[str, Any]] = []  # the writer's own (read from the run) too
+                while not any(a["rule"] == "nan" for a in alerts):
+                    message = msgpack.unpackb(await ws.get_message(), raw=False)
+                    if message.get("type") == "data" and message.get("run") == "followed":
+                        alerts += [e for e in message["events"] if e.get("kind") == "alert"]
+                received = time.time()
+            [alert] = [a for a in alerts if a["rule"] == "nan"]
+            assert (alert["rule"], alert["series"], alert["step"]) == ("nan", "train/loss", 100)
+            assert received - logged <= FOLLOWED_LATENCY, (logged, received)
+            status, body = await trio.to_thread.run_sync(
+                http_get, server.url + "/api/alerts?run=followed"
+            )
+            assert status == 200
+            # The held one with the one recorded in the run, by wall time.
+            assert [(a["rule"], a["step"]) for a in body["alerts"]] == [("nan", 100), ("user", 100)]
+            # Posted: this server's own, and training code's (its process posts nothing).
+            await _until(lambda: len(hooks.posts) >= 2)
+            assert sorted((p[2]["run"], p[2]["rule"]) for p in hooks.posts) == [
+                ("followed", "nan"),
+                ("followed", "user"),
+            ]
+            _, stats = await trio.to_thread.run_sync(http_get, server.url + "/api/stats")
+            assert stats["alerts"]["raised"] == 1 and stats["alerts"]["failed"] == 0
+            async with open_websocket_url(server.ws_url + "/ws/live") as ws:  # a later page
+                await ws.send_message(msgpack.packb(subscribe))
+                while True:
+                    message = msgpack.unpackb(await ws.get_message(), raw=False)
+                    if message.get("type") == "snapshot" and message.get("run") == "followed":
+                        break
+            assert [e["rule"] for e in message["events"] if e["kind"] == "alert"] == ["nan", "user"]
+        proc.stdin.close()
+        assert await trio.to_thread.run_sync(proc.wait, 30) == 0
+    finally:
+        if server is not None:
+            stop_serve(server)
+        proc.kill()
+        proc.wait()
+    # The server's alert is not recorded in the run: it never held the run's writer lock.
+    reader = recorder.RunReader(logdir / "followed")
+    try:
+        assert [r.data["rule"] for r in reader.read_records(kind="alert")] == ["user"]
+    finally:
+        reader.close()

@@ -19,7 +19,7 @@ import trio
 
 import recorder
 from tests.conftest import http_get, http_request
-from vdl_stream.interop import Export
+from vdl_stream.interop import CSV_HEADER, Export
 from vdl_stream.server import run_server
 
 REPO = Path(__file__).resolve().parent.parent
@@ -224,3 +224,85 @@ async def test_http_export_streams_without_stalling_the_loop(long_run, nursery):
         first = next(chunks) + next(chunks)
     assert body.startswith(first)
     assert len(latencies) >= 5 and max(latencies) < 0.5, latencies
+
+
+@pytest.fixture(scope="module")
+def alerted(tmp_path_factory) -> Path:
+    """A run with scalars, telemetry and alerts: detector ones (with and without a series or a
+    value) and one from training code without a step, recorded as the broker records them."""
+    from vdl_stream.alerts import alert_event
+
+    run = tmp_path_factory.mktemp("logs") / "alerted"
+    events = [
+        alert_event("NaN or Inf: train/loss", "", "error", step=5, wall=1.7e9 + 5, rule="nan",
+                    series="train/loss", value=math.nan),
+        alert_event("Spike: train/loss", "z 40", step=3, wall=1.7e9 + 3, rule="spike",
+                    series="train/loss", value=12.5),
+        alert_event("Run stalled", "no data", step=9, wall=1.7e9 + 9, rule="stall", value=130.0),
+        alert_event("checkpoint failed", "disk full", "error", wall=1.7e9 + 10),
+        alert_event("NaN or Inf: train/loss", "", "error", step=8, wall=1.7e9 + 8, rule="nan",
+                    series="train/loss"),
+    ]  # fmt: skip
+    with recorder.RunWriter(run, sync="never") as w:
+        w.append_scalars(
+            "train/loss", np.arange(10), 1.7e9 + np.arange(10.0), np.linspace(1, 0, 10)
+        )
+        w.append_record(
+            "telemetry", None, None, 1.7e9, {"host": "h", "rank": 0, "fields": {"x": 1.0}}
+        )
+        for e in events:
+            data = {k: v for k, v in e.items() if k not in ("kind", "tag", "step", "wall")}
+            w.append_record("alert", None, e["step"], e["wall"], data)
+    return run
+
+
+ALERT_CSV = (
+    "alert/nan/train/loss,5,1700000005.0,\n"
+    "alert/nan/train/loss,8,1700000008.0,\n"
+    "alert/spike/train/loss,3,1700000003.0,12.5\n"
+    "alert/stall,9,1700000009.0,130.0\n"
+    "alert/user,,1700000010.0,\n"
+)
+ALERT_JSON = (
+    ',\n"alert/nan/train/loss": [[1700000005.0, 5, null], [1700000008.0, 8, null]],'
+    '\n"alert/spike/train/loss": [[1700000003.0, 3, 12.5]],'
+    '\n"alert/stall": [[1700000009.0, 9, 130.0]],'
+    '\n"alert/user": [[1700000010.0, null, null]]'
+    "\n}\n"
+)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 65536])
+def test_export_keeps_alerts_after_the_other_tags(alerted, chunk_rows):
+    with Export(alerted, "csv", chunk_rows=chunk_rows) as export:
+        got = b"".join(export)
+    # The rows of a run without alerts are unchanged: the alerts only follow them.
+    assert got == reference(alerted, "csv") + ALERT_CSV.encode()
+    assert export.rows == 10 + 1 + 5 and export.tags == 2 + 4
+    with Export(alerted, "json", chunk_rows=chunk_rows) as export:
+        got = b"".join(export)
+    assert got == reference(alerted, "json")[: -len("\n}\n")] + ALERT_JSON.encode()
+    doc = json.loads(got)
+    assert doc["alert/stall"] == [[1.7e9 + 9, 9, 130.0]] and doc["train/loss"][0][1] == 0
+    with Export(alerted, "json", "^alert/nan") as export:
+        assert json.loads(b"".join(export)) == {"alert/nan/train/loss": doc["alert/nan/train/loss"]}
+
+
+def test_cli_export_keeps_alerts(alerted):
+    result = subprocess.run(
+        [sys.executable, "-m", "vdl_stream.cli", "export", str(alerted), "--tag", "^alert/"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == CSV_HEADER + ALERT_CSV
+    assert "exported 5 rows" in result.stderr
+
+
+async def test_http_export_keeps_alerts(alerted, nursery):
+    url = await nursery.start(partial(run_server, alerted.parent, "127.0.0.1", 0))
+    with trio.fail_after(30):
+        status, kind, body = await trio.to_thread.run_sync(
+            http_request, url + "/api/export?run=alerted&format=json&tag=%5Ealert%2F"
+        )
+    assert status == 200 and kind.startswith("application/json")
+    assert body == b"{" + ALERT_JSON.removeprefix(",").encode()

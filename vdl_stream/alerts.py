@@ -56,6 +56,9 @@ MAX_SMOOTH_POINTS = 32
 JOIN_POINTS = 1 << 10
 #: Seconds between detector rounds at most; each round takes everything queued meanwhile.
 DETECT_INTERVAL = 0.05
+#: Alerts kept in memory per followed run (runs another process writes: the server cannot
+#: record alerts in them), the oldest forgotten first; at most :data:`MAX_RUNS` runs.
+HELD_PER_RUN = 256
 
 #: Every detector with its default parameters (docs/alerts.md explains each value).
 DEFAULT_RULES: dict[str, dict[str, Any]] = {
@@ -459,7 +462,8 @@ class AlertStatistics:
         observed: batches the detectors looked at.
         dropped: batches dropped because the detectors' queue was full.
         queue_depth, queue_peak: the queue now, and its peak.
-        raised: alerts ingested into runs.
+        raised: alerts ingested into runs (or, for runs another process writes, kept in
+            memory and pushed live).
         suppressed: alerts held back by the per-rule cooldown or the per-run rate limit.
         failed: alerts that could not be ingested (the run refused them).
         runs: runs with detector state.
@@ -573,17 +577,32 @@ class AlertEngine:
         self._lock = trio.Lock()
         self._limiter = trio.CapacityLimiter(1)
         self._broker: Any = None
+        # Alerts of followed runs, which cannot be recorded in the run (docs/alerts.md,
+        # "Runs written by another process"): bounded per run and in runs.
+        self._held: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
 
     # -- the ingest side (event loop, never blocks) ------------------------------------------
 
-    def observe(self, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]) -> None:
+    def observe(
+        self,
+        run: str,
+        scalars: list[ScalarColumns],
+        events: list[dict[str, Any]],
+        *,
+        followed: bool = False,
+    ) -> None:
         """Queue an ingested batch for the detectors; drop it (counted) when the queue is full.
 
-        Alert events in it (from ``Writer.alert``) go straight to ``notify``.
+        Alert events in it (from ``Writer.alert``) go straight to ``notify``. ``followed``: the
+        batch was read from a run another process writes; of the alerts recorded in it only
+        training code's own (rule ``"user"``) are notified, since alerts raised by the writing
+        process's own detectors are that process's to post.
         """
         if self._notify is not None:
             for event in events:
-                if event.get("kind") == "alert":
+                if event.get("kind") == "alert" and (
+                    not followed or event.get("rule", USER_RULE) == USER_RULE
+                ):
                     self._notify(run, event)
         points = 0
         for cols in scalars:
@@ -688,6 +707,7 @@ class AlertEngine:
 
     async def _emit(self) -> None:
         warned = False
+        followed = getattr(self._broker, "followed", None)  # a replay source has none
         while True:
             if not self._out:
                 self._out_ready = trio.Event()
@@ -697,6 +717,15 @@ class AlertEngine:
                 run, event = self._out.popleft()
                 by_run.setdefault(run, []).append(event)
             for run, events in by_run.items():
+                if followed is not None and followed(run):
+                    # Another process writes the run and holds its lock: the alerts are kept
+                    # in memory (GET /api/alerts, snapshots) and pushed live, not recorded.
+                    await self._broker.publish_alerts(run, events)
+                    self._raised += len(events)
+                    if self._notify is not None:
+                        for event in events:
+                            self._notify(run, event)
+                    continue
                 # Writer seqs must keep rising across broker restarts (the broker dedups by
                 # them, and remembers the last one on disk): microseconds since the epoch.
                 self._seq = max(self._seq + 1, time.time_ns() // 1000)
@@ -1184,6 +1213,23 @@ class AlertEngine:
             value=value,
         )
         self._out.append((run, event))  # the engine's tasks wake the emitter (event loop only)
+
+    def hold(self, run: str, events: list[dict[str, Any]]) -> None:
+        """Keep alerts raised on a followed ``run`` in memory (the broker calls this under the
+        run's lock as it pushes them, so that a snapshot has each either held or to come)."""
+        held = self._held.get(run)
+        if held is None:
+            held = self._held[run] = deque(maxlen=HELD_PER_RUN)
+            while len(self._held) > MAX_RUNS:
+                self._held.popitem(last=False)
+        else:
+            self._held.move_to_end(run)
+        held.extend(events)
+
+    def held(self, run: str) -> list[dict[str, Any]]:
+        """Return the alerts raised on ``run`` while it was followed (written by another
+        process), oldest first, the newest :data:`HELD_PER_RUN` at most; not recorded in it."""
+        return list(self._held.get(run, ()))
 
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
         """Take the alerts raised but not yet ingested (for tests that call :meth:`process`)."""

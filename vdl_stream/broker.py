@@ -613,9 +613,18 @@ class Broker:
         self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
         return seq
 
-    def _fan_out(self, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]) -> int:
-        """Give new data of ``run`` the next broker seq and offer it to every subscriber of it."""
-        self._summarize(run, scalars, events)
+    def _fan_out(
+        self,
+        run: str,
+        scalars: list[ScalarColumns],
+        events: list[dict[str, Any]],
+        *,
+        summarize: bool = True,
+    ) -> int:
+        """Give new data of ``run`` the next broker seq and offer it to every subscriber of it
+        (``summarize``: fold it into the run's summary, as data that is in the run)."""
+        if summarize:
+            self._summarize(run, scalars, events)
         self._seq += 1
         seq = self._seq
         frames: dict[str | None, bytes | None] = {}  # one encoding per distinct tag pattern
@@ -967,6 +976,8 @@ class Broker:
             events = [_record_event(r) for r in records if r.kind in codec.EVENT_KINDS]
             if scalars or events:
                 self._fan_out(run.name, scalars, events)
+                if self.alerts is not None:  # alerts block, below: followed runs are watched too
+                    self.alerts.observe(run.name, scalars, events, followed=True)
             self._cache.update(run)
 
     async def _offer_snapshot(self, run: _Run) -> None:
@@ -1499,6 +1510,9 @@ class Broker:
                     continue
                 sub.covered[name] = covered
                 self._cache.update(run)
+                if self.alerts is not None and self.alerts.held(name):  # alerts block: a
+                    # followed run's alerts, held (not recorded), as of ``covered``
+                    events = sorted(events + self.alerts.held(name), key=lambda e: e["wall"])
             scalars, events = sub.select(scalars, events)
             await send(codec.encode_live("snapshot", covered, name, scalars, events))
             await self._trim()
@@ -1536,7 +1550,12 @@ class Broker:
         if kind not in codec.EVENT_KINDS:
             raise KeyError(name)
         records = await self._read(name, _read_records, kind, tag)
-        return [_record_event(r) for r in records]
+        events = [_record_event(r) for r in records]
+        if kind == "alert" and self.alerts is not None:  # alerts block: a followed run's alerts
+            held = [e for e in self.alerts.held(name) if tag is None or e.get("tag") == tag]
+            if held:
+                events = sorted(events + held, key=lambda e: e["wall"])
+        return events
 
     async def tags(self, name: str) -> dict[str, recorder.TagInfo]:
         """Return the tags of a run with their kinds and ranges."""
@@ -1707,6 +1726,23 @@ class Broker:
     #: The detectors watching this broker's ingest, set by :meth:`AlertEngine.run` while it
     #: runs. Ingest only queues each batch for them (never waits), and skips their own alerts.
     alerts: AlertEngine | None = None
+
+    def followed(self, name: str) -> bool:
+        """Whether ``name`` is a run this broker only follows (another process writes it), so
+        that alerts on it cannot be recorded in it (docs/alerts.md)."""
+        run = self._runs.get(name)
+        return run is not None and not run.local
+
+    async def publish_alerts(self, name: str, events: list[dict[str, Any]]) -> None:
+        """Push alert events of a followed run to its subscribers without recording them (the
+        run's writer lock is another process's) and without counting them in its summary."""
+        run = self._runs.get(name)
+        if run is None:
+            return
+        async with run.lock:  # as followed data: a snapshot sees either none or all of it
+            if self._runs.get(name) is run and self.alerts is not None:
+                self.alerts.hold(name, events)
+                self._fan_out(name, [], events, summarize=False)
 
 
 class UnreadableRunError(recorder.RecorderError):

@@ -419,7 +419,9 @@ class Export:
     """The export of one run, produced chunk by chunk in constant memory (blocking).
 
     Scalar tags come first, sorted, each with restarts applied (as the dashboard shows them), then
-    telemetry fields as tags ``telemetry/<host>/rank<r>/<field>``. Iterating yields UTF-8 chunks
+    telemetry fields as tags ``telemetry/<host>/rank<r>/<field>``, then the run's alerts as tags
+    ``alert/<rule>`` or ``alert/<rule>/<series>`` (step, wall time and offending value of each;
+    a missing step or value is an empty CSV cell or a JSON null). Iterating yields UTF-8 chunks
     of at most about :data:`EXPORT_CHUNK_ROWS` rows; their concatenation is the whole document.
     Open it with ``with`` (or call :meth:`close`): it holds the run's reader.
 
@@ -508,8 +510,47 @@ class Export:
                 yield chunk
             if not csv_out and not first:
                 yield b"]"
+        for tag, alerts in self._alerts():
+            # Few (the detectors raise at most 20 a minute per run): formatted in Python.
+            if csv_out:
+                cell = _csv_cell(tag)
+            for i in range(0, len(alerts), self._chunk):
+                part = alerts[i : i + self._chunk]
+                if csv_out:
+                    text = "".join(
+                        f"{cell},{_csv_step(s)},{w!r},{_csv_value(v)}\n" for s, w, v in part
+                    )
+                else:
+                    head = (
+                        (("," if self.tags else "") + "\n" + json.dumps(tag) + ": [")
+                        if not i
+                        else ", "
+                    )
+                    text = head + ", ".join(
+                        f"[{w!r}, {_json_value(s)}, {_json_value(v)}]" for s, w, v in part
+                    )
+                yield text.encode()
+            if not csv_out:
+                yield b"]"
+            self.tags += 1
+            self.rows += len(alerts)
         if not csv_out:
             yield b"\n}\n"
+
+    def _alerts(self) -> list[tuple[str, list[tuple[int | None, float, float | None]]]]:
+        """The run's alerts (docs/alerts.md) as ``(tag, [(step, wall, value), ...])``, tags
+        ``alert/<rule>`` or ``alert/<rule>/<series>`` in order, each tag's alerts as recorded."""
+        tags: dict[str, list[tuple[int | None, float, float | None]]] = {}
+        for record in self._reader.read_records(kind="alert"):
+            data = record.data
+            tag = f"alert/{data.get('rule', 'user')}"
+            if data.get("series") is not None:
+                tag += f"/{data['series']}"
+            if self._wanted(tag):
+                value = data.get("value")
+                value = None if value is None else float(value)
+                tags.setdefault(tag, []).append((record.step, record.wall, value))
+        return sorted(tags.items())
 
     def close(self) -> None:
         """Close the run's reader. Idempotent."""
@@ -541,6 +582,21 @@ def _csv_cell(tag: str) -> str:
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerow([tag, ""])
     return out.getvalue()[:-2]
+
+
+def _csv_step(step: int | None) -> str:
+    return "" if step is None else str(int(step))
+
+
+def _csv_value(value: float | None) -> str:
+    return "" if value is None else repr(value)
+
+
+def _json_value(value: float | None) -> str:
+    """A step or value in a JSON row: null for none, NaN and infinities."""
+    if value is None or not math.isfinite(value):
+        return "null"
+    return str(value) if isinstance(value, int) else repr(value)
 
 
 def _interleave(*columns: list) -> tuple:
