@@ -40,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -50,7 +51,7 @@ import broker_clients
 import numpy as np
 import psutil
 import trio
-from broker_clients import ServeProcess, WriterResult, kill_started, stream_batches
+from broker_clients import ServeProcess, WriterResult, kill_started, stream_together
 
 from tests import alert_faults
 from vdl_stream import codec, summaries
@@ -184,25 +185,13 @@ def _served_once(alerts: bool, points: int, args: argparse.Namespace, workdir: P
     tags = [f"train/loss{i}" for i in range(args.tags)]
     writers = [WriterResult(f"w{i}", f"ingest/rank{i}") for i in range(4)]
     try:
-
-        async def main() -> None:
-            start = trio.Event()
-            connected = trio.Semaphore(0)
-            async with trio.open_nursery() as nursery:
-                for w in writers:
-                    nursery.start_soon(
-                        lambda w=w: stream_batches(
-                            server.ws, w, tags=tags, points=points, seconds=args.seconds,
-                            start=start, window=8, connected=connected,
-                        )
-                    )  # fmt: skip
-                with trio.fail_after(30):
-                    for _ in writers:
-                        await connected.acquire()
-                start.set()
-
         cpu0 = _cpu(server.pid)
-        trio.run(main)
+        trio.run(
+            partial(
+                stream_together, server.ws, writers, tags=tags, points=points,
+                seconds=args.seconds, window=8,
+            )
+        )  # fmt: skip
         cpu = _cpu(server.pid) - cpu0
         stats = server.stats()
     finally:

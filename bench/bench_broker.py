@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,7 +53,7 @@ from broker_clients import (
     kill_started,
     live_subscriber,
     stalled_subscriber,
-    stream_batches,
+    stream_together,
 )
 
 import recorder
@@ -190,30 +191,13 @@ class Bench:
             writers = [WriterResult(f"w{i}", f"ingest/rank{i}") for i in range(s.ingest_writers)]
             cpu0, own0 = _cpu(server.pid), time.process_time()
 
-            async def main() -> None:
-                start = trio.Event()
-                connected = trio.Semaphore(0)
-                async with trio.open_nursery() as nursery:
-                    for w in writers:
-                        nursery.start_soon(
-                            lambda w=w: stream_batches(
-                                server.ws,
-                                w,
-                                tags=tags,
-                                points=s.ingest_points,
-                                seconds=s.ingest_seconds,
-                                start=start,
-                                window=s.window,
-                                connected=connected,
-                            )
-                        )
-                    with trio.fail_after(30):
-                        for _ in writers:
-                            await connected.acquire()
-                    start.set()
-
             wall0 = time.perf_counter()
-            trio.run(main)
+            trio.run(
+                partial(
+                    stream_together, server.ws, writers, tags=tags, points=s.ingest_points,
+                    seconds=s.ingest_seconds, window=s.window,
+                )
+            )  # fmt: skip
             cpu, own = _cpu(server.pid) - cpu0, time.process_time() - own0
             wall = time.perf_counter() - wall0
             if prof:
@@ -311,31 +295,14 @@ class Bench:
             prof = self.profiler("many", server, s.many_seconds + 20)
             rss: list[int] = []
 
-            async def main() -> None:
-                start = trio.Event()
-                connected = trio.Semaphore(0)
-                async with trio.open_nursery() as nursery:
-                    for w in writers:
-                        nursery.start_soon(
-                            lambda w=w: stream_batches(
-                                server.ws,
-                                w,
-                                tags=["loss"],
-                                points=s.many_points,
-                                seconds=s.many_seconds,
-                                start=start,
-                                window=64,
-                                batches_per_s=s.many_rate,
-                                connected=connected,
-                            )
-                        )
-                    with trio.fail_after(60):
-                        for _ in writers:
-                            await connected.acquire()
-                    start.set()
-                    rss.append(psutil.Process(server.pid).memory_info().rss)
-
-            trio.run(main)
+            trio.run(
+                partial(
+                    stream_together, server.ws, writers, tags=["loss"], points=s.many_points,
+                    seconds=s.many_seconds, window=64, batches_per_s=s.many_rate,
+                    connect_timeout=60,
+                    on_start=lambda: rss.append(psutil.Process(server.pid).memory_info().rss),
+                )
+            )  # fmt: skip
             prof.stop()
             stats = server.stats()["broker"]
         finally:

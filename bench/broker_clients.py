@@ -4,6 +4,7 @@ Everything here talks only to 127.0.0.1, and every loop is bounded by a count or
 
 - :class:`ServeProcess`: ``python -m vdl_stream.cli serve --port 0`` in its own process (so the
   load generators never share its GIL), its URL read from the first line it prints.
+- :func:`stream_together`: several :func:`stream_batches` writers started at the same moment.
 - :func:`stream_batches`: one raw writer on ``/ws/ingest`` sending ``batch`` frames built with the
   project's codec, either as fast as a bounded window of unacknowledged batches allows, or paced.
 - :func:`live_subscriber`: one ``/ws/live`` client recording, for every point it receives, the time
@@ -22,8 +23,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import trio
@@ -247,6 +251,32 @@ class SubscriberResult:
             return np.zeros(0)
         walls, lat = np.concatenate(self.walls), np.concatenate(self.latencies)
         return lat[walls >= wall0]
+
+
+async def stream_together(
+    ws_url: str,
+    writers: list[WriterResult],
+    *,
+    connect_timeout: float = 30.0,
+    on_start: Callable[[], None] | None = None,
+    **options: Any,
+) -> None:
+    """Run :func:`stream_batches` for every writer of ``writers`` (``options`` are its keyword
+    arguments but ``start`` and ``connected``), starting them at once when all are connected
+    (within ``connect_timeout`` seconds); ``on_start`` is called at that moment."""
+    start = trio.Event()
+    connected = trio.Semaphore(0)
+    async with trio.open_nursery() as nursery:
+        for w in writers:
+            nursery.start_soon(
+                partial(stream_batches, ws_url, w, start=start, connected=connected, **options)
+            )
+        with trio.fail_after(connect_timeout):
+            for _ in writers:
+                await connected.acquire()
+        start.set()
+        if on_start is not None:
+            on_start()
 
 
 async def live_subscriber(
