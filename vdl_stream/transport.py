@@ -99,6 +99,9 @@ class Transport(Protocol):
         """Wait until every batch up to ``seq`` is durable or was refused for good; retryable
         refusals are re-sent meanwhile (bound the wait with a cancel scope)."""
 
+    async def wait_idle(self) -> None:
+        """Wait until no batch is in flight (the writer's cue to send what accumulated)."""
+
     def take_errors(self) -> list[RefusedError]:
         """Return the refusals received since the last call, each once, oldest first."""
 
@@ -257,6 +260,13 @@ class InProcessTransport:
                 continue
             await self._broker.wait_persisted(self._confirmed, durable=True)
             return
+
+    async def wait_idle(self) -> None:
+        """Return once every batch handed over is written or refused: the broker is free for
+        the next one (the writer's adaptive flushing batches while it is not)."""
+        self._harvest()
+        if self._unconfirmed:
+            await self._broker.wait_persisted(next(reversed(self._unconfirmed.values()))[0])
 
     def _backlog_holds(self, seq: int) -> bool:
         first = self._backlog.first()
@@ -544,6 +554,12 @@ class WebSocketTransport:
             first = self._spool.first()
             if first is None or first > seq or self._acked >= seq:
                 return
+            await self._changed.wait()
+
+    async def wait_idle(self) -> None:
+        """Return once every batch taken is answered (the writer's adaptive flushing batches
+        while one is in flight, and while the broker cannot be reached)."""
+        while len(self._spool):
             await self._changed.wait()
 
     def take_errors(self) -> list[RefusedError]:

@@ -1,10 +1,16 @@
 """The writer: what training code calls on every batch.
 
 The hot path (``add_scalar``) validates cheaply and appends a tuple to a list; nothing else. A
-background thread running its own trio loop wakes every ``flush_interval``, takes what was appended,
-groups it into columnar batches and hands them to a transport: the in-process broker, or a remote
-``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
-``flush()`` and ``close()``, which wait (with a timeout) for durability.
+background thread running its own trio loop takes what was appended, groups it into columnar
+batches and hands them to a transport: the in-process broker, or a remote ``vdl-stream serve`` over
+a WebSocket. The training loop never waits for the dashboard, except in ``flush()`` and
+``close()``, which wait (with a timeout) for durability.
+
+Flushing adapts to the link (the opposite of Nagle's algorithm): when nothing is in flight, the
+next call wakes the background thread and its point leaves at once; while a batch is in flight,
+calls accumulate and leave together when it is answered; ``flush_interval`` only bounds the wait.
+So low rates get the lowest latency and high rates the biggest batches. The hot path pays nothing
+for it: the wake rides on the ``_attention`` flag it already tests.
 
 Every argument is checked at the call, so the background thread only sees what it can store. It
 still never stops on a failure: the pump (hot path -> pending batches) never waits on the
@@ -12,8 +18,10 @@ transport; pending batches are bounded in memory and spill to a temporary file; 
 hands them over in order, keeping and retrying one that fails; and what went wrong reaches the
 training thread as one warning per reason on its next call (a flag it already tests, no lock).
 
-    add_* --append--> lists --pump, every interval--> _Pending (memory, then Spool file)
-          --_deliver, in order, retried--> transport --> broker;  flush() --_confirm--> wait_acked
+    add_* --append--> lists --pump, when the link is free (or every interval)--> _Pending (memory,
+          then Spool file) --_deliver, in order, retried--> transport --> broker;
+          _pace: link free and nothing waiting --> arm the next call's wake;
+          flush() --_confirm--> wait_acked
 """
 
 from __future__ import annotations
@@ -287,6 +295,9 @@ class Writer:
         self._open_transport = open_transport
         self._token: trio.lowlevel.TrioToken | None = None
         self._wake: trio.Event | None = None
+        # Set (with _attention) by _pace when the link is free and nothing waits: the next call
+        # wakes the pump at once instead of leaving its point to the interval's timer.
+        self._idle = False
         self._sent_changed: trio.Event | None = None
         self._pending = _Pending(PENDING_MEMORY_BYTES, PENDING_DISK_BYTES)
         self._flushes: list[tuple[threading.Event, list[bool]]] = []
@@ -343,8 +354,9 @@ class Writer:
         elif type(walltime) is not float or walltime - walltime != 0.0:  # not finite: NaN, ±Inf
             walltime = summaries.check_wall(walltime)
         if self._attention:
-            self._attend()
-        self._append_point((tag, step, value, walltime))
+            self._attend(point=(tag, step, value, walltime))
+        else:
+            self._append_point((tag, step, value, walltime))
 
     def add_histogram(
         self,
@@ -516,16 +528,33 @@ class Writer:
     def _add_event(self, event: dict[str, Any]) -> None:
         """Queue a non-scalar event map (already validated by the caller)."""
         if self._attention:
-            self._attend()
-        self._events.append(event)
+            self._attend(event=event)
+        else:
+            self._events.append(event)
 
-    def _attend(self) -> None:
-        """The hot path's slow branch: refuse calls on a closed writer; warn about news."""
+    def _attend(
+        self,
+        point: tuple[str, int, float, float] | None = None,
+        event: dict[str, Any] | None = None,
+    ) -> None:
+        """The hot path's slow branch: refuse calls on a closed writer, warn about news, then
+        take the call's point or event, and wake the pump if the link is free."""
         if self._closed:
             raise ValueError(f"writer for run {self.run!r} is closed")
         self._attention = False  # before draining: a report appended meanwhile sets it again
         while self._reports:
             self._warn_once(self._reports.popleft(), stacklevel=4)
+        if point is not None:
+            self._append_point(point)
+        if event is not None:
+            self._events.append(event)
+        if self._idle:
+            # The link is free: this call's data leaves now. Woken only after the append, since
+            # queueing the wake releases the GIL and the pump may run before this returns.
+            self._idle = False
+            assert self._token is not None
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._kick)
 
     def _warn_once(self, reason: str, stacklevel: int) -> None:
         if reason in self._warned:
@@ -671,6 +700,7 @@ class Writer:
                 async with trio.open_nursery() as inner:
                     inner.start_soon(self._deliver, transport)
                     inner.start_soon(self._confirm, transport)
+                    inner.start_soon(self._pace, transport)
                     await self._pump(transport)
                     inner.cancel_scope.cancel()
             finally:
@@ -714,6 +744,29 @@ class Writer:
                 if left:
                     self._report(f"{left} batch(es) could not be delivered before close")
                 return
+
+    def _kick(self) -> None:
+        """Wake the pump (in the background loop): a call came while the link was free."""
+        assert self._wake is not None
+        self._wake.set()
+
+    async def _pace(self, transport: Transport) -> None:
+        """Adaptive flushing: each time the link has nothing in flight, send what waits at once,
+        or, when nothing waits, arm the hot path to wake the pump on its next call."""
+        while True:
+            seq = self._seq
+            await self._wait_sent(seq)
+            await transport.wait_idle()
+            if self._seq == seq:
+                assert self._wake is not None
+                if self._points or self._events:
+                    self._wake.set()  # they accumulated while the link was busy: send them now
+                else:
+                    self._idle = True
+                    self._attention = True  # after _idle: the hot path's check sees both
+            while self._seq == seq:  # until the pump takes the next batch
+                assert self._sent_changed is not None
+                await self._sent_changed.wait()
 
     def _take_pending(self, *, sync: bool) -> int:
         """Turn everything appended so far into one pending batch; return the newest seq."""
@@ -926,9 +979,10 @@ def attach(
         token: the access token for ``url``, or required by the served dashboard.
         telemetry: sample GPU (NVML) and host (psutil) telemetry into the run.
         telemetry_interval: seconds between telemetry samples (at least 0.1).
-        flush_interval: how often, in seconds, the background thread publishes what was logged.
-            A point waits half of it on average before it leaves the process; 20 ms keeps the
-            dashboard's end-to-end latency near 10 ms at a few hundred small batches a second.
+        flush_interval: the longest, in seconds, a logged point waits in the process while a
+            batch is in flight. When none is, the next call's point leaves at once; while one is,
+            calls accumulate into the next batch, sent as soon as the link is free (adaptive
+            flushing: docs/guide.md, "Durability and transports").
         all_ranks: in a distributed job, let every rank log, each as the sub-run ``<run>/rank<N>``.
             By default only rank 0 logs, and every rank sends telemetry.
         cache_mb: with ``serve``, the memory (MiB) the dashboard may keep of decoded run data
