@@ -16,7 +16,7 @@ import pytest
 import recorder
 from vdl_stream import attach
 from vdl_stream.errors import PortInUseError
-from vdl_stream.writer import make_run_name
+from vdl_stream.session import make_run_name
 
 
 def test_in_process_flush_is_durable_and_complete(tmp_path):
@@ -456,3 +456,14 @@ def test_in_process_points_leave_when_the_broker_is_free_not_at_the_interval(tmp
                     break
                 time.sleep(0.005)  # polling files another thread writes: no event to wait on
             assert steps == list(range(step + 1)), f"point {step} waited for the timer"
+
+
+def test_the_training_side_imports_no_broker_and_no_web_stack():
+    code = (
+        "import sys, vdl_stream, vdl_stream.writer, vdl_stream.session\n"
+        "loaded = [m for m in ('vdl_stream.broker', 'vdl_stream.server', 'quart', 'hypercorn',"
+        " 'quart_trio') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
