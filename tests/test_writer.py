@@ -76,6 +76,22 @@ def test_histogram_is_recorded(tmp_path):
     assert (record.data["nan"], record.data["inf"], record.data["num"]) == (1, 1, 1002)
 
 
+def test_a_histogram_is_binned_later_from_a_copy_of_its_values(tmp_path):
+    # The background thread bins it: an array the loop changes right after the call (a weight
+    # updated in place) must not change what was logged.
+    from vdl_stream import summaries
+
+    values = np.random.default_rng(1).normal(size=10_000).astype(np.float32)
+    expected = summaries.histogram_event("w", values.copy(), 3, 1.0e9, buckets=20)
+    with attach(tmp_path, run="later", telemetry=False) as w:
+        w.add_histogram("w", values, 3, walltime=1.0e9, buckets=20)
+        values[:] = 1e6  # before the background thread got to it, most likely
+    with recorder.RunReader(tmp_path / "later") as reader:
+        (record,) = reader.read_records(kind="histogram")
+    for key in ("edges", "counts", "num", "nan", "inf", "min", "max", "sum", "sum_sq"):
+        assert record.data[key] == expected[key], key
+
+
 def test_run_names_are_unique_and_sortable():
     names = [make_run_name() for _ in range(200)]
     assert len(set(names)) == 200

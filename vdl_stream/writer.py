@@ -53,6 +53,10 @@ from .transport import Spool, Transport
 log = logging.getLogger("vdl_stream.writer")
 
 
+#: The key under which a histogram event waits, until the background thread bins it, with its
+#: values and number of bins (never sent: binned before a batch is made).
+_BIN = "_bin"
+
 #: The public logging calls; a rank that does not log replaces them all with a no-op.
 LOGGING_METHODS = (
     "add_scalar",
@@ -342,7 +346,9 @@ class Writer:
         :func:`vdl_stream.summaries.histogram_event`.
         """
         wall = _wall(walltime)
-        self._add_event(summaries.histogram_event(tag, values, step, wall, buckets))
+        event, arr, n = summaries.histogram_call(tag, values, step, wall, buckets)
+        event[_BIN] = (arr, n)  # binned by the background thread (_take_pending)
+        self._add_event(event)
 
     def add_scalars(
         self,
@@ -749,6 +755,9 @@ class Writer:
             del self._events[:m]
             self._seq += 1
             columns = self._columns(points)
+            for event in events:
+                if _BIN in event:
+                    event.update(summaries.bin_histogram(*event.pop(_BIN)))
             if self._status_due is not None or self._close_due:
                 events = self._stamp_status(columns, events)
             batch = Batch(self._id, self._seq, self.run, columns, events, sync)
