@@ -26,6 +26,8 @@ def test_spool_keeps_memory_then_disk_in_order():
     for seq in range(1, 8):
         spool.put(seq, bytes([seq]) * 4)
     assert len(spool) == 7 and spool.last() == 7
+    stats = spool.statistics()
+    assert (stats.frames, stats.memory_bytes, stats.disk_bytes, stats.dropped) == (7, 8, 20, 0)
     assert [spool.get(s) for s in (1, 2, 3, 7)] == [b"\1" * 4, b"\2" * 4, b"\3" * 4, b"\7" * 4]
     assert spool.after(4) == [5, 6, 7]
     spool.ack(5)
@@ -258,6 +260,9 @@ def test_a_point_logged_while_the_link_is_idle_leaves_at_once_not_at_the_interva
             for step in range(4, 104):
                 writer.add_scalar("loss", 1.0, step)
             assert not gate.wait_for(5, timeout=0.3)  # nothing more while the batch is held
+            stats = writer.statistics()
+            assert (stats.queued_calls, stats.batches, stats.sent_batches) == (100, 4, 4)
+            assert stats.transport is not None and stats.transport.in_flight == 1
             gate.release.release()
             assert gate.wait_for(5, timeout=5)
             assert gate.batches[4][1] == 100

@@ -87,6 +87,26 @@ class TransportStatistics:
     dropped: int
 
 
+@dataclass(frozen=True)
+class SpoolStatistics:
+    """A point-in-time view of a :class:`Spool`.
+
+    Attributes:
+        frames: frames held.
+        memory_bytes: bytes of the frames held in memory.
+        disk_bytes: bytes of the frames in the temporary file (or kept in memory because the
+            file could not take them).
+        file_errors: writes the temporary file refused (a full disk).
+        dropped: frames dropped, oldest first, past the disk bound.
+    """
+
+    frames: int
+    memory_bytes: int
+    disk_bytes: int
+    file_errors: int
+    dropped: int
+
+
 class Transport(Protocol):
     """What the writer's background loop needs from a transport (see the module docstring)."""
 
@@ -330,6 +350,16 @@ class Spool:
     def nbytes(self) -> int:
         """Bytes held, in memory and in the file."""
         return self._memory_bytes + self._disk_bytes
+
+    def statistics(self) -> SpoolStatistics:
+        """Return what is held and what was lost (see :class:`SpoolStatistics`)."""
+        return SpoolStatistics(
+            frames=len(self),
+            memory_bytes=self._memory_bytes,
+            disk_bytes=self._disk_bytes,
+            file_errors=self.file_errors,
+            dropped=self.dropped,
+        )
 
     def first(self) -> int | None:
         """Return the oldest sequence number held, or None."""

@@ -48,7 +48,7 @@ from .codec import Batch, ScalarColumns
 from .errors import describe, unwrap
 from .run_summary import CLOSED, RUNNING, STATUS_KEY
 from .summaries import to_float, to_step
-from .transport import Spool, Transport
+from .transport import Spool, Transport, TransportStatistics
 
 log = logging.getLogger("vdl_stream.writer")
 
@@ -115,6 +115,11 @@ class WriterStatistics:
         send_failures: failed attempts to hand a batch to the transport (each retried).
         refusals: batches the broker refused for good (each reported).
         problem: the unresolved failure being retried, or None.
+        queued_calls: points and events logged and not yet taken into a batch.
+        batches: batches taken from the hot path so far.
+        sent_batches: the newest batch handed to the transport (batches are numbered 1, 2, ...).
+        transport: the transport's own view (queue depths, batches in flight, reconnects), or
+            None once the background thread has ended.
     """
 
     pending_batches: int
@@ -124,6 +129,10 @@ class WriterStatistics:
     send_failures: int
     refusals: int
     problem: str | None
+    queued_calls: int = 0
+    batches: int = 0
+    sent_batches: int = 0
+    transport: TransportStatistics | None = None
 
 
 class _Pending:
@@ -267,6 +276,7 @@ class Writer:
         self._seq = 0
         self._sent = 0  # the newest seq the transport has taken
         self._open_transport = open_transport
+        self._transport: Transport | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._wake: trio.Event | None = None
         # Set (with _attention) by _pace when the link is free and nothing waits: the next call
@@ -558,7 +568,23 @@ class Writer:
             send_failures=self._send_failures,
             refusals=self._refusals,
             problem=self._problem,
+            queued_calls=len(self._points) + len(self._events),
+            batches=self._seq,
+            sent_batches=self._sent,
+            transport=self._transport_statistics(),
         )
+
+    def _transport_statistics(self) -> TransportStatistics | None:
+        """The transport's statistics, read in the background loop (which changes them)."""
+        transport = self._transport
+        if transport is None or self._token is None or not self._thread.is_alive():
+            return None
+        if threading.current_thread() is self._thread:  # called from the loop itself
+            return transport.statistics()
+        try:
+            return trio.from_thread.run_sync(transport.statistics, trio_token=self._token)
+        except trio.RunFinishedError:
+            return None
 
     # -- flushing and closing -------------------------------------------------------------------
 
@@ -664,6 +690,7 @@ class Writer:
     async def _main(self) -> None:
         async with trio.open_nursery() as nursery:
             transport: Transport = await self._open_transport(nursery)
+            self._transport = transport
             self.url = getattr(transport, "url", None)
             self._token = trio.lowlevel.current_trio_token()
             self._wake = trio.Event()
