@@ -15,7 +15,7 @@ import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, ConnectionTimeout, serve_websocket
 
 import recorder
-from tests.conftest import start_serve, stop_serve
+from tests.conftest import start_serve, stop_serve, wait_for
 from vdl_stream import attach
 from vdl_stream.codec import Batch, ScalarColumns, decode_batch, decode_message, encode_ack
 from vdl_stream.transport import Spool, WebSocketTransport, describe_connect_error
@@ -49,6 +49,16 @@ def test_spool_drops_oldest_past_its_disk_bound_with_one_warning():
     spool.close()
 
 
+def _all_acknowledged(writer) -> bool:
+    stats = writer.statistics()
+    return (
+        stats.queued_calls == 0
+        and stats.pending_batches == 0
+        and stats.transport is not None
+        and stats.transport.queued_batches == 0
+    )
+
+
 def test_killed_broker_loses_and_duplicates_nothing(tmp_path):
     logdir = tmp_path / "logs"
     server = start_serve(logdir)
@@ -59,7 +69,8 @@ def test_killed_broker_loses_and_duplicates_nothing(tmp_path):
             for step in range(steps):
                 writer.add_scalar("loss", step * 0.5, step)
                 if step == 10_000:
-                    time.sleep(0.3)  # let batches be acknowledged, then pull the plug
+                    # Let what was logged be acknowledged, then pull the plug.
+                    wait_for(lambda: _all_acknowledged(writer), what="acknowledgements")
                     server.proc.kill()
                     server.proc.wait()
                 if step == 20_000:
@@ -211,10 +222,12 @@ class _AckGate:
         self._thread.join(10)
 
     def wait_for(self, count: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while len(self.batches) < count and time.monotonic() < deadline:
-            time.sleep(0.002)  # polling another thread's list: no event to wait on
-        return len(self.batches) >= count
+        """Whether ``count`` batches came within ``timeout`` seconds."""
+        try:
+            wait_for(lambda: len(self.batches) >= count, timeout)
+        except AssertionError:
+            return False
+        return True
 
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import recorder
+from tests.conftest import wait_for
 from vdl_stream import attach
 from vdl_stream.errors import PortInUseError
 from vdl_stream.session import make_run_name
@@ -269,13 +270,6 @@ def failing_send(monkeypatch):
 
     monkeypatch.setattr(InProcessTransport, "send", send)
     return state
-
-
-def wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_a_failing_broker_keeps_the_data_reports_the_reason_and_recovers(tmp_path, failing_send):
