@@ -394,12 +394,10 @@ def lod_payload(series: ScalarSeries, columns: dict, size: int) -> bytes:
         col = (steps - base).astype("<u4" if width == 4 else "<i8").tobytes()
         sw = [col[i : i + width * size] for i in range(0, width * n, width * size)]
     if columns["cw"][0] == "us":
-        offsets = np.rint((walls - columns["cw"][1]) * 1e6).astype("<u4")
+        offsets = codec.encode_us(walls, columns["cw"][1]).astype("<u4")
         wcol, wwidth = offsets.tobytes(), 4
         # The wall times as a reader decodes them (to the microsecond), not as given.
-        walls = offsets.astype(np.float64)
-        walls *= 1e-6
-        walls += columns["cw"][1]
+        walls = codec.decode_us(wcol, columns["cw"][1])
     else:
         wcol, wwidth = walls.astype("<f8").tobytes(), 8
     wparts = [wcol[i : i + wwidth * size] for i in range(0, wwidth * n, wwidth * size)]

@@ -46,10 +46,45 @@ def _encode_steps(steps: np.ndarray) -> list:
     return ["i8", steps.astype(_I8).tobytes()]
 
 
+def quantize_walls(walls: np.ndarray) -> np.ndarray:
+    """Wall times to the microsecond, as a reader decodes them from ``us`` columns: the float
+    nearest to ``k / 1e6`` for the integer ``k = rint(wall * 1e6)``. Writers apply it before
+    publishing, so what a browser sees live is bit for bit what it reads back from disk."""
+    with np.errstate(over="ignore"):
+        quantized = walls * 1e6
+    np.rint(quantized, out=quantized)
+    quantized /= 1e6
+    if not np.isfinite(quantized).all():  # beyond 1.8e302 s: no microseconds to take
+        quantized = np.where(np.isfinite(quantized), quantized, walls)
+    return quantized
+
+
+def encode_us(walls: np.ndarray, base: float) -> np.ndarray:
+    """The ``us`` offsets of finite ``walls`` from ``base`` (their minimum): whole microseconds,
+    as differences of integers (exact in float64), so that :func:`decode_us` gives
+    :func:`quantize_walls` of each wall whatever ``base`` is."""
+    offsets = np.rint(walls * 1e6)
+    offsets -= np.rint(base * 1e6)
+    return offsets
+
+
+def decode_us(
+    offsets: bytes | memoryview, base: float, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Wall times from a ``us`` column (``<u4`` microseconds after ``base``), into ``out`` if
+    given: ``(rint(base * 1e6) + offset) / 1e6``, which is :func:`quantize_walls` of the walls
+    written (files written before this rule read within a microsecond of what they read before)."""
+    walls = np.add(
+        np.frombuffer(offsets, dtype=_U4), np.rint(base * 1e6), out=out, dtype=np.float64
+    )
+    walls /= 1e6
+    return walls
+
+
 def _encode_walls(walls: np.ndarray) -> list:
     if np.isfinite(walls).all():
         base = float(walls.min())
-        offsets = np.rint((walls - base) * 1e6)
+        offsets = encode_us(walls, base)
         if offsets.max() <= MAX_WALL_OFFSET_US:
             return ["us", base, offsets.astype(_U4).tobytes()]
     return ["f8", walls.astype(_F8).tobytes()]
@@ -321,8 +356,7 @@ def decode_scalars_into(
     else:
         steps[:] = np.frombuffer(s[1], dtype=_I8)
     if w[0] == "us":
-        np.multiply(np.frombuffer(w[2], dtype=_U4), 1e-6, out=walls, dtype=np.float64)
-        walls += w[1]
+        decode_us(w[2], w[1], out=walls)
     else:
         walls[:] = np.frombuffer(w[1], dtype=_F8)
     values[:] = np.frombuffer(data["v"], dtype=_F8)
@@ -353,10 +387,7 @@ def _decode_steps(enc: list, n: int, counts: list | None = None) -> np.ndarray:
 
 def _decode_walls(enc: list, n: int) -> np.ndarray:
     if enc[0] == "us":
-        walls = np.frombuffer(enc[2], dtype=_U4).astype(np.float64)
-        walls *= 1e-6
-        walls += enc[1]
-        return walls
+        return decode_us(enc[2], enc[1])
     if enc[0] == "f8":
         return np.frombuffer(enc[1], dtype=_F8)
     raise ValueError(f"unknown wall encoding {enc[0]!r}")

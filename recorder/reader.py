@@ -1167,12 +1167,8 @@ class _LodChunk:
             steps = np.frombuffer(sdata, "<u4").astype(np.int64) + cs[1]
         elif cs[0] == "i8":
             steps = np.frombuffer(sdata, "<i8")
-        if wwidth == 4:  # exactly as codec.decode_scalars computes them
-            walls = np.frombuffer(wdata, "<u4").astype(np.float64)
-            walls *= 1e-6
-            walls += cw[1]
-        else:
-            walls = np.frombuffer(wdata, "<f8")
+        # exactly as codec.decode_scalars computes them
+        walls = codec.decode_us(wdata, cw[1]) if wwidth == 4 else np.frombuffer(wdata, "<f8")
         return steps, walls
 
 

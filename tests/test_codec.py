@@ -204,3 +204,22 @@ def test_refused_frame():
         "reason": "disk full",
         "retryable": True,
     }
+
+
+def test_live_walls_are_the_walls_the_files_give_back(tmp_path):
+    # One truth: the writer's columns (and a raw writer's batch, as the broker decodes it) carry
+    # the wall times a reader decodes from disk, bit for bit.
+    import recorder
+
+    walls = 1.7e9 + np.arange(50) / 3.0 + 1e-7
+    points = [("t", i, float(i), float(w)) for i, w in enumerate(walls)]
+    (live,) = codec.columns_from_points(points)
+    batch = codec.Batch(
+        "w" * 16, 1, "r", [codec.ScalarColumns("t", live.steps, walls, live.values)]
+    )
+    (decoded,) = codec.decode_batch(codec.decode_message(codec.encode_batch(batch))).scalars
+    with recorder.RunWriter(tmp_path / "r") as writer:
+        writer.append_scalars("t", live.steps, walls, live.values)
+    with recorder.RunReader(tmp_path / "r") as reader:
+        disk = reader.read_scalars("t").walls
+    assert live.walls.tobytes() == decoded.walls.tobytes() == disk.tobytes()

@@ -16,6 +16,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from recorder.codec import quantize_walls
+
 PROTOCOL_VERSION = 1
 #: Frames larger than this are refused before they are decoded.
 MAX_FRAME_BYTES = 32 << 20
@@ -179,7 +181,10 @@ def check_run_name(run: object) -> str:
 
 
 def columns_from_points(points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
-    """Group ``(tag, step, value, wall)`` tuples by tag into columns, keeping arrival order."""
+    """Group ``(tag, step, value, wall)`` tuples by tag into columns, keeping arrival order.
+
+    Wall times are taken to the microsecond (:func:`recorder.codec.quantize_walls`), as the
+    files keep them, so a browser sees the same value live as after a reload."""
     by_tag: dict[str, tuple[list[int], list[float], list[float]]] = {}
     for tag, step, value, wall in points:
         cols = by_tag.get(tag)
@@ -192,7 +197,7 @@ def columns_from_points(points: list[tuple[str, int, float, float]]) -> list[Sca
         ScalarColumns(
             tag,
             np.array(s, dtype=np.int64),
-            np.array(w, dtype=np.float64),
+            quantize_walls(np.array(w, dtype=np.float64)),
             np.array(v, dtype=np.float64),
         )
         for tag, (s, w, v) in by_tag.items()
@@ -547,6 +552,7 @@ def _decode_batch_body(message: dict[str, Any], writer: str, seq: int) -> Batch:
             raise ProtocolError(f"columns of tag {tag!r:.80} differ in length")
         if not np.isfinite(walls).all():
             raise ProtocolError(f"walls of tag {tag!r:.80} must be finite")
-        scalars.append(ScalarColumns(tag, steps, walls, values))
+        # To the microsecond, as the files keep them: live and on disk agree bit for bit.
+        scalars.append(ScalarColumns(tag, steps, quantize_walls(walls), values))
     events = [check_event(e) for e in raw_events]
     return Batch(writer, seq, run, scalars, events, bool(message.get("sync", False)))
