@@ -79,6 +79,40 @@ _TABLE = _make_table()
 _TABLE_LIST = _TABLE.tolist()
 
 
+# google-crc32c (C, hardware CRC instructions where the CPU has them) checks records of at least
+# GOOGLE_MIN_LENGTH bytes when its wheel is installed (a dependency; the numpy path below stays as
+# the fallback for a platform without the wheel). Shorter records, above all the 8-byte length of
+# every header, stay with numpy: one bulk pass over a byte column beats a call per record there.
+# Measured in docs/performance.md ("CRC-32C: google-crc32c against numpy").
+try:
+    import google_crc32c as _google_crc32c
+except ImportError:  # pragma: no cover - the wheel is a dependency
+    _google_crc32c = None
+else:
+    if _google_crc32c.implementation != "c":  # its pure-Python fallback is slower than numpy
+        _google_crc32c = None
+
+#: Records at least this long are checked with google-crc32c when it is there.
+GOOGLE_MIN_LENGTH = 16
+#: The CRC-32C implementation :func:`crc32c_many` uses by default: ``"google"`` or ``"numpy"``.
+CRC_BACKEND = "google" if _google_crc32c is not None else "numpy"
+
+
+def _crc_google(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """CRC-32C of ``data[o:o+n]`` for each pair, one google-crc32c call per record."""
+    value = _google_crc32c.value  # it takes bytes only (not a numpy or mmap buffer)
+    lo = int(offsets.min())
+    hi = int((offsets + lengths).max())
+    if hi - lo <= 2 * int(lengths.sum()) + (1 << 20):  # contiguous records: one copy of the span
+        raw = data[lo:hi].tobytes()
+        pairs = zip((offsets - lo).tolist(), lengths.tolist(), strict=True)
+        return np.fromiter((value(raw[o : o + n]) for o, n in pairs), np.uint32, len(offsets))
+    pairs = zip(offsets.tolist(), lengths.tolist(), strict=True)
+    return np.fromiter(
+        (value(data[o : o + n].tobytes()) for o, n in pairs), np.uint32, len(offsets)
+    )
+
+
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """Return the CRC-32C of ``data`` (plain Python; the reference for :func:`crc32c_many`)."""
     crc = 0xFFFFFFFF
@@ -218,16 +252,45 @@ def _crc_same_length(data: np.ndarray, offsets: np.ndarray, length: int) -> np.n
 
 
 def crc32c_many(
-    buf: bytes | bytearray | memoryview | np.ndarray, offsets: Any, lengths: Any
+    buf: bytes | bytearray | memoryview | np.ndarray,
+    offsets: Any,
+    lengths: Any,
+    backend: str | None = None,
 ) -> np.ndarray:
     """Return the CRC-32C of ``buf[o:o+n]`` for every ``(o, n)`` pair, as a uint32 array.
 
-    Vectorized with numpy: records shorter than 256 bytes in groups of equal length, up to 4 KiB
-    lane-parallel in 64-byte lanes, longer ones one by one with a pairwise fold of their lanes.
+    With ``backend="google"`` (the default when google-crc32c is installed, see
+    :data:`CRC_BACKEND`) records of :data:`GOOGLE_MIN_LENGTH` bytes or more go through
+    google-crc32c. Everything else is vectorized with numpy: records shorter than 256 bytes in
+    groups of equal length, up to 4 KiB lane-parallel in 64-byte lanes, longer ones one by one
+    with a pairwise fold of their lanes.
+
+    Raises:
+        ValueError: ``backend`` is not ``"google"``, ``"numpy"`` or None, or is ``"google"``
+            without google-crc32c installed.
     """
+    backend = CRC_BACKEND if backend is None else backend
+    if backend not in ("google", "numpy"):
+        raise ValueError(f"backend must be 'google', 'numpy' or None, got {backend!r}")
+    if backend == "google" and _google_crc32c is None:
+        raise ValueError("backend 'google' needs the google-crc32c package (C implementation)")
     data = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
     offsets = np.asarray(offsets, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
+    if backend == "google" and len(offsets):
+        long = lengths >= GOOGLE_MIN_LENGTH
+        if long.all():
+            return _crc_google(data, offsets, lengths)
+        out = np.zeros(len(offsets), dtype=np.uint32)
+        if long.any():
+            out[long] = _crc_google(data, offsets[long], lengths[long])
+        out[~long] = _crc32c_many_numpy(data, offsets[~long], lengths[~long])
+        return out
+    return _crc32c_many_numpy(data, offsets, lengths)
+
+
+def _crc32c_many_numpy(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """:func:`crc32c_many` with numpy only (the fallback, and the path for short records)."""
     out = np.zeros(len(offsets), dtype=np.uint32)
     tiny = lengths < 4
     for i in np.nonzero(tiny)[0].tolist():
@@ -818,7 +881,7 @@ def _decode_value(block: EventBlock, v: bytes, step: int, wall: float) -> None:
                 },
             )
         )
-    elif plugin == "pr_curves" and t.numbers is not None:
+    elif plugin == "pr_curves" and t.numbers is not None and _is_pr_curve(t.numbers):
         block.events.append(("pr_curve", tag, step, wall, _pr_curve(t)))
     elif plugin == "text" and t.strings is not None:
         text = "\n".join(s.decode("utf-8", "replace") for s in t.strings)
@@ -844,6 +907,11 @@ def _decode_value(block: EventBlock, v: bytes, step: int, wall: float) -> None:
 #
 # The experiment names the metric tags; the session start info holds the values, and becomes one
 # ``hparams`` event (the metrics' values are the run's scalars of those tags).
+
+
+def _is_pr_curve(numbers: np.ndarray) -> bool:
+    """Whether a pr_curves tensor has 6 rows of at least 2 thresholds (else it is skipped)."""
+    return numbers.size >= 12 and numbers.size % 6 == 0
 
 
 def _pr_curve(t: Tensor) -> dict[str, Any]:
