@@ -372,3 +372,31 @@ async def test_serve_pushes_a_tensorboardx_writer_live(tmp_path):
             writer.kill()
             writer.wait()
         stop_serve(server)
+
+
+async def test_the_follower_stops_cleanly_when_the_broker_closes(tmp_path):
+    """Shutdown: a file that grows after the broker closed ends the follower, not serve with an
+    error (ingest raises ClosedResourceError then)."""
+    logdir = tmp_path / "logs"
+    (logdir / "run").mkdir(parents=True)
+    path = logdir / "run" / "events.out.tfevents.1.host"
+    path.write_bytes(scalar_record("loss", 0, 0.0))
+    broker = Broker(logdir)
+    follower = ForeignRuns(logdir, tmp_path / "mirror", poll=0.01, scan=0.05)
+    broker.foreign = follower
+    returned = trio.Event()
+
+    async def follow(task_status=trio.TASK_STATUS_IGNORED):
+        await follower.run(broker, task_status=task_status)
+        returned.set()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            sub = broker.subscribe()
+            await nursery.start(follow)
+            assert await collect(sub, "run", "loss", 1) == [0.0]
+            broker.close()
+            await broker.wait_closed()
+            append(path, scalar_record("loss", 1, 1.0))
+            await returned.wait()

@@ -380,7 +380,8 @@ class ForeignRuns:
 
     async def run(self, broker: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Walk the log directory every ``scan`` s and poll the files that grew recently every
-        ``poll`` s, ingesting what they append into ``broker``, until cancelled."""
+        ``poll`` s, ingesting what they append into ``broker``, until cancelled or the broker
+        closes."""
         task_status.started()
         next_scan = 0.0
         while True:
@@ -397,8 +398,11 @@ class ForeignRuns:
                 )
                 # A read capped at READ_BYTES left more behind: read on without a pause.
                 more = any(c.source.offset < c.end < c.size for c in chunks)
-                for chunk in chunks:
-                    await self._take(broker, chunk)
+                try:
+                    for chunk in chunks:
+                        await self._take(broker, chunk)
+                except trio.ClosedResourceError:  # the broker closed: serve is shutting down
+                    return
                 if more:
                     continue
             active = any(now - s.grew < QUIET for s in self._sources.values())
