@@ -300,12 +300,17 @@ async def test_foreign_runs_are_read_only_and_resume_without_duplicates(tmp_path
         assert "read-only" in refused.value.reason
         assert broker.run_path("tb") == mirror / "tb"
     assert not any(n for n in os.listdir(logdir / "tb") if "tfevents" not in n)  # untouched
+    with recorder.RunReader(mirror / "tb") as reader:  # the broker closed: all is on disk
+        (meta,) = reader.read_records("meta")
+    assert meta.data["followed_from"] == ["tensorboard"] and meta.data["read_only"] is True
+    assert meta.data["source_dir"] == "tb"
     append(path, scalar_record("loss", 3, 3.0))
     async with following(logdir, mirror) as (broker, _, sub):
         assert await collect(sub, "tb", "loss", 1) == [3.0]  # only what is new
         await nothing_more(sub, "tb")
     with recorder.RunReader(mirror / "tb") as reader:
         assert reader.read_scalars("loss").values.tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert len(reader.read_records("meta")) == 1  # not again on resume
 
 
 # -- end to end: serve, a tensorboardX writer process, /ws/live ------------------------------------

@@ -15,7 +15,8 @@ Naming and permissions (docs/interop.md, "Live TensorBoard and VisualDL log dire
   Every file of one directory (several writers, files rotated by a writer) feeds that one run.
 - Foreign runs are read-only: the source files are never written, and batches that writers send
   to a foreign run's name are refused (not retryable). A directory that also holds the broker's
-  own segment files is a native run and is not followed as foreign.
+  own segment files is a native run and is not followed as foreign. Each foreign run gets one
+  ``meta`` record when first seen: ``followed_from``, ``source_dir`` (relative), ``read_only``.
 - What was decoded is kept in a mirror run under the cache directory
   (``$VDL_STREAM_CACHE`` or ``~/.cache/vdl-stream``, ``/foreign-<hash of DIR>``), so snapshots,
   HTTP reads and export work as for native runs. Each file's writer id is derived from its name
@@ -496,6 +497,9 @@ class ForeignRuns:
                     )
                     continue
                 self._runs.add(name)
+                if not await self._announce(broker, name, dirpath, {k for _, k, _ in files}):
+                    self._runs.discard(name)
+                    continue
             for path, kind, writer in files:
                 if path in self._sources:
                     continue
@@ -510,6 +514,27 @@ class ForeignRuns:
                     continue
                 src.resumed = src.offset > 0
                 self._sources[path] = src
+
+    async def _announce(self, broker: Any, name: str, dirpath: str, kinds: set[str]) -> bool:
+        """Open a new foreign run and give it, once (the seq makes a resumed run skip it), a
+        ``meta`` record saying where it comes from and that it is read-only."""
+        writer = WRITER_PREFIX + "meta"
+        event = {
+            "kind": "meta",
+            "tag": None,
+            "step": None,
+            "wall": time.time(),
+            "followed_from": sorted(kinds),
+            "source_dir": self._rel(dirpath),
+            "read_only": True,
+        }
+        try:
+            if await broker.written_upto(name, writer) == 0:
+                await broker.ingest(ForeignBatch(writer, 1, name, [], [event]))
+        except RefusedError as exc:
+            self._warn(name + ":open", f"cannot keep run {name!r}: {exc.reason}")
+            return False
+        return True
 
     def _list(self) -> list[tuple[str, list[tuple[str, str, str]]]]:
         """``(directory, [(file, kind, writer id)])`` of every foreign directory (blocking)."""
