@@ -371,7 +371,15 @@ async def test_serve_pushes_a_tensorboardx_writer_live(tmp_path):
                             values.extend(np.frombuffer(v, "<f8").tolist())
                 assert values == [s * 0.25 for s in range(200)]
                 assert live >= 2  # pushed as it was written, not in one piece at the end
+            # A writer that sends to the foreign run is refused: it is read-only.
+            async with open_websocket_url(server.ws_url + "/ws/ingest") as ingest:
+                columns = ScalarColumns("x", np.zeros(1, "<i8"), np.full(1, WALL), np.ones(1))
+                await ingest.send_message(codec.encode_batch(Batch("w", 1, "tbx/run1", [columns])))
+                answer = msgpack.unpackb(await ingest.get_message())
+            assert answer["type"] == "refused" and answer["retryable"] is False, answer
+            assert "read-only" in answer["reason"]
         assert await trio.to_thread.run_sync(writer.wait, 30) == 0
+        assert await trio.to_thread.run_sync(stop_serve, server) == 0  # a clean shutdown
     finally:
         if writer is not None and writer.poll() is None:
             writer.kill()

@@ -12,7 +12,8 @@ A TFRecord file is a sequence of records, each::
     data_crc    u32 little-endian   masked CRC-32C of the payload
 
 where ``masked(c) = ((c >> 15) | (c << 17)) + 0xA282EAD8 (mod 2**32)``. CRCs are checked for many
-records at once with numpy (:func:`crc32c_many`), so checking costs little next to decoding.
+records at once (:func:`crc32c_many`): with google-crc32c's C code for records of 16 bytes and more,
+with numpy for the 8-byte lengths (and for everything where google-crc32c is not installed).
 
 Decoded (field numbers from tensorflow/core/util/event.proto and framework/summary.proto)::
 
