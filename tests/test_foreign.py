@@ -413,3 +413,29 @@ async def test_the_follower_stops_cleanly_when_the_broker_closes(tmp_path):
             await broker.wait_closed()
             append(path, scalar_record("loss", 1, 1.0))
             await returned.wait()
+
+
+async def test_reads_are_bounded_per_poll_and_every_file_gets_its_turn(tmp_path, monkeypatch):
+    """With a budget of a few records per poll, two long files are still read whole, in order."""
+    from vdl_stream import foreign
+
+    monkeypatch.setattr(foreign, "READ_BYTES", 200)
+    monkeypatch.setattr(foreign, "ROUND_BYTES", 150)
+    logdir = tmp_path / "logs"
+    for name in ("a", "b"):
+        (logdir / name).mkdir(parents=True)
+        records = [scalar_record("loss", i, float(i)) for i in range(60)]
+        (logdir / name / "events.out.tfevents.1.host").write_bytes(b"".join(records))
+    async with following(logdir, tmp_path / "mirror") as (_, follower, sub):
+        values: dict[str, list[float]] = {"a": [], "b": []}
+        with trio.fail_after(20):
+            while len(values["a"]) < 60 or len(values["b"]) < 60:
+                message = msgpack.unpackb(await sub.receive())
+                if message["type"] == "data":
+                    batch_points = 0
+                    for _, _, _, v in message["scalars"]:
+                        values[message["run"]].extend(np.frombuffer(v, "<f8").tolist())
+                        batch_points += len(v) // 8
+                    assert batch_points <= 5  # 200 bytes a read: a few records a batch
+        assert values == {"a": [float(i) for i in range(60)], "b": [float(i) for i in range(60)]}
+        assert follower.statistics().waiting == 0

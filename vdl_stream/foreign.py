@@ -63,6 +63,8 @@ SCAN = 1.0
 QUIET = 10.0
 #: Bytes read from one file per poll, at most (a single larger record is read whole).
 READ_BYTES = 4 << 20
+#: Bytes read from all files together per poll, at most (the rest waits for the next poll).
+ROUND_BYTES = 32 << 20
 #: Seconds a zero-filled stretch that valid records follow is waited for before it is skipped.
 ZERO_GRACE = 30.0
 #: Files followed at most; more are left out with one warning.
@@ -201,14 +203,21 @@ def _vdl_limit(buf: bytes, src: Source, now: float) -> int:
     return pos
 
 
-def read_chunk(src: Source, now: float | None = None, read_bytes: int = READ_BYTES) -> Chunk:
+def read_chunk(src: Source, now: float | None = None, read_bytes: int | None = None) -> Chunk:
     """Read and decode what was appended to ``src`` since its offset (blocking).
+
+    Args:
+        src: the file and where reading stopped (its ``zeros_since`` is updated here).
+        now: ``time.monotonic()`` for the zero-filled grace (default: now).
+        read_bytes: bytes read at most (default :data:`READ_BYTES`); a single longer record is
+            read whole.
 
     Returns a :class:`Chunk` whose ``end`` is the offset to resume from (``src.offset`` when
     nothing complete was there). Damage is in ``block.corrupt`` with file offsets; an OSError
     is returned in ``error``, not raised.
     """
     now = time.monotonic() if now is None else now
+    read_bytes = READ_BYTES if read_bytes is None else read_bytes
     try:
         with open(src.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -343,6 +352,7 @@ class ForeignRuns:
         self._refused: set[str] = set()  # directories whose name is taken by a native run
         self._warned: set[str] = set()
         self._limiter = trio.CapacityLimiter(1)
+        self._turn = 0  # which source a poll round reads first
         self._records = self._points = self._damage = self._dropped = 0
 
     # -- what the broker asks -------------------------------------------------------------------
@@ -394,11 +404,11 @@ class ForeignRuns:
             else:
                 sources = [s for s in self._sources.values() if now - s.grew < QUIET]
             if sources:
-                chunks = await trio.to_thread.run_sync(
+                chunks, deferred = await trio.to_thread.run_sync(
                     self._read_all, sources, limiter=self._limiter
                 )
-                # A read capped at READ_BYTES left more behind: read on without a pause.
-                more = any(c.source.offset < c.end < c.size for c in chunks)
+                # A read capped at READ_BYTES or ROUND_BYTES left more behind: no pause.
+                more = deferred or any(c.source.offset < c.end < c.size for c in chunks)
                 try:
                     for chunk in chunks:
                         await self._take(broker, chunk)
@@ -409,10 +419,18 @@ class ForeignRuns:
             active = any(now - s.grew < QUIET for s in self._sources.values())
             await trio.sleep(self._poll if active else max(0.0, next_scan - time.monotonic()))
 
-    def _read_all(self, sources: list[Source]) -> list[Chunk]:
+    def _read_all(self, sources: list[Source]) -> tuple[list[Chunk], bool]:
+        """Read what grew, at most :data:`ROUND_BYTES` a round (blocking); returns the chunks
+        and whether sources were left for the next round. Each round starts at another source,
+        so that one busy file never starves the others."""
         now = time.monotonic()
         out = []
-        for src in sources:
+        budget = ROUND_BYTES
+        start = self._turn % len(sources)
+        self._turn += 1
+        for src in sources[start:] + sources[:start]:
+            if budget <= 0:
+                return out, True
             try:
                 size = os.stat(src.path).st_size
             except FileNotFoundError:
@@ -423,8 +441,9 @@ class ForeignRuns:
                 continue
             if size == src.size and size <= src.offset:
                 continue
+            budget -= min(max(size - src.offset, 0), READ_BYTES)
             out.append(read_chunk(src, now))
-        return out
+        return out, False
 
     async def _take(self, broker: Any, chunk: Chunk) -> None:
         src = chunk.source
@@ -541,8 +560,13 @@ class ForeignRuns:
         out = []
         if not os.path.isdir(self.logdir):
             return out
+        mirror = os.path.abspath(self.mirror)
         for dirpath, dirnames, filenames in os.walk(self.logdir):
             dirnames.sort()
+            # A --cache-dir inside the log directory: its mirrors are not sources.
+            dirnames[:] = [
+                d for d in dirnames if os.path.abspath(os.path.join(dirpath, d)) != mirror
+            ]
             if any(SEGMENT_RE.match(n) for n in filenames):
                 continue  # a native run
             files = []
