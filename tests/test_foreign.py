@@ -21,6 +21,8 @@ import msgpack
 import numpy as np
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tensorboardX import SummaryWriter
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
@@ -439,3 +441,48 @@ async def test_reads_are_bounded_per_poll_and_every_file_gets_its_turn(tmp_path,
                     assert batch_points <= 5  # 200 bytes a read: a few records a batch
         assert values == {"a": [float(i) for i in range(60)], "b": [float(i) for i in range(60)]}
         assert follower.statistics().waiting == 0
+
+
+# -- property: a file written in any pieces is read exactly once, in order ----------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(["tensorboard", "visualdl"]),
+    cuts=st.lists(st.integers(1, 400), min_size=1, max_size=12),
+    hole=st.booleans(),
+)
+def test_any_split_of_a_growing_file_is_read_exactly_once(tmp_path_factory, kind, cuts, hole):
+    """Append a file in random pieces (cut mid-header, mid-payload), optionally with the next piece
+    first seen as zeros (an NFS block not yet written): polling after every step yields every
+    point once, in order, and never reports damage."""
+    path = tmp_path_factory.mktemp("split") / (
+        "events.out.tfevents.1.h" if kind == "tensorboard" else "vdlrecords.1.log"
+    )
+    make = scalar_record if kind == "tensorboard" else vdl_record
+    data = b"".join(make("v", i, float(i)) for i in range(30))
+    src = Source(str(path), kind, "run", "w")
+    got: list[float] = []
+
+    def poll() -> None:
+        chunk = read_chunk(src, now=0.0)
+        if chunk.block is not None:
+            assert not chunk.block.corrupt
+            got.extend(np.asarray(chunk.block.scalars.get("v", ([], [], []))[2]).tolist())
+        src.offset = chunk.end
+
+    written = 0
+    path.write_bytes(b"")
+    for cut in [*cuts, len(data)]:
+        end = min(len(data), written + cut)
+        if hole and end > written:
+            append(path, b"\0" * (end - written))  # the size grew, the bytes are not there yet
+            poll()
+            write_at(path, written, data[written:end])
+        else:
+            append(path, data[written:end])
+        written = end
+        poll()
+    poll()
+    assert got == pytest.approx([float(i) for i in range(30)])
+    assert src.offset == len(data)

@@ -26,7 +26,10 @@ Naming and permissions (docs/interop.md, "Live TensorBoard and VisualDL log dire
 Reading rules: a torn tail (an incomplete record) and a zero-filled stretch (a block an NFS client
 has not seen written yet) mean "not written yet": the file is read again from the last good record
 on the next poll, for ever for a torn tail, and for :data:`ZERO_GRACE` seconds for zeros that valid
-records already follow (after that the stretch is reported as damage and skipped). Damage that is
+records already follow (after that the stretch is reported as damage and skipped). A record whose
+checksum fails counts as zero-filled when it holds 8 zero bytes in a row or ends in a zero byte;
+VisualDL records (no checksums) when their length is zero, or when they end in a zero byte followed
+by a zero byte or the end of the file. Damage that is
 not zeros (a checksum mismatch over other bytes) is logged as an error naming the file and the
 offset, skipped, and the rest of the file is still followed. A file that cannot be read is logged
 once; every other file and run carries on.
@@ -153,9 +156,12 @@ class Chunk:
 
 
 def _has_zeros(buf: bytes | memoryview, start: int, length: int) -> bool:
-    """Whether ``buf[start:start+length]`` looks unwritten: all zero, or 8 zero bytes in a row."""
+    """Whether the damaged stretch ``buf[start:start+length]`` looks unwritten: 8 zero bytes in a
+    row (a zero-filled block inside it), or a zero last byte (a zero-filled block that starts
+    inside the record and runs past its end). A damaged record taken for unwritten by mistake
+    only waits :data:`ZERO_GRACE` before it is reported; the checksums keep garbage out."""
     part = bytes(buf[start : start + length])
-    return (not part.strip(b"\0")) or b"\0" * 8 in part
+    return b"\0" * 8 in part or part.endswith(b"\0")
 
 
 def _cut_tfevents(buf: bytes, frames: tfevents.Frames, src: Source, now: float) -> tfevents.Frames:
@@ -182,8 +188,10 @@ def _cut_tfevents(buf: bytes, frames: tfevents.Frames, src: Source, now: float) 
 
 def _vdl_limit(buf: bytes, src: Source, now: float) -> int:
     """The end of the complete, written VisualDL records at the start of ``buf``: stops before
-    a torn tail and (within :data:`ZERO_GRACE`) before a zero length or a payload ending in
-    zeros, which VisualDL never writes."""
+    a torn tail and (within :data:`ZERO_GRACE`) before a zero length (VisualDL never writes an
+    empty record) or a record whose last byte is zero with a zero byte or the end of the file
+    after it. The latter also holds back, until the next record is written, a last record that
+    really ends in a zero byte (a scalar of exactly 0.0)."""
     pos = 0
     size = len(buf)
     while pos + 8 <= size:
@@ -192,7 +200,10 @@ def _vdl_limit(buf: bytes, src: Source, now: float) -> int:
             return size  # damage: the decoder reports it
         if pos + 8 + n > size:
             break
-        unwritten = n == 0 or (n >= 8 and not bytes(buf[pos + n : pos + 8 + n]).strip(b"\0"))
+        # No checksums here: a zero length, or a record ending in a zero byte with zeros (or
+        # nothing yet) after it, is a zero-filled block that starts inside it.
+        after = bytes(buf[pos + 8 + n : pos + 9 + n])
+        unwritten = n == 0 or (buf[pos + 7 + n] == 0 and after in (b"", b"\0"))
         if unwritten:
             if src.zeros_since is None:
                 src.zeros_since = now
