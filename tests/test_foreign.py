@@ -486,3 +486,39 @@ def test_any_split_of_a_growing_file_is_read_exactly_once(tmp_path_factory, kind
     poll()
     assert got == pytest.approx([float(i) for i in range(30)])
     assert src.offset == len(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hole_at=st.integers(0, 1100),
+    hole_len=st.integers(8, 300),  # a block: 8 bytes at least (NFS holes are whole pages)
+    tail=st.integers(0, 400),
+)
+def test_a_hole_with_data_after_it_holds_back_only_until_filled(
+    tmp_path_factory, hole_at, hole_len, tail
+):
+    """NFS: a later block is visible before an earlier one. Nothing at or after the hole is read
+    (no damage, no point out of order); once it is filled, everything comes, once."""
+    path = tmp_path_factory.mktemp("hole") / "events.out.tfevents.1.h"
+    data = b"".join(scalar_record("v", i, float(i)) for i in range(30))
+    hole_at = min(hole_at, len(data) - 1)
+    end = min(len(data), hole_at + hole_len)
+    visible = min(len(data), end + tail)
+    path.write_bytes(data[:hole_at] + b"\0" * (end - hole_at) + data[end:visible])
+    src = Source(str(path), "tensorboard", "run", "w")
+    got: list[float] = []
+
+    def poll() -> None:
+        chunk = read_chunk(src, now=0.0)
+        if chunk.block is not None:
+            assert not chunk.block.corrupt
+            got.extend(np.asarray(chunk.block.scalars.get("v", ([], [], []))[2]).tolist())
+        src.offset = chunk.end
+
+    poll()
+    assert src.offset <= hole_at  # stopped before the hole
+    write_at(path, hole_at, data[hole_at:end])
+    append(path, data[visible:])
+    poll()
+    poll()
+    assert got == [float(i) for i in range(30)]
