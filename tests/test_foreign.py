@@ -13,6 +13,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -83,12 +84,14 @@ def write_at(path: Path, offset: int, data: bytes) -> None:
 
 @contextlib.asynccontextmanager
 async def following(logdir: Path, mirror: Path) -> AsyncIterator[tuple[Broker, ForeignRuns, Any]]:
-    """A broker over ``logdir`` whose foreign follower polls every 10 ms, and a subscriber."""
+    """A broker over ``logdir`` (following, publishing summaries, as in ``serve``) whose foreign
+    follower polls every 10 ms, and a subscriber."""
     broker = Broker(logdir)
     follower = ForeignRuns(logdir, mirror, poll=0.01, scan=0.05)
     broker.foreign = follower
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
+        await nursery.start(broker.follow, 0.2)
         sub = broker.subscribe()
         await nursery.start(follower.run, broker)
         try:
@@ -113,11 +116,12 @@ async def collect(sub: Any, run: str, tag: str, n: int, seconds: float = 10) -> 
 
 
 async def nothing_more(sub: Any, run: str, seconds: float = 0.3) -> None:
-    """Assert that ``sub`` gets no data frame of ``run`` for ``seconds`` (several polls)."""
+    """Assert that ``sub`` gets no scalar point of ``run`` for ``seconds`` (several polls)."""
     with trio.move_on_after(seconds):
         while True:
             message = msgpack.unpackb(await sub.receive())
-            assert not (message["type"] == "data" and message["run"] == run), message
+            if message["type"] == "data" and message["run"] == run:
+                assert not message["scalars"], message
 
 
 # -- torn and zero-filled tails ------------------------------------------------------------------
@@ -303,7 +307,7 @@ async def test_foreign_runs_are_read_only_and_resume_without_duplicates(tmp_path
         assert broker.run_path("tb") == mirror / "tb"
     assert not any(n for n in os.listdir(logdir / "tb") if "tfevents" not in n)  # untouched
     with recorder.RunReader(mirror / "tb") as reader:  # the broker closed: all is on disk
-        (meta,) = reader.read_records("meta")
+        (meta,) = [r for r in reader.read_records("meta") if "followed_from" in r.data]
     assert meta.data["followed_from"] == ["tensorboard"] and meta.data["read_only"] is True
     assert meta.data["source_dir"] == "tb"
     append(path, scalar_record("loss", 3, 3.0))
@@ -312,7 +316,8 @@ async def test_foreign_runs_are_read_only_and_resume_without_duplicates(tmp_path
         await nothing_more(sub, "tb")
     with recorder.RunReader(mirror / "tb") as reader:
         assert reader.read_scalars("loss").values.tolist() == [0.0, 1.0, 2.0, 3.0]
-        assert len(reader.read_records("meta")) == 1  # not again on resume
+        metas = reader.read_records("meta")
+        assert sum("followed_from" in r.data for r in metas) == 1  # not again on resume
 
 
 # -- end to end: serve, a tensorboardX writer process, /ws/live ------------------------------------
@@ -522,3 +527,30 @@ def test_a_hole_with_data_after_it_holds_back_only_until_filled(
     poll()
     poll()
     assert got == [float(i) for i in range(30)]
+
+
+async def test_a_quiet_foreign_run_is_finished_and_live_again_when_it_grows(tmp_path):
+    """Event files carry no close marker: a run whose files are read and unchanged for
+    FINISHED_AFTER seconds is shown finished (not crashed), and live again once one grows."""
+    logdir = tmp_path / "logs"
+    (logdir / "old").mkdir(parents=True)
+    path = logdir / "old" / "events.out.tfevents.1.host"
+    path.write_bytes(scalar_record("loss", 0, 1.0))
+    past = time.time() - 3600
+    os.utime(path, (past, past))  # written an hour ago
+
+    async def until_status(sub: Any, wanted: str) -> None:
+        with trio.fail_after(15):  # summaries are published once a second
+            while True:
+                message = msgpack.unpackb(await sub.receive())
+                if message["type"] == "summaries":
+                    for summary in message["runs"]:
+                        if summary["name"] == "old" and summary["status"] == wanted:
+                            return
+
+    async with following(logdir, tmp_path / "mirror") as (broker, _, sub):
+        await until_status(sub, "finished")
+        assert [s["status"] for s in broker.summaries() if s["name"] == "old"] == ["finished"]
+        append(path, scalar_record("loss", 1, 2.0))
+        assert await collect(sub, "old", "loss", 1) == [2.0]
+        await until_status(sub, "live")

@@ -17,6 +17,9 @@ Naming and permissions (docs/interop.md, "Live TensorBoard and VisualDL log dire
   to a foreign run's name are refused (not retryable). A directory that also holds the broker's
   own segment files is a native run and is not followed as foreign. Each foreign run gets one
   ``meta`` record when first seen: ``followed_from``, ``source_dir`` (relative), ``read_only``.
+- Status: event files carry no close marker; a foreign run is ``finished`` once all its files are
+  read and unchanged for :data:`FINISHED_AFTER` s, ``live`` again when one grows (``meta`` status
+  records, as a closing writer sends).
 - What was decoded is kept in a mirror run under the cache directory
   (``$VDL_STREAM_CACHE`` or ``~/.cache/vdl-stream``, ``/foreign-<hash of DIR>``), so snapshots,
   HTTP reads and export work as for native runs. Each file's writer id is derived from its name
@@ -55,6 +58,7 @@ from recorder.catalog import SEGMENT_RE
 from . import codec, tfevents, vdlrecords
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
+from .run_summary import CLOSED, RUNNING, STATUS_KEY
 
 log = logging.getLogger("vdl_stream.foreign")
 
@@ -70,6 +74,9 @@ READ_BYTES = 4 << 20
 ROUND_BYTES = 32 << 20
 #: Seconds a zero-filled stretch that valid records follow is waited for before it is skipped.
 ZERO_GRACE = 30.0
+#: A foreign run whose files are all read and unchanged for this many seconds is shown
+#: ``finished`` (event files carry no close marker), and ``live`` again when one grows.
+FINISHED_AFTER = 60.0
 #: Files followed at most; more are left out with one warning.
 MAX_FILES = 4096
 #: Damage reports logged per file, at most (the rest is counted).
@@ -125,6 +132,7 @@ class Source:
         offset: bytes decoded and ingested so far (the next record starts here).
         size: the file size last seen.
         grew: ``time.monotonic()`` when it last grew (or was found).
+        mtime: the file's modification time, as last seen.
         zeros_since: when a zero-filled stretch that valid records follow was first seen.
         metrics: the hparams metric tags of the file's experiment summary, once seen.
         damage: damaged stretches reported so far.
@@ -139,6 +147,7 @@ class Source:
     size: int = 0
     grew: float = 0.0
     zeros_since: float | None = None
+    mtime: float | None = None
     metrics: list[str] = field(default_factory=list)
     damage: int = 0
     resumed: bool = False
@@ -364,6 +373,8 @@ class ForeignRuns:
         self._warned: set[str] = set()
         self._limiter = trio.CapacityLimiter(1)
         self._turn = 0  # which source a poll round reads first
+        self._status: dict[str, str] = {}  # run -> the status meta last given to it
+        self._status_seq = 0
         self._records = self._points = self._damage = self._dropped = 0
 
     # -- what the broker asks -------------------------------------------------------------------
@@ -408,7 +419,8 @@ class ForeignRuns:
         next_scan = 0.0
         while True:
             now = time.monotonic()
-            if now >= next_scan:
+            walked = now >= next_scan
+            if walked:
                 await self._walk(broker)
                 next_scan = time.monotonic() + self._scan
                 sources = list(self._sources.values())
@@ -427,6 +439,11 @@ class ForeignRuns:
                     return
                 if more:
                     continue
+                if walked:  # every file was looked at, none left behind: update statuses
+                    try:
+                        await self._settle(broker)
+                    except trio.ClosedResourceError:
+                        return
             active = any(now - s.grew < QUIET for s in self._sources.values())
             await trio.sleep(self._poll if active else max(0.0, next_scan - time.monotonic()))
 
@@ -443,7 +460,9 @@ class ForeignRuns:
             if budget <= 0:
                 return out, True
             try:
-                size = os.stat(src.path).st_size
+                st = os.stat(src.path)
+                size = st.st_size
+                src.mtime = st.st_mtime
             except FileNotFoundError:
                 out.append(Chunk(src, None, src.offset, -1))
                 continue
@@ -544,6 +563,33 @@ class ForeignRuns:
                     continue
                 src.resumed = src.offset > 0
                 self._sources[path] = src
+
+    async def _settle(self, broker: Any) -> None:
+        """Give each run whose status changed a ``meta`` status record: ``closed`` once all its
+        files are read and unchanged for :data:`FINISHED_AFTER` s, ``running`` once one grows
+        (run_summary.py turns these into ``finished`` and ``live``)."""
+        now = time.time()
+        runs: dict[str, bool] = {}
+        for src in self._sources.values():
+            quiet = (
+                src.offset >= src.size
+                and src.mtime is not None
+                and now - src.mtime > FINISHED_AFTER
+            )
+            runs[src.run] = runs.get(src.run, True) and quiet
+        for name, quiet in runs.items():
+            status = CLOSED if quiet else RUNNING
+            if self._status.get(name) == status:
+                continue
+            # Sequence numbers from the clock, so that they keep growing across restarts.
+            self._status_seq = max(self._status_seq + 1, int(now * 1000))
+            event = {"kind": "meta", "tag": None, "step": None, "wall": now, STATUS_KEY: status}
+            batch = ForeignBatch(WRITER_PREFIX + "status", self._status_seq, name, [], [event])
+            try:
+                await broker.ingest(batch)
+            except RefusedError:
+                continue  # tried again at the next walk
+            self._status[name] = status
 
     async def _announce(self, broker: Any, name: str, dirpath: str, kinds: set[str]) -> bool:
         """Open a new foreign run and give it, once (the seq makes a resumed run skip it), a
