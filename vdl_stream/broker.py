@@ -545,6 +545,10 @@ class Broker:
                 this writer was refused and must be sent again first (retryable).
             trio.ClosedResourceError: the broker is closed.
         """
+        refusal = self._foreign_refusal(batch)  # foreign block, below: foreign runs are read-only
+        if refusal is not None:
+            self._refusal_count += 1
+            raise refusal
         try:
             if self._bus is not None:  # bus: only the broker holding the run's lease takes it
                 await self._bus.admit(batch)
@@ -701,7 +705,7 @@ class Broker:
                         codec.check_run_name(name)  # the in-process path has no decoder
                     except ValueError as exc:
                         raise RefusedError(str(exc)[:200], retryable=False) from None
-                run = run or _Run(name, self.logdir / name)
+                run = run or _Run(name, self._run_dir(name))
                 try:
                     if self._prepare_write is not None:
                         # Not under the persist limiter: a slow store delays this run's first
@@ -1720,6 +1724,35 @@ class Broker:
                     continue
                 self._cache.update(run)
             await self._trim()
+
+    # -- foreign runs (vdl_stream/foreign.py; docs/interop.md) ------------------------------------
+
+    #: The follower of the TensorBoard and VisualDL files under the log directory, set by
+    #: ``serve``; it ingests what they append into read-only runs kept in its mirror directory.
+    foreign: Any = None
+
+    def _run_dir(self, name: str) -> Path:
+        """Where run ``name`` is kept: its foreign mirror, or its directory in the log directory."""
+        if self.foreign is not None:
+            mirror = self.foreign.mirror_path(name)
+            if mirror is not None:
+                return mirror
+        return self.logdir / name
+
+    async def written_upto(self, name: str, writer: str) -> int:
+        """Open run ``name`` for ingest and return the last seq of ``writer`` it holds (0: none).
+
+        Raises:
+            RefusedError: the run cannot be opened (as :meth:`ingest`).
+        """
+        run = await self._get_run(name)
+        return run.last_seq.get(writer, 0)
+
+    def _foreign_refusal(self, batch: Batch) -> RefusedError | None:
+        """A writer's batch for a read-only foreign run is refused (the alert engine's are not)."""
+        if self.foreign is None or batch.writer == ALERTS_WRITER:
+            return None
+        return self.foreign.refusal(batch)
 
     # -- alerts (vdl_stream/alerts.py; docs/alerts.md) ------------------------------------------
 

@@ -70,6 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
                         ),
                         shutdown_trigger=shutdown_trigger,
                         cache_dir=args.cache_dir,
+                        foreign=not args.no_foreign,
                         task_status=task_status,
                     )
                 )
@@ -205,8 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--cache-dir",
         metavar="DIR",
-        help="with a --logdir in an object store: where runs' local heads are kept (default: "
-        "$VDL_STREAM_CACHE or ~/.cache/vdl-stream)",
+        help="where runs' local heads are kept with a --logdir in an object store, and the "
+        "mirrors of TensorBoard/VisualDL runs (default: $VDL_STREAM_CACHE or ~/.cache/vdl-stream)",
+    )
+    serve.add_argument(
+        "--no-foreign",
+        action="store_true",
+        help="do not show the TensorBoard event files and VisualDL record files under --logdir "
+        "as live, read-only runs (docs/interop.md)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8040, help="port (default: 8040; 0: any free)")

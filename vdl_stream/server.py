@@ -1157,9 +1157,14 @@ async def run_server(
     webhooks: WebhookNotifier | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] = trio.sleep_forever,
     cache_dir: str | Path | None = None,
+    foreign: bool = True,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``vdl-stream serve``: a broker over ``logdir`` and its web server.
+
+    With ``foreign`` (the default; not with an object store) the TensorBoard event files and
+    VisualDL record files under ``logdir`` are followed as read-only runs, their mirrors kept
+    under ``cache_dir`` (:mod:`vdl_stream.foreign`, docs/interop.md).
 
     ``logdir`` may be an object store URL (``s3://bucket/prefix``, ``gs://``, ``az://``): the
     broker then keeps its runs' heads in ``cache_dir`` (by default under ``$VDL_STREAM_CACHE``
@@ -1209,6 +1214,11 @@ async def run_server(
 
                 await nursery.start(Bus(broker, bus, lease_ttl=bus_lease or LEASE_TTL).run)
             await nursery.start(broker.follow)
+            if foreign and sync is None:  # foreign block: TensorBoard/VisualDL files (foreign.py)
+                from .foreign import ForeignRuns, cache_root
+
+                broker.foreign = ForeignRuns(logdir, cache_root(logdir, cache_dir))
+                await nursery.start(_until_closed, broker, partial(broker.foreign.run, broker))
             if alerts is not False:
                 await nursery.start(alerts.run, broker)
             if webhooks is not None:

@@ -12,7 +12,8 @@ A TFRecord file is a sequence of records, each::
     data_crc    u32 little-endian   masked CRC-32C of the payload
 
 where ``masked(c) = ((c >> 15) | (c << 17)) + 0xA282EAD8 (mod 2**32)``. CRCs are checked for many
-records at once with numpy (:func:`crc32c_many`), so checking costs little next to decoding.
+records at once (:func:`crc32c_many`): with google-crc32c's C code for records of 16 bytes and more,
+with numpy for the 8-byte lengths (and for everything where google-crc32c is not installed).
 
 Decoded (field numbers from tensorflow/core/util/event.proto and framework/summary.proto)::
 
@@ -33,7 +34,9 @@ What becomes what: ``simple_value`` and one-element numeric tensors of the ``sca
 no plugin) are scalars; ``histo`` and ``histograms``-plugin tensors (``[k, 3]`` rows of left edge,
 right edge, count) are histograms; ``image`` and ``images``-plugin tensors (``[width, height,
 encoded...]``) are images (the first image of a batch); ``text``-plugin string tensors are text
-(elements joined by newlines); ``audio`` is audio. Everything else (graphs, run metadata, session
+(elements joined by newlines); ``audio`` is audio; ``pr_curves``-plugin tensors are pr_curve events
+and ``hparams``-plugin session start summaries hparams events (see "pr_curve and hparams" below).
+Everything else (graphs, run metadata, session
 logs, other plugins) is counted as skipped, by name.
 """
 
@@ -75,6 +78,40 @@ def _make_table() -> np.ndarray:
 
 _TABLE = _make_table()
 _TABLE_LIST = _TABLE.tolist()
+
+
+# google-crc32c (C, hardware CRC instructions where the CPU has them) checks records of at least
+# GOOGLE_MIN_LENGTH bytes when its wheel is installed (a dependency; the numpy path below stays as
+# the fallback for a platform without the wheel). Shorter records, above all the 8-byte length of
+# every header, stay with numpy: one bulk pass over a byte column beats a call per record there.
+# Measured in docs/performance.md ("CRC-32C: google-crc32c against numpy").
+try:
+    import google_crc32c as _google_crc32c
+except ImportError:  # pragma: no cover - the wheel is a dependency
+    _google_crc32c = None
+else:
+    if _google_crc32c.implementation != "c":  # its pure-Python fallback is slower than numpy
+        _google_crc32c = None
+
+#: Records at least this long are checked with google-crc32c when it is there.
+GOOGLE_MIN_LENGTH = 16
+#: The CRC-32C implementation :func:`crc32c_many` uses by default: ``"google"`` or ``"numpy"``.
+CRC_BACKEND = "google" if _google_crc32c is not None else "numpy"
+
+
+def _crc_google(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """CRC-32C of ``data[o:o+n]`` for each pair, one google-crc32c call per record."""
+    value = _google_crc32c.value  # it takes bytes only (not a numpy or mmap buffer)
+    lo = int(offsets.min())
+    hi = int((offsets + lengths).max())
+    if hi - lo <= 2 * int(lengths.sum()) + (1 << 20):  # contiguous records: one copy of the span
+        raw = data[lo:hi].tobytes()
+        pairs = zip((offsets - lo).tolist(), lengths.tolist(), strict=True)
+        return np.fromiter((value(raw[o : o + n]) for o, n in pairs), np.uint32, len(offsets))
+    pairs = zip(offsets.tolist(), lengths.tolist(), strict=True)
+    return np.fromiter(
+        (value(data[o : o + n].tobytes()) for o, n in pairs), np.uint32, len(offsets)
+    )
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -216,16 +253,45 @@ def _crc_same_length(data: np.ndarray, offsets: np.ndarray, length: int) -> np.n
 
 
 def crc32c_many(
-    buf: bytes | bytearray | memoryview | np.ndarray, offsets: Any, lengths: Any
+    buf: bytes | bytearray | memoryview | np.ndarray,
+    offsets: Any,
+    lengths: Any,
+    backend: str | None = None,
 ) -> np.ndarray:
     """Return the CRC-32C of ``buf[o:o+n]`` for every ``(o, n)`` pair, as a uint32 array.
 
-    Vectorized with numpy: records shorter than 256 bytes in groups of equal length, up to 4 KiB
-    lane-parallel in 64-byte lanes, longer ones one by one with a pairwise fold of their lanes.
+    With ``backend="google"`` (the default when google-crc32c is installed, see
+    :data:`CRC_BACKEND`) records of :data:`GOOGLE_MIN_LENGTH` bytes or more go through
+    google-crc32c. Everything else is vectorized with numpy: records shorter than 256 bytes in
+    groups of equal length, up to 4 KiB lane-parallel in 64-byte lanes, longer ones one by one
+    with a pairwise fold of their lanes.
+
+    Raises:
+        ValueError: ``backend`` is not ``"google"``, ``"numpy"`` or None, or is ``"google"``
+            without google-crc32c installed.
     """
+    backend = CRC_BACKEND if backend is None else backend
+    if backend not in ("google", "numpy"):
+        raise ValueError(f"backend must be 'google', 'numpy' or None, got {backend!r}")
+    if backend == "google" and _google_crc32c is None:
+        raise ValueError("backend 'google' needs the google-crc32c package (C implementation)")
     data = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
     offsets = np.asarray(offsets, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
+    if backend == "google" and len(offsets):
+        long = lengths >= GOOGLE_MIN_LENGTH
+        if long.all():
+            return _crc_google(data, offsets, lengths)
+        out = np.zeros(len(offsets), dtype=np.uint32)
+        if long.any():
+            out[long] = _crc_google(data, offsets[long], lengths[long])
+        out[~long] = _crc32c_many_numpy(data, offsets[~long], lengths[~long])
+        return out
+    return _crc32c_many_numpy(data, offsets, lengths)
+
+
+def _crc32c_many_numpy(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """:func:`crc32c_many` with numpy only (the fallback, and the path for short records)."""
     out = np.zeros(len(offsets), dtype=np.uint32)
     tiny = lengths < 4
     for i in np.nonzero(tiny)[0].tolist():
@@ -692,6 +758,9 @@ class EventBlock:
     records: int = 0
     end: int = 0
     first_wall: float | None = None
+    # The metric tags of the hparams experiment summary seen last (tensorboardX writes it just
+    # before the session start summary that holds the values); carried from block to block.
+    hparam_metrics: list[str] = field(default_factory=list)
     # The index of the record being decoded, and per tag the record index of every point (kept
     # so that points decoded in bulk can be merged back into file order).
     index: int = 0
@@ -729,11 +798,17 @@ def _decode_value(block: EventBlock, v: bytes, step: int, wall: float) -> None:
         block.skipped["value without a tag"] += 1
         return
     plugin = ""
+    content = b""
     meta = last_field(g, 9)
     if meta is not None:
         pdata = last_field(group_fields(wire_fields(meta)), 1)
         if pdata is not None:
-            plugin = last_field(group_fields(wire_fields(pdata)), 1, b"").decode()
+            pg = group_fields(wire_fields(pdata))
+            plugin = last_field(pg, 1, b"").decode()
+            content = last_field(pg, 2, b"")
+    if plugin == "hparams":  # pr_curve and hparams block (below)
+        _hparams_value(block, tag, content, wall)
+        return
     simple = last_field(g, 2)
     if simple is not None:
         block.add_scalar(tag, step, wall, _F32.unpack(simple)[0])
@@ -807,11 +882,108 @@ def _decode_value(block: EventBlock, v: bytes, step: int, wall: float) -> None:
                 },
             )
         )
+    elif plugin == "pr_curves" and t.numbers is not None and _is_pr_curve(t.numbers):
+        block.events.append(("pr_curve", tag, step, wall, _pr_curve(t)))
     elif plugin == "text" and t.strings is not None:
         text = "\n".join(s.decode("utf-8", "replace") for s in t.strings)
         block.events.append(("text", tag, step, wall, {"text": text}))
     else:
         block.skipped[f"plugin {plugin or 'none'}"] += 1
+
+
+# -- pr_curve and hparams ------------------------------------------------------------------------
+#
+# pr_curves plugin: a float tensor of shape [6, num_thresholds], rows TP, FP, TN, FN, precision,
+# recall, at thresholds i / (num_thresholds - 1) (tensorboard/plugins/pr_curve/summary.py).
+#
+# hparams plugin: no tensor worth reading; the plugin data's ``content`` is an HParamsPluginData
+# (tensorboard/plugins/hparams/plugin_data.proto, api.proto)::
+#
+#     HParamsPluginData  version int32 = 1, experiment = 2, session_start_info = 3,
+#                        session_end_info = 4
+#     Experiment         hparam_infos = 4, metric_infos MetricInfo = 5 (repeated)
+#     MetricInfo         name MetricName = 1 { group string = 1, tag string = 2 }
+#     SessionStartInfo   hparams map<string, google.protobuf.Value> = 1 (entries key = 1, value = 2)
+#     Value              null_value = 1, number_value double = 2, string_value = 3, bool_value = 4
+#
+# The experiment names the metric tags; the session start info holds the values, and becomes one
+# ``hparams`` event (the metrics' values are the run's scalars of those tags).
+
+
+def _is_pr_curve(numbers: np.ndarray) -> bool:
+    """Whether a pr_curves tensor has 6 rows of at least 2 thresholds (else it is skipped)."""
+    return numbers.size >= 12 and numbers.size % 6 == 0
+
+
+def _pr_curve(t: Tensor) -> dict[str, Any]:
+    numbers = t.numbers if t.numbers is not None else np.zeros(0)
+    if numbers.size % 6 or numbers.size < 12:
+        raise DecodeError(f"a pr_curves tensor must have shape [6, n >= 2], got {numbers.size}")
+    rows = numbers.reshape(6, -1)
+    n = rows.shape[1]
+    f8 = [np.ascontiguousarray(r, dtype="<f8").tobytes() for r in rows]
+    return {
+        "thresholds": (np.arange(n, dtype="<f8") / (n - 1)).tobytes(),
+        "tp": f8[0],
+        "fp": f8[1],
+        "tn": f8[2],
+        "fn": f8[3],
+        "precision": f8[4],
+        "recall": f8[5],
+        "num_thresholds": n,
+    }
+
+
+def _hparam_value(b: bytes) -> Any:
+    g = group_fields(wire_fields(b))
+    if 2 in g:
+        return _F64.unpack(last_field(g, 2))[0]
+    if 3 in g:
+        return bytes(last_field(g, 3)).decode()
+    if 4 in g:
+        return bool(last_field(g, 4))
+    return None
+
+
+def _hparams_value(block: EventBlock, tag: str, content: bytes, wall: float) -> None:
+    """Decode the HParamsPluginData of a value of the hparams plugin into ``block``."""
+    g = group_fields(wire_fields(content))
+    experiment = last_field(g, 2)
+    if experiment is not None:
+        metrics = []
+        for wire, info in group_fields(wire_fields(experiment)).get(5, []):
+            name = last_field(group_fields(wire_fields(info)), 1)
+            if wire == 2 and name is not None:
+                ng = group_fields(wire_fields(name))
+                group = bytes(last_field(ng, 1, b"")).decode()
+                mtag = bytes(last_field(ng, 2, b"")).decode()
+                if mtag:
+                    metrics.append(f"{group}/{mtag}" if group else mtag)
+        block.hparam_metrics = metrics
+        block.skipped["hparams experiment"] += 1
+        return
+    start = last_field(g, 3)
+    if start is None:
+        block.skipped["hparams session end"] += 1
+        return
+    hparams: dict[str, Any] = {}
+    for wire, entry in group_fields(wire_fields(start)).get(1, []):
+        if wire != 2:
+            continue
+        eg = group_fields(wire_fields(entry))
+        key = bytes(last_field(eg, 1, b"")).decode()
+        value = _hparam_value(last_field(eg, 2, b""))
+        if key and value is not None:
+            hparams[key] = value
+    block.events.append(
+        (
+            "hparams",
+            None,
+            None,
+            wall,
+            {"hparams": hparams, "metrics": list(block.hparam_metrics), "metric_values": None},
+        )
+    )
 
 
 def decode_event(payload: bytes, block: EventBlock) -> None:
@@ -1017,9 +1189,12 @@ def read_event_file(path: str | os.PathLike[str], block_records: int = BLOCK_REC
             data = np.frombuffer(mm, dtype=np.uint8)
             try:
                 pos = 0
+                metrics: list[str] = []
                 while pos < size:
                     frames = scan_frames(data, pos, max_records=block_records)
-                    block = decode_records(mm, frames, EventBlock(), data=data)
+                    block = EventBlock(hparam_metrics=metrics)
+                    block = decode_records(mm, frames, block, data=data)
+                    metrics = block.hparam_metrics
                     if frames.end == pos and not frames.corrupt and not len(frames.offsets):
                         block.corrupt.append(
                             Corruption(pos, size - pos, "truncated record at end of file")
