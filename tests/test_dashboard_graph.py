@@ -12,6 +12,8 @@ from vdl_stream import attach
 torch = pytest.importorskip("torch")
 
 CONNECTED = "() => window.vdl && window.vdl.connected"
+# Scrolled at once (the header's button scrolls smoothly: boxes would move under the clicks).
+SHOW_GRAPH = "() => document.querySelector('.view.graph').scrollIntoView({block: 'start'})"
 
 
 def box(page, scope: str | None = None, label: str | None = None) -> dict:
@@ -36,7 +38,7 @@ def test_the_page_draws_a_resnet50_graph_expands_a_scope_and_searches(serve_proc
         with attach(url=serve_process.ws_url, run="resnet", telemetry=False) as writer:
             writer.add_graph(resnet50(), torch.randn(1, 3, 224, 224))
         page.wait_for_function("() => window.vdl.graph.keys().length === 1", timeout=15_000)
-        page.evaluate("() => window.vdl.goToView('graph')")
+        page.evaluate(SHOW_GRAPH)
         page.wait_for_function("() => window.vdl.graph.stats.draws > 0", timeout=15_000)
         # Collapsed by scope: x, conv1, bn1, relu, maxpool, layer1-4, avgpool, flatten, fc, output.
         boxes = page.evaluate("() => window.vdl.graph.boxes()")
@@ -113,7 +115,7 @@ def test_a_small_graph_starts_expanded_and_collapses_on_its_scope_label(serve_pr
         with attach(url=serve_process.ws_url, run="small", telemetry=False) as writer:
             writer.add_graph(Net(), torch.ones(2, 4), tag="net")
         page.wait_for_function("() => window.vdl.graph.keys().length === 1", timeout=15_000)
-        page.evaluate("() => window.vdl.goToView('graph')")
+        page.evaluate(SHOW_GRAPH)
         page.wait_for_function("() => window.vdl.graph.stats.draws > 0", timeout=15_000)
         assert page.evaluate("() => window.vdl.graph.expanded()") == ["block"]
         assert len(page.evaluate("() => window.vdl.graph.boxes()")) == 5
