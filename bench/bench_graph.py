@@ -95,6 +95,7 @@ def bench_page(url: str, loads: int) -> dict:
                     )
                     first = page.evaluate(
                         "() => ({drawn: window.vdl.graph.stats.firstDrawAt,"
+                        " received: window.vdl.graph.stats.receivedAt,"
                         " boxes: window.vdl.graph.boxes().length})"
                     )
                     expand = page.evaluate(
@@ -120,6 +121,8 @@ def bench_page(url: str, loads: int) -> dict:
         "loads": results,
         "first_draw_ms_median": median([r["first_draw_ms"] for r in results]),
         "first_draw_ms_max": max(r["first_draw_ms"] for r in results),
+        "received_ms_median": median([r["received"] for r in results]),
+        "received_to_drawn_ms_median": median([r["drawn"] - r["received"] for r in results]),
         "expand_all_ms_median": median([r["expand"]["total"] for r in results]),
         "expand_layout_ms_median": median([r["expand"]["layout"] for r in results]),
         "redraw_full_ms_median": median([r["expand"]["redraw"] for r in results]),
@@ -165,7 +168,8 @@ def main() -> None:
     print(
         f"| navigation -> graph drawn (collapsed, {page['boxes_collapsed']} boxes) | "
         f"{page['first_draw_ms_median']:.0f} ms | max {page['first_draw_ms_max']:.0f} ms "
-        f"of {loads} loads |"
+        f"of {loads} loads; graph event received at {page['received_ms_median']:.0f} ms, "
+        f"drawn {page['received_to_drawn_ms_median']:.0f} ms later |"
     )
     print(
         f"| expand all ({page['boxes_expanded']} boxes): layout + draw | "

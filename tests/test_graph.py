@@ -353,3 +353,82 @@ async def test_the_http_api_serves_a_graph_event(nursery, graph_run):
     assert ev["kind"] == "graph" and ev["tag"] == "graph"
     assert by_name(ev)["fc"]["outputs"] == [{"shape": [1, 2], "dtype": "float32"}]
     assert len(ev["edges"]) == 9
+
+
+def tensorboard_graph_def() -> bytes:
+    """A GraphDef as tensorboardX writes it for a torch model (names carry the module path)."""
+    pytest.importorskip("tensorboardX")
+    from tensorboardX.proto import attr_value_pb2, graph_pb2, node_def_pb2, tensor_shape_pb2
+
+    def shapes(*dims_list):
+        return attr_value_pb2.AttrValue(
+            list=attr_value_pb2.AttrValue.ListValue(
+                shape=[
+                    tensor_shape_pb2.TensorShapeProto(
+                        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in dims]
+                    )
+                    for dims in dims_list
+                ]
+            )
+        )
+
+    def node(name, op, inputs, *dims_list, **attrs):
+        attr = {"_output_shapes": shapes(*dims_list), **attrs}
+        return node_def_pb2.NodeDef(name=name, op=op, input=inputs, attr=attr)
+
+    f32 = attr_value_pb2.AttrValue(type=1)
+    variable_shape = attr_value_pb2.AttrValue(
+        shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in (3, 2)]
+        )
+    )
+    nodes = [
+        node("input/x", "IO Node", [], (-1, 3)),
+        node("Net/Linear[fc]/weight", "VariableV2", [], (3, 2), shape=variable_shape, dtype=f32),
+        node(
+            "Net/Linear[fc]/MatMul",
+            "aten::matmul",
+            ["input/x", "Net/Linear[fc]/weight"],
+            (-1, 2),
+            T=f32,
+        ),
+        node("Net/split", "aten::split", ["Net/Linear[fc]/MatMul", "^input/x"], (-1, 1), (-1, 1)),
+        node("output/y", "IO Node", ["Net/split:1"], (-1, 1)),
+    ]
+    return graph_pb2.GraphDef(node=nodes).SerializeToString()
+
+
+def test_a_tensorboard_graph_def_becomes_a_graph_with_scopes_shapes_and_slots():
+    g = graphs.graphdef_graph(tensorboard_graph_def())
+    assert g["framework"] == "tensorflow"
+    assert [(n["op"], n["scope"], n["params"]) for n in g["nodes"]] == [
+        ("IO Node", "input", 0),
+        ("VariableV2", "Net/Linear[fc]", 6),
+        ("aten::matmul", "Net/Linear[fc]", 0),
+        ("aten::split", "Net", 0),
+        ("IO Node", "output", 0),
+    ]
+    # The control input ^input/x is left out; "Net/split:1" is output slot 1.
+    assert g["edges"] == [[0, 2, 0], [1, 2, 0], [2, 3, 0], [3, 4, 1]]
+    assert g["nodes"][0]["outputs"] == [{"shape": [None, 3], "dtype": None}]
+    assert g["nodes"][2]["outputs"] == [{"shape": [None, 2], "dtype": "float32"}]
+    assert len(g["nodes"][3]["outputs"]) == 2
+    with pytest.raises(ValueError, match="graph_def is not a well-formed GraphDef"):
+        graphs.graphdef_graph(b"\x0a\xff")
+
+
+def test_import_brings_the_graph_of_a_tensorboard_event_file(tmp_path, capsys):
+    from tensorboardX import SummaryWriter as TbxWriter
+    from tensorboardX.proto import event_pb2
+
+    from vdl_stream.cli import main
+
+    graph_def = tensorboard_graph_def()
+    with TbxWriter(str(tmp_path / "tb" / "net")) as w:
+        w.add_scalar("loss", 1.0, 0)
+        w._get_file_writer().add_event(event_pb2.Event(graph_def=graph_def, wall_time=1e9))
+    assert main(["import", str(tmp_path / "tb"), "--logdir", str(tmp_path / "runs")]) == 0
+    assert "graph_def" not in capsys.readouterr().err  # not reported as skipped
+    (ev,) = read_graphs(tmp_path / "runs" / "net")
+    assert ev["tag"] == "graph" and ev["framework"] == "tensorflow"
+    assert len(ev["nodes"]) == 5 and len(ev["edges"]) == 4

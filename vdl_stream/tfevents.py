@@ -16,7 +16,8 @@ records at once with numpy (:func:`crc32c_many`), so checking costs little next 
 
 Decoded (field numbers from tensorflow/core/util/event.proto and framework/summary.proto)::
 
-    Event         wall_time double = 1, step int64 = 2, summary Summary = 5 (others are skipped)
+    Event         wall_time double = 1, step int64 = 2, graph_def bytes = 4 (a GraphDef: see
+                  vdl_stream.graphs.graphdef_graph), summary Summary = 5 (others are skipped)
     Summary       value Value = 1 (repeated)
     Value         tag string = 1, simple_value float = 2, image Image = 4, histo HistogramProto = 5,
                   audio Audio = 6, tensor TensorProto = 8, metadata SummaryMetadata = 9
@@ -33,8 +34,9 @@ What becomes what: ``simple_value`` and one-element numeric tensors of the ``sca
 no plugin) are scalars; ``histo`` and ``histograms``-plugin tensors (``[k, 3]`` rows of left edge,
 right edge, count) are histograms; ``image`` and ``images``-plugin tensors (``[width, height,
 encoded...]``) are images (the first image of a batch); ``text``-plugin string tensors are text
-(elements joined by newlines); ``audio`` is audio. Everything else (graphs, run metadata, session
-logs, other plugins) is counted as skipped, by name.
+(elements joined by newlines); ``audio`` is audio; a ``graph_def`` is a ``graph`` event (tag
+``graph``). Everything else (run metadata, session logs, other plugins) is counted as skipped, by
+name.
 """
 
 from __future__ import annotations
@@ -826,6 +828,7 @@ def decode_event(payload: bytes, block: EventBlock) -> None:
     wall = 0.0
     step = 0
     summary = None
+    graph_def = None
     what = None
     while pos < n:
         key = payload[pos]
@@ -842,6 +845,11 @@ def decode_event(payload: bytes, block: EventBlock) -> None:
             pos += k
         else:
             key, pos = _varint(payload, pos)
+            if key == 0x22:  # graph_def bytes = 4: imported as a graph event (vdl_stream.graphs)
+                k, pos = _varint(payload, pos)
+                graph_def = payload[pos : pos + k]
+                pos += k
+                continue
             if key >> 3 == 3:
                 what = "file_version"
             elif what is None:
@@ -857,6 +865,11 @@ def decode_event(payload: bytes, block: EventBlock) -> None:
         raise DecodeError("event truncated")
     if block.first_wall is None or wall < block.first_wall:
         block.first_wall = wall
+    if graph_def is not None:
+        from .graphs import graphdef_graph
+
+        block.events.append(("graph", "graph", step, wall, graphdef_graph(bytes(graph_def))))
+        return
     if summary is None:
         block.skipped[what or "empty event"] += 1
         return

@@ -34,7 +34,7 @@ export class GraphView {
     this.matches = [];
     this.matchAt = -1;
     this.selected = null;
-    this.stats = { layouts: 0, draws: 0, firstDrawAt: null, lastLayoutMs: 0, lastDrawMs: 0 };
+    this.stats = { layouts: 0, draws: 0, receivedAt: null, firstDrawAt: null, lastLayoutMs: 0, lastDrawMs: 0 };
     this.empty = el("p", { class: "empty", text: t("noGraph") });
     this.select = el("select", { class: "graph-select", on: { change: (e) => this.show(e.target.value) } });
     this.search = el("input", { type: "search", class: "graph-search", spellcheck: "false", on: { input: () => this._onSearch(), keydown: (e) => e.key === "Enter" && this.jump(e.shiftKey ? -1 : 1) } });
@@ -73,6 +73,7 @@ export class GraphView {
       if (this.key === null || this.key === key) this.key = key;
     }
     if (!added) return;
+    this.stats.receivedAt ??= performance.now();
     this._options();
     this.show(this.key, true);
   }
