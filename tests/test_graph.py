@@ -432,3 +432,16 @@ def test_import_brings_the_graph_of_a_tensorboard_event_file(tmp_path, capsys):
     (ev,) = read_graphs(tmp_path / "runs" / "net")
     assert ev["tag"] == "graph" and ev["framework"] == "tensorflow"
     assert len(ev["nodes"]) == 5 and len(ev["edges"]) == 4
+
+
+def test_the_lightning_logger_records_the_graph_of_log_graph(tmp_path):
+    pytest.importorskip("lightning.pytorch")
+    from vdl_stream.integrations.lightning import VdlStreamLogger
+
+    model = Tiny()
+    model.example_input_array = torch.randn(1, 3, 4, 4)
+    logger = VdlStreamLogger(tmp_path / "logs", run="lg")
+    logger.log_graph(model)  # input_array: the model's example_input_array
+    logger.finalize("success")
+    (ev,) = read_graphs(tmp_path / "logs" / "lg")
+    assert len(ev["nodes"]) == 9 and by_name(ev)["fc"]["outputs"][0]["shape"] == [1, 2]
