@@ -151,6 +151,10 @@ export class GraphView {
     this.stats.lastLayoutMs = performance.now() - t0;
     if (fit) this.fit(false);
     this.ctx.scheduler.mark(this.item);
+    // On screen: draw in the next frame, not after the charts' 100 ms redraw interval (the
+    // scheduler's visibility lags a frame or more behind a panel just un-hidden).
+    const r = this.box.getBoundingClientRect();
+    if (r.height > 0 && r.bottom > 0 && r.top < window.innerHeight) this._redraw();
   }
 
   _lines(it) {
