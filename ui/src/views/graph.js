@@ -93,6 +93,7 @@ export class GraphView {
     this.canvas.setAttribute("aria-label", t("graph"));
     this._onSearch(false);
     this._summary();
+    if (this.model) this._layout(false); // scope boxes' labels are in the interface language
   }
 
   _options() {
