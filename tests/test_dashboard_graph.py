@@ -86,6 +86,14 @@ def test_the_page_draws_a_resnet50_graph_expands_a_scope_and_searches(serve_proc
         tip.wait_for(state="visible", timeout=5_000)
         text = tip.inner_text()
         assert "layer3.5.conv2" in text and "1×256×14×14 float32" in text and "589,824" in text
+
+        # Expand all: every op is its own box, every edge drawn.
+        page.mouse.move(5, 5)
+        page.locator(".graph-tools button").first.click()
+        page.wait_for_function("() => window.vdl.graph.boxes().length === 177", timeout=5_000)
+        assert page.evaluate("() => window.vdl.graph.edges()") == 192
+        page.evaluate("() => window.vdl.graph.draw()")
+        page.locator(".view.graph").screenshot(path=str(ARTIFACTS / "graph-resnet50-expanded.png"))
     finally:
         page.close()
 

@@ -146,7 +146,8 @@ export class GraphView {
       for (const line of lines.slice(1)) w = Math.max(w, ctx2d.measureText(line).width);
       this.labels.set(it.id, { lines, w: Math.min(260, Math.max(70, w + 20)) });
     }
-    this.layout = layoutGraph(this.vis, (it) => ({ w: this.labels.get(it.id).w, h: BOX_H }));
+    // Room between layers for the frames of open scopes (each level adds its padding and label).
+    this.layout = layoutGraph(this.vis, (it) => ({ w: this.labels.get(it.id).w, h: BOX_H }), { gapY: this.expanded.size ? 56 : 44 });
     this.stats.layouts++;
     this.tip.hidden = true;
     this.stats.lastLayoutMs = performance.now() - t0;
@@ -295,6 +296,7 @@ export class GraphView {
     c.fillStyle = muted;
     c.font = SMALL;
     c.textAlign = "left";
+    const labelled = new Set(); // one shape label per source: its edges fan out with one tensor
     for (const r of this.layout.routes) {
       const p = r.points;
       const top = p[0].y;
@@ -316,7 +318,8 @@ export class GraphView {
       c.lineTo(head.x - 4, head.y - 7 * dir);
       c.lineTo(head.x + 4, head.y - 7 * dir);
       c.fill();
-      if (scale >= 0.7 && r.edge.tensor?.shape) {
+      if (scale >= 0.7 && r.edge.tensor?.shape && !labelled.has(r.edge.from)) {
+        labelled.add(r.edge.from);
         const a = p[0];
         const b = p[1];
         c.fillText(formatTensor({ shape: r.edge.tensor.shape }), (a.x + b.x) / 2 + 5, (a.y + b.y) / 2 + 4);
@@ -377,14 +380,31 @@ export class GraphView {
         bounds.set(path, f);
       }
     }
-    const sorted = [...bounds.entries()].sort((a, b) => this.model.scopes.get(a[0]).depth - this.model.scopes.get(b[0]).depth);
+    // Innermost first: each frame, padded and with room for its label, widens its parent's, so
+    // nested labels never sit on each other.
+    const sorted = [...bounds.keys()].sort((a, b) => this.model.scopes.get(b).depth - this.model.scopes.get(a).depth);
+    const PAD = 5;
+    const LABEL = 13;
+    const rects = new Map();
+    for (const path of sorted) {
+      const f = bounds.get(path);
+      const frame = { path, x: f.x0 - PAD, y: f.y0 - PAD - LABEL, w: f.x1 - f.x0 + 2 * PAD, h: f.y1 - f.y0 + 2 * PAD + LABEL };
+      rects.set(path, frame);
+      const parent = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : null;
+      const pf = parent !== null ? bounds.get(parent) : undefined;
+      if (pf) {
+        pf.x0 = Math.min(pf.x0, frame.x);
+        pf.y0 = Math.min(pf.y0, frame.y);
+        pf.x1 = Math.max(pf.x1, frame.x + frame.w);
+        pf.y1 = Math.max(pf.y1, frame.y + frame.h);
+      }
+    }
     c.font = SMALL;
     c.textAlign = "left";
     c.textBaseline = "alphabetic";
-    for (const [path, f] of sorted) {
+    for (const path of sorted.reverse()) {
       const depth = this.model.scopes.get(path).depth;
-      const pad = 14 - Math.min(depth, 4) * 2;
-      const frame = { path, x: f.x0 - pad, y: f.y0 - pad - 12, w: f.x1 - f.x0 + 2 * pad, h: f.y1 - f.y0 + 2 * pad + 12 };
+      const frame = rects.get(path);
       this.frames.push(frame);
       c.fillStyle = depth % 2 ? "rgba(127,127,127,0.06)" : "rgba(127,127,127,0.10)";
       c.strokeStyle = muted;
@@ -394,7 +414,7 @@ export class GraphView {
       c.fill();
       c.stroke();
       c.fillStyle = fg;
-      c.fillText(`⊟ ${this.model.scopes.get(path).name}`, frame.x + 6, frame.y + 12);
+      c.fillText(`⊟ ${this.model.scopes.get(path).name}`, frame.x + 6, frame.y + 11);
     }
   }
 
