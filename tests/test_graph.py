@@ -445,3 +445,16 @@ def test_the_lightning_logger_records_the_graph_of_log_graph(tmp_path):
     logger.finalize("success")
     (ev,) = read_graphs(tmp_path / "logs" / "lg")
     assert len(ev["nodes"]) == 9 and by_name(ev)["fc"]["outputs"][0]["shape"] == [1, 2]
+
+
+def test_log_writer_add_graph_takes_a_paddle_layer_and_its_input_spec(paddle_tiny, tmp_path):
+    import paddle
+
+    spec = [paddle.static.InputSpec([None, 3, 4, 4], "float32", "x")]
+    with LogWriter(tmp_path / "pd") as w:
+        w.add_graph(paddle_tiny.PTiny(), spec)  # VisualDL: add_graph(model, input_spec)
+        with pytest.raises(ValueError, match="input_spec is required"):
+            w.add_graph(paddle_tiny.PTiny())
+    (ev,) = read_graphs(tmp_path / "pd")
+    assert ev["framework"] == "paddle" and len(ev["nodes"]) == 16
+    assert sum(n["params"] for n in ev["nodes"]) == 176
