@@ -458,3 +458,13 @@ def test_log_writer_add_graph_takes_a_paddle_layer_and_its_input_spec(paddle_tin
     (ev,) = read_graphs(tmp_path / "pd")
     assert ev["framework"] == "paddle" and len(ev["nodes"]) == 16
     assert sum(n["params"] for n in ev["nodes"]) == 176
+
+
+def test_a_rank_that_does_not_log_skips_add_graph_without_tracing(tmp_path, monkeypatch):
+    for key, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with attach(tmp_path, run="ranked", telemetry=False) as w:
+        w.add_graph(3)  # not even checked: the call costs nothing on this rank
+    assert read_graphs(tmp_path / w.run) == []

@@ -82,6 +82,7 @@ LOGGING_METHODS = (
     "add_roc_curve",
     "add_video",
     "add_figure",
+    "add_graph",
     "alert",
 )
 

@@ -8,6 +8,8 @@ import { colorFor, el } from "../dom.js";
 import { formatCount, formatTensor, graphModel, itemOf, layoutGraph, searchNodes, visibleGraph } from "../graphlayout.js";
 import { t, tf } from "../i18n.js";
 
+/** Graphs kept (the newest of each run and tag); beyond this the first received is dropped. */
+export const MAX_GRAPHS = 50;
 /** Graphs of at most this many nodes start with every scope open. */
 export const EXPAND_ALL_UP_TO = 60;
 const BOX_H = 38;
@@ -68,8 +70,13 @@ export class GraphView {
       const key = `${msg.run}\u0000${ev.tag ?? ""}`;
       const old = this.graphs.get(key);
       if (old && (old.step ?? 0) > (ev.step ?? 0)) continue;
+      this.graphs.delete(key); // re-inserted last: the Map's order is the order of arrival
       this.graphs.set(key, { ...ev, run: msg.run });
       added = true;
+      for (const old of this.graphs.keys()) {
+        if (this.graphs.size <= MAX_GRAPHS) break;
+        if (old !== this.key && old !== key) this.graphs.delete(old);
+      }
       if (this.key === null || this.key === key) this.key = key;
     }
     if (!added) return;
