@@ -73,9 +73,9 @@ export class GraphView {
       this.graphs.delete(key); // re-inserted last: the Map's order is the order of arrival
       this.graphs.set(key, { ...ev, run: msg.run });
       added = true;
-      for (const old of this.graphs.keys()) {
+      for (const first of this.graphs.keys()) {
         if (this.graphs.size <= MAX_GRAPHS) break;
-        if (old !== this.key && old !== key) this.graphs.delete(old);
+        if (first !== this.key && first !== key) this.graphs.delete(first);
       }
       if (this.key === null || this.key === key) this.key = key;
     }
