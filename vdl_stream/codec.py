@@ -35,6 +35,7 @@ EVENT_KINDS = frozenset(
         "telemetry",
         "meta",
         "alert",
+        "graph",
     }
 )
 #: Alert levels, least severe first (``alert`` events; docs/alerts.md).
@@ -443,6 +444,69 @@ def _check_alert(event: dict[str, Any]) -> None:
             raise ProtocolError(str(exc)) from None
 
 
+# -- graph events (model graphs, vdl_stream.graphs; docs/protocol.md "graph events") --------------
+
+#: A graph event holds at most this many nodes, and this many edges.
+MAX_GRAPH_NODES = 20_000
+MAX_GRAPH_EDGES = 100_000
+
+
+def _graph_tensor(value: object) -> bool:
+    if not isinstance(value, dict) or set(value) != {"shape", "dtype"}:
+        return False
+    shape, dtype = value["shape"], value["dtype"]
+    return (dtype is None or type(dtype) is str) and (
+        shape is None
+        or (
+            type(shape) is list
+            and all(d is None or type(d) is str or (type(d) is int and d >= 0) for d in shape)
+        )
+    )
+
+
+def _check_graph(event: dict[str, Any]) -> None:
+    """Nodes are maps of the documented keys; edges are [src, dst, slot] within the nodes."""
+    _require(event, "framework", "graph", _short_str(64), "a short str")
+    _require(event, "name", "graph", _short_str(MAX_TAG_LENGTH), "a str")
+    nodes, edges = event.get("nodes"), event.get("edges")
+    if type(nodes) is not list or len(nodes) > MAX_GRAPH_NODES:
+        raise ProtocolError(f"graph nodes must be an array of at most {MAX_GRAPH_NODES} maps")
+    if type(edges) is not list or len(edges) > MAX_GRAPH_EDGES:
+        raise ProtocolError(f"graph edges must be an array of at most {MAX_GRAPH_EDGES} arrays")
+    for k, node in enumerate(nodes):
+        if not (
+            isinstance(node, dict)
+            and type(node.get("name")) is str
+            and type(node.get("op")) is str
+            and type(node.get("scope")) is str
+            and _count(node.get("params"))
+            and type(node.get("inputs")) is list
+            and all(_graph_tensor(t) for t in node["inputs"])
+            and type(node.get("outputs")) is list
+            and len(node["outputs"]) > 0
+            and all(_graph_tensor(t) for t in node["outputs"])
+            and isinstance(node.get("attrs", {}), dict)
+            and all(type(v) is str for v in node.get("attrs", {}).values())
+        ):
+            raise ProtocolError(
+                f"graph node {k} must be a map of name, op, scope (str), params (a count), "
+                "inputs and outputs (arrays of {shape, dtype}), attrs (a map of str)"
+            )
+    n = len(nodes)
+    for edge in edges:
+        if not (
+            type(edge) is list
+            and len(edge) == 3
+            and all(type(x) is int for x in edge)
+            and 0 <= edge[0] < n
+            and 0 <= edge[1] < n
+            and 0 <= edge[2] < len(nodes[edge[0]]["outputs"])
+        ):
+            raise ProtocolError(
+                f"graph edge {edge!r:.60} must be [src, dst, slot] within the nodes"
+            )
+
+
 def _check_meta(event: dict[str, Any]) -> None:
     """``meta`` holds free-form keys; the depth and key checks apply."""
 
@@ -462,6 +526,7 @@ _KIND_CHECKS = {
     "telemetry": _check_telemetry,
     "meta": _check_meta,
     "alert": _check_alert,
+    "graph": _check_graph,
 }
 #: Bin values that are not ``<f8`` arrays; every other bin value of an event is one.
 _OPAQUE_BINS = frozenset({"data"})

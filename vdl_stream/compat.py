@@ -317,6 +317,15 @@ class LogWriter(_Recorder):
         """Log a matplotlib figure (or a list of them) rendered to PNG; ``close`` closes it."""
         self._writer.add_figure(tag, figure, step, close, _visualdl_wall(walltime))
 
+    def add_graph(
+        self, model: Any, input_spec: Any = None, verbose: bool = False, **kwargs: Any
+    ) -> None:
+        """Log a model's graph (VisualDL's signature): a ``paddle.nn.Layer`` with its
+        ``input_spec`` (a list of ``paddle.static.InputSpec``), a torch module with example
+        inputs, or an ONNX model. ``tag=``/``step=`` are accepted. See
+        :meth:`vdl_stream.Writer.add_graph`."""
+        self._writer.add_graph(model, input_spec, verbose, **kwargs)
+
     def alert(
         self,
         title: str,
@@ -775,6 +784,19 @@ class SummaryWriter(_Recorder):
         display; ``close`` closes it afterwards."""
         step = 0 if global_step is None else global_step
         self._writer.add_figure(tag, figure, step, close, walltime)
+
+    def add_graph(
+        self,
+        model: Any,
+        input_to_model: Any = None,
+        verbose: bool = False,
+        use_strict_trace: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        """Log a model's graph (tensorboardX's / torch's signature): a torch module traced with
+        torch.fx (shapes from ``input_to_model``), else torch.jit.trace; also ONNX models and
+        Paddle layers. ``tag=``/``step=`` are accepted. See :meth:`vdl_stream.Writer.add_graph`."""
+        self._writer.add_graph(model, input_to_model, verbose, use_strict_trace, **kwargs)
 
     def alert(
         self,

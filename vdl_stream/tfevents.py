@@ -17,7 +17,8 @@ with numpy for the 8-byte lengths (and for everything where google-crc32c is not
 
 Decoded (field numbers from tensorflow/core/util/event.proto and framework/summary.proto)::
 
-    Event         wall_time double = 1, step int64 = 2, summary Summary = 5 (others are skipped)
+    Event         wall_time double = 1, step int64 = 2, graph_def bytes = 4 (a GraphDef: see
+                  vdl_stream.graphs.graphdef_graph), summary Summary = 5 (others are skipped)
     Summary       value Value = 1 (repeated)
     Value         tag string = 1, simple_value float = 2, image Image = 4, histo HistogramProto = 5,
                   audio Audio = 6, tensor TensorProto = 8, metadata SummaryMetadata = 9
@@ -35,9 +36,9 @@ no plugin) are scalars; ``histo`` and ``histograms``-plugin tensors (``[k, 3]`` 
 right edge, count) are histograms; ``image`` and ``images``-plugin tensors (``[width, height,
 encoded...]``) are images (the first image of a batch); ``text``-plugin string tensors are text
 (elements joined by newlines); ``audio`` is audio; ``pr_curves``-plugin tensors are pr_curve events
-and ``hparams``-plugin session start summaries hparams events (see "pr_curve and hparams" below).
-Everything else (graphs, run metadata, session
-logs, other plugins) is counted as skipped, by name.
+and ``hparams``-plugin session start summaries hparams events (see "pr_curve and hparams" below); a
+``graph_def`` is a ``graph`` event (tag ``graph``). Everything else (run metadata, session logs,
+other plugins) is counted as skipped, by name.
 """
 
 from __future__ import annotations
@@ -998,6 +999,7 @@ def decode_event(payload: bytes, block: EventBlock) -> None:
     wall = 0.0
     step = 0
     summary = None
+    graph_def = None
     what = None
     while pos < n:
         key = payload[pos]
@@ -1014,6 +1016,11 @@ def decode_event(payload: bytes, block: EventBlock) -> None:
             pos += k
         else:
             key, pos = _varint(payload, pos)
+            if key == 0x22:  # graph_def bytes = 4: imported as a graph event (vdl_stream.graphs)
+                k, pos = _varint(payload, pos)
+                graph_def = payload[pos : pos + k]
+                pos += k
+                continue
             if key >> 3 == 3:
                 what = "file_version"
             elif what is None:
@@ -1029,6 +1036,11 @@ def decode_event(payload: bytes, block: EventBlock) -> None:
         raise DecodeError("event truncated")
     if block.first_wall is None or wall < block.first_wall:
         block.first_wall = wall
+    if graph_def is not None:
+        from .graphs import graphdef_graph
+
+        block.events.append(("graph", "graph", step, wall, graphdef_graph(bytes(graph_def))))
+        return
     if summary is None:
         block.skipped[what or "empty event"] += 1
         return

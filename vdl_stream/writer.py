@@ -70,6 +70,7 @@ LOGGING_METHODS = (
     "add_roc_curve",
     "add_video",
     "add_figure",
+    "add_graph",
     "alert",
 )
 
@@ -483,6 +484,55 @@ class Writer:
 
         wall = _wall(walltime)
         self._add_event(media.figure_event(tag, figure, step, wall, close))
+
+    # -- add_graph (vdl_stream.graphs) --------------------------------------------------------
+
+    def add_graph(
+        self,
+        model: Any,
+        input_to_model: Any = None,
+        verbose: bool = False,
+        use_strict_trace: bool = True,
+        *,
+        tag: str = "graph",
+        step: int = 0,
+        walltime: float | None = None,
+    ) -> None:
+        """Log a model's graph: a ``torch.nn.Module``, ``paddle.nn.Layer`` or ONNX model.
+
+        The model is converted here, in the training process, to a framework-neutral ``graph``
+        event (nodes with op type, scope, shapes and parameter counts; edges) that the page draws
+        as a layered, collapsible diagram. See :func:`vdl_stream.graphs.model_graph`.
+
+        Args:
+            model: a torch module (traced with torch.fx, else torch.jit.trace), a Paddle layer
+                (paddle.jit.to_static), an ``onnx.ModelProto`` or the path of an ``.onnx`` file.
+            input_to_model: example inputs: torch, a tensor or tuple (gives shapes; needed when
+                fx cannot trace the model); Paddle, the ``input_spec`` (required); ONNX, unused.
+            verbose: print the graph, one line per node.
+            use_strict_trace: ``strict`` of ``torch.jit.trace``.
+            tag: the graph's tag (several models in one run take several tags).
+            step: the step it belongs to.
+            walltime: seconds since the epoch; now when omitted.
+
+        Raises:
+            TypeError: ``model`` is not a model (named in the message), or a bad input.
+            ValueError: the model could not be traced; the message says why.
+        """
+        from . import graphs
+
+        wall = _wall(walltime)
+        self._add_event(
+            graphs.graph_event(
+                model,
+                input_to_model,
+                tag=tag,
+                step=step,
+                wall=wall,
+                use_strict_trace=use_strict_trace,
+                verbose=verbose,
+            )
+        )
 
     def alert(
         self,

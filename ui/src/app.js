@@ -22,6 +22,7 @@ import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
 import { TextView } from "./views/text.js";
 import { AlertsView } from "./views/alerts.js";
+import { GraphView } from "./views/graph.js";
 import { Toasts } from "./toast.js";
 
 initLanguage();
@@ -43,7 +44,7 @@ const state = {
   hiddenRuns: new Set(),
   paused: false,
   /** Views shown on the page (`vdl.showView` toggles them; the header's buttons scroll to them). */
-  views: new Set(["alerts", "scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
+  views: new Set(["alerts", "scalars", "system", "histograms", "images", "text", "curves", "hparams", "graph"]),
 };
 const syncGroups = new Map();
 // The runs table's model: selection, pins, hidden runs, filters, grouping (see runs.js).
@@ -78,6 +79,9 @@ const alertsView = new AlertsView(ctx, {
 });
 chartHooks.draw = (chart, u) => alertsView.drawMarkers(chart, u);
 
+// Model graph (issue 15): `graph` events are taken from the connection's frames, not the store.
+const graphView = new GraphView(ctx);
+
 // Page order: alerts, then training curves, then the system charts right under them.
 const views = {
   alerts: alertsView,
@@ -88,6 +92,7 @@ const views = {
   text: new TextView(ctx),
   curves: new CurvesView(ctx),
   hparams: new HparamsView(ctx),
+  graph: graphView,
 };
 // Shown only under `vdl-stream replay`: the server's first `replay` frame shows it.
 const replayBar = new ReplayBar(ctx);
@@ -446,6 +451,7 @@ const connection = new Connection({
     }
     store.apply(msg);
     alertsView.onMessage(msg);
+    graphView.onMessage(msg);
     replayBar.onMessage(msg);
   },
   onState: (s, detail) => {
@@ -539,6 +545,8 @@ window.vdl = {
   report: report.hook(),
   /** Scroll to a view, as its header button does. */
   goToView,
+  /** Model graph: `keys()`, `boxes()`, `toggle(path)`, `expandAll()`, `matches()`, `stats` (docs/dashboard.md). */
+  graph: graphView.hook(),
   /** Replay controls (only active under `vdl-stream replay`): status, play, pause, setSpeed, seek. */
   replay: replayBar.hook(),
   /** Loading state: `{phase: "connecting"|"loading"|"ready", total, done}` (snapshots of runs). */

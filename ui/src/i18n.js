@@ -354,6 +354,46 @@ Object.assign(STRINGS.zh, {
   alert_gradient_vanish: "梯度消失",
 });
 
+// Model graph view (ui/src/views/graph.js; issue 15).
+Object.assign(STRINGS.en, {
+  graph: "Graph",
+  noGraph: "No model graph yet. Log one with writer.add_graph(model, input).",
+  graphSearch: "Search ops (name or type), Enter jumps",
+  graphExpandAll: "Expand all",
+  graphCollapseAll: "Collapse all",
+  graphFit: "Fit",
+  graphSummary: "{framework} · {nodes} ops · {edges} edges · {params} parameters",
+  graphScopeOps: "{count} ops, {op}…",
+  graphFound: "{at}/{count}",
+  graphScope: "Scope",
+  graphOps: "Ops",
+  graphParams: "Parameters",
+  graphClickOpen: "Click to expand",
+  graphOp: "Op",
+  graphName: "Name",
+  graphInputs: "Inputs",
+  graphOutputs: "Outputs",
+});
+Object.assign(STRINGS.zh, {
+  graph: "模型结构",
+  noGraph: "暂无模型结构图。用 writer.add_graph(model, input) 记录一个。",
+  graphSearch: "搜索算子（名称或类型），回车跳转",
+  graphExpandAll: "全部展开",
+  graphCollapseAll: "全部折叠",
+  graphFit: "适应窗口",
+  graphSummary: "{framework} · {nodes} 个算子 · {edges} 条边 · {params} 个参数",
+  graphScopeOps: "{count} 个算子，{op}…",
+  graphFound: "{at}/{count}",
+  graphScope: "作用域",
+  graphOps: "算子",
+  graphParams: "参数量",
+  graphClickOpen: "点击展开",
+  graphOp: "算子",
+  graphName: "名称",
+  graphInputs: "输入",
+  graphOutputs: "输出",
+});
+
 /** Supported language codes. */
 export const LANGUAGES = Object.keys(STRINGS);
 
