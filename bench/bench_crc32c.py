@@ -2,11 +2,11 @@
 
 Writes two event files with tensorboardX: N scalars (``add_scalar``, records of ~40 bytes, the
 common case) and M images of 256 KiB each (long records). For each file and each backend
-(``tfevents.CRC_BACKEND``), interleaved, ``--repeat`` times, it times:
+(``tfrecord.CRC_BACKEND``), interleaved, ``--repeat`` times, it times:
 
 - ``import``: :func:`vdl_stream.interop.import_runs` of the file (framing, both checksums of every
   record, decoding, writing the run);
-- ``crc``: :func:`vdl_stream.tfevents.crc32c_many` over the payloads alone.
+- ``crc``: :func:`vdl_stream.tfrecord.crc32c_many` over the payloads alone.
 
 and prints medians and the numpy/google ratio. Figures: docs/performance.md ("CRC-32C:
 google-crc32c against numpy")::
@@ -60,11 +60,11 @@ def write_images(directory: str, count: int, size: int = 256 << 10) -> str:
 
 def time_import(path: str, backend: str, tmp: str) -> float:
     """Seconds for one ``import_runs`` of ``path`` with the CRC ``backend``."""
-    from vdl_stream import interop, tfevents
+    from vdl_stream import interop, tfrecord
 
     out = os.path.join(tmp, "out")
     shutil.rmtree(out, ignore_errors=True)
-    tfevents.CRC_BACKEND = backend
+    tfrecord.CRC_BACKEND = backend
     t = time.perf_counter()
     interop.import_runs([path], out)
     return time.perf_counter() - t
@@ -72,12 +72,12 @@ def time_import(path: str, backend: str, tmp: str) -> float:
 
 def time_crc(path: str, backend: str) -> float:
     """Seconds for ``crc32c_many`` over every payload of ``path`` with ``backend``."""
-    from vdl_stream import tfevents
+    from vdl_stream import tfrecord
 
     data = np.fromfile(path, dtype=np.uint8)
-    frames = tfevents.scan_frames(data, 0, max_records=1 << 30, max_bytes=1 << 40)
+    frames = tfrecord.scan_frames(data, 0, max_records=1 << 30, max_bytes=1 << 40)
     t = time.perf_counter()
-    tfevents.crc32c_many(data, frames.offsets, frames.lengths, backend=backend)
+    tfrecord.crc32c_many(data, frames.offsets, frames.lengths, backend=backend)
     return time.perf_counter() - t
 
 
@@ -90,9 +90,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.points, args.images, args.repeat = 200_000, 40, 3
-    from vdl_stream import tfevents
+    from vdl_stream import tfrecord
 
-    if tfevents._google_crc32c is None:
+    if tfrecord._google_crc32c is None:
         raise SystemExit("google-crc32c (C) is not installed: nothing to compare")
     tmp = tempfile.mkdtemp(prefix="bench-crc-")
     try:

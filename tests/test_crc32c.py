@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vdl_stream import tfevents
+from vdl_stream import tfrecord
 
 pytestmark = pytest.mark.skipif(
-    tfevents._google_crc32c is None, reason="google-crc32c (C) is not installed"
+    tfrecord._google_crc32c is None, reason="google-crc32c (C) is not installed"
 )
 
 
 def test_google_is_the_default_backend_when_installed():
-    assert tfevents.CRC_BACKEND == "google"
+    assert tfrecord.CRC_BACKEND == "google"
 
 
 @settings(max_examples=80, deadline=None)
@@ -24,9 +24,9 @@ def test_both_backends_agree_with_the_reference(chunks):
     buf = b"".join(chunks)
     lengths = [len(c) for c in chunks]
     offsets = np.cumsum([0, *lengths])[:-1]
-    google = tfevents.crc32c_many(buf, offsets, lengths, backend="google")
-    pure = tfevents.crc32c_many(buf, offsets, lengths, backend="numpy")
-    assert google.tolist() == pure.tolist() == [tfevents.crc32c(c) for c in chunks]
+    google = tfrecord.crc32c_many(buf, offsets, lengths, backend="google")
+    pure = tfrecord.crc32c_many(buf, offsets, lengths, backend="numpy")
+    assert google.tolist() == pure.tolist() == [tfrecord.crc32c(c) for c in chunks]
 
 
 @settings(max_examples=40, deadline=None)
@@ -44,21 +44,21 @@ def test_backends_agree_on_scattered_overlapping_records(buf, data):
     )
     offsets = [o for o, _ in pairs]
     lengths = [n for _, n in pairs]
-    google = tfevents.crc32c_many(buf, offsets, lengths, backend="google")
-    pure = tfevents.crc32c_many(buf, offsets, lengths, backend="numpy")
-    assert google.tolist() == pure.tolist() == [tfevents.crc32c(buf[o : o + n]) for o, n in pairs]
+    google = tfrecord.crc32c_many(buf, offsets, lengths, backend="google")
+    pure = tfrecord.crc32c_many(buf, offsets, lengths, backend="numpy")
+    assert google.tolist() == pure.tolist() == [tfrecord.crc32c(buf[o : o + n]) for o, n in pairs]
 
 
 def test_a_long_record_and_a_sparse_span():
     rng = np.random.default_rng(5)
     buf = rng.integers(0, 256, 3 << 20, dtype=np.uint8)
     offsets, lengths = [0, (3 << 20) - 100], [1 << 20, 100]  # far apart: copied one by one
-    google = tfevents.crc32c_many(buf, offsets, lengths, backend="google")
-    pure = tfevents.crc32c_many(buf, offsets, lengths, backend="numpy")
+    google = tfrecord.crc32c_many(buf, offsets, lengths, backend="google")
+    pure = tfrecord.crc32c_many(buf, offsets, lengths, backend="numpy")
     assert google.tolist() == pure.tolist()
-    assert google[1] == tfevents.crc32c(buf[-100:].tobytes())
+    assert google[1] == tfrecord.crc32c(buf[-100:].tobytes())
 
 
 def test_a_bad_backend_is_refused_by_name():
     with pytest.raises(ValueError, match="backend must be 'google', 'numpy' or None, got 'zlib'"):
-        tfevents.crc32c_many(b"abc", [0], [3], backend="zlib")
+        tfrecord.crc32c_many(b"abc", [0], [3], backend="zlib")

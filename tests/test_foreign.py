@@ -31,7 +31,7 @@ from trio_websocket import open_websocket_url
 
 import recorder
 from tests.conftest import start_serve, stop_serve
-from vdl_stream import codec, tfevents
+from vdl_stream import codec, tfrecord
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
 from vdl_stream.errors import RefusedError
@@ -45,7 +45,7 @@ def scalar_record(tag: str, step: int, value: float, wall: float = WALL) -> byte
     """One TFRecord holding a tensorflow.Event with one simple_value, as tensorboardX writes it."""
     summary = Summary(value=[Summary.Value(tag=tag, simple_value=value)])
     event = Event(wall_time=wall + step, step=step, summary=summary)
-    return tfevents.encode_record(event.SerializeToString())
+    return tfrecord.encode_record(event.SerializeToString())
 
 
 def vdl_record(tag: str, step: int, value: float) -> bytes:

@@ -17,7 +17,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary
 
 import recorder
-from vdl_stream import tfevents
+from vdl_stream import tfevents, tfrecord
 from vdl_stream.cli import main
 
 WALL = 1_700_000_000.0
@@ -94,7 +94,7 @@ def test_damaged_and_truncated_records_are_reported_and_skipped(tmp_path, capsys
     (path,) = glob.glob(str(tmp_path / "tb" / "r" / "events.out.tfevents.*"))
     data = bytearray(Path(path).read_bytes())
     data[len(data) // 2] ^= 0x10  # inside one record
-    tail = tfevents.encode_record(b"\x09" + struct.pack("<d", WALL) + b"\x10\x01")
+    tail = tfrecord.encode_record(b"\x09" + struct.pack("<d", WALL) + b"\x10\x01")
     Path(path).write_bytes(bytes(data) + tail[:-5])  # and a record cut short at the end
     assert main(["import", str(tmp_path / "tb"), "--logdir", str(tmp_path / "runs")]) == 1
     err = capsys.readouterr().err

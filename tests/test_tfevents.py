@@ -16,17 +16,17 @@ from tensorboardX.proto.summary_pb2 import HistogramProto, Summary, SummaryMetad
 from tensorboardX.proto.tensor_pb2 import TensorProto
 from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
 
-from vdl_stream import tfevents
+from vdl_stream import tfevents, tfrecord
 
 WALL = 1_700_000_000.0
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + struct.pack(">II", 3, 2) + b"rest-of-png"
 
 
 def test_crc32c_known_vectors():
-    assert tfevents.crc32c(b"") == 0
-    assert tfevents.crc32c(b"123456789") == 0xE3069283  # the check value of CRC-32C
-    assert tfevents.crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720, B.4
-    assert tfevents.crc32c(b"\xff" * 32) == 0x62A8AB43
+    assert tfrecord.crc32c(b"") == 0
+    assert tfrecord.crc32c(b"123456789") == 0xE3069283  # the check value of CRC-32C
+    assert tfrecord.crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720, B.4
+    assert tfrecord.crc32c(b"\xff" * 32) == 0x62A8AB43
 
 
 @settings(max_examples=60, deadline=None)
@@ -35,8 +35,8 @@ def test_crc32c_many_matches_the_reference(chunks):
     buf = b"".join(chunks)
     lengths = [len(c) for c in chunks]
     offsets = np.cumsum([0, *lengths])[:-1]
-    got = tfevents.crc32c_many(buf, offsets, lengths)
-    assert got.tolist() == [tfevents.crc32c(c) for c in chunks]
+    got = tfrecord.crc32c_many(buf, offsets, lengths)
+    assert got.tolist() == [tfrecord.crc32c(c) for c in chunks]
 
 
 def test_crc32c_many_on_many_small_records():
@@ -45,16 +45,16 @@ def test_crc32c_many_on_many_small_records():
         rng.integers(0, 256, rng.integers(4, 300), dtype=np.uint8).tobytes() for _ in range(500)
     ]
     lengths = [len(c) for c in chunks]
-    got = tfevents.crc32c_many(b"".join(chunks), np.cumsum([0, *lengths])[:-1], lengths)
-    assert got.tolist() == [tfevents.crc32c(c) for c in chunks]
+    got = tfrecord.crc32c_many(b"".join(chunks), np.cumsum([0, *lengths])[:-1], lengths)
+    assert got.tolist() == [tfrecord.crc32c(c) for c in chunks]
 
 
 def test_crc32c_many_on_long_records():
     rng = np.random.default_rng(2)
     chunks = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in (100_003, 4096, 65_536)]
     lengths = [len(c) for c in chunks]
-    got = tfevents.crc32c_many(b"".join(chunks), np.cumsum([0, *lengths])[:-1], lengths)
-    assert got.tolist() == [tfevents.crc32c(c) for c in chunks]
+    got = tfrecord.crc32c_many(b"".join(chunks), np.cumsum([0, *lengths])[:-1], lengths)
+    assert got.tolist() == [tfrecord.crc32c(c) for c in chunks]
 
 
 def test_masked_crc_matches_tensorboardx():
@@ -62,19 +62,19 @@ def test_masked_crc_matches_tensorboardx():
 
     for data in (b"", b"a", b"hello world" * 30):
         masked = ((tbx_crc(data) >> 15) | (tbx_crc(data) << 17)) & 0xFFFFFFFF
-        assert tfevents.masked_crc32c(data) == (masked + 0xA282EAD8) & 0xFFFFFFFF
+        assert tfrecord.masked_crc32c(data) == (masked + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def _records(payloads: list[bytes]) -> bytes:
-    return b"".join(tfevents.encode_record(p) for p in payloads)
+    return b"".join(tfrecord.encode_record(p) for p in payloads)
 
 
 def test_scan_frames_stops_at_a_torn_tail_at_every_cut():
     payloads = [bytes([i]) * (i * 7 + 1) for i in range(6)]
     data = _records(payloads)
-    ends = np.cumsum([len(tfevents.encode_record(p)) for p in payloads])
+    ends = np.cumsum([len(tfrecord.encode_record(p)) for p in payloads])
     for cut in range(len(data) + 1):
-        frames = tfevents.scan_frames(data[:cut])
+        frames = tfrecord.scan_frames(data[:cut])
         whole = int(np.searchsorted(ends, cut, side="right"))
         got = [data[o : o + n] for o, n in zip(frames.offsets, frames.lengths, strict=True)]
         assert got == payloads[:whole], cut
@@ -89,7 +89,7 @@ def test_a_flipped_byte_loses_at_most_the_records_it_hits(where, flip):
     data = bytearray(_records(payloads))
     at = where % len(data)
     data[at] ^= flip
-    frames = tfevents.scan_frames(bytes(data))
+    frames = tfrecord.scan_frames(bytes(data))
     got = [bytes(data[o : o + n]) for o, n in zip(frames.offsets, frames.lengths, strict=True)]
     assert all(p in payloads for p in got)  # nothing damaged is ever passed on
     assert len(got) >= len(payloads) - 2
@@ -100,8 +100,8 @@ def test_a_flipped_byte_loses_at_most_the_records_it_hits(where, flip):
 def test_header_damage_resynchronises_on_the_next_record():
     payloads = [b"a" * 10, b"b" * 20, b"c" * 30]
     data = bytearray(_records(payloads))
-    data[len(tfevents.encode_record(payloads[0])) + 2] ^= 0x40  # the length of record 2
-    frames = tfevents.scan_frames(bytes(data))
+    data[len(tfrecord.encode_record(payloads[0])) + 2] ^= 0x40  # the length of record 2
+    frames = tfrecord.scan_frames(bytes(data))
     got = [bytes(data[o : o + n]) for o, n in zip(frames.offsets, frames.lengths, strict=True)]
     assert got == [payloads[0], payloads[2]]
     assert [c.reason for c in frames.corrupt] == ["header checksum mismatch"]
@@ -237,7 +237,7 @@ def test_a_record_that_does_not_decode_is_reported(tmp_path):
     summary = Summary(value=[Summary.Value(tag="x", simple_value=1)]).SerializeToString()
     event = b"\x09" + struct.pack("<d", WALL) + b"\x10\x05\x2a" + bytes([len(summary)]) + summary
     broken = b"\x2a\x7f\x00"  # a summary claiming 127 bytes, holding one
-    path.write_bytes(tfevents.encode_record(event) + tfevents.encode_record(broken))
+    path.write_bytes(tfrecord.encode_record(event) + tfrecord.encode_record(broken))
     got = _read(path)
     assert got.scalars == {"x": ([5], [WALL], [1.0])}
     assert len(got.corrupt) == 1
@@ -249,7 +249,7 @@ def test_an_empty_or_cut_file_is_not_an_error(tmp_path):
     empty.write_bytes(b"")
     assert list(tfevents.read_event_file(empty)) == []
     cut = tmp_path / "events.out.tfevents.0.b"
-    cut.write_bytes(tfevents.encode_record(b"\x09" + struct.pack("<d", WALL))[:-3])
+    cut.write_bytes(tfrecord.encode_record(b"\x09" + struct.pack("<d", WALL))[:-3])
     blocks = list(tfevents.read_event_file(cut))
     assert [c.reason for b in blocks for c in b.corrupt] == ["truncated record at end of file"]
 
@@ -300,7 +300,7 @@ def test_bulk_and_one_by_one_decoding_keep_file_order(tmp_path):
 def test_garbage_with_valid_checksums_is_reported_never_raised(payloads):
     """Any payload, however wrong, ends up decoded, skipped or reported as damage."""
     data = _records(payloads)
-    frames = tfevents.scan_frames(data)
+    frames = tfrecord.scan_frames(data)
     assert len(frames.offsets) == len(payloads)
     block = tfevents.decode_records(data, frames, tfevents.EventBlock())
     assert block.records == len(payloads)

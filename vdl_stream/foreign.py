@@ -55,7 +55,7 @@ import trio
 
 from recorder.catalog import SEGMENT_RE
 
-from . import codec, tfevents, vdlrecords
+from . import codec, tfevents, tfrecord, vdlrecords
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
 from .run_summary import CLOSED, RUNNING, STATUS_KEY
@@ -173,7 +173,7 @@ def _has_zeros(buf: bytes | memoryview, start: int, length: int) -> bool:
     return b"\0" * 8 in part or part.endswith(b"\0")
 
 
-def _cut_tfevents(buf: bytes, frames: tfevents.Frames, src: Source, now: float) -> tfevents.Frames:
+def _cut_tfevents(buf: bytes, frames: tfrecord.Frames, src: Source, now: float) -> tfrecord.Frames:
     """Stop ``frames`` at the first damaged stretch that looks unwritten (zeros), unless it has
     been waited for :data:`ZERO_GRACE` seconds already."""
     for c in frames.corrupt:
@@ -185,7 +185,7 @@ def _cut_tfevents(buf: bytes, frames: tfevents.Frames, src: Source, now: float) 
             src.zeros_since = None
             return frames  # waited long enough: it is damage
         keep = frames.offsets < c.offset
-        return tfevents.Frames(
+        return tfrecord.Frames(
             frames.offsets[keep],
             frames.lengths[keep],
             [d for d in frames.corrupt if d.offset < c.offset],
@@ -249,7 +249,7 @@ def read_chunk(src: Source, now: float | None = None, read_bytes: int | None = N
                 # One record larger than a read: read exactly that record.
                 (n,) = _U64.unpack_from(buf, 0)
                 need = n + 16 if src.kind == "tensorboard" else n + 8
-                if len(buf) < need <= size - src.offset and n < tfevents.MAX_RECORD:
+                if len(buf) < need <= size - src.offset and n < tfrecord.MAX_RECORD:
                     f.seek(src.offset)
                     buf = f.read(need)
     except OSError as exc:
@@ -257,10 +257,10 @@ def read_chunk(src: Source, now: float | None = None, read_bytes: int | None = N
     block = tfevents.EventBlock()
     block.hparam_metrics = src.metrics
     if src.kind == "tensorboard":
-        frames = tfevents.scan_frames(buf, 0, max_records=1 << 30, max_bytes=1 << 40, final=False)
+        frames = tfrecord.scan_frames(buf, 0, max_records=1 << 30, max_bytes=1 << 40, final=False)
         frames = _cut_tfevents(buf, frames, src, now)
         frames.corrupt = [
-            tfevents.Corruption(src.offset + c.offset, c.length, c.reason) for c in frames.corrupt
+            tfrecord.Corruption(src.offset + c.offset, c.length, c.reason) for c in frames.corrupt
         ]
         tfevents.decode_records(buf, frames, block, base=src.offset)
         end = src.offset + frames.end
@@ -268,7 +268,7 @@ def read_chunk(src: Source, now: float | None = None, read_bytes: int | None = N
         limit = _vdl_limit(buf, src, now)
         pos = vdlrecords.decode_records(buf, 0, limit, block, 1 << 30, 1 << 40)
         block.corrupt = [
-            tfevents.Corruption(src.offset + c.offset, c.length, c.reason) for c in block.corrupt
+            tfrecord.Corruption(src.offset + c.offset, c.length, c.reason) for c in block.corrupt
         ]
         end = src.offset + pos
     block.end = end

@@ -579,7 +579,7 @@ _TF_VARIABLES = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 
 def _tf_shape(raw: bytes) -> list[Any] | None:
     """A ``TensorShapeProto`` (dim = 2 {size = 1}, unknown_rank = 3) as dims, -1 as None."""
-    from .tfevents import group_fields, last_field, wire_fields
+    from .protowire import group_fields, last_field, wire_fields
 
     g = group_fields(wire_fields(raw))
     if last_field(g, 3, 0):
@@ -611,7 +611,7 @@ def graphdef_graph(data: bytes, name: str = "graph") -> dict:
     Raises:
         ValueError: ``data`` is not a well-formed GraphDef.
     """
-    from .tfevents import DecodeError, group_fields, last_field, wire_fields
+    from .protowire import DecodeError, group_fields, last_field, wire_fields
 
     try:
         raw_nodes = [v for _, v in group_fields(wire_fields(data)).get(1, [])]

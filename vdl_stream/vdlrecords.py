@@ -35,19 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from .tfevents import (
-    BLOCK_BYTES,
-    BLOCK_RECORDS,
-    Corruption,
-    DecodeError,
-    EventBlock,
-    group_fields,
-    histogram_event,
-    image_format,
-    last_field,
-    packed_doubles,
-    wire_fields,
-)
+from .protowire import DecodeError, group_fields, last_field, packed_doubles, wire_fields
+from .tfevents import EventBlock, histogram_event, image_format
+from .tfrecord import BLOCK_BYTES, BLOCK_RECORDS, Corruption
 
 #: A length above this is taken as damage, not as a record.
 MAX_RECORD = 1 << 30
