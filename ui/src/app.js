@@ -120,7 +120,7 @@ const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step:
 const smoothingValue = el("output", { text: state.smoothing.toFixed(2) });
 const xSelect = el("select", { class: "xkind", on: { change: (e) => updateSetting({ xKind: e.target.value }) } });
 const logInput = el("input", { type: "checkbox", class: "logy", on: { change: (e) => updateSetting({ logY: e.target.checked }) } });
-const runsTable = new RunsTable({ model: runsModel, onChange: applyRuns });
+const runsTable = new RunsTable({ model: runsModel, onChange: (how) => applyRuns(true, how?.immediate) });
 const labels = {};
 const label = (key) => (labels[key] = el("span", { text: t(key) }));
 
@@ -304,7 +304,7 @@ let subscribedKey = null;
  * (soon) the subscription. With `always` false (new summaries), the views are refreshed only when
  * the set of runs drawn changed.
  */
-function applyRuns(always = true) {
+function applyRuns(always = true, immediate = false) {
   const hidden = new Set();
   for (const name of runsModel.names) if (!runsModel.isDrawn(name)) hidden.add(name);
   const changed = hidden.size !== state.hiddenRuns.size || [...hidden].some((name) => !state.hiddenRuns.has(name));
@@ -312,9 +312,10 @@ function applyRuns(always = true) {
   setRedrawInterval();
   runsTable.update();
   if (always || changed) refreshViews();
-  // Re-subscribe once the user pauses (typing a filter changes the set on every key).
+  // Re-subscribe once the user pauses (typing a filter changes the set on every key); after a
+  // click (`immediate`) at once: the snapshots are what the user waits for.
   clearTimeout(subscribeTimer);
-  if (!awaitingSubscribe) subscribeTimer = setTimeout(resubscribe, 150);
+  if (!awaitingSubscribe) subscribeTimer = setTimeout(resubscribe, immediate ? 0 : 150);
 }
 
 function resubscribe() {

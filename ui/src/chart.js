@@ -169,6 +169,10 @@ export class Chart {
     /** @type {uPlot|null} */
     this.plot = null;
     this.renders = 0;
+    /** How many times the uPlot instance was built (lines coming and going do not rebuild it). */
+    this.builds = 0;
+    this._keys = [];
+    this._keysChanged = false;
     this._signature = "";
     this._lines = [];
     this._downX = null;
@@ -245,23 +249,58 @@ export class Chart {
     return Math.max(50, Math.round(this._width || 600));
   }
 
-  /** Pull lines from the source and draw them (called by the frame scheduler). */
+  /**
+   * Pull lines from the source and draw them (called by the frame scheduler). The uPlot instance
+   * is built once per axis setup (x kind, log scale, height, titles, y range); lines that come or
+   * go (runs selected, snapshots arriving) are added to or removed from it, so a chart of 100 runs
+   * does not rebuild its axes, canvas and 100 series each time one more run arrives.
+   */
   render() {
     const lines = this.source(this);
-    this._lines = lines;
-    const signature =
-      `${this.xKind}|${this.logY}|${this._height}|` + lines.map((l) => `${l.label}\u0000${l.color}\u0000${l.alpha ?? 1}\u0000${l.dash ?? ""}\u0000${l.legendText ?? ""}`).join("\u0001");
+    const frame = `${this.xKind}|${this.logY}|${this._height}`;
+    const keys = lines.map(seriesKey);
     const data = alignedData(lines, this.logY);
-    if (!this.plot || signature !== this._signature) {
-      this._signature = signature;
+    if (!this.plot || frame !== this._signature || !this._reconcile(lines, keys)) {
+      this._signature = frame;
+      this._keys = keys;
       this._build(lines, data);
+      this.builds++;
     } else {
+      if (this._keysChanged) this._renderLegend(lines);
       this.plot.setData(data, this.zoom === null);
     }
+    this._lines = lines;
     if (this.zoom) this.plot.setScale("x", { min: this.zoom[0], max: this.zoom[1] });
     this._applyPin();
     this._updateReadout();
     this.renders++;
+  }
+
+  // Bring the uPlot instance's series in line with `keys` (deleting the lines that went, adding
+  // the new ones where they belong); false when that is not possible in place (lines reordered or
+  // named twice): then the caller rebuilds. Sets `_keysChanged`.
+  _reconcile(lines, keys) {
+    const have = this._keys;
+    this._keysChanged = false;
+    if (keys.length === have.length && keys.every((k, i) => k === have[i])) return true;
+    const wanted = new Set(keys);
+    if (wanted.size !== keys.length) return false;
+    const kept = have.filter((k) => wanted.has(k));
+    // The kept lines must stay in the same order, so that new ones only need inserting.
+    let j = 0;
+    for (const k of keys) if (j < kept.length && k === kept[j]) j++;
+    if (j !== kept.length) return false;
+    const u = this.plot;
+    for (let i = have.length - 1; i >= 0; i--) if (!wanted.has(have[i])) u.delSeries(i + 1);
+    const now = kept;
+    for (let i = 0; i < keys.length; i++) {
+      if (now[i] === keys[i]) continue;
+      u.addSeries(seriesOptions(lines[i]), i + 1);
+      now.splice(i, 0, keys[i]);
+    }
+    this._keys = now;
+    this._keysChanged = true;
+    return true;
   }
 
   /** Undo a drag zoom of this chart only (see SyncGroup.resetZoom for the whole group). */
@@ -541,15 +580,7 @@ export class Chart {
       ],
       series: [
         { label: "x" },
-        ...lines.map((l) => ({
-          label: l.label,
-          stroke: l.color,
-          width: l.width ?? 1.5,
-          alpha: l.alpha ?? 1,
-          spanGaps: true,
-          ...(l.dash?.length ? { dash: l.dash } : {}),
-          // uPlot's default: dots only where points are sparse enough to tell apart.
-        })),
+        ...lines.map(seriesOptions),
       ],
       hooks: {
         setCursor: [() => this._updateReadout()],
@@ -701,6 +732,24 @@ export class Chart {
   }
 }
 
+// What identifies a line's uPlot series: a line whose key changes is removed and added anew.
+function seriesKey(l) {
+  return `${l.label}\u0000${l.color}\u0000${l.alpha ?? 1}\u0000${l.width ?? 1.5}\u0000${l.dash ?? ""}\u0000${l.legendText ?? ""}`;
+}
+
+// uPlot series options of a line. uPlot's default points: dots only where points are sparse
+// enough to tell apart.
+function seriesOptions(l) {
+  return {
+    label: l.label,
+    stroke: l.color,
+    width: l.width ?? 1.5,
+    alpha: l.alpha ?? 1,
+    spanGaps: true,
+    ...(l.dash?.length ? { dash: l.dash } : {}),
+  };
+}
+
 function dashIndex(dash) {
   if (!dash?.length) return 0;
   const i = DASHES.findIndex((d) => d.join() === dash.join());
@@ -739,7 +788,8 @@ function nearest(ys, idx) {
 /**
  * Build uPlot's aligned data `[xs, ...ys]` from lines: lines sharing an `xs` form one table; more
  * than one table (runs at different steps) are joined on x. Non-finite values, and values <= 0 on
- * a log scale, become null gaps.
+ * a log scale, become null gaps (ys that already hold nulls for gaps, as align.js makes them, are
+ * taken as they are).
  * @param {object[]} lines
  * @param {boolean} logY
  */
@@ -759,7 +809,7 @@ function cleanYs(ys, logY) {
   let ok = true;
   for (let i = 0; i < ys.length; i++) {
     const v = ys[i];
-    if (!Number.isFinite(v) || (logY && v <= 0)) {
+    if (v !== null && (!Number.isFinite(v) || (logY && v <= 0))) {
       ok = false;
       break;
     }

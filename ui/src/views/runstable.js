@@ -35,8 +35,9 @@ export class RunsTable {
   /**
    * @param {object} opts
    * @param {import("../runs.js").RunsModel} opts.model
-   * @param {() => void} opts.onChange called after the user changed the selection, pins, hidden
-   *   runs, filters or grouping (the page then redraws and re-subscribes)
+   * @param {(how?: {immediate: boolean}) => void} opts.onChange called after the user changed the
+   *   selection, pins, hidden runs, filters or grouping (the page then redraws and re-subscribes:
+   *   at once after a click, `immediate`, after a pause in typing otherwise)
    */
   constructor({ model, onChange }) {
     this.model = model;
@@ -113,14 +114,16 @@ export class RunsTable {
     });
   }
 
-  _set(fn) {
+  // `typing`: a change made key by key (search, patterns), after which the page waits for a pause
+  // before re-subscribing; a click re-subscribes at once.
+  _set(fn, typing = false) {
     fn();
-    this.onChange();
+    this.onChange({ immediate: !typing });
     this._schedule();
   }
 
   _onSearch() {
-    this._set(() => this.model.setSearch(this.search.value));
+    this._set(() => this.model.setSearch(this.search.value), true);
   }
 
   _onCondition() {
@@ -159,7 +162,7 @@ export class RunsTable {
     this.groupPattern.setCustomValidity(error);
     this.groupPattern.title = error;
     if (error) return;
-    this._set(() => (this.model.groupBy = spec));
+    this._set(() => (this.model.groupBy = spec), true);
   }
 
   _selectShown(on) {

@@ -1,5 +1,6 @@
 // The scalars view: one chart per tag, grouped by the tag's prefix (`train/loss` is in `train`),
 // runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
+import { shareGrid } from "../align.js";
 import { Chart } from "../chart.js";
 import { scalarSeries } from "../chartdata.js";
 import { colorFor, el, PALETTE } from "../dom.js";
@@ -164,6 +165,7 @@ export class ScalarsView {
     }
     // With many runs overlaid the faint raw lines are only clutter (and half the drawing).
     const raw = state.smoothing > 0 && shown.length <= RAW_LINES_UP_TO;
+    const entries = [];
     for (const [run, series] of shown) {
       const walls = series.column(WALL);
       const xsFull = state.xKind === "step" ? series.column(STEP) : walls;
@@ -178,6 +180,17 @@ export class ScalarsView {
         const detail = this._detail(chart, series, zoom);
         if (detail) cols = spliceRange(cols, detail, detail.start, detail.end);
       }
+      entries.push({ run, ascending, cols });
+    }
+    // Many runs (and no zoom, whose edges need the points just outside it): one shared x grid of
+    // two rows per pixel column instead of every run's own x values (see align.js).
+    if (shown.length > RAW_LINES_UP_TO && !chart.zoom) {
+      const onGrid = entries.filter((e) => e.ascending);
+      const key = state.smoothing > 0 ? "smoothed" : "raw";
+      const grid = shareGrid(onGrid.map((e) => ({ xs: e.cols.xs, ys: e.cols[key] })), chart.width);
+      onGrid.forEach((e, i) => (e.cols = { xs: grid.xs, [key]: grid.ys[i] }));
+    }
+    for (const { run, cols } of entries) {
       const color = colorFor(run);
       if (state.smoothing > 0) {
         if (raw) lines.push({ label: `${run} (raw)`, color, xs: cols.xs, ys: cols.raw, alpha: 0.25, width: 1, legend: false });
