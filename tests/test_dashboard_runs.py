@@ -412,3 +412,114 @@ def test_brushing_parallel_coordinates_filters_the_runs(sweep_server, browser):
         assert page.errors == []
     finally:
         page.close()
+
+
+def set_smoothing(page, value: float) -> None:  # type: ignore[no-untyped-def]
+    """Move the smoothing slider to ``value`` and wait until the page applied it."""
+    page.evaluate(
+        "(v) => { const s = document.querySelector('.side input[type=range]'); s.value = String(v);"
+        " s.dispatchEvent(new Event('input')); }",
+        value,
+    )
+    page.wait_for_function("(v) => window.vdl.state.smoothing === v", arg=value)
+
+
+def test_the_selection_pins_hidden_runs_groups_and_smoothing_survive_a_reload(
+    sweep_server, browser
+):
+    page = open_page(browser, sweep_server)
+    try:
+        # One run unselected, one pinned, one hidden, grouped by optimizer with a ±std band,
+        # smoothing 0.3.
+        page.locator('.rt-body [data-run="d-sgd-2"] input.run-select').uncheck()
+        page.click('.rt-body [data-run="f-sgd-3"] button.run-pin')
+        page.click('.rt-body [data-run="a-sgd-1"] button.run-hide')
+        page.select_option("select.run-group", "h:optimizer")
+        page.select_option("select.run-group-band", "std")
+        set_smoothing(page, 0.3)
+        drawn = ["b-adam-1", "c-adam-2", "e-adam-3", "f-sgd-3"]
+        page.wait_for_function(subscribed_to(drawn))
+        page.wait_for_function(
+            "() => window.vdl.charts.get('eval/accuracy')?.bands?.length === 2", timeout=15_000
+        )
+        before = page.evaluate("() => window.vdl.runsModel.saved()")
+
+        page.reload()
+        page.wait_for_function(READY, timeout=20_000)
+        # The page subscribes to the remembered runs at once (not "every run" first).
+        page.wait_for_function(subscribed_to(drawn), timeout=15_000)
+        assert page.evaluate("() => window.vdl.runsModel.saved()") == before
+        assert page.evaluate("() => window.vdl.state.smoothing") == 0.3
+        assert page.input_value(".side input[type=range]") == "0.3"
+        assert page.input_value("select.run-group") == "h:optimizer"
+        assert page.input_value("select.run-group-band") == "std"
+        page.wait_for_function(
+            "() => document.querySelector('.rt-body [data-run=\"f-sgd-3\"]')?.style.top === '0px'",
+            timeout=15_000,
+        )
+        assert (
+            page.get_attribute('.rt-body [data-run="f-sgd-3"] button.run-pin', "aria-pressed")
+            == "true"
+        )
+        assert page.locator('.rt-body [data-run="a-sgd-1"]').count() == 0  # hidden
+        assert not page.locator('.rt-body [data-run="d-sgd-2"] input.run-select').is_checked()
+        page.wait_for_function(
+            "() => window.vdl.charts.get('eval/accuracy')?.bands?.length === 2", timeout=15_000
+        )
+        assert drawn_lines(page) == ["optimizer=adam (mean of 3)", "optimizer=sgd (mean of 1)"]
+
+        # Kept under this server's own key (another port, another view).
+        stored = page.evaluate("() => Object.keys(localStorage)")
+        assert stored == [f"vdl-stream:view:{sweep_server.url}/"]
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_groups_draw_a_std_band_around_the_mean(sweep_server, browser):
+    page = open_page(browser, sweep_server)
+    try:
+        set_smoothing(page, 0)
+        page.select_option("select.run-group", "h:optimizer")
+        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy').bands.length === 2")
+        assert page.is_visible("select.run-group-band")
+        page.select_option("select.run-group-band", "std")
+        page.wait_for_function(
+            "() => window.vdl.charts.get('eval/accuracy').series.some(s => s.label.endsWith(' +std'))"
+        )
+        data = page.evaluate(
+            "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('eval/accuracy');"
+            " return {xs: Array.from(u.data[0]), labels: u.series.map(s => s.label),"
+            " ys: u.data.slice(1).map(c => Array.from(c)), bands: u.bands.length}; }"
+        )
+        assert data["bands"] == 2
+        label = "optimizer=sgd (mean of 3)"
+        col = {
+            part: data["ys"][data["labels"].index(f"{label}{part}") - 1]
+            for part in ("", " +std", " -std")
+        }
+        sgd = [i for i, (_, _, opt) in enumerate(SWEEP) if opt == "sgd"]
+        assert len(data["xs"]) == STEPS
+        for k, step in enumerate(data["xs"]):
+            values = [accuracy(i, int(step)) for i in sgd]
+            mean = sum(values) / 3
+            std = (sum((v - mean) ** 2 for v in values) / 3) ** 0.5
+            assert col[""][k] == pytest.approx(mean)
+            assert col[" +std"][k] == pytest.approx(mean + std)
+            assert col[" -std"][k] == pytest.approx(mean - std)
+        page.evaluate(
+            "() => document.querySelector('[data-tag=\"eval/accuracy\"]').scrollIntoView({block: 'center'})"
+        )
+        page.evaluate("() => window.vdl.drawAll()")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator('[data-tag="eval/accuracy"]').screenshot(
+            path=str(ARTIFACTS / "runs-groups-std.png")
+        )
+        # Back to min-max: the band edges are the runs' extremes again.
+        page.select_option("select.run-group-band", "minmax")
+        page.wait_for_function(
+            "() => window.vdl.charts.get('eval/accuracy').series.some(s => s.label.endsWith(' max'))"
+        )
+        assert page.errors == []
+    finally:
+        page.close()

@@ -17,6 +17,7 @@ import { HparamsView } from "./views/hparams.js";
 import { ImagesView } from "./views/images.js";
 import { icon } from "./icons.js";
 import { Report } from "./report.js";
+import { rememberKey, Remembered } from "./remember.js";
 import { BADGE_TEXT, badgeState, ReplayBar } from "./views/replay.js";
 import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
@@ -270,6 +271,7 @@ function onSmoothing() {
     state.smoothing = w;
     store.setSmoothing(w);
     refreshViews();
+    rememberView();
   }, 60);
 }
 
@@ -285,6 +287,27 @@ function setPaused(paused) {
   pauseBtn.classList.toggle("active", paused);
   document.body.classList.toggle("paused", paused);
   showBadge();
+}
+
+// ---- remembered across reloads (issue 12): selection, pins, hidden runs, groups, smoothing ------
+
+const remembered = new Remembered(rememberKey(window.location));
+const savedView = remembered.load();
+/** The runs table's saved state, taken back at the first selection (onRunsKnown). */
+let savedRuns = savedView?.runs ?? null;
+{
+  const w = savedView?.smoothing;
+  if (typeof w === "number" && w >= 0 && w <= 0.99) {
+    state.smoothing = w;
+    store.setSmoothing(w);
+    smoothingInput.value = String(w);
+    smoothingValue.textContent = w.toFixed(2);
+  }
+}
+
+/** Save what the page remembers (only once the first selection is made: not the defaults). */
+function rememberView() {
+  if (selectionMade) remembered.save({ runs: runsModel.saved(), smoothing: state.smoothing });
 }
 
 // ---- runs ---------------------------------------------------------------------------------------
@@ -312,6 +335,7 @@ function applyRuns(always = true, immediate = false) {
   setRedrawInterval();
   runsTable.update();
   if (always || changed) refreshViews();
+  rememberView();
   // Re-subscribe once the user pauses (typing a filter changes the set on every key); after a
   // click (`immediate`) at once: the snapshots are what the user waits for.
   clearTimeout(subscribeTimer);
@@ -342,6 +366,14 @@ function sendSubscribe(runs) {
 // are chosen from the summaries that follow (or, from a server that sends none, by name).
 function onRunsKnown(fromSummaries) {
   if (!awaitingSubscribe) return;
+  if (!selectionMade && savedRuns !== null) {
+    // The last visit's selection, when it names a run this server has (pins, hidden runs and
+    // groups come back either way).
+    const restored = runsModel.restore(savedRuns);
+    savedRuns = null;
+    runsTable.syncControls();
+    if (restored) selectionMade = true;
+  }
   if (!selectionMade) {
     if (runsModel.names.size > SELECT_ALL_UP_TO && !fromSummaries && runsModel.summaries.size === 0) {
       summariesTimer ||= setTimeout(() => {

@@ -5,7 +5,7 @@ import { Chart } from "../chart.js";
 import { scalarSeries } from "../chartdata.js";
 import { colorFor, el, PALETTE } from "../dom.js";
 import { gather, lowerBound, minMaxIndices, nearestIndex } from "../downsample.js";
-import { aggregate } from "../groups.js";
+import { aggregate, bandEdges } from "../groups.js";
 import { fetchScalars, needsHistory, spliceRange } from "../history.js";
 import { loadingText, t, tf } from "../i18n.js";
 import { groupKey } from "../runs.js";
@@ -243,8 +243,9 @@ export class ScalarsView {
     return new Map([...byKey].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)));
   }
 
-  // Per group: the mean across its runs (smoothed values when smoothing is on) and a min–max band,
-  // over the chart's zoomed range at about one x per pixel column, recomputed on every draw (live).
+  // Per group: the mean across its runs (smoothed values when smoothing is on) and a band (min–max
+  // or ±std, runs.band), over the chart's zoomed range at about one x per pixel column, recomputed
+  // on every draw (live).
   _groupLines(chart, tag) {
     const { store, state } = this.ctx;
     const lines = [];
@@ -272,8 +273,12 @@ export class ScalarsView {
       const label = tf("groupMean", { name: key, n: runs.length });
       aggregates.push({ label, color, agg });
       lines.push({ label, color, xs: agg.xs, ys: agg.mean, width: 2, group: "mean" });
-      lines.push({ label: `${label} max`, color, xs: agg.xs, ys: agg.max, width: 0.5, alpha: 0.4, legend: false, group: "max" });
-      lines.push({ label: `${label} min`, color, xs: agg.xs, ys: agg.min, width: 0.5, alpha: 0.4, legend: false, group: "min" });
+      // The band's edges: the runs' max and min, or mean ± std (runs.band).
+      const band = this.ctx.runs.band === "std" ? "std" : "minmax";
+      const { lower, upper } = bandEdges(agg, band);
+      const [hi, lo] = band === "std" ? ["+std", "-std"] : ["max", "min"];
+      lines.push({ label: `${label} ${hi}`, color, xs: agg.xs, ys: upper, width: 0.5, alpha: 0.4, legend: false, group: "max" });
+      lines.push({ label: `${label} ${lo}`, color, xs: agg.xs, ys: lower, width: 0.5, alpha: 0.4, legend: false, group: "min" });
     }
     this.groupAggregates.set(tag, aggregates);
     return lines;
