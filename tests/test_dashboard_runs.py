@@ -523,3 +523,71 @@ def test_groups_draw_a_std_band_around_the_mean(sweep_server, browser):
         assert page.errors == []
     finally:
         page.close()
+
+
+def test_many_runs_join_a_chart_in_place_on_one_shared_grid(tmp_path, browser):
+    write_runs(tmp_path / "logs", n_runs=40, tags=2, points=3000)
+    server = start_serve(tmp_path / "logs")
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=30_000,
+        )
+        set_smoothing(page, 0)
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('train/acc');"
+            " return u && u.series.length === 11; }",
+            timeout=15_000,
+        )
+        builds = page.evaluate("() => window.vdl.chartWrappers.get('train/acc').builds")
+        # 10 -> 40 runs: the chart's uPlot instance takes the 30 new lines in place.
+        page.click("button.runs-all")
+        page.wait_for_function(
+            "() => (window.vdl.connection.runs || []).length === 40"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=30_000,
+        )
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); return window.vdl.charts.get('train/acc').series.length === 41; }",
+            timeout=15_000,
+        )
+        chart = page.evaluate(
+            """() => { const c = window.vdl.chartWrappers.get('train/acc'); const u = c.plot;
+              return {builds: c.builds, width: c.width, xs: Array.from(u.data[0]),
+                      labels: u.series.slice(1).map(s => s.label),
+                      ys: u.data.slice(1).map(col => Array.from(col))}; }"""
+        )
+        assert chart["builds"] == builds
+        assert len(chart["labels"]) == 40
+        # One shared x column of two rows per pixel column, not the union of 40 runs' steps.
+        assert len(chart["xs"]) == 2 * chart["width"]
+        assert chart["xs"] == sorted(chart["xs"])
+        # Each run keeps its extremes: the drawn values are its own, its lowest and highest among them.
+        for label in chart["labels"][::7]:
+            col = [v for v in chart["ys"][chart["labels"].index(label)] if v is not None]
+            values = page.evaluate("(run) => window.vdl.series(run, 'train/acc').values", label)
+            finite = [v for v in values if v == v and abs(v) != float("inf")]
+            assert set(col) <= set(finite)
+            assert min(col) == min(finite) and max(col) == max(finite)
+        # One run less: removed in place too.
+        page.locator(f'.rt-body [data-run="{chart["labels"][0]}"] input.run-select').uncheck()
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); return window.vdl.charts.get('train/acc').series.length === 40; }",
+            timeout=15_000,
+        )
+        assert page.evaluate("() => window.vdl.chartWrappers.get('train/acc').builds") == builds
+        page.evaluate(
+            "() => document.querySelector('[data-tag=\"train/acc\"]').scrollIntoView({block: 'center'})"
+        )
+        page.evaluate("() => window.vdl.drawAll()")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator('[data-tag="train/acc"]').screenshot(path=str(ARTIFACTS / "runs-40-lines.png"))
+        assert errors == []
+    finally:
+        page.close()
+        stop_serve(server)
