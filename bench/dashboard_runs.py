@@ -11,7 +11,8 @@ Three measures, each against a real ``vdl-stream serve`` subprocess and headless
 * select: in the last page, the search box keeps the 100 runs named ``s05-*`` (none of them
   selected: the default selection is the newest ten), then ``All`` is clicked; the time from the
   click until every scalar chart in view draws 100 lines (the page re-subscribes to those runs and
-  draws their snapshots).
+  draws their snapshots), with the page's main-thread time over it (CDP Performance.getMetrics:
+  TaskDuration, ScriptDuration, LayoutDuration).
 * live: ``--runs-live`` runs (bench/runs_writer.py, its own process) log 10 tags at
   ``--runs-rate`` points/s each while the page shows all of them (``All`` clicked); every
   ``--interval`` seconds the Chrome DevTools Protocol's ``Performance.getMetrics`` gives the
@@ -184,7 +185,16 @@ def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
         timeout=30_000,
     )
     page.wait_for_timeout(300)
+    # The renderer's main thread over the selection (CDP Performance.getMetrics): how much of the
+    # wait is the page's own work (tasks, scripts) rather than the server's and the network's.
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     result = page.evaluate(SELECT_JS, 100)
+    after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    for key in ("TaskDuration", "ScriptDuration", "LayoutDuration", "Timestamp"):
+        result[f"main_{key}_s"] = after[key] - before[key]
+    cdp.detach()
     result["lines"] = page.evaluate(IN_VIEW_LINES_JS)
     result["max_points"] = page.evaluate("() => window.vdl.connection.maxPoints")
     return result
@@ -357,6 +367,14 @@ def report(result: dict) -> str:
                 f" 100 runs no page read yet: {sel['server_alone_cold_s']:.2f} s;"
                 f" lines per chart: {sel['lines']})"
             )
+            if "main_TaskDuration_s" in sel:
+                out.append("")
+                out.append(
+                    f"The page's main thread over the selection: {sel['main_TaskDuration_s']:.2f} s"
+                    f" in tasks ({sel['main_ScriptDuration_s']:.2f} s running scripts,"
+                    f" {sel['main_LayoutDuration_s']:.2f} s layout) of"
+                    f" {sel['main_Timestamp_s']:.2f} s"
+                )
     live = result.get("live")
     if live:
         out.append("")

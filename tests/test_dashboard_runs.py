@@ -512,9 +512,39 @@ def test_groups_draw_a_std_band_around_the_mean(sweep_server, browser):
         )
         page.evaluate("() => window.vdl.drawAll()")
         ARTIFACTS.mkdir(exist_ok=True)
-        page.locator('[data-tag="eval/accuracy"]').screenshot(
-            path=str(ARTIFACTS / "runs-groups-std.png")
+        # The tooltip reads each group's mean, its band and how many runs are in it.
+        box = page.locator('[data-tag="eval/accuracy"] .u-over').bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+        tooltip = page.locator(".tooltip")
+        tooltip.wait_for(state="visible", timeout=5_000)
+        assert page.locator(".tooltip thead").inner_text().split() == ["mean", "±", "std", "runs"]
+        step = int(page.locator(".tooltip .tt-title").inner_text().split()[-1])
+        rows = page.locator(".tooltip tbody tr")
+        assert rows.count() == 2
+        by_label = {
+            rows.nth(i).get_attribute("data-run"): rows.nth(i)
+            .locator("td.tt-value")
+            .all_inner_texts()
+            for i in range(2)
+        }
+        cells = by_label[label]
+        values = [accuracy(i, step) for i in sgd]
+        mean = sum(values) / 3
+        std = (sum((v - mean) ** 2 for v in values) / 3) ** 0.5
+        assert float(cells[0]) == pytest.approx(mean, rel=1e-4)
+        assert cells[1].startswith("± ") and float(cells[1][2:]) == pytest.approx(std, rel=1e-4)
+        assert cells[2] == "3"
+        chart_box = page.locator('[data-tag="eval/accuracy"]').bounding_box()
+        tip_box = tooltip.bounding_box()
+        left = min(chart_box["x"], tip_box["x"])
+        top = min(chart_box["y"], tip_box["y"])
+        right = max(chart_box["x"] + chart_box["width"], tip_box["x"] + tip_box["width"])
+        bottom = max(chart_box["y"] + chart_box["height"], tip_box["y"] + tip_box["height"])
+        page.screenshot(
+            path=str(ARTIFACTS / "runs-groups-std.png"),
+            clip={"x": left, "y": top, "width": right - left, "height": bottom - top},
         )
+        page.mouse.move(5, 5)
         # Back to min-max: the band edges are the runs' extremes again.
         page.select_option("select.run-group-band", "minmax")
         page.wait_for_function(

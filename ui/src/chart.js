@@ -110,9 +110,9 @@ export class Chart {
    * @param {() => string} [opts.yTitle] the y axis title (default: the chart's title)
    * @param {[number, number]} [opts.yRange] fixed y range instead of auto
    * @param {[number, number]} [opts.xRange] fixed x range instead of the data's
-   * @param {(x: number) => ({x: number, values: {label: string, color: string, value: number, raw?: number, smoothed?: number}[]}|null)} [opts.lookup]
+   * @param {(x: number) => ({x: number, values: {label: string, color: string, value: number, raw?: number, smoothed?: number, cells?: (number|string)[]}[], head?: string[]}|null)} [opts.lookup]
    *   the values to read out at an x (default: the drawn points nearest the cursor); values with
-   *   `raw` and `smoothed` show both
+   *   `raw` and `smoothed` show both; with `head`, each value's `cells` under those column names
    * @param {() => object[]} [opts.exportData] the series to download as CSV/JSON (see
    *   chartdata.js; default: the drawn lines as `{run, x, y}`)
    * @param {boolean} [opts.legend] show a legend of the lines under the plot
@@ -701,9 +701,14 @@ export class Chart {
       ? found.values
       : this._lines.flatMap((line, i) => (line.legend === false ? [] : [{ label: line.legendText ?? line.label, color: line.color, value: nearest(u.data[i + 1], idx) }]));
     const both = values.some((v) => v.raw !== undefined && v.smoothed !== undefined);
-    const rows = sortRows(values).map((v) => ({ ...v, cells: both ? [this.formatY(v.smoothed), this.formatY(v.raw)] : [this.formatY(v.value)] }));
+    // A lookup may name its own columns (`head`) and give each row its `cells` (numbers formatted
+    // here, text as it is): a group's mean and its band.
+    const head = found?.head ?? null;
+    const cellsOf = (v) =>
+      head ? v.cells.map((c) => (typeof c === "number" ? this.formatY(c) : c)) : both ? [this.formatY(v.smoothed), this.formatY(v.raw)] : [this.formatY(v.value)];
+    const rows = sortRows(values).map((v) => ({ ...v, cells: cellsOf(v) }));
     const title = this._formatX(x) + (this.group.x !== null ? ` · ${t("pinned")}` : "");
-    showTooltip(this, this._pointer, title, rows, both ? [t("smoothed"), t("raw")] : []);
+    showTooltip(this, this._pointer, title, rows, head ?? (both ? [t("smoothed"), t("raw")] : []));
   }
 
   _formatX(x) {

@@ -1,7 +1,7 @@
 // The scalars view: one chart per tag, grouped by the tag's prefix (`train/loss` is in `train`),
 // runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
 import { shareGrid } from "../align.js";
-import { Chart } from "../chart.js";
+import { Chart, formatValue } from "../chart.js";
 import { scalarSeries } from "../chartdata.js";
 import { colorFor, el, PALETTE } from "../dom.js";
 import { gather, lowerBound, minMaxIndices, nearestIndex } from "../downsample.js";
@@ -284,17 +284,20 @@ export class ScalarsView {
     return lines;
   }
 
-  // The readout of grouped lines: each group's mean at the aggregated x nearest to x.
+  // The readout of grouped lines: each group's mean at the aggregated x nearest to x, with its
+  // band (min – max, or ± std) and how many runs have a value there.
   _groupLookup(tag, x) {
     const aggregates = this.groupAggregates.get(tag) ?? [];
+    const std = this.ctx.runs?.band === "std";
     let at = null;
     const values = [];
     for (const { label, color, agg } of aggregates) {
       const i = nearestIndex(agg.xs, x);
       at ??= agg.xs[i];
-      values.push({ label, color, value: agg.mean[i] });
+      const band = std ? `± ${formatValue(agg.std[i])}` : `${formatValue(agg.min[i])} – ${formatValue(agg.max[i])}`;
+      values.push({ label, color, value: agg.mean[i], cells: [agg.mean[i], band, String(agg.count[i])] });
     }
-    return at === null ? null : { x: at, values };
+    return at === null ? null : { x: at, values, head: [t("mean"), t(std ? "bandStdShort" : "bandMinMaxShort"), t("runsShort")] };
   }
 
   // Fetched full-resolution points of `series` covering the zoom, or null (asking for them when the
