@@ -174,7 +174,10 @@ export class ScalarsView {
       const zoom = chart.zoom;
       const ascending = state.xKind === "step" ? series.stepsAscending : series.wallsAscending;
       const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined, ascending, series.extremes);
-      let cols = { xs: gather(xsFull, idx), raw: gather(series.column(VALUE), idx), smoothed: gather(series.column(SMOOTHED), idx) };
+      // Only the columns drawn: raw lines (no smoothing, or faint behind few runs) and smoothed ones.
+      let cols = { xs: gather(xsFull, idx) };
+      if (state.smoothing === 0 || raw) cols.raw = gather(series.column(VALUE), idx);
+      if (state.smoothing > 0) cols.smoothed = gather(series.column(SMOOTHED), idx);
       if (offset) for (let i = 0; i < cols.xs.length; i++) cols.xs[i] -= offset;
       if (zoom && state.xKind === "step" && ascending) {
         const detail = this._detail(chart, series, zoom);
