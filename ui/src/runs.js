@@ -337,7 +337,8 @@ export class RunsModel {
    * Take back what `saved()` gave (from an earlier visit, so possibly from another version or
    * hand-edited: anything malformed is left as it is). Pins, hidden runs, grouping and band always;
    * the selection only when it names a run known now (a log directory that changed since falls
-   * back to the default selection).
+   * back to the default selection), and "every run" only while there are at most
+   * SELECT_ALL_UP_TO runs.
    * @param {unknown} saved
    * @returns {boolean} whether the selection was restored
    */
@@ -360,6 +361,8 @@ export class RunsModel {
     if (BANDS.includes(saved.band)) this.band = saved.band;
     this.version++;
     if (saved.selected === null) {
+      // "Every run" of a few runs is not every run of a directory that has grown to hundreds.
+      if (this.names.size > SELECT_ALL_UP_TO) return false;
       this.selected = null;
       return true;
     }

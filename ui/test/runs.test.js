@@ -259,6 +259,11 @@ test("the runs model's saved state comes back in a new model, and a stale select
   e.selected = new Set(["run-0000"]);
   assert.equal(e.restore(d.saved()), true);
   assert.equal(e.selected, null);
+  // ... but not once the directory holds more runs than are selected all at once.
+  const grown = model(SELECT_ALL_UP_TO + 1);
+  assert.equal(grown.restore(d.saved()), false);
+  grown.selectDefault();
+  assert.equal(grown.selected.size, DEFAULT_SELECTED);
   // Malformed input is ignored piece by piece, never thrown.
   const f = model(3);
   for (const bad of [null, 3, "x", { selected: 5, pinned: "a", groupBy: { kind: "pattern", source: "(" }, band: "iqr" }]) assert.equal(f.restore(bad), false);
