@@ -11,7 +11,11 @@ Three measures, each against a real ``vdl-stream serve`` subprocess and headless
 * select: in the last page, the search box keeps the 100 runs named ``s05-*`` (none of them
   selected: the default selection is the newest ten), then ``All`` is clicked; the time from the
   click until every scalar chart in view draws 100 lines (the page re-subscribes to those runs and
-  draws their snapshots).
+  draws their snapshots), with the page's main-thread time over it (CDP Performance.getMetrics:
+  TaskDuration, ScriptDuration, LayoutDuration). Then that page is reloaded: it remembers the 100
+  runs and subscribes to them at once; the same probe times the table and the first charts, and
+  the time until every chart in view draws them all is noted (at a 30 ms poll: an upper bound;
+  the search is not remembered, so the ten runs selected by default are drawn too).
 * live: ``--runs-live`` runs (bench/runs_writer.py, its own process) log 10 tags at
   ``--runs-rate`` points/s each while the page shows all of them (``All`` clicked); every
   ``--interval`` seconds the Chrome DevTools Protocol's ``Performance.getMetrics`` gives the
@@ -168,6 +172,7 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         select["server_alone_cold_s"] = server_select(
                             server.ws_url, sorted(cold), select["max_points"]
                         )
+                        select["reload"] = reload_remembered(page, names)
                 finally:
                     context.close()
         finally:
@@ -184,10 +189,48 @@ def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
         timeout=30_000,
     )
     page.wait_for_timeout(300)
+    # The renderer's main thread over the selection (CDP Performance.getMetrics): how much of the
+    # wait is the page's own work (tasks, scripts) rather than the server's and the network's.
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     result = page.evaluate(SELECT_JS, 100)
+    after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    for key in ("TaskDuration", "ScriptDuration", "LayoutDuration", "Timestamp"):
+        result[f"main_{key}_s"] = after[key] - before[key]
+    cdp.detach()
     result["lines"] = page.evaluate(IN_VIEW_LINES_JS)
     result["max_points"] = page.evaluate("() => window.vdl.connection.maxPoints")
     return result
+
+
+def reload_remembered(page, names: list[str]) -> dict:  # type: ignore[no-untyped-def]
+    """Reload the page that shows ``names`` (it remembers them: docs/dashboard.md, "Runs"): the
+    table, the first chart and every chart in view (ms since the navigation), and when every chart
+    in view draws all of them."""
+    page.reload(wait_until="commit")
+    page.wait_for_function(
+        "() => window.__runsBench && window.__runsBench.table !== null"
+        " && window.__runsBench.inView !== null",
+        timeout=120_000,
+    )
+    probe = page.evaluate("() => window.__runsBench")
+    # The search is not remembered: the selection is the 100 plus the ten selected by default.
+    page.wait_for_function(
+        "() => window.vdl.sync.phase === 'ready' && Array.isArray(window.vdl.connection.runs)"
+        f" && ({IN_VIEW_LINES_JS})().every(n => n === window.vdl.connection.runs.length)",
+        timeout=120_000,
+        polling=30,
+    )
+    subscribed = page.evaluate("() => window.vdl.connection.runs")
+    return {
+        "table_ms": probe["table"],
+        "first_chart_ms": probe["firstChart"],
+        "in_view_ms": probe["inView"],
+        "all_lines_ms": page.evaluate("() => performance.now()"),
+        "runs": len(subscribed),
+        "subscribed": set(names) <= set(subscribed),
+    }
 
 
 def server_select(ws_url: str, runs: list[str], max_points: int, timeout: float = 120.0) -> float:
@@ -357,6 +400,24 @@ def report(result: dict) -> str:
                 f" 100 runs no page read yet: {sel['server_alone_cold_s']:.2f} s;"
                 f" lines per chart: {sel['lines']})"
             )
+            reload = sel.get("reload")
+            if reload:
+                out.append("")
+                out.append(
+                    f"Reload of that page ({reload['runs']} runs remembered: the 100 and the"
+                    f" default ten): table {reload['table_ms']:.0f} ms, first chart"
+                    f" {reload['first_chart_ms']:.0f} ms, every chart in view with"
+                    f" {reload['runs']} lines by {reload['all_lines_ms']:.0f} ms"
+                    f" (the 100 among them: {reload['subscribed']})"
+                )
+            if "main_TaskDuration_s" in sel:
+                out.append("")
+                out.append(
+                    f"The page's main thread over the selection: {sel['main_TaskDuration_s']:.2f} s"
+                    f" in tasks ({sel['main_ScriptDuration_s']:.2f} s running scripts,"
+                    f" {sel['main_LayoutDuration_s']:.2f} s layout) of"
+                    f" {sel['main_Timestamp_s']:.2f} s"
+                )
     live = result.get("live")
     if live:
         out.append("")

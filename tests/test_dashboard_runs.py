@@ -412,3 +412,212 @@ def test_brushing_parallel_coordinates_filters_the_runs(sweep_server, browser):
         assert page.errors == []
     finally:
         page.close()
+
+
+def set_smoothing(page, value: float) -> None:  # type: ignore[no-untyped-def]
+    """Move the smoothing slider to ``value`` and wait until the page applied it."""
+    page.evaluate(
+        "(v) => { const s = document.querySelector('.side input[type=range]'); s.value = String(v);"
+        " s.dispatchEvent(new Event('input')); }",
+        value,
+    )
+    page.wait_for_function("(v) => window.vdl.state.smoothing === v", arg=value)
+
+
+def test_the_selection_pins_hidden_runs_groups_and_smoothing_survive_a_reload(
+    sweep_server, browser
+):
+    page = open_page(browser, sweep_server)
+    try:
+        # One run unselected, one pinned, one hidden, grouped by optimizer with a ±std band,
+        # smoothing 0.3.
+        page.locator('.rt-body [data-run="d-sgd-2"] input.run-select').uncheck()
+        page.click('.rt-body [data-run="f-sgd-3"] button.run-pin')
+        page.click('.rt-body [data-run="a-sgd-1"] button.run-hide')
+        page.select_option("select.run-group", "h:optimizer")
+        page.select_option("select.run-group-band", "std")
+        set_smoothing(page, 0.3)
+        drawn = ["b-adam-1", "c-adam-2", "e-adam-3", "f-sgd-3"]
+        page.wait_for_function(subscribed_to(drawn))
+        page.wait_for_function(
+            "() => window.vdl.charts.get('eval/accuracy')?.bands?.length === 2", timeout=15_000
+        )
+        before = page.evaluate("() => window.vdl.runsModel.saved()")
+
+        page.reload()
+        page.wait_for_function(READY, timeout=20_000)
+        # The page subscribes to the remembered runs at once (not "every run" first).
+        page.wait_for_function(subscribed_to(drawn), timeout=15_000)
+        assert page.evaluate("() => window.vdl.runsModel.saved()") == before
+        assert page.evaluate("() => window.vdl.state.smoothing") == 0.3
+        assert page.input_value(".side input[type=range]") == "0.3"
+        assert page.input_value("select.run-group") == "h:optimizer"
+        assert page.input_value("select.run-group-band") == "std"
+        page.wait_for_function(
+            "() => document.querySelector('.rt-body [data-run=\"f-sgd-3\"]')?.style.top === '0px'",
+            timeout=15_000,
+        )
+        assert (
+            page.get_attribute('.rt-body [data-run="f-sgd-3"] button.run-pin', "aria-pressed")
+            == "true"
+        )
+        assert page.locator('.rt-body [data-run="a-sgd-1"]').count() == 0  # hidden
+        assert not page.locator('.rt-body [data-run="d-sgd-2"] input.run-select').is_checked()
+        page.wait_for_function(
+            "() => window.vdl.charts.get('eval/accuracy')?.bands?.length === 2", timeout=15_000
+        )
+        assert drawn_lines(page) == ["optimizer=adam (mean of 3)", "optimizer=sgd (mean of 1)"]
+
+        # Kept under this server's own key (another port, another view).
+        stored = page.evaluate("() => Object.keys(localStorage)")
+        assert stored == [f"vdl-stream:view:{sweep_server.url}/"]
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_groups_draw_a_std_band_around_the_mean(sweep_server, browser):
+    page = open_page(browser, sweep_server)
+    try:
+        set_smoothing(page, 0)
+        page.select_option("select.run-group", "h:optimizer")
+        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy').bands.length === 2")
+        assert page.is_visible("select.run-group-band")
+        page.select_option("select.run-group-band", "std")
+        page.wait_for_function(
+            "() => window.vdl.charts.get('eval/accuracy').series.some(s => s.label.endsWith(' +std'))"
+        )
+        data = page.evaluate(
+            "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('eval/accuracy');"
+            " return {xs: Array.from(u.data[0]), labels: u.series.map(s => s.label),"
+            " ys: u.data.slice(1).map(c => Array.from(c)), bands: u.bands.length}; }"
+        )
+        assert data["bands"] == 2
+        label = "optimizer=sgd (mean of 3)"
+        col = {
+            part: data["ys"][data["labels"].index(f"{label}{part}") - 1]
+            for part in ("", " +std", " -std")
+        }
+        sgd = [i for i, (_, _, opt) in enumerate(SWEEP) if opt == "sgd"]
+        assert len(data["xs"]) == STEPS
+        for k, step in enumerate(data["xs"]):
+            values = [accuracy(i, int(step)) for i in sgd]
+            mean = sum(values) / 3
+            std = (sum((v - mean) ** 2 for v in values) / 3) ** 0.5
+            assert col[""][k] == pytest.approx(mean)
+            assert col[" +std"][k] == pytest.approx(mean + std)
+            assert col[" -std"][k] == pytest.approx(mean - std)
+        page.evaluate(
+            "() => document.querySelector('[data-tag=\"eval/accuracy\"]').scrollIntoView({block: 'center'})"
+        )
+        page.evaluate("() => window.vdl.drawAll()")
+        ARTIFACTS.mkdir(exist_ok=True)
+        # The tooltip reads each group's mean, its band and how many runs are in it.
+        box = page.locator('[data-tag="eval/accuracy"] .u-over').bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+        tooltip = page.locator(".tooltip")
+        tooltip.wait_for(state="visible", timeout=5_000)
+        assert page.locator(".tooltip thead").inner_text().split() == ["mean", "±", "std", "runs"]
+        step = int(page.locator(".tooltip .tt-title").inner_text().split()[-1])
+        rows = page.locator(".tooltip tbody tr")
+        assert rows.count() == 2
+        by_label = {
+            rows.nth(i).get_attribute("data-run"): rows.nth(i)
+            .locator("td.tt-value")
+            .all_inner_texts()
+            for i in range(2)
+        }
+        cells = by_label[label]
+        values = [accuracy(i, step) for i in sgd]
+        mean = sum(values) / 3
+        std = (sum((v - mean) ** 2 for v in values) / 3) ** 0.5
+        assert float(cells[0]) == pytest.approx(mean, rel=1e-4)
+        assert cells[1].startswith("± ") and float(cells[1][2:]) == pytest.approx(std, rel=1e-4)
+        assert cells[2] == "3"
+        chart_box = page.locator('[data-tag="eval/accuracy"]').bounding_box()
+        tip_box = tooltip.bounding_box()
+        left = min(chart_box["x"], tip_box["x"])
+        top = min(chart_box["y"], tip_box["y"])
+        right = max(chart_box["x"] + chart_box["width"], tip_box["x"] + tip_box["width"])
+        bottom = max(chart_box["y"] + chart_box["height"], tip_box["y"] + tip_box["height"])
+        page.screenshot(
+            path=str(ARTIFACTS / "runs-groups-std.png"),
+            clip={"x": left, "y": top, "width": right - left, "height": bottom - top},
+        )
+        page.mouse.move(5, 5)
+        # Back to min-max: the band edges are the runs' extremes again.
+        page.select_option("select.run-group-band", "minmax")
+        page.wait_for_function(
+            "() => window.vdl.charts.get('eval/accuracy').series.some(s => s.label.endsWith(' max'))"
+        )
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_many_runs_join_a_chart_in_place_on_one_shared_grid(tmp_path, browser):
+    write_runs(tmp_path / "logs", n_runs=40, tags=2, points=3000)
+    server = start_serve(tmp_path / "logs")
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=30_000,
+        )
+        set_smoothing(page, 0)
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('train/acc');"
+            " return u && u.series.length === 11; }",
+            timeout=15_000,
+        )
+        builds = page.evaluate("() => window.vdl.chartWrappers.get('train/acc').builds")
+        # 10 -> 40 runs: the chart's uPlot instance takes the 30 new lines in place.
+        page.click("button.runs-all")
+        page.wait_for_function(
+            "() => (window.vdl.connection.runs || []).length === 40"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=30_000,
+        )
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); return window.vdl.charts.get('train/acc').series.length === 41; }",
+            timeout=15_000,
+        )
+        chart = page.evaluate(
+            """() => { const c = window.vdl.chartWrappers.get('train/acc'); const u = c.plot;
+              return {builds: c.builds, width: c.width, xs: Array.from(u.data[0]),
+                      labels: u.series.slice(1).map(s => s.label),
+                      ys: u.data.slice(1).map(col => Array.from(col))}; }"""
+        )
+        assert chart["builds"] == builds
+        assert len(chart["labels"]) == 40
+        # One shared x column of two rows per pixel column, not the union of 40 runs' steps.
+        assert len(chart["xs"]) == 2 * chart["width"]
+        assert chart["xs"] == sorted(chart["xs"])
+        # Each run keeps its extremes: the drawn values are its own, its lowest and highest among them.
+        for label in chart["labels"][::7]:
+            col = [v for v in chart["ys"][chart["labels"].index(label)] if v is not None]
+            values = page.evaluate("(run) => window.vdl.series(run, 'train/acc').values", label)
+            finite = [v for v in values if v == v and abs(v) != float("inf")]
+            assert set(col) <= set(finite)
+            assert min(col) == min(finite) and max(col) == max(finite)
+        # One run less: removed in place too.
+        page.locator(f'.rt-body [data-run="{chart["labels"][0]}"] input.run-select').uncheck()
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); return window.vdl.charts.get('train/acc').series.length === 40; }",
+            timeout=15_000,
+        )
+        assert page.evaluate("() => window.vdl.chartWrappers.get('train/acc').builds") == builds
+        page.evaluate(
+            "() => document.querySelector('[data-tag=\"train/acc\"]').scrollIntoView({block: 'center'})"
+        )
+        page.evaluate("() => window.vdl.drawAll()")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator('[data-tag="train/acc"]').screenshot(path=str(ARTIFACTS / "runs-40-lines.png"))
+        assert errors == []
+    finally:
+        page.close()
+        stop_serve(server)

@@ -17,6 +17,7 @@ import { HparamsView } from "./views/hparams.js";
 import { ImagesView } from "./views/images.js";
 import { icon } from "./icons.js";
 import { Report } from "./report.js";
+import { rememberKey, Remembered } from "./remember.js";
 import { BADGE_TEXT, badgeState, ReplayBar } from "./views/replay.js";
 import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
@@ -125,7 +126,7 @@ const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step:
 const smoothingValue = el("output", { text: state.smoothing.toFixed(2) });
 const xSelect = el("select", { class: "xkind", on: { change: (e) => updateSetting({ xKind: e.target.value }) } });
 const logInput = el("input", { type: "checkbox", class: "logy", on: { change: (e) => updateSetting({ logY: e.target.checked }) } });
-const runsTable = new RunsTable({ model: runsModel, onChange: applyRuns });
+const runsTable = new RunsTable({ model: runsModel, onChange: (how) => applyRuns(true, how?.immediate) });
 const labels = {};
 const label = (key) => (labels[key] = el("span", { text: t(key) }));
 
@@ -275,6 +276,7 @@ function onSmoothing() {
     state.smoothing = w;
     store.setSmoothing(w);
     refreshViews();
+    rememberView();
   }, 60);
 }
 
@@ -290,6 +292,27 @@ function setPaused(paused) {
   pauseBtn.classList.toggle("active", paused);
   document.body.classList.toggle("paused", paused);
   showBadge();
+}
+
+// ---- remembered across reloads (issue 12): selection, pins, hidden runs, groups, smoothing ------
+
+const remembered = new Remembered(rememberKey(window.location));
+const savedView = remembered.load();
+/** The runs table's saved state, taken back at the first selection (onRunsKnown). */
+let savedRuns = savedView?.runs ?? null;
+{
+  const w = savedView?.smoothing;
+  if (typeof w === "number" && w >= 0 && w <= 0.99) {
+    state.smoothing = w;
+    store.setSmoothing(w);
+    smoothingInput.value = String(w);
+    smoothingValue.textContent = w.toFixed(2);
+  }
+}
+
+/** Save what the page remembers (only once the first selection is made: not the defaults). */
+function rememberView() {
+  if (selectionMade) remembered.save({ runs: runsModel.saved(), smoothing: state.smoothing });
 }
 
 // ---- runs ---------------------------------------------------------------------------------------
@@ -309,7 +332,7 @@ let subscribedKey = null;
  * (soon) the subscription. With `always` false (new summaries), the views are refreshed only when
  * the set of runs drawn changed.
  */
-function applyRuns(always = true) {
+function applyRuns(always = true, immediate = false) {
   const hidden = new Set();
   for (const name of runsModel.names) if (!runsModel.isDrawn(name)) hidden.add(name);
   const changed = hidden.size !== state.hiddenRuns.size || [...hidden].some((name) => !state.hiddenRuns.has(name));
@@ -317,9 +340,11 @@ function applyRuns(always = true) {
   setRedrawInterval();
   runsTable.update();
   if (always || changed) refreshViews();
-  // Re-subscribe once the user pauses (typing a filter changes the set on every key).
+  rememberView();
+  // Re-subscribe once the user pauses (typing a filter changes the set on every key); after a
+  // click (`immediate`) at once: the snapshots are what the user waits for.
   clearTimeout(subscribeTimer);
-  if (!awaitingSubscribe) subscribeTimer = setTimeout(resubscribe, 150);
+  if (!awaitingSubscribe) subscribeTimer = setTimeout(resubscribe, immediate ? 0 : 150);
 }
 
 function resubscribe() {
@@ -346,6 +371,14 @@ function sendSubscribe(runs) {
 // are chosen from the summaries that follow (or, from a server that sends none, by name).
 function onRunsKnown(fromSummaries) {
   if (!awaitingSubscribe) return;
+  if (!selectionMade && savedRuns !== null) {
+    // The last visit's selection, when it names a run this server has (pins, hidden runs and
+    // groups come back either way).
+    const restored = runsModel.restore(savedRuns);
+    savedRuns = null;
+    runsTable.syncControls();
+    if (restored) selectionMade = true;
+  }
   if (!selectionMade) {
     if (runsModel.names.size > SELECT_ALL_UP_TO && !fromSummaries && runsModel.summaries.size === 0) {
       summariesTimer ||= setTimeout(() => {

@@ -110,9 +110,9 @@ export class Chart {
    * @param {() => string} [opts.yTitle] the y axis title (default: the chart's title)
    * @param {[number, number]} [opts.yRange] fixed y range instead of auto
    * @param {[number, number]} [opts.xRange] fixed x range instead of the data's
-   * @param {(x: number) => ({x: number, values: {label: string, color: string, value: number, raw?: number, smoothed?: number}[]}|null)} [opts.lookup]
+   * @param {(x: number) => ({x: number, values: {label: string, color: string, value: number, raw?: number, smoothed?: number, cells?: (number|string)[]}[], head?: string[]}|null)} [opts.lookup]
    *   the values to read out at an x (default: the drawn points nearest the cursor); values with
-   *   `raw` and `smoothed` show both
+   *   `raw` and `smoothed` show both; with `head`, each value's `cells` under those column names
    * @param {() => object[]} [opts.exportData] the series to download as CSV/JSON (see
    *   chartdata.js; default: the drawn lines as `{run, x, y}`)
    * @param {boolean} [opts.legend] show a legend of the lines under the plot
@@ -169,6 +169,10 @@ export class Chart {
     /** @type {uPlot|null} */
     this.plot = null;
     this.renders = 0;
+    /** How many times the uPlot instance was built (lines coming and going do not rebuild it). */
+    this.builds = 0;
+    this._keys = [];
+    this._keysChanged = false;
     this._signature = "";
     this._lines = [];
     this._downX = null;
@@ -245,23 +249,58 @@ export class Chart {
     return Math.max(50, Math.round(this._width || 600));
   }
 
-  /** Pull lines from the source and draw them (called by the frame scheduler). */
+  /**
+   * Pull lines from the source and draw them (called by the frame scheduler). The uPlot instance
+   * is built once per axis setup (x kind, log scale, height, titles, y range); lines that come or
+   * go (runs selected, snapshots arriving) are added to or removed from it, so a chart of 100 runs
+   * does not rebuild its axes, canvas and 100 series each time one more run arrives.
+   */
   render() {
     const lines = this.source(this);
-    this._lines = lines;
-    const signature =
-      `${this.xKind}|${this.logY}|${this._height}|` + lines.map((l) => `${l.label}\u0000${l.color}\u0000${l.alpha ?? 1}\u0000${l.dash ?? ""}\u0000${l.legendText ?? ""}`).join("\u0001");
+    const frame = `${this.xKind}|${this.logY}|${this._height}`;
+    const keys = lines.map(seriesKey);
     const data = alignedData(lines, this.logY);
-    if (!this.plot || signature !== this._signature) {
-      this._signature = signature;
+    if (!this.plot || frame !== this._signature || !this._reconcile(lines, keys)) {
+      this._signature = frame;
+      this._keys = keys;
       this._build(lines, data);
+      this.builds++;
     } else {
+      if (this._keysChanged) this._renderLegend(lines);
       this.plot.setData(data, this.zoom === null);
     }
+    this._lines = lines;
     if (this.zoom) this.plot.setScale("x", { min: this.zoom[0], max: this.zoom[1] });
     this._applyPin();
     this._updateReadout();
     this.renders++;
+  }
+
+  // Bring the uPlot instance's series in line with `keys` (deleting the lines that went, adding
+  // the new ones where they belong); false when that is not possible in place (lines reordered or
+  // named twice): then the caller rebuilds. Sets `_keysChanged`.
+  _reconcile(lines, keys) {
+    const have = this._keys;
+    this._keysChanged = false;
+    if (keys.length === have.length && keys.every((k, i) => k === have[i])) return true;
+    const wanted = new Set(keys);
+    if (wanted.size !== keys.length) return false;
+    const kept = have.filter((k) => wanted.has(k));
+    // The kept lines must stay in the same order, so that new ones only need inserting.
+    let j = 0;
+    for (const k of keys) if (j < kept.length && k === kept[j]) j++;
+    if (j !== kept.length) return false;
+    const u = this.plot;
+    for (let i = have.length - 1; i >= 0; i--) if (!wanted.has(have[i])) u.delSeries(i + 1);
+    const now = kept;
+    for (let i = 0; i < keys.length; i++) {
+      if (now[i] === keys[i]) continue;
+      u.addSeries(seriesOptions(lines[i]), i + 1);
+      now.splice(i, 0, keys[i]);
+    }
+    this._keys = now;
+    this._keysChanged = true;
+    return true;
   }
 
   /** Undo a drag zoom of this chart only (see SyncGroup.resetZoom for the whole group). */
@@ -541,15 +580,7 @@ export class Chart {
       ],
       series: [
         { label: "x" },
-        ...lines.map((l) => ({
-          label: l.label,
-          stroke: l.color,
-          width: l.width ?? 1.5,
-          alpha: l.alpha ?? 1,
-          spanGaps: true,
-          ...(l.dash?.length ? { dash: l.dash } : {}),
-          // uPlot's default: dots only where points are sparse enough to tell apart.
-        })),
+        ...lines.map(seriesOptions),
       ],
       hooks: {
         setCursor: [() => this._updateReadout()],
@@ -670,9 +701,14 @@ export class Chart {
       ? found.values
       : this._lines.flatMap((line, i) => (line.legend === false ? [] : [{ label: line.legendText ?? line.label, color: line.color, value: nearest(u.data[i + 1], idx) }]));
     const both = values.some((v) => v.raw !== undefined && v.smoothed !== undefined);
-    const rows = sortRows(values).map((v) => ({ ...v, cells: both ? [this.formatY(v.smoothed), this.formatY(v.raw)] : [this.formatY(v.value)] }));
+    // A lookup may name its own columns (`head`) and give each row its `cells` (numbers formatted
+    // here, text as it is): a group's mean and its band.
+    const head = found?.head ?? null;
+    const cellsOf = (v) =>
+      head ? v.cells.map((c) => (typeof c === "number" ? this.formatY(c) : c)) : both ? [this.formatY(v.smoothed), this.formatY(v.raw)] : [this.formatY(v.value)];
+    const rows = sortRows(values).map((v) => ({ ...v, cells: cellsOf(v) }));
     const title = this._formatX(x) + (this.group.x !== null ? ` · ${t("pinned")}` : "");
-    showTooltip(this, this._pointer, title, rows, both ? [t("smoothed"), t("raw")] : []);
+    showTooltip(this, this._pointer, title, rows, head ?? (both ? [t("smoothed"), t("raw")] : []));
   }
 
   _formatX(x) {
@@ -699,6 +735,24 @@ export class Chart {
     this._signature = ""; // the y title is cut to the height
     this.onChange?.();
   }
+}
+
+// What identifies a line's uPlot series: a line whose key changes is removed and added anew.
+function seriesKey(l) {
+  return `${l.label}\u0000${l.color}\u0000${l.alpha ?? 1}\u0000${l.width ?? 1.5}\u0000${l.dash ?? ""}\u0000${l.legendText ?? ""}`;
+}
+
+// uPlot series options of a line. uPlot's default points: dots only where points are sparse
+// enough to tell apart.
+function seriesOptions(l) {
+  return {
+    label: l.label,
+    stroke: l.color,
+    width: l.width ?? 1.5,
+    alpha: l.alpha ?? 1,
+    spanGaps: true,
+    ...(l.dash?.length ? { dash: l.dash } : {}),
+  };
 }
 
 function dashIndex(dash) {
@@ -739,7 +793,8 @@ function nearest(ys, idx) {
 /**
  * Build uPlot's aligned data `[xs, ...ys]` from lines: lines sharing an `xs` form one table; more
  * than one table (runs at different steps) are joined on x. Non-finite values, and values <= 0 on
- * a log scale, become null gaps.
+ * a log scale, become null gaps (ys that already hold nulls for gaps, as align.js makes them, are
+ * taken as they are).
  * @param {object[]} lines
  * @param {boolean} logY
  */
@@ -759,7 +814,7 @@ function cleanYs(ys, logY) {
   let ok = true;
   for (let i = 0; i < ys.length; i++) {
     const v = ys[i];
-    if (!Number.isFinite(v) || (logY && v <= 0)) {
+    if (v !== null && (!Number.isFinite(v) || (logY && v <= 0))) {
       ok = false;
       break;
     }

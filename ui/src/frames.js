@@ -27,11 +27,15 @@ export class FrameScheduler {
   }
 
   /**
-   * Track an item `{element, render()}`; it starts visible until the observer says otherwise.
+   * Track an item `{element, render()}`; it is drawn once the observer says it is in view (at once
+   * where there is no IntersectionObserver).
    * @param {{element: Element, render: () => void, visible?: boolean}} item
    */
   observe(item) {
-    item.visible = true;
+    // Not drawn until the observer's first report (it always reports a new target, within a
+    // frame) says it is in view: a page that opens with ten charts and the sweep panels below the
+    // fold draws only what is on screen, and reads no widths before the layout has them.
+    item.visible = this._observer === null;
     this._items.set(item.element, item);
     this._observer?.observe(item.element);
     this.mark(item);

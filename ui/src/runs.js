@@ -24,6 +24,9 @@ export function pointsFor(runs) {
   return Math.max(200, Math.round(20000 / runs / 100) * 100);
 }
 
+/** The bands a group's mean can be drawn with (RunsModel.band). */
+export const BANDS = ["minmax", "std"];
+
 /** Built-in columns of the runs table, in order. */
 export const FIXED_COLUMNS = ["name", "status", "start", "duration", "last_step", "host"];
 
@@ -92,6 +95,8 @@ export class RunsModel {
     this.brushes = new Map();
     /** Grouping spec (see groupKey) or null. */
     this.groupBy = null;
+    /** The band drawn around each group's mean: "minmax" (across its runs) or "std" (mean ± 1 std). */
+    this.band = "minmax";
     this.sort = { column: null, descending: false };
     /** Metric columns of the table: tags, each shown as last / min / max. */
     this.metrics = null;
@@ -310,6 +315,61 @@ export class RunsModel {
     if (this.hidden.has(name)) this.hidden.delete(name);
     else this.hidden.add(name);
     this.version++;
+  }
+
+  /**
+   * What of the table's state is worth keeping across page reloads (see remember.js): the
+   * selection (null: every run), pins, hidden runs, grouping and the groups' band. Plain JSON.
+   * @returns {{selected: string[]|null, pinned: string[], hidden: string[], groupBy: object|null, band: string}}
+   */
+  saved() {
+    const g = this.groupBy;
+    return {
+      selected: this.selected === null ? null : [...this.selected].sort(),
+      pinned: [...this.pinned].sort(),
+      hidden: [...this.hidden].sort(),
+      groupBy: !g ? null : g.kind === "hparam" ? { kind: "hparam", key: g.key } : { kind: "pattern", source: g.regex.source },
+      band: this.band,
+    };
+  }
+
+  /**
+   * Take back what `saved()` gave (from an earlier visit, so possibly from another version or
+   * hand-edited: anything malformed is left as it is). Pins, hidden runs, grouping and band always;
+   * the selection only when it names a run known now (a log directory that changed since falls
+   * back to the default selection), and "every run" only while there are at most
+   * SELECT_ALL_UP_TO runs.
+   * @param {unknown} saved
+   * @returns {boolean} whether the selection was restored
+   */
+  restore(saved) {
+    if (saved === null || typeof saved !== "object") return false;
+    const names = (v) => (Array.isArray(v) ? v.filter((n) => typeof n === "string") : null);
+    const pinned = names(saved.pinned);
+    if (pinned) this.pinned = new Set(pinned);
+    const hidden = names(saved.hidden);
+    if (hidden) this.hidden = new Set(hidden);
+    const g = saved.groupBy;
+    if (g && g.kind === "hparam" && typeof g.key === "string") this.groupBy = { kind: "hparam", key: g.key };
+    else if (g && g.kind === "pattern" && typeof g.source === "string") {
+      try {
+        this.groupBy = { kind: "pattern", regex: new RegExp(g.source, "u") };
+      } catch {
+        // A pattern this browser does not take: no grouping.
+      }
+    }
+    if (BANDS.includes(saved.band)) this.band = saved.band;
+    this.version++;
+    if (saved.selected === null) {
+      // "Every run" of a few runs is not every run of a directory that has grown to hundreds.
+      if (this.names.size > SELECT_ALL_UP_TO) return false;
+      this.selected = null;
+      return true;
+    }
+    const selected = names(saved.selected);
+    if (!selected || !selected.some((n) => this.names.has(n))) return false;
+    this.selected = new Set(selected);
+    return true;
   }
 
   /** Sort the table by a column id; the same column again reverses. */

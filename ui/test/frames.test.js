@@ -84,3 +84,44 @@ test("minInterval spaces drawing frames apart", async () => {
   frames.splice(0).forEach((cb) => cb());
   assert.equal(a.renders, 2);
 });
+
+test("with an IntersectionObserver, an item is drawn only once the observer reports it in view", () => {
+  const observers = [];
+  const saved = globalThis.IntersectionObserver;
+  globalThis.IntersectionObserver = class {
+    constructor(callback) {
+      this.callback = callback;
+      this.targets = [];
+      observers.push(this);
+    }
+    observe(target) {
+      this.targets.push(target);
+    }
+    unobserve() {}
+  };
+  try {
+    const { scheduler, runFrame, item } = setup();
+    const above = item("above");
+    const below = item("below");
+    scheduler.observe(above);
+    scheduler.observe(below);
+    runFrame();
+    // Nothing drawn before the first report (no widths read before the layout has them).
+    assert.equal(above.renders + below.renders, 0);
+    const [observer] = observers;
+    assert.deepEqual(observer.targets, [above.element, below.element]);
+    observer.callback([
+      { target: above.element, isIntersecting: true },
+      { target: below.element, isIntersecting: false },
+    ]);
+    runFrame();
+    assert.equal(above.renders, 1);
+    assert.equal(below.renders, 0);
+    // Scrolled to: drawn then.
+    observer.callback([{ target: below.element, isIntersecting: true }]);
+    runFrame();
+    assert.equal(below.renders, 1);
+  } finally {
+    globalThis.IntersectionObserver = saved;
+  }
+});

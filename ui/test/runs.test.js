@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { colorFor, hashString, PALETTE } from "../src/dom.js";
-import { aggregate, lastAtOrBefore } from "../src/groups.js";
+import { aggregate, bandEdges, lastAtOrBefore } from "../src/groups.js";
+import { rememberKey, Remembered, REMEMBER_VERSION } from "../src/remember.js";
 import { DEFAULT_SELECTED, groupKey, RunsModel, SELECT_ALL_UP_TO } from "../src/runs.js";
 
 function model(n, extra = () => ({})) {
@@ -188,4 +189,116 @@ test("pointsFor asks fewer history points per run as more runs are subscribed", 
   assert.equal(pointsFor(50), 400);
   assert.equal(pointsFor(100), 200);
   assert.equal(pointsFor(1000), 200);
+});
+
+test("aggregate: std across runs is the population std, NaN-safe and exact for large close values", () => {
+  const xs = [0, 1, 2];
+  const agg = aggregate(
+    [
+      { xs, ys: [1, 2, NaN] },
+      { xs, ys: [3, NaN, 5] },
+      { xs, ys: [5, 4, Infinity] },
+    ],
+    100,
+  );
+  assert.deepEqual(Array.from(agg.mean), [3, 3, 5]);
+  // step 0: 1, 3, 5 -> std sqrt(8/3); step 1: 2, 4 (NaN left out) -> 1; step 2: 5 alone -> 0.
+  assert.ok(Math.abs(agg.std[0] - Math.sqrt(8 / 3)) < 1e-12);
+  assert.equal(agg.std[1], 1);
+  assert.equal(agg.std[2], 0);
+  assert.deepEqual(Array.from(agg.count), [3, 2, 1]);
+  for (const v of agg.std) assert.ok(Number.isFinite(v));
+  // 1e9 + 0.001 and 1e9 - 0.001: a sum of squares would lose the spread entirely.
+  const big = aggregate([{ xs: [0], ys: [1e9 + 0.001] }, { xs: [0], ys: [1e9 - 0.001] }], 10);
+  assert.ok(Math.abs(big.std[0] - 0.001) < 1e-6, `std ${big.std[0]}`);
+  // Only non-finite values at an x: no point there at all.
+  const none = aggregate([{ xs: [0, 1], ys: [NaN, 2] }], 10);
+  assert.deepEqual(Array.from(none.xs), [1]);
+  assert.deepEqual(Array.from(none.std), [0]);
+});
+
+test("bandEdges: min-max or mean ± std, and a clear error for another band", () => {
+  const agg = aggregate([{ xs: [0], ys: [1] }, { xs: [0], ys: [3] }, { xs: [0], ys: [8] }], 10);
+  const mm = bandEdges(agg, "minmax");
+  assert.deepEqual([mm.lower[0], mm.upper[0]], [1, 8]);
+  const sd = bandEdges(agg, "std");
+  const std = Math.sqrt(((1 - 4) ** 2 + (3 - 4) ** 2 + (8 - 4) ** 2) / 3);
+  assert.ok(Math.abs(sd.lower[0] - (4 - std)) < 1e-12 && Math.abs(sd.upper[0] - (4 + std)) < 1e-12);
+  assert.throws(() => bandEdges(agg, "iqr"), /band must be "minmax" or "std", got "iqr"/);
+});
+
+test("the runs model's saved state comes back in a new model, and a stale selection does not", () => {
+  const a = model(30);
+  a.selectDefault();
+  a.setSelected(["run-0001", "run-0002"], true);
+  a.togglePinned("run-0003");
+  a.toggleHidden("run-0004");
+  a.groupBy = { kind: "pattern", regex: /run-(\d)/u };
+  a.band = "std";
+  const saved = JSON.parse(JSON.stringify(a.saved()));
+  const b = model(30);
+  assert.equal(b.restore(saved), true);
+  assert.deepEqual([...b.selected].sort(), [...a.selected].sort());
+  assert.deepEqual([...b.pinned], ["run-0003"]);
+  assert.deepEqual([...b.hidden], ["run-0004"]);
+  assert.equal(b.groupBy.kind, "pattern");
+  assert.equal(groupKey("run-0123", {}, b.groupBy), "0");
+  assert.equal(b.band, "std");
+  assert.deepEqual(b.subscription(), a.subscription());
+  // A log directory with none of the saved runs: the selection is not taken (default instead),
+  // pins and grouping are.
+  const c = new RunsModel();
+  c.addNames(["other-1", "other-2"]);
+  assert.equal(c.restore(saved), false);
+  assert.equal(c.selected, null);
+  assert.equal(c.band, "std");
+  // Every run selected is remembered as such.
+  const d = model(3);
+  d.selectDefault();
+  const e = model(3);
+  e.selected = new Set(["run-0000"]);
+  assert.equal(e.restore(d.saved()), true);
+  assert.equal(e.selected, null);
+  // ... but not once the directory holds more runs than are selected all at once.
+  const grown = model(SELECT_ALL_UP_TO + 1);
+  assert.equal(grown.restore(d.saved()), false);
+  grown.selectDefault();
+  assert.equal(grown.selected.size, DEFAULT_SELECTED);
+  // Malformed input is ignored piece by piece, never thrown.
+  const f = model(3);
+  for (const bad of [null, 3, "x", { selected: 5, pinned: "a", groupBy: { kind: "pattern", source: "(" }, band: "iqr" }]) assert.equal(f.restore(bad), false);
+  assert.equal(f.groupBy, null);
+  assert.equal(f.band, "minmax");
+});
+
+test("Remembered keeps the view per server, writes only changes and survives broken storage", () => {
+  const data = new Map();
+  let writes = 0;
+  const storage = { getItem: (k) => data.get(k) ?? null, setItem: (k, v) => (writes++, data.set(k, v)) };
+  const key = rememberKey({ origin: "http://127.0.0.1:6006", pathname: "/" });
+  assert.equal(key, "vdl-stream:view:http://127.0.0.1:6006/");
+  const r = new Remembered(key, storage);
+  assert.equal(r.load(), null);
+  assert.equal(r.save({ smoothing: 0.5 }), true);
+  assert.equal(r.save({ smoothing: 0.5 }), false);
+  assert.equal(writes, 1);
+  assert.deepEqual(new Remembered(key, storage).load(), { v: REMEMBER_VERSION, smoothing: 0.5 });
+  // Another server's page, another key; another layout version or junk: nothing.
+  assert.equal(new Remembered(rememberKey({ origin: "http://127.0.0.1:6007", pathname: "/" }), storage).load(), null);
+  data.set(key, JSON.stringify({ v: 99 }));
+  assert.equal(new Remembered(key, storage).load(), null);
+  data.set(key, "{not json");
+  assert.equal(new Remembered(key, storage).load(), null);
+  const broken = { getItem: () => { throw new Error("denied"); }, setItem: () => { throw new Error("quota"); } };
+  const q = new Remembered(key, broken);
+  const warn = console.warn;
+  console.warn = () => {};
+  try {
+    assert.equal(q.load(), null);
+    assert.equal(q.save({ smoothing: 0.1 }), false);
+  } finally {
+    console.warn = warn;
+  }
+  assert.equal(new Remembered(key, null).save({ a: 1 }), false);
+  assert.throws(() => new Remembered("", storage), /key must be a non-empty string, got ""/);
 });

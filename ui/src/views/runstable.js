@@ -5,7 +5,7 @@
 import { formatDuration, formatValue } from "../chart.js";
 import { colorFor, el } from "../dom.js";
 import { t, tf } from "../i18n.js";
-import { FIXED_COLUMNS } from "../runs.js";
+import { BANDS, FIXED_COLUMNS } from "../runs.js";
 
 /** Height of one row in px (rows are absolutely placed at index x ROW_HEIGHT). */
 export const ROW_HEIGHT = 26;
@@ -31,12 +31,18 @@ function formatStart(wall) {
   return `${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+// The group-by select's value for a grouping spec.
+function groupValue(spec) {
+  return !spec ? "" : spec.kind === "hparam" ? `h:${spec.key}` : "pattern";
+}
+
 export class RunsTable {
   /**
    * @param {object} opts
    * @param {import("../runs.js").RunsModel} opts.model
-   * @param {() => void} opts.onChange called after the user changed the selection, pins, hidden
-   *   runs, filters or grouping (the page then redraws and re-subscribes)
+   * @param {(how?: {immediate: boolean}) => void} opts.onChange called after the user changed the
+   *   selection, pins, hidden runs, filters or grouping (the page then redraws and re-subscribes:
+   *   at once after a click, `immediate`, after a pause in typing otherwise)
    */
   constructor({ model, onChange }) {
     this.model = model;
@@ -47,6 +53,7 @@ export class RunsTable {
     this.error = el("div", { class: "run-condition-error", role: "alert", hidden: true });
     this.groupSelect = el("select", { class: "run-group", on: { change: () => this._onGroup() } });
     this.groupPattern = el("input", { type: "search", class: "run-group-pattern", spellcheck: "false", hidden: true, on: { input: () => this._onGroup() } });
+    this.bandSelect = el("select", { class: "run-group-band", hidden: true, on: { change: () => this._set(() => (this.model.band = this.bandSelect.value)) } });
     this.metricsBox = el("div", { class: "run-metrics-list" });
     this.metricsLabel = el("summary", {});
     this.metricsPicker = el("details", { class: "run-metrics" }, this.metricsLabel, this.metricsBox);
@@ -66,7 +73,7 @@ export class RunsTable {
       this.search,
       this.condition,
       this.error,
-      el("div", { class: "row runs-tools" }, this.groupSelect, this.groupPattern),
+      el("div", { class: "row runs-tools" }, this.groupSelect, this.groupPattern, this.bandSelect),
       this.metricsPicker,
       el("div", { class: "row runs-tools" }, this.allBtn, this.noneBtn, el("label", { class: "check" }, this.hiddenCheck, this.hiddenLabel)),
       this.scroller,
@@ -83,6 +90,9 @@ export class RunsTable {
     this.condition.placeholder = t("runCondition");
     this.condition.title = t("runConditionHelp");
     this.groupPattern.placeholder = t("groupPattern");
+    this.bandSelect.replaceChildren(...BANDS.map((b) => el("option", { value: b, text: t(b === "std" ? "bandStd" : "bandMinMax") })));
+    this.bandSelect.value = this.model.band;
+    this.bandSelect.title = t("groupBand");
     this.allBtn.textContent = t("all");
     this.noneBtn.textContent = t("none");
     this.hiddenLabel.textContent = t("showHidden");
@@ -113,14 +123,16 @@ export class RunsTable {
     });
   }
 
-  _set(fn) {
+  // `typing`: a change made key by key (search, patterns), after which the page waits for a pause
+  // before re-subscribing; a click re-subscribes at once.
+  _set(fn, typing = false) {
     fn();
-    this.onChange();
+    this.onChange({ immediate: !typing });
     this._schedule();
   }
 
   _onSearch() {
-    this._set(() => this.model.setSearch(this.search.value));
+    this._set(() => this.model.setSearch(this.search.value), true);
   }
 
   _onCondition() {
@@ -137,6 +149,23 @@ export class RunsTable {
     this.error.textContent = error;
     this.error.hidden = !error;
     this.condition.setCustomValidity(error);
+  }
+
+  /**
+   * Show the model's grouping and band in the controls (after the model was restored from an
+   * earlier visit).
+   */
+  syncControls() {
+    const g = this.model.groupBy;
+    const value = groupValue(g);
+    if (![...this.groupSelect.options].some((o) => o.value === value)) this.groupSelect.append(el("option", { value, text: value }));
+    this.groupSelect.value = value;
+    this.groupPattern.hidden = value !== "pattern";
+    if (g?.kind === "pattern") this.groupPattern.value = g.regex.source;
+    this.bandSelect.value = this.model.band;
+    this.bandSelect.hidden = !g;
+    this._groupKey = ""; // the hparam choices are rebuilt around the value
+    this._schedule();
   }
 
   _onGroup() {
@@ -159,7 +188,8 @@ export class RunsTable {
     this.groupPattern.setCustomValidity(error);
     this.groupPattern.title = error;
     if (error) return;
-    this._set(() => (this.model.groupBy = spec));
+    this.bandSelect.hidden = !spec;
+    this._set(() => (this.model.groupBy = spec), true);
   }
 
   _selectShown(on) {
@@ -233,7 +263,8 @@ export class RunsTable {
     const groupKey = JSON.stringify([hparams, this.titleLabel.textContent]);
     if (groupKey !== this._groupKey) {
       this._groupKey = groupKey;
-      const value = this.groupSelect.value || "";
+      // The model's grouping, unless the user is choosing a pattern not yet valid.
+      const value = this.groupSelect.value === "pattern" ? "pattern" : groupValue(model.groupBy);
       this.groupSelect.replaceChildren(
         el("option", { value: "", text: t("noGroups") }),
         el("option", { value: "pattern", text: t("groupByPattern") }),

@@ -1,10 +1,11 @@
 // The scalars view: one chart per tag, grouped by the tag's prefix (`train/loss` is in `train`),
 // runs overlaid, EMA-smoothed line over a faint raw line, regex tag filter.
-import { Chart } from "../chart.js";
+import { shareGrid } from "../align.js";
+import { Chart, formatValue } from "../chart.js";
 import { scalarSeries } from "../chartdata.js";
 import { colorFor, el, PALETTE } from "../dom.js";
 import { gather, lowerBound, minMaxIndices, nearestIndex } from "../downsample.js";
-import { aggregate } from "../groups.js";
+import { aggregate, bandEdges } from "../groups.js";
 import { fetchScalars, needsHistory, spliceRange } from "../history.js";
 import { loadingText, t, tf } from "../i18n.js";
 import { groupKey } from "../runs.js";
@@ -164,6 +165,7 @@ export class ScalarsView {
     }
     // With many runs overlaid the faint raw lines are only clutter (and half the drawing).
     const raw = state.smoothing > 0 && shown.length <= RAW_LINES_UP_TO;
+    const entries = [];
     for (const [run, series] of shown) {
       const walls = series.column(WALL);
       const xsFull = state.xKind === "step" ? series.column(STEP) : walls;
@@ -172,12 +174,26 @@ export class ScalarsView {
       const zoom = chart.zoom;
       const ascending = state.xKind === "step" ? series.stepsAscending : series.wallsAscending;
       const idx = minMaxIndices(xsFull, series.column(VALUE), chart.width, zoom ? zoom[0] + offset : undefined, zoom ? zoom[1] + offset : undefined, ascending, series.extremes);
-      let cols = { xs: gather(xsFull, idx), raw: gather(series.column(VALUE), idx), smoothed: gather(series.column(SMOOTHED), idx) };
+      // Only the columns drawn: raw lines (no smoothing, or faint behind few runs) and smoothed ones.
+      let cols = { xs: gather(xsFull, idx) };
+      if (state.smoothing === 0 || raw) cols.raw = gather(series.column(VALUE), idx);
+      if (state.smoothing > 0) cols.smoothed = gather(series.column(SMOOTHED), idx);
       if (offset) for (let i = 0; i < cols.xs.length; i++) cols.xs[i] -= offset;
       if (zoom && state.xKind === "step" && ascending) {
         const detail = this._detail(chart, series, zoom);
         if (detail) cols = spliceRange(cols, detail, detail.start, detail.end);
       }
+      entries.push({ run, ascending, cols });
+    }
+    // Many runs (and no zoom, whose edges need the points just outside it): one shared x grid of
+    // two rows per pixel column instead of every run's own x values (see align.js).
+    if (shown.length > RAW_LINES_UP_TO && !chart.zoom) {
+      const onGrid = entries.filter((e) => e.ascending);
+      const key = state.smoothing > 0 ? "smoothed" : "raw";
+      const grid = shareGrid(onGrid.map((e) => ({ xs: e.cols.xs, ys: e.cols[key] })), chart.width);
+      onGrid.forEach((e, i) => (e.cols = { xs: grid.xs, [key]: grid.ys[i] }));
+    }
+    for (const { run, cols } of entries) {
       const color = colorFor(run);
       if (state.smoothing > 0) {
         if (raw) lines.push({ label: `${run} (raw)`, color, xs: cols.xs, ys: cols.raw, alpha: 0.25, width: 1, legend: false });
@@ -230,8 +246,9 @@ export class ScalarsView {
     return new Map([...byKey].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)));
   }
 
-  // Per group: the mean across its runs (smoothed values when smoothing is on) and a min–max band,
-  // over the chart's zoomed range at about one x per pixel column, recomputed on every draw (live).
+  // Per group: the mean across its runs (smoothed values when smoothing is on) and a band (min–max
+  // or ±std, runs.band), over the chart's zoomed range at about one x per pixel column, recomputed
+  // on every draw (live).
   _groupLines(chart, tag) {
     const { store, state } = this.ctx;
     const lines = [];
@@ -259,24 +276,31 @@ export class ScalarsView {
       const label = tf("groupMean", { name: key, n: runs.length });
       aggregates.push({ label, color, agg });
       lines.push({ label, color, xs: agg.xs, ys: agg.mean, width: 2, group: "mean" });
-      lines.push({ label: `${label} max`, color, xs: agg.xs, ys: agg.max, width: 0.5, alpha: 0.4, legend: false, group: "max" });
-      lines.push({ label: `${label} min`, color, xs: agg.xs, ys: agg.min, width: 0.5, alpha: 0.4, legend: false, group: "min" });
+      // The band's edges: the runs' max and min, or mean ± std (runs.band).
+      const band = this.ctx.runs.band === "std" ? "std" : "minmax";
+      const { lower, upper } = bandEdges(agg, band);
+      const [hi, lo] = band === "std" ? ["+std", "-std"] : ["max", "min"];
+      lines.push({ label: `${label} ${hi}`, color, xs: agg.xs, ys: upper, width: 0.5, alpha: 0.4, legend: false, group: "max" });
+      lines.push({ label: `${label} ${lo}`, color, xs: agg.xs, ys: lower, width: 0.5, alpha: 0.4, legend: false, group: "min" });
     }
     this.groupAggregates.set(tag, aggregates);
     return lines;
   }
 
-  // The readout of grouped lines: each group's mean at the aggregated x nearest to x.
+  // The readout of grouped lines: each group's mean at the aggregated x nearest to x, with its
+  // band (min – max, or ± std) and how many runs have a value there.
   _groupLookup(tag, x) {
     const aggregates = this.groupAggregates.get(tag) ?? [];
+    const std = this.ctx.runs?.band === "std";
     let at = null;
     const values = [];
     for (const { label, color, agg } of aggregates) {
       const i = nearestIndex(agg.xs, x);
       at ??= agg.xs[i];
-      values.push({ label, color, value: agg.mean[i] });
+      const band = std ? `± ${formatValue(agg.std[i])}` : `${formatValue(agg.min[i])} – ${formatValue(agg.max[i])}`;
+      values.push({ label, color, value: agg.mean[i], cells: [agg.mean[i], band, String(agg.count[i])] });
     }
-    return at === null ? null : { x: at, values };
+    return at === null ? null : { x: at, values, head: [t("mean"), t(std ? "bandStdShort" : "bandMinMaxShort"), t("runsShort")] };
   }
 
   // Fetched full-resolution points of `series` covering the zoom, or null (asking for them when the

@@ -135,16 +135,18 @@ export class SweepPanels {
   constructor(ctx, onBrush) {
     this.ctx = ctx;
     this.onBrush = onBrush;
+    /** A pending idle redraw (render), or 0. */
+    this._soon = 0;
     this.parallelBox = el("div", { class: "pc-box" });
     this.parallelTitle = el("h3", {});
     this.parallelHelp = el("p", { class: "hint" });
     this.scatterTitle = el("h3", {});
     this.heatTitle = el("h3", {});
-    this.scatterMetric = el("select", { class: "scatter-metric", on: { change: () => this.render() } });
-    this.scatterParam = el("select", { class: "scatter-hparam", on: { change: () => this.render() } });
-    this.heatMetric = el("select", { class: "heat-metric", on: { change: () => this.render() } });
-    this.heatX = el("select", { class: "heat-x", on: { change: () => this.render() } });
-    this.heatY = el("select", { class: "heat-y", on: { change: () => this.render() } });
+    this.scatterMetric = el("select", { class: "scatter-metric", on: { change: () => this.renderNow() } });
+    this.scatterParam = el("select", { class: "scatter-hparam", on: { change: () => this.renderNow() } });
+    this.heatMetric = el("select", { class: "heat-metric", on: { change: () => this.renderNow() } });
+    this.heatX = el("select", { class: "heat-x", on: { change: () => this.renderNow() } });
+    this.heatY = el("select", { class: "heat-y", on: { change: () => this.renderNow() } });
     this.scatterBox = el("div", { class: "scatter-box" });
     this.heatBox = el("div", { class: "heat-box" });
     this.empty = el("p", { class: "empty" });
@@ -189,7 +191,27 @@ export class SweepPanels {
     return [...model.hparamNames().map((k) => `h:${k}`), ...model.shownMetrics().map((tag) => `m:${tag}:last`)];
   }
 
+  /**
+   * Redraw soon: once the page is idle (at most a second later), so that a page opening over
+   * 1,000 runs draws its first charts before these panels (a few hundred milliseconds of SVG).
+   * Calls before then draw once.
+   */
   render() {
+    if (this._soon) return;
+    const run = () => {
+      this._soon = 0;
+      this.renderNow();
+    };
+    this._soon = typeof requestIdleCallback === "function" ? requestIdleCallback(run, { timeout: 1000 }) : setTimeout(run, 0);
+  }
+
+  /** Redraw now (after the user changed a brush or a choice). */
+  renderNow() {
+    if (this._soon) {
+      if (typeof cancelIdleCallback === "function") cancelIdleCallback(this._soon);
+      else clearTimeout(this._soon);
+      this._soon = 0;
+    }
     const rows = this.rows();
     this.empty.hidden = rows.length > 0;
     for (const panel of this.element.querySelectorAll(".sweep-panel")) panel.hidden = rows.length === 0;
@@ -319,7 +341,7 @@ export class SweepPanels {
       }
       model.version++;
       this.onBrush();
-      this.render();
+      this.renderNow();
     };
     document.addEventListener("mousemove", move);
     document.addEventListener("mouseup", up);
