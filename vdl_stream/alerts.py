@@ -60,8 +60,14 @@ PLANS = 256
 #: Columns of one tag are joined for a round until they hold this many points (only their
 #: values are copied; a longer column is judged on its own).
 JOIN_POINTS = 1 << 14
-#: Seconds between detector rounds at most; each round takes everything queued meanwhile.
+#: Seconds between the starts of detector rounds at least; each round takes everything queued
+#: meanwhile.
 DETECT_INTERVAL = 0.05
+#: A round that took a long time (many tags) is followed by a longer pause, so that the
+#: detectors take about this share of one core at most ...
+DETECT_SHARE = 0.05
+#: ... but rounds start at most this many seconds apart (an alert within 1 s of its point).
+DETECT_MAX_INTERVAL = 0.5
 #: Alerts kept in memory per followed run (runs another process writes: the server cannot
 #: record alerts in them), the oldest forgotten first; at most :data:`MAX_RUNS` runs.
 HELD_PER_RUN = 256
@@ -718,6 +724,7 @@ class AlertEngine:
 
     async def _detect(self) -> None:
         last = -math.inf
+        interval = DETECT_INTERVAL
         while True:
             try:
                 first = await self._receive.receive()
@@ -726,7 +733,7 @@ class AlertEngine:
             # Run at most every DETECT_INTERVAL, on everything queued meanwhile: the cost per
             # run and tag is paid once per round, not once per batch, so a fast writer's many
             # small batches cost about what one large one does (and ingest keeps its pace).
-            wait = last + DETECT_INTERVAL - trio.current_time()
+            wait = last + interval - trio.current_time()
             if wait > 0:
                 await trio.sleep(wait)
             items = [first]
@@ -742,8 +749,14 @@ class AlertEngine:
             # In a worker thread: a round is a stretch of NumPy and Python work, and run on the
             # event loop it would hold back the broker's other tasks (the persist task hands the
             # recorder its next flush from there) for its whole length.
+            busy = self._busy
             async with self._lock:
                 await trio.to_thread.run_sync(self._round, items, limiter=self._limiter)
+            # Most of a round's cost is per tag, not per point: a run with many tags pays it
+            # less often (more points a round), up to the latency bound.
+            interval = min(
+                DETECT_MAX_INTERVAL, max(DETECT_INTERVAL, (self._busy - busy) / DETECT_SHARE)
+            )
             if self._out:
                 self._out_ready.set()
 
@@ -935,6 +948,12 @@ class AlertEngine:
         if ts.window is None:
             ts.window = _Rolling(int(p["window"]))
         window = ts.window
+        first = 0  # the points before this one only fill the window (as one by one they would)
+        need = int(p["min_points"]) - window.n
+        if 0 < need < len(values):
+            window.extend(values[:need])
+            first, values = need, values[need:]
+            lo, hi = float(values.min()), float(values.max())
         if window.n >= p["min_points"]:
             w = window.values()
             z = None
@@ -956,9 +975,10 @@ class AlertEngine:
                 i = int(np.argmax(z))
                 if z[i] > p["threshold"]:
                     v = float(values[i])
+                    step = int(steps[first + i])
                     self._fire(
-                        run, state, "spike", tag, p, int(steps[i]), float(walls[i]), v,
-                        f"{tag} = {v:.6g} at step {int(steps[i])}, {float(z[i]):.0f} robust "
+                        run, state, "spike", tag, p, step, float(walls[first + i]), v,
+                        f"{tag} = {v:.6g} at step {step}, {float(z[i]):.0f} robust "
                         f"deviations from the median {med:.6g} of the last {window.n} points",
                     )  # fmt: skip
         window.extend(values)
