@@ -231,7 +231,13 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
                         last = r["alerts"]
             off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
             cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+            # The detectors' own CPU per event, from the last run with them (their statistics).
+            observed = (last or {}).get("observed") or 0
+            detector_ns = (
+                last["cpu_seconds"] / (observed * points * args.tags) * 1e9 if observed else 0.0
+            )
             results[f"served_{points}"] = {
+                "detector_cpu_ns_per_event": round(detector_ns, 1),
                 "server_cpu_ns_per_event_off": round(cpu_off, 1),
                 "server_cpu_ns_per_event_on": round(cpu_on, 1),
                 "points_per_batch": points * args.tags,
@@ -247,7 +253,8 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
                 f"serve, {points * args.tags} points per batch: off {off:,.0f} events/s, on "
                 f"{on:,.0f} events/s, on/off {on / off:.3f} (median of {args.repeat}); events per "
                 f"server CPU second on/off {cpu_off / cpu_on:.3f}; server CPU per event off "
-                f"{cpu_off:.0f} ns, on {cpu_on:.0f} ns; load average "
+                f"{cpu_off:.0f} ns, on {cpu_on:.0f} ns (the detectors' own {detector_ns:.0f} ns); "
+                f"load average "
                 f"{os.getloadavg()[0]:.1f}; detectors {last}",
                 flush=True,
             )
