@@ -3,9 +3,10 @@
 The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only queues it
 (``send_nowait`` into a bounded channel; a full queue drops the batch and counts it), so the
 ingest path never waits for a detector. The engine's own task runs the detectors in rounds (at
-most every 50 ms, on everything queued meanwhile, in a worker thread), per run and tag, with
-state bounded per tag (a rolling window, a few numbers), and checks time-based rules (stalled and
-crashed runs) a few times a second. An alert it raises is an
+most every 50 ms, and further apart after an expensive one, on everything queued meanwhile with
+a tag's columns joined, in a worker thread), per run and tag, with state bounded per tag (a
+rolling window, a few numbers), and checks time-based rules (stalled and crashed runs) a few
+times a second. An alert it raises is an
 ``alert`` event ingested into the run like any other batch, from the writer id
 :data:`ALERTS_WRITER`: it is persisted with the run (so export of the run directory, import and
 replay keep it) and pushed to every page on ``/ws/live`` in the run's ``data`` frames.
