@@ -8,9 +8,11 @@ Phases:
    engine running (every detector on, default rules) and without it, alternating, median of
    ``--repeat`` runs each; and the process's CPU time per event (every thread, persistence
    included), with the detectors' own share (``cpu_seconds`` of their statistics), which a busy
-   machine disturbs less than wall-clock rates. The detectors share the broker's event loop and
-   thread here, the worst case for the comparison. Run twice: large batches (a fast writer, 4,096 points) and
-   small ones (30 points, what a writer's 20 ms flush holds for a demo-speed loop).
+   machine disturbs less than wall-clock rates; its ratio off/on is the throughput ratio of an
+   ingest bound by CPU ("events per CPU second"). The detectors share the broker's process (and
+   its GIL) here, the worst case for the comparison. Run twice: large batches (a fast writer,
+   4,096 points) and small ones (30 points, what a writer's 20 ms flush holds for a demo-speed
+   loop).
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
    ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
@@ -147,12 +149,14 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             "events_per_s_off": round(off),
             "events_per_s_on": round(on),
             "ratio_on_off": round(on / off, 3),
+            "cpu_ratio_on_off": round(cpu_off / cpu_on, 3),
             "detector_stats": stats,
         }
         print(
             f"ingest, {label} batches ({points * args.tags} points, {count} batches): "
             f"off {off:,.0f} events/s, on {on:,.0f} events/s, on/off {on / off:.3f} "
-            f"(median of {args.repeat}); CPU per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns, "
+            f"(median of {args.repeat}); events per CPU second on/off {cpu_off / cpu_on:.3f}; "
+            f"CPU per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns, "
             f"of which the detectors {detector_ns:.0f} ns ({detector_ns / cpu_off:.1%} of ingest "
             f"off); detectors observed {stats.get('observed')}, dropped {stats.get('dropped')}",
             flush=True,
@@ -227,21 +231,30 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
                         last = r["alerts"]
             off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
             cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+            # The detectors' own CPU per event, from the last run with them (their statistics).
+            observed = (last or {}).get("observed") or 0
+            detector_ns = (
+                last["cpu_seconds"] / (observed * points * args.tags) * 1e9 if observed else 0.0
+            )
             results[f"served_{points}"] = {
+                "detector_cpu_ns_per_event": round(detector_ns, 1),
                 "server_cpu_ns_per_event_off": round(cpu_off, 1),
                 "server_cpu_ns_per_event_on": round(cpu_on, 1),
                 "points_per_batch": points * args.tags,
                 "events_per_s_off": round(off),
                 "events_per_s_on": round(on),
                 "ratio_on_off": round(on / off, 3),
+                "cpu_ratio_on_off": round(cpu_off / cpu_on, 3),
                 "all_off": [round(x) for x in rates["off"]],
                 "all_on": [round(x) for x in rates["on"]],
                 "detector_stats": last,
             }
             print(
                 f"serve, {points * args.tags} points per batch: off {off:,.0f} events/s, on "
-                f"{on:,.0f} events/s, on/off {on / off:.3f} (median of {args.repeat}); server CPU "
-                f"per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns; load average "
+                f"{on:,.0f} events/s, on/off {on / off:.3f} (median of {args.repeat}); events per "
+                f"server CPU second on/off {cpu_off / cpu_on:.3f}; server CPU per event off "
+                f"{cpu_off:.0f} ns, on {cpu_on:.0f} ns (the detectors' own {detector_ns:.0f} ns); "
+                f"load average "
                 f"{os.getloadavg()[0]:.1f}; detectors {last}",
                 flush=True,
             )

@@ -3,9 +3,10 @@
 The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only queues it
 (``send_nowait`` into a bounded channel; a full queue drops the batch and counts it), so the
 ingest path never waits for a detector. The engine's own task runs the detectors in rounds (at
-most every 50 ms, on everything queued meanwhile, in a worker thread), per run and tag, with
-state bounded per tag (a rolling window, a few numbers), and checks time-based rules (stalled and
-crashed runs) a few times a second. An alert it raises is an
+most every 50 ms, and further apart after an expensive one, on everything queued meanwhile with
+a tag's columns joined, in a worker thread), per run and tag, with state bounded per tag (a
+rolling window, a few numbers), and checks time-based rules (stalled and crashed runs) a few
+times a second. An alert it raises is an
 ``alert`` event ingested into the run like any other batch, from the writer id
 :data:`ALERTS_WRITER`: it is persisted with the run (so export of the run directory, import and
 replay keep it) and pushed to every page on ``/ws/live`` in the run's ``data`` frames.
@@ -16,6 +17,7 @@ file (``vdl-stream serve --alerts rules.toml``) is parsed by :func:`load_rules`.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import fnmatch
 import logging
@@ -52,10 +54,21 @@ MAX_TAGS = 1024
 TICK = 0.2
 #: Points of a long column folded into one smoothed update at most (bounded cost per batch).
 MAX_SMOOTH_POINTS = 32
-#: Columns of one tag are joined for a round until they hold this many points.
-JOIN_POINTS = 1 << 10
-#: Seconds between detector rounds at most; each round takes everything queued meanwhile.
+#: Columns up to this long are smoothed point by point in Python (less set-up than NumPy).
+SMALL_EMA_POINTS = 4
+#: Smoothing plans (column length, weight) kept per engine; writers flush a few sizes.
+PLANS = 256
+#: Columns of one tag are joined for a round until they hold this many points (only their
+#: values are copied; a longer column is judged on its own).
+JOIN_POINTS = 1 << 14
+#: Seconds between the starts of detector rounds at least; each round takes everything queued
+#: meanwhile.
 DETECT_INTERVAL = 0.05
+#: A round that took a long time (many tags) is followed by a longer pause, so that the
+#: detectors take about this share of one core at most ...
+DETECT_SHARE = 0.05
+#: ... but rounds start at most this many seconds apart (an alert within 1 s of its point).
+DETECT_MAX_INTERVAL = 0.5
 #: Alerts kept in memory per followed run (runs another process writes: the server cannot
 #: record alerts in them), the oldest forgotten first; at most :data:`MAX_RUNS` runs.
 HELD_PER_RUN = 256
@@ -385,6 +398,22 @@ def _median(values: np.ndarray) -> float:
     return float(part[k - 1] + part[k]) / 2
 
 
+def _median_mad(values: np.ndarray) -> tuple[float, float]:
+    """The median of finite ``values`` and their median absolute deviation from it, in one
+    scratch array (partitioned in place: no copies past the first)."""
+    n = len(values)
+    k = n // 2
+    kth = k if n % 2 else (k - 1, k)
+    work = values.copy()
+    work.partition(kth)
+    med = float(work[k]) if n % 2 else (float(work[k - 1]) + float(work[k])) / 2
+    np.subtract(values, med, out=work)
+    np.abs(work, out=work)
+    work.partition(kth)
+    mad = float(work[k]) if n % 2 else (float(work[k - 1]) + float(work[k])) / 2
+    return med, mad
+
+
 def _robust_z(window: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     """How many robust standard deviations (1.4826 MAD) each of ``values`` lies from the median
     of ``window``; None when the window has no spread (a constant, a step schedule)."""
@@ -484,53 +513,93 @@ class AlertStatistics:
 # -- the engine --------------------------------------------------------------------------------
 
 
+#: A queued batch: run, scalar columns, other events, arrival time (monotonic), scalar points.
+_Item = tuple[str, list[ScalarColumns], list[dict[str, Any]], float, int]
+
+
 def _merge(
-    items: list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]],
+    items: list[_Item],
 ) -> list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]]:
     """Join queued batches per run: each tag's columns concatenated in arrival order, with the
     arrival time of the newest."""
-    runs: dict[str, tuple[dict[str, list[ScalarColumns]], list[dict[str, Any]], list[float]]] = {}
-    for run, scalars, events, arrived in items:
-        tags, evs, times = runs.setdefault(run, ({}, [], [0.0]))
+    # Plain lists and dicts, no per-column method calls: a round of small batches has tens of
+    # thousands of columns, and this loop is most of its cost.
+    runs: dict[str, list[Any]] = {}
+    for run, scalars, events, arrived, _ in items:
+        entry = runs.get(run)
+        if entry is None:
+            entry = runs[run] = [{}, [], arrived]
+        tags = entry[0]
         for cols in scalars:
-            tags.setdefault(cols.tag, []).append(cols)
-        evs.extend(events)
-        times[0] = arrived
+            parts = tags.get(cols.tag)
+            if parts is None:
+                tags[cols.tag] = [cols]
+            else:
+                parts.append(cols)
+        if events:
+            entry[1].extend(events)
+        entry[2] = arrived
     out = []
-    for run, (tags, events, times) in runs.items():
-        merged = []
+    for run, (tags, events, arrived) in runs.items():
+        merged: list[ScalarColumns] = []
         for tag, parts in tags.items():
-            # Small columns are joined (one pass of the detectors instead of many); columns
-            # that are large already are passed as they are (joining would only copy them).
+            if len(parts) == 1:
+                merged.append(parts[0])
+                continue
+            # Consecutive columns are joined (one pass of the detectors instead of many: their
+            # cost is mostly per column) up to JOIN_POINTS; a column that long is passed as is.
             group: list[ScalarColumns] = []
+            ends: list[int] = []
             size = 0
             for cols in parts:
-                if len(cols) >= JOIN_POINTS:
-                    merged.extend(_joined(tag, group))
-                    merged.append(cols)
-                    group, size = [], 0
-                    continue
+                n = len(cols.values)
+                if size + n > JOIN_POINTS and group:
+                    merged.append(_joined(tag, group, ends))
+                    group, ends, size = [], [], 0
                 group.append(cols)
-                size += len(cols)
-                if size >= JOIN_POINTS:
-                    merged.extend(_joined(tag, group))
-                    group, size = [], 0
-            merged.extend(_joined(tag, group))
-        out.append((run, merged, events, times[0]))
+                size += n
+                ends.append(size)
+            merged.append(_joined(tag, group, ends))
+        out.append((run, merged, events, arrived))
     return out
 
 
-def _joined(tag: str, parts: list[ScalarColumns]) -> list[ScalarColumns]:
-    if len(parts) <= 1:
-        return parts
-    return [
-        ScalarColumns(
-            tag,
-            np.concatenate([c.steps for c in parts]),
-            np.concatenate([c.walls for c in parts]),
-            np.concatenate([c.values for c in parts]),
-        )
-    ]
+class _Parts:
+    """The steps or walls of columns joined for a round, left in their parts: the detectors
+    read a few of them by index (the newest, the offending point's), so copying them all
+    would cost more than the detectors' own passes over the values."""
+
+    __slots__ = ("ends", "parts")
+
+    def __init__(self, parts: list[np.ndarray], ends: list[int]) -> None:
+        self.parts = parts
+        self.ends = ends  # the points up to the end of each part
+
+    def __len__(self) -> int:
+        return self.ends[-1]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, np.ndarray):  # a mask (only for columns with NaN or Inf)
+            return np.concatenate(self.parts)[key]
+        i = int(key)
+        if i < 0:
+            i += self.ends[-1]
+        if not 0 <= i < self.ends[-1]:
+            raise IndexError(f"index {key} is out of range for {self.ends[-1]} points")
+        j = bisect.bisect_right(self.ends, i)
+        return self.parts[j][i - (self.ends[j - 1] if j else 0)]
+
+
+def _joined(tag: str, parts: list[ScalarColumns], ends: list[int]) -> ScalarColumns:
+    """One column of ``tag`` from ``parts`` (``ends``: the points up to the end of each)."""
+    if len(parts) == 1:
+        return parts[0]
+    return ScalarColumns(
+        tag,
+        _Parts([c.steps for c in parts], ends),  # type: ignore[arg-type]
+        _Parts([c.walls for c in parts], ends),  # type: ignore[arg-type]
+        np.concatenate([c.values for c in parts]),
+    )
 
 
 class AlertEngine:
@@ -560,9 +629,7 @@ class AlertEngine:
         if type(queue_size) is not int or queue_size < 1:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         self.rules = rules or Rules()
-        self._send, self._receive = trio.open_memory_channel[
-            tuple[str, list[ScalarColumns], list[dict[str, Any]], float]
-        ](queue_size)
+        self._send, self._receive = trio.open_memory_channel[_Item](queue_size)
         self._notify = notify
         self._clock = clock
         self._runs: OrderedDict[str, _RunState] = OrderedDict()
@@ -580,6 +647,8 @@ class AlertEngine:
         # Alerts of followed runs, which cannot be recorded in the run (docs/alerts.md,
         # "Runs written by another process"): bounded per run and in runs.
         self._held: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        # (points, alpha) -> the constants of one smoothing pass (see _plan); detector thread.
+        self._plans: dict[tuple[int, float], tuple[Any, ...]] = {}
 
     # -- the ingest side (event loop, never blocks) ------------------------------------------
 
@@ -606,12 +675,12 @@ class AlertEngine:
                     self._notify(run, event)
         points = 0
         for cols in scalars:
-            points += len(cols)
+            points += len(cols.values)
         if self._points + points > QUEUE_POINTS:
             self._dropped += 1
             return
         try:
-            self._send.send_nowait((run, scalars, events, self._clock()))
+            self._send.send_nowait((run, scalars, events, self._clock(), points))
         except trio.WouldBlock:
             self._dropped += 1
             return
@@ -656,6 +725,7 @@ class AlertEngine:
 
     async def _detect(self) -> None:
         last = -math.inf
+        interval = DETECT_INTERVAL
         while True:
             try:
                 first = await self._receive.receive()
@@ -664,7 +734,7 @@ class AlertEngine:
             # Run at most every DETECT_INTERVAL, on everything queued meanwhile: the cost per
             # run and tag is paid once per round, not once per batch, so a fast writer's many
             # small batches cost about what one large one does (and ingest keeps its pace).
-            wait = last + DETECT_INTERVAL - trio.current_time()
+            wait = last + interval - trio.current_time()
             if wait > 0:
                 await trio.sleep(wait)
             items = [first]
@@ -676,18 +746,22 @@ class AlertEngine:
             last = trio.current_time()
             self._observed += len(items)
             self._depth -= len(items)
-            self._points -= sum(len(c) for _, scalars, _, _ in items for c in scalars)
+            self._points -= sum(item[4] for item in items)
             # In a worker thread: a round is a stretch of NumPy and Python work, and run on the
             # event loop it would hold back the broker's other tasks (the persist task hands the
             # recorder its next flush from there) for its whole length.
+            busy = self._busy
             async with self._lock:
                 await trio.to_thread.run_sync(self._round, items, limiter=self._limiter)
+            # Most of a round's cost is per tag, not per point: a run with many tags pays it
+            # less often (more points a round), up to the latency bound.
+            interval = min(
+                DETECT_MAX_INTERVAL, max(DETECT_INTERVAL, (self._busy - busy) / DETECT_SHARE)
+            )
             if self._out:
                 self._out_ready.set()
 
-    def _round(
-        self, items: list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]]
-    ) -> None:
+    def _round(self, items: list[_Item]) -> None:
         """One detector round over queued batches (worker thread; the engine's lock held)."""
         started = time.thread_time()
         for run, scalars, events, arrived in _merge(items):
@@ -786,7 +860,7 @@ class AlertEngine:
             state.active.discard(("stall", None))
             state.active.discard(("crash", None))
         for cols in scalars:
-            if len(cols):
+            if len(cols.values):
                 self._scalars(run, state, cols)
 
     def _tag(self, state: _RunState, tag: str) -> _TagState | None:
@@ -807,9 +881,11 @@ class AlertEngine:
         last = int(steps[-1])
         if state.last_step is None or last > state.last_step:
             state.last_step = last
-        # One pass for the common case: a finite sum means every value is finite (NaN and Inf
-        # propagate; a sum that overflows is checked value by value).
-        all_finite = math.isfinite(float(np.add.reduce(values)))
+        # The extremes decide for the whole column: NaN propagates into both and an Inf is one
+        # of them, so finite extremes mean finite values (and the spike rule needs them anyway).
+        lo = float(np.minimum.reduce(values))
+        hi = float(np.maximum.reduce(values))
+        all_finite = math.isfinite(lo) and math.isfinite(hi)
         finite = None
         if not all_finite:
             finite = np.isfinite(values)
@@ -830,6 +906,7 @@ class AlertEngine:
             steps, walls, values = steps[finite], cols.walls[finite], values[finite]
             if not len(values):
                 return
+            lo, hi = float(values.min()), float(values.max())
         else:
             walls = cols.walls
         ts.seen += len(values)
@@ -849,7 +926,7 @@ class AlertEngine:
                     e.first = 1.0
         spike = ts.params["spike"]
         if spike is not None:
-            self._spike(run, state, ts, cols.tag, spike, steps, walls, values)
+            self._spike(run, state, ts, cols.tag, spike, steps, walls, values, lo, hi)
         if divergence is not None:
             self._divergence(run, state, ts, cols.tag, divergence, steps, walls, values)
         if plateau is not None:
@@ -865,25 +942,33 @@ class AlertEngine:
         steps: np.ndarray,
         walls: np.ndarray,
         values: np.ndarray,
+        lo: float,
+        hi: float,
     ) -> None:
+        """``lo`` and ``hi``: the least and the greatest of ``values``."""
         if ts.window is None:
             ts.window = _Rolling(int(p["window"]))
         window = ts.window
+        first = 0  # the points before this one only fill the window (as one by one they would)
+        need = int(p["min_points"]) - window.n
+        if 0 < need < len(values):
+            window.extend(values[:need])
+            first, values = need, values[need:]
+            lo, hi = float(values.min()), float(values.max())
         if window.n >= p["min_points"]:
             w = window.values()
             z = None
-            med = _median(w)
-            mad = _median(np.abs(w - med))
+            med, mad = _median_mad(w)
             # Only the extremes can be spikes: two passes decide for the whole column.
             if mad > 0:
                 reach = p["threshold"] * 1.4826 * mad
-                if float(values.max()) - med > reach or med - float(values.min()) > reach:
+                if hi - med > reach or med - lo > reach:
                     z = np.abs(values - med) / (1.4826 * mad)
             if z is not None:
                 # A series positive throughout (a loss, a norm, a time) must also stand out on a
                 # log scale: its noise is multiplicative (near convergence a hard mini-batch has
                 # ten times the median loss, tens of MADs away), a fault is orders of magnitude.
-                if w.min() > 0 and values.min() > 0:
+                if w.min() > 0 and lo > 0:
                     log_z = _robust_z(np.log(w), np.log(values))
                     if log_z is None:
                         log_z = z
@@ -891,35 +976,89 @@ class AlertEngine:
                 i = int(np.argmax(z))
                 if z[i] > p["threshold"]:
                     v = float(values[i])
+                    step = int(steps[first + i])
                     self._fire(
-                        run, state, "spike", tag, p, int(steps[i]), float(walls[i]), v,
-                        f"{tag} = {v:.6g} at step {int(steps[i])}, {float(z[i]):.0f} robust "
+                        run, state, "spike", tag, p, step, float(walls[first + i]), v,
+                        f"{tag} = {v:.6g} at step {step}, {float(z[i]):.0f} robust "
                         f"deviations from the median {med:.6g} of the last {window.n} points",
                     )  # fmt: skip
         window.extend(values)
 
-    @staticmethod
-    def _ema(s: _Smoothed, values: np.ndarray, alpha: float) -> None:
+    def _ema(self, s: _Smoothed, values: np.ndarray, alpha: float) -> None:
         n = len(values)
-        if n > MAX_SMOOTH_POINTS:
+        if n <= SMALL_EMA_POINTS:
+            # A few points: plain floats cost less than setting up the NumPy pass below.
+            ema = s.ema
+            for x in values.tolist():
+                new = x if ema is None else ema + alpha * (x - ema)
+                if ema is not None:
+                    s.rising = s.rising + 1 if new > ema else 0
+                ema = new
+            s.ema = ema
+            s.n += n
+            return
+        starts, first_count, weights = self._plan(n, alpha)
+        g = len(weights)
+        x = np.empty(g + 1)
+        if starts is None:
+            x[:g] = values
+        else:
             # Fold a long column in groups: each group mean is one update of an EMA whose
             # weight covers the group, so the cost per batch stays bounded.
-            starts = (np.arange(MAX_SMOOTH_POINTS) * n) // MAX_SMOOTH_POINTS
-            counts = np.diff(np.append(starts, n))
-            means = (np.add.reduceat(values, starts) / counts).tolist()
-            alphas = (1 - (1 - alpha) ** counts).tolist()
+            np.add.reduceat(values, starts, out=x[:g])
+        first = s.ema is None
+        prev = float(x[0]) / first_count if first else s.ema
+        x[g] = prev
+        # Every update of the sequential EMA at once (see _plan), then plain floats: a few
+        # dozen at most, and rising is usually decided by the last few.
+        emas = (weights @ x).tolist()
+        if first:
+            emas[0] = prev  # a first EMA starts at its first value, which is not a rise
+        # Rising counts the updates since the last one that did not rise.
+        rises = 0
+        j = g - 1
+        while j > 0 and emas[j] > emas[j - 1]:
+            rises += 1
+            j -= 1
+        if j > 0:
+            s.rising = rises
+        elif first:
+            s.rising += rises
+        elif emas[0] > prev:
+            s.rising += rises + 1
         else:
-            means = values.tolist()
-            alphas = None
-        ema = s.ema
-        for j, x in enumerate(means):
-            a = alpha if alphas is None else alphas[j]
-            new = x if ema is None else ema + a * (x - ema)
-            if ema is not None:
-                s.rising = s.rising + 1 if new > ema else 0
-            ema = new
-        s.ema = ema
-        s.n += len(values)
+            s.rising = rises
+        s.ema = emas[-1]
+        s.n += n
+
+    def _plan(self, n: int, alpha: float) -> tuple[np.ndarray | None, float, np.ndarray]:
+        """The constants of smoothing ``n`` points with weight ``alpha`` in one pass (cached:
+        writers flush columns of a few sizes): the groups' starts (None: a point a group), the
+        size of the first, and the matrix that maps the groups' sums and the EMA before the
+        column to the EMA after each group.
+
+        The EMA after group j is ``carry_j * prev + sum_i w_ji * sum_i / count_i``: group i's
+        mean enters with its group's weight ``1 - keep**count_i`` (``keep = 1 - alpha``), then
+        decays by ``keep`` a point up to the end of group j; ``carry_j = keep**end_j``."""
+        key = (n, alpha)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        g = min(n, MAX_SMOOTH_POINTS)
+        starts = (np.arange(g) * n) // g
+        counts = np.diff(np.append(starts, n))
+        ends = np.cumsum(counts)  # points up to the end of each group
+        keep = 1.0 - alpha
+        gap = ends[:, None] - ends[None, :]  # exponents >= 0 only: no overflow, underflow is 0
+        decay = np.where(gap >= 0, keep ** np.maximum(gap, 0), 0.0)
+        weights = np.empty((g, g + 1))
+        weights[:, :g] = decay * ((1.0 - keep**counts) / counts)
+        weights[:, g] = keep**ends
+        plan = (starts if g < n else None, float(counts[0]), weights)
+        if len(self._plans) >= PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[key] = plan
+        return plan
 
     def _divergence(
         self,
