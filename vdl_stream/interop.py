@@ -691,7 +691,11 @@ def _numbers(
     redone = b""
     if not integers:
         ax = np.abs(x)
-        odd = np.flatnonzero(~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16))))  # NaN compares False
+        low, high = ax.min(), ax.max()  # NaN if any is
+        if low >= 1e-4 and high < 1e16:
+            odd = ()
+        else:
+            odd = np.flatnonzero(~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16))))  # NaN compares False
         if len(odd):
             end = bytes((sep,))
             fields = [
@@ -765,7 +769,7 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
                 nxt = words.take(a + (k + 1))
                 word = (cur >> src_low) | ((nxt << src_high) << _ONE)
                 if k >= whole:
-                    word &= _LOW_BYTES.take(np.clip(step - 8 * k, 0, 8))
+                    word &= _LOW_BYTES.take(step - 8 * k, mode="clip")  # clipped to 0..8
                 cur = nxt
             bits = word << low
             if carry is not None:
