@@ -415,8 +415,11 @@ def run_import(args: argparse.Namespace) -> int:
 EXPORT_CHUNK_ROWS = 1 << 16
 #: Rows formatted at a time (a block): its numpy passes stay in the CPU's caches.
 FORMAT_ROWS = 1 << 14
-#: Worker threads formatting blocks ahead of the reader and writer (numpy releases the GIL).
-EXPORT_THREADS = min(2, os.cpu_count() or 1)
+#: Worker threads formatting blocks ahead of the reader and writer by default: none, because on
+#: two busy shared cores the threads were slower (GIL hand-offs; docs/performance.md, "Export
+#: speed"). ``Export(threads=N)`` overlaps numpy's passes (which release the GIL) where cores are
+#: free.
+EXPORT_THREADS = 0
 EXPORT_FORMATS = ("csv", "json")
 CSV_HEADER = "tag,step,wall_time,value\n"
 
@@ -429,7 +432,7 @@ class Export:
     ``alert/<rule>`` or ``alert/<rule>/<series>`` (step, wall time and offending value of each;
     a missing step or value is an empty CSV cell or a JSON null). Iterating yields UTF-8 chunks
     of at most :data:`FORMAT_ROWS` rows (or ``chunk_rows``, if fewer); their concatenation is the
-    whole document. With ``threads`` above 1, blocks are formatted that many at a time in worker
+    whole document. With ``threads`` above 0, blocks are formatted that many at a time in worker
     threads, at most ``2 * threads`` blocks ahead of the consumer, while it reads the run and
     writes what was yielded. Open it with ``with`` (or call :meth:`close`): it holds the run's
     reader and the worker threads.
@@ -440,10 +443,10 @@ class Export:
             (``{tag: [[wall_time, step, value], ...]}``, NaN and infinities as null).
         pattern: a regular expression searched in each tag; None keeps every tag.
         chunk_rows: rows read at a time.
-        threads: worker threads formatting rows; 1 formats them in the iterating thread.
+        threads: worker threads formatting rows; 0 formats them in the iterating thread.
 
     Raises:
-        ValueError: an unknown ``fmt``, or a ``chunk_rows`` or ``threads`` below 1.
+        ValueError: an unknown ``fmt``, a ``chunk_rows`` below 1 or a ``threads`` below 0.
         re.error: a bad ``pattern``.
         recorder.RecorderError: ``run_dir`` is not a readable run.
     """
@@ -461,8 +464,8 @@ class Export:
             raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, got {fmt!r}")
         if not isinstance(chunk_rows, int) or chunk_rows < 1:
             raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
-        if not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        if not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"threads must be an int >= 0, got {threads!r}")
         self.fmt = fmt
         self.rows = 0  # rows read so far (all of them once iterated)
         self.tags = 0  # tags that had rows
@@ -504,7 +507,7 @@ class Export:
 
     def __iter__(self) -> Iterator[bytes]:
         rows = self._jobs()
-        if self._threads <= 1:
+        if not self._threads:
             return (job if isinstance(job, bytes) else job() for job in rows)
         self._running = _run_ahead(rows, self._threads)
         return self._running
