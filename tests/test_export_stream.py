@@ -308,6 +308,21 @@ async def test_http_export_streams_without_stalling_the_loop(long_run, nursery):
     assert len(latencies) >= 5 and max(latencies) < 0.5, latencies
 
 
+async def test_http_export_is_not_cut_by_the_response_timeout(long_run, nursery, monkeypatch):
+    """Quart ends a response after RESPONSE_TIMEOUT (60 s by default): an export of tens of
+    millions of rows, or to a slow client, lasts longer. Here the limit is 0.2 s."""
+    from quart_trio import QuartTrio
+
+    config = {**QuartTrio.default_config, "RESPONSE_TIMEOUT": 0.2}
+    monkeypatch.setattr(QuartTrio, "default_config", config)
+    url = await nursery.start(partial(run_server, long_run.parent, "127.0.0.1", 0))
+    with trio.fail_after(120):
+        status, _, body = await trio.to_thread.run_sync(
+            http_request, url + "/api/export?run=long&format=json"
+        )
+    assert status == 200 and body.endswith(b"]\n}\n") and body.count(b"], [") == 3_000_000 - 1
+
+
 @pytest.fixture(scope="module")
 def alerted(tmp_path_factory) -> Path:
     """A run with scalars, telemetry and alerts: detector ones (with and without a series or a

@@ -734,6 +734,7 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     output word (rows are at least 8 bytes long), so fancy-index OR-ing loses nothing; the bytes
     of a field past its length are masked off, so parts can be written in any order.
     """
+    parts = [p for p in parts if not isinstance(p, bytes) or p]
     const = sum(len(p) for p in parts if isinstance(p, bytes))
     size = np.full(n, const, np.int64)
     widest = 1
