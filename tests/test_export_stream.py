@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -16,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import recorder
 from tests.conftest import http_get, http_request
-from vdl_stream.interop import CSV_HEADER, Export
+from vdl_stream.interop import CSV_HEADER, Export, _csv_cell
 from vdl_stream.server import run_server
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,9 +111,11 @@ def formatter(request, monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-@pytest.mark.parametrize("chunk_rows", [1, 7, 65536])
-def test_streamed_export_is_byte_identical_to_the_row_writer(tricky, fmt, chunk_rows, formatter):
-    with Export(tricky, fmt, chunk_rows=chunk_rows) as export:
+@pytest.mark.parametrize(("chunk_rows", "threads"), [(1, 0), (7, 3), (65536, 0), (65536, 1)])
+def test_streamed_export_is_byte_identical_to_the_row_writer(
+    tricky, fmt, chunk_rows, threads, formatter
+):
+    with Export(tricky, fmt, chunk_rows=chunk_rows, threads=threads) as export:
         got = b"".join(export)
     assert got == reference(tricky, fmt)
     assert export.rows == 3 * 1000 + 600 + 3 * 30 and export.tags == 4 + 3
@@ -141,6 +146,83 @@ def test_numbers_are_formatted_as_repr_writes_them(formatter):
         for w, v in zip(x.tolist(), x[::-1].tolist(), strict=True)
     )
     assert _json_rows(None, x, x[::-1].copy()).decode() == expected
+
+
+#: Values where repr() and orjson part ways, or that stress the layout: exponent notation and its
+#: edges, signed zeros, subnormals, the extremes, integers above 2**53.
+EDGES = [1e-4, -1e-4, float(np.nextafter(1e-4, 0)), 1e16, float(np.nextafter(1e16, 0)), 0.0, -0.0,
+         math.nan, math.inf, -math.inf, 5e-324, -5e-324, 2.2250738585072014e-308,
+         1.7976931348623157e308, 9007199254740993.0, 1e15, 123456789.12345679, 0.1, -2.5]  # fmt: skip
+F8 = st.one_of(st.floats(width=64, allow_nan=True, allow_infinity=True), st.sampled_from(EDGES))
+I8 = st.one_of(
+    st.integers(-(2**63), 2**63 - 1), st.integers(-1000, 10**6), st.sampled_from([0, -1, 2**53])
+)
+
+
+def reference_rows(fmt: str, tag: str, steps: list | None, walls: list, values: list) -> str:
+    """Rows as the row-by-row writer formats them (repr() of every float)."""
+    cell = _csv_cell(tag)
+    steps = [None] * len(walls) if steps is None else steps
+    if fmt == "csv":
+        return "".join(
+            f"{cell},{'' if s is None else s},{w!r},{v!r}\n"
+            for s, w, v in zip(steps, walls, values, strict=True)
+        )
+    return ", ".join(
+        f"[{w!r}, {'null' if s is None else s}, {repr(v) if math.isfinite(v) else 'null'}]"
+        for s, w, v in zip(steps, walls, values, strict=True)
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(st.tuples(I8, F8, F8), min_size=1, max_size=80),
+    with_steps=st.booleans(),
+    tag=st.sampled_from(["t", "loss", 'a,"q"\nb', "ünï/λ", "x" * 70, "%d%r"]),
+)
+def test_fast_rows_are_repr_rows_for_any_f8(rows, with_steps, tag):
+    """The orjson + numpy layout gives the bytes of repr() formatting, whatever the numbers."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    s = np.array([r[0] for r in rows], np.int64) if with_steps else None
+    w = np.array([r[1] for r in rows], np.float64)
+    v = np.array([r[2] for r in rows], np.float64)
+    steps = s.tolist() if with_steps else None
+    expected = reference_rows("csv", tag, steps, w.tolist(), v.tolist())
+    assert interop._csv_rows(_csv_cell(tag), s, w, v) == expected.encode()
+    expected = reference_rows("json", tag, steps, w.tolist(), v.tolist())
+    assert interop._json_rows(s, w, v, b"head") == b"head" + expected.encode()
+
+
+def test_a_block_of_rows_of_every_width():
+    """Fields of 1 to 24 bytes side by side, shorter and longer than a word, in one block."""
+    from vdl_stream.interop import _csv_rows, _json_rows
+
+    rng = np.random.default_rng(11)
+    raw = (rng.random(5000) * 10.0 ** rng.integers(-4, 16, 5000)).tolist()
+    places = rng.integers(0, 17, 5000).tolist()
+    w = np.array([round(x, d) for x, d in zip(raw, places, strict=True)])
+    v = rng.choice(np.array(EDGES), 5000) * rng.choice([1.0, -1.0], 5000)
+    s = rng.integers(-(10 ** rng.integers(0, 19, 5000)), 10 ** rng.integers(0, 19, 5000))
+    expected = reference_rows("csv", "t", s.tolist(), w.tolist(), v.tolist())
+    assert _csv_rows("t", s, w, v) == expected.encode()
+    expected = reference_rows("json", "t", None, w.tolist(), v.tolist())
+    assert _json_rows(None, w, v) == expected.encode()
+
+
+def test_closing_an_export_early_stops_its_workers(long_run):
+    export = Export(long_run, "json", chunk_rows=1 << 14, threads=2)
+    chunks = iter(export)
+    assert next(chunks) == b"{" and next(chunks).startswith(b'\n"loss": [[')
+    export.close()
+    deadline = time.monotonic() + 30
+    while any(t.name.startswith("vdl-export") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "export worker threads still running"
+        time.sleep(0.01)  # polling a condition under a deadline
+    with pytest.raises(ValueError, match="threads must be an int >= 0, got -1"):
+        Export(long_run, "csv", threads=-1)
 
 
 def test_a_pattern_and_no_match(tricky):
@@ -224,6 +306,21 @@ async def test_http_export_streams_without_stalling_the_loop(long_run, nursery):
         first = next(chunks) + next(chunks)
     assert body.startswith(first)
     assert len(latencies) >= 5 and max(latencies) < 0.5, latencies
+
+
+async def test_http_export_is_not_cut_by_the_response_timeout(long_run, nursery, monkeypatch):
+    """Quart ends a response after RESPONSE_TIMEOUT (60 s by default): an export of tens of
+    millions of rows, or to a slow client, lasts longer. Here the limit is 0.2 s."""
+    from quart_trio import QuartTrio
+
+    config = {**QuartTrio.default_config, "RESPONSE_TIMEOUT": 0.2}
+    monkeypatch.setattr(QuartTrio, "default_config", config)
+    url = await nursery.start(partial(run_server, long_run.parent, "127.0.0.1", 0))
+    with trio.fail_after(120):
+        status, _, body = await trio.to_thread.run_sync(
+            http_request, url + "/api/export?run=long&format=json"
+        )
+    assert status == 200 and body.endswith(b"]\n}\n") and body.count(b"], [") == 3_000_000 - 1
 
 
 @pytest.fixture(scope="module")

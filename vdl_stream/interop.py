@@ -20,9 +20,11 @@ import re
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TextIO
 
 import numpy as np
@@ -408,9 +410,16 @@ def run_import(args: argparse.Namespace) -> int:
 
 # -- exporting ---------------------------------------------------------------------------------
 
-#: Rows formatted at a time: what an export holds in memory is about this many rows, whatever the
-#: size of the run.
+#: Rows read at a time: what an export holds in memory is a few times this many rows, whatever
+#: the size of the run.
 EXPORT_CHUNK_ROWS = 1 << 16
+#: Rows formatted at a time (a block): its numpy passes stay in the CPU's caches.
+FORMAT_ROWS = 1 << 14
+#: Worker threads formatting blocks ahead of the reader and writer by default: none, because on
+#: two busy shared cores the threads were slower (GIL hand-offs; docs/performance.md, "Export
+#: speed"). ``Export(threads=N)`` overlaps numpy's passes (which release the GIL) where cores are
+#: free.
+EXPORT_THREADS = 0
 EXPORT_FORMATS = ("csv", "json")
 CSV_HEADER = "tag,step,wall_time,value\n"
 
@@ -422,18 +431,22 @@ class Export:
     telemetry fields as tags ``telemetry/<host>/rank<r>/<field>``, then the run's alerts as tags
     ``alert/<rule>`` or ``alert/<rule>/<series>`` (step, wall time and offending value of each;
     a missing step or value is an empty CSV cell or a JSON null). Iterating yields UTF-8 chunks
-    of at most about :data:`EXPORT_CHUNK_ROWS` rows; their concatenation is the whole document.
-    Open it with ``with`` (or call :meth:`close`): it holds the run's reader.
+    of at most :data:`FORMAT_ROWS` rows (or ``chunk_rows``, if fewer); their concatenation is the
+    whole document. With ``threads`` above 0, blocks are formatted that many at a time in worker
+    threads, at most ``2 * threads`` blocks ahead of the consumer, while it reads the run and
+    writes what was yielded. Open it with ``with`` (or call :meth:`close`): it holds the run's
+    reader and the worker threads.
 
     Args:
         run_dir: the run directory.
         fmt: ``"csv"`` (``tag,step,wall_time,value`` rows) or ``"json"``
             (``{tag: [[wall_time, step, value], ...]}``, NaN and infinities as null).
         pattern: a regular expression searched in each tag; None keeps every tag.
-        chunk_rows: rows per chunk.
+        chunk_rows: rows read at a time.
+        threads: worker threads formatting rows; 0 formats them in the iterating thread.
 
     Raises:
-        ValueError: an unknown ``fmt`` or a ``chunk_rows`` below 1.
+        ValueError: an unknown ``fmt``, a ``chunk_rows`` below 1 or a ``threads`` below 0.
         re.error: a bad ``pattern``.
         recorder.RecorderError: ``run_dir`` is not a readable run.
     """
@@ -445,14 +458,19 @@ class Export:
         pattern: str | None = None,
         *,
         chunk_rows: int = EXPORT_CHUNK_ROWS,
+        threads: int = EXPORT_THREADS,
     ) -> None:
         if fmt not in EXPORT_FORMATS:
             raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, got {fmt!r}")
         if not isinstance(chunk_rows, int) or chunk_rows < 1:
             raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
+        if not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"threads must be an int >= 0, got {threads!r}")
         self.fmt = fmt
-        self.rows = 0  # rows produced so far
+        self.rows = 0  # rows read so far (all of them once iterated)
         self.tags = 0  # tags that had rows
+        self._threads = threads
+        self._running: Generator[bytes, None, None] | None = None
         self._regex = re.compile(pattern) if pattern else None
         self._chunk = chunk_rows
         self._reader = recorder.RunReader(run_dir)
@@ -488,26 +506,34 @@ class Export:
                         for i in range(0, len(w), self._chunk))  # fmt: skip
 
     def __iter__(self) -> Iterator[bytes]:
+        rows = self._jobs()
+        if not self._threads:
+            return (job if isinstance(job, bytes) else job() for job in rows)
+        self._running = _run_ahead(rows, self._threads)
+        return self._running
+
+    def _jobs(self) -> Generator[bytes | Callable[[], bytes], None, None]:
+        """The document in order: bytes, or the formatting of a block of rows still to run."""
         csv_out = self.fmt == "csv"
         yield (CSV_HEADER if csv_out else "{").encode()
+        block = min(self._chunk, FORMAT_ROWS)
         for tag, chunks in self._series():
             if csv_out:
                 cell = _csv_cell(tag)
             first = True
             for steps, walls, values in chunks:
-                n = len(walls)
-                if not n:
-                    continue
-                if csv_out:
-                    chunk = _csv_rows(cell, steps, walls, values)
-                else:
-                    head = ("," if self.tags else "") + "\n" + json.dumps(tag) + ": ["
-                    chunk = (head if first else ", ").encode() + _json_rows(steps, walls, values)
-                if first:
-                    self.tags += 1
-                    first = False
-                self.rows += n
-                yield chunk
+                for i in range(0, len(walls), block):
+                    s = None if steps is None else steps[i : i + block]
+                    w, v = walls[i : i + block], values[i : i + block]
+                    if csv_out:
+                        yield partial(_csv_rows, cell, s, w, v)
+                    else:
+                        head = ("," if self.tags else "") + "\n" + json.dumps(tag) + ": ["
+                        yield partial(_json_rows, s, w, v, (head if first else ", ").encode())
+                    if first:
+                        self.tags += 1
+                        first = False
+                    self.rows += len(w)
             if not csv_out and not first:
                 yield b"]"
         for tag, alerts in self._alerts():
@@ -553,7 +579,10 @@ class Export:
         return sorted(tags.items())
 
     def close(self) -> None:
-        """Close the run's reader. Idempotent."""
+        """Stop formatting ahead and close the run's reader. Idempotent; never waits on a
+        block being formatted (it finishes in its worker thread and is dropped)."""
+        if self._running is not None:
+            self._running.close()
         self._reader.close()
 
     def __enter__(self) -> Export:
@@ -561,6 +590,28 @@ class Export:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _run_ahead(
+    jobs: Generator[bytes | Callable[[], bytes], None, None], threads: int
+) -> Generator[bytes, None, None]:
+    """The results of ``jobs`` in order, the callables run by ``threads`` worker threads, at most
+    ``2 * threads`` ahead of the consumer. Closing it early cancels what has not started and
+    does not wait for what has."""
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="vdl-export")
+    pending: deque[bytes | Future[bytes]] = deque()
+    try:
+        for job in jobs:
+            pending.append(job if isinstance(job, bytes) else pool.submit(job))
+            while len(pending) > 2 * threads:
+                done = pending.popleft()
+                yield done if isinstance(done, bytes) else done.result()
+        while pending:
+            done = pending.popleft()
+            yield done if isinstance(done, bytes) else done.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        jobs.close()  # lets go of the reader's pinned files now
 
 
 def _scalar_chunks(
@@ -611,13 +662,20 @@ try:  # an optional accelerator: shortest round-trip floats formatted in compile
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
+_COMMA, _NEWLINE, _BRACKET = b",\n]"
+#: Entry m: a uint64 whose low m bytes are all ones (the first m bytes of a little-endian word).
+_LOW_BYTES = np.array([(1 << (8 * m)) - 1 for m in range(9)], np.uint64)
+_ONE = np.uint64(1)
+_THREE = np.uint64(3)
+_BITS = np.uint64(63)
 
-def _number_column(
-    x: np.ndarray, *, comma: bool, null_nonfinite: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each number of ``x`` as ``repr()`` writes it (then ``,`` if ``comma``), laid out for
-    :func:`_assemble`: a ``(len(x), words)`` uint64 array whose row i holds the bytes of field i
-    from its start (the rest is padding), and the byte length of each field.
+
+def _numbers(
+    x: np.ndarray, sep: int, *, null_nonfinite: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each number of ``x`` as ``repr()`` writes it, followed by the byte ``sep``, as a column
+    for :func:`_layout`: ``(words, starts, lengths)``, the fields' text in little-endian uint64
+    words (zero padded), the byte offset of field i in it and its length (``sep`` included).
 
     The digits come from one orjson call: its shortest round-trip digits are repr's, and so is its
     layout except in exponent notation (below 1e-4 and from 1e16) and for non-finite values, which
@@ -625,79 +683,121 @@ def _number_column(
     """
     integers = x.dtype.kind in "iu"
     x = np.ascontiguousarray(x, np.int64 if integers else np.float64)
-    text = _orjson.dumps(x, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-    text += b","
-    ends = np.flatnonzero(np.frombuffer(text, np.uint8) == ord(","))  # no number holds a comma
+    text = _orjson.dumps(x, option=_orjson.OPT_SERIALIZE_NUMPY)  # "[1.5,2,...]"
+    raw = np.frombuffer(text, np.uint8)
+    ends = np.flatnonzero(raw == _COMMA)  # no number holds a comma
+    ends = np.append(ends, len(text) - 1)  # the closing bracket ends the last
     starts = np.empty_like(ends)
-    starts[0] = 0
+    starts[0] = 1
     starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + comma
+    lengths = ends - starts + 1
+    redone = b""
     if not integers:
         ax = np.abs(x)
-        odd = np.flatnonzero(~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16))))  # NaN compares False
+        low, high = ax.min(), ax.max()  # NaN if any is
+        if low >= 1e-4 and high < 1e16:
+            odd = ()
+        else:
+            odd = np.flatnonzero(~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16))))  # NaN compares False
         if len(odd):
-            redone = [
-                (b"null" if null_nonfinite and not math.isfinite(v) else repr(v).encode()) + b","
+            end = bytes((sep,))
+            fields = [
+                (b"null" if null_nonfinite and not math.isfinite(v) else repr(v).encode()) + end
                 for v in x[odd].tolist()
             ]
-            sizes = np.fromiter(map(len, redone), np.int64, len(redone))
+            sizes = np.fromiter(map(len, fields), np.int64, len(fields))
             starts[odd] = len(text) + np.cumsum(sizes) - sizes
-            lengths[odd] = sizes - (not comma)
-            text += b"".join(redone)
-    words = (int(lengths.max()) + 7) // 8
-    # Word k of the field at byte s spans two aligned words of the text: join their halves.
-    size = (len(text) + 8 * words + 15) // 8
-    aligned = np.frombuffer(text + bytes(8 * size - len(text)), "<u8")
-    index = starts >> 3
-    low = (starts & 7).astype(np.uint64) * np.uint64(8)
-    high = np.uint64(63) - low  # shifting by 64 - low in two steps: 0 when low is 0
-    one = np.uint64(1)
-    out = np.empty((len(x), words), "<u8")
-    for k in range(words):
-        out[:, k] = (aligned.take(index + k) >> low) | (aligned.take(index + k + 1) << high << one)
-    return out, lengths
+            lengths[odd] = sizes
+            redone = b"".join(fields)
+    size = len(text) + len(redone)
+    # Room for the word after each field's last: _layout reads one word ahead.
+    words = np.zeros(size // 8 + (int(lengths.max()) + 7) // 8 + 2, "<u8")
+    view = words.view(np.uint8)
+    view[: len(text)] = raw
+    if sep == _COMMA:
+        view[len(text) - 1] = sep
+    else:
+        view[ends] = sep
+    if redone:
+        view[len(text) : size] = np.frombuffer(redone, np.uint8)
+    return words, starts, lengths
 
 
-def _prefix_masks(words: int) -> np.ndarray:
-    """Row L: ``words`` uint64 whose first L bytes are 1 and the rest 0 (bool bytes)."""
-    table = np.arange(8 * words) < np.arange(8 * words + 1)[:, None]
-    return np.ascontiguousarray(table).view(np.uint64)
+def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
+    """``n`` rows made of ``parts`` (constant bytes, or :func:`_numbers` columns) side by side,
+    after ``lead``, less ``trim`` bytes at the end: no Python object per field.
 
-
-def _assemble(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
-    """Rows made of ``parts`` (constant bytes, or :func:`_number_column` results), side by side in
-    one padded array, then the padding dropped by one boolean mask: no Python object per field.
-    The result starts with ``lead``; ``trim`` bytes are dropped from the end."""
-    widths = [(len(p) + 7) // 8 if isinstance(p, bytes) else p[0].shape[1] for p in parts]
-    rows = np.empty((n, sum(widths)), "<u8")
-    keep = np.empty((n, sum(widths)), np.uint64)  # bool bytes, 8 to a word
-    at = 0
-    for part, width in zip(parts, widths, strict=True):
-        masks = _prefix_masks(width)
+    Each row's offset in the output comes from the fields' lengths (a cumulative sum); each
+    part is then written into the output, a uint64 word at a time for all rows at once: word k of
+    every row's field, realigned from its source offset to its output offset by shifts, is OR-ed
+    into the two output words it straddles. One pass writes at most one word per row into any
+    output word (rows are at least 8 bytes long), so fancy-index OR-ing loses nothing; the bytes
+    of a field past its length are masked off, so parts can be written in any order.
+    """
+    parts = [p for p in parts if not isinstance(p, bytes) or p]
+    const = sum(len(p) for p in parts if isinstance(p, bytes))
+    size = np.full(n, const, np.int64)
+    widest = 1
+    for part in parts:
         if isinstance(part, bytes):
-            padded = part + bytes(8 * width - len(part))
-            rows[:, at : at + width] = np.frombuffer(padded, "<u8")
-            keep[:, at : at + width] = masks[len(part)]
+            widest = max(widest, (len(part) + 7) // 8)
         else:
-            words, lengths = part
-            rows[:, at : at + width] = words
-            keep[:, at : at + width] = masks.take(lengths, axis=0)
-        at += width
-    out = rows.view(np.uint8)[keep.view(bool)]
-    return b"".join((lead, out[: len(out) - trim].data))
+            size += part[2]
+            widest = max(widest, (int(part[2].max()) + 7) // 8)
+    at = np.cumsum(size)
+    total = len(lead) + int(at[-1])
+    at -= size
+    at += len(lead)
+    out = np.zeros(total // 8 + widest + 2, "<u8")
+    out.view(np.uint8)[: len(lead)] = np.frombuffer(lead, np.uint8)
+    for part in parts:
+        q = at >> 3
+        low = (at & 7).astype(np.uint64) << _THREE  # bit offset of the field in its first word
+        high = _BITS - low  # shifting by 64 - low in two steps: 0 when low is 0
+        carry = None
+        if isinstance(part, bytes):
+            chunks = np.frombuffer(part + bytes(-len(part) % 8), "<u8")
+            step = len(part)
+        else:
+            words, starts, step = part
+            a = starts >> 3
+            src_low = (starts & 7).astype(np.uint64) << _THREE
+            src_high = _BITS - src_low
+            whole = int(step.min()) // 8  # words every field fills
+            chunks = range((int(step.max()) + 7) // 8)
+            cur = words.take(a)
+        for k, chunk in enumerate(chunks):
+            if isinstance(part, bytes):
+                word = chunk
+            else:
+                nxt = words.take(a + (k + 1))
+                word = (cur >> src_low) | ((nxt << src_high) << _ONE)
+                if k >= whole:
+                    word &= _LOW_BYTES.take(step - 8 * k, mode="clip")  # clipped to 0..8
+                cur = nxt
+            bits = word << low
+            if carry is not None:
+                bits |= carry
+            index = q + k
+            out[index] |= bits
+            carry = (word >> high) >> _ONE
+        index = q + len(chunks)
+        out[index] |= carry
+        at += step
+    return out.view(np.uint8)[: total - trim].tobytes()
 
 
 def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
-    """CSV rows ``cell,step,repr(wall),repr(value)``, assembled by numpy from orjson's digits."""
+    """CSV rows ``cell,step,repr(wall),repr(value)``, laid out by numpy from orjson's digits."""
     n = len(walls)
     if not n:
         return b""
     if _orjson is not None:
-        # Each row ends with the next one's head, trimmed from the last: one part fewer.
-        head = cell.encode() + (b",," if steps is None else b",")
-        parts = [] if steps is None else [_number_column(steps, comma=True)]
-        parts += [_number_column(walls, comma=True), _number_column(values, comma=False)]
-        return _assemble(n, [*parts, b"\n" + head], lead=head, trim=len(head))
+        parts: list = [cell.encode() + (b",," if steps is None else b",")]
+        if steps is not None:
+            parts.append(_numbers(steps, _COMMA))
+        parts += [_numbers(walls, _COMMA), _numbers(values, _NEWLINE)]
+        return _layout(n, parts)
     cell = cell.replace("%", "%%")
     if steps is None:
         text = (cell + ",,%r,%r\n") * n % _interleave(walls.tolist(), values.tolist())
@@ -710,20 +810,23 @@ def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np
     return text.encode()
 
 
-def _json_rows(steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
-    """JSON rows ``[wall, step, value]`` joined by ``", "``; non-finite values as null."""
+def _json_rows(
+    steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray, head: bytes = b""
+) -> bytes:
+    """``head``, then JSON rows ``[wall, step, value]`` joined by ``", "``; non-finite values as
+    null."""
     n = len(walls)
     if not n:
-        return b""
+        return head
     if _orjson is not None:
-        # Each row ends with the next one's "[", trimmed from the last: one part fewer.
-        w = _number_column(walls, comma=True)
-        v = _number_column(values, comma=False, null_nonfinite=True)
+        # Each row ends with the next one's "[", trimmed from the last.
+        w = _numbers(walls, _COMMA)
+        v = _numbers(values, _BRACKET, null_nonfinite=True)
         if steps is None:
-            parts = [w, b" null, ", v]
+            parts = [w, b" null, ", v, b", ["]
         else:
-            parts = [w, b" ", _number_column(steps, comma=True), b" ", v]
-        return _assemble(n, [*parts, b"], ["], lead=b"[", trim=3)
+            parts = [w, b" ", _numbers(steps, _COMMA), b" ", v, b", ["]
+        return _layout(n, parts, lead=head + b"[", trim=3)
     vals: list = values.tolist()
     for i in np.flatnonzero(~np.isfinite(values)).tolist():
         vals[i] = "null"
@@ -731,7 +834,7 @@ def _json_rows(steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) 
         text = ("[%r, null, %s], " * n)[:-2] % _interleave(walls.tolist(), vals)
     else:
         text = ("[%r, %d, %s], " * n)[:-2] % _interleave(walls.tolist(), steps.tolist(), vals)
-    return text.encode()
+    return head + text.encode()
 
 
 async def stream_export(export: Export) -> AsyncIterator[bytes]:

@@ -735,6 +735,9 @@ def api_blueprint(broker: Broker) -> Blueprint:
         # Streamed chunk by chunk, each formatted in a worker thread: constant memory, and the
         # event loop never waits on a long run.
         response = Response(stream_export(export), content_type=EXPORT_TYPES[fmt])
+        # No time limit: Quart's RESPONSE_TIMEOUT (60 s) cut exports of tens of millions of
+        # rows, or to a slow client, short mid-body.
+        response.timeout = None
         response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
 
