@@ -253,6 +253,10 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         cdp.send("Performance.enable")
         cdp.send("HeapProfiler.collectGarbage")
         heap0 = perf_metrics(cdp)["JSHeapUsedSize"]
+        # WebSocket messages and frames the page handled (a batched ``frames`` message holds
+        # several; a page without batching counts each frame as one message).
+        count_js = "() => { const s = window.vdl.connection.stats; return [s.messages ?? s.frames, s.frames]; }"
+        counts0 = page.evaluate(count_js)
         writer.stdin.write("go\n")
         writer.stdin.flush()
         go = time.perf_counter()
@@ -271,6 +275,8 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         cdp.send("HeapProfiler.collectGarbage")
         heap1 = perf_metrics(cdp)["JSHeapUsedSize"]
         lines = page.evaluate(IN_VIEW_LINES_JS)
+        counts1 = page.evaluate(count_js)
+        window_s = max(samples[-1]["t"], 1e-9)
         busy = [
             (b["TaskDuration"] - a["TaskDuration"]) / (b["Timestamp"] - a["Timestamp"])
             for a, b in itertools.pairwise(samples)
@@ -297,6 +303,8 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             ),
             "heap_slope_second_half_mb_per_min": slope_per_min(half),
             "chromium_cpu_per_s": cpu,
+            "messages_per_s": (counts1[0] - counts0[0]) / window_s,
+            "frames_per_s": (counts1[1] - counts0[1]) / window_s,
             "load_avg": list(os.getloadavg()),
             "lines_in_view": lines,
             "sent": sent,
@@ -369,4 +377,9 @@ def report(result: dict) -> str:
             f" (second half {live['heap_slope_second_half_mb_per_min']:+.1f});"
             f" lines per chart in view {live['lines_in_view']}; load average {live['load_avg'][0]:.1f}"
         )
+        if "messages_per_s" in live:
+            out.append(
+                f"WebSocket messages the page handled: {live['messages_per_s']:.0f}/s"
+                f" carrying {live['frames_per_s']:.0f} frames/s"
+            )
     return "\n".join(out)
