@@ -11,7 +11,9 @@ Three measures, each against a real ``vdl-stream serve`` subprocess and headless
 * select: in the last page, the search box keeps the 100 runs named ``s05-*`` (none of them
   selected: the default selection is the newest ten), then ``All`` is clicked; the time from the
   click until every scalar chart in view draws 100 lines (the page re-subscribes to those runs and
-  draws their snapshots).
+  draws their snapshots). Then, with a plain WebSocket client on one connection: 100 ``s06-*``
+  runs subscribed, then the same with one of them swapped for an open run, with ``keep`` (only
+  the added run is sent) and without (all 100 again): seconds to each ``synced``.
 * live: ``--runs-live`` runs (bench/runs_writer.py, its own process) log 10 tags at
   ``--runs-rate`` points/s each while the page shows all of them (``All`` clicked); every
   ``--interval`` seconds the Chrome DevTools Protocol's ``Performance.getMetrics`` gives the
@@ -168,6 +170,13 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         select["server_alone_cold_s"] = server_select(
                             server.ws_url, sorted(cold), select["max_points"]
                         )
+                        # A change of one run of 100 (the runs open now): a delta with keep,
+                        # and the whole subscription again without it.
+                        for keep in (True, False):
+                            select[f"swap_one_keep_{keep}"] = server_swap(
+                                server.ws_url, sorted(cold)[:100], names[0],
+                                select["max_points"], keep,
+                            )  # fmt: skip
                 finally:
                     context.close()
         finally:
@@ -205,6 +214,37 @@ def server_select(ws_url: str, runs: list[str], max_points: int, timeout: float 
                 while msgpack.unpackb(await ws.get_message(), raw=False)["type"] != "synced":
                     pass
                 return time.perf_counter() - t0
+
+    return trio.run(main)
+
+
+def server_swap(
+    ws_url: str, runs: list[str], spare: str, max_points: int, keep: bool, timeout: float = 300.0
+) -> dict:
+    """On one connection: subscribe to ``runs`` (split), then again with the last one swapped
+    for ``spare`` (``keep`` or not); seconds from each ``subscribe`` to its ``synced``, and the
+    snapshots the second one brought."""
+    import msgpack
+    import trio
+    from trio_websocket import open_websocket_url
+
+    async def main() -> dict:
+        with trio.fail_after(timeout):
+            async with open_websocket_url(ws_url + "/ws/live", max_message_size=1 << 26) as ws:
+                out: dict = {}
+                for key, names in (("first_s", runs), ("swap_s", [*runs[:-1], spare])):
+                    message = {"type": "subscribe", "runs": names, "max_points": max_points,
+                               "keep": keep, "split": True}  # fmt: skip
+                    await ws.send_message(msgpack.packb(message))
+                    t0, snapshots = time.perf_counter(), 0
+                    while True:
+                        kind = msgpack.unpackb(await ws.get_message(), raw=False)["type"]
+                        snapshots += kind == "snapshot"
+                        if kind == "synced":
+                            break
+                    out[key] = time.perf_counter() - t0
+                    out[key.replace("_s", "_snapshots")] = snapshots
+                return out
 
     return trio.run(main)
 
@@ -365,6 +405,14 @@ def report(result: dict) -> str:
                 f" 100 runs no page read yet: {sel['server_alone_cold_s']:.2f} s;"
                 f" lines per chart: {sel['lines']})"
             )
+        for keep in (True, False):
+            swap = (sel or {}).get(f"swap_one_keep_{keep}")
+            if swap:
+                out.append(
+                    f"Swap one of 100 runs on one connection, keep={keep}: the first subscribe"
+                    f" {swap['first_s']:.2f} s ({swap['first_snapshots']} snapshots), the swap"
+                    f" {swap['swap_s']:.2f} s ({swap['swap_snapshots']} snapshots)"
+                )
     live = result.get("live")
     if live:
         out.append("")
