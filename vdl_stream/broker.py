@@ -933,6 +933,9 @@ class Broker:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_summaries, SUMMARY_INTERVAL)
             task_status.started()
+            # The newest run's reader opens now, while the first browser loads the page, rather
+            # than a second later or on that browser's snapshot.
+            await self._warm_up()
             while True:
                 with trio.move_on_after(interval):
                     await self._closed.wait()
