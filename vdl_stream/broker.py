@@ -2162,8 +2162,9 @@ def _snapshot_scalars(run: _Run, limit: Any, max_points: int) -> list[ScalarColu
 
 
 def _snapshot_events(run: _Run, limit: Any) -> list[dict[str, Any]]:
-    """The event part of a snapshot: the latest events of every event tag and untagged kind of
-    a run up to ``limit``, in wall order (blocking; hold ``run.lock``)."""
+    """The event part of a snapshot: up to ``SNAPSHOT_EVENTS`` events of every event tag (picked
+    over the run by the reader) and the untagged kinds of a run up to ``limit``, in wall order
+    (blocking; hold ``run.lock``)."""
     try:
         reader = _open_reader(run, limit)
     except recorder.NotARunError:
