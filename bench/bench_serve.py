@@ -168,7 +168,13 @@ def page_loads(browser, url: str, loads: int) -> list[dict]:
     out = []
     for _ in range(loads):
         r = load_once(browser, url, TAGS)
-        out.append({k: r[k] for k in ("shown_ms", "shown_charts", "server_ms", "snapshot_bytes")})
+        keys = ("shown_ms", "shown_charts", "server_ms", "snapshot_bytes", "subscribe_ms")
+        keys += ("snapshot_frames", "decode_store_ms", "draw_ms")
+        out.append({k: r[k] for k in keys})
+        # A split snapshot's events (docs/protocol.md): when they came, after the charts.
+        events = [f for f in r["frames"] if f["type"] == "snapshot_events"]
+        out[-1]["events_bytes"] = sum(f["bytes"] for f in events)
+        out[-1]["events_at_ms"] = events[-1]["at"] if events else None
     return out
 
 

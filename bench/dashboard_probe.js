@@ -13,7 +13,7 @@
     const bytes = new Uint8Array(data, 0, Math.min(48, data.byteLength));
     let s = "";
     for (const b of bytes) s += b >= 32 && b < 127 ? String.fromCharCode(b) : " ";
-    for (const type of ["snapshot", "hello", "runs", "data", "gap"]) if (s.includes(type)) return type;
+    for (const type of ["snapshot_events", "snapshot", "hello", "runs", "data", "gap", "frames"]) if (s.includes(type)) return type;
     return "?";
   };
   const Native = window.WebSocket;

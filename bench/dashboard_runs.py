@@ -15,7 +15,10 @@ Three measures, each against a real ``vdl-stream serve`` subprocess and headless
   TaskDuration, ScriptDuration, LayoutDuration). Then that page is reloaded: it remembers the 100
   runs and subscribes to them at once; the same probe times the table and the first charts, and
   the time until every chart in view draws them all is noted (at a 30 ms poll: an upper bound;
-  the search is not remembered, so the ten runs selected by default are drawn too).
+  the search is not remembered, so the ten runs selected by default are drawn too). Then, with a
+  plain WebSocket client on one connection: 100 ``s06-*`` runs subscribed, then the same with one
+  of them swapped for an open run, with ``keep`` (only the added run is sent) and without (all
+  100 again): seconds to each ``synced``.
 * live: ``--runs-live`` runs (bench/runs_writer.py, its own process) log 10 tags at
   ``--runs-rate`` points/s each while the page shows all of them (``All`` clicked); every
   ``--interval`` seconds the Chrome DevTools Protocol's ``Performance.getMetrics`` gives the
@@ -173,6 +176,13 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                             server.ws_url, sorted(cold), select["max_points"]
                         )
                         select["reload"] = reload_remembered(page, names)
+                        # A change of one run of 100 (the runs open now): a delta with keep,
+                        # and the whole subscription again without it.
+                        for keep in (True, False):
+                            select[f"swap_one_keep_{keep}"] = server_swap(
+                                server.ws_url, sorted(cold)[:100], names[0],
+                                select["max_points"], keep,
+                            )  # fmt: skip
                 finally:
                     context.close()
         finally:
@@ -252,6 +262,37 @@ def server_select(ws_url: str, runs: list[str], max_points: int, timeout: float 
     return trio.run(main)
 
 
+def server_swap(
+    ws_url: str, runs: list[str], spare: str, max_points: int, keep: bool, timeout: float = 300.0
+) -> dict:
+    """On one connection: subscribe to ``runs`` (split), then again with the last one swapped
+    for ``spare`` (``keep`` or not); seconds from each ``subscribe`` to its ``synced``, and the
+    snapshots the second one brought."""
+    import msgpack
+    import trio
+    from trio_websocket import open_websocket_url
+
+    async def main() -> dict:
+        with trio.fail_after(timeout):
+            async with open_websocket_url(ws_url + "/ws/live", max_message_size=1 << 26) as ws:
+                out: dict = {}
+                for key, names in (("first_s", runs), ("swap_s", [*runs[:-1], spare])):
+                    message = {"type": "subscribe", "runs": names, "max_points": max_points,
+                               "keep": keep, "split": True}  # fmt: skip
+                    await ws.send_message(msgpack.packb(message))
+                    t0, snapshots = time.perf_counter(), 0
+                    while True:
+                        kind = msgpack.unpackb(await ws.get_message(), raw=False)["type"]
+                        snapshots += kind == "snapshot"
+                        if kind == "synced":
+                            break
+                    out[key] = time.perf_counter() - t0
+                    out[key.replace("_s", "_snapshots")] = snapshots
+                return out
+
+    return trio.run(main)
+
+
 def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
     """The live measure: ``--runs-live`` runs logging at once, all shown, sampled through CDP."""
     from bench_dashboard import (
@@ -296,6 +337,10 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         cdp.send("Performance.enable")
         cdp.send("HeapProfiler.collectGarbage")
         heap0 = perf_metrics(cdp)["JSHeapUsedSize"]
+        # WebSocket messages and frames the page handled (a batched ``frames`` message holds
+        # several; a page without batching counts each frame as one message).
+        count_js = "() => { const s = window.vdl.connection.stats; return [s.messages ?? s.frames, s.frames]; }"
+        counts0 = page.evaluate(count_js)
         writer.stdin.write("go\n")
         writer.stdin.flush()
         go = time.perf_counter()
@@ -314,6 +359,8 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         cdp.send("HeapProfiler.collectGarbage")
         heap1 = perf_metrics(cdp)["JSHeapUsedSize"]
         lines = page.evaluate(IN_VIEW_LINES_JS)
+        counts1 = page.evaluate(count_js)
+        window_s = max(samples[-1]["t"], 1e-9)
         busy = [
             (b["TaskDuration"] - a["TaskDuration"]) / (b["Timestamp"] - a["Timestamp"])
             for a, b in itertools.pairwise(samples)
@@ -340,6 +387,8 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             ),
             "heap_slope_second_half_mb_per_min": slope_per_min(half),
             "chromium_cpu_per_s": cpu,
+            "messages_per_s": (counts1[0] - counts0[0]) / window_s,
+            "frames_per_s": (counts1[1] - counts0[1]) / window_s,
             "load_avg": list(os.getloadavg()),
             "lines_in_view": lines,
             "sent": sent,
@@ -418,6 +467,14 @@ def report(result: dict) -> str:
                     f" {sel['main_LayoutDuration_s']:.2f} s layout) of"
                     f" {sel['main_Timestamp_s']:.2f} s"
                 )
+        for keep in (True, False):
+            swap = (sel or {}).get(f"swap_one_keep_{keep}")
+            if swap:
+                out.append(
+                    f"Swap one of 100 runs on one connection, keep={keep}: the first subscribe"
+                    f" {swap['first_s']:.2f} s ({swap['first_snapshots']} snapshots), the swap"
+                    f" {swap['swap_s']:.2f} s ({swap['swap_snapshots']} snapshots)"
+                )
     live = result.get("live")
     if live:
         out.append("")
@@ -430,4 +487,9 @@ def report(result: dict) -> str:
             f" (second half {live['heap_slope_second_half_mb_per_min']:+.1f});"
             f" lines per chart in view {live['lines_in_view']}; load average {live['load_avg'][0]:.1f}"
         )
+        if "messages_per_s" in live:
+            out.append(
+                f"WebSocket messages the page handled: {live['messages_per_s']:.0f}/s"
+                f" carrying {live['frames_per_s']:.0f} frames/s"
+            )
     return "\n".join(out)

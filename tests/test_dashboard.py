@@ -95,7 +95,7 @@ class SlowBroker(Broker):
         super().__init__(logdir)
         self.gates = [trio.Event(), trio.Event()]
 
-    async def send_snapshot(self, sub, send, max_points=2000):  # type: ignore[no-untyped-def]
+    async def send_snapshot(self, sub, send, max_points=2000, **options):  # type: ignore[no-untyped-def]
         sent = 0
 
         async def slow_send(frame: bytes) -> None:
@@ -104,7 +104,7 @@ class SlowBroker(Broker):
             sent += 1
             await send(frame)
 
-        await super().send_snapshot(sub, slow_send, max_points)
+        await super().send_snapshot(sub, slow_send, max_points, **options)
 
 
 @contextmanager

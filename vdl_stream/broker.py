@@ -51,6 +51,8 @@ UNTAGGED_SNAPSHOT = {"telemetry": 3600, "hparams": SNAPSHOT_EVENTS, "meta": SNAP
 UNTAGGED_SNAPSHOT["alert"] = 10 * SNAPSHOT_EVENTS
 #: Points per tag in the snapshot offered to open pages when a new run appears (the page's default).
 SNAPSHOT_POINTS = 2000
+#: Snapshot frames read ahead of the one being sent (``Broker.send_snapshot``).
+SNAPSHOT_AHEAD = 2
 #: Default budget for decoded data kept by runs' readers between reads.
 DEFAULT_CACHE_BYTES = 128 << 20
 #: Default seconds after which an unused reader is closed.
@@ -180,6 +182,14 @@ class Subscriber:
         self.after_seq = 0
         # run -> the broker seq up to which its snapshot already covers that run
         self.covered: dict[str, int] = {}
+        #: the broker seq when the subscription last changed (:meth:`Broker.resubscribe`): the
+        #: snapshots it calls for hold every batch ingested up to it
+        self.since = 0
+        #: run -> ``max_points`` of its snapshot, for the runs whose whole snapshot was handed
+        #: to the client: what a ``keep`` re-subscription need not send again
+        self.snapshots: dict[str, int] = {}
+        #: frames were dropped (a gap): what the client holds is not whole, nothing is kept
+        self.lost = False
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
         self._bytes = self._peak_bytes = 0
@@ -236,23 +246,51 @@ class Subscriber:
         Used on overflow, and when frames already offered turn out not to be on disk (a batch
         refused after its fan-out), so the page re-reads the truth.
         """
+        self.lost = True
         if not self._gap:
             self._gap = True
             self._gaps += 1
+
+    def _take(self, seq: int, run: str | None, frame: bytes) -> bytes | None:
+        """A dequeued frame, or None for one to skip: of a run the subscription no longer
+        covers, or covered by that run's snapshot."""
+        self._bytes -= len(frame)
+        if run is not None and not self.wants(run):
+            return None
+        if seq > self.covered.get(run, self.after_seq):  # type: ignore[arg-type]
+            self._sent += 1
+            return frame
+        return None
+
+    def receive_nowait(self) -> bytes:
+        """Return the next frame to send if one is ready (queued data, or ``gap`` once the
+        queue drained after an overflow); else raise ``trio.WouldBlock``.
+
+        Raises:
+            trio.WouldBlock: nothing to send now.
+            trio.EndOfChannel: closed, and everything queued was taken.
+        """
+        while True:
+            try:
+                item = self._receive.receive_nowait()
+            except trio.WouldBlock:
+                if self._gap:
+                    self._gap = False
+                    return codec.encode_message({"type": "gap", "seq": self.after_seq})
+                raise
+            frame = self._take(*item)
+            if frame is not None:
+                return frame
 
     async def receive(self) -> bytes:
         """Return the next frame to send: queued data, or a ``gap`` message after an overflow."""
         while True:
             try:
-                seq, run, frame = self._receive.receive_nowait()
+                return self.receive_nowait()
             except trio.WouldBlock:
-                if self._gap:
-                    self._gap = False
-                    return codec.encode_message({"type": "gap", "seq": self.after_seq})
-                seq, run, frame = await self._receive.receive()
-            self._bytes -= len(frame)
-            if seq > self.covered.get(run, self.after_seq):  # type: ignore[arg-type]
-                self._sent += 1
+                pass
+            frame = self._take(*await self._receive.receive())
+            if frame is not None:
                 return frame
 
     def close(self) -> None:
@@ -899,6 +937,9 @@ class Broker:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_summaries, SUMMARY_INTERVAL)
             task_status.started()
+            # The newest run's reader opens now, while the first browser loads the page, rather
+            # than a second later or on that browser's snapshot.
+            await self._warm_up()
             while True:
                 with trio.move_on_after(interval):
                     await self._closed.wait()
@@ -1453,9 +1494,40 @@ class Broker:
                 f"the server already serves {self._max_subscribers} live subscribers"
             )
         sub = Subscriber(runs, self._subscriber_queue, tags, self._subscriber_bytes)
-        sub.after_seq = self._seq
+        sub.after_seq = sub.since = self._seq
         self._subscribers.add(sub)
         return sub
+
+    def resubscribe(
+        self, sub: Subscriber, runs: set[str] | None, max_points: int
+    ) -> list[str] | None:
+        """Change the runs of ``sub`` in place (a ``subscribe`` with ``keep``): return the runs
+        whose snapshots the client still lacks, for :meth:`send_snapshot` (``runs=``).
+
+        The runs ``sub`` was sent a whole snapshot of, with at least ``max_points`` points per
+        tag, and that it still covers are kept: their queued and later frames go on, nothing of
+        them is read or sent again. Runs it no longer covers get no frame from now on (queued
+        ones are dropped). Every other run it covers is returned, and its frames queued before
+        now are skipped: its snapshot (which :meth:`send_snapshot` reads to include every batch
+        ingested before now) holds them.
+
+        Returns None when ``sub`` lost frames (a gap): the client re-syncs from a fresh
+        subscription, which the caller makes.
+        """
+        if sub.lost:
+            return None
+        sub.runs = runs
+        sub.since = self._seq
+        for name, points in list(sub.snapshots.items()):
+            if not sub.wants(name) or points < max_points:
+                del sub.snapshots[name]
+        for name in list(sub.covered):
+            if not sub.wants(name):
+                del sub.covered[name]
+        missing = [n for n in sorted(self._runs) if sub.wants(n) and n not in sub.snapshots]
+        for name in missing:
+            sub.covered[name] = sub.since
+        return missing
 
     def unsubscribe(self, sub: Subscriber) -> None:
         """Remove a subscriber and close its queue."""
@@ -1477,49 +1549,117 @@ class Broker:
         return frames
 
     async def send_snapshot(
-        self, sub: Subscriber, send: Callable[[bytes], Awaitable[Any]], max_points: int = 2000
+        self,
+        sub: Subscriber,
+        send: Callable[[bytes], Awaitable[Any]],
+        max_points: int = 2000,
+        *,
+        runs: Iterable[str] | None = None,
+        split: bool = False,
     ) -> None:
         """Like :meth:`snapshot`, but hand each run's frame to ``send`` as soon as it is read, so
-        a page over many runs draws the first ones while the others are still being read."""
+        a page over many runs draws the first ones while the others are still being read.
+
+        Args:
+            runs: the runs to send (what :meth:`resubscribe` returned); None: every run ``sub``
+                covers.
+            split: send each run as two frames, ``snapshot`` with its scalars (``events_follow``
+                true) and then ``snapshot_events`` with its events, so that a page draws its
+                charts before the histograms and images are read, sent and decoded.
+
+        Frames are sent by a task of their own while the next ones are read; a run counts as
+        sent (``sub.snapshots``) once its last frame was handed to ``send``.
+        """
         # Batches ingested before the subscription were never offered to ``sub``: the snapshot
         # must hold them, so wait until they are written. Nothing to wait for when only
         # followed runs moved (what was fanned out of them was on disk already).
-        await self.wait_persisted(min(sub.after_seq, self._ingest_seq))
-        for name in sorted(self._runs):
-            run = self._runs.get(name)
-            if run is None or not sub.wants(name):
-                continue
-            async with run.lock:
-                # Under the run's lock its reader's end and the seqs given out for it agree: a
-                # followed run's data is fanned out under this lock, and a written run's position
-                # moves together with the written seq.
-                covered = self._written_seq if run.local else self._seq
-                try:
-                    if self._bus is not None and not run.local and self._bus.carries(name):
-                        # bus: live frames of this run come by the bus, and the files hold
-                        # what they carried: read them to their end (what the frames fanned out
-                        # meanwhile repeat comes twice, rather than not at all)
-                        await trio.to_thread.run_sync(
-                            self._bus_catch_up, run, limiter=self._read_limiter
-                        )
-                    scalars, events = await trio.to_thread.run_sync(
-                        _read_snapshot,
-                        run,
-                        run.position,
-                        max_points,
-                        limiter=self._read_limiter,
+        await self.wait_persisted(min(sub.since, self._ingest_seq))
+        names = sorted(self._runs) if runs is None else list(runs)
+        # (frame, the run it completes or None); a frame or two of read-ahead.
+        to_send, to_sender = trio.open_memory_channel[tuple[bytes, str | None]](SNAPSHOT_AHEAD)
+
+        async def sender() -> None:
+            async for frame, done in to_sender:
+                await send(frame)
+                if done is not None:
+                    sub.snapshots[done] = max_points
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sender)
+            async with to_send:
+                for name in names:
+                    for item in await self._snapshot_frames(sub, name, max_points, split, to_send):
+                        await to_send.send(item)
+                    await self._trim()
+
+    async def _snapshot_frames(
+        self,
+        sub: Subscriber,
+        name: str,
+        max_points: int,
+        split: bool,
+        to_send: trio.MemorySendChannel[tuple[bytes, str | None]],
+    ) -> list[tuple[bytes, str | None]]:
+        """Read the snapshot of run ``name`` for ``sub``; return its frames still to send. With
+        ``split`` the scalars frame is handed to ``to_send`` before the events are read, if
+        there is room (never waiting for a browser while the run's lock is held)."""
+        run = self._runs.get(name)
+        if run is None or not sub.wants(name):
+            return []
+        frames: list[tuple[bytes, str | None]] = []
+        async with run.lock:
+            # Under the run's lock its reader's end and the seqs given out for it agree: a
+            # followed run's data is fanned out under this lock, and a written run's position
+            # moves together with the written seq (both set at once on the event loop, so they
+            # are taken together here, and both reads stop at that one position).
+            covered = self._written_seq if run.local else self._seq
+            try:
+                if self._bus is not None and not run.local and self._bus.carries(name):
+                    # bus: live frames of this run come by the bus, and the files hold
+                    # what they carried: read them to their end (what the frames fanned out
+                    # meanwhile repeat comes twice, rather than not at all)
+                    await trio.to_thread.run_sync(
+                        self._bus_catch_up, run, limiter=self._read_limiter
                     )
-                except Exception as exc:  # one unreadable run never stops the snapshot
+                limit = run.position
+                scalars = await trio.to_thread.run_sync(
+                    _snapshot_scalars, run, limit, max_points, limiter=self._read_limiter
+                )
+            except Exception as exc:  # one unreadable run never stops the snapshot
+                self._read_failed(run, exc)
+                return []
+            if split:
+                picked, _ = sub.select(scalars, [])
+                frame = codec.encode_live("snapshot", covered, name, picked, [], events_follow=True)
+                try:
+                    to_send.send_nowait((frame, None))
+                except trio.WouldBlock:
+                    frames.append((frame, None))
+            try:
+                events = await trio.to_thread.run_sync(
+                    _snapshot_events, run, limit, limiter=self._read_limiter
+                )
+            except Exception as exc:
+                if not split:
                     self._read_failed(run, exc)
-                    continue
-                sub.covered[name] = covered
-                self._cache.update(run)
-                if self.alerts is not None and self.alerts.held(name):  # alerts block: a
-                    # followed run's alerts, held (not recorded), as of ``covered``
-                    events = sorted(events + self.alerts.held(name), key=lambda e: e["wall"])
-            scalars, events = sub.select(scalars, events)
-            await send(codec.encode_live("snapshot", covered, name, scalars, events))
-            await self._trim()
+                    return []
+                # The scalars went: the run stands without its events (logged once).
+                self._read_failed(run, exc)
+                events = []
+            sub.covered[name] = covered
+            self._cache.update(run)
+            if self.alerts is not None and self.alerts.held(name):  # alerts block: a
+                # followed run's alerts, held (not recorded), as of ``covered``
+                events = sorted(events + self.alerts.held(name), key=lambda e: e["wall"])
+        if split:
+            _, events = sub.select([], events)
+            frame = codec.encode_message(
+                {"type": "snapshot_events", "seq": covered, "run": name, "events": events}
+            )
+        else:
+            frame = codec.encode_live("snapshot", covered, name, *sub.select(scalars, events))
+        frames.append((frame, name))
+        return frames
 
     async def _read(self, name: str, fn: Any, *args: Any) -> Any:
         """Run ``fn(run, *args)`` on run ``name`` in a reader thread; KeyError for an unknown or
@@ -2034,26 +2174,46 @@ def _read_snapshot(
     run: _Run, limit: Any, max_points: int
 ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
     """Read a run up to ``limit``, downsampled for drawing (blocking; hold ``run.lock``)."""
+    return _snapshot_scalars(run, limit, max_points), _snapshot_events(run, limit)
+
+
+def _snapshot_scalars(run: _Run, limit: Any, max_points: int) -> list[ScalarColumns]:
+    """The scalar part of a snapshot: every scalar tag of a run up to ``limit``, downsampled to
+    ``max_points`` (blocking; hold ``run.lock``)."""
     try:
         reader = _open_reader(run, limit)
     except recorder.NotARunError:
-        return [], []
-    scalars, events = [], []
+        return []
+    scalars = []
     for tag, info in reader.tags().items():
         if info.kind == "scalars":
             # A tag not loaded is downsampled chunk by chunk, keeping nothing (bounded memory).
             s = reader.read_scalars(tag, max_points=max_points)
             scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
-        elif info.kind in codec.EVENT_KINDS:
+    _measure(run)
+    return scalars
+
+
+def _snapshot_events(run: _Run, limit: Any) -> list[dict[str, Any]]:
+    """The event part of a snapshot: up to ``SNAPSHOT_EVENTS`` events of every event tag (picked
+    over the run by the reader) and the untagged kinds of a run up to ``limit``, in wall order
+    (blocking; hold ``run.lock``)."""
+    try:
+        reader = _open_reader(run, limit)
+    except recorder.NotARunError:
+        return []
+    events = []
+    for tag, info in reader.tags().items():
+        if info.kind in codec.EVENT_KINDS:
             # Thinned by the reader: only the picked events of a long run are decoded.
             records = reader.read_records(kind=info.kind, tag=tag, limit=SNAPSHOT_EVENTS)
             events.extend(_record_event(r) for r in records)
-    for kind, limit in UNTAGGED_SNAPSHOT.items():  # events without a tag are not in tags()
-        records = reader.read_records(kind=kind, limit=limit)
+    for kind, count in UNTAGGED_SNAPSHOT.items():  # events without a tag are not in tags()
+        records = reader.read_records(kind=kind, limit=count)
         events.extend(_record_event(r) for r in records if r.tag is None)
     events.sort(key=lambda e: e["wall"])
     _measure(run)
-    return scalars, events
+    return events
 
 
 def _read_scalars(

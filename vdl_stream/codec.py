@@ -250,26 +250,43 @@ def encode_message(message: dict[str, Any]) -> bytes:
 
 
 def encode_live(
-    kind: str, seq: int, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]
+    kind: str,
+    seq: int,
+    run: str,
+    scalars: list[ScalarColumns],
+    events: list[dict[str, Any]],
+    *,
+    events_follow: bool = False,
 ) -> bytes:
-    """Encode a ``snapshot`` or ``data`` frame for browsers; steps travel as f8 there."""
-    return _packb(
-        {
-            "type": kind,
-            "seq": seq,
-            "run": run,
-            "scalars": [
-                [
-                    c.tag,
-                    c.steps.astype("<f8").tobytes(),
-                    c.walls.astype("<f8", copy=False).tobytes(),
-                    c.values.astype("<f8", copy=False).tobytes(),
-                ]
-                for c in scalars
-            ],
-            "events": events,
-        }
-    )
+    """Encode a ``snapshot`` or ``data`` frame for browsers; steps travel as f8 there.
+
+    ``events_follow``: a snapshot's scalars, whose events come next in a ``snapshot_events``
+    frame (docs/protocol.md).
+    """
+    message = {
+        "type": kind,
+        "seq": seq,
+        "run": run,
+        "scalars": [
+            [
+                c.tag,
+                c.steps.astype("<f8").tobytes(),
+                c.walls.astype("<f8", copy=False).tobytes(),
+                c.values.astype("<f8", copy=False).tobytes(),
+            ]
+            for c in scalars
+        ],
+        "events": events,
+    }
+    if events_follow:
+        message["events_follow"] = True
+    return _packb(message)
+
+
+def encode_frames(frames: list[bytes]) -> bytes:
+    """Encode several encoded frames as one ``frames`` message (a live tick's worth: the
+    client handles each in order, as if it had come alone)."""
+    return _packb({"type": "frames", "frames": frames})
 
 
 def decode_message(data: bytes | bytearray | memoryview | str | None) -> dict[str, Any]:

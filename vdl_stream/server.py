@@ -879,6 +879,81 @@ def _static_response(static: Any, name: str) -> Response:
 SEND_WHOLE_TIMEOUT = 30.0
 
 
+#: Live frames go out at most once per tick per browser, all those queued meanwhile in one
+#: ``frames`` message, for a subscription with ``batch`` (docs/protocol.md): a page shown 50
+#: live runs gets 20 messages a second rather than one per run and batch.
+LIVE_TICK = 0.05
+#: Bounds of one ``frames`` message: frames, and bytes (a frame over it still goes, alone).
+LIVE_BATCH_FRAMES = 512
+LIVE_BATCH_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class _Subscribe:
+    """One checked ``subscribe`` message."""
+
+    runs: set[str] | None
+    tags: TagFilter | None
+    max_points: int
+    keep: bool
+    split: bool
+    batch: bool
+
+
+def _parse_subscribe(message: dict[str, Any]) -> _Subscribe:
+    """Check a ``subscribe`` message (docs/protocol.md); ``codec.ProtocolError`` names what is
+    wrong."""
+    if message["type"] != "subscribe":
+        raise codec.ProtocolError(f"unexpected message type {message['type']!r:.40}")
+    runs = message.get("runs")
+    if runs is not None and not (isinstance(runs, list) and all(isinstance(r, str) for r in runs)):
+        raise codec.ProtocolError("subscribe runs must be nil or an array of str")
+    max_points = message.get("max_points", 2000)
+    if type(max_points) is not int or not 2 <= max_points <= 100_000:
+        raise codec.ProtocolError("subscribe max_points must be an int in [2, 100000]")
+    flags = {}
+    for key in ("keep", "split", "batch"):
+        flags[key] = message.get(key, False)
+        if type(flags[key]) is not bool:
+            raise codec.ProtocolError(f"subscribe {key} must be a bool")
+    return _Subscribe(
+        None if runs is None else set(runs), tag_filter(message.get("tags")), max_points, **flags
+    )
+
+
+async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: bool) -> None:
+    """Send ``sub``'s live frames as they come; with ``batch``, at most one message per
+    :data:`LIVE_TICK`, holding every frame queued by then (a lone frame goes as itself)."""
+    take = getattr(sub, "receive_nowait", None) if batch else None
+    last = -math.inf
+    while True:
+        if take is not None:
+            # The tick is waited for before a frame is taken: a re-subscribe cancels this task
+            # at any wait, and a frame taken must be sent (``send`` is shielded).
+            wait = last + LIVE_TICK - trio.current_time()
+            if wait > 0:
+                await trio.sleep(wait)
+        frame = await sub.receive()
+        if take is None:
+            await send(frame)
+            continue
+        frames, size, ended = [frame], len(frame), False
+        while len(frames) < LIVE_BATCH_FRAMES and size < LIVE_BATCH_BYTES:
+            try:
+                frame = take()
+            except trio.WouldBlock:
+                break
+            except trio.EndOfChannel:
+                ended = True
+                break
+            frames.append(frame)
+            size += len(frame)
+        last = trio.current_time()
+        await send(frames[0] if len(frames) == 1 else codec.encode_frames(frames))
+        if ended:
+            raise trio.EndOfChannel
+
+
 async def _live_session(
     broker: Broker, subscribe_timeout: float = 5.0, summaries_since: int | None = None
 ) -> None:
@@ -889,7 +964,9 @@ async def _live_session(
 
     Each subscription first gets the summaries published since publication ``summaries_since``
     (those sent on connect are older; ones dropped with a gap are re-sent this way), then its
-    snapshots, then ``synced``, then live frames (summaries among them).
+    snapshots, then ``synced``, then live frames (summaries among them). A ``subscribe`` with
+    ``keep`` changes the connection's subscription in place: only the runs the browser lacks get
+    snapshots (:meth:`Broker.resubscribe`).
     """
 
     async def send_whole(frame: bytes) -> None:
@@ -902,63 +979,83 @@ async def _live_session(
             raise ConnectionError("a frame could not be sent in time")
 
     async def stream(
-        runs: set[str] | None,
-        tags: TagFilter | None,
-        max_points: int,
-        scope: trio.CancelScope,
+        sub: Any, ask: _Subscribe, missing: list[str] | None, done: trio.Event
     ) -> None:
-        with scope:
-            try:
-                sub = broker.subscribe(runs, tags)  # type: ignore[arg-type]
-            except SubscriberLimitError as exc:
-                await websocket.close(1013, str(exc)[:120])  # 1013: try again later
-                return
-            try:
-                # Subscribed first, so a summary published from now on reaches ``sub``.
-                if (frame := broker.summaries_frame(summaries_since)) is not None:
-                    await send_whole(frame)
-                await broker.send_snapshot(sub, send_whole, max_points)
-                # Runs that could not be read were left out: the page stops waiting for them.
-                await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
-                while True:
-                    await send_whole(await sub.receive())
-            except trio.EndOfChannel:
-                await websocket.close(1001, "server shutting down")
-            finally:
-                broker.unsubscribe(sub)
+        try:
+            # Subscribed first, so a summary published from now on reaches ``sub``.
+            if (frame := broker.summaries_frame(summaries_since)) is not None:
+                await send_whole(frame)
+            if isinstance(broker, Broker):
+                await broker.send_snapshot(
+                    sub, send_whole, ask.max_points, runs=missing, split=ask.split
+                )
+            else:  # a replay: whole snapshots of every run
+                await broker.send_snapshot(sub, send_whole, ask.max_points)
+            # Runs that could not be read were left out: the page stops waiting for them.
+            await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
+            await _send_live(sub, send_whole, ask.batch)
+        except trio.EndOfChannel:
+            await websocket.close(1001, "server shutting down")
+        finally:
+            done.set()
 
-    async with trio.open_nursery() as nursery:
-        current: trio.CancelScope | None = None
-        while True:
-            try:
-                data: bytes | str | None = None
-                # Only the first subscribe has a deadline; a subscribed browser is busy receiving.
-                with trio.move_on_after(subscribe_timeout if current is None else math.inf):
-                    data = await websocket.receive()
-                if data is None:
-                    raise codec.ProtocolError(f"no subscribe within {subscribe_timeout:g} s")
-                message = codec.decode_message(data)
-                if message["type"] != "subscribe":
-                    raise codec.ProtocolError(f"unexpected message type {message['type']!r:.40}")
-                runs = message.get("runs")
-                if runs is not None and not (
-                    isinstance(runs, list) and all(isinstance(r, str) for r in runs)
+    sub: Any = None
+    try:
+        async with trio.open_nursery() as nursery:
+            current: trio.CancelScope | None = None
+            finished = trio.Event()
+            while True:
+                try:
+                    data: bytes | str | None = None
+                    # Only the first subscribe has a deadline; a subscribed browser is busy.
+                    with trio.move_on_after(subscribe_timeout if current is None else math.inf):
+                        data = await websocket.receive()
+                    if data is None:
+                        raise codec.ProtocolError(f"no subscribe within {subscribe_timeout:g} s")
+                    ask = _parse_subscribe(codec.decode_message(data))
+                except codec.ProtocolError as exc:
+                    await websocket.close(CLOSE_POLICY, str(exc)[:120])
+                    nursery.cancel_scope.cancel()
+                    return
+                if current is not None:
+                    # The previous stream ends (each frame is sent whole) before ``sub`` changes.
+                    current.cancel()
+                    await finished.wait()
+                missing = None
+                if (
+                    ask.keep
+                    and sub is not None
+                    and isinstance(broker, Broker)
+                    and _same_tags(sub.tags, ask.tags)
                 ):
-                    raise codec.ProtocolError("subscribe runs must be nil or an array of str")
-                max_points = message.get("max_points", 2000)
-                if type(max_points) is not int or not 2 <= max_points <= 100_000:
-                    raise codec.ProtocolError("subscribe max_points must be an int in [2, 100000]")
-                tags = tag_filter(message.get("tags"))
-            except codec.ProtocolError as exc:
-                await websocket.close(CLOSE_POLICY, str(exc)[:120])
-                nursery.cancel_scope.cancel()
-                return
-            if current is not None:
-                current.cancel()
-            current = trio.CancelScope()
-            nursery.start_soon(
-                stream, None if runs is None else set(runs), tags, max_points, current
-            )
+                    missing = broker.resubscribe(sub, ask.runs, ask.max_points)
+                if missing is None:
+                    if sub is not None:
+                        broker.unsubscribe(sub)
+                        sub = None
+                    try:
+                        sub = broker.subscribe(ask.runs, ask.tags)  # type: ignore[arg-type]
+                    except SubscriberLimitError as exc:
+                        await websocket.close(1013, str(exc)[:120])  # 1013: try again later
+                        nursery.cancel_scope.cancel()
+                        return
+                current, finished = trio.CancelScope(), trio.Event()
+                nursery.start_soon(_in_scope, current, stream, sub, ask, missing, finished)
+    finally:
+        if sub is not None:
+            broker.unsubscribe(sub)
+
+
+async def _in_scope(scope: trio.CancelScope, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    """Run ``fn(*args)`` inside ``scope`` (so that the caller can cancel that task alone)."""
+    with scope:
+        await fn(*args)
+
+
+def _same_tags(a: Any, b: TagFilter | None) -> bool:
+    """Whether two tag filters (a subscriber's and a ``subscribe``'s) are the same (None:
+    every tag)."""
+    return getattr(a, "pattern", None) == getattr(b, "pattern", None)
 
 
 async def _ingest_session(broker: Broker) -> None:

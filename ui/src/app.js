@@ -363,8 +363,9 @@ function sendSubscribe(runs) {
   const points = pointsFor(runs === null ? runsModel.names.size : runs.length);
   connection.maxPoints = points;
   store.maxPoints = points;
-  store.subscribeTo(runs);
-  connection.subscribe(runs);
+  // `keep`: the runs already drawn stay; only the added ones are read and sent (docs/protocol.md).
+  store.subscribeTo(runs, { keep: true });
+  connection.subscribe(runs, { keep: true });
 }
 
 // On the first `runs` frame: few runs are all selected at once; with many, the most recently active

@@ -70,10 +70,11 @@ export class Connection {
     this.runs = null;
     this.connected = false;
     /**
-     * Frames received and frames that failed to decode, reconnect attempts, `gap` messages and
-     * WebSockets opened (1 until the first reconnect), for the status line and tests.
+     * Frames received (each frame of a batched `frames` message counts), WebSocket messages,
+     * frames that failed to decode, reconnect attempts, `gap` messages and WebSockets opened (1
+     * until the first reconnect), for the status line and tests.
      */
-    this.stats = { frames: 0, badFrames: 0, reconnects: 0, gaps: 0, sockets: 0 };
+    this.stats = { frames: 0, messages: 0, badFrames: 0, reconnects: 0, gaps: 0, sockets: 0 };
     this._attempt = 0;
     this._timer = null;
     this._ws = null;
@@ -95,11 +96,14 @@ export class Connection {
 
   /**
    * Change the subscription (null: all runs); sent now if connected, and on every reconnect.
+   * Snapshots come split (scalars first) and live frames batched per tick (docs/protocol.md).
    * @param {string[]|null} runs
+   * @param {{keep?: boolean}} [opts] `keep`: the server sends snapshots only of the runs this
+   *   page does not hold yet (the others go on live); never after a `gap`
    */
-  subscribe(runs = this.runs) {
+  subscribe(runs = this.runs, { keep = false } = {}) {
     this.runs = runs;
-    if (this._ws?.readyState === WebSocket.OPEN) this._ws.send(encodeSubscribe(this.runs, this.maxPoints));
+    if (this._ws?.readyState === WebSocket.OPEN) this._ws.send(encodeSubscribe(this.runs, this.maxPoints, { keep, split: true, batch: true }));
   }
 
   _open() {
@@ -130,12 +134,14 @@ export class Connection {
         console.warn("vdl-stream: dropped a bad frame:", err);
         return;
       }
-      this.stats.frames++;
-      if (msg.type === "gap") {
-        this.stats.gaps++;
-        this.subscribe();
+      if (msg.type === "frames") {
+        this.stats.messages++;
+        this.stats.badFrames += msg.badFrames;
+        for (const one of msg.frames) this._handle(one);
+      } else {
+        this.stats.messages++;
+        this._handle(msg);
       }
-      this.onMessage(msg);
     };
     ws.onclose = (ev) => {
       if (this._ws !== ws) return;
@@ -147,6 +153,15 @@ export class Connection {
       }
       this._retry(ev.reason || `code ${ev.code}`);
     };
+  }
+
+  _handle(msg) {
+    this.stats.frames++;
+    if (msg.type === "gap") {
+      this.stats.gaps++;
+      this.subscribe();
+    }
+    this.onMessage(msg);
   }
 
   _retry(detail) {

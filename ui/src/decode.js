@@ -151,9 +151,28 @@ export function decodeFrame(frame) {
   if (msg === null || typeof msg !== "object" || Array.isArray(msg) || typeof msg.type !== "string") {
     throw new TypeError(`frame must be a map with a str type, got ${describe(msg)}`);
   }
-  if (msg.type === "snapshot" || msg.type === "data") {
+  if (msg.type === "frames") {
+    // A live tick's frames in one message (docs/protocol.md): each is decoded on its own, and
+    // one that fails is left out (counted) rather than losing the others.
+    if (!Array.isArray(msg.frames)) throw new TypeError(`frames.frames must be a list, got ${describe(msg.frames)}`);
+    const frames = [];
+    let bad = 0;
+    for (const inner of msg.frames) {
+      try {
+        if (!(inner instanceof Uint8Array)) throw new TypeError(`a frame must be bytes, got ${describe(inner)}`);
+        const one = decodeFrame(inner);
+        if (one.type === "frames") throw new TypeError("frames do not nest");
+        frames.push(one);
+      } catch {
+        bad++;
+      }
+    }
+    return { type: "frames", frames, badFrames: bad };
+  }
+  if (msg.type === "snapshot" || msg.type === "data" || msg.type === "snapshot_events") {
     if (typeof msg.run !== "string") throw new TypeError(`${msg.type}.run must be a str, got ${describe(msg.run)}`);
-    msg.scalars = decodeScalars(msg.scalars);
+    // `snapshot_events` carries the events of the snapshot just sent (its scalars came first).
+    msg.scalars = msg.type === "snapshot_events" ? [] : decodeScalars(msg.scalars);
     // One malformed event is dropped (and counted) rather than losing the frame's scalars.
     const events = [];
     msg.badEvents = 0;
@@ -180,10 +199,17 @@ export function decodeFrame(frame) {
  *
  * @param {string[]|null} runs run names, or null for all runs
  * @param {number} maxPoints history points per tag in snapshots
+ * @param {{keep?: boolean, split?: boolean, batch?: boolean}} [opts] `keep`: the runs held stay
+ *   (only the others get snapshots); `split`: each snapshot's scalars, then its events; `batch`:
+ *   live frames in one `frames` message per tick (docs/protocol.md)
  * @returns {Uint8Array}
  */
-export function encodeSubscribe(runs = null, maxPoints = 2000) {
-  return encode({ type: "subscribe", runs, max_points: maxPoints });
+export function encodeSubscribe(runs = null, maxPoints = 2000, { keep = false, split = false, batch = false } = {}) {
+  const msg = { type: "subscribe", runs, max_points: maxPoints };
+  if (keep) msg.keep = true;
+  if (split) msg.split = true;
+  if (batch) msg.batch = true;
+  return encode(msg);
 }
 
 function describe(value) {

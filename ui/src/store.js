@@ -144,20 +144,37 @@ export class Store {
     this._sync = { phase: "connecting", expected: new Set(), arrived: new Set() };
     /** The runs the page subscribed to, or null (every run): what a `gap` re-sends. */
     this.subscribed = null;
+    this._wanted = null;
+    /**
+     * Runs whose whole snapshot arrived on this connection (and nothing was lost since), with
+     * the `max_points` it was asked with: what a `keep` subscription does not wait for.
+     * @type {Map<string, number>}
+     */
+    this.held = new Map();
   }
 
   /**
    * The page (re)subscribed to `runs` (null: every run): wait for their snapshots, and empty the
-   * runs it no longer follows so that their points do not linger in memory.
+   * runs it no longer follows so that their points do not linger in memory. With `keep` (the
+   * subscribe asked the server to keep what the page holds) only the runs not held with at
+   * least `maxPoints` points per tag are waited for; the others stay as they are.
    * @param {string[]|null} runs
+   * @param {{keep?: boolean}} [opts]
    */
-  subscribeTo(runs) {
+  subscribeTo(runs, { keep = false } = {}) {
     this.subscribed = runs;
+    this._wanted = runs === null ? null : new Set(runs);
     if (runs !== null) {
-      const keep = new Set(runs);
-      for (const name of this.runs.keys()) if (!keep.has(name)) this._dropRun(name);
+      for (const name of this.runs.keys()) if (!this._wanted.has(name)) this._dropRun(name);
     }
-    this.beginSync(runs ?? this.announced);
+    if (!keep) this.held.clear();
+    for (const [name, points] of this.held) if (!this._wants(name) || points < this.maxPoints) this.held.delete(name);
+    this.beginSync((runs ?? this.announced).filter((name) => !this.held.has(name)));
+  }
+
+  // Whether the subscription covers `run` (frames of a run it dropped may still be on the way).
+  _wants(run) {
+    return this._wanted === null || this._wanted.has(run);
   }
 
   /**
@@ -167,6 +184,7 @@ export class Store {
    * @param {string[]|null} runs
    */
   beginSync(runs = null) {
+    if (runs === null) this.held.clear(); // a new connection: the server holds nothing of ours
     this._sync = { phase: runs === null ? "connecting" : "loading", expected: new Set(runs ?? []), arrived: new Set() };
     this._syncChanged();
   }
@@ -209,14 +227,24 @@ export class Store {
         if (this._sync.phase === "connecting") this.beginSync(this.announced);
         break;
       case "snapshot":
+        if (!this._wants(msg.run)) break;
         this._clearRun(msg.run);
         this._ingest(msg);
+        // Split snapshots (docs/protocol.md): the scalars come first, the events next.
+        if (msg.events_follow === true) this.held.delete(msg.run);
+        else this.held.set(msg.run, this.maxPoints);
         if (this._sync.phase === "loading") {
           this._sync.arrived.add(msg.run);
           this._syncChanged();
         }
         break;
+      case "snapshot_events":
+        if (!this._wants(msg.run)) break;
+        this._ingest(msg);
+        this.held.set(msg.run, this.maxPoints);
+        break;
       case "data":
+        if (!this._wants(msg.run)) break;
         this._ingest(msg);
         // A server sends every snapshot of a subscription before any data.
         if (this._sync.phase === "loading") this._ready();
@@ -225,10 +253,12 @@ export class Store {
         // The server's runs changed under the page (a replay's seek): fresh snapshots of
         // `runs` follow and replace each run; any other run is emptied now.
         for (const name of this.runs.keys()) if (!msg.runs.includes(name)) this._clearRun(name);
+        this.held.clear();
         this.beginSync(msg.runs);
         break;
       case "gap":
         // The page subscribes again: a snapshot of every run of its subscription comes.
+        this.held.clear();
         this.beginSync(this.subscribed ?? this.announced);
         break;
       case "summaries":

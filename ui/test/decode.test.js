@@ -104,3 +104,28 @@ test("a reset frame must list its runs as strs", () => {
   assert.throws(() => decodeFrame(encode({ type: "reset", seq: 4 })), /reset.runs must be a list of str, got undefined/);
   assert.throws(() => decodeFrame(encode({ type: "reset", seq: 4, runs: [1] })), /reset.runs/);
 });
+
+test("encodeSubscribe adds keep, split and batch only when asked", () => {
+  assert.deepEqual(decode(encodeSubscribe(["a"], 200, { keep: true, split: true, batch: true })), {
+    type: "subscribe",
+    runs: ["a"],
+    max_points: 200,
+    keep: true,
+    split: true,
+    batch: true,
+  });
+  assert.deepEqual(decode(encodeSubscribe(null, 2000, { keep: false })), { type: "subscribe", runs: null, max_points: 2000 });
+});
+
+test("decodeFrame unpacks a frames message into decoded frames, leaving out a bad one", () => {
+  const data = encode({ type: "data", seq: 2, run: "r", scalars: [["loss", bytesOf([1]), bytesOf([2]), bytesOf([3])]], events: [] });
+  const events = encode({ type: "snapshot_events", seq: 1, run: "r", events: [{ kind: "histogram", tag: "w", step: 1, wall: 2, edges: bytesOf([0, 1]), counts: bytesOf([5]) }] });
+  const msg = decodeFrame(encode({ type: "frames", frames: [events, encode([1]), data, encode({ type: "gap", seq: 3 })] }));
+  assert.equal(msg.type, "frames");
+  assert.equal(msg.badFrames, 1);
+  assert.deepEqual(msg.frames.map((f) => f.type), ["snapshot_events", "data", "gap"]);
+  assert.deepEqual(msg.frames[0].scalars, []);
+  assert.deepEqual(Array.from(msg.frames[0].events[0].counts), [5]);
+  assert.deepEqual(Array.from(msg.frames[1].scalars[0].values), [3]);
+  assert.throws(() => decodeFrame(encode({ type: "frames", frames: 3 })), /frames.frames must be a list/);
+});

@@ -172,3 +172,43 @@ test("a subscription to some runs: the others are emptied, synced ends the loadi
   store.subscribeTo(null);
   assert.deepEqual(store.syncState(), { phase: "loading", total: 3, done: 0 });
 });
+
+test("split snapshots: the scalars replace the run at once, its events follow and are added", () => {
+  const store = new Store();
+  store.subscribeTo(["a"]);
+  store.apply({ type: "data", seq: 1, run: "a", scalars: [cols([0, 1, 2], [1, 1, 1])], events: [] });
+  const hist = { kind: "text", tag: "notes", step: 1, wall: 1001, text: "hello" };
+  store.apply({ type: "snapshot", seq: 5, run: "a", scalars: [cols([0, 5], [9, 8])], events: [], events_follow: true });
+  assert.deepEqual(Array.from(store.series("a", "loss").column(STEP)), [0, 5]); // replaced
+  assert.equal(store.held.has("a"), false); // not whole yet: a keep subscription re-asks for it
+  store.apply({ type: "snapshot_events", seq: 5, run: "a", scalars: [], events: [hist] });
+  assert.equal(store.runs.get("a").texts.get("notes")[0].text, "hello");
+  assert.deepEqual(Array.from(store.series("a", "loss").column(STEP)), [0, 5]); // scalars untouched
+  assert.equal(store.held.get("a"), 2000);
+});
+
+test("keep: only the runs not held are awaited; frames of dropped runs are ignored", () => {
+  const store = new Store();
+  store.apply({ type: "runs", runs: ["a", "b", "c"] });
+  store.subscribeTo(["a", "b"], { keep: true });
+  for (const run of ["a", "b"]) store.apply({ type: "snapshot", seq: 1, run, scalars: [cols([0, 1], [1, 2])], events: [] });
+  assert.equal(store.syncState().phase, "ready");
+  store.subscribeTo(["b", "c"], { keep: true });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 1, done: 0 }); // c only
+  assert.equal(store.series("a", "loss"), undefined); // dropped
+  // A frame of a that was on the way before the server heard the new subscription:
+  store.apply({ type: "data", seq: 2, run: "a", scalars: [cols([2], [3])], events: [] });
+  assert.equal(store.series("a", "loss"), undefined);
+  store.apply({ type: "data", seq: 2, run: "b", scalars: [cols([2], [3])], events: [] });
+  assert.equal(store.series("b", "loss").length, 3); // b kept its history and goes on live
+  // More points per tag than b was held with: b is read again, so it is awaited too.
+  store.maxPoints = 4000;
+  store.subscribeTo(["b", "c"], { keep: true });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 2, done: 0 });
+  // A gap: nothing held counts, every run is awaited again.
+  store.maxPoints = 2000;
+  store.apply({ type: "snapshot", seq: 3, run: "b", scalars: [], events: [] });
+  store.apply({ type: "gap", seq: 4 });
+  store.subscribeTo(["b", "c"], { keep: true });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 2, done: 0 });
+});

@@ -163,7 +163,8 @@ export class AlertsView {
 
   /** Feed every frame of the connection here. */
   onMessage(msg) {
-    if (msg.type !== "snapshot" && msg.type !== "data") return;
+    // A split snapshot's events (alerts among them) come in `snapshot_events` (docs/protocol.md).
+    if (msg.type !== "snapshot" && msg.type !== "data" && msg.type !== "snapshot_events") return;
     const fresh = this.book.take(msg);
     if (!fresh.length) return;
     // A snapshot brings history: only alerts that arrive live are announced.

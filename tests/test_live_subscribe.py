@@ -1,0 +1,268 @@
+"""``/ws/live`` subscriptions: split snapshots, ``keep`` re-subscriptions (a delta) and batched
+live frames (docs/protocol.md), with a real server, real files and real WebSocket clients on
+127.0.0.1."""
+
+from __future__ import annotations
+
+import random
+from functools import partial
+
+import msgpack
+import numpy as np
+import trio
+from trio_websocket import open_websocket_url
+
+from vdl_stream import codec
+from vdl_stream.broker import Broker
+from vdl_stream.codec import Batch, ScalarColumns
+from vdl_stream.server import LIVE_TICK, run_server
+
+
+def scalars(tag: str, steps: range) -> ScalarColumns:
+    s = np.arange(steps.start, steps.stop, dtype=np.int64)
+    return ScalarColumns(tag, s, 1.7e9 + s.astype(np.float64), s * 0.5)
+
+
+def text(step: int) -> dict:
+    return {"kind": "text", "tag": "note", "step": step, "wall": 1.7e9 + step, "text": f"t{step}"}
+
+
+def unpack(raw: bytes) -> list[dict]:
+    """The frames of one WebSocket message (a ``frames`` message holds several)."""
+    message = msgpack.unpackb(raw)
+    if message["type"] == "frames":
+        return [msgpack.unpackb(f) for f in message["frames"]]
+    return [message]
+
+
+def steps_of(frame: dict, tag: str = "loss") -> list[int]:
+    return [
+        int(s) for t, steps, _, _ in frame.get("scalars", []) if t == tag
+        for s in np.frombuffer(steps, "<f8")
+    ]  # fmt: skip
+
+
+async def subscribe(ws, runs: list[str] | None, **flags) -> None:
+    await ws.send_message(
+        codec.encode_message({"type": "subscribe", "runs": runs, "max_points": 100_000, **flags})
+    )
+
+
+async def until_synced(ws) -> list[dict]:
+    """Every frame up to and including the next ``synced``."""
+    got = []
+    while True:
+        for frame in unpack(await ws.get_message()):
+            got.append(frame)
+            if frame["type"] == "synced":
+                return got
+
+
+class Writer:
+    """A raw writer on ``/ws/ingest``: one batch at a time, each acknowledged."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.seq = 0
+
+    async def send(self, run: str, steps: range, events: list[dict] | None = None) -> None:
+        self.seq += 1
+        batch = Batch("w", self.seq, run, [scalars("loss", steps)], events or [])
+        await self.ws.send_message(codec.encode_batch(batch))
+        answer = msgpack.unpackb(await self.ws.get_message())
+        assert (answer["type"], answer["seq"]) == ("ack", self.seq), answer
+
+
+async def serve(nursery, tmp_path) -> str:
+    url = await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0))
+    return "ws" + url.removeprefix("http")
+
+
+async def test_a_split_snapshot_sends_the_scalars_then_the_events(tmp_path, nursery):
+    with trio.fail_after(30):
+        ws_url = await serve(nursery, tmp_path)
+        async with open_websocket_url(ws_url + "/ws/ingest") as w:
+            writer = Writer(w)
+            for k in range(3):
+                await writer.send("r", range(k * 10, k * 10 + 10), [text(k * 10)])
+            async with open_websocket_url(ws_url + "/ws/live") as browser:
+                await subscribe(browser, None, split=True)
+                got = await until_synced(browser)
+                kinds = [f["type"] for f in got if f["type"] != "summaries"]
+                assert kinds[-3:] == ["snapshot", "snapshot_events", "synced"], kinds
+                snap, events = (f for f in got if f["type"].startswith("snapshot"))
+                assert snap["events_follow"] is True and snap["events"] == []
+                assert steps_of(snap) == list(range(30))
+                assert "scalars" not in events and events["seq"] == snap["seq"]
+                assert [e["text"] for e in events["events"]] == ["t0", "t10", "t20"]
+                # Unsplit (a client that did not ask): one frame with both, as before.
+                await subscribe(browser, None)
+                got = await until_synced(browser)
+                (whole,) = (f for f in got if f["type"].startswith("snapshot"))
+                assert whole["type"] == "snapshot" and "events_follow" not in whole
+                assert steps_of(whole) == list(range(30)) and len(whole["events"]) == 3
+
+
+async def test_keep_sends_snapshots_of_the_added_runs_only(tmp_path, nursery):
+    with trio.fail_after(30):
+        ws_url = await serve(nursery, tmp_path)
+        async with open_websocket_url(ws_url + "/ws/ingest") as w:
+            writer = Writer(w)
+            for run in ("a", "b", "c"):
+                await writer.send(run, range(5))
+            async with open_websocket_url(ws_url + "/ws/live") as browser:
+                await subscribe(browser, ["a", "b"], keep=True, split=True)
+                got = await until_synced(browser)
+                assert sorted(f["run"] for f in got if f["type"] == "snapshot") == ["a", "b"]
+                await subscribe(browser, ["b", "c"], keep=True, split=True)
+                got = await until_synced(browser)
+                assert [f["run"] for f in got if f["type"] == "snapshot"] == ["c"]
+                # Live: b (kept) and c (added) get data; a (dropped) does not.
+                for run in ("a", "b", "c"):
+                    await writer.send(run, range(5, 8))
+                seen: dict[str, list[int]] = {}
+                while sorted(seen) != ["b", "c"] or any(len(v) < 3 for v in seen.values()):
+                    for f in unpack(await browser.get_message()):
+                        assert f.get("run") != "a", f
+                        if f["type"] == "data":
+                            seen.setdefault(f["run"], []).extend(steps_of(f))
+                assert seen == {"b": [5, 6, 7], "c": [5, 6, 7]}
+                # Fewer points per tag than the held runs were sent with: they stay.
+                await browser.send_message(
+                    codec.encode_message(
+                        {"type": "subscribe", "runs": ["b", "c"], "keep": True,
+                         "max_points": 100_000 - 1}
+                    )
+                )  # fmt: skip
+                got = await until_synced(browser)
+                assert [f["run"] for f in got if f["type"] == "snapshot"] == []
+                # Another tag filter: nothing held matches it, everything is sent again.
+                await subscribe(browser, ["b", "c"], keep=True, tags="loss")
+                got = await until_synced(browser)
+                assert sorted(f["run"] for f in got if f["type"] == "snapshot") == ["b", "c"]
+
+
+async def test_keep_after_lost_frames_sends_everything_again(tmp_path):
+    with trio.fail_after(20):
+        broker = Broker(tmp_path)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            for seq, run in enumerate(("a", "b"), 1):
+                await broker.ingest(Batch("w", seq, run, [scalars("loss", range(3))], sync=True))
+            sub = broker.subscribe({"a"})
+            await broker.send_snapshot(sub, _discard, 2000)
+            assert sub.snapshots == {"a": 2000}
+            assert broker.resubscribe(sub, {"a", "b"}, 2000) == ["b"]
+            assert broker.resubscribe(sub, {"a", "b"}, 4000) == ["a", "b"]  # more points
+            sub.mark_gap()
+            assert broker.resubscribe(sub, {"a"}, 2000) is None  # the caller starts afresh
+            broker.close()
+            await broker.wait_closed()
+
+
+async def _discard(frame: bytes) -> None:
+    pass
+
+
+async def test_a_live_run_added_dropped_and_added_again_mid_stream_is_exact(tmp_path, nursery):
+    """Race: run x is written without pause while the browser keeps y and adds, drops and adds x
+    back at random moments (``keep``, split snapshots, batched frames). Whatever the timing, the
+    browser ends with every point and event of x once: a snapshot replaces what it holds, data
+    frames append, frames of a run outside its subscription are ignored (as the page does)."""
+    rng = random.Random(1)
+    batches, per = 150, 4
+    with trio.fail_after(120):
+        ws_url = await serve(nursery, tmp_path)
+        async with (
+            open_websocket_url(ws_url + "/ws/ingest") as w,
+            open_websocket_url(ws_url + "/ws/live", max_message_size=1 << 26) as browser,
+        ):
+            writer = Writer(w)
+            await writer.send("y", range(3))
+            held: dict[str, list[int]] = {}
+            notes: dict[str, list[int]] = {}
+            wanted = {"y"}
+            await subscribe(browser, ["y"], keep=True, split=True, batch=True)
+            done = trio.Event()
+
+            async def write() -> None:
+                for k in range(batches):
+                    await writer.send("x", range(k * per, k * per + per), [text(k * per)])
+                    if rng.random() < 0.2:
+                        await trio.sleep(rng.random() * 0.01)
+                done.set()
+
+            async def churn() -> None:
+                while not done.is_set():
+                    await trio.sleep(rng.random() * 0.05)
+                    runs = ["y", "x"] if "x" not in wanted or done.is_set() else ["y"]
+                    wanted.clear()
+                    wanted.update(runs)
+                    if "x" not in wanted:
+                        held.pop("x", None)
+                        notes.pop("x", None)
+                    await subscribe(browser, runs, keep=True, split=True, batch=True)
+                if "x" not in wanted:
+                    wanted.add("x")
+                    await subscribe(browser, ["y", "x"], keep=True, split=True, batch=True)
+
+            last, last_note = list(range(batches * per)), (batches - 1) * per
+
+            async def read() -> None:
+                while (
+                    held.get("x") != last
+                    or notes.get("x", [])[-1:] != [last_note]
+                    or not done.is_set()
+                ):
+                    raw = None
+                    with trio.move_on_after(0.5):  # the last frame may come before ``done``
+                        raw = await browser.get_message()
+                    for f in unpack(raw) if raw is not None else []:
+                        run = f.get("run")
+                        if run is None or run not in wanted:
+                            continue
+                        if f["type"] == "snapshot":
+                            held[run], notes[run] = steps_of(f), []
+                        elif f["type"] in ("data", "snapshot_events"):
+                            held.setdefault(run, []).extend(steps_of(f))
+                            notes.setdefault(run, []).extend(
+                                e["step"] for e in f["events"] if e["kind"] == "text"
+                            )
+                        assert f["type"] != "gap"
+
+            async with trio.open_nursery() as inner:
+                inner.start_soon(write)
+                inner.start_soon(churn)
+                inner.start_soon(read)
+            assert held["x"] == list(range(batches * per))
+            # A snapshot holds 100 events of a tag picked over the run, later ones come live:
+            # each once, in order, up to the last.
+            got = notes["x"]
+            assert len(got) >= 100 and got[-1] == last_note and got == sorted(set(got))
+            assert set(got) <= set(range(0, batches * per, per))
+            assert held["y"] == [0, 1, 2]
+
+
+async def test_batched_live_frames_come_one_message_per_tick(tmp_path, nursery):
+    with trio.fail_after(60):
+        ws_url = await serve(nursery, tmp_path)
+        async with open_websocket_url(ws_url + "/ws/ingest") as w:
+            writer = Writer(w)
+            await writer.send("r", range(1))
+            async with open_websocket_url(ws_url + "/ws/live") as browser:
+                await subscribe(browser, None, batch=True)
+                await until_synced(browser)
+                for k in range(1, 201):
+                    await writer.send("r", range(k, k + 1))
+                messages, steps = 0, []
+                with trio.fail_after(30):
+                    while steps[-1:] != [200]:
+                        frames = unpack(await browser.get_message())
+                        messages += 1
+                        for f in frames:
+                            if f["type"] == "data":
+                                steps.extend(steps_of(f))
+                assert steps == list(range(1, 201))
+                # 200 batches sent one at a time, acknowledged each: far fewer messages.
+                assert messages < 150, messages
+                assert LIVE_TICK <= 0.1
