@@ -343,6 +343,49 @@ def _write_steadily(writer, written: list[int], stop: threading.Event) -> None:
             time.sleep(0.005)
 
 
+def _one_step(seq: int, run: str = "gap", writer: str = "w") -> codec.Batch:
+    """Batch ``seq`` of ``writer``: one point of ``loss`` at step ``seq``."""
+    cols = codec.ScalarColumns("loss", np.array([seq]), np.array([time.time()]), np.ones(1))
+    return codec.Batch(writer, seq, run, [cols])
+
+
+async def test_a_refused_batch_holds_back_later_ones_until_every_refused_one_is_in(
+    tmp_path, redis_server
+):
+    """Regression (bench_bus failover, seeds 15-18 under load): broker A refused batches 2 and 3
+    while B held the run; B then wrote 2 (not 3) and let the run go. Batch 4, sent before the
+    writer heard of the refusals, reached A once A could take the lease: A saw 2 (the first it
+    had refused) in the files, took 4, and the re-sent 3 was then acknowledged as a duplicate
+    of data already written. Lost. A must refuse 4 until 3 is in."""
+    from vdl_stream.broker import Broker
+    from vdl_stream.errors import RefusedError
+
+    logdir = tmp_path / "logs"
+    a, b = Broker(logdir), Broker(logdir)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for broker in (a, b):
+                await nursery.start(broker.run)
+                await nursery.start(Bus(broker, redis_server.url, lease_ttl=10).run)
+            await b.wait_written(await b.ingest(_one_step(1)))  # B takes the run's lease
+            for seq in (2, 3):  # the writer fails over to A while B still holds it
+                with pytest.raises(RefusedError, match="another broker"):
+                    await a.ingest(_one_step(seq))
+            await b.wait_written(await b.ingest(_one_step(2)))  # in flight on the old connection
+            b.close()  # a clean stop: B releases the lease at once
+            await b.wait_closed()
+            await wait_until(
+                lambda: redis_cli(redis_server, "exists", "vdl:lease:gap") == "0", 10, "release"
+            )
+            with pytest.raises(RefusedError, match="another broker"):
+                await a.ingest(_one_step(4))  # 3 is not in the files: 4 must wait for it
+            for seq in (3, 4):  # the writer goes again from its first unacknowledged batch
+                await a.wait_written(await a.ingest(_one_step(seq)))
+            a.close()
+            await a.wait_closed()
+    np.testing.assert_array_equal(disk_steps(logdir, "gap"), [1, 2, 3, 4])
+
+
 def test_sigkilled_brokers_writers_fail_over_losing_and_duplicating_nothing(brokers):
     group = brokers(3)
     urls = group.ws_urls

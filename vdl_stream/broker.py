@@ -341,12 +341,14 @@ class _Run:
         # (writer, seq) -> broker seq of a batch accepted but not yet written or refused, so a
         # re-sent copy waits for the original's outcome instead of being acknowledged blindly.
         self.inflight: dict[tuple[str, int], int] = {}
-        # writer -> (seq, refusal): a retryable refusal of that writer's batch ``seq``; until the
-        # writer sends ``seq`` again, its later batches are refused too, so nothing lands out
-        # of order and the dedup by (writer, seq) stays exact. Ingest side (event loop).
-        self.resend_from: dict[str, tuple[int, RefusedError]] = {}
+        # writer -> (seq, refusal, last): a retryable refusal of that writer's batch ``seq``;
+        # until the writer sends ``seq`` again, its later batches are refused too, so nothing
+        # lands out of order and the dedup by (writer, seq) stays exact. ``last`` is the highest
+        # seq of the writer refused since (see _hold): what another broker must have written
+        # before the refusal counts as settled (_bus_settle). Ingest side (event loop).
+        self.resend_from: dict[str, tuple[int, RefusedError, int]] = {}
         # The same, on the persist side (worker thread): batches queued behind a refused one.
-        self.blocked: dict[str, tuple[int, RefusedError]] = {}
+        self.blocked: dict[str, tuple[int, RefusedError, int]] = {}
         self.rotating = False  # the writer is open with a segment limit to start a new segment
         # The run's summary (run_summary.py); ``summary_exact``: it covers everything the run
         # held when it was set (else a placeholder until a reader computes it);
@@ -377,6 +379,21 @@ class _Run:
             self.summary_exact = True
         self.persisted_seq = dict(self.last_seq)
         self.loaded = True  # only now: a failed load is tried again by the next batch
+
+
+def _hold(
+    held: dict[str, tuple[int, RefusedError, int]], writer: str, seq: int, refusal: RefusedError
+) -> None:
+    """Note in ``held`` (a run's ``resend_from`` or ``blocked``) that ``writer``'s batch ``seq``
+    was refused (retryable): the lowest refused seq is the one that must come again first, the
+    highest is what another broker must have written for the refusal to be settled."""
+    old = held.get(writer)
+    if old is None:
+        held[writer] = (seq, refusal, seq)
+    elif seq < old[0]:
+        held[writer] = (seq, refusal, max(old[2], seq))
+    elif seq > old[2]:
+        held[writer] = (old[0], old[1], seq)
 
 
 def _out_of_files(exc: BaseException) -> bool:
@@ -552,7 +569,7 @@ class Broker:
             if self._bus is not None:
                 self._bus.check_order(batch, run.last_seq)
                 if run.resend_from:
-                    self._bus_settle(run.resend_from, run.last_seq)
+                    self._bus_settle(run.resend_from, run.last_seq, batch)
         except RefusedError as refusal:
             self._refusal_count += 1
             if self._bus is not None:  # bus: nothing of this writer's after it until it is back
@@ -562,6 +579,7 @@ class Broker:
         if resend is not None:
             if batch.seq > resend[0]:
                 self._refusal_count += 1
+                _hold(run.resend_from, batch.writer, batch.seq, resend[1])
                 raise resend[1]
             if batch.seq == resend[0]:
                 del run.resend_from[batch.writer]  # put back if this copy is not taken
@@ -804,9 +822,7 @@ class Broker:
         if refusal.retryable and run.inflight.get(key) == seq:
             # The writer will send it again (no copy of it was taken since): accept that copy,
             # and nothing of this writer after it until then.
-            held = run.resend_from.get(batch.writer)
-            if held is None or batch.seq < held[0]:
-                run.resend_from[batch.writer] = (batch.seq, refusal)
+            _hold(run.resend_from, batch.writer, batch.seq, refusal)
             run.last_seq[batch.writer] = min(run.last_seq.get(batch.writer, 0), batch.seq - 1)
         # Subscribers were offered this batch at ingest, but it is not on disk: re-sync them.
         for sub in self._subscribers:
@@ -1103,8 +1119,8 @@ class Broker:
                 if not self._bus.holds(name):
                     self._bus_refuse(run, batches, refused)
                     continue
-                if run.blocked:
-                    self._bus_settle(run.blocked, run.persisted_seq)
+                for _, batch in batches if run.blocked else ():
+                    self._bus_settle(run.blocked, run.persisted_seq, batch)
             self._persist_run(self._runs[name], batches, positions, refused)
         return positions, refused
 
@@ -1136,8 +1152,8 @@ class Broker:
                 self._abandon(run)
                 for s, b in [*part, *rest]:
                     refused[s] = (b, (refusal, True))
-                    if refusal.retryable and b.writer not in run.blocked:
-                        run.blocked[b.writer] = (b.seq, refusal)
+                    if refusal.retryable:
+                        _hold(run.blocked, b.writer, b.seq, refusal)
                 return False
             for _, b in part:
                 held = run.blocked.get(b.writer)
@@ -1155,6 +1171,7 @@ class Broker:
                     held = run.blocked.get(batch.writer)
                 if held is not None and batch.seq > held[0]:
                     refused[seq] = (batch, (held[1], False))  # behind a refused batch
+                    _hold(run.blocked, batch.writer, batch.seq, held[1])
                     continue
             part.append((seq, batch))
             size += _batch_bytes(batch)
@@ -1341,8 +1358,7 @@ class Broker:
         refusal = RefusedError(self._bus.LEASE_LOST, retryable=True)
         for seq, batch in batches:
             refused[seq] = (batch, (refusal, True))
-            if batch.writer not in run.blocked:
-                run.blocked[batch.writer] = (batch.seq, refusal)
+            _hold(run.blocked, batch.writer, batch.seq, refusal)
 
     def _bus_took(self, name: str) -> None:
         """This broker took the lease of run ``name``: forget what it knew of the run's writers,
@@ -1357,12 +1373,28 @@ class Broker:
             # before its later ones, unless another broker wrote it meanwhile (_bus_settle).
 
     @staticmethod
-    def _bus_settle(held: dict[str, tuple[int, RefusedError]], done: dict[str, int]) -> None:
+    def _bus_settle(
+        held: dict[str, tuple[int, RefusedError, int]],
+        done: dict[str, int],
+        batch: Batch | None = None,
+    ) -> None:
         """Forget refusals (``resend_from`` or ``blocked``) of batches that are in the run's files
-        after all: another broker wrote them while this one did not hold the run."""
-        for writer, (seq, _) in list(held.items()):
-            if seq <= done.get(writer, 0):
+        after all: another broker wrote them while this one did not hold the run.
+
+        Every batch of the writer refused here must be in the files (``done``: the highest seq
+        of each writer there), not only the first: the writer had sent later ones before it heard
+        of the refusal, and a refusal settled by its first batch alone let a later batch land
+        over the hole between (the batches of the hole were then acknowledged as duplicates: lost).
+        With ``batch``, its writer's refusal is also settled when every refused batch before it
+        is in the files: the other broker wrote part of them, and ``batch`` is the first of the
+        rest, which the writer re-sends in order from there."""
+        for writer, (_, _, last) in list(held.items()):
+            if last <= done.get(writer, 0):
                 del held[writer]
+        if batch is not None:
+            entry = held.get(batch.writer)
+            if entry is not None and min(entry[2], batch.seq - 1) <= done.get(batch.writer, 0):
+                del held[batch.writer]
 
     async def _bus_release(self, name: str) -> None:
         """Stop writing run ``name`` (its lease is lost or released): fsync and close its writer,

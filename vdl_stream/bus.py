@@ -210,8 +210,9 @@ class Bus:
         self._used: dict[str, float] = {}  # run -> monotonic time of its last batch
         self._locks: dict[str, trio.Lock] = {}  # run -> serialises taking and giving its lease
         self._counters: dict[str, int] = {}  # run -> the n of this broker's last entry
-        # (run, writer) -> (seq, refusal): a batch refused before it reached its run
-        self._pending: dict[tuple[str, str], tuple[int, RefusedError]] = {}
+        # (run, writer) -> (seq, refusal, last): batches ``seq`` to ``last`` (the highest since)
+        # were refused before they reached their run
+        self._pending: dict[tuple[str, str], tuple[int, RefusedError, int]] = {}
         self._seen: dict[tuple[bytes, str], int] = {}  # (broker, run) -> n of its last entry
         self._connected = False
         self._published = self._dropped = self._received = self._gaps = 0
@@ -253,7 +254,8 @@ class Bus:
         run (:meth:`refused`) and has not come again: the lease may be free by the time the later
         ones arrive, and taking them first would make the refused one look like a duplicate of
         data already written, and be dropped. ``last_seq`` is what the run's files hold of each
-        writer: a refused batch that another broker wrote meanwhile is settled.
+        writer: refused batches that another broker wrote meanwhile, every one up to the highest
+        refused here, are settled.
 
         Raises:
             RefusedError: (retryable) that earlier batch has to come first.
@@ -262,10 +264,13 @@ class Bus:
         pending = self._pending.get(key)
         if pending is None:
             return
-        if pending[0] <= last_seq.get(batch.writer, 0) or batch.seq <= pending[0]:
-            del self._pending[key]  # written elsewhere meanwhile, or it (or an earlier one) is back
+        first, refusal, last = pending
+        if batch.seq <= first or min(last, batch.seq - 1) <= last_seq.get(batch.writer, 0):
+            # It (or an earlier one) is back, or every refused batch before it was written
+            # elsewhere meanwhile: the writer goes on in order from here.
+            del self._pending[key]
             return
-        raise pending[1]
+        raise refusal
 
     def refused(self, batch: Batch, refusal: RefusedError) -> None:
         """Note that ``batch`` was refused before it reached its run (see :meth:`admit`)."""
@@ -273,10 +278,14 @@ class Bus:
             return  # the writer forgets that batch and goes on with the next
         key = (batch.run, batch.writer)
         pending = self._pending.get(key)
-        if pending is None or batch.seq < pending[0]:
-            self._pending[key] = (batch.seq, refusal)
+        if pending is None:
+            self._pending[key] = (batch.seq, refusal, batch.seq)
             while len(self._pending) > PENDING_KEPT:  # writers that never came back
                 del self._pending[next(iter(self._pending))]
+        elif batch.seq < pending[0]:
+            self._pending[key] = (batch.seq, refusal, max(pending[2], batch.seq))
+        elif batch.seq > pending[2]:
+            self._pending[key] = (pending[0], pending[1], batch.seq)
 
     async def _admit(self, run: str) -> None:
         now = time.monotonic()
