@@ -31,6 +31,7 @@ from recorder.store import (
     RunMirror,
     find_runs,
     object_key,
+    read_manifest,
 )
 from tests.conftest import http_get, start_serve, stop_serve
 from tests.s3_server import MotoServer, Relay, restore_env, set_env
@@ -124,7 +125,11 @@ def test_a_fresh_serve_serves_the_bucket_with_an_empty_cache(
 ) -> None:
     _write("exp/a", 15_000)
     _write("b", 500)
-    server = start_serve(URL, "--cache-dir", str(tmp_path / "serve-cache"))  # type: ignore[arg-type]
+    server = start_serve(
+        URL,  # type: ignore[arg-type]
+        *("--cache-dir", str(tmp_path / "serve-cache")),
+        *("--head-interval", "2", "--store-cache-mb", "64"),
+    )
     try:
         deadline = time.monotonic() + 30
         while True:  # the first listing is done before serve reports its URL
@@ -175,8 +180,12 @@ def test_a_writer_killed_mid_run_leaves_the_bucket_and_its_local_head_intact(
     flushed = -1
     try:
         deadline = time.monotonic() + 120
-        # Until a compacted block is published, then a little more.
-        while not any("block-" in k for k in _objects(client)):
+        # Until the manifest names a compacted block, then a little more. (Not the block object
+        # alone: it is uploaded before the manifest that names it, and a kill between the two
+        # leaves the bucket at the previous manifest.)
+        while not any(
+            "block-" in f.name for f in getattr(read_manifest(client, "killed"), "files", ())
+        ):
             line = proc.stdout.readline()
             assert line and time.monotonic() < deadline, "no block was published"
             flushed = int(line)
@@ -393,7 +402,11 @@ def test_import_export_and_replay_take_store_urls(
 def test_serve_publishes_what_remote_writers_send_and_everything_at_shutdown(
     s3: MotoServer, tmp_path: Path
 ) -> None:
-    server = start_serve(URL, "--cache-dir", str(tmp_path / "serve-cache"))  # type: ignore[arg-type]
+    server = start_serve(
+        URL,  # type: ignore[arg-type]
+        *("--cache-dir", str(tmp_path / "serve-cache")),
+        *("--head-interval", "2", "--store-cache-mb", "64"),
+    )
     try:
         with vdl_stream.attach(url=server.ws_url, run="remote/r", telemetry=False) as writer:
             for i in range(5_000):
@@ -402,6 +415,7 @@ def test_serve_publishes_what_remote_writers_send_and_everything_at_shutdown(
                     writer.flush()
         status, stats = http_get(server.url + "/api/stats")
         assert status == 200 and stats["store"]["runs_published"] == 1, stats
+        assert stats["store"]["cache"]["budget"] == 64 << 20  # --store-cache-mb reached the sync
     finally:
         assert stop_serve(server) == 0  # SIGTERM: closes the runs, then publishes them whole
     with storage.mirrored(URL) as tmp:
@@ -429,6 +443,23 @@ def test_a_run_another_process_writes_in_the_cache_is_left_to_it(
         holder.communicate("\n", timeout=60)
     assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == set()
     assert sync._local_runs() == ["r"]
+
+
+def test_serve_store_flags_need_a_store_and_set_the_sync_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for flag in ("--head-interval", "--store-cache-mb"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "vdl_stream.cli", "serve", "--logdir", str(tmp_path), flag, "3"],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert proc.returncode == 2
+        assert f"{flag} needs a --logdir in an object store, got {tmp_path}" in proc.stderr
+    monkeypatch.setattr(storage, "HEAD_INTERVAL", 2.5)  # what serve sets from its flags
+    monkeypatch.setattr(storage, "READ_CACHE_BYTES", 3 << 20)
+    sync = storage.StoreSync(None, tmp_path)
+    assert sync.head_interval == 2.5 and sync.cache.statistics().budget == 3 << 20
 
 
 def test_store_sync_arguments_are_checked(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ only after their batch is written (and fsynced, when they asked for it with ``sy
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import re
@@ -724,7 +725,13 @@ class Broker:
                     if self._prepare_write is not None:
                         # Not under the persist limiter: a slow store delays this run's first
                         # batch only, never the persistence of the others.
-                        await trio.to_thread.run_sync(self._prepare_write, run.path)
+                        prepare = self._prepare_write
+                        taken = self._bus_taken is not None and name in self._bus_taken
+                        if taken:  # bus: continue the run from the store, and claim it there
+                            prepare = functools.partial(prepare, taken_over=True)
+                        await trio.to_thread.run_sync(prepare, run.path)
+                        if taken:
+                            self._bus_taken.discard(name)
                     await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
                 except (OSError, recorder.RecorderError) as exc:
                     # Not added: a later batch tries again (the cause may go away).
@@ -1349,6 +1356,9 @@ class Broker:
 
     #: The bus this broker is joined to (``serve --bus``), set by :class:`~vdl_stream.bus.Bus`.
     _bus: Any = None
+    #: Runs whose lease this broker has just taken: their next open continues them from the
+    #: object store and claims them there (``prepare_write(taken_over=True)``).
+    _bus_taken: set[str] | None = None
 
     def _bus_refuse(
         self, run: _Run, batches: list[tuple[int, Batch]], refused: dict[int, Any]
@@ -1364,6 +1374,10 @@ class Broker:
         """This broker took the lease of run ``name``: forget what it knew of the run's writers,
         so that the next batch reads their sequence numbers back from the run's files (another
         broker may have written it since)."""
+        if self._prepare_write is not None:  # an object store: the run continues from there
+            if self._bus_taken is None:
+                self._bus_taken = set()
+            self._bus_taken.add(name)
         run = self._runs.get(name)
         if run is not None and run.writer is None:
             run.loaded = False
