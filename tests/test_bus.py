@@ -518,3 +518,70 @@ def test_a_clean_stop_releases_the_leases_at_once(brokers, redis_server):
         assert redis_cli(redis_server, "get", "vdl:lease:handover") not in ("", holder)
     group.stop()
     np.testing.assert_array_equal(disk_steps(group.logdir, "handover"), [0, 1])
+
+
+# -- across hosts, through the bucket -----------------------------------------------------------
+
+
+def test_a_run_moves_between_brokers_with_their_own_disks_through_the_bucket(
+    tmp_path, redis_server
+):
+    """Brokers on different hosts share Redis and a bucket, never a disk: each one that takes
+    the run's lease continues it from the bucket, also one whose own disk holds an older copy
+    (it wrote the run before), and the bucket ends with every step exactly once."""
+    pytest.importorskip("obstore")
+    from tests.s3_server import MotoServer, restore_env, set_env
+    from vdl_stream import storage
+
+    moto = MotoServer()
+    old_env = set_env(moto.env())
+    url = "s3://bucket/runs"
+    ports = [free_port(), free_port()]
+    servers: list[ServeProcess | None] = [None, None]
+
+    def start(i: int) -> None:
+        servers[i] = start_serve(
+            url,  # type: ignore[arg-type]
+            *("--cache-dir", str(tmp_path / f"host{i}"), "--bus", redis_server.url),
+            *("--bus-lease", LEASE, "--head-interval", "1"),
+            port=ports[i],
+            stderr=open(tmp_path / f"host{i}.log", "a"),  # noqa: SIM115 (Popen's)
+        )
+
+    def stop(i: int) -> None:
+        assert stop_serve(servers[i]) == 0  # a clean stop: publishes, releases the lease
+
+    def log(writer, steps: range) -> None:
+        for step in steps:
+            writer.add_scalar("loss", float(step), step)
+            if step % 50 == 0:
+                writer.flush()
+        assert writer.flush(60), "the steps were not acknowledged within 60 s"
+
+    try:
+        moto.create_bucket("bucket")
+        start(0)
+        start(1)
+        urls = [f"ws://127.0.0.1:{p}" for p in (ports[1], ports[0])]
+        writer = attach(url=urls, run="moved", telemetry=False)
+        try:
+            log(writer, range(0, 1000))  # through host 1
+            stop(1)
+            log(writer, range(1000, 2000))  # host 0 takes it over from the bucket
+            start(1)  # its disk holds steps 0-999 only
+            stop(0)
+            log(writer, range(2000, 3000))  # host 1 again: from the bucket, not its disk
+        finally:
+            writer.close()
+        stop(1)
+        with storage.mirrored(url) as tmp, recorder.RunReader(tmp / "moved") as reader:
+            steps = reader.read_scalars("loss").steps
+        missing = np.setdiff1d(np.arange(3000), steps)
+        assert not len(missing), f"lost {len(missing)} steps, from {missing[:3]} to {missing[-3:]}"
+        np.testing.assert_array_equal(steps, np.arange(3000))  # and none twice
+    finally:
+        for server in servers:
+            if server is not None:
+                stop_serve(server)
+        restore_env(old_env)
+        moto.stop()

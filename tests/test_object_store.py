@@ -547,3 +547,47 @@ def test_a_hung_store_never_stalls_the_writer(s3: MotoServer) -> None:
     writer.close()  # the hung requests complete once the store answers; the rest is published
     with storage.mirrored(URL) as tmp:
         assert _contents(tmp / writer.run)["x"][0] == list(range(i))
+
+
+def _append(run_dir: Path, steps: range) -> None:
+    """Append ``steps`` of tag ``x`` to the run in ``run_dir`` with a recorder writer."""
+    with recorder.RunWriter(run_dir) as writer:
+        s = np.arange(steps.start, steps.stop)
+        writer.append_scalars("x", s, s.astype(float), s.astype(float))
+
+
+def test_a_broker_whose_lease_ran_out_cannot_replace_the_new_owners_manifest(
+    s3: MotoServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two hosts with their own disks: the one that takes a run over continues it from the
+    bucket and claims its manifest; the one that had it (paused past its lease, then back)
+    publishes no more: the bucket keeps the new owner's data."""
+    old = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "a", mirror=False)
+    new = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "b", mirror=False)
+    old.prepare_write(tmp_path / "a" / "r")
+    _append(tmp_path / "a" / "r", range(0, 100))
+    old._publish("r", final=True)
+    # Host b takes the run over: its disk has nothing of it, the bucket has steps 0-99.
+    new.prepare_write(tmp_path / "b" / "r", taken_over=True)
+    assert _contents(tmp_path / "b" / "r")["x"][0] == list(range(100))
+    assert read_manifest(new.client, "r").generation == 2  # claimed: a new generation
+    # Host a wakes up and goes on as if it still held the run: fenced.
+    _append(tmp_path / "a" / "r", range(100, 150))
+    with caplog.at_level(logging.WARNING, logger="vdl_stream.storage"):
+        old._publish("r", final=True)
+    assert "another broker published it since" in caplog.text
+    assert old._local_runs() == []  # and it never tries again
+    _append(tmp_path / "b" / "r", range(100, 200))
+    new._publish("r", final=True)
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / "r")["x"][0] == list(range(200))  # b's, none of a's 100-149
+    assert read_manifest(new.client, "r").generation == 3
+    # Taken over again by a, whose disk is behind the bucket now: it starts from the bucket.
+    old.prepare_write(tmp_path / "a" / "r", taken_over=True)
+    assert _contents(tmp_path / "a" / "r")["x"][0] == list(range(200))
+    # And b, taken over from, is fenced in turn; a host that published the newest manifest
+    # itself keeps its disk (it may hold more than the bucket: its unpublished head).
+    _append(tmp_path / "a" / "r", range(200, 210))
+    old._publish("r", final=True)
+    old.prepare_write(tmp_path / "a" / "r", taken_over=True)
+    assert _contents(tmp_path / "a" / "r")["x"][0] == list(range(210))

@@ -1410,6 +1410,21 @@ class Broker:
             if entry is not None and min(entry[2], batch.seq - 1) <= done.get(batch.writer, 0):
                 del held[batch.writer]
 
+    async def _bus_publish(self, names: Iterable[str]) -> None:
+        """Publish runs ``names`` to the object store now (``--logdir s3://...``; nothing for a
+        local log directory): this broker gives them up, and the broker that takes one next
+        continues it from the store, so it must hold everything written here."""
+        store = getattr(self._prepare_write, "__self__", None)  # the StoreSync, if any
+        publish = getattr(store, "publish_run", None)
+        for name in names:
+            run = self._runs.get(name)
+            if publish is None or run is None:
+                continue
+            try:
+                await trio.to_thread.run_sync(publish, run.path)
+            except OSError as exc:  # the lease goes anyway: the store is down or refused it
+                log.warning("could not publish run %r before giving it up: %s", name, exc)
+
     async def _bus_release(self, name: str) -> None:
         """Stop writing run ``name`` (its lease is lost or released): fsync and close its writer,
         so another broker can open it, and follow it again like a run of another process."""

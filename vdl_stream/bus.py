@@ -74,6 +74,9 @@ READ_BLOCK_MS = 1000
 PENDING_KEPT = 65_536
 #: Entries one publish round pipelines at most.
 PUBLISH_ROUND = 256
+#: Seconds a broker giving runs up (closing, or idle) waits for the object store to take their
+#: heads before it releases their leases anyway.
+PUBLISH_DEADLINE = 30.0
 
 # KEYS[1] the lease; ARGV: broker id, ttl ms. 1: taken, 2: already ours (extended), 0: elsewhere.
 _ACQUIRE = """
@@ -372,7 +375,11 @@ class Bus:
             nursery.start_soon(self._lease_loop)
             task_status.started()
             await self.broker.wait_closed()
-            # Clean close: the broker fsynced and closed its runs; let others take them at once.
+            # Clean close: the broker fsynced and closed its runs; publish them to the object
+            # store (if any: the next broker continues them from there), while the lease loop
+            # still renews the leases, then let others take them at once.
+            with trio.move_on_after(PUBLISH_DEADLINE, shield=True):
+                await self.broker._bus_publish(list(self._held))
             with trio.move_on_after(2, shield=True):
                 await self._release_all()
             nursery.cancel_scope.cancel()
@@ -566,6 +573,9 @@ class Bus:
             self._used.pop(run, None)
             await self.broker._bus_release(run)
             if release:
+                # Idle: publish it first (object store), so the next broker continues from all.
+                with trio.move_on_after(PUBLISH_DEADLINE):
+                    await self.broker._bus_publish([run])
                 try:
                     with trio.fail_after(COMMAND_TIMEOUT):
                         await self._redis.eval(_RELEASE, [self._lease_key(run)], [self.id])

@@ -524,6 +524,19 @@ class StoreSync:
                 return
             publisher = self._publishers.get(name)
             if publisher is None:
+                # A run left in the cache directory (by this host's earlier process): publish
+                # it only if the store has not moved on since this host last published it
+                # (another broker took it over meanwhile: its manifest is the truth).
+                manifest = read_manifest(self.client, name)
+                mark = _published_generation(path)
+                if manifest is not None and mark is not None and mark != manifest.generation:
+                    self._fenced.add(name)
+                    log.warning(
+                        "run %r: the store holds a newer version of it (written through another "
+                        "broker); this host's older copy is not published",
+                        name,
+                    )
+                    return
                 publisher = RunPublisher(
                     self.client, name, str(path), head_interval=self.head_interval
                 )
@@ -641,6 +654,15 @@ class StoreSync:
             else:
                 return
             self._publishers[name] = publisher
+
+    def publish_run(self, path: str | os.PathLike[str]) -> None:
+        """Publish the run in ``path`` now, head included (blocking): the broker gives the run up
+        (its bus lease), and the broker that takes it next continues from the store.
+
+        Raises:
+            OSError: the store failed.
+        """
+        self._publish(Path(path).relative_to(self.local_dir).as_posix(), True)
 
     def _take_over(self, name: str, path: Path) -> None:
         """Continue run ``name`` from the store in ``path`` and claim it (hold its run lock)."""
