@@ -1421,7 +1421,9 @@ class Broker:
             if publish is None or run is None:
                 continue
             try:
-                await trio.to_thread.run_sync(publish, run.path)
+                # Abandoned if the caller's deadline passes: the lease then goes anyway, and a
+                # PUT that lands after the next broker claimed the run is fenced (refused).
+                await trio.to_thread.run_sync(publish, run.path, abandon_on_cancel=True)
             except OSError as exc:  # the lease goes anyway: the store is down or refused it
                 log.warning("could not publish run %r before giving it up: %s", name, exc)
 

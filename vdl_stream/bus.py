@@ -573,8 +573,9 @@ class Bus:
             self._used.pop(run, None)
             await self.broker._bus_release(run)
             if release:
-                # Idle: publish it first (object store), so the next broker continues from all.
-                with trio.move_on_after(PUBLISH_DEADLINE):
+                # Idle: publish it first (object store), so the next broker continues from all;
+                # within a third of the ttl, so that the lease loop renews the other leases.
+                with trio.move_on_after(self._ttl / 3):
                     await self.broker._bus_publish([run])
                 try:
                     with trio.fail_after(COMMAND_TIMEOUT):
