@@ -344,8 +344,9 @@ def _write_steadily(writer, written: list[int], stop: threading.Event) -> None:
 
 
 def _one_step(seq: int, run: str = "gap", writer: str = "w") -> codec.Batch:
-    """Batch ``seq`` of ``writer``: one point of ``loss`` at step ``seq``."""
-    cols = codec.ScalarColumns("loss", np.array([seq]), np.array([time.time()]), np.ones(1))
+    """Batch ``seq`` of ``writer``: one point of ``loss`` at step ``seq`` (``v``: 100 + seq)."""
+    step = seq + (100 if writer == "v" else 0)
+    cols = codec.ScalarColumns("loss", np.array([step]), np.array([time.time()]), np.ones(1))
     return codec.Batch(writer, seq, run, [cols])
 
 
@@ -371,6 +372,9 @@ async def test_a_refused_batch_holds_back_later_ones_until_every_refused_one_is_
             for seq in (2, 3):  # the writer fails over to A while B still holds it
                 with pytest.raises(RefusedError, match="another broker"):
                     await a.ingest(_one_step(seq))
+            for seq in (1, 2, 3):  # a second writer, "v": B has none of it
+                with pytest.raises(RefusedError, match="another broker"):
+                    await a.ingest(_one_step(seq, writer="v"))
             await b.wait_written(await b.ingest(_one_step(2)))  # in flight on the old connection
             b.close()  # a clean stop: B releases the lease at once
             await b.wait_closed()
@@ -381,9 +385,20 @@ async def test_a_refused_batch_holds_back_later_ones_until_every_refused_one_is_
                 await a.ingest(_one_step(4))  # 3 is not in the files: 4 must wait for it
             for seq in (3, 4):  # the writer goes again from its first unacknowledged batch
                 await a.wait_written(await a.ingest(_one_step(seq)))
+            # v re-sends from 1 on a new connection; its batch 4, sent on the old one before it
+            # heard of the refusals, is still read there after 1 is back: refused until 2 and 3
+            # are in (taken then, it would have made them duplicates).
+            await a.wait_written(await a.ingest(_one_step(1, writer="v")))
+            with pytest.raises(RefusedError, match="another broker"):
+                await a.ingest(_one_step(4, writer="v"))
+            for seq in (2, 3, 4):
+                await a.wait_written(await a.ingest(_one_step(seq, writer="v")))
             a.close()
             await a.wait_closed()
-    np.testing.assert_array_equal(disk_steps(logdir, "gap"), [1, 2, 3, 4])
+    with recorder.RunReader(logdir / "gap") as reader:
+        record = reader.last_record("ingest")
+    assert record.data == {"w": 4, "v": 4}
+    np.testing.assert_array_equal(disk_steps(logdir, "gap"), [1, 2, 3, 4, 101, 102, 103, 104])
 
 
 def test_sigkilled_brokers_writers_fail_over_losing_and_duplicating_nothing(brokers):

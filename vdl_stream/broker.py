@@ -570,7 +570,7 @@ class Broker:
             if self._bus is not None:
                 self._bus.check_order(batch, run.last_seq)
                 if run.resend_from:
-                    self._bus_settle(run.resend_from, run.last_seq, batch)
+                    self._bus_settle(run.resend_from, run.last_seq)
         except RefusedError as refusal:
             self._refusal_count += 1
             if self._bus is not None:  # bus: nothing of this writer's after it until it is back
@@ -578,12 +578,18 @@ class Broker:
             raise
         resend = run.resend_from.get(batch.writer)
         if resend is not None:
-            if batch.seq > resend[0]:
+            first, why, upto = resend
+            # Taken only if every refused batch before it has come again (it is the first of
+            # them, or the one after the last taken): a later batch still arriving on the
+            # writer's previous connection must not land over the ones not yet re-sent.
+            if batch.seq > first and min(upto, batch.seq - 1) > run.last_seq.get(batch.writer, 0):
                 self._refusal_count += 1
-                _hold(run.resend_from, batch.writer, batch.seq, resend[1])
-                raise resend[1]
-            if batch.seq == resend[0]:
+                _hold(run.resend_from, batch.writer, batch.seq, why)
+                raise why
+            if batch.seq >= upto:
                 del run.resend_from[batch.writer]  # put back if this copy is not taken
+            else:
+                resend = None  # kept: the rest of the refused batches must come in order
         last = run.last_seq.get(batch.writer, 0)
         if batch.seq <= last:
             self._duplicates += 1
@@ -621,7 +627,7 @@ class Broker:
             )
             if self._ingest_seq == seq:
                 self._ingest_seq = ingested
-            if resend is not None and batch.seq == resend[0]:
+            if resend is not None:
                 run.resend_from[batch.writer] = resend
             for sub in self._subscribers:
                 if sub.wants(batch.run):
@@ -1399,9 +1405,9 @@ class Broker:
         of each writer there), not only the first: the writer had sent later ones before it heard
         of the refusal, and a refusal settled by its first batch alone let a later batch land
         over the hole between (the batches of the hole were then acknowledged as duplicates: lost).
-        With ``batch``, its writer's refusal is also settled when every refused batch before it
-        is in the files: the other broker wrote part of them, and ``batch`` is the first of the
-        rest, which the writer re-sends in order from there."""
+        With ``batch`` (the persist side: ingest has put each writer's batches in order), its
+        writer's refusal is also settled when every refused batch before it is in the files:
+        the other broker wrote part of them, and ``batch`` is the first of the rest."""
         for writer, (_, _, last) in list(held.items()):
             if last <= done.get(writer, 0):
                 del held[writer]

@@ -268,10 +268,14 @@ class Bus:
         if pending is None:
             return
         first, refusal, last = pending
-        if batch.seq <= first or min(last, batch.seq - 1) <= last_seq.get(batch.writer, 0):
-            # It (or an earlier one) is back, or every refused batch before it was written
-            # elsewhere meanwhile: the writer goes on in order from here.
-            del self._pending[key]
+        done = last_seq.get(batch.writer, 0)
+        if batch.seq <= first or min(last, batch.seq - 1) <= done:
+            # It (or an earlier one) is back, or every refused batch before it is in the run
+            # (written elsewhere meanwhile, or taken here again): the writer goes on in order.
+            # Forgotten only once all of them are: until then a later batch still arriving on
+            # the writer's previous connection must not land over the ones not yet re-sent.
+            if last <= max(done, batch.seq):
+                del self._pending[key]
             return
         raise refusal
 
