@@ -20,7 +20,11 @@ the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing on
 Only 127.0.0.1 is used; every loop is bounded; every process started is stopped in ``finally``.
 
 Usage: python bench/bench_bus.py [--quick] [--seconds S] [--rate N] [--writers N] [--kills N]
-                                 [--json PATH] [--skip PHASE ...]
+                                 [--seed N] [--json PATH] [--keep DIR] [--skip PHASE ...]
+
+``--keep DIR``: when the failover phase loses or duplicates a step, its log directory and the
+brokers' logs are copied to ``DIR/failover-seed<N>`` (``damaged_runs`` in the results says which
+runs and the first missing steps).
 """
 
 from __future__ import annotations
