@@ -20,7 +20,11 @@ the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing on
 Only 127.0.0.1 is used; every loop is bounded; every process started is stopped in ``finally``.
 
 Usage: python bench/bench_bus.py [--quick] [--seconds S] [--rate N] [--writers N] [--kills N]
-                                 [--json PATH] [--skip PHASE ...]
+                                 [--seed N] [--json PATH] [--keep DIR] [--skip PHASE ...]
+
+``--keep DIR``: when the failover phase loses or duplicates a step, its log directory and the
+brokers' logs are copied to ``DIR/failover-seed<N>`` (``damaged_runs`` in the results says which
+runs and the first missing steps).
 """
 
 from __future__ import annotations
@@ -422,18 +426,29 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
             broker.stop()
         redis.stop()
     lost = duplicated = 0
+    damaged: dict[str, dict] = {}
     for i, n in enumerate(counts):
         with recorder.RunReader(logdir / f"fo{i:02d}") as reader:
             steps = reader.read_scalars("loss").steps
         unique = np.unique(steps)
+        missing = np.setdiff1d(np.arange(n), unique)
         duplicated += len(steps) - len(unique)
-        lost += n - len(np.intersect1d(unique, np.arange(n)))
+        lost += len(missing)
+        if len(missing) or len(steps) != len(unique):
+            damaged[f"fo{i:02d}"] = {
+                "missing": len(missing),
+                "first_missing": missing[:5].tolist(),
+                "duplicated": len(steps) - len(unique),
+            }
+    if damaged and args.keep:
+        shutil.copytree(workdir, args.keep / f"failover-seed{args.seed}", dirs_exist_ok=True)
     return {
         "writers": args.writers,
         "kills": kills,
         "steps_logged": sum(counts),
         "steps_lost": int(lost),
         "steps_duplicated": int(duplicated),
+        "damaged_runs": damaged,
         "all_flushed": all(flushed),
     }
 
@@ -447,6 +462,9 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs in the failover phase")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--keep", type=Path, help="failover: copy the log directory and logs here on a loss"
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=PHASES)
     args = parser.parse_args()
     args.seconds = args.seconds or (4.0 if args.quick else 15.0)

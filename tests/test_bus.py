@@ -343,6 +343,64 @@ def _write_steadily(writer, written: list[int], stop: threading.Event) -> None:
             time.sleep(0.005)
 
 
+def _one_step(seq: int, run: str = "gap", writer: str = "w") -> codec.Batch:
+    """Batch ``seq`` of ``writer``: one point of ``loss`` at step ``seq`` (``v``: 100 + seq)."""
+    step = seq + (100 if writer == "v" else 0)
+    cols = codec.ScalarColumns("loss", np.array([step]), np.array([time.time()]), np.ones(1))
+    return codec.Batch(writer, seq, run, [cols])
+
+
+async def test_a_refused_batch_holds_back_later_ones_until_every_refused_one_is_in(
+    tmp_path, redis_server
+):
+    """Regression (bench_bus failover, seeds 15-18 under load): broker A refused batches 2 and 3
+    while B held the run; B then wrote 2 (not 3) and let the run go. Batch 4, sent before the
+    writer heard of the refusals, reached A once A could take the lease: A saw 2 (the first it
+    had refused) in the files, took 4, and the re-sent 3 was then acknowledged as a duplicate
+    of data already written. Lost. A must refuse 4 until 3 is in."""
+    from vdl_stream.broker import Broker
+    from vdl_stream.errors import RefusedError
+
+    logdir = tmp_path / "logs"
+    a, b = Broker(logdir), Broker(logdir)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for broker in (a, b):
+                await nursery.start(broker.run)
+                await nursery.start(Bus(broker, redis_server.url, lease_ttl=10).run)
+            await b.wait_written(await b.ingest(_one_step(1)))  # B takes the run's lease
+            for seq in (2, 3):  # the writer fails over to A while B still holds it
+                with pytest.raises(RefusedError, match="another broker"):
+                    await a.ingest(_one_step(seq))
+            for seq in (1, 2, 3):  # a second writer, "v": B has none of it
+                with pytest.raises(RefusedError, match="another broker"):
+                    await a.ingest(_one_step(seq, writer="v"))
+            await b.wait_written(await b.ingest(_one_step(2)))  # in flight on the old connection
+            b.close()  # a clean stop: B releases the lease at once
+            await b.wait_closed()
+            await wait_until(
+                lambda: redis_cli(redis_server, "exists", "vdl:lease:gap") == "0", 10, "release"
+            )
+            with pytest.raises(RefusedError, match="another broker"):
+                await a.ingest(_one_step(4))  # 3 is not in the files: 4 must wait for it
+            for seq in (3, 4):  # the writer goes again from its first unacknowledged batch
+                await a.wait_written(await a.ingest(_one_step(seq)))
+            # v re-sends from 1 on a new connection; its batch 4, sent on the old one before it
+            # heard of the refusals, is still read there after 1 is back: refused until 2 and 3
+            # are in (taken then, it would have made them duplicates).
+            await a.wait_written(await a.ingest(_one_step(1, writer="v")))
+            with pytest.raises(RefusedError, match="another broker"):
+                await a.ingest(_one_step(4, writer="v"))
+            for seq in (2, 3, 4):
+                await a.wait_written(await a.ingest(_one_step(seq, writer="v")))
+            a.close()
+            await a.wait_closed()
+    with recorder.RunReader(logdir / "gap") as reader:
+        record = reader.last_record("ingest")
+    assert record.data == {"w": 4, "v": 4}
+    np.testing.assert_array_equal(disk_steps(logdir, "gap"), [1, 2, 3, 4, 101, 102, 103, 104])
+
+
 def test_sigkilled_brokers_writers_fail_over_losing_and_duplicating_nothing(brokers):
     group = brokers(3)
     urls = group.ws_urls
@@ -475,3 +533,70 @@ def test_a_clean_stop_releases_the_leases_at_once(brokers, redis_server):
         assert redis_cli(redis_server, "get", "vdl:lease:handover") not in ("", holder)
     group.stop()
     np.testing.assert_array_equal(disk_steps(group.logdir, "handover"), [0, 1])
+
+
+# -- across hosts, through the bucket -----------------------------------------------------------
+
+
+def test_a_run_moves_between_brokers_with_their_own_disks_through_the_bucket(
+    tmp_path, redis_server
+):
+    """Brokers on different hosts share Redis and a bucket, never a disk: each one that takes
+    the run's lease continues it from the bucket, also one whose own disk holds an older copy
+    (it wrote the run before), and the bucket ends with every step exactly once."""
+    pytest.importorskip("obstore")
+    from tests.s3_server import MotoServer, restore_env, set_env
+    from vdl_stream import storage
+
+    moto = MotoServer()
+    old_env = set_env(moto.env())
+    url = "s3://bucket/runs"
+    ports = [free_port(), free_port()]
+    servers: list[ServeProcess | None] = [None, None]
+
+    def start(i: int) -> None:
+        servers[i] = start_serve(
+            url,  # type: ignore[arg-type]
+            *("--cache-dir", str(tmp_path / f"host{i}"), "--bus", redis_server.url),
+            *("--bus-lease", LEASE, "--head-interval", "1"),
+            port=ports[i],
+            stderr=open(tmp_path / f"host{i}.log", "a"),  # noqa: SIM115 (Popen's)
+        )
+
+    def stop(i: int) -> None:
+        assert stop_serve(servers[i]) == 0  # a clean stop: publishes, releases the lease
+
+    def log(writer, steps: range) -> None:
+        for step in steps:
+            writer.add_scalar("loss", float(step), step)
+            if step % 50 == 0:
+                writer.flush()
+        assert writer.flush(60), "the steps were not acknowledged within 60 s"
+
+    try:
+        moto.create_bucket("bucket")
+        start(0)
+        start(1)
+        urls = [f"ws://127.0.0.1:{p}" for p in (ports[1], ports[0])]
+        writer = attach(url=urls, run="moved", telemetry=False)
+        try:
+            log(writer, range(0, 1000))  # through host 1
+            stop(1)
+            log(writer, range(1000, 2000))  # host 0 takes it over from the bucket
+            start(1)  # its disk holds steps 0-999 only
+            stop(0)
+            log(writer, range(2000, 3000))  # host 1 again: from the bucket, not its disk
+        finally:
+            writer.close()
+        stop(1)
+        with storage.mirrored(url) as tmp, recorder.RunReader(tmp / "moved") as reader:
+            steps = reader.read_scalars("loss").steps
+        missing = np.setdiff1d(np.arange(3000), steps)
+        assert not len(missing), f"lost {len(missing)} steps, from {missing[:3]} to {missing[-3:]}"
+        np.testing.assert_array_equal(steps, np.arange(3000))  # and none twice
+    finally:
+        for server in servers:
+            if server is not None:
+                stop_serve(server)
+        restore_env(old_env)
+        moto.stop()

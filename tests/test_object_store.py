@@ -31,6 +31,7 @@ from recorder.store import (
     RunMirror,
     find_runs,
     object_key,
+    read_manifest,
 )
 from tests.conftest import http_get, start_serve, stop_serve
 from tests.s3_server import MotoServer, Relay, restore_env, set_env
@@ -124,7 +125,11 @@ def test_a_fresh_serve_serves_the_bucket_with_an_empty_cache(
 ) -> None:
     _write("exp/a", 15_000)
     _write("b", 500)
-    server = start_serve(URL, "--cache-dir", str(tmp_path / "serve-cache"))  # type: ignore[arg-type]
+    server = start_serve(
+        URL,  # type: ignore[arg-type]
+        *("--cache-dir", str(tmp_path / "serve-cache")),
+        *("--head-interval", "2", "--store-cache-mb", "64"),
+    )
     try:
         deadline = time.monotonic() + 30
         while True:  # the first listing is done before serve reports its URL
@@ -175,8 +180,12 @@ def test_a_writer_killed_mid_run_leaves_the_bucket_and_its_local_head_intact(
     flushed = -1
     try:
         deadline = time.monotonic() + 120
-        # Until a compacted block is published, then a little more.
-        while not any("block-" in k for k in _objects(client)):
+        # Until the manifest names a compacted block, then a little more. (Not the block object
+        # alone: it is uploaded before the manifest that names it, and a kill between the two
+        # leaves the bucket at the previous manifest.)
+        while not any(
+            "block-" in f.name for f in getattr(read_manifest(client, "killed"), "files", ())
+        ):
             line = proc.stdout.readline()
             assert line and time.monotonic() < deadline, "no block was published"
             flushed = int(line)
@@ -393,7 +402,11 @@ def test_import_export_and_replay_take_store_urls(
 def test_serve_publishes_what_remote_writers_send_and_everything_at_shutdown(
     s3: MotoServer, tmp_path: Path
 ) -> None:
-    server = start_serve(URL, "--cache-dir", str(tmp_path / "serve-cache"))  # type: ignore[arg-type]
+    server = start_serve(
+        URL,  # type: ignore[arg-type]
+        *("--cache-dir", str(tmp_path / "serve-cache")),
+        *("--head-interval", "2", "--store-cache-mb", "64"),
+    )
     try:
         with vdl_stream.attach(url=server.ws_url, run="remote/r", telemetry=False) as writer:
             for i in range(5_000):
@@ -402,6 +415,7 @@ def test_serve_publishes_what_remote_writers_send_and_everything_at_shutdown(
                     writer.flush()
         status, stats = http_get(server.url + "/api/stats")
         assert status == 200 and stats["store"]["runs_published"] == 1, stats
+        assert stats["store"]["cache"]["budget"] == 64 << 20  # --store-cache-mb reached the sync
     finally:
         assert stop_serve(server) == 0  # SIGTERM: closes the runs, then publishes them whole
     with storage.mirrored(URL) as tmp:
@@ -429,6 +443,23 @@ def test_a_run_another_process_writes_in_the_cache_is_left_to_it(
         holder.communicate("\n", timeout=60)
     assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == set()
     assert sync._local_runs() == ["r"]
+
+
+def test_serve_store_flags_need_a_store_and_set_the_sync_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for flag in ("--head-interval", "--store-cache-mb"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "vdl_stream.cli", "serve", "--logdir", str(tmp_path), flag, "3"],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert proc.returncode == 2
+        assert f"{flag} needs a --logdir in an object store, got {tmp_path}" in proc.stderr
+    monkeypatch.setattr(storage, "HEAD_INTERVAL", 2.5)  # what serve sets from its flags
+    monkeypatch.setattr(storage, "READ_CACHE_BYTES", 3 << 20)
+    sync = storage.StoreSync(None, tmp_path)
+    assert sync.head_interval == 2.5 and sync.cache.statistics().budget == 3 << 20
 
 
 def test_store_sync_arguments_are_checked(tmp_path: Path) -> None:
@@ -516,3 +547,47 @@ def test_a_hung_store_never_stalls_the_writer(s3: MotoServer) -> None:
     writer.close()  # the hung requests complete once the store answers; the rest is published
     with storage.mirrored(URL) as tmp:
         assert _contents(tmp / writer.run)["x"][0] == list(range(i))
+
+
+def _append(run_dir: Path, steps: range) -> None:
+    """Append ``steps`` of tag ``x`` to the run in ``run_dir`` with a recorder writer."""
+    with recorder.RunWriter(run_dir) as writer:
+        s = np.arange(steps.start, steps.stop)
+        writer.append_scalars("x", s, s.astype(float), s.astype(float))
+
+
+def test_a_broker_whose_lease_ran_out_cannot_replace_the_new_owners_manifest(
+    s3: MotoServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two hosts with their own disks: the one that takes a run over continues it from the
+    bucket and claims its manifest; the one that had it (paused past its lease, then back)
+    publishes no more: the bucket keeps the new owner's data."""
+    old = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "a", mirror=False)
+    new = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "b", mirror=False)
+    old.prepare_write(tmp_path / "a" / "r")
+    _append(tmp_path / "a" / "r", range(0, 100))
+    old._publish("r", final=True)
+    # Host b takes the run over: its disk has nothing of it, the bucket has steps 0-99.
+    new.prepare_write(tmp_path / "b" / "r", taken_over=True)
+    assert _contents(tmp_path / "b" / "r")["x"][0] == list(range(100))
+    assert read_manifest(new.client, "r").generation == 2  # claimed: a new generation
+    # Host a wakes up and goes on as if it still held the run: fenced.
+    _append(tmp_path / "a" / "r", range(100, 150))
+    with caplog.at_level(logging.WARNING, logger="vdl_stream.storage"):
+        old._publish("r", final=True)
+    assert "another broker published it since" in caplog.text
+    assert old._local_runs() == []  # and it never tries again
+    _append(tmp_path / "b" / "r", range(100, 200))
+    new._publish("r", final=True)
+    with storage.mirrored(URL) as tmp:
+        assert _contents(tmp / "r")["x"][0] == list(range(200))  # b's, none of a's 100-149
+    assert read_manifest(new.client, "r").generation == 3
+    # Taken over again by a, whose disk is behind the bucket now: it starts from the bucket.
+    old.prepare_write(tmp_path / "a" / "r", taken_over=True)
+    assert _contents(tmp_path / "a" / "r")["x"][0] == list(range(200))
+    # And b, taken over from, is fenced in turn; a host that published the newest manifest
+    # itself keeps its disk (it may hold more than the bucket: its unpublished head).
+    _append(tmp_path / "a" / "r", range(200, 210))
+    old._publish("r", final=True)
+    old.prepare_write(tmp_path / "a" / "r", taken_over=True)
+    assert _contents(tmp_path / "a" / "r")["x"][0] == list(range(210))

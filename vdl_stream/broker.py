@@ -14,6 +14,7 @@ only after their batch is written (and fsynced, when they asked for it with ``sy
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import re
@@ -379,12 +380,14 @@ class _Run:
         # (writer, seq) -> broker seq of a batch accepted but not yet written or refused, so a
         # re-sent copy waits for the original's outcome instead of being acknowledged blindly.
         self.inflight: dict[tuple[str, int], int] = {}
-        # writer -> (seq, refusal): a retryable refusal of that writer's batch ``seq``; until the
-        # writer sends ``seq`` again, its later batches are refused too, so nothing lands out
-        # of order and the dedup by (writer, seq) stays exact. Ingest side (event loop).
-        self.resend_from: dict[str, tuple[int, RefusedError]] = {}
+        # writer -> (seq, refusal, last): a retryable refusal of that writer's batch ``seq``;
+        # until the writer sends ``seq`` again, its later batches are refused too, so nothing
+        # lands out of order and the dedup by (writer, seq) stays exact. ``last`` is the highest
+        # seq of the writer refused since (see _hold): what another broker must have written
+        # before the refusal counts as settled (_bus_settle). Ingest side (event loop).
+        self.resend_from: dict[str, tuple[int, RefusedError, int]] = {}
         # The same, on the persist side (worker thread): batches queued behind a refused one.
-        self.blocked: dict[str, tuple[int, RefusedError]] = {}
+        self.blocked: dict[str, tuple[int, RefusedError, int]] = {}
         self.rotating = False  # the writer is open with a segment limit to start a new segment
         # The run's summary (run_summary.py); ``summary_exact``: it covers everything the run
         # held when it was set (else a placeholder until a reader computes it);
@@ -415,6 +418,21 @@ class _Run:
             self.summary_exact = True
         self.persisted_seq = dict(self.last_seq)
         self.loaded = True  # only now: a failed load is tried again by the next batch
+
+
+def _hold(
+    held: dict[str, tuple[int, RefusedError, int]], writer: str, seq: int, refusal: RefusedError
+) -> None:
+    """Note in ``held`` (a run's ``resend_from`` or ``blocked``) that ``writer``'s batch ``seq``
+    was refused (retryable): the lowest refused seq is the one that must come again first, the
+    highest is what another broker must have written for the refusal to be settled."""
+    old = held.get(writer)
+    if old is None:
+        held[writer] = (seq, refusal, seq)
+    elif seq < old[0]:
+        held[writer] = (seq, refusal, max(old[2], seq))
+    elif seq > old[2]:
+        held[writer] = (old[0], old[1], seq)
 
 
 def _out_of_files(exc: BaseException) -> bool:
@@ -602,11 +620,18 @@ class Broker:
             raise
         resend = run.resend_from.get(batch.writer)
         if resend is not None:
-            if batch.seq > resend[0]:
+            first, why, upto = resend
+            # Taken only if every refused batch before it has come again (it is the first of
+            # them, or the one after the last taken): a later batch still arriving on the
+            # writer's previous connection must not land over the ones not yet re-sent.
+            if batch.seq > first and min(upto, batch.seq - 1) > run.last_seq.get(batch.writer, 0):
                 self._refusal_count += 1
-                raise resend[1]
-            if batch.seq == resend[0]:
+                _hold(run.resend_from, batch.writer, batch.seq, why)
+                raise why
+            if batch.seq >= upto:
                 del run.resend_from[batch.writer]  # put back if this copy is not taken
+            else:
+                resend = None  # kept: the rest of the refused batches must come in order
         last = run.last_seq.get(batch.writer, 0)
         if batch.seq <= last:
             self._duplicates += 1
@@ -644,7 +669,7 @@ class Broker:
             )
             if self._ingest_seq == seq:
                 self._ingest_seq = ingested
-            if resend is not None and batch.seq == resend[0]:
+            if resend is not None:
                 run.resend_from[batch.writer] = resend
             for sub in self._subscribers:
                 if sub.wants(batch.run):
@@ -748,7 +773,13 @@ class Broker:
                     if self._prepare_write is not None:
                         # Not under the persist limiter: a slow store delays this run's first
                         # batch only, never the persistence of the others.
-                        await trio.to_thread.run_sync(self._prepare_write, run.path)
+                        prepare = self._prepare_write
+                        taken = self._bus_taken is not None and name in self._bus_taken
+                        if taken:  # bus: continue the run from the store, and claim it there
+                            prepare = functools.partial(prepare, taken_over=True)
+                        await trio.to_thread.run_sync(prepare, run.path)
+                        if taken:
+                            self._bus_taken.discard(name)
                     await trio.to_thread.run_sync(run.load_ingest_state, limiter=self._limiter)
                 except (OSError, recorder.RecorderError) as exc:
                     # Not added: a later batch tries again (the cause may go away).
@@ -846,9 +877,7 @@ class Broker:
         if refusal.retryable and run.inflight.get(key) == seq:
             # The writer will send it again (no copy of it was taken since): accept that copy,
             # and nothing of this writer after it until then.
-            held = run.resend_from.get(batch.writer)
-            if held is None or batch.seq < held[0]:
-                run.resend_from[batch.writer] = (batch.seq, refusal)
+            _hold(run.resend_from, batch.writer, batch.seq, refusal)
             run.last_seq[batch.writer] = min(run.last_seq.get(batch.writer, 0), batch.seq - 1)
         # Subscribers were offered this batch at ingest, but it is not on disk: re-sync them.
         for sub in self._subscribers:
@@ -1148,8 +1177,8 @@ class Broker:
                 if not self._bus.holds(name):
                     self._bus_refuse(run, batches, refused)
                     continue
-                if run.blocked:
-                    self._bus_settle(run.blocked, run.persisted_seq)
+                for _, batch in batches if run.blocked else ():
+                    self._bus_settle(run.blocked, run.persisted_seq, batch)
             self._persist_run(self._runs[name], batches, positions, refused)
         return positions, refused
 
@@ -1181,8 +1210,8 @@ class Broker:
                 self._abandon(run)
                 for s, b in [*part, *rest]:
                     refused[s] = (b, (refusal, True))
-                    if refusal.retryable and b.writer not in run.blocked:
-                        run.blocked[b.writer] = (b.seq, refusal)
+                    if refusal.retryable:
+                        _hold(run.blocked, b.writer, b.seq, refusal)
                 return False
             for _, b in part:
                 held = run.blocked.get(b.writer)
@@ -1200,6 +1229,7 @@ class Broker:
                     held = run.blocked.get(batch.writer)
                 if held is not None and batch.seq > held[0]:
                     refused[seq] = (batch, (held[1], False))  # behind a refused batch
+                    _hold(run.blocked, batch.writer, batch.seq, held[1])
                     continue
             part.append((seq, batch))
             size += _batch_bytes(batch)
@@ -1377,6 +1407,9 @@ class Broker:
 
     #: The bus this broker is joined to (``serve --bus``), set by :class:`~vdl_stream.bus.Bus`.
     _bus: Any = None
+    #: Runs whose lease this broker has just taken: their next open continues them from the
+    #: object store and claims them there (``prepare_write(taken_over=True)``).
+    _bus_taken: set[str] | None = None
 
     def _bus_refuse(
         self, run: _Run, batches: list[tuple[int, Batch]], refused: dict[int, Any]
@@ -1386,13 +1419,16 @@ class Broker:
         refusal = RefusedError(self._bus.LEASE_LOST, retryable=True)
         for seq, batch in batches:
             refused[seq] = (batch, (refusal, True))
-            if batch.writer not in run.blocked:
-                run.blocked[batch.writer] = (batch.seq, refusal)
+            _hold(run.blocked, batch.writer, batch.seq, refusal)
 
     def _bus_took(self, name: str) -> None:
         """This broker took the lease of run ``name``: forget what it knew of the run's writers,
         so that the next batch reads their sequence numbers back from the run's files (another
         broker may have written it since)."""
+        if self._prepare_write is not None:  # an object store: the run continues from there
+            if self._bus_taken is None:
+                self._bus_taken = set()
+            self._bus_taken.add(name)
         run = self._runs.get(name)
         if run is not None and run.writer is None:
             run.loaded = False
@@ -1402,12 +1438,45 @@ class Broker:
             # before its later ones, unless another broker wrote it meanwhile (_bus_settle).
 
     @staticmethod
-    def _bus_settle(held: dict[str, tuple[int, RefusedError]], done: dict[str, int]) -> None:
+    def _bus_settle(
+        held: dict[str, tuple[int, RefusedError, int]],
+        done: dict[str, int],
+        batch: Batch | None = None,
+    ) -> None:
         """Forget refusals (``resend_from`` or ``blocked``) of batches that are in the run's files
-        after all: another broker wrote them while this one did not hold the run."""
-        for writer, (seq, _) in list(held.items()):
-            if seq <= done.get(writer, 0):
+        after all: another broker wrote them while this one did not hold the run.
+
+        Every batch of the writer refused here must be in the files (``done``: the highest seq
+        of each writer there), not only the first: the writer had sent later ones before it heard
+        of the refusal, and a refusal settled by its first batch alone let a later batch land
+        over the hole between (the batches of the hole were then acknowledged as duplicates: lost).
+        With ``batch`` (the persist side: ingest has put each writer's batches in order), its
+        writer's refusal is also settled when every refused batch before it is in the files:
+        the other broker wrote part of them, and ``batch`` is the first of the rest."""
+        for writer, (_, _, last) in list(held.items()):
+            if last <= done.get(writer, 0):
                 del held[writer]
+        if batch is not None:
+            entry = held.get(batch.writer)
+            if entry is not None and min(entry[2], batch.seq - 1) <= done.get(batch.writer, 0):
+                del held[batch.writer]
+
+    async def _bus_publish(self, names: Iterable[str]) -> None:
+        """Publish runs ``names`` to the object store now (``--logdir s3://...``; nothing for a
+        local log directory): this broker gives them up, and the broker that takes one next
+        continues it from the store, so it must hold everything written here."""
+        store = getattr(self._prepare_write, "__self__", None)  # the StoreSync, if any
+        publish = getattr(store, "publish_run", None)
+        for name in names:
+            run = self._runs.get(name)
+            if publish is None or run is None:
+                continue
+            try:
+                # Abandoned if the caller's deadline passes: the lease then goes anyway, and a
+                # PUT that lands after the next broker claimed the run is fenced (refused).
+                await trio.to_thread.run_sync(publish, run.path, abandon_on_cancel=True)
+            except OSError as exc:  # the lease goes anyway: the store is down or refused it
+                log.warning("could not publish run %r before giving it up: %s", name, exc)
 
     async def _bus_release(self, name: str) -> None:
         """Stop writing run ``name`` (its lease is lost or released): fsync and close its writer,

@@ -74,6 +74,9 @@ READ_BLOCK_MS = 1000
 PENDING_KEPT = 65_536
 #: Entries one publish round pipelines at most.
 PUBLISH_ROUND = 256
+#: Seconds a broker giving runs up (closing, or idle) waits for the object store to take their
+#: heads before it releases their leases anyway.
+PUBLISH_DEADLINE = 30.0
 
 # KEYS[1] the lease; ARGV: broker id, ttl ms. 1: taken, 2: already ours (extended), 0: elsewhere.
 _ACQUIRE = """
@@ -210,8 +213,9 @@ class Bus:
         self._used: dict[str, float] = {}  # run -> monotonic time of its last batch
         self._locks: dict[str, trio.Lock] = {}  # run -> serialises taking and giving its lease
         self._counters: dict[str, int] = {}  # run -> the n of this broker's last entry
-        # (run, writer) -> (seq, refusal): a batch refused before it reached its run
-        self._pending: dict[tuple[str, str], tuple[int, RefusedError]] = {}
+        # (run, writer) -> (seq, refusal, last): batches ``seq`` to ``last`` (the highest since)
+        # were refused before they reached their run
+        self._pending: dict[tuple[str, str], tuple[int, RefusedError, int]] = {}
         self._seen: dict[tuple[bytes, str], int] = {}  # (broker, run) -> n of its last entry
         self._connected = False
         self._published = self._dropped = self._received = self._gaps = 0
@@ -253,7 +257,8 @@ class Bus:
         run (:meth:`refused`) and has not come again: the lease may be free by the time the later
         ones arrive, and taking them first would make the refused one look like a duplicate of
         data already written, and be dropped. ``last_seq`` is what the run's files hold of each
-        writer: a refused batch that another broker wrote meanwhile is settled.
+        writer: refused batches that another broker wrote meanwhile, every one up to the highest
+        refused here, are settled.
 
         Raises:
             RefusedError: (retryable) that earlier batch has to come first.
@@ -262,10 +267,17 @@ class Bus:
         pending = self._pending.get(key)
         if pending is None:
             return
-        if pending[0] <= last_seq.get(batch.writer, 0) or batch.seq <= pending[0]:
-            del self._pending[key]  # written elsewhere meanwhile, or it (or an earlier one) is back
+        first, refusal, last = pending
+        done = last_seq.get(batch.writer, 0)
+        if batch.seq <= first or min(last, batch.seq - 1) <= done:
+            # It (or an earlier one) is back, or every refused batch before it is in the run
+            # (written elsewhere meanwhile, or taken here again): the writer goes on in order.
+            # Forgotten only once all of them are: until then a later batch still arriving on
+            # the writer's previous connection must not land over the ones not yet re-sent.
+            if last <= max(done, batch.seq):
+                del self._pending[key]
             return
-        raise pending[1]
+        raise refusal
 
     def refused(self, batch: Batch, refusal: RefusedError) -> None:
         """Note that ``batch`` was refused before it reached its run (see :meth:`admit`)."""
@@ -273,10 +285,14 @@ class Bus:
             return  # the writer forgets that batch and goes on with the next
         key = (batch.run, batch.writer)
         pending = self._pending.get(key)
-        if pending is None or batch.seq < pending[0]:
-            self._pending[key] = (batch.seq, refusal)
+        if pending is None:
+            self._pending[key] = (batch.seq, refusal, batch.seq)
             while len(self._pending) > PENDING_KEPT:  # writers that never came back
                 del self._pending[next(iter(self._pending))]
+        elif batch.seq < pending[0]:
+            self._pending[key] = (batch.seq, refusal, max(pending[2], batch.seq))
+        elif batch.seq > pending[2]:
+            self._pending[key] = (pending[0], pending[1], batch.seq)
 
     async def _admit(self, run: str) -> None:
         now = time.monotonic()
@@ -363,7 +379,11 @@ class Bus:
             nursery.start_soon(self._lease_loop)
             task_status.started()
             await self.broker.wait_closed()
-            # Clean close: the broker fsynced and closed its runs; let others take them at once.
+            # Clean close: the broker fsynced and closed its runs; publish them to the object
+            # store (if any: the next broker continues them from there), while the lease loop
+            # still renews the leases, then let others take them at once.
+            with trio.move_on_after(PUBLISH_DEADLINE, shield=True):
+                await self.broker._bus_publish(list(self._held))
             with trio.move_on_after(2, shield=True):
                 await self._release_all()
             nursery.cancel_scope.cancel()
@@ -557,6 +577,10 @@ class Bus:
             self._used.pop(run, None)
             await self.broker._bus_release(run)
             if release:
+                # Idle: publish it first (object store), so the next broker continues from all;
+                # within a third of the ttl, so that the lease loop renews the other leases.
+                with trio.move_on_after(self._ttl / 3):
+                    await self.broker._bus_publish([run])
                 try:
                     with trio.fail_after(COMMAND_TIMEOUT):
                         await self._redis.eval(_RELEASE, [self._lease_key(run)], [self.id])

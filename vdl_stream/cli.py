@@ -29,15 +29,29 @@ def _serve(args: argparse.Namespace) -> int:
             check_bus_url(args.bus)
         except ValueError as exc:
             return _fail(exc)
-    from .storage import is_store_url, parse_store_url
+    from . import storage
 
-    if is_store_url(args.logdir):
+    if storage.is_store_url(args.logdir):
         try:
-            parse_store_url(args.logdir, "--logdir")
+            storage.parse_store_url(args.logdir, "--logdir")
         except ValueError as exc:
             return _fail(exc)
-    elif Path(args.logdir).exists() and not Path(args.logdir).is_dir():
-        return _fail(ValueError(f"--logdir {args.logdir} is not a directory"))
+        # Process-wide defaults of the store sync run_server makes (docs/object-storage.md).
+        if args.head_interval is not None:
+            storage.HEAD_INTERVAL = args.head_interval
+        if args.store_cache_mb is not None:
+            storage.READ_CACHE_BYTES = args.store_cache_mb << 20
+    else:
+        for flag, value in (
+            ("--head-interval", args.head_interval),
+            ("--store-cache-mb", args.store_cache_mb),
+        ):
+            if value is not None:
+                return _fail(
+                    ValueError(f"{flag} needs a --logdir in an object store, got {args.logdir}")
+                )
+        if Path(args.logdir).exists() and not Path(args.logdir).is_dir():
+            return _fail(ValueError(f"--logdir {args.logdir} is not a directory"))
     try:
         engine, notifier = _alerts(args)
     except (OSError, ValueError) as exc:
@@ -214,6 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not show the TensorBoard event files and VisualDL record files under --logdir "
         "as live, read-only runs (docs/interop.md)",
+    )
+    serve.add_argument(
+        "--head-interval",
+        type=_positive_float,
+        metavar="S",
+        help="with a --logdir in an object store: seconds between two uploads of a live run's "
+        "newest records (default: 10; fewer PUTs, staler remote readers)",
+    )
+    serve.add_argument(
+        "--store-cache-mb",
+        type=_positive_int,
+        metavar="MB",
+        help="with a --logdir in an object store: block bytes fetched from the store kept on "
+        "local disk for reading, all runs together (default: 256)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8040, help="port (default: 8040; 0: any free)")

@@ -37,6 +37,7 @@ import trio
 import recorder
 from recorder.store import (
     MANIFEST,
+    Manifest,
     ManifestError,
     ObjectInfo,
     RangeCache,
@@ -45,6 +46,7 @@ from recorder.store import (
     StoreError,
     download_run,
     find_runs,
+    manifest_key,
     read_manifest,
 )
 
@@ -58,8 +60,12 @@ STORE_THREADS = 8
 UPLOAD_INTERVAL = 1.0
 # Seconds between two listings of the bucket for runs other brokers wrote.
 LIST_INTERVAL = 5.0
-# Seconds between two uploads of a live run's head segment (its newest records).
+# Seconds between two uploads of a live run's head segment (its newest records); the default of
+# every StoreSync made after it is set (``serve --head-interval`` sets it for its process).
 HEAD_INTERVAL = 10.0
+# Bytes of fetched block data the mirrors keep, all runs together; the default of every StoreSync
+# made after it is set (``serve --store-cache-mb``).
+READ_CACHE_BYTES = 256 << 20
 # A failing store is retried after this many seconds, doubling up to BACKOFF_MAX.
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 30.0
@@ -69,6 +75,11 @@ MULTIPART_BYTES = 5 << 20
 WARNED_KEYS = 4096
 # The last publish at shutdown gives up after this many seconds (the local head keeps the rest).
 FINAL_DEADLINE = 30.0
+# In a run directory this broker publishes: the generation of the manifest it last published
+# (JSON), so that a restarted broker knows whether the store holds anything newer than its disk.
+PUBLISHED_MARKER = ".vdl-published"
+# Tries to claim a run taken over (read, fetch, conditional PUT) before the batch is refused.
+CLAIM_TRIES = 3
 
 
 def is_store_url(logdir: object) -> bool:
@@ -117,6 +128,14 @@ def cache_dir(url: str, base: str | os.PathLike[str] | None = None) -> Path:
     root = base or os.environ.get("VDL_STREAM_CACHE") or Path.home() / ".cache" / "vdl-stream"
     digest = hashlib.sha256(location.url.encode()).hexdigest()[:16]
     return Path(root) / f"{location.scheme}-{location.bucket}-{digest}"
+
+
+class FencedError(StoreError):
+    """A manifest PUT was refused because the manifest changed since this broker last read or
+    wrote it: another broker took the run over (its lease) and published it. The run's fencing
+    token is its manifest's ETag: every manifest PUT is conditional on the one this broker knows
+    (``If-Match``, or ``If-None-Match: *`` for a run the store does not have), so a broker whose
+    lease ran out (paused, cut off) can never replace the newer owner's manifest."""
 
 
 @dataclass
@@ -184,6 +203,9 @@ class ObstoreClient:
         )
         self.counts = RequestCounts()
         self._lock = threading.Lock()
+        # manifest key -> its ETag as this client last read or wrote it (None: known absent).
+        # Bounded by the runs this broker opened for writing (a few per writer).
+        self._etags: dict[str, str | None] = {}
 
     def _count(self, kind: str, n: int = 1) -> None:
         with self._lock:
@@ -193,7 +215,7 @@ class ObstoreClient:
         self._count(kind, n)
         try:
             return fn()
-        except FileNotFoundError:
+        except (FileNotFoundError, FencedError):
             raise
         except Exception as exc:
             from obstore.exceptions import NotFoundError
@@ -205,16 +227,58 @@ class ObstoreClient:
 
     def put(self, key: str, data: bytes | BinaryIO) -> None:
         """Write ``key`` whole, from bytes or an open file (past 5 MiB obstore uploads a file in
-        5-MiB parts: counted as the requests a multipart upload sends, parts plus two)."""
+        5-MiB parts: counted as the requests a multipart upload sends, parts plus two).
+
+        A manifest (``<run>/manifest.vdlm``) this client read or wrote before is written only if
+        it is still the one it knows (the fencing of :class:`FencedError`).
+
+        Raises:
+            FencedError: that manifest changed since (another broker took the run over).
+            StoreError: the store failed.
+        """
         parts = 1
         if not isinstance(data, bytes):
             size = os.fstat(data.fileno()).st_size
             parts = 1 if size <= MULTIPART_BYTES else -(-size // MULTIPART_BYTES) + 2
-        self._call("put", lambda: self._obs.put(self._store, key, data), key, parts)
+        if not key.endswith("/" + MANIFEST) or key not in self._etags:
+            self._call("put", lambda: self._obs.put(self._store, key, data), key, parts)
+            return
+        known = self._etags[key]
+        mode: Any = "create" if known is None else {"e_tag": known}
+
+        def put() -> Any:
+            try:
+                return self._obs.put(self._store, key, data, mode=mode)
+            except Exception as exc:
+                from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+                if isinstance(exc, (AlreadyExistsError, PreconditionError)):
+                    self._etags.pop(key, None)  # read it again before anything else
+                    raise FencedError(
+                        f"{self.location.url}/{key}: another broker published this run since "
+                        "(it holds the run's lease now)"
+                    ) from None
+                raise
+
+        result = self._call("put", put, key, parts)
+        self._etags[key] = result.get("e_tag") if isinstance(result, dict) else None
 
     def get(self, key: str) -> bytes:
-        """Read ``key`` whole."""
-        return self._call("get", lambda: bytes(self._obs.get(self._store, key).bytes()), key)
+        """Read ``key`` whole (a manifest's ETag is kept for the next conditional PUT)."""
+        if not key.endswith("/" + MANIFEST):
+            return self._call("get", lambda: bytes(self._obs.get(self._store, key).bytes()), key)
+
+        def get() -> tuple[bytes, str | None]:
+            result = self._obs.get(self._store, key)
+            return bytes(result.bytes()), result.meta.get("e_tag")
+
+        try:
+            blob, etag = self._call("get", get, key)
+        except FileNotFoundError:
+            self._etags[key] = None
+            raise
+        self._etags[key] = etag
+        return blob
 
     def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """Read byte ranges of ``key`` (one request per range)."""
@@ -297,8 +361,10 @@ class StoreSync:
             in-process broker.
         upload_interval: seconds between two looks at the local runs for something to publish.
         list_interval: seconds between two listings of the store.
-        head_interval: seconds between two uploads of a live run's head segment.
-        cache_bytes: bytes of fetched block data kept for mirrors, all runs together.
+        head_interval: seconds between two uploads of a live run's head segment (default:
+            :data:`HEAD_INTERVAL` when the sync is made).
+        cache_bytes: bytes of fetched block data kept for mirrors, all runs together (default:
+            :data:`READ_CACHE_BYTES` when the sync is made).
 
     Raises:
         ValueError: an interval or ``cache_bytes`` is not positive (the message names it).
@@ -312,9 +378,11 @@ class StoreSync:
         mirror: bool = True,
         upload_interval: float = UPLOAD_INTERVAL,
         list_interval: float = LIST_INTERVAL,
-        head_interval: float = HEAD_INTERVAL,
-        cache_bytes: int = 256 << 20,
+        head_interval: float | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
+        head_interval = HEAD_INTERVAL if head_interval is None else head_interval
+        cache_bytes = READ_CACHE_BYTES if cache_bytes is None else cache_bytes
         for name, value in (
             ("upload_interval", upload_interval),
             ("list_interval", list_interval),
@@ -345,6 +413,9 @@ class StoreSync:
         self.fresh_runs: set[str] = set()
         self._run_locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        # Runs whose manifest another broker replaced while this one published them (its lease
+        # ran out): never published from here again unless taken over again (prepare_write).
+        self._fenced: set[str] = set()
 
     # -- the service ----------------------------------------------------------------------------
 
@@ -428,7 +499,7 @@ class StoreSync:
         out = []
         for name in recorder.list_runs(self.local_dir):
             path = self.local_dir / name
-            if RunMirror.is_mirror(str(path)):
+            if RunMirror.is_mirror(str(path)) or name in self._fenced:
                 continue
             holders = lock_holders(path / "writer.lock")
             if holders is None and name not in self._publishers:
@@ -453,6 +524,19 @@ class StoreSync:
                 return
             publisher = self._publishers.get(name)
             if publisher is None:
+                # A run left in the cache directory (by this host's earlier process): publish
+                # it only if the store has not moved on since this host last published it
+                # (another broker took it over meanwhile: its manifest is the truth).
+                manifest = read_manifest(self.client, name)
+                mark = _published_generation(path)
+                if manifest is not None and mark is not None and mark != manifest.generation:
+                    self._fenced.add(name)
+                    log.warning(
+                        "run %r: the store holds a newer version of it (written through another "
+                        "broker); this host's older copy is not published",
+                        name,
+                    )
+                    return
                 publisher = RunPublisher(
                     self.client, name, str(path), head_interval=self.head_interval
                 )
@@ -463,7 +547,21 @@ class StoreSync:
                 )
             except FileNotFoundError:
                 return  # the run directory went away (a local failure, not the store's)
-            publisher.publish(final=final)
+            try:
+                published = publisher.publish(final=final)
+            except FencedError:
+                # Another broker took the run over and published it: what this one holds of it
+                # that the store has not is superseded; the bus gives the run up meanwhile.
+                self._publishers.pop(name, None)
+                self._fenced.add(name)
+                log.warning(
+                    "run %r: another broker published it since (its lease moved there); this "
+                    "broker stops publishing it",
+                    name,
+                )
+                return
+            if published:
+                _mark_published(path, publisher.generation)
             if not publisher.pending():
                 self._signatures[name] = signature
 
@@ -513,16 +611,32 @@ class StoreSync:
                 self._mirrors[name] = mirror
             mirror.refresh()
 
-    def prepare_write(self, path: str | os.PathLike[str]) -> None:
+    def prepare_write(self, path: str | os.PathLike[str], *, taken_over: bool = False) -> None:
         """Make ``path`` ready for a local writer (blocking; the broker calls it before opening a
         run for writing): a mirror is fetched whole and becomes a local run; a run that exists
         only in the store is downloaded. Then the run is published from here.
+
+        ``taken_over``: the broker has just taken the run's lease (``serve --bus``; another
+        broker, on another host, may have written it since): the run continues from the store,
+        which is the truth, unless this broker published its newest manifest itself; and the
+        manifest is claimed (:meth:`_claim`), so the broker that had the run can no longer
+        publish it.
 
         Raises:
             OSError: the store failed (the broker refuses the batch as retryable).
         """
         path = Path(path)
         name = path.relative_to(self.local_dir).as_posix()
+        if taken_over:
+            for attempt in range(CLAIM_TRIES):
+                try:
+                    with self._run_lock(name):
+                        self._take_over(name, path)
+                    return
+                except FencedError:
+                    # The old owner published between our read and our claim: read again.
+                    if attempt == CLAIM_TRIES - 1:
+                        raise
         with self._run_lock(name):
             mirror = self._mirrors.pop(name, None)
             publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
@@ -540,6 +654,57 @@ class StoreSync:
             else:
                 return
             self._publishers[name] = publisher
+
+    def publish_run(self, path: str | os.PathLike[str]) -> None:
+        """Publish the run in ``path`` now, head included (blocking): the broker gives the run up
+        (its bus lease), and the broker that takes it next continues from the store.
+
+        Raises:
+            OSError: the store failed.
+        """
+        self._publish(Path(path).relative_to(self.local_dir).as_posix(), True)
+
+    def _take_over(self, name: str, path: Path) -> None:
+        """Continue run ``name`` from the store in ``path`` and claim it (hold its run lock)."""
+        mirror = self._mirrors.pop(name, None)
+        if mirror is not None:
+            mirror.close()
+        manifest = read_manifest(self.client, name)  # its ETag is the claim's condition
+        publisher = self._publishers.get(name)
+        current = manifest is None or (
+            not RunMirror.is_mirror(str(path))
+            and _has_segments(path)
+            and (
+                (publisher is not None and publisher.generation >= manifest.generation)
+                or _published_generation(path) == manifest.generation
+            )
+        )
+        if not current:
+            assert manifest is not None
+            # The store has what this host has not (another broker wrote the run since, or
+            # this host only mirrored it): fetch its files whole, in a fresh directory.
+            shutil.rmtree(path, ignore_errors=True)
+            os.makedirs(path)
+            for ref in manifest.files:
+                _write_whole(path / ref.name, self.client.get(ref.key))
+        publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
+        publisher.adopt(manifest)
+        if manifest is not None:
+            self._claim(name, path, publisher, manifest)
+        self._publishers[name] = publisher
+        self._fenced.discard(name)
+
+    def _claim(self, name: str, path: Path, publisher: RunPublisher, manifest: Manifest) -> None:
+        """PUT ``manifest`` again as a new generation, conditional on the one just read: from
+        then on every manifest PUT of the broker that had the run fails (:class:`FencedError`).
+
+        Raises:
+            FencedError: that broker published once more between the read and this PUT.
+        """
+        claim = Manifest(name, manifest.files, manifest.generation + 1, manifest.written)
+        self.client.put(manifest_key(name), claim.encode())
+        publisher.generation = claim.generation
+        _mark_published(path, claim.generation)
 
     def _run_lock(self, name: str) -> threading.Lock:
         with self._locks_lock:
@@ -575,6 +740,30 @@ class StoreSync:
         """Stop fetching for the mirrors."""
         for mirror in self._mirrors.values():
             mirror.close()
+
+
+def _mark_published(path: Path, generation: int) -> None:
+    """Record in run directory ``path`` that this host published manifest ``generation``."""
+    with contextlib.suppress(OSError):  # only a shortcut: without it a take-over downloads
+        tmp = path / (PUBLISHED_MARKER + ".tmp")
+        tmp.write_text(json.dumps({"generation": generation}))
+        os.replace(tmp, path / PUBLISHED_MARKER)
+
+
+def _published_generation(path: Path) -> int | None:
+    """The manifest generation this host last published of the run in ``path``, if known."""
+    try:
+        value = json.loads((path / PUBLISHED_MARKER).read_text()).get("generation")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if type(value) is int else None
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data`` (through a temporary name: never a half file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def lock_holders(path: Path) -> set[int] | None:
