@@ -316,6 +316,46 @@ class LogWriter(_Recorder):
         """Log a matplotlib figure (or a list of them) rendered to PNG; ``close`` closes it."""
         self._writer.add_figure(tag, figure, step, close, _visualdl_wall(walltime))
 
+    # -- add_embeddings (VisualDL's high-dimensional component) -------------------------------
+
+    def add_embeddings(
+        self,
+        tag: str,
+        mat: Any = None,
+        metadata: Any = None,
+        metadata_header: Any = None,
+        walltime: float | None = None,
+        labels: Any = None,
+        hot_vectors: Any = None,
+        labels_meta: Any = None,
+    ) -> None:
+        """Log embeddings: ``mat`` (N x D) with ``metadata`` labels, VisualDL's names.
+
+        ``labels``, ``hot_vectors`` and ``labels_meta`` are VisualDL's older names for
+        ``metadata``, ``mat`` and ``metadata_header``; giving both names of one argument is an
+        error. VisualDL records embeddings without a step: they are step 0 here.
+        See :meth:`vdl_stream.Writer.add_embedding`.
+        """
+        for new, old, value, older in (
+            ("mat", "hot_vectors", mat, hot_vectors),
+            ("metadata", "labels", metadata, labels),
+            ("metadata_header", "labels_meta", metadata_header, labels_meta),
+        ):
+            if value is not None and older is not None:
+                raise TypeError(f"give {new} or its older name {old}, not both")
+        mat = hot_vectors if mat is None else mat
+        if mat is None:
+            raise TypeError("add_embeddings needs mat (or hot_vectors), got None")
+        self._writer.add_embedding(
+            mat,
+            labels if metadata is None else metadata,
+            None,
+            0,
+            tag,
+            labels_meta if metadata_header is None else metadata_header,
+            _visualdl_wall(walltime),
+        )
+
     def alert(
         self,
         title: str,
@@ -774,6 +814,19 @@ class SummaryWriter(_Recorder):
         display; ``close`` closes it afterwards."""
         step = 0 if global_step is None else global_step
         self._writer.add_figure(tag, figure, step, close, walltime)
+
+    def add_embedding(
+        self,
+        mat: Any,
+        metadata: Any = None,
+        label_img: Any = None,
+        global_step: int | None = None,
+        tag: str = "default",
+        metadata_header: Any = None,
+    ) -> None:
+        """Log N x D embeddings with labels and thumbnails for the page's projector (PCA and a
+        UMAP-style layout); see :meth:`vdl_stream.Writer.add_embedding`."""
+        self._writer.add_embedding(mat, metadata, label_img, global_step, tag, metadata_header)
 
     def alert(
         self,
