@@ -253,3 +253,65 @@ async def test_the_server_serves_an_embeddings_parts(nursery, embedding_run):
         )
         events = json.loads(body)["events"]
         assert [e["data_bytes"] for e in events] == [24, 24] and events[0]["sprite_bytes"] > 0
+
+
+def clustered(n: int, d: int, classes: int, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    """``n`` points in ``d`` dimensions around ``classes`` well-separated centres, and their class."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=6.0, size=(classes, d))
+    cls = np.arange(n) % classes
+    return centres[cls] + rng.normal(size=(n, d)), [f"class{c}" for c in cls]
+
+
+def test_the_page_projects_an_embedding_and_shows_a_label_on_hover(serve_process, browser):
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(serve_process.url + "/")
+        page.wait_for_function("() => window.vdl && window.vdl.connected", timeout=15_000)
+        mat, labels = clustered(600, 32, 4)
+        thumbs = np.zeros((600, 3, 8, 8), np.uint8)
+        thumbs[:, 0] = (np.arange(600) % 4 * 60)[:, None, None]
+        rows = [[c, f"item{i}"] for i, c in enumerate(labels)]
+        with attach(url=serve_process.ws_url, run="emb", telemetry=False) as writer:
+            writer.add_embedding(mat, rows, thumbs, 3, "features", ["class", "name"])
+        page.locator('.tabs button[data-view="embeddings"]').click()
+        page.wait_for_function(
+            "() => { const s = vdl.embeddings.state(); return s.shown && s.n === 600; }",
+            timeout=20_000,
+        )
+        state = page.evaluate("vdl.embeddings.state()")
+        assert (state["run"], state["tag"], state["step"], state["d"]) == ("emb", "features", 3, 32)
+        assert "PCA of 600 × 32" in page.locator(".embed-status").inner_text()
+        legend = page.locator(".embed-legend").inner_text()
+        assert all(f"class{c}" in legend for c in range(4))  # coloured by the class column
+        page.screenshot(path=str(serve_process.logdir.parent / "embeddings-pca.png"))
+
+        # The non-linear method: positions stream in from the worker until the layout is done.
+        page.locator("select.embed-method").select_option("umap")
+        page.wait_for_function(
+            "() => { const s = vdl.embeddings.state(); return s.method === 'umap' && s.done; }",
+            timeout=60_000,
+        )
+        assert "UMAP of 600 points" in page.locator(".embed-status").inner_text()
+
+        # Hover point 17: its labels and its thumbnail show in the card.
+        point = page.evaluate("vdl.embeddings.pointOnPage(17)")
+        page.mouse.move(point["x"], point["y"])
+        page.wait_for_function("() => vdl.embeddings.state().tip !== null", timeout=10_000)
+        hovered = page.evaluate("vdl.embeddings.state().hover")
+        tip = page.locator(".embed-tip").inner_text()
+        assert f"name: item{hovered}" in tip and f"class: {labels[hovered]}" in tip
+        assert page.locator(".embed-tip canvas.embed-thumb").count() == 1
+
+        # Search by label: only the matches stay bright.
+        page.locator("input.embed-search").fill("item17")
+        page.wait_for_function("() => vdl.embeddings.state().matches !== null", timeout=5_000)
+        # item17, item170..item179: 11 labels contain it
+        assert page.evaluate("vdl.embeddings.state().matches") == 11
+        assert "11 matches" in page.locator(".embed-status").inner_text()
+        page.screenshot(path=str(serve_process.logdir.parent / "embeddings-umap.png"))
+        assert errors == []
+    finally:
+        page.close()

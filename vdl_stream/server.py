@@ -56,6 +56,7 @@ STATIC_TYPES = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "embed-worker.js": "text/javascript; charset=utf-8",  # the embeddings view's Web Worker
 }
 # The page loads nothing from elsewhere and may connect only back to this server.
 CSP = (

@@ -22,6 +22,7 @@ import { ScalarsView } from "./views/scalars.js";
 import { SystemView } from "./views/system.js";
 import { TextView } from "./views/text.js";
 import { AlertsView } from "./views/alerts.js";
+import { EmbeddingsView } from "./views/embeddings.js";
 import { Toasts } from "./toast.js";
 
 initLanguage();
@@ -43,7 +44,7 @@ const state = {
   hiddenRuns: new Set(),
   paused: false,
   /** Views shown on the page (`vdl.showView` toggles them; the header's buttons scroll to them). */
-  views: new Set(["alerts", "scalars", "system", "histograms", "images", "text", "curves", "hparams"]),
+  views: new Set(["alerts", "scalars", "system", "histograms", "images", "text", "curves", "hparams", "embeddings"]),
 };
 const syncGroups = new Map();
 // The runs table's model: selection, pins, hidden runs, filters, grouping (see runs.js).
@@ -88,6 +89,8 @@ const views = {
   text: new TextView(ctx),
   curves: new CurvesView(ctx),
   hparams: new HparamsView(ctx),
+  // Embeddings (issue 15): a projector fed from /api/blob, projecting in a Web Worker.
+  embeddings: new EmbeddingsView(ctx),
 };
 // Shown only under `vdl-stream replay`: the server's first `replay` frame shows it.
 const replayBar = new ReplayBar(ctx);
@@ -541,6 +544,7 @@ window.vdl = {
   goToView,
   /** Replay controls (only active under `vdl-stream replay`): status, play, pause, setSpeed, seek. */
   replay: replayBar.hook(),
+  embeddings: views.embeddings.hook(),
   /** Loading state: `{phase: "connecting"|"loading"|"ready", total, done}` (snapshots of runs). */
   get sync() {
     return store.syncState();
