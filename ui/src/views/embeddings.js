@@ -109,6 +109,8 @@ export class EmbeddingsView {
     this.progress = { epoch: 0, epochs: 0, done: false, ms: 0 };
     this.timings = {};
     this.visible = typeof IntersectionObserver === "undefined";
+    /** Main-thread cost of drawing and hit-testing, for the benchmark (milliseconds). */
+    this.costs = { draws: 0, drawMs: 0, drawMaxMs: 0, hovers: 0, hoverMs: 0, hoverMaxMs: 0 };
     this._frame = 0;
     this._drag = null;
     this._mouse = null;
@@ -203,7 +205,11 @@ export class EmbeddingsView {
         matches: this.matches ? this.matches.reduce((a, b) => a + b, 0) : null,
         hover: this.hover,
         tip: this.tip.hidden ? null : this.tip.textContent,
+        costs: { ...this.costs },
       }),
+      resetCosts: () => {
+        for (const key of Object.keys(this.costs)) this.costs[key] = 0;
+      },
       /** Where point `i` is on the page (CSS pixels), or null when it is not drawn. */
       pointOnPage: (i) => {
         const coords = this._coords();
@@ -509,6 +515,15 @@ export class EmbeddingsView {
   }
 
   _draw() {
+    const start = performance.now();
+    this._paint();
+    const ms = performance.now() - start;
+    this.costs.draws++;
+    this.costs.drawMs += ms;
+    this.costs.drawMaxMs = Math.max(this.costs.drawMaxMs, ms);
+  }
+
+  _paint() {
     const coords = this._coords();
     const { w, h, dpr } = this._size();
     this._lastSize = { w, h };
@@ -631,6 +646,15 @@ export class EmbeddingsView {
   }
 
   _hoverAt(x, y) {
+    const start = performance.now();
+    this._hitTest(x, y);
+    const ms = performance.now() - start;
+    this.costs.hovers++;
+    this.costs.hoverMs += ms;
+    this.costs.hoverMaxMs = Math.max(this.costs.hoverMaxMs, ms);
+  }
+
+  _hitTest(x, y) {
     const coords = this._coords();
     if (!coords) return;
     const { w, h } = this._lastSize ?? { w: this.canvas.clientWidth, h: HEIGHT };
