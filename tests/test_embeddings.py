@@ -99,6 +99,8 @@ def test_log_writer_add_embeddings_takes_visualdl_names_old_and_new(tmp_path):
             w.add_embeddings("both", mat=hot, hot_vectors=hot)
         with pytest.raises(TypeError, match="needs mat"):
             w.add_embeddings("none", labels=["x"])
+        with pytest.raises(TypeError, match=r"positional order \(tag, labels, hot_vectors\)"):
+            w.add_embeddings("swapped", ["x", "y"], hot)  # VisualDL 2.0's order
     old, new = embedding_records(tmp_path / "vdl")
     assert old["wall"] == 1_700_000_000.0 and old["step"] == 0 and old["metadata"] == [["x", "y"]]
     assert new["metadata_header"] == ["name", "n"] and new["metadata"] == [["x", "y"], ["1", "2"]]

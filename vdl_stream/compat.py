@@ -346,15 +346,25 @@ class LogWriter(_Recorder):
         mat = hot_vectors if mat is None else mat
         if mat is None:
             raise TypeError("add_embeddings needs mat (or hot_vectors), got None")
-        self._writer.add_embedding(
-            mat,
-            labels if metadata is None else metadata,
-            None,
-            0,
-            tag,
-            labels_meta if metadata_header is None else metadata_header,
-            _visualdl_wall(walltime),
-        )
+        metadata = labels if metadata is None else metadata
+        try:
+            self._writer.add_embedding(
+                mat,
+                metadata,
+                None,
+                0,
+                tag,
+                labels_meta if metadata_header is None else metadata_header,
+                _visualdl_wall(walltime),
+            )
+        except TypeError as exc:
+            if metadata is None or not str(exc).startswith("mat must be"):
+                raise
+            # VisualDL 2.0's order was (tag, labels, hot_vectors): labels landed in mat.
+            raise TypeError(
+                f"{exc}; VisualDL 2.0's positional order (tag, labels, hot_vectors) is now "
+                "(tag, mat, metadata): pass mat= and metadata= (or hot_vectors=, labels=) by name"
+            ) from None
 
     def alert(
         self,

@@ -24,21 +24,25 @@ export function rng(seed = 1) {
  * @param {number} d dimensions
  * @param {number} [k] components (at most d)
  * @param {object} [eigen] options of topEigen (`maxIter`, `tol`)
+ * @param {number} [sample] estimate the covariance from this many rows (seeded sample) when there
+ *   are more; the mean is always over every row
  * @returns {{mean: Float64Array, components: Float64Array[], variances: number[], total: number}}
  *   `variances[i]` is the variance along component i; `total` the sum over all dimensions.
  */
-export function principalComponents(data, n, d, k = 2, eigen = {}) {
+export function principalComponents(data, n, d, k = 2, eigen = {}, sample = Infinity) {
   const mean = new Float64Array(d);
   for (let i = 0; i < n; i++) {
     const o = i * d;
     for (let a = 0; a < d; a++) mean[a] += data[o + a];
   }
   for (let a = 0; a < d; a++) mean[a] /= Math.max(n, 1);
+  const rows = sampleRows(n, sample);
+  const m = rows ? rows.length : n;
   // Upper triangle of X^T X over centred rows; one row is centred into `x` once.
   const cov = new Float64Array(d * d);
   const x = new Float64Array(d);
-  for (let i = 0; i < n; i++) {
-    const o = i * d;
+  for (let r = 0; r < m; r++) {
+    const o = (rows ? rows[r] : r) * d;
     for (let a = 0; a < d; a++) x[a] = data[o + a] - mean[a];
     for (let a = 0; a < d; a++) {
       const xa = x[a];
@@ -47,7 +51,7 @@ export function principalComponents(data, n, d, k = 2, eigen = {}) {
       for (let b = a; b < d; b++) cov[row + b] += xa * x[b];
     }
   }
-  const scale = 1 / Math.max(n - 1, 1);
+  const scale = 1 / Math.max(m - 1, 1);
   let total = 0;
   for (let a = 0; a < d; a++) {
     for (let b = a; b < d; b++) {
@@ -57,13 +61,27 @@ export function principalComponents(data, n, d, k = 2, eigen = {}) {
     }
     total += cov[a * d + a];
   }
-  const m = Math.min(k, d);
-  const { vectors, values } = topEigen(cov, d, m, eigen);
+  const { vectors, values } = topEigen(cov, d, Math.min(k, d), eigen);
   while (vectors.length < k) {
     vectors.push(new Float64Array(d));
     values.push(0);
   }
   return { mean, components: vectors, variances: values, total };
+}
+
+/** `sample` distinct row indices of `n`, sorted (a seeded partial shuffle), or null for all. */
+function sampleRows(n, sample) {
+  if (!(sample < n)) return null;
+  const random = rng(11);
+  const all = new Int32Array(n);
+  for (let i = 0; i < n; i++) all[i] = i;
+  for (let i = 0; i < sample; i++) {
+    const j = i + Math.floor(random() * (n - i));
+    const t = all[i];
+    all[i] = all[j];
+    all[j] = t;
+  }
+  return all.subarray(0, sample).sort();
 }
 
 /**
@@ -140,12 +158,19 @@ function orthonormalize(vs) {
 }
 
 /**
+ * Rows the covariance of `pca` is estimated from when there are more (TensorBoard's projector
+ * samples too): the axes of 4,096 points of a 10,000 x 128 matrix agree with the full ones to
+ * within a degree or so, for 2.4 times less work; every point is still projected.
+ */
+export const PCA_SAMPLE = 4096;
+
+/**
  * Project `data` on its first two principal components.
  * @returns {{coords: Float32Array, explained: number[]}} 2N interleaved x, y; the fraction of
  *   the total variance along each axis.
  */
-export function pca(data, n, d) {
-  const { mean, components, variances, total } = principalComponents(data, n, d, 2);
+export function pca(data, n, d, { sample = PCA_SAMPLE } = {}) {
+  const { mean, components, variances, total } = principalComponents(data, n, d, 2, {}, sample);
   const coords = new Float32Array(2 * n);
   const [u, v] = components;
   for (let i = 0; i < n; i++) {

@@ -54,6 +54,22 @@ test("PCA recovers a planted 2-D subspace in 64 dimensions, to sign", () => {
   assert.ok(Math.abs(cos(components[1], v)) > 0.999, "second component is v");
 });
 
+test("PCA from a sample of the rows finds the axes of the full matrix", () => {
+  const n = 6000;
+  const d = 16;
+  const random = rng(9);
+  const data = new Float32Array(n * d);
+  for (let i = 0; i < n; i++) for (let a = 0; a < d; a++) data[i * d + a] = (random() - 0.5) * (a === 3 ? 10 : a === 5 ? 4 : 1);
+  const full = principalComponents(data, n, d, 2);
+  const sampled = principalComponents(data, n, d, 2, {}, 1000);
+  for (let c = 0; c < 2; c++) {
+    const cos = full.components[c].reduce((acc, v, i) => acc + v * sampled.components[c][i], 0);
+    assert.ok(Math.abs(cos) > 0.995, `component ${c}: cos ${cos}`);
+  }
+  assert.deepEqual(Array.from(sampled.mean), Array.from(full.mean), "the mean is over every row");
+  assert.equal(pca(data, n, d, { sample: 1000 }).coords.length, 2 * n, "every point projected");
+});
+
 test("PCA of one dimension or one point does not fail", () => {
   assert.deepEqual(Array.from(pca(new Float32Array([1, 2, 3]), 3, 1).coords), [-1, 0, 0, 0, 1, 0]);
   assert.deepEqual(Array.from(pca(new Float32Array([4, 4]), 1, 2).coords), [0, 0]);

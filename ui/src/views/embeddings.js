@@ -179,6 +179,7 @@ export class EmbeddingsView {
     if (method === "umap" && !this.data.umapDone) {
       this.data.umap = null;
       this.timings.umapStart = performance.now();
+      this.timings.firstPositions = undefined;
       this._post({ type: "umap", job: this.job });
     } else if (method === "pca" && !this.data.umapDone) {
       this._post({ type: "stop", job: this.job });
@@ -257,7 +258,8 @@ export class EmbeddingsView {
     if (!options.length) return;
     // Follow the newest step of the chosen (run, tag) until another step is picked.
     let sel = this.selected;
-    if (!sel || !this.sources.has(`${sel.run}\u0000${sel.tag}`)) {
+    const offered = (x) => options.some((o) => o.value.startsWith(`${x.run}\u0000${x.tag}\u0000`));
+    if (!sel || !offered(sel)) {
       const first = options[0].value.split("\u0000");
       sel = { run: first[0], tag: first[1], step: Number(first[2]), follow: true };
     } else if (sel.follow) {
@@ -387,6 +389,7 @@ export class EmbeddingsView {
     } else if (msg.type === "positions") {
       data.umap = msg.coords;
       data.umapDone = msg.done;
+      this.timings.firstPositions ??= performance.now();
       this.progress = { epoch: msg.epoch, epochs: msg.epochs, done: msg.done, ms: msg.ms };
       this.phase = msg.done ? "umap" : "layout";
       if (msg.done && this.timings.umapStart) this.timings.umapMs = performance.now() - this.timings.umapStart;
