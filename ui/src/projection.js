@@ -311,16 +311,33 @@ export function nearestNeighbours(data, n, d, k, { trees = 5, leafSize = 40, rou
     }
   }
   // Neighbour descent: a neighbour of a neighbour is likely a neighbour.
+  // A pair (i -> j -> m) is looked at again only when one of its two links is new since the
+  // previous round: old-old pairs were compared already (NN-descent's "new" flags).
+  let fresh = new Uint8Array(n * k).fill(1);
+  let previous = null;
   for (let round = 0; round < rounds && k > 0; round++) {
     let updates = 0;
     const snapshot = heap.idx.slice();
+    if (previous) {
+      fresh = new Uint8Array(n * k);
+      for (let i = 0; i < n; i++) {
+        const o = i * k;
+        for (let p = 0; p < k; p++) {
+          let seen = false;
+          for (let q = 0; q < k && !seen; q++) seen = previous[o + q] === snapshot[o + p];
+          fresh[o + p] = seen ? 0 : 1;
+        }
+      }
+    }
+    previous = snapshot;
     for (let i = 0; i < n; i++) {
       for (let p = 0; p < k; p++) {
         const j = snapshot[i * k + p];
         if (j < 0) continue;
+        const newIJ = fresh[i * k + p];
         for (let q = 0; q < k; q++) {
           const m = snapshot[j * k + q];
-          if (m < 0 || m === i) continue;
+          if (m < 0 || m === i || !(newIJ || fresh[j * k + q])) continue;
           const s = dist2(data, d, i, m);
           if (heap.push(i, m, s)) updates++;
           if (heap.push(m, i, s)) updates++;
