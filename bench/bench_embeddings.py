@@ -94,7 +94,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
-def one_load(browser, url: str, n: int, window: float, seed: int) -> dict:
+def one_load(
+    browser, url: str, n: int, window: float, seed: int, shots: Path | None = None
+) -> dict:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     errors: list[str] = []
@@ -126,6 +128,8 @@ def one_load(browser, url: str, n: int, window: float, seed: int) -> dict:
         }
         page.locator(".embed-canvas").scroll_into_view_if_needed()
         box = page.locator(".embed-canvas").bounding_box()
+        if shots:
+            page.locator(".embed-panel").screenshot(path=str(shots / f"embeddings-pca-{n}.png"))
         rnd = random.Random(seed)
         page.locator("select.embed-method").select_option("umap")
         # The neighbour graph is built first (no positions yet); the window starts with the layout.
@@ -191,6 +195,8 @@ def one_load(browser, url: str, n: int, window: float, seed: int) -> dict:
         page.mouse.move(p["x"], p["y"])
         page.wait_for_function("() => vdl.embeddings.state().tip !== null", timeout=10_000)
         out["hover_label_ok"] = "name: item" in page.locator(".embed-tip").inner_text()
+        if shots:
+            page.locator(".embed-panel").screenshot(path=str(shots / f"embeddings-umap-{n}.png"))
         out["page_errors"] = errors
         return out
     finally:
@@ -207,6 +213,7 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=4.0, help="seconds of mouse input")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "embeddings.json")
+    parser.add_argument("--screenshots", type=Path, help="save the first load's panel here")
     args = parser.parse_args()
     if args.quick:
         args.points, args.repeat, args.window = 3000, 1, 2.0
@@ -225,7 +232,14 @@ def main() -> int:
                 browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
                 try:
                     loads = [
-                        one_load(browser, server.url, args.points, args.window, seed)
+                        one_load(
+                            browser,
+                            server.url,
+                            args.points,
+                            args.window,
+                            seed,
+                            args.screenshots if seed == 0 else None,
+                        )
                         for seed in range(args.repeat)
                     ]
                 finally:

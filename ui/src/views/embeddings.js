@@ -149,7 +149,15 @@ export class EmbeddingsView {
         if (this.visible) this._maybeLoad();
       }).observe(this.element);
     }
-    if (typeof ResizeObserver !== "undefined") new ResizeObserver(() => this._schedule()).observe(this.canvas);
+    // The canvas width comes from the observer, so a frame never reads layout (a forced reflow of
+    // the whole page after the status line changed would cost more than drawing 10,000 points).
+    this._width = 0;
+    if (typeof ResizeObserver !== "undefined") {
+      new ResizeObserver((entries) => {
+        this._width = entries[entries.length - 1].contentRect.width;
+        this._schedule();
+      }).observe(this.canvas);
+    }
   }
 
   /** Apply the run toggles and the tag filter (they pick what the source list offers). */
@@ -397,7 +405,8 @@ export class EmbeddingsView {
       this.phase = "error";
       this.error = msg.message;
     }
-    this._showStatus();
+    // The status line is rewritten with the next frame, not per message.
+    this._statusDirty = true;
     this._schedule();
   }
 
@@ -483,7 +492,7 @@ export class EmbeddingsView {
 
   _size() {
     const dpr = globalThis.devicePixelRatio || 1;
-    const w = Math.max(1, this.canvas.clientWidth);
+    const w = Math.max(1, this._width || this.canvas.clientWidth);
     const h = HEIGHT;
     if (this.canvas.width !== Math.round(w * dpr) || this.canvas.height !== Math.round(h * dpr)) {
       this.canvas.width = Math.round(w * dpr);
@@ -519,6 +528,20 @@ export class EmbeddingsView {
 
   _draw() {
     const start = performance.now();
+    if (this._mouse) {
+      // At most one hit test per frame, however many pointer events came in.
+      const [x, y] = this._mouse;
+      this._mouse = null;
+      this._hitTest(x, y);
+      const ms = performance.now() - start;
+      this.costs.hovers++;
+      this.costs.hoverMs += ms;
+      this.costs.hoverMaxMs = Math.max(this.costs.hoverMaxMs, ms);
+    }
+    if (this._statusDirty) {
+      this._statusDirty = false;
+      this._showStatus();
+    }
     this._paint();
     const ms = performance.now() - start;
     this.costs.draws++;
@@ -572,7 +595,8 @@ export class EmbeddingsView {
     }
     if (this.hover >= 0 && this.hover < n) {
       const [x, y] = [ox + coords[2 * this.hover] * scale, oy - coords[2 * this.hover + 1] * scale];
-      g.strokeStyle = getComputedStyle(this.canvas).color || "#000";
+      this._ink ??= getComputedStyle(this.canvas).color || "#000";
+      g.strokeStyle = this._ink;
       g.lineWidth = 2;
       g.beginPath();
       g.arc(x, y, POINT + 4, 0, 2 * Math.PI);
@@ -617,6 +641,7 @@ export class EmbeddingsView {
     c.addEventListener("pointerup", end);
     c.addEventListener("pointercancel", end);
     c.addEventListener("pointerleave", () => {
+      this._mouse = null;
       if (this.hover >= 0) {
         this.hover = -1;
         this.tip.hidden = true;
@@ -649,12 +674,8 @@ export class EmbeddingsView {
   }
 
   _hoverAt(x, y) {
-    const start = performance.now();
-    this._hitTest(x, y);
-    const ms = performance.now() - start;
-    this.costs.hovers++;
-    this.costs.hoverMs += ms;
-    this.costs.hoverMaxMs = Math.max(this.costs.hoverMaxMs, ms);
+    this._mouse = [x, y];
+    this._schedule();
   }
 
   _hitTest(x, y) {
@@ -682,7 +703,6 @@ export class EmbeddingsView {
     this.hover = best;
     if (best < 0) this.tip.hidden = true;
     else this._fillTip(best);
-    this._schedule();
   }
 
   _fillTip(i) {
@@ -706,8 +726,11 @@ export class EmbeddingsView {
   }
 
   _placeTip(x, y, w) {
-    const left = x + 14 + this.tip.offsetWidth > w ? x - 14 - this.tip.offsetWidth : x + 14;
-    this.tip.style.left = `${Math.max(0, left)}px`;
+    // Right of the point, or left of it on the right half: CSS shifts it by its own width, so
+    // nothing here reads layout.
+    const flip = x > w / 2;
+    this.tip.style.left = `${x + (flip ? -14 : 14)}px`;
     this.tip.style.top = `${Math.max(0, y - 10)}px`;
+    this.tip.style.transform = flip ? "translateX(-100%)" : "";
   }
 }
