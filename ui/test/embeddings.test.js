@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { PALETTE } from "../src/dom.js";
-import { colorColumn, matrixFromBytes, searchLabels } from "../src/views/embeddings.js";
+import { colorColumn, matrixFromBytes, rgba32, searchLabels } from "../src/views/embeddings.js";
 
 test("colorColumn colours categories by frequency and greys the rest", () => {
   const values = ["b", "a", "b", "c", "b", "a"];
@@ -37,4 +37,10 @@ test("matrixFromBytes checks the size against the shape", () => {
   const m = matrixFromBytes(new Float32Array([1, 2, 3, 4, 5, 6]).buffer, 2, 3);
   assert.deepEqual(Array.from(m), [1, 2, 3, 4, 5, 6]);
   assert.throws(() => matrixFromBytes(new ArrayBuffer(20), 2, 3), /expected 24 bytes, got 20/);
+});
+
+test("rgba32 packs CSS colours as little-endian RGBA pixels", () => {
+  assert.equal(rgba32("#1f77b4"), 0xffb4771f);
+  assert.equal(rgba32("rgb(1, 2, 3)"), 0xff030201);
+  assert.equal(rgba32("rgba(140, 146, 154, 0.25)"), (64 * 2 ** 24 + (154 << 16) + (146 << 8) + 140) >>> 0);
 });
