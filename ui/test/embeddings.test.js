@@ -3,17 +3,18 @@ import { test } from "node:test";
 import { PALETTE } from "../src/dom.js";
 import { colorColumn, matrixFromBytes, rgba32, searchLabels } from "../src/views/embeddings.js";
 
-test("colorColumn colours categories by frequency and greys the rest", () => {
-  const values = ["b", "a", "b", "c", "b", "a"];
+test("colorColumn colours the most frequent categories in label order and greys the rest", () => {
+  const values = ["b", "a10", "b", "a2", "b", "a10"];
   const { index, colors, legend } = colorColumn(values);
-  assert.deepEqual(legend.map((l) => l.label), ["b", "a", "c"]);
-  assert.deepEqual(Array.from(index), [0, 1, 0, 2, 0, 1]);
+  assert.deepEqual(legend.map((l) => l.label), ["a2", "a10", "b"]);
+  assert.deepEqual(Array.from(index), [2, 1, 2, 0, 2, 1]);
   assert.equal(colors[0], PALETTE[0]);
   const many = Array.from({ length: 30 }, (_, i) => `k${i % 25}`);
   const wide = colorColumn(many);
   assert.equal(wide.legend.length, PALETTE.length + 1, "20 categories and 'other'");
   assert.equal(wide.legend.at(-1).label, null);
   assert.equal(wide.index.filter((c) => c === wide.colors.length - 1).length, 5, "five values share 'other'");
+  assert.ok(!wide.legend.some((l) => ["k20", "k21", "k22", "k23", "k24"].includes(l.label)), "the rarest are 'other'");
 });
 
 test("colorColumn gives a column of many numbers a gradient from its minimum to its maximum", () => {

@@ -51,8 +51,8 @@ export function matrixFromBytes(buffer, n, d) {
 }
 
 /**
- * Colours for one metadata column: categories by frequency (ties by value), the first
- * MAX_CATEGORIES coloured, or, for a column of more distinct numbers than that, a gradient.
+ * Colours for one metadata column: the MAX_CATEGORIES most frequent values coloured, in label
+ * order (the rest "other"), or, for a column of more distinct numbers than that, a gradient.
  * @returns {{index: Uint16Array, colors: string[], legend: {label: string, color: string}[]}}
  */
 export function colorColumn(values) {
@@ -74,13 +74,15 @@ export function colorColumn(values) {
     for (let i = 0; i < n; i++) index[i] = hi > lo ? Math.round(((nums[i] - lo) / (hi - lo)) * (steps - 1)) : 0;
     return { index, colors, legend: [{ label: String(lo), color: colors[0] }, { label: String(hi), color: colors[steps - 1] }] };
   }
-  const ranked = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
-  const slot = new Map();
-  ranked.slice(0, MAX_CATEGORIES).forEach(([v], i) => slot.set(v, i));
-  const colors = [...PALETTE.slice(0, Math.min(MAX_CATEGORIES, ranked.length)), OTHER];
+  const byLabel = (a, b) => a.localeCompare(b, undefined, { numeric: true });
+  const ranked = [...counts.entries()].sort((a, b) => b[1] - a[1] || byLabel(a[0], b[0]));
+  // The most frequent values get colours, in label order (class2 before class10).
+  const kept = ranked.slice(0, MAX_CATEGORIES).map(([v]) => v).sort(byLabel);
+  const slot = new Map(kept.map((v, i) => [v, i]));
+  const colors = [...PALETTE.slice(0, kept.length), OTHER];
   const other = colors.length - 1;
   for (let i = 0; i < n; i++) index[i] = slot.get(values[i]) ?? other;
-  const legend = ranked.slice(0, MAX_CATEGORIES).map(([v], i) => ({ label: v, color: colors[i] }));
+  const legend = kept.map((v, i) => ({ label: v, color: colors[i] }));
   if (ranked.length > MAX_CATEGORIES) legend.push({ label: null, color: OTHER });
   return { index, colors, legend };
 }
