@@ -20,6 +20,9 @@ Embeddings view and measures:
   (d TaskDuration / d wall). The view's own counters give the cost of each draw and hit test.
 * UMAP total time (switch -> last epoch drawn) and the hover card showing a label afterwards.
 
+``--profile`` also takes a CPU profile of the first load's window (the main thread's self time by
+function: ``(idle)``, ``(program)`` for Chromium's native work, the view's functions).
+
 Results: a Markdown table on stdout and the record in bench/out/embeddings.json (or ``--out``).
 Every wait is bounded; the server and the browser are stopped in ``finally``.
 """
@@ -35,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -94,8 +98,24 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
+def self_times(profile: dict, top: int = 8) -> list[tuple[str, float]]:
+    """The share of samples per function of a CDP CPU profile (self time), largest first."""
+    nodes = {node["id"]: node["callFrame"] for node in profile["nodes"]}
+    times: Counter[str] = Counter()
+    for sample, delta in zip(profile["samples"], profile["timeDeltas"], strict=False):
+        times[nodes[sample]["functionName"] or "(anonymous)"] += delta
+    total = sum(times.values()) or 1
+    return [(name, t / total) for name, t in times.most_common(top)]
+
+
 def one_load(
-    browser, url: str, n: int, window: float, seed: int, shots: Path | None = None
+    browser,
+    url: str,
+    n: int,
+    window: float,
+    seed: int,
+    shots: Path | None = None,
+    profile: bool = False,
 ) -> dict:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
@@ -138,6 +158,10 @@ def one_load(
         )
         page.evaluate("vdl.embeddings.resetCosts()")
         page.evaluate(FRAME_PROBE)
+        if profile:  # sampled every 0.5 ms; costs a little of the window's main thread
+            cdp.send("Profiler.enable")
+            cdp.send("Profiler.setSamplingInterval", {"interval": 500})
+            cdp.send("Profiler.start")
         before = metrics(cdp)
         t0 = time.perf_counter()
         moves = 0
@@ -156,6 +180,8 @@ def one_load(
             moves += 1
             time.sleep(0.03)
         after = metrics(cdp)
+        if profile:
+            out["profile"] = self_times(cdp.send("Profiler.stop")["profile"])
         probe = page.evaluate(
             "(() => { const p = window.__embedProbe; p.stop = true; return p; })()"
         )
@@ -214,6 +240,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "embeddings.json")
     parser.add_argument("--screenshots", type=Path, help="save the first load's panel here")
+    parser.add_argument(
+        "--profile", action="store_true", help="CPU profile of the first load's window"
+    )
     args = parser.parse_args()
     if args.quick:
         args.points, args.repeat, args.window = 3000, 1, 2.0
@@ -239,6 +268,7 @@ def main() -> int:
                             args.window,
                             seed,
                             args.screenshots if seed == 0 else None,
+                            args.profile and seed == 0,
                         )
                         for seed in range(args.repeat)
                     ]
@@ -297,6 +327,9 @@ def main() -> int:
     print("| measure | value | target |\n|---|---|---|")
     for name, value, target in rows:
         print(f"| {name} | {value} | {target} |")
+    if "profile" in loads[0]:
+        shares = ", ".join(f"{name} {share:.0%}" for name, share in loads[0]["profile"])
+        print(f"\nmain thread over the first load's window (CPU profile, self time): {shares}")
     ok = all(load["hover_label_ok"] and not load["page_errors"] for load in loads)
     print(f"\nhover shows the label after the layout: {ok}; record: {args.out}")
     return 0 if ok else 1
