@@ -317,3 +317,49 @@ def test_the_page_projects_an_embedding_and_shows_a_label_on_hover(serve_process
         assert errors == []
     finally:
         page.close()
+
+
+@pytest.fixture
+def replay_run(tmp_path):
+    """Run ``r``: the scalar ``loss`` at steps 0..4, then an embedding ``feat`` at step 4."""
+    with attach(tmp_path, run="r") as w:
+        for step in range(5):
+            w.add_scalar("loss", 1.0 / (step + 1), step, walltime=1_700_000_000.0 + step)
+        w.add_embedding(
+            np.eye(3), ["a", "b", "c"], global_step=4, tag="feat", walltime=1_700_000_004.5
+        )
+    return tmp_path / "r"
+
+
+async def test_a_replay_serves_the_embedding_once_the_replay_has_reached_it(replay_run):
+    from vdl_stream.replay import Replayer, RunTimeline, serve_replay
+
+    with recorder.RunReader(replay_run) as reader:
+        timeline = RunTimeline("r", list(reader.iter_records()), str(replay_run))
+    replayer = Replayer([timeline], start_paused=True)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(replayer.run)
+            url = await nursery.start(serve_replay, replayer, "127.0.0.1", 0)
+            blob = url + "/api/blob?run=r&kind=embedding&tag=feat&step=4"
+            status, _, _ = await trio.to_thread.run_sync(http_request, blob)
+            assert status == 404  # the replay has not reached it yet
+            await trio.to_thread.run_sync(
+                lambda: http_post(url + "/api/replay", {"action": "seek", "step": 10})
+            )
+            status, _, body = await trio.to_thread.run_sync(http_request, blob)
+            assert (
+                status == 200 and np.frombuffer(body, "<f4").tolist() == np.eye(3).ravel().tolist()
+            )
+            replayer.source.close()
+            nursery.cancel_scope.cancel()
+
+
+def http_post(url: str, body: dict) -> int:
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status
