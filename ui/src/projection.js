@@ -330,14 +330,20 @@ export function nearestNeighbours(data, n, d, k, { trees = 5, leafSize = 40, rou
       }
     }
     previous = snapshot;
+    // seen[m] === i: m is already a neighbour of i, or was compared with i in this round (many
+    // neighbours of neighbours are shared: a distance is computed once per pair and round).
+    const seen = new Int32Array(n).fill(-1);
     for (let i = 0; i < n; i++) {
+      seen[i] = i;
+      for (let p = 0; p < k; p++) if (snapshot[i * k + p] >= 0) seen[snapshot[i * k + p]] = i;
       for (let p = 0; p < k; p++) {
         const j = snapshot[i * k + p];
         if (j < 0) continue;
         const newIJ = fresh[i * k + p];
         for (let q = 0; q < k; q++) {
           const m = snapshot[j * k + q];
-          if (m < 0 || m === i || !(newIJ || fresh[j * k + q])) continue;
+          if (m < 0 || seen[m] === i || !(newIJ || fresh[j * k + q])) continue;
+          seen[m] = i;
           const s = dist2(data, d, i, m);
           if (heap.push(i, m, s)) updates++;
           if (heap.push(m, i, s)) updates++;

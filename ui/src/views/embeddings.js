@@ -155,11 +155,13 @@ export class EmbeddingsView {
     this.tip = el("div", { class: "embed-tip", hidden: true });
     this.legend = el("div", { class: "embed-legend" });
     this.hint = el("span", { class: "embed-hint", text: t("embedHint") });
+    // Not shown: the title "Export report" writes above the scatter.
+    this.title = el("span", { class: "chart-title", hidden: true });
     this.panel = el(
       "section",
       { class: "chart embed-panel", hidden: true },
       el("div", { class: "embed-controls" }, label("embedSource", this.sourceSelect), label("embedMethod", this.methodSelect), label("embedColor", this.colorSelect), label("embedSearch", this.searchInput)),
-      el("div", { class: "embed-info" }, this.status, this.hint),
+      el("div", { class: "embed-info" }, this.title, this.status, this.hint),
       el("div", { class: "embed-stage" }, this.canvas, this.tip),
       this.legend,
     );
@@ -452,6 +454,9 @@ export class EmbeddingsView {
   }
 
   _showStatus(n = this.data?.n, d = this.data?.d) {
+    const sel = this.selected;
+    const method = this.method === "umap" ? "UMAP" : "PCA";
+    this.title.setAttribute("title", sel ? `${sel.run} · ${sel.tag} · ${t("step")} ${sel.step} · ${method}` : "");
     const pct = (x) => (100 * x).toFixed(1);
     let text = "";
     if (this.phase === "loading") text = tf("embedLoading", { n, d });
