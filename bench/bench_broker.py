@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -344,27 +345,33 @@ class Bench:
         seconds: float,
         stalled: int = 0,
         flush_interval: float | None = None,
+        writers: int = 1,
+        rate: int | None = None,
+        subscribers: int | None = None,
     ) -> dict:
         """Run one latency configuration and return p50/p99 (ms), RSS samples and subscriber stats.
 
         ``source`` is ``attach`` (an ``attach(url=...)`` process calling ``add_scalar``) or ``raw``
-        (batches of 50 points every 5 ms built here, walls stamped when built).
+        (batches of 50 points every 5 ms built here, walls stamped when built). ``writers``
+        attach processes share ``rate`` (events/s in all; default ``latency_rate``) on one run;
+        ``subscribers`` overrides the number of subscribers.
         """
         s = self.s
         run = "live"
         server = self.server()
-        n_live = s.subscribers - stalled
+        n_subs = s.subscribers if subscribers is None else subscribers
+        total_rate = s.latency_rate if rate is None else rate
+        n_live = n_subs - stalled
         subs = [SubscriberResult() for _ in range(n_live)]
         rss: list[tuple[float, int]] = []
         stalled_stats: list[dict] = []
-        child = None
+        children: list = []
         out: dict = {}
         try:
             prof = self.profiler(name, server, seconds + 2) if name else None
             proc = psutil.Process(server.pid)
 
             async def main() -> None:
-                nonlocal child
                 stop = trio.Event()
                 ready = trio.Semaphore(0)
                 async with trio.open_nursery() as nursery:
@@ -375,7 +382,7 @@ class Bench:
                             stalled_subscriber, server.host, server.port, run, ready, stop
                         )
                     with trio.fail_after(30):
-                        for _ in range(s.subscribers):
+                        for _ in range(n_subs):
                             await ready.acquire()
                     t0 = time.monotonic()
 
@@ -387,19 +394,27 @@ class Bench:
 
                     nursery.start_soon(sample)
                     if source == "attach":
-                        child = _child(
-                            [
-                                "attach-latency",
-                                server.ws,
-                                run,
-                                str(s.latency_rate),
-                                str(seconds),
-                                str(s.latency_tags),
-                                "default" if flush_interval is None else str(flush_interval),
-                            ]
+                        children.extend(
+                            _child(
+                                [
+                                    "attach-latency",
+                                    server.ws,
+                                    run,
+                                    str(total_rate // writers),
+                                    str(seconds),
+                                    str(s.latency_tags),
+                                    "default" if flush_interval is None else str(flush_interval),
+                                ]
+                            )
+                            for _ in range(writers)
                         )
-                        result = await trio.to_thread.run_sync(_child_result, child, seconds + 60)
-                        out.update(result)
+                        for child in children:
+                            result = await trio.to_thread.run_sync(
+                                _child_result, child, seconds + 60
+                            )
+                            for key, value in result.items():  # counts and rates add up
+                                summed = type(value) in (int, float) and key in out
+                                out[key] = out[key] + value if summed else value
                     else:
                         await _raw_source(server.ws, run, s.latency_rate, seconds)
                     await trio.sleep(1.0)  # the last frames in flight
@@ -412,7 +427,7 @@ class Bench:
             if prof:
                 prof.stop()
         finally:
-            if child is not None:
+            for child in children:
                 _kill(child)
             rc = server.stop()
         starts = [np.concatenate(sub.walls).min() for sub in subs if sub.walls]
@@ -458,6 +473,14 @@ class Bench:
             "latency_attach": {"source": "attach"},
             "latency_attach_fi10ms": {"source": "attach", "flush_interval": 0.01},
             "latency_raw": {"source": "raw"},
+            # issue 16: 1M events/s from 4 writers, 2 subscribers (a Python subscriber decodes
+            # about 1M points/s on this machine, so 10 would measure the subscribers)
+            "latency_attach_4w_1m": {
+                "source": "attach",
+                "writers": 4,
+                "rate": 1_000_000,
+                "subscribers": 2,
+            },
         }
         runs: dict[str, list[dict]] = {key: [] for key in configs}
         for i in range(self.args.repeat):
@@ -726,18 +749,25 @@ def report(results: dict, settings: Settings, args: argparse.Namespace) -> None:
         ("latency_attach", "add_scalar -> /ws/live, 10k ev/s, 10 subs (attach defaults)"),
         ("latency_attach_fi10ms", "  same, attach(flush_interval=0.01)"),
         ("latency_raw", "  batch built -> /ws/live (server share only)"),
+        ("latency_attach_4w_1m", "add_scalar -> /ws/live, 1M ev/s from 4 writers, 2 subs"),
         ("stalled_attach", "  attach defaults, 1 of 10 subs stalled: other 9"),
     ):
         if key in results:
             r = results[key]
-            ok = r["p50_ms"] <= 20 and r["p99_ms"] <= 50
+            # issue 16's targets: p50 <= 3 / p99 <= 10 ms at 10k ev/s; p99 <= 50 ms at 1M ev/s
+            p50_target, p99_target = {
+                "latency_attach_4w_1m": (math.inf, 50),
+                "stalled_attach": (20, 50),
+            }.get(key, (3, 10))
+            ok = r["p50_ms"] <= p50_target and r["p99_ms"] <= p99_target
             figure = f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms"
             if r.get("repeats", 1) > 1:
                 figure += f" (median of {r['repeats']}; p99s {', '.join(f'{x:.0f}' for x in r['p99_ms_all'])})"
             else:
                 worst = max(r["per_second_p99_ms"] or [float("nan")])
                 figure += f" ({r['points']:,} pts; worst 1-s p99 {worst:.0f} ms)"
-            rows.append((label, figure, "<= 20 / <= 50 ms", verdict(ok)))
+            target = f"<= {p50_target:g} / <= {p99_target:g} ms".replace("<= inf / ", "p99 ")
+            rows.append((label, figure, target, verdict(ok)))
     if "stalled_attach" in results:
         r = results["stalled_attach"]
         stuck = [x for x in r["subscriber_stats"] if x.get("gaps") or x.get("dropped")]

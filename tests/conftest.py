@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,6 +26,15 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds. For state
+    another thread or process changes, which has no event a test could wait on."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not met within {timeout:g} s: {what or condition}"
+        time.sleep(0.005)
 
 
 def http_request(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:

@@ -49,9 +49,9 @@ BLOCK_TIMEOUT = 180
 # Examples show the default port 8040; a fixed port would collide with whatever else runs on the
 # machine (a dashboard left open, a parallel test run), so the blocks serve on a free port.
 PRELUDE = """\
-import vdl_stream.writer as _doctest_writer
-_doctest_writer.attach.__kwdefaults__["port"] = 0
-del _doctest_writer
+import vdl_stream.session as _doctest_session
+_doctest_session.attach.__kwdefaults__["port"] = 0
+del _doctest_session
 """
 
 _DIRECTIVE = re.compile(r"<!--\s*doctest:\s*(.*?)\s*-->", re.S)

@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
 import trio
-from trio_websocket import ConnectionRejected, ConnectionTimeout
+from trio_websocket import ConnectionClosed, ConnectionRejected, ConnectionTimeout, serve_websocket
 
 import recorder
-from tests.conftest import start_serve, stop_serve
+from tests.conftest import start_serve, stop_serve, wait_for
 from vdl_stream import attach
-from vdl_stream.codec import Batch, ScalarColumns
+from vdl_stream.codec import Batch, ScalarColumns, decode_batch, decode_message, encode_ack
 from vdl_stream.transport import Spool, WebSocketTransport, describe_connect_error
 
 
@@ -24,6 +26,8 @@ def test_spool_keeps_memory_then_disk_in_order():
     for seq in range(1, 8):
         spool.put(seq, bytes([seq]) * 4)
     assert len(spool) == 7 and spool.last() == 7
+    stats = spool.statistics()
+    assert (stats.frames, stats.memory_bytes, stats.disk_bytes, stats.dropped) == (7, 8, 20, 0)
     assert [spool.get(s) for s in (1, 2, 3, 7)] == [b"\1" * 4, b"\2" * 4, b"\3" * 4, b"\7" * 4]
     assert spool.after(4) == [5, 6, 7]
     spool.ack(5)
@@ -45,6 +49,16 @@ def test_spool_drops_oldest_past_its_disk_bound_with_one_warning():
     spool.close()
 
 
+def _all_acknowledged(writer) -> bool:
+    stats = writer.statistics()
+    return (
+        stats.queued_calls == 0
+        and stats.pending_batches == 0
+        and stats.transport is not None
+        and stats.transport.queued_batches == 0
+    )
+
+
 def test_killed_broker_loses_and_duplicates_nothing(tmp_path):
     logdir = tmp_path / "logs"
     server = start_serve(logdir)
@@ -55,7 +69,8 @@ def test_killed_broker_loses_and_duplicates_nothing(tmp_path):
             for step in range(steps):
                 writer.add_scalar("loss", step * 0.5, step)
                 if step == 10_000:
-                    time.sleep(0.3)  # let batches be acknowledged, then pull the plug
+                    # Let what was logged be acknowledged, then pull the plug.
+                    wait_for(lambda: _all_acknowledged(writer), what="acknowledgements")
                     server.proc.kill()
                     server.proc.wait()
                 if step == 20_000:
@@ -180,3 +195,91 @@ def test_spool_keeps_frames_in_memory_when_its_file_cannot_take_them(tmp_path, m
         spool.close()
     finally:
         subprocess.run(["umount", "-l", str(disk)], timeout=20, check=False)
+
+
+class _AckGate:
+    """A broker stand-in on 127.0.0.1 that records each batch's arrival and holds its ack until
+    the test releases it: what the writer sends while a batch is in flight becomes visible."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int, float]] = []  # (seq, points, arrival)
+        self.release = threading.Semaphore(0)  # one release per ack the test allows
+        self.port = 0
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True)
+
+    def __enter__(self) -> _AckGate:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _ in range(100):  # let whatever waits go, then stop the loop
+            self.release.release()
+        assert self._token is not None
+        self._token.run_sync_soon(self._scope.cancel)
+        self._thread.join(10)
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        """Whether ``count`` batches came within ``timeout`` seconds."""
+        try:
+            wait_for(lambda: len(self.batches) >= count, timeout)
+        except AssertionError:
+            return False
+        return True
+
+    async def _main(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        with trio.CancelScope() as self._scope:
+            async with trio.open_nursery() as nursery:
+                server = await nursery.start(
+                    partial(serve_websocket, self._handle, "127.0.0.1", 0, ssl_context=None)
+                )
+                self.port = server.port
+                self._ready.set()
+
+    async def _handle(self, request) -> None:
+        ws = await request.accept()
+        try:
+            while True:
+                batch = decode_batch(decode_message(await ws.get_message()))
+                points = sum(len(c.steps) for c in batch.scalars)
+                self.batches.append((batch.seq, points, time.monotonic()))
+                await trio.to_thread.run_sync(self.release.acquire)
+                await ws.send_message(encode_ack(batch.writer, batch.seq))
+        except ConnectionClosed:
+            pass
+
+
+def test_a_point_logged_while_the_link_is_idle_leaves_at_once_not_at_the_interval():
+    with _AckGate() as gate:
+        # A 30 s interval: only the adaptive flush can deliver within the test's deadlines.
+        writer = attach(
+            url=f"ws://127.0.0.1:{gate.port}", run="idle", telemetry=False, flush_interval=30.0
+        )
+        try:
+            for step in range(3):
+                logged = time.monotonic()
+                writer.add_scalar("loss", 1.0, step)
+                assert gate.wait_for(step + 1, timeout=5), f"point {step} waited for the timer"
+                assert gate.batches[step][1] == 1
+                assert gate.batches[step][2] - logged < 5
+                gate.release.release()
+            # While a batch is in flight, calls accumulate into the next one, sent as it is
+            # answered (not at the 30 s interval).
+            writer.add_scalar("loss", 1.0, 3)
+            assert gate.wait_for(4, timeout=5)
+            for step in range(4, 104):
+                writer.add_scalar("loss", 1.0, step)
+            assert not gate.wait_for(5, timeout=0.3)  # nothing more while the batch is held
+            stats = writer.statistics()
+            assert (stats.queued_calls, stats.batches, stats.sent_batches) == (100, 4, 4)
+            assert stats.transport is not None and stats.transport.in_flight == 1
+            gate.release.release()
+            assert gate.wait_for(5, timeout=5)
+            assert gate.batches[4][1] == 100
+        finally:
+            for _ in range(10):
+                gate.release.release()
+            writer.close(timeout=10)

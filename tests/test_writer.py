@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import recorder
+from tests.conftest import wait_for
 from vdl_stream import attach
 from vdl_stream.errors import PortInUseError
-from vdl_stream.writer import make_run_name
+from vdl_stream.session import make_run_name
 
 
 def test_in_process_flush_is_durable_and_complete(tmp_path):
@@ -74,6 +75,22 @@ def test_histogram_is_recorded(tmp_path):
     counts = np.frombuffer(record.data["counts"], "<f8")
     assert len(counts) == 5 and counts.sum() == 1000
     assert (record.data["nan"], record.data["inf"], record.data["num"]) == (1, 1, 1002)
+
+
+def test_a_histogram_is_binned_later_from_a_copy_of_its_values(tmp_path):
+    # The background thread bins it: an array the loop changes right after the call (a weight
+    # updated in place) must not change what was logged.
+    from vdl_stream import summaries
+
+    values = np.random.default_rng(1).normal(size=10_000).astype(np.float32)
+    expected = summaries.histogram_event("w", values.copy(), 3, 1.0e9, buckets=20)
+    with attach(tmp_path, run="later", telemetry=False) as w:
+        w.add_histogram("w", values, 3, walltime=1.0e9, buckets=20)
+        values[:] = 1e6  # before the background thread got to it, most likely
+    with recorder.RunReader(tmp_path / "later") as reader:
+        (record,) = reader.read_records(kind="histogram")
+    for key in ("edges", "counts", "num", "nan", "inf", "min", "max", "sum", "sum_sq"):
+        assert record.data[key] == expected[key], key
 
 
 def test_run_names_are_unique_and_sortable():
@@ -255,22 +272,17 @@ def failing_send(monkeypatch):
     return state
 
 
-def wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def test_a_failing_broker_keeps_the_data_reports_the_reason_and_recovers(tmp_path, failing_send):
     w = attach(tmp_path, run="faulty", telemetry=False)
     w.add_scalar("x", 0.0, 0)
     assert w.flush(timeout=10)
     failing_send["error"] = OSError(errno.ENOSPC, "No space left on device")
-    for step in range(1, 1001):
-        w.add_scalar("x", float(step), step)
-    wait_for(lambda: failing_send["calls"] >= 3)  # retried with backoff
+    # The first failure may come while the loop still runs (a point leaves as soon as the link
+    # is free): the warning comes on one of these calls, whichever follows it.
     with pytest.warns(RuntimeWarning, match="retrying .*OSError: .*No space left on device"):
+        for step in range(1, 1001):
+            w.add_scalar("x", float(step), step)
+        wait_for(lambda: failing_send["calls"] >= 3)  # retried with backoff
         w.add_scalar("x", 1001.0, 1001)
     with pytest.warns(RuntimeWarning, match="not confirmed within the timeout: .*No space left"):
         assert w.flush(timeout=0.3) is False
@@ -435,3 +447,33 @@ def test_attach_arguments_are_checked(tmp_path, kwargs, error, text):
     kwargs = {"logdir": tmp_path, "run": "r", "telemetry": False, **kwargs}
     with pytest.raises(error, match=text):
         attach(**kwargs)
+
+
+def test_in_process_points_leave_when_the_broker_is_free_not_at_the_interval(tmp_path):
+    # A 30 s interval: only the adaptive flush gets each point written within the deadline.
+    with attach(tmp_path, run="quick", telemetry=False, flush_interval=30.0) as w:
+        for step in range(3):
+            w.add_scalar("loss", float(step), step)
+            deadline = time.monotonic() + 5
+            steps: list[int] = []
+            while time.monotonic() < deadline:
+                try:
+                    with recorder.RunReader(tmp_path / "quick") as reader:
+                        steps = reader.read_scalars("loss").steps.tolist()
+                except (recorder.NotARunError, KeyError):
+                    steps = []
+                if len(steps) == step + 1:
+                    break
+                time.sleep(0.005)  # polling files another thread writes: no event to wait on
+            assert steps == list(range(step + 1)), f"point {step} waited for the timer"
+
+
+def test_the_training_side_imports_no_broker_and_no_web_stack():
+    code = (
+        "import sys, vdl_stream, vdl_stream.writer, vdl_stream.session\n"
+        "loaded = [m for m in ('vdl_stream.broker', 'vdl_stream.server', 'quart', 'hypercorn',"
+        " 'quart_trio') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

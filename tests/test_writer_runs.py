@@ -14,6 +14,7 @@ import pytest
 
 import recorder
 from tests import fake_pynvml
+from tests.conftest import wait_for
 from vdl_stream import LogWriter, SummaryWriter, attach, codec
 
 
@@ -54,6 +55,15 @@ def test_attaching_to_a_run_again_appends_and_a_restore_supersedes(tmp_path):
     assert series.values.tolist() == [1.0] * 100 + [2.0] * 50 + [3.0] * 10
 
 
+def _records(run_dir, kind: str) -> int:
+    """How many records of ``kind`` a run being written holds on disk so far."""
+    try:
+        with recorder.RunReader(run_dir) as reader:
+            return len(reader.read_records(kind=kind))
+    except recorder.NotARunError:  # not written yet
+        return 0
+
+
 def test_only_rank_zero_logs_by_default_but_every_rank_sends_telemetry(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -62,7 +72,7 @@ def test_only_rank_zero_logs_by_default_but_every_rank_sends_telemetry(tmp_path,
     monkeypatch.setenv("MASTER_PORT", "29500")
     with attach(tmp_path, telemetry_interval=0.1) as w:
         w.add_scalar("loss", 1.0, 0)  # accepted and dropped: rank 1 does not log
-        time.sleep(0.35)
+        wait_for(lambda: _records(tmp_path / w.run, "telemetry") >= 1, what="a telemetry sample")
     assert w.run.startswith("job-") and w.run.endswith("/rank1")
     with recorder.RunReader(tmp_path / w.run) as reader:
         kinds = {info.kind for info in reader.tags().values()}
@@ -82,7 +92,7 @@ def test_gpu_telemetry_travels_with_the_run(tmp_path, monkeypatch):
     with attach(tmp_path, run="gpu", telemetry_interval=0.1) as w:
         for step in range(10):
             w.add_scalar("loss", float(np.float32(step)), step)
-        time.sleep(0.35)
+        wait_for(lambda: _records(tmp_path / "gpu", "telemetry") >= 2, what="two samples")
     with recorder.RunReader(tmp_path / "gpu") as reader:
         samples = reader.read_records(kind="telemetry")
     assert len(samples) >= 2

@@ -7,6 +7,7 @@ already knows; a broker persists every event and pushes it to browsers within mi
 __version__ = "0.1.0"
 
 from .compat import LogWriter, SummaryWriter
-from .writer import Writer, attach
+from .session import attach
+from .writer import Writer
 
 __all__ = ["LogWriter", "SummaryWriter", "Writer", "__version__", "attach"]

@@ -157,7 +157,7 @@ def _positive_float(value: str) -> float:
 
 def _demo(args: argparse.Namespace) -> int:
     from .demo import train
-    from .writer import attach
+    from .session import attach
 
     try:
         writer = attach(args.logdir, serve=not args.no_serve, port=args.port)

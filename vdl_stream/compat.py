@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from . import codec, summaries
-from .writer import Writer, attach, check_logdir, make_run_name, resolve_run
+from .session import attach, check_logdir, make_run_name, resolve_run
+from .writer import Writer
 
 #: ``attach()`` keywords a facade passes through from its ``**kwargs`` (e.g. ``url=``, ``serve=``).
 ATTACH_OPTIONS = frozenset(inspect.signature(attach).parameters) - {"logdir", "run"}

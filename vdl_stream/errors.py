@@ -38,3 +38,9 @@ def unwrap(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a user: the exception's type and message, never an empty message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text:.300}" if text else type(exc).__name__

@@ -229,12 +229,37 @@ def histogram_event(
     Raises:
         TypeError, ValueError: a bad argument, named in the message.
     """
+    event, arr, n = histogram_call(tag, values, step, wall, buckets, copy=False)
+    event.update(bin_histogram(arr, n))
+    return event
+
+
+def histogram_call(
+    tag: str, values: Any, step: int, wall: float, buckets: int = 10, *, copy: bool = True
+) -> tuple[dict[str, Any], np.ndarray, int]:
+    """Check a histogram call as :func:`histogram_event` does, leaving the binning for later.
+
+    Returns the event without its bins, the values (a private copy when ``copy``: the caller
+    may change its array once the call returned) and the number of bins; :func:`bin_histogram`
+    makes the bins. So the writer's hot path pays a copy, and its background thread the binning.
+
+    Raises:
+        TypeError, ValueError: a bad argument, named in the message.
+    """
     codec.check_tag(tag)
     event = _common("histogram", tag, _step(step), check_wall(wall))
     n = _positive_int(buckets, "buckets", MAX_BUCKETS)
-    arr = to_array(values, "values").ravel()
-    event.update(_histogram(arr, n))
-    return event
+    arr = as_numpy(values, "values")
+    return event, (arr.copy() if copy else arr), n
+
+
+def bin_histogram(values: np.ndarray, buckets: int) -> dict[str, Any]:
+    """The bins and statistics of a checked :func:`histogram_call` (never raises for one)."""
+    try:
+        arr = values.astype(np.float64, copy=False).ravel()
+    except OverflowError:  # pragma: no cover - no numeric numpy dtype overflows a float64
+        arr = np.full(values.size, np.nan)
+    return _histogram(arr, buckets)
 
 
 def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:

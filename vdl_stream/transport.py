@@ -87,6 +87,26 @@ class TransportStatistics:
     dropped: int
 
 
+@dataclass(frozen=True)
+class SpoolStatistics:
+    """A point-in-time view of a :class:`Spool`.
+
+    Attributes:
+        frames: frames held.
+        memory_bytes: bytes of the frames held in memory.
+        disk_bytes: bytes of the frames in the temporary file (or kept in memory because the
+            file could not take them).
+        file_errors: writes the temporary file refused (a full disk).
+        dropped: frames dropped, oldest first, past the disk bound.
+    """
+
+    frames: int
+    memory_bytes: int
+    disk_bytes: int
+    file_errors: int
+    dropped: int
+
+
 class Transport(Protocol):
     """What the writer's background loop needs from a transport (see the module docstring)."""
 
@@ -98,6 +118,9 @@ class Transport(Protocol):
     async def wait_acked(self, seq: int) -> None:
         """Wait until every batch up to ``seq`` is durable or was refused for good; retryable
         refusals are re-sent meanwhile (bound the wait with a cancel scope)."""
+
+    async def wait_idle(self) -> None:
+        """Wait until no batch is in flight (the writer's cue to send what accumulated)."""
 
     def take_errors(self) -> list[RefusedError]:
         """Return the refusals received since the last call, each once, oldest first."""
@@ -258,6 +281,13 @@ class InProcessTransport:
             await self._broker.wait_persisted(self._confirmed, durable=True)
             return
 
+    async def wait_idle(self) -> None:
+        """Return once every batch handed over is written or refused: the broker is free for
+        the next one (the writer's adaptive flushing batches while it is not)."""
+        self._harvest()
+        if self._unconfirmed:
+            await self._broker.wait_persisted(next(reversed(self._unconfirmed.values()))[0])
+
     def _backlog_holds(self, seq: int) -> bool:
         first = self._backlog.first()
         return first is not None and first <= seq
@@ -320,6 +350,16 @@ class Spool:
     def nbytes(self) -> int:
         """Bytes held, in memory and in the file."""
         return self._memory_bytes + self._disk_bytes
+
+    def statistics(self) -> SpoolStatistics:
+        """Return what is held and what was lost (see :class:`SpoolStatistics`)."""
+        return SpoolStatistics(
+            frames=len(self),
+            memory_bytes=self._memory_bytes,
+            disk_bytes=self._disk_bytes,
+            file_errors=self.file_errors,
+            dropped=self.dropped,
+        )
 
     def first(self) -> int | None:
         """Return the oldest sequence number held, or None."""
@@ -544,6 +584,12 @@ class WebSocketTransport:
             first = self._spool.first()
             if first is None or first > seq or self._acked >= seq:
                 return
+            await self._changed.wait()
+
+    async def wait_idle(self) -> None:
+        """Return once every batch taken is answered (the writer's adaptive flushing batches
+        while one is in flight, and while the broker cannot be reached)."""
+        while len(self._spool):
             await self._changed.wait()
 
     def take_errors(self) -> list[RefusedError]:

@@ -1,10 +1,16 @@
 """The writer: what training code calls on every batch.
 
 The hot path (``add_scalar``) validates cheaply and appends a tuple to a list; nothing else. A
-background thread running its own trio loop wakes every ``flush_interval``, takes what was appended,
-groups it into columnar batches and hands them to a transport: the in-process broker, or a remote
-``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
-``flush()`` and ``close()``, which wait (with a timeout) for durability.
+background thread running its own trio loop takes what was appended, groups it into columnar
+batches and hands them to a transport: the in-process broker, or a remote ``vdl-stream serve`` over
+a WebSocket. The training loop never waits for the dashboard, except in ``flush()`` and
+``close()``, which wait (with a timeout) for durability.
+
+Flushing adapts to the link (the opposite of Nagle's algorithm): when nothing is in flight, the
+next call wakes the background thread and its point leaves at once; while a batch is in flight,
+calls accumulate and leave together when it is answered; ``flush_interval`` only bounds the wait.
+So low rates get the lowest latency and high rates the biggest batches. The hot path pays nothing
+for it: the wake rides on the ``_attention`` flag it already tests.
 
 Every argument is checked at the call, so the background thread only sees what it can store. It
 still never stops on a failure: the pump (hot path -> pending batches) never waits on the
@@ -12,19 +18,17 @@ transport; pending batches are bounded in memory and spill to a temporary file; 
 hands them over in order, keeping and retrying one that fails; and what went wrong reaches the
 training thread as one warning per reason on its next call (a flag it already tests, no lock).
 
-    add_* --append--> lists --pump, every interval--> _Pending (memory, then Spool file)
-          --_deliver, in order, retried--> transport --> broker;  flush() --_confirm--> wait_acked
+    add_* --append--> lists --pump, when the link is free (or every interval)--> _Pending (memory,
+          then Spool file) --_deliver, in order, retried--> transport --> broker;
+          _pace: link free and nothing waiting --> arm the next call's wake;
+          flush() --_confirm--> wait_acked
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
-import hashlib
 import logging
-import os
-import random
 import socket
 import threading
 import time
@@ -32,42 +36,26 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import trio
 
-import recorder
-
-from . import codec, storage, summaries
+from . import codec, summaries
 from .codec import Batch, ScalarColumns
-from .errors import RefusedError, unwrap
+from .errors import describe, unwrap
 from .run_summary import CLOSED, RUNNING, STATUS_KEY
 from .summaries import to_float, to_step
-from .transport import InProcessTransport, Spool, Transport, WebSocketTransport
+from .transport import Spool, Transport, TransportStatistics
 
 log = logging.getLogger("vdl_stream.writer")
 
 
-JOB_ID_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PADDLE_JOB_ID", "MASTER_ADDR")
-
-
-def make_run_name(world_size: int = 1) -> str:
-    """Return a unique run name that sorts by start time, e.g. ``20261129-161700-3fa2c1``.
-
-    In a distributed job (``world_size > 1``) every rank must agree on the name without talking,
-    so it is derived from the job's id in the environment (``TORCHELASTIC_RUN_ID``,
-    ``SLURM_JOB_ID``, ``PADDLE_JOB_ID``, or ``MASTER_ADDR:MASTER_PORT``): ``job-<hash>``.
-    """
-    if world_size > 1:
-        for name in JOB_ID_VARIABLES:
-            if os.environ.get(name):
-                key = f"{name}={os.environ[name]}:{os.environ.get('MASTER_PORT', '')}"
-                return "job-" + hashlib.sha1(key.encode()).hexdigest()[:12]
-    return time.strftime("%Y%m%d-%H%M%S") + f"-{random.getrandbits(24):06x}"
-
+#: The key under which a histogram event waits, until the background thread bins it, with its
+#: values and number of bins (never sent: binned before a batch is made).
+_BIN = "_bin"
 
 #: The public logging calls; a rank that does not log replaces them all with a no-op.
 LOGGING_METHODS = (
@@ -128,6 +116,11 @@ class WriterStatistics:
         send_failures: failed attempts to hand a batch to the transport (each retried).
         refusals: batches the broker refused for good (each reported).
         problem: the unresolved failure being retried, or None.
+        queued_calls: points and events logged and not yet taken into a batch.
+        batches: batches taken from the hot path so far.
+        sent_batches: the newest batch handed to the transport (batches are numbered 1, 2, ...).
+        transport: the transport's own view (queue depths, batches in flight, reconnects), or
+            None once the background thread has ended.
     """
 
     pending_batches: int
@@ -137,6 +130,10 @@ class WriterStatistics:
     send_failures: int
     refusals: int
     problem: str | None
+    queued_calls: int = 0
+    batches: int = 0
+    sent_batches: int = 0
+    transport: TransportStatistics | None = None
 
 
 class _Pending:
@@ -174,7 +171,7 @@ class _Pending:
             try:
                 self._spool.put(batch.seq, codec.encode_batch(batch))
             except Exception as exc:  # a full or unwritable temp dir, or a batch msgpack refuses
-                problem = f"cannot spill pending batches to a temporary file ({_describe(exc)})"
+                problem = f"cannot spill pending batches to a temporary file ({describe(exc)})"
             else:
                 self.spilled += 1
                 return None
@@ -235,12 +232,6 @@ class _Pending:
         self._spool.close()
 
 
-def _describe(exc: BaseException) -> str:
-    """One line for a user: the exception's type and message, never an empty message."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text:.300}" if text else type(exc).__name__
-
-
 class Writer:
     """Logs events of one run. Create it with :func:`vdl_stream.attach`.
 
@@ -286,8 +277,12 @@ class Writer:
         self._seq = 0
         self._sent = 0  # the newest seq the transport has taken
         self._open_transport = open_transport
+        self._transport: Transport | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._wake: trio.Event | None = None
+        # Set (with _attention) by _pace when the link is free and nothing waits: the next call
+        # wakes the pump at once instead of leaving its point to the interval's timer.
+        self._idle = False
         self._sent_changed: trio.Event | None = None
         self._pending = _Pending(PENDING_MEMORY_BYTES, PENDING_DISK_BYTES)
         self._flushes: list[tuple[threading.Event, list[bool]]] = []
@@ -344,8 +339,9 @@ class Writer:
         elif type(walltime) is not float or walltime - walltime != 0.0:  # not finite: NaN, ±Inf
             walltime = summaries.check_wall(walltime)
         if self._attention:
-            self._attend()
-        self._append_point((tag, step, value, walltime))
+            self._attend(point=(tag, step, value, walltime))
+        else:
+            self._append_point((tag, step, value, walltime))
 
     def add_histogram(
         self,
@@ -361,7 +357,9 @@ class Writer:
         :func:`vdl_stream.summaries.histogram_event`.
         """
         wall = _wall(walltime)
-        self._add_event(summaries.histogram_event(tag, values, step, wall, buckets))
+        event, arr, n = summaries.histogram_call(tag, values, step, wall, buckets)
+        event[_BIN] = (arr, n)  # binned by the background thread (_take_pending)
+        self._add_event(event)
 
     def add_scalars(
         self,
@@ -553,16 +551,33 @@ class Writer:
     def _add_event(self, event: dict[str, Any]) -> None:
         """Queue a non-scalar event map (already validated by the caller)."""
         if self._attention:
-            self._attend()
-        self._events.append(event)
+            self._attend(event=event)
+        else:
+            self._events.append(event)
 
-    def _attend(self) -> None:
-        """The hot path's slow branch: refuse calls on a closed writer; warn about news."""
+    def _attend(
+        self,
+        point: tuple[str, int, float, float] | None = None,
+        event: dict[str, Any] | None = None,
+    ) -> None:
+        """The hot path's slow branch: refuse calls on a closed writer, warn about news, then
+        take the call's point or event, and wake the pump if the link is free."""
         if self._closed:
             raise ValueError(f"writer for run {self.run!r} is closed")
         self._attention = False  # before draining: a report appended meanwhile sets it again
         while self._reports:
             self._warn_once(self._reports.popleft(), stacklevel=4)
+        if point is not None:
+            self._append_point(point)
+        if event is not None:
+            self._events.append(event)
+        if self._idle:
+            # The link is free: this call's data leaves now. Woken only after the append, since
+            # queueing the wake releases the GIL and the pump may run before this returns.
+            self._idle = False
+            assert self._token is not None
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._kick)
 
     def _warn_once(self, reason: str, stacklevel: int) -> None:
         if reason in self._warned:
@@ -590,7 +605,23 @@ class Writer:
             send_failures=self._send_failures,
             refusals=self._refusals,
             problem=self._problem,
+            queued_calls=len(self._points) + len(self._events),
+            batches=self._seq,
+            sent_batches=self._sent,
+            transport=self._transport_statistics(),
         )
+
+    def _transport_statistics(self) -> TransportStatistics | None:
+        """The transport's statistics, read in the background loop (which changes them)."""
+        transport = self._transport
+        if transport is None or self._token is None or not self._thread.is_alive():
+            return None
+        if threading.current_thread() is self._thread:  # called from the loop itself
+            return transport.statistics()
+        try:
+            return trio.from_thread.run_sync(transport.statistics, trio_token=self._token)
+        except trio.RunFinishedError:
+            return None
 
     # -- flushing and closing -------------------------------------------------------------------
 
@@ -689,13 +720,14 @@ class Writer:
                 self._ready.set()
             else:  # a bug: every failure of a batch is caught and retried in _deliver
                 log.exception("vdl-stream background thread failed")
-                self._report(f"the background thread stopped ({_describe(exc)})")
+                self._report(f"the background thread stopped ({describe(exc)})")
         finally:
             self._pending.close()
 
     async def _main(self) -> None:
         async with trio.open_nursery() as nursery:
             transport: Transport = await self._open_transport(nursery)
+            self._transport = transport
             self.url = getattr(transport, "url", None)
             self._token = trio.lowlevel.current_trio_token()
             self._wake = trio.Event()
@@ -708,6 +740,7 @@ class Writer:
                 async with trio.open_nursery() as inner:
                     inner.start_soon(self._deliver, transport)
                     inner.start_soon(self._confirm, transport)
+                    inner.start_soon(self._pace, transport)
                     await self._pump(transport)
                     inner.cancel_scope.cancel()
             finally:
@@ -752,6 +785,29 @@ class Writer:
                     self._report(f"{left} batch(es) could not be delivered before close")
                 return
 
+    def _kick(self) -> None:
+        """Wake the pump (in the background loop): a call came while the link was free."""
+        assert self._wake is not None
+        self._wake.set()
+
+    async def _pace(self, transport: Transport) -> None:
+        """Adaptive flushing: each time the link has nothing in flight, send what waits at once,
+        or, when nothing waits, arm the hot path to wake the pump on its next call."""
+        while True:
+            seq = self._seq
+            await self._wait_sent(seq)
+            await transport.wait_idle()
+            if self._seq == seq:
+                assert self._wake is not None
+                if self._points or self._events:
+                    self._wake.set()  # they accumulated while the link was busy: send them now
+                else:
+                    self._idle = True
+                    self._attention = True  # after _idle: the hot path's check sees both
+            while self._seq == seq:  # until the pump takes the next batch
+                assert self._sent_changed is not None
+                await self._sent_changed.wait()
+
     def _take_pending(self, *, sync: bool) -> int:
         """Turn everything appended so far into one pending batch; return the newest seq."""
         # Take a prefix and delete it: appends racing with us land after it and stay queued.
@@ -763,6 +819,9 @@ class Writer:
             del self._events[:m]
             self._seq += 1
             columns = self._columns(points)
+            for event in events:
+                if _BIN in event:
+                    event.update(summaries.bin_histogram(*event.pop(_BIN)))
             if self._status_due is not None or self._close_due:
                 events = self._stamp_status(columns, events)
             batch = Batch(self._id, self._seq, self.run, columns, events, sync)
@@ -815,7 +874,7 @@ class Writer:
                 kept.append(point)
             self._report(
                 f"dropped {len(points) - len(kept)} scalar point(s) that cannot be stored "
-                f"({_describe(exc)})"
+                f"({describe(exc)})"
             )
             return codec.columns_from_points(kept)
 
@@ -854,7 +913,7 @@ class Writer:
                     await transport.send(item[1])
             except Exception as exc:  # never trio.Cancelled (a BaseException)
                 self._send_failures += 1
-                self._report(f"cannot hand a batch to the broker, retrying ({_describe(exc)})")
+                self._report(f"cannot hand a batch to the broker, retrying ({describe(exc)})")
                 await trio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
                 continue
@@ -928,227 +987,3 @@ def _close_all() -> None:
     """Flush writers the program forgot to close, so a script that just ends loses nothing."""
     for writer in list(_live_writers):
         writer.close(timeout=10.0)
-
-
-def attach(
-    logdir: str | os.PathLike[str] = "vdl_logs",
-    run: str | None = None,
-    *,
-    url: str | Sequence[str] | None = None,
-    serve: bool = False,
-    host: str = "127.0.0.1",
-    port: int = 8040,
-    token: str | None = None,
-    telemetry: bool = True,
-    telemetry_interval: float = 1.0,
-    flush_interval: float = 0.02,
-    all_ranks: bool = False,
-    cache_mb: int = 128,
-    allowed_hosts: Sequence[str] = (),
-) -> Writer:
-    """Start logging a run and return its :class:`Writer`.
-
-    Args:
-        logdir: where an in-process broker records runs (``logdir/<run>/``): a directory, or
-            an object store URL ``s3://bucket/prefix`` (``gs://``, ``az://``; needs the
-            ``cloud`` extra), whose runs' local heads are kept under ``$VDL_STREAM_CACHE``
-            (default ``~/.cache/vdl-stream``) and published to the store as they are sealed,
-            and whole when the writer closes (docs/object-storage.md).
-        run: the run name; a unique, time-sortable name when omitted. An existing run is appended to.
-        url: publish to a running ``vdl-stream serve`` at this ``ws://host:port`` instead of
-            recording in-process; or a list of such URLs, brokers joined by ``serve --bus``:
-            the writer fails over from one to the next (docs/deploy.md).
-        serve: also serve the dashboard from this process (in-process broker only).
-        host, port: where the dashboard listens when ``serve`` is true (``port=0``: any free port).
-        token: the access token for ``url``, or required by the served dashboard.
-        telemetry: sample GPU (NVML) and host (psutil) telemetry into the run.
-        telemetry_interval: seconds between telemetry samples (at least 0.1).
-        flush_interval: how often, in seconds, the background thread publishes what was logged.
-            A point waits half of it on average before it leaves the process; 20 ms keeps the
-            dashboard's end-to-end latency near 10 ms at a few hundred small batches a second.
-        all_ranks: in a distributed job, let every rank log, each as the sub-run ``<run>/rank<N>``.
-            By default only rank 0 logs, and every rank sends telemetry.
-        cache_mb: with ``serve``, the memory (MiB) the dashboard may keep of decoded run data
-            between reads, all runs together (as ``vdl-stream serve --cache-mb``).
-        allowed_hosts: with ``serve``, Host names the dashboard answers besides loopback and
-            ``host`` (as ``vdl-stream serve --allow-host``; docs/security.md).
-
-    Raises:
-        PortInUseError: ``serve`` and the port is taken.
-        InsecureBindError: ``serve`` on a non-loopback ``host`` without a ``token``.
-        ValueError: a bad argument (an empty token, say), named in the message.
-    """
-    from .telemetry import distributed_env
-
-    _check_seconds("telemetry_interval", telemetry_interval, 0.1, 3600.0)
-    _check_seconds("flush_interval", flush_interval, 1e-3, 60.0)
-    if isinstance(cache_mb, bool) or not isinstance(cache_mb, int) or cache_mb < 1:
-        raise ValueError(f"cache_mb must be a positive int, got {cache_mb!r}")
-    if serve and url is not None:
-        raise ValueError("serve=True runs a broker in this process; it cannot go with url=")
-    if url is not None and not isinstance(url, str):
-        if not isinstance(url, Sequence) or not url or not all(isinstance(u, str) for u in url):
-            raise TypeError(
-                f"url must be a str or a non-empty list of str, got {type(url).__name__} {url!r:.40}"
-            )
-        url = list(url)
-    if token is not None and not isinstance(token, str):
-        raise TypeError(f"token must be a str or None, got {type(token).__name__}")
-    if serve:
-        from .server import check_bind  # the web stack loads only when serving
-
-        # At the call, not in the background thread: a refused bind must reach the caller.
-        check_bind(host, token)
-    rank, local_rank, _ = distributed_env()
-    named = run is not None
-    run, mute = resolve_run(run, all_ranks=all_ranks, url=None if url is None else "ws:")
-    # NVML sees every GPU of the node, so one process per node reports them.
-    sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
-    options = {
-        "flush_interval": flush_interval,
-        "telemetry": sampling if telemetry else None,
-        "mute": mute,
-    }
-    if url is not None:
-
-        async def open_remote(nursery: trio.Nursery) -> Transport:
-            return await nursery.start(WebSocketTransport.run, url, token)
-
-        return Writer(run, open_remote, **options)
-
-    sync = None
-    if storage.is_store_url(logdir):  # runs in an object store (docs/object-storage.md)
-        assert isinstance(logdir, str)
-        client = storage.ObstoreClient(logdir)  # a bad URL or a missing obstore fails here
-        logdir = storage.cache_dir(logdir)
-        sync = storage.StoreSync(client, logdir, mirror=serve)
-        if not named:  # a unique new name: nothing to continue from the store
-            sync.fresh_runs.add(run)
-    run_dir = check_logdir(logdir, run)
-
-    async def open_local(nursery: trio.Nursery) -> Transport:
-        from .broker import Broker
-
-        broker = Broker(
-            logdir,
-            cache_bytes=cache_mb << 20,
-            prepare_write=None if sync is None else sync.prepare_write,
-        )
-        await nursery.start(broker.run)
-        if sync is not None:
-            # Publishes what the broker seals; after the broker closed its runs, publishes
-            # the rest (within storage.FINAL_DEADLINE), before this thread ends.
-            broker.store_statistics = sync.statistics
-            await nursery.start(sync.run, broker.wait_closed)
-        # Open the run now, not at the first batch, so that a run held by another process or a
-        # directory that cannot be written raises here, at attach(), instead of in the thread.
-        await _open_run(broker, run, run_dir)
-        transport = InProcessTransport(broker)
-        if serve:
-            from .server import serve_dashboard  # the web stack loads only when serving
-
-            await nursery.start(broker.follow)  # show the other runs of the log directory too
-            from .alerts import AlertEngine
-
-            await nursery.start(AlertEngine().run, broker)  # live alerts for the page
-            transport.url = await nursery.start(
-                partial(serve_dashboard, allowed_hosts=allowed_hosts), broker, host, port, token
-            )
-        return transport
-
-    return Writer(run, open_local, **options)
-
-
-def _check_seconds(name: str, value: object, least: float, most: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not least <= value <= most:
-        raise ValueError(f"{name} must be from {least:g} to {most:g} s, got {value!r}")
-
-
-def resolve_run(
-    run: str | None, *, all_ranks: bool = False, url: str | None = None
-) -> tuple[str, bool]:
-    """Return the run a process logs into, as :func:`attach` names it, and whether it is muted.
-
-    ``run=None`` gets a unique name (shared by the ranks of a distributed job). In a distributed
-    job, ``all_ranks`` makes every rank log as ``<run>/rank<N>``; otherwise ranks other than 0 are
-    muted (telemetry only), into ``<run>/rank<N>`` when recording in-process.
-
-    Raises:
-        ValueError: ``run`` is not a valid run name (see :func:`vdl_stream.codec.check_run_name`).
-    """
-    from .telemetry import distributed_env
-
-    rank, _, world_size = distributed_env()
-    run = make_run_name(world_size) if run is None else codec.check_run_name(run)
-    mute = False
-    if world_size > 1:
-        if all_ranks:
-            run = f"{run}/rank{rank}"
-        elif rank != 0:
-            mute = True  # telemetry only
-            if url is None:  # two processes must not append to one run directory
-                run = f"{run}/rank{rank}"
-    return codec.check_run_name(run), mute
-
-
-def _path_error(exc: OSError, path: str) -> OSError:
-    """``exc`` as one line that names ``path`` and the cause: ``cannot record run in P: cause``."""
-    cause = exc.strerror or _describe(exc)
-    error = type(exc)(exc.errno, f"cannot record a run in {path}: {cause}")
-    return error
-
-
-def check_logdir(logdir: str | os.PathLike[str], run: str) -> str:
-    """Create the run directory ``logdir/run`` and check it can be written; return its path.
-
-    Raises:
-        TypeError: ``logdir`` is not a str or path.
-        OSError: it cannot be created or written (a file in the way, a read-only file system, no
-            permission); the message names the path and the cause, on one line.
-    """
-    if not isinstance(logdir, (str, os.PathLike)):
-        raise TypeError(f"logdir must be a str or path, got {type(logdir).__name__} {logdir!r:.40}")
-    path = os.path.join(os.fspath(logdir), run) if run else os.fspath(logdir)
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise _path_error(exc, path) from None
-    if not os.path.isdir(path):
-        raise NotADirectoryError(errno.ENOTDIR, f"cannot record a run in {path}: not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):  # as root too: a read-only file system says so
-        err = errno.EROFS if _read_only(path) else errno.EACCES
-        raise PermissionError(err, f"cannot record a run in {path}: {os.strerror(err)}")
-    return path
-
-
-def _read_only(path: str) -> bool:
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:  # pragma: no cover - the path was just created
-        return False
-
-
-async def _open_run(broker: Any, run: str, run_dir: str) -> None:
-    """Have the in-process ``broker`` open (and lock) ``run`` now, as its persist task would.
-
-    Raises:
-        recorder.RunLockedError: another writer holds the run (the message names the directory
-            and the holder's pid).
-        OSError: the run cannot be written; one line naming the directory and the cause.
-        RefusedError: the broker cannot use the run (e.g. foreign files in it); the message names
-            the directory.
-    """
-    # The broker opens runs lazily, at their first batch, and turns failures into refusals for
-    # remote writers; open_run takes those steps now, so the real error reaches attach().
-    try:
-        await broker.open_run(run)
-    except RefusedError as refusal:
-        raise RefusedError(
-            f"cannot record a run in {run_dir}: {refusal.reason}", retryable=refusal.retryable
-        ) from None
-    except recorder.RecorderError as exc:
-        raise type(exc)(str(exc)) from None
-    except OSError as exc:
-        raise _path_error(exc, run_dir) from None

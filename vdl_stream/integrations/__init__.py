@@ -51,8 +51,8 @@ def summary_writer(logdir: Any, run: str | None, options: Mapping[str, Any]) -> 
     ``run`` None gives attach()'s default name (unique, time-sortable, the same on every rank).
     """
     from ..compat import SummaryWriter
+    from ..session import make_run_name
     from ..telemetry import distributed_env
-    from ..writer import make_run_name
 
     if run is None:
         run = make_run_name(distributed_env()[2])

@@ -60,8 +60,8 @@ class VdlStreamLogger(Logger):
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         if run is None:
+            from ..session import make_run_name
             from ..telemetry import distributed_env
-            from ..writer import make_run_name
 
             run = make_run_name(distributed_env()[2])  # the same on every rank of a job
         from .. import codec

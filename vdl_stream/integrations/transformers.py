@@ -68,8 +68,8 @@ class VdlStreamCallback(TrainerCallback):
             run = self.run
             trial = getattr(state, "trial_name", None) if state.is_hyper_param_search else None
             if trial:
+                from ..session import make_run_name
                 from ..telemetry import distributed_env
-                from ..writer import make_run_name
 
                 run = f"{run or make_run_name(distributed_env()[2])}/{trial}"
             self.writer = summary_writer(self.logdir, run, self._options)
