@@ -314,6 +314,15 @@ def test_the_page_projects_an_embedding_and_shows_a_label_on_hover(serve_process
         assert page.evaluate("vdl.embeddings.state().matches") == 11
         assert "11 matches" in page.locator(".embed-status").inner_text()
         page.screenshot(path=str(serve_process.logdir.parent / "embeddings-umap.png"))
+
+        # Every string of the view switches language.
+        page.evaluate("vdl.setLanguage('zh')")
+        assert "11 个匹配" in page.locator(".embed-status").inner_text()
+        assert (
+            page.locator("select.embed-method option[value=umap]").inner_text() == "UMAP（非线性）"
+        )
+        assert page.locator('.tabs button[data-view="embeddings"]').inner_text() == "高维嵌入"
+        page.evaluate("vdl.setLanguage('en')")
         assert errors == []
     finally:
         page.close()
