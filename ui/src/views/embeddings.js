@@ -165,7 +165,7 @@ export class EmbeddingsView {
       el("div", { class: "embed-stage" }, this.canvas, this.tip),
       this.legend,
     );
-    this.element = el("div", { class: "view embeddings" }, this.empty, this.panel);
+    this.element = el("div", { class: "view embeddings none" }, this.empty, this.panel);
     this._relabelMethods();
     this._wireCanvas();
 
@@ -292,6 +292,10 @@ export class EmbeddingsView {
     }
     this.empty.hidden = options.length > 0;
     this.panel.hidden = options.length === 0;
+    // Like the alerts panel, the view takes no room until some run has an embedding: a page
+    // without any keeps the layout it had before the view existed.
+    const any = [...this.sources.values()].some(({ run, tag }) => this._list(run, tag).length > 0);
+    this.element.classList.toggle("none", !any);
     this.sourceSelect.replaceChildren(...options);
     if (!options.length) return;
     // Follow the newest step of the chosen (run, tag) until another step is picked.
