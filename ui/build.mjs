@@ -1,5 +1,6 @@
 // Build the dashboard bundle into vdl_stream/static/ (committed, served by the Python package):
-// app.js (one IIFE, dependencies bundled), app.css (uPlot's CSS + ours) and index.html.
+// app.js (one IIFE, dependencies bundled), app.css (uPlot's CSS + ours), index.html and
+// embed-worker.js (the embeddings projector's Web Worker).
 // Usage: npm run build            (minified)
 //        npm run build -- --dev   (unminified, with inline source maps)
 import { build } from "esbuild";
@@ -14,6 +15,19 @@ const dev = process.argv.includes("--dev");
 await mkdir(out, { recursive: true });
 await build({
   entryPoints: { app: join(here, "src", "app.js") },
+  bundle: true,
+  format: "iife",
+  target: ["es2020", "chrome90", "firefox90", "safari14"],
+  minify: !dev,
+  sourcemap: dev ? "inline" : false,
+  legalComments: "eof",
+  outdir: out,
+  logLevel: "info",
+});
+// The embeddings worker: its own file (a worker script must be a same-origin URL under the
+// page's Content-Security-Policy; a blob: worker would be refused).
+await build({
+  entryPoints: { "embed-worker": join(here, "src", "embedworker.js") },
   bundle: true,
   format: "iife",
   target: ["es2020", "chrome90", "firefox90", "safari14"],

@@ -46,6 +46,9 @@ log = logging.getLogger("vdl_stream.broker")
 INGEST_KIND = "ingest"
 #: At most this many non-scalar events per (kind, tag) go into a snapshot.
 SNAPSHOT_EVENTS = 100
+#: Embeddings per tag in a snapshot: each is read whole (megabytes), though browsers get only
+#: its description (codec.encode_live) and fetch the one they show from /api/blob.
+SNAPSHOT_EMBEDDINGS = 20
 #: Untagged kinds in a snapshot, with their limits: an hour of telemetry at one sample a second.
 UNTAGGED_SNAPSHOT = {"telemetry": 3600, "hparams": SNAPSHOT_EVENTS, "meta": SNAPSHOT_EVENTS}
 #: Alerts (untagged: a tag holds one kind) in a snapshot: the per-run rate limit keeps them few.
@@ -1722,6 +1725,7 @@ class Broker:
                 events = sorted(events + self.alerts.held(name), key=lambda e: e["wall"])
         if split:
             _, events = sub.select([], events)
+            events = [codec.event_for_browser(e) for e in events]
             frame = codec.encode_message(
                 {"type": "snapshot_events", "seq": covered, "run": name, "events": events}
             )
@@ -2275,7 +2279,8 @@ def _snapshot_events(run: _Run, limit: Any) -> list[dict[str, Any]]:
     for tag, info in reader.tags().items():
         if info.kind in codec.EVENT_KINDS:
             # Thinned by the reader: only the picked events of a long run are decoded.
-            records = reader.read_records(kind=info.kind, tag=tag, limit=SNAPSHOT_EVENTS)
+            limit = SNAPSHOT_EMBEDDINGS if info.kind == "embedding" else SNAPSHOT_EVENTS
+            records = reader.read_records(kind=info.kind, tag=tag, limit=limit)
             events.extend(_record_event(r) for r in records)
     for kind, count in UNTAGGED_SNAPSHOT.items():  # events without a tag are not in tags()
         records = reader.read_records(kind=kind, limit=count)

@@ -36,6 +36,7 @@ EVENT_KINDS = frozenset(
         "meta",
         "alert",
         "graph",
+        "embedding",  # vdl_stream/embeddings.py
     }
 )
 #: Alert levels, least severe first (``alert`` events; docs/alerts.md).
@@ -276,7 +277,7 @@ def encode_live(
             ]
             for c in scalars
         ],
-        "events": events,
+        "events": [event_for_browser(e) for e in events],
     }
     if events_follow:
         message["events_follow"] = True
@@ -287,6 +288,16 @@ def encode_frames(frames: list[bytes]) -> bytes:
     """Encode several encoded frames as one ``frames`` message (a live tick's worth: the
     client handles each in order, as if it had come alone)."""
     return _packb({"type": "frames", "frames": frames})
+
+
+def event_for_browser(event: dict[str, Any]) -> dict[str, Any]:
+    """Embeddings travel to browsers without their matrix, labels and sprite (fetched on demand
+    from ``/api/blob``), so a snapshot stays small; every other event as it is."""
+    if event.get("kind") != "embedding":
+        return event
+    from .embeddings import for_browser
+
+    return for_browser(event)
 
 
 def decode_message(data: bytes | bytearray | memoryview | str | None) -> dict[str, Any]:
@@ -528,6 +539,12 @@ def _check_meta(event: dict[str, Any]) -> None:
     """``meta`` holds free-form keys; the depth and key checks apply."""
 
 
+def _check_embedding(event: dict[str, Any]) -> None:
+    from .embeddings import check
+
+    check(event)
+
+
 _CURVES = {
     "pr_curve": ("tp", "fp", "tn", "fn", "precision", "recall"),
     "roc_curve": ("tp", "fp", "tn", "fn", "tpr", "fpr"),
@@ -544,16 +561,17 @@ _KIND_CHECKS = {
     "meta": _check_meta,
     "alert": _check_alert,
     "graph": _check_graph,
+    "embedding": _check_embedding,
 }
 #: Bin values that are not ``<f8`` arrays; every other bin value of an event is one.
-_OPAQUE_BINS = frozenset({"data"})
+_OPAQUE_BINS = frozenset({"data", "sprite"})  # sprite: an embedding's thumbnails (PNG)
 
 
 def check_event(event: object) -> dict[str, Any]:
     """Validate a non-scalar event map, common keys and the keys of its kind (see docs/protocol.md).
 
     Everything a reader later relies on is checked here, so an event that is accepted can always
-    be read back: bin values other than media ``data`` are ``<f8`` arrays, telemetry ``fields`` is
+    be read back: bin values other than media ``data`` (and an embedding's ``sprite``) are ``<f8`` arrays, telemetry ``fields`` is
     a map of numbers, histogram ``counts`` has one element fewer than ``edges``, nesting is at most
     :data:`MAX_EVENT_DEPTH` deep, map keys are short str.
 

@@ -326,6 +326,56 @@ class LogWriter(_Recorder):
         :meth:`vdl_stream.Writer.add_graph`."""
         self._writer.add_graph(model, input_spec, verbose, **kwargs)
 
+    # -- add_embeddings (VisualDL's high-dimensional component) -------------------------------
+
+    def add_embeddings(
+        self,
+        tag: str,
+        mat: Any = None,
+        metadata: Any = None,
+        metadata_header: Any = None,
+        walltime: float | None = None,
+        labels: Any = None,
+        hot_vectors: Any = None,
+        labels_meta: Any = None,
+    ) -> None:
+        """Log embeddings: ``mat`` (N x D) with ``metadata`` labels, VisualDL's names.
+
+        ``labels``, ``hot_vectors`` and ``labels_meta`` are VisualDL's older names for
+        ``metadata``, ``mat`` and ``metadata_header``; giving both names of one argument is an
+        error. VisualDL records embeddings without a step: they are step 0 here.
+        See :meth:`vdl_stream.Writer.add_embedding`.
+        """
+        for new, old, value, older in (
+            ("mat", "hot_vectors", mat, hot_vectors),
+            ("metadata", "labels", metadata, labels),
+            ("metadata_header", "labels_meta", metadata_header, labels_meta),
+        ):
+            if value is not None and older is not None:
+                raise TypeError(f"give {new} or its older name {old}, not both")
+        mat = hot_vectors if mat is None else mat
+        if mat is None:
+            raise TypeError("add_embeddings needs mat (or hot_vectors), got None")
+        metadata = labels if metadata is None else metadata
+        try:
+            self._writer.add_embedding(
+                mat,
+                metadata,
+                None,
+                0,
+                tag,
+                labels_meta if metadata_header is None else metadata_header,
+                _visualdl_wall(walltime),
+            )
+        except TypeError as exc:
+            if metadata is None or not str(exc).startswith("mat must be"):
+                raise
+            # VisualDL 2.0's order was (tag, labels, hot_vectors): labels landed in mat.
+            raise TypeError(
+                f"{exc}; VisualDL 2.0's positional order (tag, labels, hot_vectors) is now "
+                "(tag, mat, metadata): pass mat= and metadata= (or hot_vectors=, labels=) by name"
+            ) from None
+
     def alert(
         self,
         title: str,
@@ -797,6 +847,19 @@ class SummaryWriter(_Recorder):
         torch.fx (shapes from ``input_to_model``), else torch.jit.trace; also ONNX models and
         Paddle layers. ``tag=``/``step=`` are accepted. See :meth:`vdl_stream.Writer.add_graph`."""
         self._writer.add_graph(model, input_to_model, verbose, use_strict_trace, **kwargs)
+
+    def add_embedding(
+        self,
+        mat: Any,
+        metadata: Any = None,
+        label_img: Any = None,
+        global_step: int | None = None,
+        tag: str = "default",
+        metadata_header: Any = None,
+    ) -> None:
+        """Log N x D embeddings with labels and thumbnails for the page's projector (PCA and a
+        UMAP-style layout); see :meth:`vdl_stream.Writer.add_embedding`."""
+        self._writer.add_embedding(mat, metadata, label_img, global_step, tag, metadata_header)
 
     def alert(
         self,

@@ -43,7 +43,7 @@ from werkzeug.exceptions import HTTPException
 
 from recorder import RecorderError
 
-from . import __version__, codec, storage
+from . import __version__, codec, embeddings, storage
 from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
@@ -56,6 +56,7 @@ STATIC_TYPES = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "embed-worker.js": "text/javascript; charset=utf-8",  # the embeddings view's Web Worker
 }
 # The page loads nothing from elsewhere and may connect only back to this server.
 CSP = (
@@ -422,8 +423,8 @@ def _jsonable(event: dict[str, Any]) -> dict[str, Any]:
     """Make an event map JSON-ready: ``<f8`` columns become lists, media become their size."""
     out: dict[str, Any] = {}
     for key, value in event.items():
-        if key == "data" and isinstance(value, bytes):
-            out["data_bytes"] = len(value)  # fetch the media itself from /api/blob
+        if key in ("data", "sprite") and isinstance(value, bytes):
+            out[f"{key}_bytes"] = len(value)  # fetch the media itself from /api/blob
         elif isinstance(value, bytes):
             out[key] = [_finite(v) for v in np.frombuffer(value, "<f8").tolist()]
         else:
@@ -441,6 +442,32 @@ def _finite_tree(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite_tree(v) for v in value]
     return value
+
+
+async def _embedding_blob(broker: Broker, name: str, tag: str) -> Any:
+    """``/api/blob?kind=embedding``: ``part`` (matrix, metadata, sprite) of the event picked by
+    ``step`` (the newest one of that step) or ``index`` (write order, negative from the end)."""
+    part = request.args.get("part", "matrix")
+    if part not in embeddings.BLOB_PARTS:
+        return _error(
+            400, f"part must be one of {sorted(embeddings.BLOB_PARTS)}, got {part[:20]!r}"
+        )
+    try:
+        events = await broker.read_events(name, embeddings.KIND, tag)
+        if "step" in request.args:
+            step = int(request.args["step"])
+            event = [e for e in events if e.get("step") == step][-1]
+        else:
+            event = events[int(request.args.get("index", "-1"))]
+    except (KeyError, IndexError, ValueError):
+        return _error(404, "no embedding of that step or index for that run and tag")
+    found = embeddings.blob_part(event, part)
+    if found is None:
+        return _error(404, f"that embedding has no {part}")
+    body, content_type = found
+    if isinstance(body, dict):
+        return jsonify(body)
+    return Response(body, content_type=content_type)
 
 
 def _error(status: int, message: str) -> tuple[Response, int]:
@@ -671,6 +698,8 @@ def api_blueprint(broker: Broker) -> Blueprint:
     async def api_blob() -> Any:
         """The media of one image or audio event: ``run``, ``kind``, ``tag`` and ``index``."""
         name, kind, tag = _query("run"), _query("kind"), _query("tag")
+        if kind == embeddings.KIND:  # embeddings block: the matrix, labels or sprite of one
+            return await _embedding_blob(broker, name, tag)
         if kind not in BLOB_TYPES:
             return _error(400, f"kind must be one of {sorted(BLOB_TYPES)}, got {kind!r}")
         index_text = request.args.get("index", "-1")

@@ -71,6 +71,7 @@ LOGGING_METHODS = (
     "add_video",
     "add_figure",
     "add_graph",
+    "add_embedding",
     "alert",
 )
 
@@ -532,6 +533,42 @@ class Writer:
                 use_strict_trace=use_strict_trace,
                 verbose=verbose,
             )
+        )
+
+    # -- add_embedding (vdl_stream.embeddings) -------------------------------------------------
+
+    def add_embedding(
+        self,
+        mat: Any,
+        metadata: Any = None,
+        label_img: Any = None,
+        global_step: int | None = None,
+        tag: str = "default",
+        metadata_header: Any = None,
+        walltime: float | None = None,
+    ) -> None:
+        """Log N points in D dimensions for the page's projector (tensorboardX's names and order).
+
+        Args:
+            mat: an N x D matrix (numpy, torch, paddle, jax, lists), stored as float32; NaN and
+                Inf are refused with their row and column.
+            metadata: None, N labels (one column), or N rows of labels, one per
+                ``metadata_header`` name.
+            label_img: None or N thumbnails (N, C, H, W) (C of 1, 3 or 4; uint8 or float in
+                [0, 1]), shown on hover; tiled into one PNG sprite.
+            global_step: the step; None is 0.
+            tag: the embedding's name (TensorBoard's default ``"default"``).
+            metadata_header: None or the names of the metadata columns.
+            walltime: seconds since the epoch; now when omitted.
+
+        Raises:
+            TypeError, ValueError: a bad argument, named with the bad shape or value.
+        """
+        from .embeddings import embedding_event
+
+        step = 0 if global_step is None else global_step
+        self._add_event(
+            embedding_event(mat, metadata, label_img, step, tag, metadata_header, _wall(walltime))
         )
 
     def alert(

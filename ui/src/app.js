@@ -24,6 +24,7 @@ import { SystemView } from "./views/system.js";
 import { TextView } from "./views/text.js";
 import { AlertsView } from "./views/alerts.js";
 import { GraphView } from "./views/graph.js";
+import { EmbeddingsView } from "./views/embeddings.js";
 import { Toasts } from "./toast.js";
 
 initLanguage();
@@ -45,7 +46,7 @@ const state = {
   hiddenRuns: new Set(),
   paused: false,
   /** Views shown on the page (`vdl.showView` toggles them; the header's buttons scroll to them). */
-  views: new Set(["alerts", "scalars", "system", "histograms", "images", "text", "curves", "hparams", "graph"]),
+  views: new Set(["alerts", "scalars", "system", "histograms", "images", "text", "curves", "hparams", "graph", "embeddings"]),
 };
 const syncGroups = new Map();
 // The runs table's model: selection, pins, hidden runs, filters, grouping (see runs.js).
@@ -94,6 +95,8 @@ const views = {
   curves: new CurvesView(ctx),
   hparams: new HparamsView(ctx),
   graph: graphView,
+  // Embeddings (issue 15): a projector fed from /api/blob, projecting in a Web Worker.
+  embeddings: new EmbeddingsView(ctx),
 };
 // Shown only under `vdl-stream replay`: the server's first `replay` frame shows it.
 const replayBar = new ReplayBar(ctx);
@@ -583,6 +586,7 @@ window.vdl = {
   graph: graphView.hook(),
   /** Replay controls (only active under `vdl-stream replay`): status, play, pause, setSpeed, seek. */
   replay: replayBar.hook(),
+  embeddings: views.embeddings.hook(),
   /** Loading state: `{phase: "connecting"|"loading"|"ready", total, done}` (snapshots of runs). */
   get sync() {
     return store.syncState();

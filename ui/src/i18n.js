@@ -408,6 +408,49 @@ Object.assign(STRINGS.zh, {
   graphInputs: "输入",
   graphOutputs: "输出",
 });
+// Embeddings projector (ui/src/views/embeddings.js; issue 15).
+Object.assign(STRINGS.en, {
+  embeddings: "Embeddings",
+  noEmbeddings: "No embeddings yet. Log one with writer.add_embedding(mat, metadata, label_img).",
+  embedSource: "Embedding",
+  embedMethod: "Projection",
+  methodPca: "PCA",
+  methodUmap: "UMAP (non-linear)",
+  embedColor: "Colour by",
+  embedNoColor: "— none —",
+  embedSearch: "Search labels",
+  embedMatches: "{n} matches",
+  embedLoading: "Loading {n} × {d}…",
+  embedPca: "PCA of {n} × {d}: {x}% + {y}% of the variance",
+  embedGraph: "UMAP: finding each point's neighbours…",
+  embedLayout: "UMAP: epoch {epoch} of {epochs}",
+  embedDone: "UMAP of {n} points ({s} s)",
+  embedError: "Could not show the embedding: {message}",
+  embedOther: "other",
+  embedHint: "Drag to pan, wheel to zoom, double-click to fit.",
+  embedPoint: "point {i}",
+});
+Object.assign(STRINGS.zh, {
+  embeddings: "高维嵌入",
+  noEmbeddings: "暂无嵌入向量。用 writer.add_embedding(mat, metadata, label_img) 记录。",
+  embedSource: "嵌入",
+  embedMethod: "投影方法",
+  methodPca: "PCA（主成分分析）",
+  methodUmap: "UMAP（非线性）",
+  embedColor: "着色依据",
+  embedNoColor: "— 无 —",
+  embedSearch: "搜索标签",
+  embedMatches: "{n} 个匹配",
+  embedLoading: "正在加载 {n} × {d}…",
+  embedPca: "{n} × {d} 的 PCA：解释 {x}% + {y}% 的方差",
+  embedGraph: "UMAP：正在查找每个点的近邻…",
+  embedLayout: "UMAP：第 {epoch}/{epochs} 轮",
+  embedDone: "{n} 个点的 UMAP（{s} 秒）",
+  embedError: "无法显示该嵌入：{message}",
+  embedOther: "其他",
+  embedHint: "拖动平移，滚轮缩放，双击适配全部点。",
+  embedPoint: "第 {i} 个点",
+});
 
 /** Supported language codes. */
 export const LANGUAGES = Object.keys(STRINGS);

@@ -119,6 +119,8 @@ class Run {
     this.prCurves = new Map();
     this.rocCurves = new Map();
     this.audio = new Map();
+    /** Embeddings: descriptions only (shape, header, sizes); views/embeddings.js fetches data. */
+    this.embeddings = new Map();
     /** The latest `hparams` event of the run, or null. */
     this.hparams = null;
     /** @type {Map<string, Telemetry>} `${source}\u0000${field}` -> samples */
@@ -329,13 +331,14 @@ export class Store {
     run.prCurves.clear();
     run.rocCurves.clear();
     run.audio.clear();
+    run.embeddings.clear();
     run.hparams = null;
     for (const t of run.telemetry.values()) {
       t.buffer.clear();
       t.version++;
     }
     this._emit({ kind: "scalars", run: name, tags: [...run.scalars.keys()] });
-    for (const kind of ["histogram", "image", "audio", "text", "telemetry", "pr_curve", "roc_curve", "hparams"]) this._emit({ kind, run: name, tags: [] });
+    for (const kind of ["histogram", "image", "audio", "text", "telemetry", "pr_curve", "roc_curve", "hparams", "embedding"]) this._emit({ kind, run: name, tags: [] });
   }
 
   // Forget a run's data entirely (its buffers go to the garbage collector); the run stays known.
@@ -343,13 +346,13 @@ export class Store {
     const run = this.runs.get(name);
     if (!run) return;
     const tags = [...run.scalars.keys()];
-    const had = tags.length + run.histograms.size + run.images.size + run.texts.size + run.prCurves.size + run.rocCurves.size + run.audio.size + run.telemetry.size;
+    const had = tags.length + run.histograms.size + run.images.size + run.texts.size + run.prCurves.size + run.rocCurves.size + run.audio.size + run.telemetry.size + run.embeddings.size;
     if (had === 0 && run.hparams === null) return;
     const fresh = new Run(name);
     fresh.seq = run.seq;
     this.runs.set(name, fresh);
     this._emit({ kind: "scalars", run: name, tags });
-    for (const kind of ["histogram", "image", "audio", "text", "telemetry", "pr_curve", "roc_curve", "hparams"]) this._emit({ kind, run: name, tags: [] });
+    for (const kind of ["histogram", "image", "audio", "text", "telemetry", "pr_curve", "roc_curve", "hparams", "embedding"]) this._emit({ kind, run: name, tags: [] });
   }
 
   _ingest(msg) {
@@ -392,6 +395,8 @@ export class Store {
         return insertByStep(run.texts, ev);
       case "audio":
         return insertByStep(run.audio, ev, MEDIA_PER_TAG);
+      case "embedding":
+        return insertByStep(run.embeddings, ev, MEDIA_PER_TAG);
       case "pr_curve":
         return insertByStep(run.prCurves, ev);
       case "roc_curve":

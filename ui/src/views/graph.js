@@ -63,7 +63,8 @@ export class GraphView {
 
   /** Take the `graph` events of a snapshot or data frame. */
   onMessage(msg) {
-    if ((msg.type !== "snapshot" && msg.type !== "data") || !Array.isArray(msg.events)) return;
+    const carries = msg.type === "snapshot" || msg.type === "snapshot_events" || msg.type === "data";
+    if (!carries || !Array.isArray(msg.events)) return;
     let added = false;
     for (const ev of msg.events) {
       if (ev?.kind !== "graph" || !Array.isArray(ev.nodes)) continue;
