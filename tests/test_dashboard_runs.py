@@ -518,11 +518,16 @@ def test_groups_draw_a_std_band_around_the_mean(sweep_server, browser):
         # The tooltip reads each group's mean, its band and how many runs are in it.
         box = page.locator('[data-tag="eval/accuracy"] .u-over').bounding_box()
         page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
-        tooltip = page.locator(".tooltip")
+        tooltip = page.locator(".tooltip[role=tooltip]")
         tooltip.wait_for(state="visible", timeout=5_000)
-        assert page.locator(".tooltip thead").inner_text().split() == ["mean", "±", "std", "runs"]
-        step = int(page.locator(".tooltip .tt-title").inner_text().split()[-1])
-        rows = page.locator(".tooltip tbody tr")
+        assert page.locator(".tooltip[role=tooltip] thead").inner_text().split() == [
+            "mean",
+            "±",
+            "std",
+            "runs",
+        ]
+        step = int(page.locator(".tooltip[role=tooltip] .tt-title").inner_text().split()[-1])
+        rows = page.locator(".tooltip[role=tooltip] tbody tr")
         assert rows.count() == 2
         by_label = {
             rows.nth(i).get_attribute("data-run"): rows.nth(i)

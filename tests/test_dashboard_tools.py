@@ -87,17 +87,17 @@ def test_the_tooltip_floats_over_the_page_sorted_by_value_without_moving_any_cha
         wait_series(page)
         before = chart_boxes(page)
         box = page.locator('[data-tag="train/loss"] .u-over').bounding_box()
-        tooltip = page.locator(".tooltip")
+        tooltip = page.locator(".tooltip[role=tooltip]")
         for f in (0.2, 0.5, 0.8, 0.95, 0.05):
             page.mouse.move(box["x"] + box["width"] * f, box["y"] + box["height"] * 0.5)
             tooltip.wait_for(state="visible", timeout=5_000)
             assert chart_boxes(page) == before  # nothing in the flow changed
         assert tooltip.evaluate("e => getComputedStyle(e).position") == "fixed"
         # the last position (5% in): one row per run, raw and smoothed, sorted by the smoothed value
-        title = page.locator(".tooltip .tt-title").inner_text()
+        title = page.locator(".tooltip[role=tooltip] .tt-title").inner_text()
         step = int(re.search(r"\d+", title).group())
         assert 0 <= step < STEPS
-        rows = page.locator(".tooltip tbody tr")
+        rows = page.locator(".tooltip[role=tooltip] tbody tr")
         assert rows.count() == 2
         names = [rows.nth(i).get_attribute("data-run") for i in range(2)]
         assert sorted(names) == sorted(RUNS)
@@ -631,7 +631,7 @@ def test_screenshots_of_the_tools(tmp_path, browser, lang, scheme, width, height
         page.evaluate("() => window.vdl.drawAll()")
         box = page.locator('[data-tag="train/loss"] .u-over').bounding_box()
         page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.4)
-        page.locator(".tooltip").wait_for(state="visible", timeout=5_000)
+        page.locator(".tooltip[role=tooltip]").wait_for(state="visible", timeout=5_000)
         shot(page, f"tools-{lang}-{scheme}-{width}.png")
         page.evaluate("() => window.vdl.goToView('histograms')")
         page.wait_for_timeout(600)  # smooth scrolling, for the picture only
