@@ -54,6 +54,7 @@ def quantize_walls(walls: np.ndarray) -> np.ndarray:
         quantized = walls * 1e6
     np.rint(quantized, out=quantized)
     quantized /= 1e6
+    quantized += 0.0  # -0.0 becomes 0.0, as a decoded ``us`` column gives it
     if not np.isfinite(quantized).all():  # beyond 1.8e302 s: no microseconds to take
         quantized = np.where(np.isfinite(quantized), quantized, walls)
     return quantized
@@ -81,8 +82,13 @@ def decode_us(
     return walls
 
 
+#: Wall times at or beyond this many seconds (the year 2112) are kept as f8: their microseconds
+#: are no longer exact integers in a float64, so ``us`` offsets could not give them back exactly.
+MAX_US_WALL = 2.0**52 / 1e6
+
+
 def _encode_walls(walls: np.ndarray) -> list:
-    if np.isfinite(walls).all():
+    if np.isfinite(walls).all() and np.abs(walls).max() < MAX_US_WALL:
         base = float(walls.min())
         offsets = encode_us(walls, base)
         if offsets.max() <= MAX_WALL_OFFSET_US:
