@@ -37,6 +37,18 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str =
         time.sleep(0.005)
 
 
+async def wait_until(condition: Callable[[], object], deadline: float, what: str) -> None:
+    """In trio: check ``condition`` every 20 ms until true; fail naming ``what`` after
+    ``deadline`` s. For state another task changes with no event to wait on."""
+    import trio
+
+    end = trio.current_time() + deadline
+    while not condition():
+        if trio.current_time() > end:
+            pytest.fail(f"timed out after {deadline} s waiting for {what}")
+        await trio.sleep(0.02)
+
+
 def http_request(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
     """GET ``url`` (blocking, 10 s at most); return status, content type and body, errors included."""
     request = urllib.request.Request(url, headers=headers or {})

@@ -23,7 +23,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 import recorder
-from tests.conftest import ServeProcess, http_get, start_serve, stop_serve
+from tests.conftest import ServeProcess, http_get, start_serve, stop_serve, wait_until
 from vdl_stream import attach, codec
 from vdl_stream.bus import Bus, check_bus_url
 from vdl_stream.transport import WebSocketTransport
@@ -201,18 +201,6 @@ async def watch(ws_url: str, seen: Watched) -> None:
                 steps = seen.steps.setdefault(run, set())
                 for _tag, s, _w, _v in message["scalars"]:
                     steps.update(np.frombuffer(s, dtype="<f8").tolist())
-
-
-async def wait_until(condition, deadline: float, what: str) -> None:
-    """Check ``condition`` every 20 ms until true; fail naming ``what`` after ``deadline`` s.
-
-    (Polling: the condition is about frames another task records, with no event to wait on.)
-    """
-    end = trio.current_time() + deadline
-    while not condition():
-        if trio.current_time() > end:
-            pytest.fail(f"timed out after {deadline} s waiting for {what}")
-        await trio.sleep(0.02)
 
 
 def disk_steps(logdir: Path, run: str, tag: str = "loss") -> np.ndarray:
