@@ -58,6 +58,7 @@ from recorder.catalog import SEGMENT_RE
 from . import codec, tfevents, tfrecord, vdlrecords
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
+from .interop import source_kind
 from .run_summary import CLOSED, RUNNING, STATUS_KEY
 
 log = logging.getLogger("vdl_stream.foreign")
@@ -97,15 +98,6 @@ def cache_root(logdir: str | os.PathLike[str], base: str | os.PathLike[str] | No
     root = base or os.environ.get("VDL_STREAM_CACHE") or Path.home() / ".cache" / "vdl-stream"
     digest = hashlib.sha256(os.path.abspath(os.fspath(logdir)).encode()).hexdigest()[:16]
     return Path(root) / f"foreign-{digest}"
-
-
-def source_kind(name: str) -> str | None:
-    """``"tensorboard"``, ``"visualdl"`` or None for a file name."""
-    if tfevents.is_event_file(name):
-        return "tensorboard"
-    if vdlrecords.is_record_file(name):
-        return "visualdl"
-    return None
 
 
 def run_name(logdir: str, dirpath: str) -> str | None:
