@@ -17,7 +17,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary
 
 import recorder
-from vdl_stream import tfevents, tfrecord
+from vdl_stream import interop, tfevents, tfrecord
 from vdl_stream.cli import main
 
 WALL = 1_700_000_000.0
@@ -250,3 +250,33 @@ def test_files_given_one_by_one_join_their_directory_run(tmp_path):
     assert main(["import", *files, "--logdir", str(tmp_path / "runs"), "--quiet"]) == 0
     with recorder.RunReader(tmp_path / "runs" / "exp") as reader:
         assert reader.read_scalars("x").values.tolist() == [0.0, 1.0]
+
+
+def test_import_brings_tensorboard_projector_embeddings(tmp_path):
+    rng = np.random.default_rng(3)
+    feat, pairs = rng.random((5, 3)), rng.random((4, 2))
+    writer = SummaryWriter(str(tmp_path / "tb" / "run1"))
+    writer.add_scalar("loss", 1.0, 0)
+    writer.add_embedding(feat, metadata=list("abcde"), global_step=3, tag="feat")
+    writer.add_embedding(
+        pairs,
+        metadata=[["x", 1], ["y", 2], ["z", 3], ["w", 4]],
+        metadata_header=["n", "k"],
+        tag="two",
+    )
+    writer.close()
+    (tmp_path / "tb" / "run1" / "00000" / "broken").mkdir()
+    with open(tmp_path / "tb" / "run1" / "projector_config.pbtxt", "a") as f:  # a missing file
+        f.write('embeddings {\ntensor_name: "gone:00001"\ntensor_path: "00000/broken/t.tsv"\n}\n')
+    report = interop.import_runs([str(tmp_path / "tb")], tmp_path / "out")
+    assert report.runs["run1"] == (1, 2)
+    assert report.skipped["projector embedding (unreadable)"] == 1
+    with recorder.RunReader(tmp_path / "out" / "run1") as reader:
+        got = {r.tag: r for r in reader.read_records(kind="embedding")}
+    assert set(got) == {"feat", "two"} and (got["feat"].step, got["two"].step) == (3, 0)
+    np.testing.assert_array_equal(
+        np.frombuffer(got["feat"].data["data"], "<f4").reshape(5, 3), feat.astype(np.float32)
+    )
+    assert got["feat"].data["metadata"] == [list("abcde")]
+    assert got["two"].data["metadata_header"] == ["n", "k"]
+    assert got["two"].data["metadata"] == [["x", "y", "z", "w"], ["1", "2", "3", "4"]]

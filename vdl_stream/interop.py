@@ -14,6 +14,7 @@ import contextlib
 import csv
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -32,6 +33,8 @@ import numpy as np
 import recorder
 
 from . import storage, tfevents, vdlrecords
+
+log = logging.getLogger("vdl_stream.interop")
 
 #: Scalar points of one tag held in memory before they are handed to the RunWriter.
 TAG_BUFFER_POINTS = 1 << 20
@@ -250,6 +253,55 @@ def _blocks(path: str, kind: str) -> Iterator[tfevents.EventBlock]:
     return vdlrecords.read_record_file(path)
 
 
+#: TensorBoard's projector configuration, written by tensorboardX's ``add_embedding`` beside the
+#: event files of a run (a text protobuf of ``embeddings { tensor_name, tensor_path,
+#: metadata_path, sprite { ... } }`` entries, the paths relative to the run's directory).
+PROJECTOR_CONFIG = "projector_config.pbtxt"
+
+
+def projector_embeddings(run_dir: str, wall: float) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The embeddings a TensorBoard projector configuration in ``run_dir`` names, as
+    ``embedding`` events at ``wall`` (tensors.tsv and metadata.tsv; sprites are not read).
+
+    Returns the events and what was skipped (an entry whose files are missing or malformed is
+    counted, never fatal)."""
+    from .embeddings import embedding_event
+
+    skipped: Counter[str] = Counter()
+    config = os.path.join(run_dir, PROJECTOR_CONFIG)
+    try:
+        with open(config, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return [], skipped
+    events = []
+    for entry in re.findall(r"embeddings\s*\{((?:[^{}]|\{[^{}]*\})*)\}", text):
+        fields = dict(re.findall(r'(tensor_name|tensor_path|metadata_path)\s*:\s*"([^"]*)"', entry))
+        if "sprite" in entry:
+            skipped["projector sprite (thumbnails)"] += 1
+        name = fields.get("tensor_name", "default")
+        tag, _, suffix = name.rpartition(":")
+        step = int(suffix) if tag and suffix.isdigit() else 0
+        tag = tag or name
+        try:
+            mat = np.loadtxt(os.path.join(run_dir, fields["tensor_path"]), delimiter="\t", ndmin=2)
+            metadata = header = None
+            if "metadata_path" in fields:
+                with open(os.path.join(run_dir, fields["metadata_path"]), encoding="utf-8") as f:
+                    rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+                if len(rows) == len(mat) + 1:  # a header row, then one row per point
+                    header, metadata = rows[0], rows[1:]
+                else:
+                    metadata = [r[0] if len(r) == 1 else "\t".join(r) for r in rows]
+            event = embedding_event(mat, metadata, None, step, tag, header, wall)
+        except (KeyError, OSError, TypeError, ValueError) as exc:
+            log.warning("projector embedding %r in %s not imported: %s", name, run_dir, exc)
+            skipped["projector embedding (unreadable)"] += 1
+            continue
+        events.append(event)
+    return events, skipped
+
+
 def import_runs(
     paths: list[str],
     logdir: str | os.PathLike[str],
@@ -301,6 +353,18 @@ def import_runs(
                         progress(done, total, decoded)
                 done = base + os.path.getsize(path)
             job.finish()
+            # Embeddings live beside the event files, in TensorBoard's projector files.
+            wall = job.first_wall if job.first_wall is not None else time.time()
+            run_dirs = sorted({os.path.dirname(os.path.abspath(p)) for p, k in files})
+            for run_dir in run_dirs:
+                embedded, skipped = projector_embeddings(run_dir, wall)
+                report.skipped.update(skipped)
+                for event in embedded:
+                    data = {
+                        k: v for k, v in event.items() if k not in ("kind", "tag", "step", "wall")
+                    }
+                    writer.append_record("embedding", event["tag"], event["step"], wall, data)
+                    job.events += 1
             writer.append_record(
                 "meta",
                 None,
