@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgpack
@@ -33,6 +33,9 @@ import trio
 from trio_websocket import open_websocket_url
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+from broker_clients import ServeProcess  # noqa: E402
 
 WRITER = """
 import sys, time
@@ -55,31 +58,6 @@ print(step, flush=True)
 """
 
 
-def start_serve(logdir: Path, cache: Path) -> tuple[subprocess.Popen, str]:
-    """``vdl-stream serve`` on a free port; returns the process and its ws:// URL."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "vdl_stream.cli",
-            "serve",
-            "--logdir",
-            str(logdir),
-            "--port",
-            "0",
-            "--cache-dir",
-            str(cache),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"},
-    )
-    line = proc.stdout.readline()
-    url = line.split(" at ", 1)[1].strip().rstrip("/")
-    return proc, "ws" + url.removeprefix("http") + "/ws/live"
-
-
 def start_writer(logdir: Path, args: argparse.Namespace) -> subprocess.Popen:
     """The tensorboardX process of :data:`WRITER`, writing into ``logdir/tb/run``."""
     return subprocess.Popen(
@@ -99,36 +77,43 @@ def start_writer(logdir: Path, args: argparse.Namespace) -> subprocess.Popen:
     )
 
 
-async def measure(ws_url: str, logdir: Path, args: argparse.Namespace) -> dict[str, float]:
-    """Subscribe, start the writer, collect latencies until every point arrived."""
+async def collect(
+    receive: Callable[[], Awaitable[bytes]], logdir: Path, args: argparse.Namespace
+) -> dict[str, float]:
+    """Start the writer, take frames from ``receive`` until every point it wrote arrived, and
+    summarise the latencies (receive time minus each point's wall time)."""
     latencies: list[float] = []
     walls: list[float] = []
     first: float | None = None
-    async with open_websocket_url(ws_url, max_message_size=1 << 24) as ws:
-        await ws.send_message(msgpack.packb({"type": "subscribe", "runs": None}))
-        writer = start_writer(logdir, args)
-        try:
-            expected = None
-            with trio.fail_after(args.seconds + 60):
-                while expected is None or len(latencies) < expected:
-                    with trio.move_on_after(0.5):
-                        data = await ws.get_message()
-                        now = time.time()
-                        message = msgpack.unpackb(data)
-                        if message.get("type") == "data" and message.get("run") == "tb/run":
-                            first = now if first is None else first
-                            for tag, _, w, _ in message["scalars"]:
-                                if tag == "train/loss":
-                                    wall = np.frombuffer(w, "<f8")
-                                    walls.extend(wall.tolist())
-                                    latencies.extend((now - wall).tolist())
-                    if expected is None and writer.poll() is not None:
-                        expected = int(writer.stdout.read().strip() or 0)
-        finally:
-            if writer.poll() is None:
-                writer.kill()
-            writer.wait()
+    writer = start_writer(logdir, args)
+    try:
+        expected = None
+        with trio.fail_after(args.seconds + 60):
+            while expected is None or len(latencies) < expected:
+                with trio.move_on_after(0.5):
+                    message = msgpack.unpackb(await receive())
+                    now = time.time()
+                    if message.get("type") == "data" and message.get("run") == "tb/run":
+                        first = now if first is None else first
+                        for tag, _, w, _ in message["scalars"]:
+                            if tag == "train/loss":
+                                wall = np.frombuffer(w, "<f8")
+                                walls.extend(wall.tolist())
+                                latencies.extend((now - wall).tolist())
+                if expected is None and writer.poll() is not None:
+                    expected = int(writer.stdout.read().strip() or 0)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        writer.wait()
     return _summary(np.array(walls), np.array(latencies), first, args)
+
+
+async def measure(ws_url: str, logdir: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Subscribe to ``/ws/live`` like a page, then :func:`collect`."""
+    async with open_websocket_url(ws_url + "/ws/live", max_message_size=1 << 24) as ws:
+        await ws.send_message(msgpack.packb({"type": "subscribe", "runs": None}))
+        return await collect(ws.get_message, logdir, args)
 
 
 async def measure_in_process(logdir: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -139,38 +124,16 @@ async def measure_in_process(logdir: Path, args: argparse.Namespace) -> dict[str
 
     broker = Broker(logdir)
     broker.foreign = ForeignRuns(logdir, logdir.parent / "cache")
-    walls: list[float] = []
-    latencies: list[float] = []
-    first: float | None = None
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
         await nursery.start(broker.follow)
         sub = broker.subscribe()
         await nursery.start(broker.foreign.run, broker)
-        writer = start_writer(logdir, args)
-        try:
-            expected = None
-            with trio.fail_after(args.seconds + 60):
-                while expected is None or len(latencies) < expected:
-                    with trio.move_on_after(0.5):
-                        message = msgpack.unpackb(await sub.receive())
-                        now = time.time()
-                        if message["type"] == "data" and message["run"] == "tb/run":
-                            first = now if first is None else first
-                            for _, _, w, _ in message["scalars"]:
-                                wall = np.frombuffer(w, "<f8")
-                                walls.extend(wall.tolist())
-                                latencies.extend((now - wall).tolist())
-                    if expected is None and writer.poll() is not None:
-                        expected = int(writer.stdout.read().strip() or 0)
-        finally:
-            if writer.poll() is None:
-                writer.kill()
-            writer.wait()
+        result = await collect(sub.receive, logdir, args)
         broker.close()
         await broker.wait_closed()
         nursery.cancel_scope.cancel()
-    return _summary(np.array(walls), np.array(latencies), first, args)
+    return result
 
 
 def _summary(
@@ -213,17 +176,14 @@ def main() -> None:
                 r = trio.run(measure_in_process, tmp / "logs", args)
                 where = "a subscriber in the server process"
             else:
-                server, ws_url = start_serve(tmp / "logs", tmp / "cache")
+                server = ServeProcess(
+                    tmp / "logs", tmp / "serve.err", "--cache-dir", str(tmp / "cache")
+                )
                 where = "/ws/live"
                 try:
-                    r = trio.run(measure, ws_url, tmp / "logs", args)
+                    r = trio.run(measure, server.ws, tmp / "logs", args)
                 finally:
-                    server.send_signal(signal.SIGTERM)
-                    try:
-                        server.wait(15)
-                    except subprocess.TimeoutExpired:
-                        server.kill()
-                        server.wait()
+                    server.stop()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print(
