@@ -581,26 +581,27 @@ class Bus:
                 # within a third of the ttl, so that the lease loop renews the other leases.
                 with trio.move_on_after(self._ttl / 3):
                     await self.broker._bus_publish([run])
-                try:
-                    with trio.fail_after(COMMAND_TIMEOUT):
-                        await self._redis.eval(_RELEASE, [self._lease_key(run)], [self.id])
-                except Exception as exc:
-                    if not _redis_failure(exc):
-                        raise
-                    # it expires by itself within the ttl
+                await self._delete_lease(run)  # unreachable: it expires within the ttl
 
     async def _release_all(self) -> None:
         """Delete every lease this broker holds (its runs are closed already)."""
         runs = list(self._held)
         self._held.clear()
         for run in runs:
-            try:
-                with trio.fail_after(COMMAND_TIMEOUT):
-                    await self._redis.eval(_RELEASE, [self._lease_key(run)], [self.id])
-            except Exception as exc:
-                if not _redis_failure(exc):
-                    raise
+            if not await self._delete_lease(run):
                 return  # they expire by themselves within the ttl
+
+    async def _delete_lease(self, run: str) -> bool:
+        """Delete this broker's lease on ``run`` (only if it still holds it); False when Redis
+        cannot be reached."""
+        try:
+            with trio.fail_after(COMMAND_TIMEOUT):
+                await self._redis.eval(_RELEASE, [self._lease_key(run)], [self.id])
+        except Exception as exc:
+            if not _redis_failure(exc):
+                raise
+            return False
+        return True
 
 
 def _token(name: str) -> Any:

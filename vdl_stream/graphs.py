@@ -232,11 +232,7 @@ def _fx_payload(gm: Any, name: str) -> dict[str, Any]:
             value = _get_attr(gm, node.target)
             attr_params[node] = int(value.numel()) if hasattr(value, "numel") else 0
             continue
-        params = 0
-        for arg in node.all_input_nodes:
-            if arg in attr_params and arg not in counted:
-                counted.add(arg)
-                params += attr_params[arg]
+        params = _first_use(node.all_input_nodes, attr_params, counted)
         if node.op == "placeholder":
             i = b.node(str(node.target), "Input", "", outputs)
         elif node.op == "output":
@@ -266,6 +262,17 @@ def _fx_payload(gm: Any, name: str) -> dict[str, Any]:
                     slot = node.args[1] if isinstance(node.args[1], int) else 0
                 b.edge(index[arg], i, slot)
     return b.payload()
+
+
+def _first_use(inputs: Any, sizes: dict[Any, int], counted: set[Any]) -> int:
+    """The parameters among ``inputs`` not counted yet, now counted (each parameter counts at
+    its first user only)."""
+    total = 0
+    for x in inputs:
+        if x in sizes and x not in counted:
+            counted.add(x)
+            total += sizes[x]
+    return total
 
 
 def _get_attr(gm: Any, target: str) -> Any:
@@ -421,11 +428,7 @@ def onnx_graph(model: Any) -> dict:
     for k, n in enumerate(g.node):
         if n.op_type == "Constant":
             continue
-        params = 0
-        for name in n.input:
-            if name in sizes and name not in counted:
-                counted.add(name)
-                params += sizes[name]
+        params = _first_use(n.input, sizes, counted)
         op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
         name = n.name or f"{op}_{k}"
         scope = name.strip("/").rpartition("/")[0] if "/" in name.strip("/") else ""
