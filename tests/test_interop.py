@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 import math
 import os
@@ -264,16 +265,26 @@ def test_import_brings_tensorboard_projector_embeddings(tmp_path):
         metadata_header=["n", "k"],
         tag="two",
     )
+    faces = rng.random((5, 3, 4, 4))
+    writer.add_embedding(rng.random((5, 2)), label_img=faces, global_step=7, tag="faces")
     writer.close()
     (tmp_path / "tb" / "run1" / "00000" / "broken").mkdir()
     with open(tmp_path / "tb" / "run1" / "projector_config.pbtxt", "a") as f:  # a missing file
         f.write('embeddings {\ntensor_name: "gone:00001"\ntensor_path: "00000/broken/t.tsv"\n}\n')
     report = interop.import_runs([str(tmp_path / "tb")], tmp_path / "out")
-    assert report.runs["run1"] == (1, 2)
+    assert report.runs["run1"] == (1, 3)
     assert report.skipped["projector embedding (unreadable)"] == 1
     with recorder.RunReader(tmp_path / "out" / "run1") as reader:
         got = {r.tag: r for r in reader.read_records(kind="embedding")}
-    assert set(got) == {"feat", "two"} and (got["feat"].step, got["two"].step) == (3, 0)
+    assert set(got) == {"feat", "two", "faces"} and (got["feat"].step, got["two"].step) == (3, 0)
+    # The sprite's tiles come back as tensorboardX drew them (the same tiling, 3 columns for 5).
+    from PIL import Image
+
+    ours = np.asarray(Image.open(io.BytesIO(got["faces"].data["sprite"])).convert("RGB"))
+    theirs = np.asarray(Image.open(tmp_path / "tb" / "run1" / "00007" / "faces" / "sprite.png"))
+    assert got["faces"].data["thumbnail"] == [4, 4]
+    np.testing.assert_array_equal(ours[:8, :12], theirs[:8, :12, :3])
+    assert len(np.unique(theirs[:4, 4:8])) > 1  # a real tile, not a flat one
     np.testing.assert_array_equal(
         np.frombuffer(got["feat"].data["data"], "<f4").reshape(5, 3), feat.astype(np.float32)
     )

@@ -261,7 +261,7 @@ PROJECTOR_CONFIG = "projector_config.pbtxt"
 
 def projector_embeddings(run_dir: str, wall: float) -> tuple[list[dict[str, Any]], Counter[str]]:
     """The embeddings a TensorBoard projector configuration in ``run_dir`` names, as
-    ``embedding`` events at ``wall`` (tensors.tsv and metadata.tsv; sprites are not read).
+    ``embedding`` events at ``wall`` (tensors.tsv, metadata.tsv and the sprite's thumbnails).
 
     Returns the events and what was skipped (an entry whose files are missing or malformed is
     counted, never fatal)."""
@@ -276,9 +276,10 @@ def projector_embeddings(run_dir: str, wall: float) -> tuple[list[dict[str, Any]
         return [], skipped
     events = []
     for entry in re.findall(r"embeddings\s*\{((?:[^{}]|\{[^{}]*\})*)\}", text):
-        fields = dict(re.findall(r'(tensor_name|tensor_path|metadata_path)\s*:\s*"([^"]*)"', entry))
-        if "sprite" in entry:
-            skipped["projector sprite (thumbnails)"] += 1
+        fields = dict(
+            re.findall(r'(tensor_name|tensor_path|metadata_path|image_path)\s*:\s*"([^"]*)"', entry)
+        )
+        dims = [int(d) for d in re.findall(r"single_image_dim\s*:\s*(\d+)", entry)]
         name = fields.get("tensor_name", "default")
         tag, _, suffix = name.rpartition(":")
         step = int(suffix) if tag and suffix.isdigit() else 0
@@ -293,13 +294,41 @@ def projector_embeddings(run_dir: str, wall: float) -> tuple[list[dict[str, Any]
                     header, metadata = rows[0], rows[1:]
                 else:
                     metadata = [r[0] if len(r) == 1 else "\t".join(r) for r in rows]
-            event = embedding_event(mat, metadata, None, step, tag, header, wall)
+            thumbnails = None
+            if "image_path" in fields and len(dims) == 2:
+                thumbnails = _sprite_thumbnails(
+                    os.path.join(run_dir, fields["image_path"]), dims[1], dims[0], len(mat)
+                )
+                if thumbnails is None:
+                    skipped["projector sprite (thumbnails; needs Pillow)"] += 1
+            event = embedding_event(mat, metadata, thumbnails, step, tag, header, wall)
         except (KeyError, OSError, TypeError, ValueError) as exc:
             log.warning("projector embedding %r in %s not imported: %s", name, run_dir, exc)
             skipped["projector embedding (unreadable)"] += 1
             continue
         events.append(event)
     return events, skipped
+
+
+def _sprite_thumbnails(path: str, height: int, width: int, n: int) -> np.ndarray | None:
+    """The ``n`` thumbnails of a projector sprite (tiles of ``height`` x ``width``, row-major in
+    ``ceil(sqrt(n))`` columns) as ``(n, 3, height, width)`` uint8; None without Pillow.
+
+    Raises:
+        OSError, ValueError: the image cannot be read, or is too small for ``n`` tiles.
+    """
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    with Image.open(path) as image:
+        sheet = np.asarray(image.convert("RGB"))
+    cols = math.ceil(math.sqrt(n))
+    rows = -(-n // cols)
+    if sheet.shape[0] < rows * height or sheet.shape[1] < cols * width:
+        raise ValueError(f"sprite {sheet.shape[1]}x{sheet.shape[0]} holds fewer than {n} tiles")
+    tiles = sheet[: rows * height, : cols * width].reshape(rows, height, cols, width, 3)
+    return tiles.transpose(0, 2, 4, 1, 3).reshape(rows * cols, 3, height, width)[:n]
 
 
 def import_runs(
