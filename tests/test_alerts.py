@@ -4,6 +4,7 @@ and the webhooks."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -744,3 +745,24 @@ def test_a_spike_and_a_nan_are_found_however_the_points_are_cut_into_columns(cut
         engine.process("r", [cols], [], 0.0)
     alerts = sorted((e["rule"], e["step"], e["wall"]) for _, e in engine.pending())
     assert alerts == [("nan", 937, walls[937]), ("spike", 761, walls[761])]
+
+
+@pytest.mark.parametrize("cut", [1, 30, 100, 1000])
+def test_divergence_counts_rising_points_not_smoothing_groups(cut):
+    """``rising_points`` is in points whatever the column sizes: a loss that bottoms out and
+    then climbs slowly for 1,000 points (by 60%, under the rule's factor) is diverging whether
+    the climb comes a point a column or in one column of 1,000, which the smoothing folds in
+    32 groups (a count of groups would be 32, and never reach 300)."""
+    values = np.concatenate([np.linspace(2.0, 1.0, 200), np.linspace(1.0, 1.6, 1000)])
+    n = len(values)
+    steps, walls = np.arange(n), 1.7e9 + np.arange(n) * 0.25
+    engine = AlertEngine()
+    cuts = [*range(0, 200, min(cut, 200)), *range(200, n, cut), n]
+    for a, b in itertools.pairwise(cuts):
+        cols = codec.ScalarColumns("train/loss", steps[a:b], walls[a:b], values[a:b])
+        engine.process("r", [cols], [], 0.0)
+    alerts = [e for _, e in engine.pending()]
+    assert [a["rule"] for a in alerts] == ["divergence"], alerts
+    assert "rising for" in alerts[0]["message"]
+    rising = engine._runs["r"].tags["train/loss"].emas[0.05].rising
+    assert 900 <= rising <= 1000, rising  # the EMA turns a few dozen points after the loss

@@ -513,19 +513,24 @@ class AlertStatistics:
 # -- the engine --------------------------------------------------------------------------------
 
 
-#: A queued batch: run, scalar columns, other events, arrival time (monotonic), scalar points.
-_Item = tuple[str, list[ScalarColumns], list[dict[str, Any]], float, int]
+#: A queued batch: run, scalar columns, other events, arrival time (monotonic).
+_Item = tuple[str, list[ScalarColumns], list[dict[str, Any]], float]
+
+
+#: Columns of one tag judged as one column in a round (joined when there are several).
+_Group = list[ScalarColumns]
 
 
 def _merge(
-    items: list[_Item],
-) -> list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]]:
-    """Join queued batches per run: each tag's columns concatenated in arrival order, with the
-    arrival time of the newest."""
+    items: Iterable[_Item],
+) -> list[tuple[str, list[_Group], list[dict[str, Any]], float]]:
+    """Group queued batches per run: each tag's columns in arrival order, cut into groups of
+    up to :data:`JOIN_POINTS` points (each judged as one column), with the arrival time of the
+    newest batch. Nothing is copied here: a group's values are joined when it is judged."""
     # Plain lists and dicts, no per-column method calls: a round of small batches has tens of
     # thousands of columns, and this loop is most of its cost.
     runs: dict[str, list[Any]] = {}
-    for run, scalars, events, arrived, _ in items:
+    for run, scalars, events, arrived in items:
         entry = runs.get(run)
         if entry is None:
             entry = runs[run] = [{}, [], arrived]
@@ -541,26 +546,24 @@ def _merge(
         entry[2] = arrived
     out = []
     for run, (tags, events, arrived) in runs.items():
-        merged: list[ScalarColumns] = []
-        for tag, parts in tags.items():
+        groups: list[_Group] = []
+        for parts in tags.values():
             if len(parts) == 1:
-                merged.append(parts[0])
+                groups.append(parts)
                 continue
             # Consecutive columns are joined (one pass of the detectors instead of many: their
-            # cost is mostly per column) up to JOIN_POINTS; a column that long is passed as is.
-            group: list[ScalarColumns] = []
-            ends: list[int] = []
+            # cost is mostly per column) up to JOIN_POINTS; a column that long is judged alone.
+            group: _Group = []
             size = 0
             for cols in parts:
                 n = len(cols.values)
                 if size + n > JOIN_POINTS and group:
-                    merged.append(_joined(tag, group, ends))
-                    group, ends, size = [], [], 0
+                    groups.append(group)
+                    group, size = [], 0
                 group.append(cols)
                 size += n
-                ends.append(size)
-            merged.append(_joined(tag, group, ends))
-        out.append((run, merged, events, arrived))
+            groups.append(group)
+        out.append((run, groups, events, arrived))
     return out
 
 
@@ -590,15 +593,24 @@ class _Parts:
         return self.parts[j][i - (self.ends[j - 1] if j else 0)]
 
 
-def _joined(tag: str, parts: list[ScalarColumns], ends: list[int]) -> ScalarColumns:
-    """One column of ``tag`` from ``parts`` (``ends``: the points up to the end of each)."""
-    if len(parts) == 1:
-        return parts[0]
+def _joined(group: _Group, scratch: np.ndarray) -> ScalarColumns:
+    """One column from the columns of one tag in ``group``: their values copied into the
+    start of ``scratch`` (which must hold them all; the column is valid until it is reused),
+    their steps and walls left in parts."""
+    if len(group) == 1:
+        return group[0]
+    ends = []
+    size = 0
+    for cols in group:
+        size += len(cols.values)
+        ends.append(size)
+    values = scratch[:size]
+    np.concatenate([c.values for c in group], out=values)
     return ScalarColumns(
-        tag,
-        _Parts([c.steps for c in parts], ends),  # type: ignore[arg-type]
-        _Parts([c.walls for c in parts], ends),  # type: ignore[arg-type]
-        np.concatenate([c.values for c in parts]),
+        group[0].tag,
+        _Parts([c.steps for c in group], ends),  # type: ignore[arg-type]
+        _Parts([c.walls for c in group], ends),  # type: ignore[arg-type]
+        values,
     )
 
 
@@ -629,7 +641,14 @@ class AlertEngine:
         if type(queue_size) is not int or queue_size < 1:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         self.rules = rules or Rules()
-        self._send, self._receive = trio.open_memory_channel[_Item](queue_size)
+        # A plain deque and a wake-up event rather than a trio memory channel: observe() runs
+        # on the ingest path for every batch, and a channel's send (KI protection, waiter
+        # checks, statistics) cost about as much per small batch as the detectors themselves;
+        # the detector task takes the whole queue at once (docs/performance.md, "Issue 14:
+        # alerts cost (this session)"). Bounded by queue_size and QUEUE_POINTS in observe().
+        self._queue: deque[_Item] = deque()
+        self._queue_size = queue_size
+        self._queued = trio.Event()  # set when a batch enters an empty queue
         self._notify = notify
         self._clock = clock
         self._runs: OrderedDict[str, _RunState] = OrderedDict()
@@ -649,6 +668,10 @@ class AlertEngine:
         self._held: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         # (points, alpha) -> the constants of one smoothing pass (see _plan); detector thread.
         self._plans: dict[tuple[int, float], tuple[Any, ...]] = {}
+        # The values of a tag's columns joined for a round (detector thread): one buffer reused
+        # rather than a fresh 128 KiB array per tag and round (allocating it cost more than
+        # the copy, docs/performance.md).
+        self._scratch = np.empty(JOIN_POINTS, np.float64)
 
     # -- the ingest side (event loop, never blocks) ------------------------------------------
 
@@ -676,18 +699,17 @@ class AlertEngine:
         points = 0
         for cols in scalars:
             points += len(cols.values)
-        if self._points + points > QUEUE_POINTS:
+        depth = self._depth
+        if depth >= self._queue_size or self._points + points > QUEUE_POINTS:
             self._dropped += 1
             return
-        try:
-            self._send.send_nowait((run, scalars, events, self._clock(), points))
-        except trio.WouldBlock:
-            self._dropped += 1
-            return
+        self._queue.append((run, scalars, events, self._clock()))
+        if not depth:
+            self._queued.set()
         self._points += points
-        self._depth += 1
-        if self._depth > self._peak:
-            self._peak = self._depth
+        self._depth = depth = depth + 1
+        if depth > self._peak:
+            self._peak = depth
 
     def writer_lost(self, runs: Iterable[str]) -> None:
         """A writer's connection of each of ``runs`` ended; one that was not closed and hears
@@ -727,26 +749,19 @@ class AlertEngine:
         last = -math.inf
         interval = DETECT_INTERVAL
         while True:
-            try:
-                first = await self._receive.receive()
-            except trio.EndOfChannel:
-                return
+            if not self._queue:
+                self._queued = trio.Event()
+                await self._queued.wait()
             # Run at most every DETECT_INTERVAL, on everything queued meanwhile: the cost per
             # run and tag is paid once per round, not once per batch, so a fast writer's many
             # small batches cost about what one large one does (and ingest keeps its pace).
             wait = last + interval - trio.current_time()
             if wait > 0:
                 await trio.sleep(wait)
-            items = [first]
-            while len(items) < QUEUE_BATCHES:
-                try:
-                    items.append(self._receive.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            items, self._queue = self._queue, deque()
             last = trio.current_time()
             self._observed += len(items)
-            self._depth -= len(items)
-            self._points -= sum(item[4] for item in items)
+            self._depth = self._points = 0
             # In a worker thread: a round is a stretch of NumPy and Python work, and run on the
             # event loop it would hold back the broker's other tasks (the persist task hands the
             # recorder its next flush from there) for its whole length.
@@ -764,9 +779,9 @@ class AlertEngine:
     def _round(self, items: list[_Item]) -> None:
         """One detector round over queued batches (worker thread; the engine's lock held)."""
         started = time.thread_time()
-        for run, scalars, events, arrived in _merge(items):
+        for run, groups, events, arrived in _merge(items):
             try:
-                self.process(run, scalars, events, arrived)
+                self._process(run, groups, events, arrived)
             except Exception:  # a detector bug must never stop the others
                 log.exception("alert detectors failed on a batch of run %r", run)
         self._busy += time.thread_time() - started
@@ -836,8 +851,14 @@ class AlertEngine:
     ) -> None:
         """Run the per-batch detectors on one batch of ``run`` that arrived at ``now`` (the
         engine's monotonic clock, taken by :meth:`observe`)."""
+        self._process(run, [[cols] for cols in scalars], events, now)
+
+    def _process(
+        self, run: str, groups: list[_Group], events: list[dict[str, Any]], now: float
+    ) -> None:
+        """:meth:`process` with the columns in groups, each group judged as one column."""
         state = self._state(run)
-        data = bool(scalars)
+        data = bool(groups)
         for event in events:
             kind = event.get("kind")
             if kind == "meta" and "status" in event:
@@ -859,7 +880,8 @@ class AlertEngine:
                 state.lost_at = None
             state.active.discard(("stall", None))
             state.active.discard(("crash", None))
-        for cols in scalars:
+        for group in groups:
+            cols = group[0] if len(group) == 1 else _joined(group, self._scratch)
             if len(cols.values):
                 self._scalars(run, state, cols)
 
@@ -997,7 +1019,7 @@ class AlertEngine:
             s.ema = ema
             s.n += n
             return
-        starts, first_count, weights = self._plan(n, alpha)
+        starts, counts, weights = self._plan(n, alpha)
         g = len(weights)
         x = np.empty(g + 1)
         if starts is None:
@@ -1007,34 +1029,36 @@ class AlertEngine:
             # weight covers the group, so the cost per batch stays bounded.
             np.add.reduceat(values, starts, out=x[:g])
         first = s.ema is None
-        prev = float(x[0]) / first_count if first else s.ema
+        prev = float(x[0]) / counts[0] if first else s.ema
         x[g] = prev
         # Every update of the sequential EMA at once (see _plan), then plain floats: a few
         # dozen at most, and rising is usually decided by the last few.
         emas = (weights @ x).tolist()
         if first:
             emas[0] = prev  # a first EMA starts at its first value, which is not a rise
-        # Rising counts the updates since the last one that did not rise.
+        # Rising counts the points since the last update that did not rise: a group's update
+        # stands for all its points (the rule's rising_points is in points, however the
+        # writer batched them).
         rises = 0
         j = g - 1
         while j > 0 and emas[j] > emas[j - 1]:
-            rises += 1
+            rises += counts[j]
             j -= 1
         if j > 0:
             s.rising = rises
         elif first:
             s.rising += rises
         elif emas[0] > prev:
-            s.rising += rises + 1
+            s.rising += rises + counts[0]
         else:
             s.rising = rises
         s.ema = emas[-1]
         s.n += n
 
-    def _plan(self, n: int, alpha: float) -> tuple[np.ndarray | None, float, np.ndarray]:
+    def _plan(self, n: int, alpha: float) -> tuple[np.ndarray | None, list[int], np.ndarray]:
         """The constants of smoothing ``n`` points with weight ``alpha`` in one pass (cached:
         writers flush columns of a few sizes): the groups' starts (None: a point a group), the
-        size of the first, and the matrix that maps the groups' sums and the EMA before the
+        points in each group, and the matrix that maps the groups' sums and the EMA before the
         column to the EMA after each group.
 
         The EMA after group j is ``carry_j * prev + sum_i w_ji * sum_i / count_i``: group i's
@@ -1054,7 +1078,7 @@ class AlertEngine:
         weights = np.empty((g, g + 1))
         weights[:, :g] = decay * ((1.0 - keep**counts) / counts)
         weights[:, g] = keep**ends
-        plan = (starts if g < n else None, float(counts[0]), weights)
+        plan = (starts if g < n else None, counts.tolist(), weights)
         if len(self._plans) >= PLANS:
             self._plans.pop(next(iter(self._plans)))
         self._plans[key] = plan
