@@ -766,3 +766,58 @@ def test_divergence_counts_rising_points_not_smoothing_groups(cut):
     assert "rising for" in alerts[0]["message"]
     rising = engine._runs["r"].tags["train/loss"].emas[0.05].rising
     assert 900 <= rising <= 1000, rising  # the EMA turns a few dozen points after the loss
+
+
+def test_the_spike_rules_bounds_hold_for_every_window_within_its_moves():
+    """_centre_bounds: after replacing up to ``moves`` values of a window by any values, the
+    window's true median lies within the bounds and its true MAD is at least the lower bound,
+    and the median and MAD themselves are _median_mad's to the bit."""
+    from vdl_stream.alerts import _centre_bounds, _median_mad
+
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        n = int(rng.integers(5, 260))
+        window = np.exp(rng.normal(0, 1.0, n)) if trial % 2 else rng.standard_t(2, n)
+        moves = int(rng.integers(1, max(2, n // 4)))
+        med, mad, low, high, mad_low = _centre_bounds(window, moves)
+        assert (med, mad) == _median_mad(window)
+        for _ in range(5):
+            moved = window.copy()
+            k = int(rng.integers(0, moves + 1))
+            where = rng.choice(n, k, replace=False)
+            moved[where] = rng.choice([-1e9, 1e9, med, 0.0]) + rng.normal(0, 3, k)
+            true_med, true_mad = _median_mad(moved)
+            assert low <= true_med <= high, (trial, k)
+            assert true_mad >= mad_low, (trial, k)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_spike_rules_shortcut_raises_exactly_what_the_full_computation_does(seed, monkeypatch):
+    """The spike rule skips computing the median and MAD while the bounds rule out a spike;
+    on a heavy-tailed series with spikes, cut into columns of random sizes, it raises the same
+    alerts at the same steps as an engine that computes them for every column."""
+    from vdl_stream import alerts
+
+    rng = np.random.default_rng(seed)
+    n = 6000
+    values = np.exp(rng.standard_t(3, n) * 0.3)
+    spikes = rng.choice(np.arange(300, n), 12, replace=False)
+    values[spikes] *= rng.choice([1e3, 1e-3, 30.0], 12)
+    steps, walls = np.arange(n), 1.7e9 + np.arange(n) * 0.25
+    cuts = np.unique(np.concatenate([[0, n], rng.integers(1, n, 900)]))
+
+    def run() -> list[tuple]:
+        engine = AlertEngine(rules_from_dict({"limits": {"cooldown": 0, "per_minute": 10**6}}))
+        for a, b in itertools.pairwise(cuts.tolist()):
+            cols = codec.ScalarColumns("val/score", steps[a:b], walls[a:b], values[a:b])
+            engine.process("r", [cols], [], 0.0)
+        return sorted((e["rule"], e["step"], e["value"]) for _, e in engine.pending())
+
+    exact = alerts._centre_bounds
+    calls = []
+    monkeypatch.setattr(alerts, "_centre_bounds", lambda w, m: calls.append(1) or exact(w, m))
+    fast = run()
+    assert len(calls) < len(cuts) / 2  # the shortcut was taken for most columns
+    monkeypatch.setattr(alerts, "_centre_bounds", lambda w, m: (*exact(w, m)[:4], 0.0))
+    assert fast == run()
+    assert sum(rule == "spike" for rule, _, _ in fast) >= 6, fast

@@ -61,6 +61,10 @@ PLANS = 256
 #: Columns of one tag are joined for a round until they hold this many points (only their
 #: values are copied; a longer column is judged on its own).
 JOIN_POINTS = 1 << 14
+#: The spike rule computes a tag's median and MAD again once this share of its window was
+#: replaced since the last time; in between, bounds on both catch every possible spike exactly
+#: (a column that might hold one is judged on the true median and MAD).
+SPIKE_MOVES = 0.1
 #: Seconds between the starts of detector rounds at least; each round takes everything queued
 #: meanwhile.
 DETECT_INTERVAL = 0.05
@@ -361,15 +365,17 @@ def load_rules(path: str | Path) -> Rules:
 class _Rolling:
     """The last ``size`` finite values of a tag, as a ring (for median and MAD)."""
 
-    __slots__ = ("buf", "i", "n")
+    __slots__ = ("buf", "i", "n", "pushed")
 
     def __init__(self, size: int) -> None:
         self.buf = np.empty(max(1, size), np.float64)
         self.n = 0
         self.i = 0
+        self.pushed = 0  # values ever added: how far the window moved since some moment
 
     def extend(self, values: np.ndarray) -> None:
         size = len(self.buf)
+        self.pushed += len(values)
         if len(values) >= size:
             self.buf[:] = values[-size:]
             self.n, self.i = size, 0
@@ -414,6 +420,35 @@ def _median_mad(values: np.ndarray) -> tuple[float, float]:
     return med, mad
 
 
+def _centre_bounds(values: np.ndarray, moves: int) -> tuple[float, float, float, float, float]:
+    """The median and MAD of finite ``values`` (as :func:`_median_mad`, to the bit), and bounds
+    that hold for every window made from ``values`` by replacing at most ``moves`` of them
+    with any others: ``(median, mad, median_low, median_high, mad_low)``.
+
+    Replacing one value moves every order statistic by at most one rank, so the new median lies
+    between the old order statistics ``moves`` ranks below and above it; each new absolute
+    deviation is at least the value's distance to that interval, so the new MAD is at least the
+    order statistic of those distances ``moves`` ranks below the median's (0 when there is none).
+    """
+    n = len(values)
+    low, high = (n - 1) // 2, n // 2  # the median's ranks (one rank when n is odd)
+    ranked = np.sort(values)
+    med = float(ranked[high]) if n % 2 else (float(ranked[low]) + float(ranked[high])) / 2
+    work = np.subtract(ranked, med)
+    np.abs(work, out=work)
+    kth = high if n % 2 else (low, high)
+    work.partition(kth)
+    mad = float(work[high]) if n % 2 else (float(work[low]) + float(work[high])) / 2
+    j = low - moves
+    if j < 0:
+        return med, mad, -math.inf, math.inf, 0.0
+    med_low, med_high = float(ranked[j]), float(ranked[min(high + moves, n - 1)])
+    # Distance to [med_low, med_high], negative inside it (only rank j matters, and clamped).
+    np.maximum(np.subtract(med_low, ranked), np.subtract(ranked, med_high), out=work)
+    work.partition(j)
+    return med, mad, med_low, med_high, max(float(work[j]), 0.0)
+
+
 def _robust_z(window: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     """How many robust standard deviations (1.4826 MAD) each of ``values`` lies from the median
     of ``window``; None when the window has no spread (a constant, a step schedule)."""
@@ -442,6 +477,7 @@ class _Smoothed:
 class _TagState:
     __slots__ = (
         "baseline",
+        "bounds",
         "emas",
         "norms",
         "params",
@@ -455,6 +491,9 @@ class _TagState:
     def __init__(self) -> None:
         self.params: dict[str, dict[str, Any] | None] = {}
         self.window: _Rolling | None = None
+        # spike: (window.pushed then, moves allowed, median low, median high, MAD low), see
+        # _centre_bounds; None until the window is full.
+        self.bounds: tuple[int, int, float, float, float] | None = None
         self.smooth: _Smoothed | None = None
         self.plateau: _Smoothed | None = None
         # alpha -> the tag's EMA with that weight, shared by divergence and plateau
@@ -978,9 +1017,26 @@ class AlertEngine:
             first, values = need, values[need:]
             lo, hi = float(values.min()), float(values.max())
         if window.n >= p["min_points"]:
+            full = window.n == len(window.buf)
+            bounds = ts.bounds
+            if full and bounds is not None and window.pushed - bounds[0] <= bounds[1]:
+                # The window moved by at most bounds[1] values since its median and MAD were
+                # last computed: with the bounds that hold for any such window, a column whose
+                # extremes stay within reach of every possible median cannot hold a spike
+                # (exact: a possible one is judged on the true median and MAD below).
+                _, _, med_low, med_high, mad_low = bounds
+                reach = p["threshold"] * 1.4826 * mad_low
+                if mad_low > 0 and hi - med_low <= reach and med_high - lo <= reach:
+                    window.extend(values)
+                    return
             w = window.values()
             z = None
-            med, mad = _median_mad(w)
+            if full:
+                moves = max(1, int(len(w) * SPIKE_MOVES))
+                med, mad, med_low, med_high, mad_low = _centre_bounds(w, moves)
+                ts.bounds = (window.pushed, moves, med_low, med_high, mad_low)
+            else:
+                med, mad = _median_mad(w)
             # Only the extremes can be spikes: two passes decide for the whole column.
             if mad > 0:
                 reach = p["threshold"] * 1.4826 * mad
