@@ -821,3 +821,25 @@ def test_the_spike_rules_shortcut_raises_exactly_what_the_full_computation_does(
     monkeypatch.setattr(alerts, "_centre_bounds", lambda w, m: (*exact(w, m)[:4], 0.0))
     assert fast == run()
     assert sum(rule == "spike" for rule, _, _ in fast) >= 6, fast
+
+
+def test_gpu_rules_read_telemetry_samples():
+    """gpu_underuse and gpu_memory from telemetry events (through gpu_readings, the one reader
+    of telemetry): an idle GPU for 120 s and a full one for 10 s are each reported once; a
+    busy GPU and fields that are not numbers raise nothing."""
+    from vdl_stream.alerts import gpu_readings
+
+    engine = AlertEngine()
+    for t in range(0, 200, 5):
+        fields = {
+            "gpu0/util": 10.0, "gpu0/mem_used": 99.0, "gpu0/mem_total": 100.0,
+            "gpu1/util": 95.0, "gpu1/mem_used": 50.0, "gpu1/mem_total": 100.0,
+            "gpu2/util": "busy", "cpu/util": 5.0,
+        }  # fmt: skip
+        event = {"kind": "telemetry", "wall": 1.7e9 + t, "host": "h", "rank": 0, "fields": fields}
+        engine.process("r", [], [event], float(t))
+    got = sorted((e["rule"], e["series"]) for _, e in engine.pending())
+    assert got == [("gpu_memory", "gpu0/mem_used"), ("gpu_underuse", "gpu0/util")]
+    readings = gpu_readings(event)
+    assert [r[3:] for r in readings] == [("gpu0", 10.0, 99.0, 100.0), ("gpu1", 95.0, 50.0, 100.0)]
+    assert gpu_readings({"kind": "telemetry", "wall": 0.0, "fields": None}) == []

@@ -359,6 +359,44 @@ def load_rules(path: str | Path) -> Rules:
         raise RulesError(f"{path}: {exc}") from None
 
 
+# -- reading telemetry ---------------------------------------------------------------------------
+
+
+#: One GPU's sample: wall time, host, rank, GPU name (``gpu0``), utilisation in percent, memory
+#: used and total in bytes (None when not sampled).
+GpuReading = tuple[float, Any, Any, str, float, float | None, float | None]
+
+
+def gpu_readings(event: dict[str, Any]) -> list[GpuReading]:
+    """The GPU samples in a ``telemetry`` event (docs/telemetry.md): the one place where the
+    GPU rules (``gpu_underuse``, ``gpu_memory``) read telemetry, so that a change of its form
+    is met here alone. A GPU is named by its ``gpu{i}/util`` field; fields that are missing or
+    not numbers are left out."""
+    fields = event.get("fields")
+    if not isinstance(fields, dict):
+        return []
+    wall = float(event["wall"])
+    host, rank = event.get("host"), event.get("rank")
+    out = []
+    for name, util in fields.items():
+        if not (name.startswith("gpu") and name.endswith("/util")) or not _number(util):
+            continue
+        gpu = name[: -len("/util")]
+        used, total = fields.get(f"{gpu}/mem_used"), fields.get(f"{gpu}/mem_total")
+        out.append(
+            (
+                wall, host, rank, gpu, float(util),
+                float(used) if _number(used) else None,
+                float(total) if _number(total) else None,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 # -- per-tag detector state ---------------------------------------------------------------------
 
 
@@ -1310,17 +1348,11 @@ class AlertEngine:
             state.active.discard(("gradient_vanish", tag))
 
     def _telemetry(self, run: str, state: _RunState, event: dict[str, Any]) -> None:
-        fields = event.get("fields")
-        if not isinstance(fields, dict) or state.closed:
+        if state.closed:
             return
-        wall = float(event["wall"])
-        host, rank = event.get("host"), event.get("rank")
         under = self.rules.params("gpu_underuse")
         memory = self.rules.params("gpu_memory")
-        for name, util in fields.items():
-            if not (name.startswith("gpu") and name.endswith("/util")):
-                continue
-            gpu = name[: -len("/util")]
+        for wall, host, rank, gpu, util, used, total in gpu_readings(event):
             key = (host, rank, gpu)
             label = f"{gpu} on {host}" if host else gpu
             if under["enabled"]:
@@ -1337,7 +1369,6 @@ class AlertEngine:
                 else:
                     state.gpu_low.pop(key, None)
                     state.active.discard(("gpu_underuse", f"{gpu}/util"))
-            used, total = fields.get(f"{gpu}/mem_used"), fields.get(f"{gpu}/mem_total")
             if memory["enabled"] and used is not None and total:
                 share = used / total
                 if share >= memory["fraction"]:
