@@ -16,7 +16,9 @@ Phases:
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
    ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
-   batch for ``--seconds`` seconds with at most 8 unacknowledged batches each; events/s
+   batch for ``--seconds`` seconds with at most 8 unacknowledged batches each (or paced to
+   ``--served-rate`` events/s in all, a rate both modes sustain, so that costs fixed per second
+   weigh alike on each event: CPU per event then compares the detectors' work alone); events/s
    acknowledged (persisted), the server's CPU time per event (all its threads, and its event
    loop's alone) and the writers' (this process), alternating on and off, median of
    ``--repeat`` each. A machine shared with other work disturbs wall-clock rates far more than
@@ -33,8 +35,8 @@ Phases:
    contrast the same runs with a fault (learning rate x100 at step 2,000): runs caught.
 
 Usage: python bench/bench_alerts.py [--quick] [--repeat N] [--runs N] [--steps N] [--seconds S]
-                                    [--served-points N ...] [--json PATH] [--skip PHASE ...]
-                                    [--tree CHECKOUT]
+                                    [--served-points N ...] [--served-rate EVENTS_PER_S]
+                                    [--json PATH] [--skip PHASE ...] [--tree CHECKOUT]
 """
 
 from __future__ import annotations
@@ -215,10 +217,13 @@ def _served_once(alerts: bool, points: int, args: argparse.Namespace, workdir: P
     proc = psutil.Process(server.pid)
     try:
         (cpu0, main0), writer0 = _cpu(proc), time.process_time()
+        # Paced (--served-rate): both modes carry the same rate, so fixed costs per second
+        # (timers, fsyncs, the follower's listing) weigh the same on each event in both.
+        pace = args.served_rate / (len(writers) * len(tags) * points) if args.served_rate else None
         trio.run(
             partial(
                 stream_together, server.ws, writers, tags=tags, points=points,
-                seconds=args.seconds, window=8,
+                seconds=args.seconds, window=8, batches_per_s=pace,
             )
         )  # fmt: skip
         (cpu1, main1), writer1 = _cpu(proc), time.process_time()
@@ -299,6 +304,7 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
             extra = on["server_cpu_ns_per_event"] - off["server_cpu_ns_per_event"]
             results[f"served_{points}"] = {
                 "points_per_batch": points * args.tags,
+                "paced_events_per_s": args.served_rate or None,
                 "runs_per_mode": args.repeat,
                 "median_off": {k: round(v, 1) for k, v in off.items()},
                 "median_on": {k: round(v, 1) for k, v in on.items()},
@@ -314,9 +320,10 @@ def phase_served(args: argparse.Namespace, results: dict) -> None:
                 },
                 "detector_stats": runs["on"][-1]["alerts"],
             }
+            paced = f"paced to {args.served_rate:,.0f} events/s, " if args.served_rate else ""
             print(
-                f"serve, {args.tags} tags x {points} points per batch, median of {args.repeat} "
-                f"alternating runs each (load average {load:.1f}):\n"
+                f"serve, {args.tags} tags x {points} points per batch, {paced}median of "
+                f"{args.repeat} alternating runs each (load average {load:.1f}):\n"
                 f"  events/s off {off['events_per_s']:,.0f}, on {on['events_per_s']:,.0f}\n"
                 f"  server CPU per event off {off['server_cpu_ns_per_event']:.0f} ns, on "
                 f"{on['server_cpu_ns_per_event']:.0f} ns ({extra:+.0f} ns; the detectors' own "
@@ -418,6 +425,14 @@ def main() -> None:
         help="points per tag and batch in the served phase (default: 1024 8)",
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="served phase (default: 5)")
+    parser.add_argument(
+        "--served-rate",
+        type=float,
+        default=0.0,
+        help="served phase: pace the writers to this many events/s in all (default: 0, as fast "
+        "as acknowledgements allow); at a rate both modes sustain, CPU per event compares the "
+        "work alone",
+    )
     parser.add_argument("--latency-runs", type=int, default=5, help="per fault (default: 5)")
     parser.add_argument("--runs", type=int, default=10, help="demo runs (default: 10)")
     parser.add_argument("--steps", type=int, default=5000, help="steps per run (default: 5000)")
