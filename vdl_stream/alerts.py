@@ -25,7 +25,7 @@ import math
 import time
 import tomllib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,10 @@ PLANS = 256
 #: Columns of one tag are joined for a round until they hold this many points (only their
 #: values are copied; a longer column is judged on its own).
 JOIN_POINTS = 1 << 14
+#: Detector rounds run on the event loop, in slices of at most DETECT_SLICE seconds, rather
+#: than in a worker thread (docs/performance.md, "Issue 14: alerts cost (this session)").
+DETECT_ON_LOOP = True
+DETECT_SLICE = 0.002
 #: The spike rule computes a tag's median and MAD again once this share of its window was
 #: replaced since the last time; in between, bounds on both catch every possible spike exactly
 #: (a column that might hold one is judged on the true median and MAD).
@@ -844,7 +848,10 @@ class AlertEngine:
             # recorder its next flush from there) for its whole length.
             busy = self._busy
             async with self._lock:
-                await trio.to_thread.run_sync(self._round, items, limiter=self._limiter)
+                if DETECT_ON_LOOP:
+                    await self._round_on_loop(items)
+                else:
+                    await trio.to_thread.run_sync(self._round, items, limiter=self._limiter)
             # Most of a round's cost is per tag, not per point: a run with many tags pays it
             # less often (more points a round), up to the latency bound.
             interval = min(
@@ -853,14 +860,24 @@ class AlertEngine:
             if self._out:
                 self._out_ready.set()
 
+    async def _round_on_loop(self, items: Iterable[_Item]) -> None:
+        """One detector round on the event loop, in slices of at most :data:`DETECT_SLICE`
+        seconds with a checkpoint between them (the engine's lock held)."""
+        started = time.thread_time()
+        deadline = time.perf_counter() + DETECT_SLICE
+        for _ in self._steps(items):
+            if time.perf_counter() >= deadline:
+                self._busy += time.thread_time() - started
+                await trio.lowlevel.checkpoint()
+                started = time.thread_time()
+                deadline = time.perf_counter() + DETECT_SLICE
+        self._busy += time.thread_time() - started
+
     def _round(self, items: list[_Item]) -> None:
         """One detector round over queued batches (worker thread; the engine's lock held)."""
         started = time.thread_time()
-        for run, groups, events, arrived in _merge(items):
-            try:
-                self._process(run, groups, events, arrived)
-            except Exception:  # a detector bug must never stop the others
-                log.exception("alert detectors failed on a batch of run %r", run)
+        for _ in self._steps(items):
+            pass
         self._busy += time.thread_time() - started
 
     async def _tick(self) -> None:
@@ -934,8 +951,31 @@ class AlertEngine:
         self, run: str, groups: list[_Group], events: list[dict[str, Any]], now: float
     ) -> None:
         """:meth:`process` with the columns in groups, each group judged as one column."""
+        state = self._begin(run, events, now, bool(groups))
+        for group in groups:
+            self._group(run, state, group)
+
+    def _steps(self, items: Iterable[_Item]) -> Iterator[None]:
+        """One round over queued batches, yielding after each group of columns (so that a
+        round on the event loop can be cut in slices)."""
+        for run, groups, events, arrived in _merge(items):
+            try:
+                state = self._begin(run, events, arrived, bool(groups))
+                for group in groups:
+                    self._group(run, state, group)
+                    yield
+            except Exception:  # a detector bug must never stop the others
+                log.exception("alert detectors failed on a batch of run %r", run)
+
+    def _group(self, run: str, state: _RunState, group: _Group) -> None:
+        cols = group[0] if len(group) == 1 else _joined(group, self._scratch)
+        if len(cols.values):
+            self._scalars(run, state, cols)
+
+    def _begin(self, run: str, events: list[dict[str, Any]], now: float, data: bool) -> _RunState:
+        """The run's state, updated with a batch's events and arrival (``data``: it has
+        scalars)."""
         state = self._state(run)
-        data = bool(groups)
         for event in events:
             kind = event.get("kind")
             if kind == "meta" and "status" in event:
@@ -957,10 +997,7 @@ class AlertEngine:
                 state.lost_at = None
             state.active.discard(("stall", None))
             state.active.discard(("crash", None))
-        for group in groups:
-            cols = group[0] if len(group) == 1 else _joined(group, self._scratch)
-            if len(cols.values):
-                self._scalars(run, state, cols)
+        return state
 
     def _tag(self, state: _RunState, tag: str) -> _TagState | None:
         ts = state.tags.get(tag)
