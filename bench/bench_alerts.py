@@ -42,12 +42,14 @@ Usage: python bench/bench_alerts.py [--quick] [--repeat N] [--runs N] [--steps N
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -104,16 +106,45 @@ def make_batches(n: int, tags: int, points: int, seed: int = 0) -> list[Batch]:
     return out
 
 
-async def _ingest(logdir: Path, batches: list[Batch], alerts: bool) -> tuple[float, float, dict]:
+class _GcTimer:
+    """CPU seconds spent in the garbage collector (every generation, any thread) while open."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._started: dict[int, float] = {}
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started[threading.get_ident()] = time.thread_time()
+        else:
+            began = self._started.pop(threading.get_ident(), None)
+            if began is not None:
+                self.seconds += time.thread_time() - began
+                self.collections += 1
+
+    def __enter__(self) -> _GcTimer:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+async def _ingest(
+    logdir: Path, batches: list[Batch], alerts: bool
+) -> tuple[float, float, float, float, dict]:
     """Ingest ``batches`` into a fresh broker; return wall seconds until all are written, the
-    process's CPU seconds (every thread) until the detectors are done too, and their statistics."""
+    process's CPU seconds (every thread) until the detectors are done too, those of the event
+    loop's thread alone, those of the garbage collector, and the detectors' statistics."""
     broker = Broker(logdir)
     engine = AlertEngine() if alerts else None
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
         if engine is not None:
             await nursery.start(engine.run, broker)
-        started, cpu = time.perf_counter(), time.process_time()
+        gc_timer = _GcTimer().__enter__()
+        started, cpu, loop = time.perf_counter(), time.process_time(), time.thread_time()
         seq = 0
         for batch in batches:
             seq = await broker.ingest(batch)
@@ -125,12 +156,13 @@ async def _ingest(logdir: Path, batches: list[Batch], alerts: bool) -> tuple[flo
             with trio.move_on_after(30):
                 while engine.statistics().queue_depth:  # noqa: ASYNC110 (a counter, no event)
                     await trio.sleep(0.01)
-        cpu = time.process_time() - cpu
+        cpu, loop = time.process_time() - cpu, time.thread_time() - loop
+        gc_timer.__exit__()
         stats = engine.statistics().__dict__ if engine is not None else {}
         broker.close()
         await broker.wait_closed()
         nursery.cancel_scope.cancel()
-    return elapsed, cpu, stats
+    return elapsed, cpu, loop, gc_timer.seconds, stats
 
 
 def phase_throughput(args: argparse.Namespace, results: dict) -> None:
@@ -142,20 +174,26 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
         events = sum(b.count() for b in batches)
         rates: dict[str, list[float]] = {"off": [], "on": []}
         cpus: dict[str, list[float]] = {"off": [], "on": []}
+        loops: dict[str, list[float]] = {"off": [], "on": []}
+        gcs: dict[str, list[float]] = {"off": [], "on": []}
         stats = {}
         for i in range(args.repeat):
             for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
                 logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
                 try:
-                    elapsed, cpu, s = trio.run(_ingest, logdir, batches, mode == "on")
+                    elapsed, cpu, loop, gc_s, s = trio.run(_ingest, logdir, batches, mode == "on")
                 finally:
                     shutil.rmtree(logdir, ignore_errors=True)
                 rates[mode].append(events / elapsed)
                 cpus[mode].append(cpu / events * 1e9)  # ns per event
+                loops[mode].append(loop / events * 1e9)
+                gcs[mode].append(gc_s / events * 1e9)
                 if s:
                     stats = s
         off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
         cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+        loop_off, loop_on = statistics.median(loops["off"]), statistics.median(loops["on"])
+        gc_off, gc_on = statistics.median(gcs["off"]), statistics.median(gcs["on"])
         detector_ns = stats["cpu_seconds"] / events * 1e9
         load = os.getloadavg()[0]
         results[f"throughput_{label}"] = {
@@ -168,6 +206,10 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             "events_per_s_on": round(on),
             "ratio_on_off": round(on / off, 3),
             "cpu_ratio_on_off": round(cpu_off / cpu_on, 3),
+            "loop_cpu_ns_per_event_off": round(loop_off, 1),
+            "loop_cpu_ns_per_event_on": round(loop_on, 1),
+            "gc_cpu_ns_per_event_off": round(gc_off, 2),
+            "gc_cpu_ns_per_event_on": round(gc_on, 2),
             "target_holds": cpu_off / cpu_on >= 1 - TARGET_LOSS,
             "load": round(load, 1),
             "detector_stats": stats,
@@ -180,6 +222,8 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             f"  process CPU per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns "
             f"({cpu_on - cpu_off:+.0f} ns; the detectors' own {detector_ns:.0f} ns); detectors "
             f"observed {stats.get('observed')} batches, dropped {stats.get('dropped')}\n"
+            f"  of which the event loop's thread off {loop_off:.0f} ns, on {loop_on:.0f} ns; the "
+            f"garbage collector off {gc_off:.1f} ns, on {gc_on:.1f} ns\n"
             f"  verdict: {_verdict(cpu_off / cpu_on, on / off, load)}",
             flush=True,
         )

@@ -680,11 +680,18 @@ async def test_serve_alerts_on_a_run_another_process_writes(tmp_path, hooks):
 # -- rounds --------------------------------------------------------------------------------------
 
 
-async def test_batches_joined_for_a_round_report_each_alert_at_its_own_point(tmp_path):
+@pytest.mark.parametrize("on_loop", [True, False])
+async def test_batches_joined_for_a_round_report_each_alert_at_its_own_point(
+    tmp_path, on_loop, monkeypatch
+):
     """Batches queued between two detector rounds are judged together (a tag's columns joined);
     an alert still names the offending point's own step and wall time, and the smoothing sees
-    every point in order."""
+    every point in order; with rounds on the event loop (in slices) or in a worker thread."""
+    from vdl_stream import alerts
     from vdl_stream.broker import Broker
+
+    monkeypatch.setattr(alerts, "DETECT_ON_LOOP", on_loop)
+    monkeypatch.setattr(alerts, "DETECT_SLICE", 0.0 if on_loop else alerts.DETECT_SLICE)
 
     got: list[dict[str, Any]] = []
     broker = Broker(tmp_path)

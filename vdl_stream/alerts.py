@@ -4,7 +4,8 @@ The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which onl
 (``send_nowait`` into a bounded channel; a full queue drops the batch and counts it), so the
 ingest path never waits for a detector. The engine's own task runs the detectors in rounds (at
 most every 50 ms, and further apart after an expensive one, on everything queued meanwhile with
-a tag's columns joined, in a worker thread), per run and tag, with state bounded per tag (a
+a tag's columns joined, on the event loop in slices of at most 2 ms), per run and tag, with
+state bounded per tag (a
 rolling window, a few numbers), and checks time-based rules (stalled and crashed runs) a few
 times a second. An alert it raises is an
 ``alert`` event ingested into the run like any other batch, from the writer id
@@ -61,8 +62,10 @@ PLANS = 256
 #: Columns of one tag are joined for a round until they hold this many points (only their
 #: values are copied; a longer column is judged on its own).
 JOIN_POINTS = 1 << 14
-#: Detector rounds run on the event loop, in slices of at most DETECT_SLICE seconds, rather
-#: than in a worker thread (docs/performance.md, "Issue 14: alerts cost (this session)").
+#: Detector rounds run on the event loop, in slices of at most DETECT_SLICE seconds of work
+#: with a checkpoint between them; False runs each round in a worker thread instead, which
+#: cost the server its GIL hand-offs on top (docs/performance.md, "Issue 14: alerts cost (this
+#: session)"; kept to compare the two on other machines).
 DETECT_ON_LOOP = True
 DETECT_SLICE = 0.002
 #: The spike rule computes a tag's median and MAD again once this share of its window was
@@ -843,9 +846,11 @@ class AlertEngine:
             last = trio.current_time()
             self._observed += len(items)
             self._depth = self._points = 0
-            # In a worker thread: a round is a stretch of NumPy and Python work, and run on the
-            # event loop it would hold back the broker's other tasks (the persist task hands the
-            # recorder its next flush from there) for its whole length.
+            # On the event loop, in slices: a round is mostly short Python and NumPy calls that
+            # hold the GIL, so a worker thread ran no faster and made the server pay about its
+            # cost again in GIL hand-offs with the loop (docs/performance.md, "Issue 14: alerts
+            # cost (this session)"); slices of DETECT_SLICE keep the loop's other tasks (the
+            # persist task hands the recorder its next flush from there) waiting 2 ms at most.
             busy = self._busy
             async with self._lock:
                 if DETECT_ON_LOOP:
