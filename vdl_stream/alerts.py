@@ -752,7 +752,7 @@ class AlertEngine:
         self._held: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         # (points, alpha) -> the constants of one smoothing pass (see _plan); detector thread.
         self._plans: dict[tuple[int, float], tuple[Any, ...]] = {}
-        # The values of a tag's columns joined for a round (detector thread): one buffer reused
+        # The values of a tag's columns joined for a round (one round at a time): one buffer reused
         # rather than a fresh 128 KiB array per tag and round (allocating it cost more than
         # the copy, docs/performance.md).
         self._scratch = np.empty(JOIN_POINTS, np.float64)
