@@ -9,8 +9,10 @@ Phases:
    ``--repeat`` runs each; and the process's CPU time per event (every thread, persistence
    included), with the detectors' own share (``cpu_seconds`` of their statistics), which a busy
    machine disturbs less than wall-clock rates; its ratio off/on is the throughput ratio of an
-   ingest bound by CPU ("events per CPU second"). The detectors share the broker's process (and
-   its GIL) here, the worst case for the comparison. Run twice: large batches (a fast writer,
+   ingest bound by CPU ("events per CPU second"), and the verdict line judges the target on it.
+   The event loop's thread's CPU and the garbage collector's (a ``gc.callbacks`` timer) are
+   printed beside it. The detectors share the broker's process (and its GIL) here, the worst
+   case for the comparison. Run twice: large batches (a fast writer,
    4,096 points) and small ones (30 points, what a writer's 20 ms flush holds for a demo-speed
    loop).
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
