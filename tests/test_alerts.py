@@ -850,3 +850,37 @@ def test_gpu_rules_read_telemetry_samples():
     readings = gpu_readings(event)
     assert [r[3:] for r in readings] == [("gpu0", 10.0, 99.0, 100.0), ("gpu1", 95.0, 50.0, 100.0)]
     assert gpu_readings({"kind": "telemetry", "wall": 0.0, "fields": None}) == []
+
+
+async def test_the_detectors_queue_is_bounded_in_batches_and_points(monkeypatch):
+    """observe() never blocks: past queue_size batches, or QUEUE_POINTS scalar points, a batch
+    is dropped and counted; the detector task then takes the whole queue in one round."""
+    from vdl_stream import alerts
+
+    monkeypatch.setattr(alerts, "QUEUE_POINTS", 25)
+    engine = AlertEngine(queue_size=3)
+    cols = codec.ScalarColumns("loss", np.arange(10), np.full(10, 1.7e9), np.ones(10))
+    for _ in range(3):  # 10 + 10 points, then 30 would pass the points bound: dropped
+        engine.observe("r", [cols], [])
+    stats = engine.statistics()
+    assert (stats.queue_depth, stats.queue_peak, stats.dropped) == (2, 2, 1)
+    engine.observe("r", [], [{"kind": "meta", "status": "running", "tag": None, "wall": 0.0}])
+    engine.observe("r", [], [])  # a fourth batch: past queue_size
+    stats = engine.statistics()
+    assert (stats.queue_depth, stats.queue_peak, stats.dropped) == (3, 3, 2)
+
+    class Idle:  # a stand-in broker that never closes: the engine runs until cancelled
+        alerts = None
+
+        async def wait_closed(self) -> None:
+            await trio.sleep_forever()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine.run, Idle())
+            while engine.statistics().observed < 3:  # noqa: ASYNC110 (a counter, no event)
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    stats = engine.statistics()
+    assert (stats.observed, stats.queue_depth, stats.dropped) == (3, 0, 2)
+    assert engine._runs["r"].tags["loss"].seen == 20
