@@ -1111,12 +1111,15 @@ class AlertEngine:
                     return
             w = window.values()
             z = None
-            if full:
-                moves = max(1, int(len(w) * SPIKE_MOVES))
+            moves = max(1, int(len(w) * SPIKE_MOVES))
+            if full and len(values) < moves:
                 med, mad, med_low, med_high, mad_low = _centre_bounds(w, moves)
                 ts.bounds = (window.pushed, moves, med_low, med_high, mad_low)
             else:
+                # A tag that gets this many points a round moves its window past the bounds
+                # by the next one: they would cost more than they save.
                 med, mad = _median_mad(w)
+                ts.bounds = None
             # Only the extremes can be spikes: two passes decide for the whole column.
             if mad > 0:
                 reach = p["threshold"] * 1.4826 * mad
