@@ -196,6 +196,28 @@ def test_fast_rows_are_repr_rows_for_any_f8(rows, with_steps, tag):
     assert interop._json_rows(s, w, v, b"head") == b"head" + expected.encode()
 
 
+def test_columns_of_small_and_huge_values_are_respelled_as_repr(formatter):
+    """Whole columns in exponent notation (a learning rate below 1e-4, counters from 1e16):
+    orjson's spelling rewritten in numpy, every kind at once, signs and exponent widths mixed."""
+    from vdl_stream.interop import _csv_rows, _json_rows
+
+    rng = np.random.default_rng(12)
+    n = 20_000
+    parts = [
+        3e-5 * (1 + np.cos(np.arange(n // 4) * 1e-3)) + 1e-7,  # 1e-7 .. 6e-5: e-0X and 0.0000X
+        10.0 ** rng.uniform(-12, -4, n // 4),  # one- and two-digit negative exponents
+        10.0 ** rng.uniform(16, 308, n // 4),  # e+NN, e+NNN
+        rng.choice(np.array(EDGES), n // 4),
+    ]
+    x = np.concatenate(parts) * rng.choice([1.0, -1.0], n)
+    rng.shuffle(x)
+    steps = np.arange(n, dtype=np.int64)
+    expected = reference_rows("csv", "lr", steps.tolist(), x.tolist(), x[::-1].tolist())
+    assert _csv_rows("lr", steps, x, x[::-1].copy()) == expected.encode()
+    expected = reference_rows("json", "lr", None, x[::-1].tolist(), x.tolist())
+    assert _json_rows(None, x[::-1].copy(), x) == expected.encode()
+
+
 def test_a_block_of_rows_of_every_width():
     """Fields of 1 to 24 bytes side by side, shorter and longer than a word, in one block."""
     from vdl_stream.interop import _csv_rows, _json_rows

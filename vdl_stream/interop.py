@@ -771,8 +771,9 @@ def _numbers(
     words (zero padded), the byte offset of field i in it and its length (``sep`` included).
 
     The digits come from one orjson call: its shortest round-trip digits are repr's, and so is its
-    layout except in exponent notation (below 1e-4 and from 1e16) and for non-finite values, which
-    repr() redoes (or ``null``, if asked) and which are appended to orjson's text.
+    layout except in exponent notation (below 1e-4 and from 1e16) and for non-finite values: those
+    fields are respelled by :func:`_repr_fields` in rows appended to orjson's text (non-finite
+    values stay orjson's ``null``, if asked).
     """
     integers = x.dtype.kind in "iu"
     x = np.ascontiguousarray(x, np.int64 if integers else np.float64)
@@ -791,17 +792,14 @@ def _numbers(
         if low >= 1e-4 and high < 1e16:
             odd = ()
         else:
-            odd = np.flatnonzero(~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16))))  # NaN compares False
+            keep = (ax == 0) | ((ax >= 1e-4) & (ax < 1e16))  # NaN compares False
+            if null_nonfinite:
+                keep |= ~np.isfinite(x)  # orjson writes them null already
+            odd = np.flatnonzero(~keep)
         if len(odd):
-            end = bytes((sep,))
-            fields = [
-                (b"null" if null_nonfinite and not math.isfinite(v) else repr(v).encode()) + end
-                for v in x[odd].tolist()
-            ]
-            sizes = np.fromiter(map(len, fields), np.int64, len(fields))
-            starts[odd] = len(text) + np.cumsum(sizes) - sizes
+            redone, sizes = _repr_fields(x[odd], text, starts[odd], lengths[odd] - 1, sep)
+            starts[odd] = len(text) + _WIDTH * np.arange(len(odd))
             lengths[odd] = sizes
-            redone = b"".join(fields)
     size = len(text) + len(redone)
     # Room for the word after each field's last: _layout reads one word ahead.
     words = np.zeros(size // 8 + (int(lengths.max()) + 7) // 8 + 2, "<u8")
@@ -814,6 +812,94 @@ def _numbers(
     if redone:
         view[len(text) : size] = np.frombuffer(redone, np.uint8)
     return words, starts, lengths
+
+
+#: Columns of the rows :func:`_repr_fields` rewrites numbers in: the longest repr() of a float
+#: ("-2.2250738585072014e-308") is 24 bytes, and a rewrite adds at most 2.
+_WIDTH = 32
+_COLUMNS = np.arange(_WIDTH, dtype=np.uint8)
+_E, _MINUS, _PLUS, _ZERO, _DOT = b"e-+0."
+
+
+def _repr_fields(
+    x: np.ndarray, text: bytes, starts: np.ndarray, lengths: np.ndarray, sep: int
+) -> tuple[bytes, np.ndarray]:
+    """The floats ``x`` as repr() writes them, from orjson's text of each (``text[starts[i]:]``,
+    ``lengths[i]`` bytes), each followed by ``sep``, in rows of :data:`_WIDTH` bytes (zero
+    padded); returns the rows' bytes and each field's length (``sep`` included).
+
+    orjson's digits are repr's; only their spelling is rewritten, with a few passes over the rows
+    (a learning rate below 1e-4 makes a whole column of these, and repr() takes about 1 us
+    each): an exponent gets repr's sign and two digits at least (``1e16`` -> ``1e+16``,
+    ``1.5e-7`` -> ``1.5e-07``), and a positional number below 1e-4 (``0.0000123``) goes to
+    exponent notation (``1.23e-05``). Anything else (non-finite values) is formatted by repr().
+    """
+    m = len(x)
+    r = np.arange(m)
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.frombuffer(text + bytes(_WIDTH), np.uint8), _WIDTH
+    )
+    rows = windows[starts]
+    size = lengths.astype(np.uint8)
+    rows *= size[:, None] > _COLUMNS  # orjson's next fields off
+    out = np.zeros_like(rows)
+    done = np.zeros(m, bool)
+    is_e = rows == _E
+    spelled = is_e.any(1) & np.isfinite(x)
+    if spelled.any():
+        # Insert "+" (positive exponents) and a "0" (one digit) after the "e" or "e-".
+        (i,) = np.nonzero(spelled)
+        e = is_e[i].argmax(1)
+        g = rows[i]
+        positive = g[np.arange(len(i)), e + 1] != _MINUS
+        count = positive + (size[i] - e - 1 - ~positive == 1)
+        at = (e + 1 + ~positive).astype(np.uint8)
+        one, two = np.zeros_like(g), np.zeros_like(g)
+        one[:, 1:], two[:, 2:] = g[:, :-1], g[:, :-2]
+        cols = _COLUMNS[None, :]
+        shifted = np.where((count == 1)[:, None], one, two)
+        g = np.where((cols < at[:, None]) | (count == 0)[:, None], g, shifted)
+        k = np.arange(len(i))
+        g[k, at] = np.where(count > 0, np.where(positive, _PLUS, _ZERO), g[k, at])
+        g[k, at + 1] = np.where(count == 2, _ZERO, g[k, at + 1])
+        out[i] = g
+        size[i] += count.astype(np.uint8)
+        done[i] = True
+    # Positional below 1e-4, [-]0.000ddd -> [-]d.dde-XX: the rows of each sign and count of
+    # zeros alike (in practice one or two kinds: orjson writes exponents below 1e-5).
+    neg = (rows[:, 0] == _MINUS).astype(np.int64)
+    small = ~done & np.isfinite(x) & (np.abs(x) < 1e-4) & (rows[r, neg] == _ZERO)
+    small &= rows[r, neg + 1] == _DOT
+    if small.any():
+        after = (_COLUMNS[None, :] >= (neg + 2)[:, None]) & (rows != _ZERO) & (rows != 0)
+        first = after.argmax(1)
+        key = neg * _WIDTH + first
+        for kind in np.unique(key[small]).tolist():
+            sign, at = divmod(kind, _WIDTH)
+            power = at - sign - 1
+            (i,) = np.nonzero(small & (key == kind))
+            if not at or power > 99:
+                continue  # repr() below
+            g = rows[i]
+            h = np.zeros_like(g)
+            h[:, :sign] = _MINUS
+            h[:, sign] = g[:, at]
+            h[:, sign + 1] = _DOT
+            h[:, sign + 2 : sign + 2 + _WIDTH - at - 1] = g[:, at + 1 :]
+            digits = size[i].astype(np.int64) - at
+            end = sign + np.where(digits > 1, digits + 1, 1)
+            k = np.arange(len(i))
+            for j, c in enumerate(b"e-%02d" % power):
+                h[k, end + j] = c
+            out[i] = h
+            size[i] = end + 4
+            done[i] = True
+    for i in np.flatnonzero(~done).tolist():
+        spelling = np.frombuffer(repr(float(x[i])).encode(), np.uint8)
+        out[i, : len(spelling)] = spelling
+        size[i] = len(spelling)
+    out[r, size] = sep
+    return out.tobytes(), size.astype(np.int64) + 1
 
 
 def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
