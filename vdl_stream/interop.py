@@ -25,7 +25,7 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, TextIO
 
 import numpy as np
@@ -758,6 +758,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 _COMMA, _NEWLINE, _BRACKET = b",\n]"
 #: Entry m: a uint64 whose low m bytes are all ones (the first m bytes of a little-endian word).
 _LOW_BYTES = np.array([(1 << (8 * m)) - 1 for m in range(9)], np.uint64)
+#: Entry m: a uint64 whose low m bytes are zeros and the others ones.
+_HIGH_BYTES = ~_LOW_BYTES
 _ONE = np.uint64(1)
 _THREE = np.uint64(3)
 _BITS = np.uint64(63)
@@ -801,9 +803,10 @@ def _numbers(
             starts[odd] = len(text) + _WIDTH * np.arange(len(odd))
             lengths[odd] = sizes
     size = len(text) + len(redone)
-    # Room for the word after each field's last: _layout reads one word ahead.
-    words = np.zeros(size // 8 + (int(lengths.max()) + 7) // 8 + 2, "<u8")
-    view = words.view(np.uint8)
+    # The text starts a word in (_layout reads up to 7 bytes before a field) and has room for the
+    # word after each field's last (it reads one word ahead).
+    words = np.zeros(size // 8 + (int(lengths.max()) + 7) // 8 + 3, "<u8")
+    view = words.view(np.uint8)[8:]
     view[: len(text)] = raw
     if sep == _COMMA:
         view[len(text) - 1] = sep
@@ -811,6 +814,7 @@ def _numbers(
         view[ends] = sep
     if redone:
         view[len(text) : size] = np.frombuffer(redone, np.uint8)
+    starts += 8
     return words, starts, lengths
 
 
@@ -907,11 +911,13 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     after ``lead``, less ``trim`` bytes at the end: no Python object per field.
 
     Each row's offset in the output comes from the fields' lengths (a cumulative sum); each
-    part is then written into the output, a uint64 word at a time for all rows at once: word k of
-    every row's field, realigned from its source offset to its output offset by shifts, is OR-ed
-    into the two output words it straddles. One pass writes at most one word per row into any
-    output word (rows are at least 8 bytes long), so fancy-index OR-ing loses nothing; the bytes
-    of a field past its length are masked off, so parts can be written in any order.
+    part is then written into the output a uint64 word at a time for all rows at once: output
+    word k of every row's field is cut from the field's text (two source words, shifted to the
+    output's alignment), the bytes outside the field masked off, and OR-ed into place (fancy
+    indexing; one pass writes at most one word per row, and rows are at least 8 bytes long, so
+    no two rows of a pass share a word and no OR is lost). A word that every row's field fills
+    whole is assigned. Parts go in row order, so a word is only ever OR-ed into bytes that are
+    the row's earlier fields or zero.
     """
     parts = [p for p in parts if not isinstance(p, bytes) or p]
     const = sum(len(p) for p in parts if isinstance(p, bytes))
@@ -919,10 +925,10 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     widest = 1
     for part in parts:
         if isinstance(part, bytes):
-            widest = max(widest, (len(part) + 7) // 8)
+            widest = max(widest, (len(part) + 14) // 8)
         else:
             size += part[2]
-            widest = max(widest, (int(part[2].max()) + 7) // 8)
+            widest = max(widest, (int(part[2].max()) + 14) // 8)
     at = np.cumsum(size)
     total = len(lead) + int(at[-1])
     at -= size
@@ -931,39 +937,46 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     out.view(np.uint8)[: len(lead)] = np.frombuffer(lead, np.uint8)
     for part in parts:
         q = at >> 3
-        low = (at & 7).astype(np.uint64) << _THREE  # bit offset of the field in its first word
-        high = _BITS - low  # shifting by 64 - low in two steps: 0 when low is 0
-        carry = None
+        o = at & 7  # the field's first byte in its first output word
         if isinstance(part, bytes):
-            chunks = np.frombuffer(part + bytes(-len(part) % 8), "<u8")
-            step = len(part)
-        else:
-            words, starts, step = part
-            a = starts >> 3
-            src_low = (starts & 7).astype(np.uint64) << _THREE
-            src_high = _BITS - src_low
-            whole = int(step.min()) // 8  # words every field fills
-            chunks = range((int(step.max()) + 7) // 8)
-            cur = words.take(a)
-        for k, chunk in enumerate(chunks):
-            if isinstance(part, bytes):
-                word = chunk
-            else:
-                nxt = words.take(a + (k + 1))
-                word = (cur >> src_low) | ((nxt << src_high) << _ONE)
-                if k >= whole:
-                    word &= _LOW_BYTES.take(step - 8 * k, mode="clip")  # clipped to 0..8
-                cur = nxt
-            bits = word << low
-            if carry is not None:
-                bits |= carry
-            index = q + k
-            out[index] |= bits
-            carry = (word >> high) >> _ONE
-        index = q + len(chunks)
-        out[index] |= carry
-        at += step
+            table = _shifted_words(part)
+            for k in range(table.shape[1]):
+                out[q + k] |= table[:, k].take(o)
+            at += len(part)
+            continue
+        words, starts, length = part
+        p = starts - o  # the source byte that goes first in output word q: starts >= 8
+        a = p >> 3
+        low = (p & 7).astype(np.uint64) << _THREE  # its bit offset in source word a
+        high = _BITS - low  # shifting by 64 - low in two steps: 0 when low is 0
+        end = o + length  # the field's end, counted from output word q
+        shortest = int(end.min())
+        cur = words.take(a)
+        for k in range((int(end.max()) + 7) // 8):
+            nxt = words.take(a + (k + 1))
+            word = (cur >> low) | ((nxt << high) << _ONE)
+            cur = nxt
+            if k == 0:
+                word &= _HIGH_BYTES.take(o)  # the bytes before the field: its row's or zero
+            elif 8 * k + 8 <= shortest:
+                out[q + k] = word  # inside the field in every row
+                continue
+            if 8 * k + 8 > shortest:
+                word &= _LOW_BYTES.take(end - 8 * k, mode="clip")  # clipped to 0..8
+            out[q + k] |= word
+        at += length
     return out.view(np.uint8)[: total - trim].tobytes()
+
+
+@lru_cache(maxsize=256)
+def _shifted_words(part: bytes) -> np.ndarray:
+    """Row o: ``part`` after o zero bytes, as uint64 words (a constant part's output words for
+    each of the 8 alignments)."""
+    table = np.zeros((8, (len(part) + 14) // 8), "<u8")
+    rows = table.view(np.uint8)
+    for o in range(8):
+        rows[o, o : o + len(part)] = np.frombuffer(part, np.uint8)
+    return table
 
 
 def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
