@@ -243,8 +243,20 @@ def test_closing_an_export_early_stops_its_workers(long_run):
     while any(t.name.startswith("vdl-export") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "export worker threads still running"
         time.sleep(0.01)  # polling a condition under a deadline
-    with pytest.raises(ValueError, match="threads must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="threads must be an int >= 0 or None, got -1"):
         Export(long_run, "csv", threads=-1)
+
+
+def test_threads_by_default_are_the_idle_cores():
+    """Formatting threads only where at least two cores are idle, at most EXPORT_THREADS_MAX."""
+    from vdl_stream.interop import EXPORT_THREADS_MAX, export_threads
+
+    assert export_threads(2, 0.2) == 2  # a quiet 2-core machine
+    assert export_threads(2, 0.6) == 0 and export_threads(2, 9.0) == 0  # busy: the GIL costs more
+    assert export_threads(16, 3.0) == EXPORT_THREADS_MAX == 4
+    assert export_threads(4, 1.4) == 3
+    assert export_threads(1, 0.0) == 0
+    assert 0 <= export_threads() <= EXPORT_THREADS_MAX
 
 
 def test_a_pattern_and_no_match(tricky):
@@ -425,3 +437,17 @@ async def test_http_export_keeps_alerts(alerted, nursery):
         )
     assert status == 200 and kind.startswith("application/json")
     assert body == b"{" + ALERT_JSON.removeprefix(",").encode()
+
+
+def test_cli_export_threads_change_nothing_but_speed(tricky, tmp_path, capsys):
+    from vdl_stream.cli import main
+
+    for n in ("0", "3"):
+        out = tmp_path / f"threads{n}.json"
+        assert (
+            main(["export", str(tricky), "--format", "json", "--threads", n, "-o", str(out)]) == 0
+        )
+        assert out.read_bytes() == reference(tricky, "json")
+    assert main(["export", str(tricky), "--threads", "-1", "-o", str(tmp_path / "x")]) == 2
+    assert "--threads must be >= 0, got -1" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

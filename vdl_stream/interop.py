@@ -508,13 +508,30 @@ def run_import(args: argparse.Namespace) -> int:
 EXPORT_CHUNK_ROWS = 1 << 16
 #: Rows formatted at a time (a block): its numpy passes stay in the CPU's caches.
 FORMAT_ROWS = 1 << 14
-#: Worker threads formatting blocks ahead of the reader and writer by default: none, because on
-#: two busy shared cores the threads were slower (GIL hand-offs; docs/performance.md, "Export
-#: speed"). ``Export(threads=N)`` overlaps numpy's passes (which release the GIL) where cores are
-#: free.
-EXPORT_THREADS = 0
+#: Most worker threads an export formats blocks in by default (each holds a block or two).
+EXPORT_THREADS_MAX = 4
 EXPORT_FORMATS = ("csv", "json")
 CSV_HEADER = "tag,step,wall_time,value\n"
+
+
+def export_threads(cores: int | None = None, load: float | None = None) -> int:
+    """Worker threads an export formats blocks in by default: one per idle core, at most
+    :data:`EXPORT_THREADS_MAX`, and none unless two cores are idle.
+
+    Idle cores are ``cores`` (default ``os.cpu_count()``) less ``load`` (default the 1-minute load
+    average; none where there is none), rounded. numpy's passes release the GIL, so threads
+    overlap them where cores are free; on busy cores they only add GIL hand-offs (15-30% more CPU
+    time, and no faster: docs/performance.md, "Export speed").
+    """
+    if cores is None:
+        cores = os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # Windows has no load average
+            load = 0.0
+    threads = min(EXPORT_THREADS_MAX, int(cores - load + 0.5))
+    return threads if threads >= 2 else 0
 
 
 class Export:
@@ -536,7 +553,8 @@ class Export:
             (``{tag: [[wall_time, step, value], ...]}``, NaN and infinities as null).
         pattern: a regular expression searched in each tag; None keeps every tag.
         chunk_rows: rows read at a time.
-        threads: worker threads formatting rows; 0 formats them in the iterating thread.
+        threads: worker threads formatting rows; 0 formats them in the iterating thread; None
+            (the default) takes :func:`export_threads`.
 
     Raises:
         ValueError: an unknown ``fmt``, a ``chunk_rows`` below 1 or a ``threads`` below 0.
@@ -551,14 +569,16 @@ class Export:
         pattern: str | None = None,
         *,
         chunk_rows: int = EXPORT_CHUNK_ROWS,
-        threads: int = EXPORT_THREADS,
+        threads: int | None = None,
     ) -> None:
         if fmt not in EXPORT_FORMATS:
             raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, got {fmt!r}")
         if not isinstance(chunk_rows, int) or chunk_rows < 1:
             raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
+        if threads is None:
+            threads = export_threads()
         if not isinstance(threads, int) or threads < 0:
-            raise ValueError(f"threads must be an int >= 0, got {threads!r}")
+            raise ValueError(f"threads must be an int >= 0 or None, got {threads!r}")
         self.fmt = fmt
         self.rows = 0  # rows read so far (all of them once iterated)
         self.tags = 0  # tags that had rows
@@ -1053,6 +1073,12 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("csv", "json"), default="csv", help="default: csv")
     parser.add_argument("--tag", metavar="PATTERN", help="only tags matching this regex")
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="worker threads formatting rows (default: one per idle core, none if under two)",
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -1070,9 +1096,12 @@ def run_export(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace, path: str) -> int:
     try:
-        export = Export(path, args.format, args.tag)
+        export = Export(path, args.format, args.tag, threads=args.threads)
     except re.error as exc:
         print(f"vdl-stream export: --tag is not a valid regular expression: {exc}", file=sys.stderr)
+        return 2
+    except ValueError:  # the only one left: a bad thread count
+        print(f"vdl-stream export: --threads must be >= 0, got {args.threads}", file=sys.stderr)
         return 2
     except recorder.RecorderError as exc:
         print(f"vdl-stream export: {exc}", file=sys.stderr)
