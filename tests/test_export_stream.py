@@ -13,6 +13,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -190,10 +191,12 @@ def test_fast_rows_are_repr_rows_for_any_f8(rows, with_steps, tag):
     w = np.array([r[1] for r in rows], np.float64)
     v = np.array([r[2] for r in rows], np.float64)
     steps = s.tolist() if with_steps else None
-    expected = reference_rows("csv", tag, steps, w.tolist(), v.tolist())
-    assert interop._csv_rows(_csv_cell(tag), s, w, v) == expected.encode()
-    expected = reference_rows("json", tag, steps, w.tolist(), v.tolist())
-    assert interop._json_rows(s, w, v, b"head") == b"head" + expected.encode()
+    csv_rows = reference_rows("csv", tag, steps, w.tolist(), v.tolist()).encode()
+    json_rows = b"head" + reference_rows("json", tag, steps, w.tolist(), v.tolist()).encode()
+    for few in (interop._FEW_FIELDS, 0):  # respelled one by one, and by the numpy passes
+        with mock.patch.object(interop, "_FEW_FIELDS", few):
+            assert interop._csv_rows(_csv_cell(tag), s, w, v) == csv_rows
+            assert interop._json_rows(s, w, v, b"head") == json_rows
 
 
 def test_columns_of_small_and_huge_values_are_respelled_as_repr(formatter):

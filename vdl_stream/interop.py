@@ -843,6 +843,8 @@ def _numbers(
 _WIDTH = 32
 _COLUMNS = np.arange(_WIDTH, dtype=np.uint8)
 _E, _MINUS, _PLUS, _ZERO, _DOT = b"e-+0."
+#: Fields up to this many are respelled by repr() one by one.
+_FEW_FIELDS = 64
 
 
 def _repr_fields(
@@ -859,6 +861,10 @@ def _repr_fields(
     exponent notation (``1.23e-05``). Anything else (non-finite values) is formatted by repr().
     """
     m = len(x)
+    if m <= _FEW_FIELDS:  # a zero crossing's few: the passes' fixed cost would be most of it
+        texts = [(repr(v) + chr(sep)).encode() for v in x.tolist()]
+        sizes = np.fromiter(map(len, texts), np.int64, m)
+        return b"".join(t.ljust(_WIDTH, b"\0") for t in texts), sizes
     r = np.arange(m)
     windows = np.lib.stride_tricks.sliding_window_view(
         np.frombuffer(text + bytes(_WIDTH), np.uint8), _WIDTH
