@@ -518,20 +518,33 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
     """Worker threads an export formats blocks in by default: one per idle core, at most
     :data:`EXPORT_THREADS_MAX`, and none unless two cores are idle.
 
-    Idle cores are ``cores`` (default ``os.cpu_count()``) less ``load`` (default the 1-minute load
-    average; none where there is none), rounded. numpy's passes release the GIL, so threads
-    overlap them where cores are free; on busy cores they only add GIL hand-offs (15-30% more CPU
-    time, and no faster: docs/performance.md, "Export speed").
+    Idle cores are ``cores`` (default ``os.cpu_count()``) less ``load`` (default :func:`_load`),
+    rounded. numpy's passes release the GIL, so threads overlap them where cores are free; on
+    busy cores they only add GIL hand-offs (15-30% more CPU time, and no faster:
+    docs/performance.md, "Export speed").
     """
     if cores is None:
         cores = os.cpu_count() or 1
     if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):  # Windows has no load average
-            load = 0.0
+        load = _load()
     threads = min(EXPORT_THREADS_MAX, int(cores - load + 0.5))
     return threads if threads >= 2 else 0
+
+
+def _load() -> float:
+    """How many cores other work keeps busy: the 1-minute load average, or the tasks running
+    right now (Linux) if fewer, since the average lags a minute behind (an export just finished
+    still counts in it). 0 where neither is known."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return 0.0
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0]) - 1  # this process is one
+    except (OSError, ValueError, IndexError):
+        return load
+    return min(load, float(max(running, 0)))
 
 
 class Export:
