@@ -882,67 +882,74 @@ def _repr_fields(
     windows = np.lib.stride_tricks.sliding_window_view(
         np.frombuffer(text + bytes(_WIDTH), np.uint8), _WIDTH
     )
+    # Each field's row, rewritten in place; the bytes after a field's end (the next fields') are
+    # never read: _layout copies ``size`` bytes.
     rows = windows[starts]
-    size = lengths.astype(np.uint8)
-    rows *= size[:, None] > _COLUMNS  # orjson's next fields off
-    out = np.zeros_like(rows)
+    size = lengths.astype(np.int64)
+    finite = np.isfinite(x)
     done = np.zeros(m, bool)
-    is_e = rows == _E
-    spelled = is_e.any(1) & np.isfinite(x)
-    if spelled.any():
-        # Insert "+" (positive exponents) and a "0" (one digit) after the "e" or "e-".
-        (i,) = np.nonzero(spelled)
-        e = is_e[i].argmax(1)
-        g = rows[i]
-        positive = g[np.arange(len(i)), e + 1] != _MINUS
-        count = positive + (size[i] - e - 1 - ~positive == 1)
-        at = (e + 1 + ~positive).astype(np.uint8)
-        one, two = np.zeros_like(g), np.zeros_like(g)
-        one[:, 1:], two[:, 2:] = g[:, :-1], g[:, :-2]
-        cols = _COLUMNS[None, :]
-        shifted = np.where((count == 1)[:, None], one, two)
-        g = np.where((cols < at[:, None]) | (count == 0)[:, None], g, shifted)
-        k = np.arange(len(i))
-        g[k, at] = np.where(count > 0, np.where(positive, _PLUS, _ZERO), g[k, at])
-        g[k, at + 1] = np.where(count == 2, _ZERO, g[k, at + 1])
-        out[i] = g
-        size[i] += count.astype(np.uint8)
+    # orjson's exponent notation ends a field with "e", maybe "-", and 1 to 3 digits: repr()
+    # writes the sign always and two digits at least.
+    flat = rows.reshape(-1)  # byte j of row i at i * _WIDTH + j: 1-D indexing is the fast kind
+    base = r * _WIDTH
+    epos = np.full(m, -1)
+    for back in (2, 3, 4, 5):
+        at = np.maximum(size - back, 0)
+        epos = np.where((epos < 0) & (flat.take(base + at) == _E), at, epos)
+    (i,) = np.nonzero((epos > 0) & finite)
+    if len(i):
+        e = base[i] + epos[i]  # the "e", in flat
+        neg = flat.take(e + 1) == _MINUS
+        first = e + 1 + neg
+        digits = base[i] + size[i] - first
+        power = flat.take(first).astype(np.int64) - _ZERO
+        for j in (1, 2):
+            more = flat.take(first + j).astype(np.int64) - _ZERO
+            power = np.where(digits > j, power * 10 + more, power)
+        wide = power >= 100
+        flat[e + 1] = np.where(neg, _MINUS, _PLUS)
+        flat[e + 2] = _ZERO + np.where(wide, power // 100, power // 10)
+        flat[e + 3] = _ZERO + np.where(wide, power // 10 % 10, power % 10)
+        flat[e + 4] = _ZERO + power % 10  # past the end unless wide
+        size[i] = epos[i] + 4 + wide
         done[i] = True
     # Positional below 1e-4, [-]0.000ddd -> [-]d.dde-XX: the rows of each sign and count of
     # zeros alike (in practice one or two kinds: orjson writes exponents below 1e-5).
     neg = (rows[:, 0] == _MINUS).astype(np.int64)
-    small = ~done & np.isfinite(x) & (np.abs(x) < 1e-4) & (rows[r, neg] == _ZERO)
-    small &= rows[r, neg + 1] == _DOT
-    if small.any():
-        after = (_COLUMNS[None, :] >= (neg + 2)[:, None]) & (rows != _ZERO) & (rows != 0)
-        first = after.argmax(1)
-        key = neg * _WIDTH + first
-        for kind in np.unique(key[small]).tolist():
+    small = ~done & finite & (np.abs(x) < 1e-4) & (flat.take(base + neg) == _ZERO)
+    small &= flat.take(base + neg + 1) == _DOT
+    (i,) = np.nonzero(small)
+    if len(i):
+        g = rows[i]
+        cols = _COLUMNS[None, :]
+        inside = (cols >= (neg[i] + 2)[:, None]) & (cols < size[i][:, None])
+        first = (inside & (g != _ZERO)).argmax(1)
+        key = neg[i] * _WIDTH + first
+        for kind in np.unique(key).tolist():
             sign, at = divmod(kind, _WIDTH)
             power = at - sign - 1
-            (i,) = np.nonzero(small & (key == kind))
+            pick = key == kind
             if not at or power > 99:
                 continue  # repr() below
-            g = rows[i]
-            h = np.zeros_like(g)
+            h = np.zeros_like(g[pick])
             h[:, :sign] = _MINUS
-            h[:, sign] = g[:, at]
+            h[:, sign] = g[pick, at]
             h[:, sign + 1] = _DOT
-            h[:, sign + 2 : sign + 2 + _WIDTH - at - 1] = g[:, at + 1 :]
-            digits = size[i].astype(np.int64) - at
+            h[:, sign + 2 : sign + 2 + _WIDTH - at - 1] = g[pick, at + 1 :]
+            digits = size[i[pick]] - at
             end = sign + np.where(digits > 1, digits + 1, 1)
-            k = np.arange(len(i))
+            k = np.arange(len(h))
             for j, c in enumerate(b"e-%02d" % power):
                 h[k, end + j] = c
-            out[i] = h
-            size[i] = end + 4
-            done[i] = True
-    for i in np.flatnonzero(~done).tolist():
-        spelling = np.frombuffer(repr(float(x[i])).encode(), np.uint8)
-        out[i, : len(spelling)] = spelling
-        size[i] = len(spelling)
-    out[r, size] = sep
-    return out.tobytes(), size.astype(np.int64) + 1
+            rows[i[pick]] = h
+            size[i[pick]] = end + 4
+            done[i[pick]] = True
+    for j in np.flatnonzero(~done).tolist():
+        spelling = np.frombuffer(repr(float(x[j])).encode(), np.uint8)
+        rows[j, : len(spelling)] = spelling
+        size[j] = len(spelling)
+    flat[base + size] = sep
+    return rows.tobytes(), size + 1
 
 
 def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
