@@ -868,8 +868,8 @@ def _repr_fields(
     padded); returns the rows' bytes and each field's length (``sep`` included).
 
     orjson's digits are repr's; only their spelling is rewritten, with a few passes over the rows
-    (a learning rate below 1e-4 makes a whole column of these, and repr() takes about 1 us
-    each): an exponent gets repr's sign and two digits at least (``1e16`` -> ``1e+16``,
+    (a learning rate below 1e-4 makes a whole column of these, and repr() takes many times
+    orjson's time): an exponent gets repr's sign and two digits at least (``1e16`` -> ``1e+16``,
     ``1.5e-7`` -> ``1.5e-07``), and a positional number below 1e-4 (``0.0000123``) goes to
     exponent notation (``1.23e-05``). Anything else (non-finite values) is formatted by repr().
     """
