@@ -340,3 +340,84 @@ def summaries_frame(packed: list[bytes]) -> bytes:
     else:
         header = b"\xdd" + n.to_bytes(4, "big")
     return b"".join([head[:-1], header, *packed])  # one copy of the frame
+
+
+#: Index of a missing value in an interned column of a summaries table (u2, little-endian).
+TABLE_MISSING = 0xFFFF
+
+
+def _interned(values: list[Any]) -> list[Any]:
+    """``[distinct values, u2 indices]``: each value once, then where each run's is (0xFFFF:
+    the run has none). Values are told apart by type too (``True`` is not ``1``)."""
+    distinct: list[Any] = []
+    at: dict[Any, int] = {}
+    index = [TABLE_MISSING] * len(values)
+    for i, v in enumerate(values):
+        if v is _ABSENT:
+            continue
+        try:
+            key: Any = (type(v), v)
+            hash(key)
+        except TypeError:  # a list or map: by its JSON text
+            key = (type(v), json.dumps(v, sort_keys=True))
+        k = at.get(key)
+        if k is None:
+            if len(distinct) >= TABLE_MISSING:
+                raise ValueError(f"a summaries table column has more than {TABLE_MISSING} values")
+            k = at[key] = len(distinct)
+            distinct.append(v)
+        index[i] = k
+    return [distinct, np.array(index, dtype="<u2").tobytes()]
+
+
+_ABSENT = object()
+
+
+def summaries_table(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run summaries ``objs`` (as :meth:`RunSummary.to_json` gives them) as columns: the
+    compact body of a ``summaries`` frame (docs/protocol.md, "Summaries as a table").
+
+    Numbers go as raw little-endian f8 columns (NaN: null), strings and hparam values interned
+    with u2 indices, and each scalar tag's last/min/max as one f8 column of ``tags x runs``
+    (tag-major), with ``has`` (u1, same shape) saying which runs have the tag at all. A page
+    decodes it with a few array copies instead of one value at a time.
+
+    Raises:
+        ValueError: a column has more than 65,534 distinct values.
+    """
+    n = len(objs)
+
+    def f8(key: str) -> bytes:
+        return np.array([o.get(key) for o in objs], dtype="<f8").tobytes()
+
+    hparam_keys = sorted({k for o in objs for k in o.get("hparams", {})})
+    tags = sorted({t for o in objs for t in o.get("last", {})})
+    empty: dict[str, Any] = {}
+    stats = {
+        agg: np.array(
+            [[o.get(agg, empty).get(tag) for o in objs] for tag in tags], dtype="<f8"
+        ).reshape(len(tags), n)
+        for agg in ("last", "min", "max")
+    }
+    has = np.array([[tag in o.get("last", empty) for o in objs] for tag in tags], dtype="u1")
+    return {
+        "names": [o["name"] for o in objs],
+        "status": _interned([o.get("status") for o in objs]),
+        "start": f8("start"),
+        "last_wall": f8("last_wall"),
+        "last_step": f8("last_step"),
+        "host": _interned([o.get("host") for o in objs]),
+        "hparams": [
+            [k, *_interned([o.get("hparams", {}).get(k, _ABSENT) for o in objs])]
+            for k in hparam_keys
+        ],
+        "tags": tags,
+        **{agg: cols.tobytes() for agg, cols in stats.items()},
+        "has": None if has.all() else has.reshape(len(tags), n).tobytes(),
+    }
+
+
+def summaries_table_frame(objs: list[dict[str, Any]]) -> bytes:
+    """The ``summaries`` frame ``{"type": "summaries", "table": ...}`` of ``objs`` (see
+    :func:`summaries_table`)."""
+    return msgpack.packb({"type": "summaries", "table": summaries_table(objs)}, use_bin_type=True)

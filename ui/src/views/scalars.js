@@ -42,7 +42,8 @@ export class ScalarsView {
     this.element = el("div", { class: "view scalars" }, this.empty);
     ctx.store.subscribe((change) => {
       if (change.kind === "scalars") for (const tag of change.tags) this._touch(tag);
-      else if (change.kind === "runs") this.refresh();
+      // The list of runs (not each of the 1,000 runs a `runs` frame announces one by one).
+      else if (change.kind === "runs" && change.run === null) this.refresh();
       else if (change.kind === "sync") this.applyFilter();
     });
   }
