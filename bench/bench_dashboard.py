@@ -777,7 +777,7 @@ def main() -> None:
     parser.add_argument(
         "--runs-profile",
         action="store_true",
-        help="a CPU profile of the page over the live load (self time by function, in the record)",
+        help="CPU profiles of the page over the selection and the live load (self time by function)",
     )
     parser.add_argument(
         "--runs-trace",

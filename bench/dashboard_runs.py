@@ -179,7 +179,7 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         }
                     )
                     if last:
-                        select = select_runs(page)
+                        select = select_runs(page, args.runs_profile)
                         names = page.evaluate("() => window.vdl.connection.runs")
                         # The server alone, on the same runs (now open: warm) and on 100
                         # others no page has read (cold, as the page's were).
@@ -209,8 +209,9 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
     return {"logdir": str(logdir), "generation_s": gen_s, "loads": loads, "select": select}
 
 
-def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
-    """Search for the ``s05-*`` runs, then time ``All`` until every chart in view draws 100."""
+def select_runs(page, profile: bool = False) -> dict:  # type: ignore[no-untyped-def]
+    """Search for the ``s05-*`` runs, then time ``All`` until every chart in view draws 100
+    (with ``profile``, under the CPU profiler: self time by function in ``profile_top``)."""
     page.fill("input.run-search", "s05-")
     page.wait_for_function(
         "() => window.vdl.runsModel.tableRows().length === 100"
@@ -222,9 +223,18 @@ def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
     # wait is the page's own work (tasks, scripts) rather than the server's and the network's.
     cdp = page.context.new_cdp_session(page)
     cdp.send("Performance.enable")
+    if profile:
+        cdp.send("Profiler.enable")
+        cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
+        cdp.send("Profiler.start")
     before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     result = page.evaluate(SELECT_JS, 100)
     after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    if profile:
+        from bench_dashboard import top_functions
+
+        bundle = page.evaluate("() => fetch('/static/app.js').then((r) => r.text())")
+        result["profile_top"] = top_functions(cdp.send("Profiler.stop")["profile"], 25, bundle)
     for key in ("TaskDuration", "ScriptDuration", "LayoutDuration", "Timestamp"):
         result[f"main_{key}_s"] = after[key] - before[key]
     cdp.detach()
@@ -581,6 +591,14 @@ def report(result: dict) -> str:
                     f" {sel['main_LayoutDuration_s']:.2f} s layout) of"
                     f" {sel['main_Timestamp_s']:.2f} s"
                 )
+            if sel.get("profile_top"):
+                out.append("")
+                out.append("Self time over the selection (CPU profile):")
+                for f in sel["profile_top"][:15]:
+                    out.append(
+                        f"  {f['self_ms']:8.0f} ms {f['share']:5.1%}  {f['function']} {f['at']}"
+                        f"  {f.get('code', '')[:70]!r}"
+                    )
         for keep in (True, False):
             swap = (sel or {}).get(f"swap_one_keep_{keep}")
             if swap:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ServeProcess, start_serve, stop_serve
+from tests.conftest import ServeProcess, http_get, start_serve, stop_serve
 from tests.test_dashboard import ARTIFACTS
 from vdl_stream import attach
 
@@ -233,8 +233,17 @@ def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
     assert len(facts["runs"]) == 300
     server = start_serve(tmp_path / "logs")
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
     try:
         page.goto(server.url + "/")
+        # The summaries come as a table (docs/protocol.md) and read as GET /api/runs says.
+        page.wait_for_function("() => window.vdl && window.vdl.runsModel.summaries.size === 300")
+        assert sockets and sockets[0].endswith("/ws/live?summaries=table")
+        status, body = http_get(server.url + "/api/runs")
+        assert status == 200
+        held = page.evaluate("() => [...window.vdl.runsModel.summaries.values()]")
+        assert sorted(held, key=lambda r: r["name"]) == body["runs"]
         # Re-subscribe while the first snapshots stream in, twice: the server cancels a stream
         # in the middle of its frames, and every frame must still decode.
         page.wait_for_function(

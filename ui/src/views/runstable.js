@@ -209,6 +209,9 @@ export class RunsTable {
 
   _render() {
     const model = this.model;
+    // Read the scroll box before writing any style: a read after a write forces a layout.
+    const top = this.scroller.scrollTop;
+    const height = this.scroller.clientHeight || 400;
     const columns = model.columns();
     const rows = model.tableRows();
     const template = columns.map((c) => `${this._width(c)}px`).join(" ");
@@ -246,8 +249,6 @@ export class RunsTable {
 
     // Only the rows in view (plus a margin) are built.
     this.body.style.height = `${rows.length * ROW_HEIGHT}px`;
-    const top = this.scroller.scrollTop;
-    const height = this.scroller.clientHeight || 400;
     const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - OVERSCAN);
     const last = Math.min(rows.length, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
     const built = [];
