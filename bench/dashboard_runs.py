@@ -179,6 +179,8 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         }
                     )
                     if last:
+                        # What the page looks like with 1,000 runs (to look at, not measured).
+                        page.screenshot(path=str(HERE / "out" / "runs-page.png"))
                         select = select_runs(page, args.runs_profile)
                         names = page.evaluate("() => window.vdl.connection.runs")
                         # The server alone, on the same runs (now open: warm) and on 100
