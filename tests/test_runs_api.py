@@ -616,3 +616,15 @@ async def test_the_first_summaries_as_a_table_hold_the_same_summaries(tmp_path, 
     optimizer = next(v for k, v, _ in raw["table"]["hparams"] if k == "optimizer")
     assert sorted(optimizer) == ["adam", "adamw", "rmsprop", "sgd"]
     assert len(raw["table"]["status"][0]) <= 3
+
+
+def test_a_table_column_with_too_many_distinct_values_is_refused():
+    from vdl_stream.run_summary import TABLE_MISSING, summaries_table
+
+    def obj(i: int) -> dict:
+        return {"name": f"r{i}", "hparams": {"seed": i}, "last": {}, "min": {}, "max": {}}
+
+    table = summaries_table([obj(i) for i in range(3)])
+    assert table["hparams"][0][:2] == ["seed", [0, 1, 2]] and table["has"] is None
+    with pytest.raises(ValueError, match="more than 65535 values"):
+        summaries_table([obj(i) for i in range(TABLE_MISSING + 1)])

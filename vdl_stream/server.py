@@ -888,7 +888,10 @@ def _first_summaries(broker: Any, form: str | None) -> bytes:
     if len(objs) != len(cache.objs) or any(
         a is not b for a, b in zip(objs, cache.objs, strict=True)
     ):
-        cache.frame = summaries_table_frame(objs)
+        try:
+            cache.frame = summaries_table_frame(objs)
+        except ValueError:  # a column with more distinct values than u2 indices hold: the list
+            return broker.summaries_frame()
         cache.objs = objs
     return cache.frame
 
