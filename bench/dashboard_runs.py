@@ -551,6 +551,14 @@ def report(result: dict) -> str:
             for r in load["loads"]
             if r.get("subscribe_ms") is not None and len(r.get("first_messages") or []) >= 3
         ]
+        early = [d for d, _ in shares if d < 0]
+        shares = [(d, m) for d, m in shares if d >= 0]
+        if early:
+            out.append("")
+            out.append(
+                f"{len(early)} load(s) subscribed before the summaries arrived (the page stopped"
+                " waiting for them and chose its runs by name): left out below"
+            )
         if shares:
             out.append("")
             out.append(

@@ -388,10 +388,13 @@ function onRunsKnown(fromSummaries) {
   }
   if (!selectionMade) {
     if (runsModel.names.size > SELECT_ALL_UP_TO && !fromSummaries && runsModel.summaries.size === 0) {
+      // Every server of this package sends the summaries right after the runs; this is for one
+      // that sends none. Long enough for 1,000 runs' summaries on a busy machine (at 500 ms, a
+      // page at load 20 chose the first ten runs by name before the most recent were known).
       summariesTimer ||= setTimeout(() => {
         summariesTimer = 0;
         onRunsKnown(true);
-      }, 500);
+      }, SUMMARIES_WAIT_MS);
       return;
     }
     runsModel.selectDefault();
@@ -480,6 +483,8 @@ function setConnState(s, detail = "") {
   showBadge();
 }
 
+/** How long the first selection waits for the summaries (the most recently active runs). */
+const SUMMARIES_WAIT_MS = 3000;
 /** The /ws/live protocol version this page implements (docs/protocol.md). */
 const PROTOCOL_VERSION = 1;
 const connection = new Connection({
