@@ -2,6 +2,9 @@
 // frame; a chart scrolled out of view (IntersectionObserver) stays dirty and is drawn when it comes
 // back; while paused nothing is drawn, and resuming draws whatever changed meanwhile.
 
+/** The most the drawing budget spaces two frames by (minInterval may ask for more). */
+export const MAX_BUDGET_WAIT_MS = 1000;
+
 export class FrameScheduler {
   /**
    * @param {object} [opts]
@@ -93,7 +96,10 @@ export class FrameScheduler {
    * 400 lines, and on a busy machine the page would otherwise spend every frame drawing).
    */
   interval() {
-    return Math.max(this.minInterval, this.budget < 1 ? this.drawCost / this.budget : 0);
+    // At most a second for the budget: one slow frame (the first draw builds every chart) must
+    // not hold the next one back for long.
+    const spaced = this.budget < 1 ? Math.min(MAX_BUDGET_WAIT_MS, this.drawCost / this.budget) : 0;
+    return Math.max(this.minInterval, spaced);
   }
 
   _frame(all = false) {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { FrameScheduler } from "../src/frames.js";
+import { FrameScheduler, MAX_BUDGET_WAIT_MS } from "../src/frames.js";
 
 function setup() {
   const frames = [];
@@ -147,6 +147,10 @@ test("a drawing budget spaces frames by the time drawing took", () => {
     // A minInterval above what the budget asks wins.
     scheduler.minInterval = 500;
     assert.equal(scheduler.interval(), 500);
+    // However slow the drawing, the budget spaces frames by at most MAX_BUDGET_WAIT_MS.
+    scheduler.minInterval = 0;
+    scheduler.drawCost = 5000;
+    assert.equal(scheduler.interval(), MAX_BUDGET_WAIT_MS);
   } finally {
     globalThis.setTimeout = realSetTimeout;
   }
