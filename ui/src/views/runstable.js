@@ -65,6 +65,19 @@ export class RunsTable {
     this.head = el("div", { class: "rt-head rt-row" });
     this.body = el("div", { class: "rt-body" });
     this.scroller = el("div", { class: "runs-table", on: { scroll: () => this._schedule() } }, this.head, this.body);
+    // The height in view, from the layout the browser did anyway (reading clientHeight while
+    // drawing forced a layout every second with live summaries); drawn again when it changes
+    // (the box grows to its max-height once the rows are in).
+    this._viewHeight = 0;
+    if (typeof ResizeObserver !== "undefined") {
+      new ResizeObserver((entries) => {
+        const h = entries[entries.length - 1].contentRect.height;
+        if (Math.abs(h - this._viewHeight) > 1) {
+          this._viewHeight = h;
+          this._schedule();
+        }
+      }).observe(this.scroller);
+    }
     this.titleLabel = el("span", {});
     this.element = el(
       "section",
@@ -211,7 +224,7 @@ export class RunsTable {
     const model = this.model;
     // Read the scroll box before writing any style: a read after a write forces a layout.
     const top = this.scroller.scrollTop;
-    const height = this.scroller.clientHeight || 400;
+    const height = this._viewHeight || this.scroller.clientHeight || 400;
     const columns = model.columns();
     const rows = model.tableRows();
     const template = columns.map((c) => `${this._width(c)}px`).join(" ");
