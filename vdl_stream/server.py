@@ -48,6 +48,7 @@ from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
 from .interop import Export, stream_export
+from .run_summary import summaries_table_frame
 from .webhooks import WebhookNotifier
 
 log = logging.getLogger("vdl_stream.server")
@@ -840,7 +841,7 @@ def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
             await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
             # Every run's summary now; later ones come with each subscription (see stream()).
             since = broker.summary_tick
-            await websocket.send(broker.summaries_frame())
+            await websocket.send(_first_summaries(broker, websocket.args.get("summaries")))
             await _live_session(broker, limits.subscribe_timeout, since)
         return None
 
@@ -860,6 +861,39 @@ def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
         return None
 
     return bp
+
+
+class _TableCache:
+    """The last ``summaries`` table frame, and the summary objects it was built from: a page
+    that connects while no summary changed gets the same bytes (building the table costs about
+    10 ms per 1,000 runs; the objects are the summaries' own, replaced on every change)."""
+
+    def __init__(self) -> None:
+        self.objs: list[dict[str, Any]] = []
+        self.frame = b""
+
+
+_table_cache = _TableCache()
+
+
+def _first_summaries(broker: Any, form: str | None) -> bytes:
+    """The ``summaries`` frame sent on connect: every run's summary, as a table when the page
+    asked for one (``/ws/live?summaries=table``, docs/protocol.md) and the server keeps
+    summaries as objects (``Broker.summaries``), else as the list of summary objects."""
+    summaries = getattr(broker, "summaries", None)
+    if form != "table" or summaries is None:
+        return broker.summaries_frame()
+    objs = summaries()
+    cache = _table_cache
+    if len(objs) != len(cache.objs) or any(
+        a is not b for a, b in zip(objs, cache.objs, strict=True)
+    ):
+        try:
+            cache.frame = summaries_table_frame(objs)
+        except ValueError:  # a column with more distinct values than u2 indices hold: the list
+            return broker.summaries_frame()
+        cache.objs = objs
+    return cache.frame
 
 
 async def _until_idle(session: Callable[[], Awaitable[None]], idle_after: float) -> None:

@@ -35,11 +35,15 @@ export function takeToken(location = window.location, history = window.history, 
  * The live URL on the page's own host: ws: for http pages, wss: for https.
  * @param {Location} location
  * @param {string|null} token
+ * @param {Record<string, string>} [params] more query parameters (e.g. `{summaries: "table"}`:
+ *   the summaries on connect as columns, docs/protocol.md)
  */
-export function liveUrl(location, token) {
+export function liveUrl(location, token, params = {}) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const query = token ? `?token=${encodeURIComponent(token)}` : "";
-  return `${scheme}//${location.host}/ws/live${query}`;
+  const query = new URLSearchParams(token ? { token } : {});
+  for (const [k, v] of Object.entries(params)) query.set(k, v);
+  const text = query.toString().replace(/\+/g, "%20");
+  return `${scheme}//${location.host}/ws/live${text ? `?${text}` : ""}`;
 }
 
 /**

@@ -59,9 +59,18 @@ export class Series {
     // counts as out of order (drawing relies on ascending x being sorted).
     this.stepsAscending &&= !(steps[0] < this.buffer.last(STEP)) && !Number.isNaN(steps[0]) && isAscending(steps);
     this.wallsAscending &&= !(walls[0] < this.buffer.last(WALL)) && !Number.isNaN(walls[0]) && isAscending(walls);
-    const smoothed = new Float64Array(values.length);
-    this.ema.fill(values, smoothed);
-    this.buffer.push(steps, walls, values, smoothed);
+    const n = values.length;
+    if (n <= this.buffer.capacity) {
+      // The smoothed values are written in place, after the raw ones are copied into their slot:
+      // no array per append (50 live runs of 10 tags append 500 times a second).
+      this.buffer.push(steps, walls, values, values);
+      const smoothed = this.buffer.column(SMOOTHED);
+      this.ema.fill(values, smoothed.subarray(smoothed.length - n));
+    } else {
+      const smoothed = new Float64Array(n);
+      this.ema.fill(values, smoothed);
+      this.buffer.push(steps, walls, values, smoothed);
+    }
     this.extremes.append(values);
     this.version++;
   }
