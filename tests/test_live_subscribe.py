@@ -266,3 +266,57 @@ async def test_batched_live_frames_come_one_message_per_tick(tmp_path, nursery):
                 # 200 batches sent one at a time, acknowledged each: far fewer messages.
                 assert messages < 150, messages
                 assert LIVE_TICK <= 0.1
+
+
+async def test_a_followed_run_is_primed_and_its_snapshot_stays_exact_as_it_grows(
+    tmp_path, monkeypatch
+):
+    """``serve`` reads the newest followed run's snapshot scalars while the first page loads;
+    that page's snapshot then reads no chunk, and once the run grows a snapshot has every point
+    (the kept reads are dropped, never served stale)."""
+    import recorder
+    from recorder.reader import RunReader
+    from tests.conftest import wait_until
+
+    reads = []
+    original = RunReader._downsample_stream
+
+    def counted(self, tag, start, end, max_points, *args):
+        if max_points == 2000:  # a snapshot's (the run's summary reads 2 points)
+            reads.append(tag)
+        return original(self, tag, start, end, max_points, *args)
+
+    monkeypatch.setattr(RunReader, "_downsample_stream", counted)
+    writer = recorder.RunWriter(tmp_path / "r", sync="never")
+    for tag in ("loss", "acc"):
+        s = np.arange(5000)
+        writer.append_scalars(tag, s, 1.7e9 + s, s * 0.5)
+    writer.flush()
+    broker = Broker(tmp_path)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(partial(broker.follow, 0.05))
+            await wait_until(lambda: len(reads) >= 2, 20, "the run's snapshot read once")
+            assert sorted(reads) == ["acc", "loss"]
+            sub = broker.subscribe()
+            (frame,) = await broker.snapshot(sub, max_points=2000)
+            assert len(reads) == 2  # nothing read again
+            (loss,) = (c for c in msgpack.unpackb(frame)["scalars"] if c[0] == "loss")
+            steps = np.frombuffer(loss[1], "<f8")
+            assert len(steps) <= 2000 and steps[0] == 0 and steps[-1] == 4999
+            broker.unsubscribe(sub)
+            s = np.arange(5000, 5010)
+            writer.append_scalars("loss", s, 1.7e9 + s, s * 0.5)
+            writer.flush()
+            sub = broker.subscribe()
+            for _ in range(600):  # until the follower polled the new points
+                (frame,) = await broker.snapshot(sub, max_points=2000)
+                (loss,) = (c for c in msgpack.unpackb(frame)["scalars"] if c[0] == "loss")
+                if np.frombuffer(loss[1], "<f8")[-1] == 5009:
+                    break
+                await trio.sleep(0.05)
+            assert np.frombuffer(loss[1], "<f8")[-1] == 5009
+            assert np.frombuffer(loss[3], "<f8")[-1] == 5009 * 0.5
+            nursery.cancel_scope.cancel()
+    writer.close()

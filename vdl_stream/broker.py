@@ -1007,7 +1007,8 @@ class Broker:
     async def _warm_up(self) -> None:
         """Open the reader of one followed run not opened yet, the most recently written first,
         while the readers' budget has room (or none is open), so that the first page finds it
-        open; discovery itself opens nothing, so that serve starts at once."""
+        open and its snapshot's scalars read (:func:`_open_primed`); discovery itself opens
+        nothing, so that serve starts at once."""
         if self._cache.index >= self._cache.budget and self._cache.sizes:
             return
         waiting = [
@@ -1022,7 +1023,7 @@ class Broker:
             if run.reader is not None or self._runs.get(run.name) is not run:
                 return
             try:
-                await trio.to_thread.run_sync(_open_reader, run, limiter=self._read_limiter)
+                await trio.to_thread.run_sync(_open_primed, run, limiter=self._read_limiter)
             except Exception as exc:  # one unreadable run never stops the others
                 self._read_failed(run, exc)
                 return
@@ -2228,6 +2229,14 @@ def _open_reader(run: _Run, limit: Any = None) -> recorder.RunReader:
         run.reader.refresh(run.position if limit is None else limit)
     run.used = time.monotonic()
     return run.reader
+
+
+def _open_primed(run: _Run) -> None:
+    """Open a followed run's reader and read its snapshot's scalars once (blocking; hold
+    ``run.lock``): the reader keeps downsampled reads until the run changes, so the first page's
+    snapshot of it finds them read (about 0.2 s of CPU for a 24-hour run's ten tags)."""
+    _open_reader(run)
+    _snapshot_scalars(run, run.position, SNAPSHOT_POINTS)
 
 
 def _poll(run: _Run) -> list[recorder.Record]:

@@ -24,6 +24,7 @@ from recorder import (
     add_summaries,
     blocks,
     framing,
+    reader,
 )
 from recorder.downsample import downsample
 from recorder.reader import RunReader as _Reader
@@ -40,6 +41,18 @@ def lod_slice(size: int | None):
         yield
     finally:
         blocks.LOD_SLICE = old
+
+
+@contextlib.contextmanager
+def streamed():
+    """Downsample chunk by chunk (from summaries where there are) whatever the tag's length: a
+    short tag is otherwise decoded whole (``SMALL_DOWNSAMPLE``)."""
+    old = reader.SMALL_DOWNSAMPLE
+    reader.SMALL_DOWNSAMPLE = 0
+    try:
+        yield
+    finally:
+        reader.SMALL_DOWNSAMPLE = old
 
 
 def identical(a, b) -> bool:
@@ -121,10 +134,13 @@ def test_downsampling_from_summaries_equals_downsampling_every_point(
             w.close()
         for tag in ("a", "b"):
             for m in max_points:
+                want = full_then_downsample(path, tag, start, end, m)
                 with RunReader(path) as r:
                     got = r.read_scalars(tag, start=start, end=end, max_points=m)
-                want = full_then_downsample(path, tag, start, end, m)
                 assert identical(got, want), (tag, m)
+                with streamed(), RunReader(path) as r:
+                    got = r.read_scalars(tag, start=start, end=end, max_points=m)
+                assert identical(got, want), (tag, m, "streamed")
         if not close:
             w.close()
 
