@@ -1321,7 +1321,8 @@ class _Buckets:
 
     def _take_chunks(self) -> None:
         """The extremes of the summary slices that lie in one bucket, and of the points of the
-        others (read one slice at a time)."""
+        others that may hold a bucket's minimum or maximum (read one slice at a time)."""
+        groups = []
         for size in sorted({c.lod.size for c in self.chunks}):
             which = [i for i, c in enumerate(self.chunks) if c.lod.size == size]
             lods = [self.chunks[i].lod for i in which]
@@ -1337,8 +1338,7 @@ class _Buckets:
             if self.any:
                 split |= self._bucket_of(first) != self._bucket_of(last)
             cut = np.flatnonzero(split)
-            if len(cut):
-                self._take_cut(cut, chunk_of, slice_of, starts, stops, first, last)
+            groups.append((lods, cut, (chunk_of, slice_of, starts, stops, first, last)))
             if not self.any:
                 continue
             clean = np.flatnonzero(~split)
@@ -1349,6 +1349,43 @@ class _Buckets:
                     for col in ("i", "v", "s", "w")
                 ]
                 self.cand[name].append((at[clean] + cols[0], *cols[1:], none, none, none))
+        bests = self._bests() if self.any else None
+        for lods, cut, rows in groups:
+            if bests is not None and len(cut):
+                cut = cut[self._may_matter(lods, cut, rows[4], rows[5], *bests)]
+            if len(cut):
+                self._take_cut(cut, *rows)
+
+    def _bests(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each bucket's least and greatest candidate value so far (NaN if one is NaN; +inf and
+        -inf for a bucket without candidates)."""
+        out = []
+        for name, reduce, none in (("min", np.minimum, np.inf), ("max", np.maximum, -np.inf)):
+            best = np.full(self.full + 1, none)
+            for index, values, *_ in self.cand[name]:
+                inner = (index > 0) & (index < self.n - 1)
+                with np.errstate(invalid="ignore"):  # a NaN propagates (no warning wanted)
+                    reduce.at(best, self._bucket_of(index[inner]), values[inner])
+            out.append(best)
+        return out[0], out[1]
+
+    def _may_matter(self, lods, cut, first, last, low, high) -> np.ndarray:
+        """Which of the slices ``cut`` (each across a bucket edge, or holding the first or the
+        last point) must be read: one holding an end, or whose summary extreme may be the
+        minimum or maximum of a bucket it lies in, given the other candidates (``low`` and
+        ``high`` from :meth:`_bests`). A slice whose minimum is above a bucket's least candidate
+        holds none of the bucket's first minimum (ties and NaN are read: the first of equal
+        values, or a NaN, may lie in it), and likewise for the maximum; so skipping it changes
+        nothing in the result."""
+        vmin = np.concatenate([lod.vmin for lod in lods])[cut]
+        vmax = np.concatenate([lod.vmax for lod in lods])[cut]
+        f, l = first[cut], last[cut]  # noqa: E741
+        need = (f == 0) | (l == self.n - 1) | np.isnan(vmin) | np.isnan(vmax)
+        for index in (np.maximum(f, 1), np.minimum(l, self.n - 2)):  # the buckets it lies in
+            b = np.clip(self._bucket_of(index), 0, self.full)
+            need |= ~np.isnan(low[b]) & (vmin <= low[b])
+            need |= ~np.isnan(high[b]) & (vmax >= high[b])
+        return need
 
     def _take_cut(self, cut, chunk_of, slice_of, starts, stops, first, last) -> None:
         """The points of the slices ``cut`` (rows of the other arrays), read one slice at a time:

@@ -320,3 +320,47 @@ async def test_a_followed_run_is_primed_and_its_snapshot_stays_exact_as_it_grows
             assert np.frombuffer(loss[3], "<f8")[-1] == 5009 * 0.5
             nursery.cancel_scope.cancel()
     writer.close()
+
+
+async def test_runs_snapshots_are_read_several_at_once_each_run_in_order(tmp_path, monkeypatch):
+    """A subscription to many runs reads ``SNAPSHOT_RUNS`` of them at once (their reads overlap
+    in the reader threads); each run still comes whole and in order (scalars, then events)."""
+    import threading
+
+    import recorder
+    from vdl_stream import broker as broker_module
+
+    names = [f"r{i}" for i in range(7)]
+    for k, name in enumerate(names):
+        with recorder.RunWriter(tmp_path / name, sync="never") as w:
+            s = np.arange(100)
+            w.append_scalars("loss", s, 1.7e9 + s, s + k)
+            w.append_record("text", "note", 1, 1.7e9, {"text": name})
+    both = threading.Barrier(2, timeout=10)  # broken (a failure) unless two reads overlap
+    real = broker_module._snapshot_scalars
+
+    def overlapping(run, limit, max_points):
+        if run.name in ("r0", "r1"):
+            both.wait()
+        return real(run, limit, max_points)
+
+    monkeypatch.setattr(broker_module, "_snapshot_scalars", overlapping)
+    broker = Broker(tmp_path)
+    frames: list[dict] = []
+
+    async def keep(frame: bytes) -> None:
+        frames.append(msgpack.unpackb(frame))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(partial(broker.follow, 0.05))
+            sub = broker.subscribe()
+            await broker.send_snapshot(sub, keep, 2000, split=True)
+            nursery.cancel_scope.cancel()
+    assert sorted(sub.snapshots) == names
+    for k, name in enumerate(names):
+        mine = [f for f in frames if f["run"] == name]
+        assert [f["type"] for f in mine] == ["snapshot", "snapshot_events"], (name, mine)
+        assert np.frombuffer(mine[0]["scalars"][0][3], "<f8")[0] == k
+        assert [e["text"] for e in mine[1]["events"]] == [name]
