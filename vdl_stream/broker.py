@@ -57,6 +57,10 @@ UNTAGGED_SNAPSHOT["alert"] = 10 * SNAPSHOT_EVENTS
 SNAPSHOT_POINTS = 2000
 #: Snapshot frames read ahead of the one being sent (``Broker.send_snapshot``).
 SNAPSHOT_AHEAD = 2
+#: Runs whose snapshots are read at once for one subscription (``Broker.send_snapshot``): their
+#: reads overlap in the reader threads (``READ_THREADS``: file reads, numpy and zlib release the
+#: GIL) and with encoding and sending on the event loop.
+SNAPSHOT_RUNS = 3
 #: Default budget for decoded data kept by runs' readers between reads.
 DEFAULT_CACHE_BYTES = 128 << 20
 #: Default seconds after which an unused reader is closed.
@@ -1007,7 +1011,8 @@ class Broker:
     async def _warm_up(self) -> None:
         """Open the reader of one followed run not opened yet, the most recently written first,
         while the readers' budget has room (or none is open), so that the first page finds it
-        open; discovery itself opens nothing, so that serve starts at once."""
+        open and its snapshot's scalars read (:func:`_open_primed`); discovery itself opens
+        nothing, so that serve starts at once."""
         if self._cache.index >= self._cache.budget and self._cache.sizes:
             return
         waiting = [
@@ -1022,7 +1027,10 @@ class Broker:
             if run.reader is not None or self._runs.get(run.name) is not run:
                 return
             try:
-                await trio.to_thread.run_sync(_open_reader, run, limiter=self._read_limiter)
+                # Primed while decoded data has room: a long list of runs read one a second
+                # never pushes out what pages read.
+                prime = self._cache.data < self._cache.budget // 2
+                await trio.to_thread.run_sync(_open_primed, run, prime, limiter=self._read_limiter)
             except Exception as exc:  # one unreadable run never stops the others
                 self._read_failed(run, exc)
                 return
@@ -1639,8 +1647,10 @@ class Broker:
                 true) and then ``snapshot_events`` with its events, so that a page draws its
                 charts before the histograms and images are read, sent and decoded.
 
-        Frames are sent by a task of their own while the next ones are read; a run counts as
-        sent (``sub.snapshots``) once its last frame was handed to ``send``.
+        Frames are sent by a task of their own while the next ones are read, up to
+        ``SNAPSHOT_RUNS`` runs at a time, taken in the order of ``runs``: each run's frames go in
+        order, frames of different runs may interleave. A run counts as sent
+        (``sub.snapshots``) once its last frame was handed to ``send``.
         """
         # Batches ingested before the subscription were never offered to ``sub``: the snapshot
         # must hold them, so wait until they are written. Nothing to wait for when only
@@ -1656,13 +1666,19 @@ class Broker:
                 if done is not None:
                     sub.snapshots[done] = max_points
 
+        queue = iter(names)  # shared by the readers: each takes the next run
+
+        async def reader() -> None:
+            for name in queue:
+                for item in await self._snapshot_frames(sub, name, max_points, split, to_send):
+                    await to_send.send(item)
+                await self._trim()
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sender)
-            async with to_send:
-                for name in names:
-                    for item in await self._snapshot_frames(sub, name, max_points, split, to_send):
-                        await to_send.send(item)
-                    await self._trim()
+            async with to_send, trio.open_nursery() as readers:
+                for _ in range(min(SNAPSHOT_RUNS, len(names))):
+                    readers.start_soon(reader)
 
     async def _snapshot_frames(
         self,
@@ -2228,6 +2244,18 @@ def _open_reader(run: _Run, limit: Any = None) -> recorder.RunReader:
         run.reader.refresh(run.position if limit is None else limit)
     run.used = time.monotonic()
     return run.reader
+
+
+def _open_primed(run: _Run, prime: bool) -> None:
+    """Open a followed run's reader and, with ``prime``, read its snapshot's scalars once
+    (blocking; hold ``run.lock``): the reader keeps downsampled reads until the run changes, so
+    the first page's snapshot of it finds them read (about 0.2 s of CPU for a 24-hour run's ten
+    tags, 2 ms for ten tags of 10,000 points)."""
+    _open_reader(run)
+    if prime:
+        _snapshot_scalars(run, run.position, SNAPSHOT_POINTS)
+    else:
+        _measure(run)
 
 
 def _poll(run: _Run) -> list[recorder.Record]:
