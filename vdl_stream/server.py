@@ -25,6 +25,7 @@ import resource
 import socket
 import time
 import unicodedata
+import zlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -36,10 +37,12 @@ from urllib.parse import parse_qsl
 import numpy as np
 import trio
 from hypercorn.config import Config
+from hypercorn.protocol import ws_stream
 from hypercorn.trio import serve as hypercorn_serve
 from quart import Blueprint, Response, jsonify, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
+from wsproto.extensions import PerMessageDeflate
 
 from recorder import RecorderError
 
@@ -1280,6 +1283,8 @@ async def serve_dashboard(
     config.accesslog = None  # access logs would carry ?token= query strings
     config.loglevel = "WARNING"  # our own start-up line says where we listen
     config.graceful_timeout = 2.0
+    # hypercorn offers its WebSockets this extension by name; it has no setting for the level.
+    ws_stream.PerMessageDeflate = QuickDeflate
     accept_log = logging.getLogger("trio.serve_listeners")
     once = _AcceptErrorsOnce()
     accept_log.addFilter(once)
@@ -1291,6 +1296,21 @@ async def serve_dashboard(
             task_status.started(_url(host, bound_port))
     finally:
         accept_log.removeFilter(once)
+
+
+class QuickDeflate(PerMessageDeflate):
+    """permessage-deflate at zlib level 1 instead of the default 6.
+
+    Frames are mostly packed float64 columns, which level 6 shrinks no further than level 1
+    (a 0.96 MB snapshot frame: 511 kB against 517 kB) at three times the CPU (45 against 15 ms
+    here), and the compression runs on the event loop, in front of every other browser's frames.
+    """
+
+    def frame_outbound(self, proto: Any, opcode: Any, rsv: Any, data: bytes, fin: bool) -> Any:
+        if self._compressor is None:  # made here, as the base class would, but at level 1
+            bits = self.client_max_window_bits if proto.client else self.server_max_window_bits
+            self._compressor = zlib.compressobj(1, zlib.DEFLATED, -int(bits))
+        return super().frame_outbound(proto, opcode, rsv, data, fin)
 
 
 async def _until_closed(
