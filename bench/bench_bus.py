@@ -1,6 +1,17 @@
-"""Several brokers, one dashboard: ``vdl-stream serve --bus`` on one host, a real redis-server.
+"""Several brokers, one dashboard: ``vdl-stream serve --bus`` on one host, a real redis-server;
+and how soon a freshly spawned ``serve`` shows its first chart.
 
-Three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
+``start`` (run only when named: ``--only start``): cold starts, from the process spawn. A bucket
+on moto's S3 server (127.0.0.1) holds ``--start-runs`` runs recorded through
+``attach(logdir="s3://...")``; its writers' cache holds the same runs on local disk. ``--repeat``
+times, interleaved: ``vdl-stream --help`` (spawn to its usage), ``vdl-stream demo`` (spawn to
+the line with its dashboard's URL), and ``vdl-stream serve`` over the local directory and over
+the bucket (an empty ``--cache-dir``), each from spawn to the line saying it serves and to the
+first run's snapshot on ``/ws/live`` (the first chart). With ``--base DIR`` (a checkout of
+another commit) every case also runs that checkout's code, interleaved, so both see the same
+load; medians are reported.
+
+The other three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
 the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing one log directory:
 
 0. ``hop``: Redis alone, through coredis on trio as the bus uses it: one pipelined ``XADD`` of a
@@ -21,6 +32,7 @@ Only 127.0.0.1 is used; every loop is bounded; every process started is stopped 
 
 Usage: python bench/bench_bus.py [--quick] [--seconds S] [--rate N] [--writers N] [--kills N]
                                  [--seed N] [--json PATH] [--keep DIR] [--skip PHASE ...]
+                                 [--only PHASE ...] [--repeat N] [--start-runs N] [--base DIR]
 
 ``--keep DIR``: when the failover phase loses or duplicates a step, its log directory and the
 brokers' logs are copied to ``DIR/failover-seed<N>`` (``damaged_runs`` in the results says which
@@ -31,8 +43,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import select
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,7 +77,10 @@ from trio_websocket import open_websocket_url
 import recorder
 from vdl_stream import attach, codec
 
-PHASES = ("hop", "latency", "failover")
+PHASES = ("hop", "latency", "failover", "start")
+#: Phases run when --only does not name them.
+DEFAULT_PHASES = ("hop", "latency", "failover")
+REPO = Path(__file__).resolve().parent.parent
 BROKERS = 3
 #: Lease ttl given to the brokers of the failover phase (``--bus-lease``): how long a killed
 #: broker's runs wait (the latency phase runs the default).
@@ -358,7 +377,15 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
             "subscribers": [s["subscribers"] for s in stats],
             "broker_cpu_per_s": [round(c / elapsed, 2) for c in cpu],
             "load_average": [round(x, 1) for x in load],
-            "xadd_per_s": round(published / elapsed),
+            "batches_published_per_s": round(published / elapsed),
+            # stream entries (XADDs): batches of a run merged per publish tick while busy
+            "xadd_per_s": round(
+                sum(
+                    s["bus"].get("entries", 0) - b["bus"].get("entries", 0)
+                    for s, b in zip(stats, stats_before, strict=True)
+                )
+                / elapsed
+            ),
             "redis_commands_per_s": round(commands / elapsed),
             "redis_used_memory_mb": round(int(memory.get("used_memory", 0)) / 2**20, 1),
         }
@@ -453,6 +480,128 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
     }
 
 
+# -- phase 3: cold starts ----------------------------------------------------------------------
+
+
+def _spawn_until(tree: Path, argv: list[str], marker: str, cwd: Path) -> float:
+    """Seconds from spawning ``python -m vdl_stream.cli ARGV`` (``tree``'s code) until its
+    output holds ``marker``; the process is stopped afterwards."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vdl_stream.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,  # not the checkout: Python puts the working directory first on sys.path
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)},
+    )
+    STARTED.add(proc)
+    out = b""
+    deadline = t0 + 60
+    try:
+        while marker.encode() not in out and time.perf_counter() < deadline:
+            left = max(0.0, deadline - time.perf_counter())
+            ready, _, _ = select.select([proc.stdout], [], [], left)
+            chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""
+            if not chunk:
+                break
+            out += chunk
+        elapsed = time.perf_counter() - t0
+        if marker.encode() not in out:
+            raise RuntimeError(f"vdl-stream {argv[0]} printed no {marker!r}: {out[-200:]!r}")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()
+    return elapsed
+
+
+async def _first_chart(ws: str, t0: float) -> float:
+    """Seconds from ``t0`` to the first run's snapshot on ``/ws/live`` (the page's subscribe)."""
+    subscribe = {"type": "subscribe", "runs": None, "max_points": 2000, "split": True}
+    async with open_websocket_url(ws + "/ws/live", max_message_size=MAX_MESSAGE) as conn:
+        await conn.send_message(codec.encode_message(subscribe))
+        while True:
+            if codec.decode_message(await conn.get_message())["type"] == "snapshot":
+                return time.perf_counter() - t0
+
+
+def _serve_cold(tree: Path, logdir: str, workdir: Path, *extra: str) -> dict[str, float]:
+    """Spawn a serve of ``tree`` over ``logdir``: seconds to its URL line and to a first chart."""
+    t0 = time.perf_counter()
+    server = ServeProcess(logdir, workdir / "serve-start.log", *extra, tree=tree)  # type: ignore[arg-type]
+    try:
+        ready = time.perf_counter() - t0
+
+        async def main() -> float:
+            with trio.fail_after(60):
+                return await _first_chart(server.ws, t0)
+
+        return {"ready_s": ready, "first_chart_s": trio.run(main)}
+    finally:
+        server.stop()
+
+
+def phase_start(args: argparse.Namespace, workdir: Path) -> dict:
+    from tests.s3_server import MotoServer, restore_env, set_env
+    from vdl_stream import storage
+
+    moto = MotoServer()
+    old = set_env({**moto.env(), "VDL_STREAM_CACHE": str(workdir / "writer-cache")})
+    try:
+        moto.create_bucket("start")
+        url = "s3://start/runs"
+        steps = 2000 if args.quick else 20_000
+        for r in range(args.start_runs):
+            with attach(logdir=url, run=f"exp/run{r:02d}", telemetry=False) as writer:
+                for i in range(steps):
+                    writer.add_scalar("train/loss", 1.0 / (i + 1), i)
+                    writer.add_scalar("train/acc", i / steps, i)
+                    if i % 10 == 0:
+                        writer.flush()  # a live run's cadence: the broker compacts as it goes
+                writer.add_text("notes", "bench", 1)
+        local = str(storage.cache_dir(url))  # the writers' cache holds the runs whole
+        trees = {"this": REPO, **({"base": args.base.resolve()} if args.base else {})}
+        samples: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
+        for i in range(args.repeat):
+            for name, tree in trees.items():  # interleaved: every tree sees the same load
+                got = samples[name]
+                got.setdefault("help_s", []).append(
+                    _spawn_until(tree, ["--help"], "usage:", workdir)
+                )
+                demo = ["demo", "--logdir", str(workdir / f"demo-{name}-{i}"), "--port", "0"]
+                got.setdefault("demo_url_s", []).append(
+                    _spawn_until(tree, demo, "dashboard at", workdir)
+                )
+                for where, logdir, extra in (
+                    ("local", local, ()),
+                    ("bucket", url, ("--cache-dir", str(workdir / f"cold-{name}-{i}"))),
+                ):
+                    for key, value in _serve_cold(tree, logdir, workdir, *extra).items():
+                        got.setdefault(f"serve_{where}_{key}", []).append(value)
+        return {
+            "runs": args.start_runs,
+            "steps": steps,
+            "repeat": args.repeat,
+            "load_average": [round(x, 1) for x in psutil.getloadavg()],
+            **{
+                name: {k: round(statistics.median(v), 3) for k, v in got.items()}
+                for name, got in samples.items()
+            },
+            "samples": {
+                name: {k: [round(x, 3) for x in v] for k, v in got.items()}
+                for name, got in samples.items()
+            },
+        }
+    finally:
+        restore_env(old)
+        moto.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="short phases (development)")
@@ -466,18 +615,31 @@ def main() -> None:
         "--keep", type=Path, help="failover: copy the log directory and logs here on a loss"
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=PHASES)
+    parser.add_argument(
+        "--only", nargs="*", choices=PHASES, help="run these phases (default: all but start)"
+    )
+    parser.add_argument("--repeat", type=int, default=None, help="start: cold starts per case")
+    parser.add_argument("--start-runs", type=int, default=3, help="start: runs in the bucket")
+    parser.add_argument(
+        "--base", type=Path, help="start: also time this checkout's code (another commit)"
+    )
     args = parser.parse_args()
     args.seconds = args.seconds or (4.0 if args.quick else 15.0)
     args.writers = args.writers or (12 if args.quick else 48)
+    args.repeat = args.repeat or (3 if args.quick else 5)
+    chosen = args.only if args.only is not None else DEFAULT_PHASES
     results = {}
     try:
         for phase in PHASES:
-            if phase in args.skip:
+            if phase in args.skip or phase not in chosen:
                 continue
             with tempfile.TemporaryDirectory(prefix=f"bench-bus-{phase}-") as tmp:
-                run = {"hop": phase_hop, "latency": phase_latency, "failover": phase_failover}[
-                    phase
-                ]
+                run = {
+                    "hop": phase_hop,
+                    "latency": phase_latency,
+                    "failover": phase_failover,
+                    "start": phase_start,
+                }[phase]
                 results[phase] = run(args, Path(tmp))
             print(json.dumps({phase: results[phase]}, indent=1), flush=True)
     finally:
