@@ -20,12 +20,6 @@ from .errors import PortInUseError, unwrap
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
-    from .server import Limits, check_token, run_server
-
-    try:
-        check_token(args.token)  # --token "$UNSET" must not serve without authentication
-    except ValueError as exc:
-        return _fail(exc)
     if args.bus is not None:
         from .bus import check_bus_url
 
@@ -45,6 +39,9 @@ def _serve(args: argparse.Namespace) -> int:
             storage.HEAD_INTERVAL = args.head_interval
         if args.store_cache_mb is not None:
             storage.READ_CACHE_BYTES = args.store_cache_mb << 20
+        # The bucket's listing and the runs' first objects are fetched while the web server is
+        # imported below (network waits beside CPU work); run_server's sync takes the result.
+        storage.start_early_mirror(args.logdir, storage.cache_dir(args.logdir, args.cache_dir))
     else:
         for flag, value in (
             ("--head-interval", args.head_interval),
@@ -56,6 +53,12 @@ def _serve(args: argparse.Namespace) -> int:
                 )
         if Path(args.logdir).exists() and not Path(args.logdir).is_dir():
             return _fail(ValueError(f"--logdir {args.logdir} is not a directory"))
+    from .server import Limits, check_token, run_server
+
+    try:
+        check_token(args.token)  # --token "$UNSET" must not serve without authentication
+    except ValueError as exc:
+        return _fail(exc)
     try:
         engine, notifier = _alerts(args)
     except (OSError, ValueError) as exc:
