@@ -483,9 +483,17 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
 # -- phase 3: cold starts ----------------------------------------------------------------------
 
 
-def _spawn_until(tree: Path, argv: list[str], marker: str, cwd: Path) -> float:
+def _cpu(pid: int) -> float:
+    """CPU seconds process ``pid`` used so far (its threads included): unlike wall time, barely
+    moved by the other work on a shared machine."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def _spawn_until(tree: Path, argv: list[str], marker: str, cwd: Path) -> tuple[float, float]:
     """Seconds from spawning ``python -m vdl_stream.cli ARGV`` (``tree``'s code) until its
-    output holds ``marker``; the process is stopped afterwards."""
+    output holds ``marker``, and the CPU seconds it used by then; the process is stopped
+    afterwards (``--help`` exits by itself: its CPU time is then its whole run's)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "vdl_stream.cli", *argv],
@@ -506,6 +514,12 @@ def _spawn_until(tree: Path, argv: list[str], marker: str, cwd: Path) -> float:
                 break
             out += chunk
         elapsed = time.perf_counter() - t0
+        try:
+            cpu = _cpu(proc.pid)
+        except psutil.NoSuchProcess:
+            cpu = float("nan")
+        if proc.poll() is not None:  # exited (--help): its rusage is whole
+            proc.wait()
         if marker.encode() not in out:
             raise RuntimeError(f"vdl-stream {argv[0]} printed no {marker!r}: {out[-200:]!r}")
     finally:
@@ -517,7 +531,7 @@ def _spawn_until(tree: Path, argv: list[str], marker: str, cwd: Path) -> float:
                 proc.kill()
                 proc.wait()
         proc.stdout.close()
-    return elapsed
+    return elapsed, cpu
 
 
 async def _first_chart(ws: str, t0: float) -> float:
@@ -541,7 +555,8 @@ def _serve_cold(tree: Path, logdir: str, workdir: Path, *extra: str) -> dict[str
             with trio.fail_after(60):
                 return await _first_chart(server.ws, t0)
 
-        return {"ready_s": ready, "first_chart_s": trio.run(main)}
+        first = trio.run(main)
+        return {"ready_s": ready, "first_chart_s": first, "cpu_at_first_chart_s": _cpu(server.pid)}
     finally:
         server.stop()
 
@@ -570,13 +585,14 @@ def phase_start(args: argparse.Namespace, workdir: Path) -> dict:
         for i in range(args.repeat):
             for name, tree in trees.items():  # interleaved: every tree sees the same load
                 got = samples[name]
-                got.setdefault("help_s", []).append(
-                    _spawn_until(tree, ["--help"], "usage:", workdir)
-                )
                 demo = ["demo", "--logdir", str(workdir / f"demo-{name}-{i}"), "--port", "0"]
-                got.setdefault("demo_url_s", []).append(
-                    _spawn_until(tree, demo, "dashboard at", workdir)
-                )
+                for key, argv, marker in (
+                    ("help", ["--help"], "usage:"),
+                    ("demo_url", demo, "dashboard at"),
+                ):
+                    wall, cpu = _spawn_until(tree, argv, marker, workdir)
+                    got.setdefault(f"{key}_s", []).append(wall)
+                    got.setdefault(f"{key}_cpu_s", []).append(cpu)
                 for where, logdir, extra in (
                     ("local", local, ()),
                     ("bucket", url, ("--cache-dir", str(workdir / f"cold-{name}-{i}"))),
