@@ -9,7 +9,9 @@ the line with its dashboard's URL), and ``vdl-stream serve`` over the local dire
 the bucket (an empty ``--cache-dir``), each from spawn to the line saying it serves and to the
 first run's snapshot on ``/ws/live`` (the first chart). With ``--base DIR`` (a checkout of
 another commit) every case also runs that checkout's code, interleaved, so both see the same
-load; medians are reported.
+load; medians are reported. ``--pyc``: with compiled bytecode, as an installed package has it
+(a ``PYTHONPYCACHEPREFIX`` in the work directory, filled by a first spawn of each checkout that is
+not counted); without it, what ``PYTHONDONTWRITEBYTECODE=1`` gives: every module compiled anew.
 
 The other three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
 the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing one log directory:
@@ -567,6 +569,7 @@ def phase_start(args: argparse.Namespace, workdir: Path) -> dict:
 
     moto = MotoServer()
     old = set_env({**moto.env(), "VDL_STREAM_CACHE": str(workdir / "writer-cache")})
+    no_bytecode = os.environ.get("PYTHONDONTWRITEBYTECODE")
     try:
         moto.create_bucket("start")
         url = "s3://start/runs"
@@ -581,6 +584,17 @@ def phase_start(args: argparse.Namespace, workdir: Path) -> dict:
                 writer.add_text("notes", "bench", 1)
         local = str(storage.cache_dir(url))  # the writers' cache holds the runs whole
         trees = {"this": REPO, **({"base": args.base.resolve()} if args.base else {})}
+        if args.pyc:
+            os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+            os.environ["PYTHONPYCACHEPREFIX"] = str(workdir / "pyc")
+            for tree in trees.values():  # compiles the modules serve and demo import, once
+                _serve_cold(tree, local, workdir)
+                _spawn_until(
+                    tree,
+                    ["demo", "--logdir", str(workdir / "demo-warm"), "--port", "0"],
+                    "dashboard at",
+                    workdir,
+                )
         samples: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
         for i in range(args.repeat):
             for name, tree in trees.items():  # interleaved: every tree sees the same load
@@ -600,6 +614,7 @@ def phase_start(args: argparse.Namespace, workdir: Path) -> dict:
                     for key, value in _serve_cold(tree, logdir, workdir, *extra).items():
                         got.setdefault(f"serve_{where}_{key}", []).append(value)
         return {
+            "bytecode_cached": args.pyc,
             "runs": args.start_runs,
             "steps": steps,
             "repeat": args.repeat,
@@ -615,6 +630,9 @@ def phase_start(args: argparse.Namespace, workdir: Path) -> dict:
         }
     finally:
         restore_env(old)
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        if no_bytecode is not None:
+            os.environ["PYTHONDONTWRITEBYTECODE"] = no_bytecode
         moto.stop()
 
 
@@ -638,6 +656,9 @@ def main() -> None:
     parser.add_argument("--start-runs", type=int, default=3, help="start: runs in the bucket")
     parser.add_argument(
         "--base", type=Path, help="start: also time this checkout's code (another commit)"
+    )
+    parser.add_argument(
+        "--pyc", action="store_true", help="start: with cached bytecode (an installed package)"
     )
     args = parser.parse_args()
     args.seconds = args.seconds or (4.0 if args.quick else 15.0)
