@@ -628,7 +628,8 @@ class StoreSync:
         early, self._early = self._early, None
         if early is None:
             return False
-        await trio.to_thread.run_sync(early.join, limiter=self._limiter)
+        # Abandoned on cancel (a serve stopped while starting): joining has no effect to undo.
+        await trio.to_thread.run_sync(early.join, limiter=self._limiter, abandon_on_cancel=True)
         done = early.sync
         if done is None:
             return False
