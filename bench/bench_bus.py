@@ -28,7 +28,9 @@ the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing on
 2. ``failover``: ``--writers`` ``attach(url=[a, b, c])`` writers (threads of this process, each
    broker first in a third of the lists) logging steadily; one broker SIGKILLed ``--kills`` times
    at random moments (and started again on its port after a random pause). Afterwards every run
-   is read back from disk: steps lost and steps duplicated must both be 0.
+   is read back from disk: steps lost and steps duplicated must both be 0. The flushes share one
+   120-s deadline; ``not_flushed`` names the writers that did not flush, with their statistics
+   (pending batches, refusals, the problem being retried).
 
 Only 127.0.0.1 is used; every loop is bounded; every process started is stopped in ``finally``.
 
@@ -403,6 +405,27 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
 # -- phase 2: SIGKILL failover -------------------------------------------------------------------
 
 
+#: Seconds the failover phase waits for every writer's flush, all together.
+FLUSH_DEADLINE = 120.0
+
+
+def _writer_state(writer) -> dict:
+    """What a writer that did not flush still holds and what it was told (its statistics)."""
+    stats = writer.statistics()
+    return {
+        k: getattr(stats, k)
+        for k in (
+            "pending_batches",
+            "refusals",
+            "send_failures",
+            "problem",
+            "batches",
+            "sent_batches",
+        )
+        if hasattr(stats, k)
+    }
+
+
 def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
     redis = RedisProcess(workdir)
     logdir = workdir / "logs"
@@ -446,7 +469,15 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
         stop.set()
         for t in threads:
             t.join(60)
-        flushed = [w.flush(120) for w in writers]
+        # One deadline for all the flushes (not 120 s each), so a stalled writer cannot hold the
+        # bench for an hour; the ones that did not flush are reported with their statistics.
+        deadline = time.monotonic() + FLUSH_DEADLINE
+        flushed = [w.flush(max(0.1, deadline - time.monotonic())) for w in writers]
+        stalled = {
+            f"fo{i:02d}": _writer_state(w)
+            for i, (w, ok) in enumerate(zip(writers, flushed, strict=True))
+            if not ok
+        }
     finally:
         stop.set()
         for w in writers:
@@ -479,6 +510,7 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
         "steps_duplicated": int(duplicated),
         "damaged_runs": damaged,
         "all_flushed": all(flushed),
+        "not_flushed": stalled,
     }
 
 
