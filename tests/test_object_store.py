@@ -152,6 +152,54 @@ def test_a_fresh_serve_serves_the_bucket_with_an_empty_cache(
         assert stop_serve(server) == 0
 
 
+async def test_the_first_look_at_the_bucket_begun_early_is_taken_not_repeated(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    """``serve`` begins the bucket's first mirror round before importing the web server
+    (storage.start_early_mirror); the StoreSync made next takes it: one listing, not two."""
+    await trio.to_thread.run_sync(_write, "exp/a", 2_000)
+    await trio.to_thread.run_sync(_write, "b", 300)
+    local = tmp_path / "early"
+    storage.start_early_mirror(URL, local)
+    storage.start_early_mirror(URL, local)  # a second call for the same place starts nothing
+    sync = storage.StoreSync(storage.ObstoreClient(URL), local)
+    assert sync._early is not None
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sync.run, done.wait)
+        stats = sync.statistics()
+        assert stats.requests["list"] == 1, stats.requests  # the early round's, taken
+        assert stats.runs_mirrored == 2
+        assert sorted(recorder.list_runs(local)) == ["b", "exp/a"]
+        assert _contents(local / "exp/a")["train/loss"][0] == list(range(2_000))
+        done.set()
+    # Taken once: a second sync over the same place mirrors by itself.
+    again = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "again")
+    assert again._early is None
+
+
+async def test_an_early_look_that_fails_leaves_the_first_round_to_the_sync(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    await trio.to_thread.run_sync(_write, "a", 200)
+    local = tmp_path / "early"
+    old = set_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})  # nothing listens there
+    try:
+        storage.start_early_mirror(URL, local)
+        early = storage._EARLY[(URL, local)]
+        await trio.to_thread.run_sync(early.join, 60)
+        assert early.sync is None  # it failed
+    finally:
+        restore_env(old)
+    sync = storage.StoreSync(storage.ObstoreClient(URL), local)
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sync.run, done.wait)
+        assert sync.statistics().runs_mirrored == 1  # mirrored by itself
+        assert recorder.list_runs(local) == ["a"]
+        done.set()
+
+
 _KILLED_WRITER = textwrap.dedent(
     """
     import sys, vdl_stream
