@@ -775,7 +775,8 @@ class RunReader:
         level-of-detail summary is not decoded at all when the buckets are at least two of its
         slices wide: its slices' extremes stand for their points, and only the slices a bucket
         edge (or the first or last point) falls in are read, a column range at a time. A tag of at
-        most ``SMALL_DOWNSAMPLE`` points in range is decoded whole and downsampled at once."""
+        most ``SMALL_DOWNSAMPLE`` points in range is decoded whole and downsampled at once, unless
+        the run is a mirror of one in an object store."""
         refs, firsts, smins, smaxs = self._pieces(tag)
         ceil = self._ceilings(refs, firsts, smins, smaxs)
         cols = self._parts.cols
@@ -804,7 +805,9 @@ class RunReader:
             points = kept(i)
             sizes[i] = 0 if points is None else len(points.steps)
         n = int(sizes.sum())
-        if n <= max(max_points, SMALL_DOWNSAMPLE):
+        # A mirror fetches what it decodes: there the slices' summaries cost fewer bytes.
+        small = 0 if self._catalog.remote else SMALL_DOWNSAMPLE
+        if n <= max(max_points, small):
             pieces: list[ScalarSeries] = []
             parts: list[int] = []  # a run of whole group parts, read together
             for i in [*np.flatnonzero(~skip).tolist(), None]:

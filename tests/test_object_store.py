@@ -254,7 +254,38 @@ def test_a_writer_killed_mid_run_leaves_the_bucket_and_its_local_head_intact(
     with vdl_stream.attach(logdir=URL, run="killed", telemetry=False):
         pass
     with storage.mirrored(URL) as tmp:
-        assert _contents(tmp / "killed")["x"][0] == local
+        got = _contents(tmp / "killed")["x"][0]
+        assert got == local, (len(got), len(local), len(published), flushed, got[-3:], local[-3:])
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_a_run_whose_last_manifest_was_put_but_not_recorded_is_still_published_from_here(
+    s3: MotoServer, ours: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process killed between a manifest's PUT and recording it in the run directory left
+    the record one generation behind the bucket, with that manifest as its pending one: the
+    next writer on this host publishes the rest. A manifest this host never announced (another
+    broker's) still stops it."""
+    client = storage.ObstoreClient(URL)
+    with vdl_stream.attach(logdir=URL, run="r", telemetry=False) as writer:
+        writer.add_scalar("x", 0.0, 0)
+    manifest = read_manifest(client, "r")
+    local = storage.cache_dir(URL) / "r"
+    # Points the bucket has not got yet (written with no store in the way), then the record
+    # as the kill left it: the generation before the bucket's, with or without that pending.
+    with recorder.RunWriter(local, sync="never") as more:
+        more.append_scalars("x", np.arange(1, 100), np.full(99, 1.7e9), np.arange(1.0, 100.0))
+    pending = manifest if ours else Manifest("r", manifest.files[:-1], manifest.generation)
+    storage._mark_published(local, manifest.generation - 1, pending=pending)
+    with (
+        caplog.at_level(logging.WARNING, "vdl_stream.storage"),
+        vdl_stream.attach(logdir=URL, run="other", telemetry=False),
+    ):
+        pass  # its broker publishes what the cache directory holds when it closes
+    with storage.mirrored(URL, ["r"]) as tmp:
+        steps = _contents(tmp / "r")["x"][0]
+    assert steps == (list(range(100)) if ours else [0])
+    assert any("newer version" in r.getMessage() for r in caplog.records) is not ours
 
 
 def test_a_store_that_is_down_never_stalls_the_writer_and_loses_nothing(

@@ -532,8 +532,7 @@ class StoreSync:
                 # it only if the store has not moved on since this host last published it
                 # (another broker took it over meanwhile: its manifest is the truth).
                 manifest = read_manifest(self.client, name)
-                mark = _published_generation(path)
-                if manifest is not None and mark is not None and mark != manifest.generation:
+                if manifest is not None and _published_here(path, manifest) is False:
                     self._fenced.add(name)
                     log.warning(
                         "run %r: the store holds a newer version of it (written through another "
@@ -541,9 +540,7 @@ class StoreSync:
                         name,
                     )
                     return
-                publisher = RunPublisher(
-                    self.client, name, str(path), head_interval=self.head_interval
-                )
+                publisher = self._publisher(name, path)
                 self._publishers[name] = publisher
             try:
                 signature = tuple(
@@ -682,7 +679,7 @@ class StoreSync:
                         raise
         with self._run_lock(name):
             mirror = self._mirrors.pop(name, None)
-            publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
+            publisher = self._publisher(name, path)
             if mirror is not None or RunMirror.is_mirror(str(path)):
                 if mirror is None:  # left by an earlier process
                     shutil.rmtree(path)
@@ -719,7 +716,7 @@ class StoreSync:
             and _has_segments(path)
             and (
                 (publisher is not None and publisher.generation >= manifest.generation)
-                or _published_generation(path) == manifest.generation
+                or _published_here(path, manifest) is True
             )
         )
         if not current:
@@ -730,12 +727,21 @@ class StoreSync:
             os.makedirs(path)
             for ref in manifest.files:
                 _write_whole(path / ref.name, self.client.get(ref.key))
-        publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
+        publisher = self._publisher(name, path)
         publisher.adopt(manifest)
         if manifest is not None:
             self._claim(name, path, publisher, manifest)
         self._publishers[name] = publisher
         self._fenced.discard(name)
+
+    def _publisher(self, name: str, path: Path) -> RunPublisher:
+        """A publisher of run ``name`` from ``path`` that records each manifest it is about to
+        PUT in the run directory (:func:`_mark_published`)."""
+        publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
+        publisher.announce = lambda manifest: _mark_published(
+            path, publisher.generation, pending=manifest
+        )
+        return publisher
 
     def _claim(self, name: str, path: Path, publisher: RunPublisher, manifest: Manifest) -> None:
         """PUT ``manifest`` again as a new generation, conditional on the one just read: from
@@ -845,21 +851,40 @@ def _take_early(client: Any, local_dir: Path, cache_bytes: int) -> _EarlyMirror 
     return early
 
 
-def _mark_published(path: Path, generation: int) -> None:
-    """Record in run directory ``path`` that this host published manifest ``generation``."""
+def _mark_published(path: Path, generation: int, pending: Manifest | None = None) -> None:
+    """Record in run directory ``path`` that this host published manifest ``generation``, and
+    the manifest it is about to PUT (``pending``), if any."""
+    record: dict[str, Any] = {"generation": generation}
+    if pending is not None:
+        record["pending"] = [pending.generation, _files_digest(pending)]
     with contextlib.suppress(OSError):  # only a shortcut: without it a take-over downloads
         tmp = path / (PUBLISHED_MARKER + ".tmp")
-        tmp.write_text(json.dumps({"generation": generation}))
+        tmp.write_text(json.dumps(record))
         os.replace(tmp, path / PUBLISHED_MARKER)
 
 
-def _published_generation(path: Path) -> int | None:
-    """The manifest generation this host last published of the run in ``path``, if known."""
+def _files_digest(manifest: Manifest) -> str:
+    """A digest of the files ``manifest`` names (their object keys name their contents)."""
+    names = json.dumps([[f.name, f.key, f.size, f.tail] for f in manifest.files])
+    return hashlib.blake2b(names.encode(), digest_size=8).hexdigest()
+
+
+def _published_here(path: Path, manifest: Manifest) -> bool | None:
+    """Whether the store's ``manifest`` of the run in ``path`` is one this host published: the
+    generation it recorded, or the one it was about to PUT when it stopped (same generation and
+    files: a broker that took the run over claims it with the files it found, never these).
+    None when this host recorded nothing of the run."""
     try:
-        value = json.loads((path / PUBLISHED_MARKER).read_text()).get("generation")
-    except (OSError, ValueError, AttributeError):
+        record = json.loads((path / PUBLISHED_MARKER).read_text())
+    except (OSError, ValueError):
         return None
-    return value if type(value) is int else None
+    if not isinstance(record, dict) or type(record.get("generation")) is not int:
+        return None
+    pending = record.get("pending")
+    return record["generation"] == manifest.generation or pending == [
+        manifest.generation,
+        _files_digest(manifest),
+    ]
 
 
 def _write_whole(path: Path, data: bytes) -> None:
