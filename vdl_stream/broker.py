@@ -39,6 +39,8 @@ from .alerts import ALERTS_WRITER, AlertEngine
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
 from .run_summary import CRASH_AFTER, RunSummary, summaries_frame
+from .telemetry import TAG_PREFIX as TELEMETRY_PREFIX
+from .telemetry import legacy_view
 
 log = logging.getLogger("vdl_stream.broker")
 
@@ -210,12 +212,14 @@ class Subscriber:
     def select(
         self, scalars: list[ScalarColumns], events: list[dict[str, Any]]
     ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
-        """Keep what the tag pattern matches; events without a tag (telemetry) always pass."""
+        """Keep what the tag pattern matches; telemetry (its reserved scalar tags, and the
+        untagged events of runs written before) always passes, as the page's System view shows it
+        whatever tags the charts are filtered to."""
         if self.tags is None:
             return scalars, events
         search = self.tags.search
         return (
-            [c for c in scalars if search(c.tag)],
+            [c for c in scalars if c.tag.startswith(TELEMETRY_PREFIX) or search(c.tag)],
             [e for e in events if e.get("tag") is None or search(e["tag"])],
         )
 
@@ -654,7 +658,9 @@ class Broker:
         run.local = True
         seq = self._fan_out(batch.run, batch.scalars, batch.events)
         if self.alerts is not None and batch.writer != ALERTS_WRITER:  # alerts block, below
-            self.alerts.observe(batch.run, batch.scalars, batch.events)
+            # Telemetry columns as the telemetry events the detectors read (one conversion,
+            # vdl_stream/telemetry.py): never training data to the stall rule.
+            self.alerts.observe(batch.run, *legacy_view(batch.scalars, batch.events))
         run.inflight[(batch.writer, batch.seq)] = seq
         ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
@@ -1054,7 +1060,7 @@ class Broker:
             if scalars or events:
                 self._fan_out(run.name, scalars, events)
                 if self.alerts is not None:  # alerts block, below: followed runs are watched too
-                    self.alerts.observe(run.name, scalars, events, followed=True)
+                    self.alerts.observe(run.name, *legacy_view(scalars, events), followed=True)
             self._cache.update(run)
 
     async def _offer_snapshot(self, run: _Run) -> None:
@@ -1823,7 +1829,8 @@ class Broker:
             return
         if run.summary is None:  # not expected: discovery and load_ingest_state set one
             run.summary = RunSummary(name, time.time())
-        run.summary.add(scalars, events, time.time())
+        # Telemetry columns count as telemetry, not as training tags or steps.
+        run.summary.add(*legacy_view(scalars, events), time.time())
 
     def writer_lost(self, runs: Iterable[str]) -> None:
         """The connection of a writer of ``runs`` ended: each of them that did not get the close

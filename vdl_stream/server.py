@@ -43,7 +43,7 @@ from werkzeug.exceptions import HTTPException
 
 from recorder import RecorderError
 
-from . import __version__, codec, embeddings, storage
+from . import __version__, codec, embeddings, storage, telemetry
 from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
@@ -713,18 +713,20 @@ def api_blueprint(broker: Broker) -> Blueprint:
 
     @bp.get("/api/telemetry")
     async def api_telemetry() -> Any:
+        """Every telemetry field of a run over wall time: its ``@telemetry/`` scalar tags, and
+        the ``telemetry`` events of a run written before those (converted in telemetry.py)."""
         name = _query("run")
         try:
-            events = await broker.read_events(name, "telemetry")
+            columns = telemetry.columns_from_events(await broker.read_events(name, "telemetry"))
+            for tag, info in (await broker.tags(name)).items():
+                if info.kind == "scalars" and telemetry.is_telemetry_tag(tag):
+                    s = await broker.read_scalars(name, tag, start=None, end=None, max_points=None)
+                    columns.append(codec.ScalarColumns(tag, s.steps, s.walls, s.values))
         except KeyError:
             return _error(404, f"no run named {name!r}")
-        series: dict[str, dict[str, list[float | None]]] = {}
-        for event in events:
-            source = f"{event.get('host', '?')}/rank{event.get('rank', 0)}"
-            for field, value in event.get("fields", {}).items():
-                s = series.setdefault(f"{source}/{field}", {"wall_times": [], "values": []})
-                s["wall_times"].append(event["wall"])
-                s["values"].append(_finite(value))
+        series = telemetry.series(columns)
+        for s in series.values():
+            s["values"] = [_finite(v) for v in s["values"]]
         return jsonify(run=name, series=series)
 
     @bp.get("/api/alerts")
