@@ -33,6 +33,7 @@ import numpy as np
 import recorder
 
 from . import storage, tfevents, vdlrecords
+from .codec import RESERVED_TAG_PREFIX
 
 log = logging.getLogger("vdl_stream.interop")
 
@@ -608,11 +609,19 @@ class Export:
         """``(tag, chunks of (steps or None, walls, values))`` for every tag exported."""
         reader = self._reader
         tags = reader.tags()
-        for tag in sorted(t for t, info in tags.items() if info.kind == "scalars"):
-            if self._wanted(tag):
+        scalar_tags = sorted(t for t, info in tags.items() if info.kind == "scalars")
+        for tag in scalar_tags:
+            if self._wanted(tag) and not tag.startswith(RESERVED_TAG_PREFIX):
                 yield tag, _scalar_chunks(reader, tag, self._chunk)
-        # Telemetry samples are small and few (one a second): gathered in compact columns.
+        # Telemetry samples are small and few (one a second): gathered in compact columns, from
+        # its "@telemetry/" scalar tags (issue 16) and the telemetry events of older runs.
         fields: dict[str, tuple[array.array, array.array]] = {}
+        for tag in scalar_tags:
+            if tag.startswith(RESERVED_TAG_PREFIX):
+                name = "telemetry/" + tag[len(RESERVED_TAG_PREFIX) :]
+                if self._wanted(name):
+                    s = reader.read_scalars(tag)
+                    fields[name] = (array.array("d", s.walls), array.array("d", s.values))
         for record in reader.read_records(kind="telemetry"):
             data = record.data
             prefix = f"telemetry/{data.get('host', 'host')}/rank{data.get('rank', 0)}/"
@@ -628,6 +637,9 @@ class Export:
         for tag in sorted(fields):
             walls, values = fields.pop(tag)
             w, v = np.frombuffer(walls, np.float64), np.frombuffer(values, np.float64)
+            if len(w) > 1 and (w[1:] < w[:-1]).any():  # a run holding both forms
+                order = np.argsort(w, kind="stable")
+                w, v = w[order], v[order]
             yield tag, ((None, w[i : i + self._chunk], v[i : i + self._chunk])
                         for i in range(0, len(w), self._chunk))  # fmt: skip
 

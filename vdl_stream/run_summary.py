@@ -35,7 +35,7 @@ import numpy as np
 import recorder
 from recorder.digest import Digest
 
-from .codec import EVENT_KINDS, ScalarColumns
+from .codec import EVENT_KINDS, RESERVED_TAG_PREFIX, ScalarColumns
 
 #: Seconds without news after which a run that was not closed is ``crashed``.
 CRASH_AFTER = 120.0
@@ -227,6 +227,9 @@ class RunSummary:
         """The summary of a run whose recorder digest is current."""
         s = cls(name, heard)
         for tag, t in digest.scalars.items():
+            if tag.startswith(RESERVED_TAG_PREFIX):  # telemetry (issue 16), not a training tag
+                s.telemetry_host = tag[len(RESERVED_TAG_PREFIX) :].split("/", 1)[0]
+                continue
             s.tags[tag] = [t.last_value, t.vmin, t.vmax]
             if t.step_max is not None:
                 s.last_step = t.step_max if s.last_step is None else max(s.last_step, t.step_max)
@@ -247,6 +250,10 @@ class RunSummary:
         first and last step; the first and newest record of each event kind and tag)."""
         s = cls(name, heard)
         for tag, info in reader.tags().items():
+            if info.kind == "scalars" and tag.startswith(RESERVED_TAG_PREFIX):
+                # Telemetry (issue 16): its host; not a training tag.
+                s.telemetry_host = tag[len(RESERVED_TAG_PREFIX) :].split("/", 1)[0]
+                continue
             if info.kind != "scalars":
                 # The first and the newest event of the tag (only those two are decoded).
                 for record in reader.read_records(kind=info.kind, tag=tag, limit=2):

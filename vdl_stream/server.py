@@ -46,7 +46,7 @@ from wsproto.extensions import PerMessageDeflate
 
 from recorder import RecorderError
 
-from . import __version__, codec, embeddings, storage
+from . import __version__, codec, embeddings, storage, telemetry
 from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
@@ -717,18 +717,20 @@ def api_blueprint(broker: Broker) -> Blueprint:
 
     @bp.get("/api/telemetry")
     async def api_telemetry() -> Any:
+        """Every telemetry field of a run over wall time: its ``@telemetry/`` scalar tags, and
+        the ``telemetry`` events of a run written before those (converted in telemetry.py)."""
         name = _query("run")
         try:
-            events = await broker.read_events(name, "telemetry")
+            columns = telemetry.columns_from_events(await broker.read_events(name, "telemetry"))
+            for tag, info in (await broker.tags(name)).items():
+                if info.kind == "scalars" and telemetry.is_telemetry_tag(tag):
+                    s = await broker.read_scalars(name, tag, start=None, end=None, max_points=None)
+                    columns.append(codec.ScalarColumns(tag, s.steps, s.walls, s.values))
         except KeyError:
             return _error(404, f"no run named {name!r}")
-        series: dict[str, dict[str, list[float | None]]] = {}
-        for event in events:
-            source = f"{event.get('host', '?')}/rank{event.get('rank', 0)}"
-            for field, value in event.get("fields", {}).items():
-                s = series.setdefault(f"{source}/{field}", {"wall_times": [], "values": []})
-                s["wall_times"].append(event["wall"])
-                s["values"].append(_finite(value))
+        series = telemetry.series(columns)
+        for s in series.values():
+            s["values"] = [_finite(v) for v in s["values"]]
         return jsonify(run=name, series=series)
 
     @bp.get("/api/alerts")
@@ -945,10 +947,13 @@ def _static_response(static: Any, name: str) -> Response:
 SEND_WHOLE_TIMEOUT = 30.0
 
 
-#: Live frames go out at most once per tick per browser, all those queued meanwhile in one
-#: ``frames`` message, for a subscription with ``batch`` (docs/protocol.md): a page shown 50
-#: live runs gets 20 messages a second rather than one per run and batch.
-LIVE_TICK = 0.05
+#: Live frames go to a browser whose subscription has ``batch`` at once while it gets fewer than
+#: LIVE_RATE messages a second (with bursts of LIVE_BURST); past that, the frames queued meanwhile
+#: wait for the next message, at most 1 / LIVE_RATE s, and travel in one ``frames`` message
+#: (docs/protocol.md). A point is not held back by a timer when the link is quiet, and a page shown
+#: 50 live runs gets at most 200 messages a second rather than one per run and batch.
+LIVE_RATE = 200.0
+LIVE_BURST = 20
 #: Bounds of one ``frames`` message: frames, and bytes (a frame over it still goes, alone).
 LIVE_BATCH_FRAMES = 512
 LIVE_BATCH_BYTES = 4 << 20
@@ -988,17 +993,20 @@ def _parse_subscribe(message: dict[str, Any]) -> _Subscribe:
 
 
 async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: bool) -> None:
-    """Send ``sub``'s live frames as they come; with ``batch``, at most one message per
-    :data:`LIVE_TICK`, holding every frame queued by then (a lone frame goes as itself)."""
+    """Send ``sub``'s live frames as they come; with ``batch``, at most :data:`LIVE_RATE`
+    messages a second (bursts of :data:`LIVE_BURST`), each holding every frame queued by then (a
+    lone frame goes as itself)."""
     take = getattr(sub, "receive_nowait", None) if batch else None
-    last = -math.inf
+    tokens, stamp = float(LIVE_BURST), trio.current_time()
     while True:
         if take is not None:
-            # The tick is waited for before a frame is taken: a re-subscribe cancels this task
-            # at any wait, and a frame taken must be sent (``send`` is shielded).
-            wait = last + LIVE_TICK - trio.current_time()
-            if wait > 0:
-                await trio.sleep(wait)
+            # A token bucket: waited for before a frame is taken, as a re-subscribe cancels
+            # this task at any wait, and a frame taken must be sent (``send`` is shielded).
+            now = trio.current_time()
+            tokens, stamp = min(float(LIVE_BURST), tokens + (now - stamp) * LIVE_RATE), now
+            if tokens < 1.0:
+                await trio.sleep((1.0 - tokens) / LIVE_RATE)
+                continue
         frame = await sub.receive()
         if take is None:
             await send(frame)
@@ -1014,7 +1022,7 @@ async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: 
                 break
             frames.append(frame)
             size += len(frame)
-        last = trio.current_time()
+        tokens -= 1.0
         await send(frames[0] if len(frames) == 1 else codec.encode_frames(frames))
         if ended:
             raise trio.EndOfChannel

@@ -100,7 +100,7 @@ export class Connection {
 
   /**
    * Change the subscription (null: all runs); sent now if connected, and on every reconnect.
-   * Snapshots come split (scalars first) and live frames batched per tick (docs/protocol.md).
+   * Snapshots come split (scalars first) and live frames batched while the link is busy (docs/protocol.md).
    * @param {string[]|null} runs
    * @param {{keep?: boolean}} [opts] `keep`: the server sends snapshots only of the runs this
    *   page does not hold yet (the others go on live); never after a `gap`
