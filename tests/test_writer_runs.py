@@ -251,10 +251,11 @@ def test_a_logdir_without_permission_is_a_one_line_error_at_the_call(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, sys, vdl_stream, vdl_stream.broker, vdl_stream.telemetry
+        attach = vdl_stream.attach  # loaded now: nobody may not read the interpreter's files
         if os.getuid() == 0:
             os.setgid(65534); os.setuid(65534)  # run as nobody: root may write anywhere
         try:
-            vdl_stream.attach({str(logdir)!r}, run="r", telemetry=False)
+            attach({str(logdir)!r}, run="r", telemetry=False)
         except PermissionError as exc:
             print(exc)
             sys.exit(3)
