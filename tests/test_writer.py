@@ -316,7 +316,7 @@ def test_pending_data_spills_to_disk_beyond_its_memory_bound(tmp_path, failing_s
                 step += 1
             w.add_text("t", "y" * 2000, step)
             time.sleep(0.006)
-    wait_for(lambda: not w._points)  # the pump keeps draining the hot path
+    wait_for(lambda: not w._queued_points())  # the pump keeps draining the hot path
     stats = w.statistics()
     assert stats.spilled_batches > 0 and stats.pending_batches > stats.spilled_batches
     assert stats.send_failures >= 1 and "Input/output error" in stats.problem
@@ -365,10 +365,10 @@ def test_when_the_spool_file_fails_too_batches_wait_in_memory_in_order(
         wait_for(lambda: w.statistics().spilled_batches > 0)
         spool_full["on"] = True
         log(3)  # the spool's disk is full too: behind it, in memory
-        wait_for(lambda: not w._points)
+        wait_for(lambda: not w._queued_points())
         spool_full["on"] = False
         log(2)  # still behind the spool: nothing overtakes
-        wait_for(lambda: not w._points)
+        wait_for(lambda: not w._queued_points())
     assert any("cannot spill pending batches" in str(x.message) for x in caught)
     assert w._pending._tail and len(w._pending._spool)
     assert w.statistics().dropped_batches == 0
@@ -396,7 +396,7 @@ def test_with_no_broker_and_no_spool_memory_stays_bounded(tmp_path, failing_send
             w.add_scalar("x", float(step), step)
             if step % 300 == 0:
                 time.sleep(0.006)
-        wait_for(lambda: not w._points)
+        wait_for(lambda: not w._queued_points())
         w.add_scalar("x", 0.0, 30_000)
     stats = w.statistics()
     assert stats.dropped_batches > 0 and stats.pending_bytes <= 4 * (16 << 10) + 8_000
@@ -420,7 +420,7 @@ def test_a_stopped_background_thread_makes_flush_fail_at_once(tmp_path):
 def test_points_that_cannot_be_stored_are_dropped_and_reported_never_the_rest(tmp_path):
     w = attach(tmp_path, run="defence", telemetry=False)
     # What no add_* call lets through (the checks are bypassed here on purpose).
-    w._points.append(("x", 2**70, 1.0, 0.0))
+    w._new_series("x")((2**70, 1.0, 0.0))
     w.add_scalar("x", 2.0, 2)
     with pytest.warns(RuntimeWarning, match=r"dropped 1 scalar point\(s\) that cannot be stored"):
         assert w.flush(timeout=10) is True
