@@ -1,10 +1,10 @@
 """The writer: what training code calls on every batch.
 
-The hot path (``add_scalar``) validates cheaply and appends a tuple to a list; nothing else. A
-background thread running its own trio loop takes what was appended, groups it into columnar
-batches and hands them to a transport: the in-process broker, or a remote ``vdl-stream serve`` over
-a WebSocket. The training loop never waits for the dashboard, except in ``flush()`` and
-``close()``, which wait (with a timeout) for durability.
+The hot path (``add_scalar``) validates cheaply and extends its tag's column buffer; nothing
+else. A background thread running its own trio loop takes what was appended, turns it into
+columnar batches and hands them to a transport: the in-process broker, or a remote
+``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
+``flush()`` and ``close()``, which wait (with a timeout) for durability.
 
 Flushing adapts to the link (the opposite of Nagle's algorithm): when nothing is in flight, the
 next call wakes the background thread and its point leaves at once; while a batch is in flight,
@@ -18,8 +18,17 @@ transport; pending batches are bounded in memory and spill to a temporary file; 
 hands them over in order, keeping and retrying one that fails; and what went wrong reaches the
 training thread as one warning per reason on its next call (a flag it already tests, no lock).
 
-    add_* --append--> lists --pump, when the link is free (or every interval)--> _Pending (memory,
-          then Spool file) --_deliver, in order, retried--> transport --> broker;
+The scalar path: one dict lookup per call finds the tag's flat buffer ``[step, value, wall, ...]``
+(a tag is checked once, when first seen) and extends it by the call's three items at once, so the
+buffer always holds whole points. The pump, woken at most once per batch, cuts each buffer's
+prefix and makes its three columns with one ``np.fromiter`` each: no Python work per point, no
+per-point objects kept alive, no regrouping by tag. From there a value is copied at most three
+times before the ``pwritev`` that writes it (docs/performance.md, "The scalar path, copy by
+copy").
+
+    add_* --extend/append--> per-tag buffers, events --pump, when the link is free (or every
+          interval)--> _Pending (memory, then Spool file) --_deliver, in order, retried-->
+          transport --> broker;
           _pace: link free and nothing waiting --> arm the next call's wake;
           flush() --_confirm--> wait_acked
 """
