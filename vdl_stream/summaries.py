@@ -186,6 +186,8 @@ def as_numpy(value: object, name: str) -> np.ndarray:
     Raises:
         TypeError: ``value`` is not an array of real numbers (named ``name`` in the message).
     """
+    if type(value) is np.ndarray and value.dtype.kind in "buif":
+        return value  # the common case, without the framework probes (each a failed lookup)
     original = type(value).__name__
     if hasattr(value, "detach"):  # torch: leave the autograd graph and the device
         value = value.detach()
