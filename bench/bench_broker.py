@@ -348,13 +348,15 @@ class Bench:
         writers: int = 1,
         rate: int | None = None,
         subscribers: int | None = None,
+        page: bool = False,
     ) -> dict:
         """Run one latency configuration and return p50/p99 (ms), RSS samples and subscriber stats.
 
         ``source`` is ``attach`` (an ``attach(url=...)`` process calling ``add_scalar``) or ``raw``
         (batches of 50 points every 5 ms built here, walls stamped when built). ``writers``
         attach processes share ``rate`` (events/s in all; default ``latency_rate``) on one run;
-        ``subscribers`` overrides the number of subscribers.
+        ``subscribers`` overrides the number of subscribers; ``page``: they subscribe as the page
+        does (``split`` and ``batch``: live frames batched while the link is busy).
         """
         s = self.s
         run = "live"
@@ -376,7 +378,7 @@ class Bench:
                 ready = trio.Semaphore(0)
                 async with trio.open_nursery() as nursery:
                     for sub in subs:
-                        nursery.start_soon(live_subscriber, server.ws, run, sub, ready, stop)
+                        nursery.start_soon(live_subscriber, server.ws, run, sub, ready, stop, page)
                     for _ in range(stalled):
                         nursery.start_soon(
                             stalled_subscriber, server.host, server.port, run, ready, stop
@@ -473,6 +475,8 @@ class Bench:
             "latency_attach": {"source": "attach"},
             "latency_attach_fi10ms": {"source": "attach", "flush_interval": 0.01},
             "latency_raw": {"source": "raw"},
+            # issue 16: the same as the page subscribes (batched live frames), as a browser gets it
+            "latency_attach_page": {"source": "attach", "page": True},
             # issue 16: 1M events/s from 4 writers, 2 subscribers (a Python subscriber decodes
             # about 1M points/s on this machine, so 10 would measure the subscribers)
             "latency_attach_4w_1m": {
@@ -749,6 +753,7 @@ def report(results: dict, settings: Settings, args: argparse.Namespace) -> None:
         ("latency_attach", "add_scalar -> /ws/live, 10k ev/s, 10 subs (attach defaults)"),
         ("latency_attach_fi10ms", "  same, attach(flush_interval=0.01)"),
         ("latency_raw", "  batch built -> /ws/live (server share only)"),
+        ("latency_attach_page", "  same, 10 subs subscribed as the page is (batch, split)"),
         ("latency_attach_4w_1m", "add_scalar -> /ws/live, 1M ev/s from 4 writers, 2 subs"),
         ("stalled_attach", "  attach defaults, 1 of 10 subs stalled: other 9"),
     ):
@@ -770,7 +775,11 @@ def report(results: dict, settings: Settings, args: argparse.Namespace) -> None:
             rows.append((label, figure, target, verdict(ok)))
     if "stalled_attach" in results:
         r = results["stalled_attach"]
-        stuck = [x for x in r["subscriber_stats"] if x.get("gaps") or x.get("dropped")]
+        stuck = [
+            x
+            for x in r["subscriber_stats"]
+            if x.get("gaps") or x.get("dropped") or x.get("coalesced")
+        ]
         growth = r["rss_mb_max_second_half"] - r["rss_mb_max_first_half"]
         rows.append(
             (
@@ -785,7 +794,8 @@ def report(results: dict, settings: Settings, args: argparse.Namespace) -> None:
             (
                 "  stalled subscriber in /api/stats",
                 "; ".join(
-                    f"depth {x['depth']}/{x['capacity']}, dropped {x['dropped']}, gaps {x['gaps']}"
+                    f"depth {x['depth']}/{x['capacity']}, coalesced {x.get('coalesced', 0)}, "
+                    f"dropped {x['dropped']}, gaps {x['gaps']}"
                     for x in stuck
                 )
                 or "no subscriber dropped anything",

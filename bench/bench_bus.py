@@ -1,6 +1,19 @@
-"""Several brokers, one dashboard: ``vdl-stream serve --bus`` on one host, a real redis-server.
+"""Several brokers, one dashboard: ``vdl-stream serve --bus`` on one host, a real redis-server;
+and how soon a freshly spawned ``serve`` shows its first chart.
 
-Three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
+``start`` (run only when named: ``--only start``): cold starts, from the process spawn. A bucket
+on moto's S3 server (127.0.0.1) holds ``--start-runs`` runs recorded through
+``attach(logdir="s3://...")``; its writers' cache holds the same runs on local disk. ``--repeat``
+times, interleaved: ``vdl-stream --help`` (spawn to its usage), ``vdl-stream demo`` (spawn to
+the line with its dashboard's URL), and ``vdl-stream serve`` over the local directory and over
+the bucket (an empty ``--cache-dir``), each from spawn to the line saying it serves and to the
+first run's snapshot on ``/ws/live`` (the first chart). With ``--base DIR`` (a checkout of
+another commit) every case also runs that checkout's code, interleaved, so both see the same
+load; medians are reported. ``--pyc``: with compiled bytecode, as an installed package has it
+(a ``PYTHONPYCACHEPREFIX`` in the work directory, filled by a first spawn of each checkout that is
+not counted); without it, what ``PYTHONDONTWRITEBYTECODE=1`` gives: every module compiled anew.
+
+The other three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
 the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing one log directory:
 
 0. ``hop``: Redis alone, through coredis on trio as the bus uses it: one pipelined ``XADD`` of a
@@ -15,12 +28,16 @@ the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing on
 2. ``failover``: ``--writers`` ``attach(url=[a, b, c])`` writers (threads of this process, each
    broker first in a third of the lists) logging steadily; one broker SIGKILLed ``--kills`` times
    at random moments (and started again on its port after a random pause). Afterwards every run
-   is read back from disk: steps lost and steps duplicated must both be 0.
+   is read back from disk: steps lost and steps duplicated must both be 0. The flushes share one
+   600-s deadline; ``not_flushed`` names the writers that did not flush by then, with their
+   statistics (pending batches, refusals, the problem being retried): what they still held when
+   the bench closed them is counted apart (``steps_undelivered``), not as lost.
 
 Only 127.0.0.1 is used; every loop is bounded; every process started is stopped in ``finally``.
 
 Usage: python bench/bench_bus.py [--quick] [--seconds S] [--rate N] [--writers N] [--kills N]
                                  [--seed N] [--json PATH] [--keep DIR] [--skip PHASE ...]
+                                 [--only PHASE ...] [--repeat N] [--start-runs N] [--base DIR]
 
 ``--keep DIR``: when the failover phase loses or duplicates a step, its log directory and the
 brokers' logs are copied to ``DIR/failover-seed<N>`` (``damaged_runs`` in the results says which
@@ -31,8 +48,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import select
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,7 +82,10 @@ from trio_websocket import open_websocket_url
 import recorder
 from vdl_stream import attach, codec
 
-PHASES = ("hop", "latency", "failover")
+PHASES = ("hop", "latency", "failover", "start")
+#: Phases run when --only does not name them.
+DEFAULT_PHASES = ("hop", "latency", "failover")
+REPO = Path(__file__).resolve().parent.parent
 BROKERS = 3
 #: Lease ttl given to the brokers of the failover phase (``--bus-lease``): how long a killed
 #: broker's runs wait (the latency phase runs the default).
@@ -358,7 +382,15 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
             "subscribers": [s["subscribers"] for s in stats],
             "broker_cpu_per_s": [round(c / elapsed, 2) for c in cpu],
             "load_average": [round(x, 1) for x in load],
-            "xadd_per_s": round(published / elapsed),
+            "batches_published_per_s": round(published / elapsed),
+            # stream entries (XADDs): batches of a run merged per publish tick while busy
+            "xadd_per_s": round(
+                sum(
+                    s["bus"].get("entries", 0) - b["bus"].get("entries", 0)
+                    for s, b in zip(stats, stats_before, strict=True)
+                )
+                / elapsed
+            ),
             "redis_commands_per_s": round(commands / elapsed),
             "redis_used_memory_mb": round(int(memory.get("used_memory", 0)) / 2**20, 1),
         }
@@ -372,6 +404,27 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
 
 
 # -- phase 2: SIGKILL failover -------------------------------------------------------------------
+
+
+#: Seconds the failover phase waits for every writer's flush, all together.
+FLUSH_DEADLINE = 600.0
+
+
+def _writer_state(writer) -> dict:
+    """What a writer that did not flush still holds and what it was told (its statistics)."""
+    stats = writer.statistics()
+    return {
+        k: getattr(stats, k)
+        for k in (
+            "pending_batches",
+            "refusals",
+            "send_failures",
+            "problem",
+            "batches",
+            "sent_batches",
+        )
+        if hasattr(stats, k)
+    }
 
 
 def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
@@ -417,7 +470,15 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
         stop.set()
         for t in threads:
             t.join(60)
-        flushed = [w.flush(120) for w in writers]
+        # One deadline for all the flushes (not 120 s each), so a stalled writer cannot hold the
+        # bench for an hour; the ones that did not flush are reported with their statistics.
+        deadline = time.monotonic() + FLUSH_DEADLINE
+        flushed = [w.flush(max(0.1, deadline - time.monotonic())) for w in writers]
+        stalled = {
+            f"fo{i:02d}": _writer_state(w)
+            for i, (w, ok) in enumerate(zip(writers, flushed, strict=True))
+            if not ok
+        }
     finally:
         stop.set()
         for w in writers:
@@ -425,7 +486,7 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
         for broker in brokers:
             broker.stop()
         redis.stop()
-    lost = duplicated = 0
+    lost = duplicated = undelivered = 0
     damaged: dict[str, dict] = {}
     for i, n in enumerate(counts):
         with recorder.RunReader(logdir / f"fo{i:02d}") as reader:
@@ -433,7 +494,10 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
         unique = np.unique(steps)
         missing = np.setdiff1d(np.arange(n), unique)
         duplicated += len(steps) - len(unique)
-        lost += len(missing)
+        if f"fo{i:02d}" in stalled:
+            undelivered += len(missing)  # the writer still held them: the stall, not a loss
+        else:
+            lost += len(missing)
         if len(missing) or len(steps) != len(unique):
             damaged[f"fo{i:02d}"] = {
                 "missing": len(missing),
@@ -448,9 +512,165 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
         "steps_logged": sum(counts),
         "steps_lost": int(lost),
         "steps_duplicated": int(duplicated),
+        "steps_undelivered": int(undelivered),
         "damaged_runs": damaged,
         "all_flushed": all(flushed),
+        "not_flushed": stalled,
     }
+
+
+# -- phase 3: cold starts ----------------------------------------------------------------------
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds process ``pid`` used so far (its threads included): unlike wall time, barely
+    moved by the other work on a shared machine."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def _spawn_until(tree: Path, argv: list[str], marker: str, cwd: Path) -> tuple[float, float]:
+    """Seconds from spawning ``python -m vdl_stream.cli ARGV`` (``tree``'s code) until its
+    output holds ``marker``, and the CPU seconds it used by then; the process is stopped
+    afterwards (``--help`` exits by itself: its CPU time is then its whole run's)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vdl_stream.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,  # not the checkout: Python puts the working directory first on sys.path
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)},
+    )
+    STARTED.add(proc)
+    out = b""
+    deadline = t0 + 60
+    try:
+        while marker.encode() not in out and time.perf_counter() < deadline:
+            left = max(0.0, deadline - time.perf_counter())
+            ready, _, _ = select.select([proc.stdout], [], [], left)
+            chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""
+            if not chunk:
+                break
+            out += chunk
+        elapsed = time.perf_counter() - t0
+        try:
+            cpu = _cpu(proc.pid)
+        except psutil.NoSuchProcess:
+            cpu = float("nan")
+        if proc.poll() is not None:  # exited (--help): its rusage is whole
+            proc.wait()
+        if marker.encode() not in out:
+            raise RuntimeError(f"vdl-stream {argv[0]} printed no {marker!r}: {out[-200:]!r}")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()
+    return elapsed, cpu
+
+
+async def _first_chart(ws: str, t0: float) -> float:
+    """Seconds from ``t0`` to the first run's snapshot on ``/ws/live`` (the page's subscribe)."""
+    subscribe = {"type": "subscribe", "runs": None, "max_points": 2000, "split": True}
+    async with open_websocket_url(ws + "/ws/live", max_message_size=MAX_MESSAGE) as conn:
+        await conn.send_message(codec.encode_message(subscribe))
+        while True:
+            if codec.decode_message(await conn.get_message())["type"] == "snapshot":
+                return time.perf_counter() - t0
+
+
+def _serve_cold(tree: Path, logdir: str, workdir: Path, *extra: str) -> dict[str, float]:
+    """Spawn a serve of ``tree`` over ``logdir``: seconds to its URL line and to a first chart."""
+    t0 = time.perf_counter()
+    server = ServeProcess(logdir, workdir / "serve-start.log", *extra, tree=tree)  # type: ignore[arg-type]
+    try:
+        ready = time.perf_counter() - t0
+
+        async def main() -> float:
+            with trio.fail_after(60):
+                return await _first_chart(server.ws, t0)
+
+        first = trio.run(main)
+        return {"ready_s": ready, "first_chart_s": first, "cpu_at_first_chart_s": _cpu(server.pid)}
+    finally:
+        server.stop()
+
+
+def phase_start(args: argparse.Namespace, workdir: Path) -> dict:
+    from tests.s3_server import MotoServer, restore_env, set_env
+    from vdl_stream import storage
+
+    moto = MotoServer()
+    old = set_env({**moto.env(), "VDL_STREAM_CACHE": str(workdir / "writer-cache")})
+    no_bytecode = os.environ.get("PYTHONDONTWRITEBYTECODE")
+    try:
+        moto.create_bucket("start")
+        url = "s3://start/runs"
+        steps = 2000 if args.quick else 20_000
+        for r in range(args.start_runs):
+            with attach(logdir=url, run=f"exp/run{r:02d}", telemetry=False) as writer:
+                for i in range(steps):
+                    writer.add_scalar("train/loss", 1.0 / (i + 1), i)
+                    writer.add_scalar("train/acc", i / steps, i)
+                    if i % 10 == 0:
+                        writer.flush()  # a live run's cadence: the broker compacts as it goes
+                writer.add_text("notes", "bench", 1)
+        local = str(storage.cache_dir(url))  # the writers' cache holds the runs whole
+        trees = {"this": REPO, **({"base": args.base.resolve()} if args.base else {})}
+        if args.pyc:
+            os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+            os.environ["PYTHONPYCACHEPREFIX"] = str(workdir / "pyc")
+            for tree in trees.values():  # compiles the modules serve and demo import, once
+                _serve_cold(tree, local, workdir)
+                _spawn_until(
+                    tree,
+                    ["demo", "--logdir", str(workdir / "demo-warm"), "--port", "0"],
+                    "dashboard at",
+                    workdir,
+                )
+        samples: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
+        for i in range(args.repeat):
+            for name, tree in trees.items():  # interleaved: every tree sees the same load
+                got = samples[name]
+                demo = ["demo", "--logdir", str(workdir / f"demo-{name}-{i}"), "--port", "0"]
+                for key, argv, marker in (
+                    ("help", ["--help"], "usage:"),
+                    ("demo_url", demo, "dashboard at"),
+                ):
+                    wall, cpu = _spawn_until(tree, argv, marker, workdir)
+                    got.setdefault(f"{key}_s", []).append(wall)
+                    got.setdefault(f"{key}_cpu_s", []).append(cpu)
+                for where, logdir, extra in (
+                    ("local", local, ()),
+                    ("bucket", url, ("--cache-dir", str(workdir / f"cold-{name}-{i}"))),
+                ):
+                    for key, value in _serve_cold(tree, logdir, workdir, *extra).items():
+                        got.setdefault(f"serve_{where}_{key}", []).append(value)
+        return {
+            "bytecode_cached": args.pyc,
+            "runs": args.start_runs,
+            "steps": steps,
+            "repeat": args.repeat,
+            "load_average": [round(x, 1) for x in psutil.getloadavg()],
+            **{
+                name: {k: round(statistics.median(v), 3) for k, v in got.items()}
+                for name, got in samples.items()
+            },
+            "samples": {
+                name: {k: [round(x, 3) for x in v] for k, v in got.items()}
+                for name, got in samples.items()
+            },
+        }
+    finally:
+        restore_env(old)
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        if no_bytecode is not None:
+            os.environ["PYTHONDONTWRITEBYTECODE"] = no_bytecode
+        moto.stop()
 
 
 def main() -> None:
@@ -466,18 +686,34 @@ def main() -> None:
         "--keep", type=Path, help="failover: copy the log directory and logs here on a loss"
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=PHASES)
+    parser.add_argument(
+        "--only", nargs="*", choices=PHASES, help="run these phases (default: all but start)"
+    )
+    parser.add_argument("--repeat", type=int, default=None, help="start: cold starts per case")
+    parser.add_argument("--start-runs", type=int, default=3, help="start: runs in the bucket")
+    parser.add_argument(
+        "--base", type=Path, help="start: also time this checkout's code (another commit)"
+    )
+    parser.add_argument(
+        "--pyc", action="store_true", help="start: with cached bytecode (an installed package)"
+    )
     args = parser.parse_args()
     args.seconds = args.seconds or (4.0 if args.quick else 15.0)
     args.writers = args.writers or (12 if args.quick else 48)
+    args.repeat = args.repeat or (3 if args.quick else 5)
+    chosen = args.only if args.only is not None else DEFAULT_PHASES
     results = {}
     try:
         for phase in PHASES:
-            if phase in args.skip:
+            if phase in args.skip or phase not in chosen:
                 continue
             with tempfile.TemporaryDirectory(prefix=f"bench-bus-{phase}-") as tmp:
-                run = {"hop": phase_hop, "latency": phase_latency, "failover": phase_failover}[
-                    phase
-                ]
+                run = {
+                    "hop": phase_hop,
+                    "latency": phase_latency,
+                    "failover": phase_failover,
+                    "start": phase_start,
+                }[phase]
                 results[phase] = run(args, Path(tmp))
             print(json.dumps({phase: results[phase]}, indent=1), flush=True)
     finally:

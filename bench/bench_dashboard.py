@@ -774,6 +774,16 @@ def main() -> None:
     parser.add_argument("--runs-duration", type=float, default=None, help="live seconds (30)")
     parser.add_argument("--runs-skip-load", action="store_true")
     parser.add_argument("--runs-skip-live", action="store_true")
+    parser.add_argument(
+        "--runs-profile",
+        action="store_true",
+        help="CPU profiles of the page over the selection and the live load (self time by function)",
+    )
+    parser.add_argument(
+        "--runs-trace",
+        action="store_true",
+        help="a trace of the page's main thread over the live load (self time by event)",
+    )
     args = parser.parse_args()
     if args.runs_starts is None:
         args.runs_starts = 1 if args.quick else 2

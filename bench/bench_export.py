@@ -1,10 +1,12 @@
 """Export speed in process: rows/s of :class:`vdl_stream.interop.Export` by format and threads.
 
     python bench/bench_export.py                          # 10M points, csv and json, threads 0
-    python bench/bench_export.py --threads 0,1,2 --tag 'tag[01]$' --repeats 5
+    python bench/bench_export.py --threads 0,1,2,auto --tag 'tag[01]$' --repeats 5
+    python bench/bench_export.py --values small --points 2000000   # every value below 1e-4
 
 The run is bench/bench_serve.py's bulk run of ``--points`` points (10 tags, cached under
-``--cache``). Each configuration is run ``--repeats`` times, the configurations interleaved so
+``--cache``), or with ``--values small`` a run of the same shape whose values all lie between
+1e-7 and 6e-5 (a learning rate's: every one of them in exponent notation). Each configuration is run ``--repeats`` times, the configurations interleaved so
 that the machine's load falls on all of them alike; the output goes to /dev/null through
 ``os.write``. Prints the median wall and CPU time (user + system of the whole process, threads
 included) of each, and rows per second of both: on a shared machine the CPU figure moves less.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -24,12 +27,34 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_serve import bulk_run  # noqa: E402
+import numpy as np  # noqa: E402
+from bench_serve import TAGS, bulk_run  # noqa: E402
 
-from vdl_stream.interop import Export  # noqa: E402
+from recorder import RunWriter  # noqa: E402
+from vdl_stream.interop import Export, export_threads  # noqa: E402
 
 
-def export_once(run: Path, fmt: str, pattern: str | None, threads: int) -> tuple[int, float, float]:
+def small_run(cache: Path, points: int) -> Path:
+    """bulk_run's shape (``points`` over 10 tags, in bulk), its values a learning rate's, all
+    below 1e-4; cached."""
+    run = cache / f"small-{points}" / "run"
+    done = cache / f"small-{points}.done"
+    if not done.exists():
+        shutil.rmtree(run.parent, ignore_errors=True)
+        per_tag = points // TAGS
+        with RunWriter(run, sync="never") as w:
+            for t in range(TAGS):
+                for lo in range(0, per_tag, 1 << 20):
+                    s = np.arange(lo, min(per_tag, lo + (1 << 20)), dtype=np.int64)
+                    lr = 3e-5 * (1 + np.cos(s * 1e-4 + t)) + 1e-7
+                    w.append_scalars(f"tag{t}", s, 1.79e9 + s * 0.02, lr)
+        done.write_text("")
+    return run
+
+
+def export_once(
+    run: Path, fmt: str, pattern: str | None, threads: int | None
+) -> tuple[int, float, float]:
     """Export ``run`` to /dev/null; return the rows, wall seconds and CPU seconds."""
     t0, c0 = time.perf_counter(), time.process_time()
     fd = os.open(os.devnull, os.O_WRONLY)
@@ -47,34 +72,48 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--points", type=int, default=10_000_000, help="default 10,000,000")
     parser.add_argument("--formats", default="csv,json", help="comma-separated (default csv,json)")
-    parser.add_argument("--threads", default="0", help="comma-separated Export(threads=) values")
+    parser.add_argument(
+        "--threads",
+        default="0",
+        help="comma-separated Export(threads=) values; auto: the default (export_threads())",
+    )
+    parser.add_argument(
+        "--values", choices=("bulk", "small"), default="bulk", help="the run (default bulk)"
+    )
     parser.add_argument("--tag", help="only tags matching this regex (a smaller export)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each; medians are printed")
     parser.add_argument("--cache", default="/tmp/vdl-bench-serve", help="where the run is kept")
     args = parser.parse_args()
     formats = args.formats.split(",")
-    threads = [int(t) for t in args.threads.split(",")]
-    if not set(formats) <= {"csv", "json"} or min(threads) < 0 or args.repeats < 1:
+    try:
+        threads = [None if t == "auto" else int(t) for t in args.threads.split(",")]
+    except ValueError:
+        threads = [-1]  # refused below
+    bad_threads = any(t is not None and t < 0 for t in threads)
+    if not set(formats) <= {"csv", "json"} or bad_threads or args.repeats < 1:
         parser.error(
-            f"--formats takes csv and json, --threads ints >= 0, --repeats >= 1; got "
+            f"--formats takes csv and json, --threads ints >= 0 or auto, --repeats >= 1; got "
             f"{args.formats!r}, {args.threads!r}, {args.repeats}"
         )
     Path(args.cache).mkdir(parents=True, exist_ok=True)
-    run = bulk_run(Path(args.cache), args.points)
-    results: dict[tuple[str, int], list[tuple[int, float, float]]] = {}
+    make = small_run if args.values == "small" else bulk_run
+    run = make(Path(args.cache), args.points)
+    results: dict[tuple[str, int | None], list[tuple[int, float, float]]] = {}
     for _ in range(args.repeats):
         for fmt in formats:
             for t in threads:
                 results.setdefault((fmt, t), []).append(export_once(run, fmt, args.tag, t))
-    print(f"{args.points:,} points, tag {args.tag or 'all'}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}, median of {args.repeats}")  # fmt: skip
+    print(f"{args.points:,} points ({args.values}), tag {args.tag or 'all'}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f} (auto: {export_threads()} threads now), "
+          f"median of {args.repeats}")  # fmt: skip
     print("\n| format | threads | rows | wall s | rows/s | CPU s | rows per CPU s |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for (fmt, t), runs in results.items():
         rows = runs[0][0]
         wall = statistics.median(r[1] for r in runs)
         cpu = statistics.median(r[2] for r in runs)
-        print(f"| {fmt} | {t} | {rows:,} | {wall:.2f} | {rows / wall / 1e6:.2f}M | {cpu:.2f} | "
+        name = "auto" if t is None else t
+        print(f"| {fmt} | {name} | {rows:,} | {wall:.2f} | {rows / wall / 1e6:.2f}M | {cpu:.2f} | "
               f"{rows / cpu / 1e6:.2f}M |")  # fmt: skip
 
 

@@ -17,6 +17,9 @@ under test (``PYTHONPATH`` set to it), on 127.0.0.1, and stops it in ``finally``
 * snapshot reads (``--snapshot-reads N``): the reads a snapshot of the one run makes (as
   vdl_stream.broker._read_snapshot), in N fresh processes of the tree: wall and CPU time (CPU time
   moves less with the machine's load).
+* select 100 of 1,000 runs (``--sweep-selects N``, issue 12): the server alone sends the
+  snapshots of 100 runs no page has read (split, 200 points a tag, as the page asks) to a
+  WebSocket client, three selections on each of N fresh servers; seconds and server CPU.
 * export: a run of ``--points`` scalar points (10 tags, written in bulk, cached) exported in each
   of ``--export-formats`` by the CLI to /dev/null (wall time, rows/s, CPU time of the process, its
   peak RSS) and by ``GET /api/export`` from a fresh ``serve`` (the body read and counted; rows/s;
@@ -179,7 +182,8 @@ def page_loads(browser, url: str, loads: int) -> list[dict]:
 
 
 def ws_snapshot_s(url: str) -> float:
-    """Seconds from a ``subscribe`` on ``/ws/live`` to the first ``snapshot`` frame."""
+    """Seconds from a ``subscribe`` on ``/ws/live`` to the first ``snapshot`` frame, subscribed
+    as the page subscribes (``split``: that frame holds the scalars, what the charts need)."""
     import trio
     from trio_websocket import open_websocket_url
 
@@ -190,7 +194,8 @@ def ws_snapshot_s(url: str) -> float:
             ws_url = "ws" + url.removeprefix("http") + "/ws/live"
             async with open_websocket_url(ws_url, max_message_size=1 << 26) as ws:
                 t0 = time.perf_counter()
-                await ws.send_message(codec.encode_message({"type": "subscribe", "runs": None}))
+                subscribe = {"type": "subscribe", "runs": None, "split": True, "max_points": 2000}
+                await ws.send_message(codec.encode_message(subscribe))
                 while codec.decode_message(await ws.get_message())["type"] != "snapshot":
                     pass
                 return time.perf_counter() - t0
@@ -204,9 +209,12 @@ def part_one_run(args, tree: Path, browser, work: Path) -> dict:
     server = Serve(tree, logdir, work / "serve-one.log", *extra)
     try:
         if args.ws_only:
+            times = [ws_snapshot_s(server.url) for _ in range(args.loads)]
             return {
                 "serve_start_s": server.start_s,
-                "ws_snapshot_s": [ws_snapshot_s(server.url) for _ in range(args.loads)],
+                "ws_snapshot_s": times,
+                "ws_cold_ms": times[0] * 1000,
+                "ws_warm_ms": statistics.median(times[1:]) * 1000 if len(times) > 1 else None,
                 "rss_mb": server.rss_mb(),
             }
         return {"hours": args.hours, **page_figures(browser, server, args.loads)}
@@ -411,6 +419,70 @@ def part_snapshot_reads(args, tree: Path) -> dict:
     return out
 
 
+SWEEP_PREFIXES = ("s05-", "s06-", "s07-")  # 100 runs each, as the page's "select 100"
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sweep_select_s(ws_url: str, runs: list[str]) -> float:
+    """Seconds from a ``subscribe`` to ``runs`` (as the page subscribes to 100 runs: split,
+    200 points a tag) until its ``synced``: the server alone reading and sending 100 snapshots."""
+    import trio
+    from trio_websocket import open_websocket_url
+
+    from vdl_stream import codec
+
+    async def once() -> float:
+        with trio.fail_after(600):
+            async with open_websocket_url(ws_url + "/ws/live", max_message_size=1 << 26) as ws:
+                t0 = time.perf_counter()
+                message = {"type": "subscribe", "runs": runs, "max_points": 200, "split": True,
+                           "keep": True, "batch": True}  # fmt: skip
+                await ws.send_message(codec.encode_message(message))
+                while codec.decode_message(await ws.get_message())["type"] != "synced":
+                    pass
+                return time.perf_counter() - t0
+
+    return trio.run(once)
+
+
+def part_sweep(args, tree: Path, work: Path) -> dict:
+    """Issue 12's "select 100 of 1,000 runs", the server alone: a fresh ``serve`` over the
+    1,000-run sweep of bench/runs_data.py (generated once under bench/out/runs), then on one
+    connection each the 100 runs of each of ``SWEEP_PREFIXES`` (no page read them: their readers
+    are not open), ``--sweep-selects`` servers; the median seconds and server CPU of each."""
+    from runs_data import cached_runs
+
+    logdir = Path(cached_runs(n_runs=1000, tags=10, points=10_000))
+    for run in logdir.iterdir():  # in the OS page cache for every tree alike
+        for path in run.iterdir() if run.is_dir() else ():
+            with open(path, "rb") as f:
+                while f.read(1 << 22):
+                    pass
+    samples: dict[str, list] = {p: [] for p in SWEEP_PREFIXES}
+    for _ in range(args.sweep_selects):
+        server = Serve(tree, logdir, work / "serve-sweep.log")
+        try:
+            time.sleep(3)  # discovery of the 1,000 runs is done
+            for prefix in SWEEP_PREFIXES:
+                names = sorted(p.name for p in logdir.iterdir() if p.name.startswith(prefix))
+                cpu = process_cpu_s(server.proc.pid)
+                wall = sweep_select_s(server.ws, names)
+                samples[prefix].append((wall, process_cpu_s(server.proc.pid) - cpu))
+        finally:
+            server.stop()
+    out: dict = {"samples": {p: v for p, v in samples.items()}}
+    everything = [x for v in samples.values() for x in v]
+    out["select_s"] = statistics.median(w for w, _ in everything)
+    out["select_cpu_s"] = statistics.median(c for _, c in everything)
+    return out
+
+
 def attempt(out: dict, key: str, part, *args) -> None:
     """Run one part; a part that fails (a page that never draws, say) is recorded, not fatal."""
     try:
@@ -428,6 +500,8 @@ def run_tree(args, tree: Path, browser, work: Path, points: int) -> dict:
         attempt(out, "one_run", part_one_run, args, tree, browser, work)
         if not args.skip_many:
             attempt(out, "many_runs", part_many_runs, args, tree, browser, work)
+    if args.sweep_selects:
+        attempt(out, "sweep", part_sweep, args, tree, work)
     if not args.skip_export:
         attempt(out, "export", part_export, args, tree, work, points)
     return out
@@ -462,7 +536,12 @@ def report(result: dict) -> str:
         there, base = cell(a, part, key, spec, unit), cell(b, part, key, spec, unit)
         lines.append(f"| {name} | {there} | {base} | {ratio} |")
 
-    if "one_run" in a:
+    if "ws_cold_ms" in a.get("one_run", {}):
+        h = result["args"]["hours"]
+        for key, when in (("ws_cold_ms", "cold"), ("ws_warm_ms", "warm")):
+            row(f"one {h:g} h live run: subscribe to scalars frame, {when}", "one_run", key,
+                unit=" ms")  # fmt: skip
+    elif "one_run" in a:
         h = result["args"]["hours"]
         row(
             f"one {h:g} h live run: charts in view drawn, cold",
@@ -486,6 +565,10 @@ def report(result: dict) -> str:
         )
         row(f"{n} runs: server RSS after", "many_runs", "rss_mb", unit=" MB")
         row(f"{n} runs: server peak RSS", "many_runs", "peak_mb", unit=" MB")
+    if "sweep" in a:
+        row("select 100 of 1,000 runs, the server alone: subscribe to synced", "sweep",
+            "select_s", ".2f", " s")  # fmt: skip
+        row("select 100 of 1,000 runs: the server's CPU", "sweep", "select_cpu_s", ".2f", " s")
     if "snapshot_reads" in a:
         h = result["args"]["hours"]
         for what, label in (
@@ -565,11 +648,19 @@ def main() -> None:
         metavar="N",
         help="one run: time a snapshot's reads in process, median of N fresh processes",
     )
+    parser.add_argument(
+        "--sweep-selects",
+        type=int,
+        default=0,
+        metavar="N",
+        help="issue 12: 100 of 1,000 runs' snapshots, the server alone, N fresh servers",
+    )
     parser.add_argument("--skip-many", action="store_true", help="no many-runs part")
     parser.add_argument(
         "--ws-only",
         action="store_true",
-        help="one run: time /ws/live snapshots with a WebSocket client instead of page loads",
+        help="one run: time /ws/live subscribe to the scalars' snapshot frame (the server alone) "
+        "with a WebSocket client instead of page loads",
     )
     parser.add_argument("--cache-mb", type=int, help="serve --cache-mb for this tree")
     parser.add_argument("--skip-export", action="store_true")

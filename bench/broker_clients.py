@@ -280,10 +280,19 @@ async def stream_together(
 
 
 async def live_subscriber(
-    ws_url: str, run: str, result: SubscriberResult, ready: trio.Semaphore, stop: trio.Event
+    ws_url: str,
+    run: str,
+    result: SubscriberResult,
+    ready: trio.Semaphore,
+    stop: trio.Event,
+    page: bool = False,
 ) -> None:
-    """Subscribe to ``run`` on ``/ws/live`` and record each data point's latency until ``stop``."""
-    subscribe = codec.encode_message({"type": "subscribe", "runs": [run], "max_points": 2000})
+    """Subscribe to ``run`` on ``/ws/live`` and record each data point's latency until ``stop``
+    (``page``: subscribe as the page does, with ``split`` and ``batch``)."""
+    ask = {"type": "subscribe", "runs": [run], "max_points": 2000}
+    if page:
+        ask |= {"split": True, "batch": True}
+    subscribe = codec.encode_message(ask)
     try:
         async with open_websocket_url(
             ws_url + "/ws/live", max_message_size=MAX_MESSAGE, message_queue_size=64
@@ -301,17 +310,21 @@ async def live_subscriber(
                     data = await ws.get_message()
                     now = time.time()
                     message = codec.decode_message(data)
-                    kind = message["type"]
-                    if kind == "gap":
-                        result.gaps += 1
-                        await ws.send_message(subscribe)
-                    elif kind == "data":
-                        result.frames += 1
-                        for _tag, _steps, walls, _values in message["scalars"]:
-                            w = np.frombuffer(walls, dtype="<f8")
-                            result.walls.append(w)
-                            result.latencies.append(now - w)
-                            result.points += len(w)
+                    messages = [message]
+                    if message["type"] == "frames":  # batch: several frames in one message
+                        messages = [codec.decode_message(f) for f in message["frames"]]
+                    for message in messages:
+                        kind = message["type"]
+                        if kind == "gap":
+                            result.gaps += 1
+                            await ws.send_message(subscribe)
+                        elif kind == "data":
+                            result.frames += 1
+                            for _tag, _steps, walls, _values in message["scalars"]:
+                                w = np.frombuffer(walls, dtype="<f8")
+                                result.walls.append(w)
+                                result.latencies.append(now - w)
+                                result.points += len(w)
     except Exception as exc:  # reported in the table, never hidden
         result.error = f"{type(exc).__name__}: {exc}"[:200]
         ready.release()

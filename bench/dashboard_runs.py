@@ -45,9 +45,26 @@ VIEWPORT = {"width": 1400, "height": 1000}
 # Injected before the page's scripts: when the table is filled, the first chart has data, every
 # chart in view has data (ms since the navigation started). Stops after 120 s.
 RUNS_PROBE_JS = """(() => {
-  const t = { table: null, firstChart: null, inView: null, rows: 0 };
+  const t = { table: null, firstChart: null, inView: null, rows: 0, messages: [], subscribe: null };
   window.__runsBench = t;
   const expect = window.__runsBenchExpect;
+  // The socket's first messages (hello, runs, summaries): when each arrived, its size and how
+  // long the page's handler took; and when the first subscribe went out.
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    send(data) {
+      if (t.subscribe === null) t.subscribe = performance.now();
+      return super.send(data);
+    }
+    set onmessage(fn) {
+      super.onmessage = (ev) => {
+        const t0 = performance.now();
+        fn.call(this, ev);
+        if (t.messages.length < 4) t.messages.push({ at: t0, bytes: ev.data.byteLength ?? 0, ms: performance.now() - t0 });
+      };
+    }
+    get onmessage() { return super.onmessage; }
+  };
   const tick = () => {
     const now = performance.now();
     const vdl = window.vdl;
@@ -153,6 +170,8 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                             "first_chart_ms": probe["firstChart"],
                             "in_view_ms": probe["inView"],
                             "rows_in_dom": probe["rows"],
+                            "subscribe_ms": probe["subscribe"],
+                            "first_messages": probe["messages"],
                             "subscribed": len(
                                 page.evaluate("() => window.vdl.connection.runs || []")
                             ),
@@ -160,7 +179,9 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         }
                     )
                     if last:
-                        select = select_runs(page)
+                        # What the page looks like with 1,000 runs (to look at, not measured).
+                        page.screenshot(path=str(HERE / "out" / "runs-page.png"))
+                        select = select_runs(page, args.runs_profile)
                         names = page.evaluate("() => window.vdl.connection.runs")
                         # The server alone, on the same runs (now open: warm) and on 100
                         # others no page has read (cold, as the page's were).
@@ -190,8 +211,9 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
     return {"logdir": str(logdir), "generation_s": gen_s, "loads": loads, "select": select}
 
 
-def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
-    """Search for the ``s05-*`` runs, then time ``All`` until every chart in view draws 100."""
+def select_runs(page, profile: bool = False) -> dict:  # type: ignore[no-untyped-def]
+    """Search for the ``s05-*`` runs, then time ``All`` until every chart in view draws 100
+    (with ``profile``, under the CPU profiler: self time by function in ``profile_top``)."""
     page.fill("input.run-search", "s05-")
     page.wait_for_function(
         "() => window.vdl.runsModel.tableRows().length === 100"
@@ -203,9 +225,18 @@ def select_runs(page) -> dict:  # type: ignore[no-untyped-def]
     # wait is the page's own work (tasks, scripts) rather than the server's and the network's.
     cdp = page.context.new_cdp_session(page)
     cdp.send("Performance.enable")
+    if profile:
+        cdp.send("Profiler.enable")
+        cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
+        cdp.send("Profiler.start")
     before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     result = page.evaluate(SELECT_JS, 100)
     after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    if profile:
+        from bench_dashboard import top_functions
+
+        bundle = page.evaluate("() => fetch('/static/app.js').then((r) => r.text())")
+        result["profile_top"] = top_functions(cdp.send("Profiler.stop")["profile"], 25, bundle)
     for key in ("TaskDuration", "ScriptDuration", "LayoutDuration", "Timestamp"):
         result[f"main_{key}_s"] = after[key] - before[key]
     cdp.detach()
@@ -293,15 +324,56 @@ def server_swap(
     return trio.run(main)
 
 
+def trace_self_times(events: list[dict], n: int = 20) -> list[dict]:
+    """Self time by trace event name on the renderer's main thread (``CrRendererMain``), largest
+    first: what the main thread did, scripts and native work (paint, canvas, GC) alike."""
+    main = {
+        (e["pid"], e["tid"])
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "thread_name"
+        and e.get("args", {}).get("name") == "CrRendererMain"
+    }  # fmt: skip
+    by_thread: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and (e["pid"], e["tid"]) in main and "dur" in e:
+            by_thread.setdefault((e["pid"], e["tid"]), []).append(e)
+    self_us: dict[str, float] = {}
+
+    count: dict[str, int] = {}
+
+    def close(span: list) -> None:  # [end, name, duration, children's time]
+        self_us[span[1]] = self_us.get(span[1], 0.0) + span[2] - span[3]
+        count[span[1]] = count.get(span[1], 0) + 1
+
+    for spans in by_thread.values():
+        spans.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack: list[list] = []
+        for e in spans:
+            while stack and stack[-1][0] <= e["ts"]:
+                close(stack.pop())
+            if stack:
+                stack[-1][3] += e["dur"]
+            stack.append([e["ts"] + e["dur"], e["name"], e["dur"], 0.0])
+        while stack:
+            close(stack.pop())
+    total = sum(self_us.values()) or 1.0
+    top = sorted(self_us.items(), key=lambda kv: -kv[1])[:n]
+    return [
+        {"event": k, "self_ms": v / 1000, "share": v / total, "count": count[k]} for k, v in top
+    ]
+
+
 def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
     """The live measure: ``--runs-live`` runs logging at once, all shown, sampled through CDP."""
     from bench_dashboard import (
         chromium_cpu_s,
+        fetch_bundle,
         find_browser_pid,
         perf_metrics,
         readline,
         slope_per_min,
         stop_process,
+        top_functions,
     )
 
     server = writer = context = None
@@ -341,6 +413,18 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         # several; a page without batching counts each frame as one message).
         count_js = "() => { const s = window.vdl.connection.stats; return [s.messages ?? s.frames, s.frames]; }"
         counts0 = page.evaluate(count_js)
+        trace: list[dict] = []
+        if args.runs_trace:
+            cdp.on("Tracing.dataCollected", lambda params: trace.extend(params["value"]))
+            cdp.send(
+                "Tracing.start",
+                {"categories": "devtools.timeline,disabled-by-default-devtools.timeline,v8,blink",
+                 "transferMode": "ReportEvents"},
+            )  # fmt: skip
+        if args.runs_profile:
+            cdp.send("Profiler.enable")
+            cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
+            cdp.send("Profiler.start")
         writer.stdin.write("go\n")
         writer.stdin.flush()
         go = time.perf_counter()
@@ -353,6 +437,14 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             if now >= args.runs_duration or writer.poll() is not None:
                 break
             time.sleep(min(args.interval, max(0.05, args.runs_duration - now)))
+        profile = cdp.send("Profiler.stop")["profile"] if args.runs_profile else None
+        if args.runs_trace:
+            done = []
+            cdp.on("Tracing.tracingComplete", lambda params: done.append(True))
+            cdp.send("Tracing.end")
+            deadline = time.monotonic() + 60
+            while not done and time.monotonic() < deadline:
+                page.wait_for_timeout(100)  # lets Playwright deliver the trace's events
         line = readline(writer, args.runs_duration + 120)
         sent = json.loads(line) if line else None
         writer.wait(30)
@@ -366,8 +458,17 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             for a, b in itertools.pairwise(samples)
             if b["Timestamp"] > a["Timestamp"]
         ]
+        # The main thread's CPU time (ThreadTime) over wall time: unlike the busy share, time
+        # spent waiting for a core in a task does not count (on a loaded machine the two differ
+        # by several times).
+        cpu_share = [
+            (b["ThreadTime"] - a["ThreadTime"]) / (b["Timestamp"] - a["Timestamp"])
+            for a, b in itertools.pairwise(samples)
+            if b["Timestamp"] > a["Timestamp"] and "ThreadTime" in a
+        ]
         # The first interval holds the start of the load; the steady state is what follows.
         steady = busy[1:] or busy
+        steady_cpu = cpu_share[1:] or cpu_share
         # The heap's trend over the second half, once the ring buffers have grown.
         half_t = args.runs_duration / 2
         half = [(s["t"], s["JSHeapUsedSize"] / 1e6) for s in samples if s["t"] >= half_t]
@@ -380,6 +481,12 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             "busy_median": statistics.median(steady) if steady else None,
             "busy_max": max(steady) if steady else None,
             "busy_samples": busy,
+            "main_cpu_median": statistics.median(steady_cpu) if steady_cpu else None,
+            "main_cpu_samples": cpu_share,
+            "profile_top": top_functions(profile, 25, fetch_bundle(server.url))
+            if profile
+            else None,
+            "trace_top": trace_self_times(trace) if trace else None,
             "heap_gc_start_mb": heap0 / 1e6,
             "heap_gc_end_mb": heap1 / 1e6,
             "heap_slope_mb_per_min": slope_per_min(
@@ -437,6 +544,33 @@ def report(result: dict) -> str:
                 f"| {kind} (median of {len(rows)}) | {table:.0f} ms | {first:.0f} ms"
                 f" | {in_view:.0f} ms | {rows[0]['subscribed']} |"
             )
+        # The page's own share before the server can start: from the summaries' arrival to the
+        # subscribe it sends (the third message is the summaries frame).
+        shares = [
+            (r["subscribe_ms"] - r["first_messages"][2]["at"], r["first_messages"][2])
+            for r in load["loads"]
+            if r.get("subscribe_ms") is not None and len(r.get("first_messages") or []) >= 3
+        ]
+        early = [d for d, _ in shares if d < 0]
+        shares = [(d, m) for d, m in shares if d >= 0]
+        if early:
+            out.append("")
+            out.append(
+                f"{len(early)} load(s) subscribed before the summaries arrived (the page stopped"
+                " waiting for them and chose its runs by name): left out below"
+            )
+        if shares:
+            out.append("")
+            out.append(
+                "Summaries frame to subscribe (the page's own share of the first chart): median"
+                f" {statistics.median(d for d, _ in shares):.0f} ms"
+                f" ({', '.join(f'{d:.0f}' for d, _ in shares)}); the frame"
+                f" {shares[0][1]['bytes'] / 1e3:.0f} kB, handled in a median of"
+                f" {statistics.median(m['ms'] for _, m in shares):.0f} ms; subscribe sent at a"
+                " median of"
+                f" {statistics.median(r['subscribe_ms'] for r in load['loads'] if r.get('subscribe_ms')):.0f}"
+                " ms after the navigation started"
+            )
         sel = load.get("select")
         if sel:
             out.append("")
@@ -467,6 +601,14 @@ def report(result: dict) -> str:
                     f" {sel['main_LayoutDuration_s']:.2f} s layout) of"
                     f" {sel['main_Timestamp_s']:.2f} s"
                 )
+            if sel.get("profile_top"):
+                out.append("")
+                out.append("Self time over the selection (CPU profile):")
+                for f in sel["profile_top"][:15]:
+                    out.append(
+                        f"  {f['self_ms']:8.0f} ms {f['share']:5.1%}  {f['function']} {f['at']}"
+                        f"  {f.get('code', '')[:70]!r}"
+                    )
         for keep in (True, False):
             swap = (sel or {}).get(f"swap_one_keep_{keep}")
             if swap:
@@ -480,7 +622,8 @@ def report(result: dict) -> str:
         out.append("")
         out.append(
             f"Live: {live['runs']} runs x 10 tags x {live['rate']} points/s for {live['duration_s']:.0f} s:"
-            f" main-thread busy median {live['busy_median']:.0%} (max {live['busy_max']:.0%});"
+            f" main-thread busy median {live['busy_median']:.0%} (max {live['busy_max']:.0%}),"
+            f" main-thread CPU median {live.get('main_cpu_median') or 0:.0%};"
             f" Chromium CPU {live['chromium_cpu_per_s']:.2f} s/s (all its processes);"
             f" JS heap after GC {live['heap_gc_start_mb']:.1f} -> {live['heap_gc_end_mb']:.1f} MB,"
             f" slope {live['heap_slope_mb_per_min']:+.1f} MB/min"
@@ -492,4 +635,19 @@ def report(result: dict) -> str:
                 f"WebSocket messages the page handled: {live['messages_per_s']:.0f}/s"
                 f" carrying {live['frames_per_s']:.0f} frames/s"
             )
+        if live.get("trace_top"):
+            out.append("")
+            out.append("The main thread over the live load (trace, self time by event):")
+            for e in live["trace_top"][:15]:
+                out.append(
+                    f"  {e['self_ms']:8.0f} ms {e['share']:5.1%} {e['count']:6d}x  {e['event']}"
+                )
+        if live.get("profile_top"):
+            out.append("")
+            out.append("Self time over the live load (CPU profile):")
+            for f in live["profile_top"][:15]:
+                out.append(
+                    f"  {f['self_ms']:8.0f} ms {f['share']:5.1%}  {f['function']} {f['at']}"
+                    f"  {f.get('code', '')[:70]!r}"
+                )
     return "\n".join(out)

@@ -265,6 +265,11 @@ class Catalog:
         self._pinned: list[dict[str, int]] = []
         self._fill = _SOURCES.get(os.path.abspath(run_dir))
 
+    @property
+    def remote(self) -> bool:
+        """Whether the run's records are fetched from an object store (a mirror) as read."""
+        return self._fill is not None
+
     def close(self) -> None:
         """Close the open files."""
         for state in self.segments.values():

@@ -34,6 +34,13 @@ _RETRIES = 8
 GROUP_CACHE_BYTES = 8 << 20
 # Group parts of a tag a downsampled read loads at once (beyond it, they are streamed).
 PARTS_AT_ONCE = 8192
+# A downsampled read of at most this many points (of a tag not loaded) decodes them all and
+# downsamples them at once: for a short tag that is cheaper than bucketing chunk by chunk (a sweep
+# of 1,000 runs of 10,000 points a tag), and it holds at most this many points at a time.
+SMALL_DOWNSAMPLE = 1 << 16
+# Downsampled reads kept for asking again (a page reloaded, a run selected again), in points; they
+# are forgotten as soon as the reader reads anything new or finds damage.
+DOWNSAMPLED_POINTS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -227,6 +234,13 @@ class RunReader:
         self._tag_series: dict[str, _TagSeries] = {}
         self._meta: dict = {}
         self._meta_done = 0
+        self._forget_downsampled()
+
+    def _forget_downsampled(self) -> None:
+        """Drop the downsampled reads kept: what the reader holds changed."""
+        # (tag, start, end, max_points) -> the series read, least recently used first
+        self._downsampled: OrderedDict[tuple, ScalarSeries] = OrderedDict()
+        self._downsampled_points = 0
 
     def _rebase(self, upto: Position | None = None) -> None:
         """Rebuild the catalog after compaction replaced files it had read: read the new layout
@@ -264,6 +278,8 @@ class RunReader:
         raise RecorderError(f"{self._dir}: the run kept changing while being read")
 
     def _add(self, entries: list[Entry]) -> None:
+        if entries:
+            self._forget_downsampled()
         for e in entries:
             e.seq = self._seq
             self._seq += 1
@@ -326,6 +342,7 @@ class RunReader:
     def _kill(self, entry: Entry) -> None:
         """Drop a record found damaged from every later query."""
         entry.length = -1
+        self._forget_downsampled()
         if entry.parts is not None:
             self._parts.drop(entry)
             self._tag_series.clear()
@@ -415,6 +432,7 @@ class RunReader:
                     self._catalog.report_damage(e, str(exc))
                     e.length = -1
                     del self._tag_series[tag]
+                    self._forget_downsampled()
                     return self._series(tag)
                 e.data = None  # the arrays hold it now; replay reads it again from disk
             state.consumed = len(entries)
@@ -428,6 +446,7 @@ class RunReader:
         new_rows = rows[state.rows_consumed :]
         if not self._parts.load(new_rows, self._catalog.load):
             self._tag_series.clear()
+            self._forget_downsampled()
             return False
         loaded = []
         for e in entries[state.consumed :]:
@@ -493,9 +512,15 @@ class RunReader:
         self._check_scalar_tag(tag)
         if max_points is not None and tag not in self._tag_series:
             # Not loaded: downsample one chunk at a time rather than load the whole series.
+            key = (tag, start, end, max_points)
+            kept = self._downsampled.get(key)
+            if kept is not None:  # asked before, and nothing read or found damaged since
+                self._downsampled.move_to_end(key)
+                return kept
             series = self._retry(lambda: self._downsample_stream(tag, start, end, max_points))
             for col in series:
                 col.flags.writeable = False
+            self._keep_downsampled(key, series)
             return series
         series, monotonic = self._retry(lambda: self._series(tag))
         if start is not None or end is not None:
@@ -517,6 +542,17 @@ class RunReader:
             col.flags.writeable = False  # they may be views of the cache
         return series
 
+    def _keep_downsampled(self, key: tuple, series: ScalarSeries) -> None:
+        """Keep a downsampled read for asking again, within ``DOWNSAMPLED_POINTS``."""
+        n = len(series.steps)
+        if n > DOWNSAMPLED_POINTS:
+            return
+        self._downsampled[key] = series
+        self._downsampled_points += n
+        while self._downsampled_points > DOWNSAMPLED_POINTS:
+            _, old = self._downsampled.popitem(last=False)
+            self._downsampled_points -= len(old.steps)
+
     def cached_bytes(self) -> int:
         """Bytes of decoded data this reader holds: series buffers, group points, kept payloads.
 
@@ -524,6 +560,8 @@ class RunReader:
         """
         self._check_open()
         total = self._parts.nbytes() + self._groups_bytes
+        for series in self._downsampled.values():
+            total += sum(col.nbytes for col in series)
         for state in self._tag_series.values():
             total += state.steps.nbytes + state.walls.nbytes + state.values.nbytes
         for e in self._catalog.entries:
@@ -538,6 +576,7 @@ class RunReader:
         """
         self._check_open()
         self._tag_series.clear()
+        self._forget_downsampled()
         self._parts.unload()
         self._groups.clear()
         self._groups_bytes = 0
@@ -616,6 +655,7 @@ class RunReader:
         if len(rows) <= PARTS_AT_ONCE:
             if not self._parts.load(rows_arr, self._catalog.load):
                 self._tag_series.clear()
+                self._forget_downsampled()
                 return None
             return self._parts.gather(rows_arr)
         pieces = [self._piece_points(r) for r in rows]
@@ -734,7 +774,9 @@ class RunReader:
         range and not cut by a restart are counted from their summaries, and a block chunk with a
         level-of-detail summary is not decoded at all when the buckets are at least two of its
         slices wide: its slices' extremes stand for their points, and only the slices a bucket
-        edge (or the first or last point) falls in are read, a column range at a time."""
+        edge (or the first or last point) falls in are read, a column range at a time. A tag of at
+        most ``SMALL_DOWNSAMPLE`` points in range is decoded whole and downsampled at once, unless
+        the run is a mirror of one in an object store."""
         refs, firsts, smins, smaxs = self._pieces(tag)
         ceil = self._ceilings(refs, firsts, smins, smaxs)
         cols = self._parts.cols
@@ -763,11 +805,27 @@ class RunReader:
             points = kept(i)
             sizes[i] = 0 if points is None else len(points.steps)
         n = int(sizes.sum())
-        if n <= max_points:
-            pieces = [p for i in np.flatnonzero(~skip).tolist() if (p := kept(i)) is not None]
+        # A mirror fetches what it decodes: there the slices' summaries cost fewer bytes.
+        small = 0 if self._catalog.remote else SMALL_DOWNSAMPLE
+        if n <= max(max_points, small):
+            pieces: list[ScalarSeries] = []
+            parts: list[int] = []  # a run of whole group parts, read together
+            for i in [*np.flatnonzero(~skip).tolist(), None]:
+                ref = None if i is None else refs[i]
+                if isinstance(ref, int) and whole[i]:
+                    parts.append(ref)
+                    continue
+                if parts:
+                    points = self._parts_points(parts)
+                    if points is None:
+                        return self._downsample_stream(tag, start, end, max_points, use_lod)
+                    pieces.append(points)
+                    parts = []
+                if i is not None and (points := kept(i)) is not None:
+                    pieces.append(points)  # (a damaged piece is left out, as a full read does)
             if not pieces:
                 return ScalarSeries(np.empty(0, np.int64), np.empty(0), np.empty(0))
-            return _concat(pieces)
+            return downsample(_concat(pieces), max_points)
         buckets = (max_points - 2) // 2
         size = -(-(n - 2) // buckets) if buckets else n
         full = (n - 2) // size if buckets else 0
@@ -1266,7 +1324,8 @@ class _Buckets:
 
     def _take_chunks(self) -> None:
         """The extremes of the summary slices that lie in one bucket, and of the points of the
-        others (read one slice at a time)."""
+        others that may hold a bucket's minimum or maximum (read one slice at a time)."""
+        groups = []
         for size in sorted({c.lod.size for c in self.chunks}):
             which = [i for i, c in enumerate(self.chunks) if c.lod.size == size]
             lods = [self.chunks[i].lod for i in which]
@@ -1282,8 +1341,7 @@ class _Buckets:
             if self.any:
                 split |= self._bucket_of(first) != self._bucket_of(last)
             cut = np.flatnonzero(split)
-            if len(cut):
-                self._take_cut(cut, chunk_of, slice_of, starts, stops, first, last)
+            groups.append((lods, cut, (chunk_of, slice_of, starts, stops, first, last)))
             if not self.any:
                 continue
             clean = np.flatnonzero(~split)
@@ -1294,6 +1352,43 @@ class _Buckets:
                     for col in ("i", "v", "s", "w")
                 ]
                 self.cand[name].append((at[clean] + cols[0], *cols[1:], none, none, none))
+        bests = self._bests() if self.any else None
+        for lods, cut, rows in groups:
+            if bests is not None and len(cut):
+                cut = cut[self._may_matter(lods, cut, rows[4], rows[5], *bests)]
+            if len(cut):
+                self._take_cut(cut, *rows)
+
+    def _bests(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each bucket's least and greatest candidate value so far (NaN if one is NaN; +inf and
+        -inf for a bucket without candidates)."""
+        out = []
+        for name, reduce, none in (("min", np.minimum, np.inf), ("max", np.maximum, -np.inf)):
+            best = np.full(self.full + 1, none)
+            for index, values, *_ in self.cand[name]:
+                inner = (index > 0) & (index < self.n - 1)
+                with np.errstate(invalid="ignore"):  # a NaN propagates (no warning wanted)
+                    reduce.at(best, self._bucket_of(index[inner]), values[inner])
+            out.append(best)
+        return out[0], out[1]
+
+    def _may_matter(self, lods, cut, first, last, low, high) -> np.ndarray:
+        """Which of the slices ``cut`` (each across a bucket edge, or holding the first or the
+        last point) must be read: one holding an end, or whose summary extreme may be the
+        minimum or maximum of a bucket it lies in, given the other candidates (``low`` and
+        ``high`` from :meth:`_bests`). A slice whose minimum is above a bucket's least candidate
+        holds none of the bucket's first minimum (ties and NaN are read: the first of equal
+        values, or a NaN, may lie in it), and likewise for the maximum; so skipping it changes
+        nothing in the result."""
+        vmin = np.concatenate([lod.vmin for lod in lods])[cut]
+        vmax = np.concatenate([lod.vmax for lod in lods])[cut]
+        f, l = first[cut], last[cut]  # noqa: E741
+        need = (f == 0) | (l == self.n - 1) | np.isnan(vmin) | np.isnan(vmax)
+        for index in (np.maximum(f, 1), np.minimum(l, self.n - 2)):  # the buckets it lies in
+            b = np.clip(self._bucket_of(index), 0, self.full)
+            need |= ~np.isnan(low[b]) & (vmin <= low[b])
+            need |= ~np.isnan(high[b]) & (vmax >= high[b])
+        return need
 
     def _take_cut(self, cut, chunk_of, slice_of, starts, stops, first, last) -> None:
         """The points of the slices ``cut`` (rows of the other arrays), read one slice at a time:

@@ -36,7 +36,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
@@ -298,6 +298,9 @@ class RunPublisher:
         run_dir: the local run directory.
         head_interval: seconds between two uploads of the head segment.
         grace: seconds an object no manifest names any more is kept before deletion.
+        announce: called with each new manifest just before it is PUT, so that the caller can
+            record what it is about to publish (a process killed between the PUT and its own
+            record of it must not find its copy of the run looking superseded).
     """
 
     def __init__(
@@ -308,9 +311,11 @@ class RunPublisher:
         *,
         head_interval: float = 10.0,
         grace: float = GRACE_SECONDS,
+        announce: Callable[[Manifest], None] | None = None,
     ) -> None:
         self.store = store
         self.run = run
+        self.announce = announce
         self.run_dir = run_dir
         self.head_interval = head_interval
         self.grace = grace
@@ -424,6 +429,8 @@ class RunPublisher:
                 self.stats.objects += 1
                 self.stats.bytes += ref.size
             manifest = Manifest(self.run, refs, self.generation + 1, time.time())
+            if self.announce is not None:
+                self.announce(manifest)
             self.store.put(manifest_key(self.run), manifest.encode())
             self.stats.manifests += 1
             kept = {r.key for r in refs}

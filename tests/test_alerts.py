@@ -4,6 +4,7 @@ and the webhooks."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -679,11 +680,18 @@ async def test_serve_alerts_on_a_run_another_process_writes(tmp_path, hooks):
 # -- rounds --------------------------------------------------------------------------------------
 
 
-async def test_batches_joined_for_a_round_report_each_alert_at_its_own_point(tmp_path):
+@pytest.mark.parametrize("on_loop", [True, False])
+async def test_batches_joined_for_a_round_report_each_alert_at_its_own_point(
+    tmp_path, on_loop, monkeypatch
+):
     """Batches queued between two detector rounds are judged together (a tag's columns joined);
     an alert still names the offending point's own step and wall time, and the smoothing sees
-    every point in order."""
+    every point in order; with rounds on the event loop (in slices) or in a worker thread."""
+    from vdl_stream import alerts
     from vdl_stream.broker import Broker
+
+    monkeypatch.setattr(alerts, "DETECT_ON_LOOP", on_loop)
+    monkeypatch.setattr(alerts, "DETECT_SLICE", 0.0 if on_loop else alerts.DETECT_SLICE)
 
     got: list[dict[str, Any]] = []
     broker = Broker(tmp_path)
@@ -744,3 +752,135 @@ def test_a_spike_and_a_nan_are_found_however_the_points_are_cut_into_columns(cut
         engine.process("r", [cols], [], 0.0)
     alerts = sorted((e["rule"], e["step"], e["wall"]) for _, e in engine.pending())
     assert alerts == [("nan", 937, walls[937]), ("spike", 761, walls[761])]
+
+
+@pytest.mark.parametrize("cut", [1, 30, 100, 1000])
+def test_divergence_counts_rising_points_not_smoothing_groups(cut):
+    """``rising_points`` is in points whatever the column sizes: a loss that bottoms out and
+    then climbs slowly for 1,000 points (by 60%, under the rule's factor) is diverging whether
+    the climb comes a point a column or in one column of 1,000, which the smoothing folds in
+    32 groups (a count of groups would be 32, and never reach 300)."""
+    values = np.concatenate([np.linspace(2.0, 1.0, 200), np.linspace(1.0, 1.6, 1000)])
+    n = len(values)
+    steps, walls = np.arange(n), 1.7e9 + np.arange(n) * 0.25
+    engine = AlertEngine()
+    cuts = [*range(0, 200, min(cut, 200)), *range(200, n, cut), n]
+    for a, b in itertools.pairwise(cuts):
+        cols = codec.ScalarColumns("train/loss", steps[a:b], walls[a:b], values[a:b])
+        engine.process("r", [cols], [], 0.0)
+    alerts = [e for _, e in engine.pending()]
+    assert [a["rule"] for a in alerts] == ["divergence"], alerts
+    assert "rising for" in alerts[0]["message"]
+    rising = engine._runs["r"].tags["train/loss"].emas[0.05].rising
+    assert 900 <= rising <= 1000, rising  # the EMA turns a few dozen points after the loss
+
+
+def test_the_spike_rules_bounds_hold_for_every_window_within_its_moves():
+    """_centre_bounds: after replacing up to ``moves`` values of a window by any values, the
+    window's true median lies within the bounds and its true MAD is at least the lower bound,
+    and the median and MAD themselves are _median_mad's to the bit."""
+    from vdl_stream.alerts import _centre_bounds, _median_mad
+
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        n = int(rng.integers(5, 260))
+        window = np.exp(rng.normal(0, 1.0, n)) if trial % 2 else rng.standard_t(2, n)
+        moves = int(rng.integers(1, max(2, n // 4)))
+        med, mad, low, high, mad_low = _centre_bounds(window, moves)
+        assert (med, mad) == _median_mad(window)
+        for _ in range(5):
+            moved = window.copy()
+            k = int(rng.integers(0, moves + 1))
+            where = rng.choice(n, k, replace=False)
+            moved[where] = rng.choice([-1e9, 1e9, med, 0.0]) + rng.normal(0, 3, k)
+            true_med, true_mad = _median_mad(moved)
+            assert low <= true_med <= high, (trial, k)
+            assert true_mad >= mad_low, (trial, k)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_spike_rules_shortcut_raises_exactly_what_the_full_computation_does(seed, monkeypatch):
+    """The spike rule skips computing the median and MAD while the bounds rule out a spike;
+    on a heavy-tailed series with spikes, cut into columns of random sizes, it raises the same
+    alerts at the same steps as an engine that computes them for every column."""
+    from vdl_stream import alerts
+
+    rng = np.random.default_rng(seed)
+    n = 6000
+    values = np.exp(rng.standard_t(3, n) * 0.3)
+    spikes = rng.choice(np.arange(300, n), 12, replace=False)
+    values[spikes] *= rng.choice([1e3, 1e-3, 30.0], 12)
+    steps, walls = np.arange(n), 1.7e9 + np.arange(n) * 0.25
+    cuts = np.unique(np.concatenate([[0, n], rng.integers(1, n, 900)]))
+
+    def run() -> list[tuple]:
+        engine = AlertEngine(rules_from_dict({"limits": {"cooldown": 0, "per_minute": 10**6}}))
+        for a, b in itertools.pairwise(cuts.tolist()):
+            cols = codec.ScalarColumns("val/score", steps[a:b], walls[a:b], values[a:b])
+            engine.process("r", [cols], [], 0.0)
+        return sorted((e["rule"], e["step"], e["value"]) for _, e in engine.pending())
+
+    exact = alerts._centre_bounds
+    calls = []
+    monkeypatch.setattr(alerts, "_centre_bounds", lambda w, m: calls.append(1) or exact(w, m))
+    fast = run()
+    assert len(calls) < len(cuts) / 2  # the shortcut was taken for most columns
+    monkeypatch.setattr(alerts, "_centre_bounds", lambda w, m: (*exact(w, m)[:4], 0.0))
+    assert fast == run()
+    assert sum(rule == "spike" for rule, _, _ in fast) >= 6, fast
+
+
+def test_gpu_rules_read_telemetry_samples():
+    """gpu_underuse and gpu_memory from telemetry events (through gpu_readings, the one reader
+    of telemetry): an idle GPU for 120 s and a full one for 10 s are each reported once; a
+    busy GPU and fields that are not numbers raise nothing."""
+    from vdl_stream.alerts import gpu_readings
+
+    engine = AlertEngine()
+    for t in range(0, 200, 5):
+        fields = {
+            "gpu0/util": 10.0, "gpu0/mem_used": 99.0, "gpu0/mem_total": 100.0,
+            "gpu1/util": 95.0, "gpu1/mem_used": 50.0, "gpu1/mem_total": 100.0,
+            "gpu2/util": "busy", "cpu/util": 5.0,
+        }  # fmt: skip
+        event = {"kind": "telemetry", "wall": 1.7e9 + t, "host": "h", "rank": 0, "fields": fields}
+        engine.process("r", [], [event], float(t))
+    got = sorted((e["rule"], e["series"]) for _, e in engine.pending())
+    assert got == [("gpu_memory", "gpu0/mem_used"), ("gpu_underuse", "gpu0/util")]
+    readings = gpu_readings(event)
+    assert [r[3:] for r in readings] == [("gpu0", 10.0, 99.0, 100.0), ("gpu1", 95.0, 50.0, 100.0)]
+    assert gpu_readings({"kind": "telemetry", "wall": 0.0, "fields": None}) == []
+
+
+async def test_the_detectors_queue_is_bounded_in_batches_and_points(monkeypatch):
+    """observe() never blocks: past queue_size batches, or QUEUE_POINTS scalar points, a batch
+    is dropped and counted; the detector task then takes the whole queue in one round."""
+    from vdl_stream import alerts
+
+    monkeypatch.setattr(alerts, "QUEUE_POINTS", 25)
+    engine = AlertEngine(queue_size=3)
+    cols = codec.ScalarColumns("loss", np.arange(10), np.full(10, 1.7e9), np.ones(10))
+    for _ in range(3):  # 10 + 10 points, then 30 would pass the points bound: dropped
+        engine.observe("r", [cols], [])
+    stats = engine.statistics()
+    assert (stats.queue_depth, stats.queue_peak, stats.dropped) == (2, 2, 1)
+    engine.observe("r", [], [{"kind": "meta", "status": "running", "tag": None, "wall": 0.0}])
+    engine.observe("r", [], [])  # a fourth batch: past queue_size
+    stats = engine.statistics()
+    assert (stats.queue_depth, stats.queue_peak, stats.dropped) == (3, 3, 2)
+
+    class Idle:  # a stand-in broker that never closes: the engine runs until cancelled
+        alerts = None
+
+        async def wait_closed(self) -> None:
+            await trio.sleep_forever()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine.run, Idle())
+            while engine.statistics().observed < 3:  # noqa: ASYNC110 (a counter, no event)
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    stats = engine.statistics()
+    assert (stats.observed, stats.queue_depth, stats.dropped) == (3, 0, 2)
+    assert engine._runs["r"].tags["loss"].seen == 20

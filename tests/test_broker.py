@@ -76,6 +76,59 @@ async def test_full_subscriber_gets_a_gap_not_a_stall():
     assert await sub.receive() == b"frame9"
 
 
+def _offer_data(sub: Subscriber, seq: int, run: str, cols: list[ScalarColumns]) -> None:
+    """Offer a data frame with its data, as the broker's fan-out does."""
+    sub.offer(seq, run, codec.encode_live("data", seq, run, cols, []), (cols, []))
+
+
+def _points(frame: bytes) -> dict[str, list[float]]:
+    message = msgpack.unpackb(frame)
+    assert message["type"] == "data"
+    return {t: np.frombuffer(s, "<f8").tolist() for t, s, _w, _v in message["scalars"]}
+
+
+async def test_a_full_subscriber_gets_the_overflow_coalesced_in_order_not_a_gap():
+    sub = Subscriber(None, capacity=2)
+    for seq in range(1, 7):  # 1, 2 queued; 3..6 held
+        _offer_data(sub, seq, "r", [scalars("a", range(seq * 10, seq * 10 + 2))])
+    _offer_data(sub, 7, "s", [scalars("b", range(2))])
+    sub.offer(8, None, b"not-data")  # nothing of it to coalesce: queued if there is room
+    stats = sub.statistics()
+    assert (stats.depth, stats.dropped, stats.gaps, stats.coalesced) == (2, 1, 1, 5)
+    # ... the frame that could not be coalesced fell back to a gap: everything held went with it
+    assert stats.held_bytes == 0
+    sub = Subscriber(None, capacity=2)
+    for seq in range(1, 7):
+        _offer_data(sub, seq, "r", [scalars("a", range(seq * 10, seq * 10 + 2))])
+    _offer_data(sub, 7, "s", [scalars("b", range(2))])
+    assert _points(await sub.receive()) == {"a": [10.0, 11.0]}
+    _offer_data(sub, 8, "r", [scalars("a", range(80, 82))])  # room now, but "r" is held: after it
+    assert _points(await sub.receive()) == {"a": [20.0, 21.0]}
+    sub.covered["r"] = 3  # a snapshot taken meanwhile holds batch 3
+    merged = msgpack.unpackb(await sub.receive())
+    assert merged["seq"] == 8 and merged["run"] == "r"
+    assert _points(await sub.receive()) == {"b": [0.0, 1.0]}
+    steps = {t: np.frombuffer(s, "<f8").tolist() for t, s, _w, _v in merged["scalars"]}
+    assert steps == {"a": [40.0, 41.0, 50.0, 51.0, 60.0, 61.0, 80.0, 81.0]}
+    stats = sub.statistics()
+    assert (stats.gaps, stats.dropped, stats.coalesced, stats.held_bytes) == (0, 0, 6, 0)
+    assert not sub.lost  # nothing was lost: a keep re-subscription may keep the runs
+    _offer_data(sub, 9, "r", [scalars("a", range(90, 91))])  # and frames flow as before
+    assert _points(await sub.receive()) == {"a": [90.0]}
+
+
+async def test_what_a_full_subscriber_holds_is_bounded_in_bytes_then_a_gap():
+    frame = len(codec.encode_live("data", 1, "r", [scalars("a", range(100))], []))
+    sub = Subscriber(None, capacity=1, capacity_bytes=3 * frame)
+    for seq in range(1, 10):
+        _offer_data(sub, seq, "r", [scalars("a", range(100))])
+    stats = sub.statistics()
+    assert (stats.depth, stats.coalesced, stats.gaps, stats.held_bytes) == (1, 3, 1, 0)
+    assert stats.dropped == 9 - 1 - 3
+    await sub.receive()
+    assert msgpack.unpackb(await sub.receive())["type"] == "gap"
+
+
 async def receive(ws) -> dict:
     return msgpack.unpackb(await ws.get_message())
 

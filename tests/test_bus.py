@@ -288,6 +288,98 @@ async def test_a_browser_on_any_broker_sees_every_run_live(brokers):
         assert stats["bus"]["dropped"] == 0
 
 
+def test_a_publish_round_coalesces_consecutive_batches_of_a_run_into_one_entry():
+    from vdl_stream.bus import _coalesce
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    def batch(run: str, seq: int, tags: tuple[str, ...] = ("loss",)) -> Batch:
+        steps = np.arange(seq * 10, seq * 10 + 10, dtype=np.int64)
+        cols = [ScalarColumns(t, steps, steps * 0.5, steps * 2.0) for t in tags]
+        return Batch(
+            "w",
+            seq,
+            run,
+            cols,
+            [{"kind": "text", "tag": "t", "step": seq, "wall": 1.0, "text": "x"}],
+        )
+
+    items = [
+        ("a", 1, batch("a", 1)),
+        ("b", 0, b""),  # run b announced: its announcement goes first
+        ("b", 1, batch("b", 1)),
+        ("a", 2, batch("a", 2, ("loss", "acc"))),
+        ("a", 3, batch("a", 3)),
+        ("a", 5, batch("a", 5)),  # 4 was dropped from the queue: a hole receivers must see
+        ("a", 6, batch("a", 6)),
+    ]
+    registry, entries = _coalesce(items)
+    assert registry == ["b"]
+    assert [(run, m, n) for run, m, n, _ in entries] == [("a", 1, 3), ("a", 5, 6), ("b", 1, 1)]
+    first = codec.decode_batch(codec.decode_message(entries[0][3]))
+    loss = next(c for c in first.scalars if c.tag == "loss")
+    assert loss.steps.tolist() == list(range(10, 40))  # batches 1, 2, 3 in order
+    assert loss.values.tolist() == [2.0 * s for s in range(10, 40)]
+    acc = next(c for c in first.scalars if c.tag == "acc")
+    assert acc.steps.tolist() == list(range(20, 30))
+    assert [e["step"] for e in first.events] == [1, 2, 3]
+    lone = codec.decode_batch(codec.decode_message(entries[2][3]))
+    assert lone.run == "b" and lone.scalars[0].steps.tolist() == list(range(10, 20))
+
+
+async def test_a_burst_reaches_another_broker_in_fewer_entries_every_point_in_order(brokers):
+    """Batches sent back to back (a busy broker) are merged per run on the bus: fewer stream
+    entries than batches, and a browser on the other broker still gets every point, in order."""
+    group = brokers(2)
+    view = Watched()
+    order: list[float] = []
+    batches, points = 200, 5  # fewer frames than a subscriber's queue holds: no gap possible
+    subscribe = codec.encode_message({"type": "subscribe", "runs": None, "max_points": 100_000})
+
+    async def watch_order(ws_url: str) -> None:
+        async with open_websocket_url(ws_url + "/ws/live", max_message_size=64 << 20) as ws:
+            await ws.send_message(subscribe)
+            while True:
+                message = codec.decode_message(await ws.get_message())
+                if message["type"] == "gap":
+                    view.gaps += 1
+                    await ws.send_message(subscribe)
+                elif message["type"] == "data" and message["run"] == "burst":
+                    view.data_frames["burst"] = view.data_frames.get("burst", 0) + 1
+                    for _tag, steps, _w, _v in message["scalars"]:
+                        order.extend(np.frombuffer(steps, dtype="<f8").tolist())
+
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_order, group.ws_urls[1])
+            async with open_websocket_url(group.ws_urls[0] + "/ws/ingest") as ingest:
+                for seq in range(1, batches + 1):
+                    steps = np.arange((seq - 1) * points, seq * points, dtype=np.int64)
+                    cols = [codec.ScalarColumns("loss", steps, steps * 0.0, steps * 1.0)]
+                    batch = codec.Batch("burst-writer", seq, "burst", cols)
+                    await ingest.send_message(codec.encode_batch(batch))
+                acked = 0
+                while acked < batches:
+                    message = codec.decode_message(await ingest.get_message())
+                    if message["type"] == "ack":
+                        acked = message["seq"]
+                    else:
+                        pytest.fail(f"batch not acknowledged: {message}")
+            await wait_until(
+                lambda: len(order) >= batches * points or view.gaps > 0,
+                30,
+                "every point of the burst on the other broker",
+            )
+            nursery.cancel_scope.cancel()
+    assert view.gaps == 0
+    assert order == [float(s) for s in range(batches * points)]
+    status, stats = http_get(group.servers[0].url + "/api/stats")
+    assert status == 200
+    bus = stats["bus"]
+    assert bus["published"] >= batches and bus["dropped"] == 0
+    assert bus["entries"] < bus["published"], bus  # merged while busy
+    assert view.data_frames["burst"] <= bus["entries"]
+
+
 async def test_a_run_is_refused_by_a_broker_that_does_not_hold_its_lease(brokers):
     group = brokers(2)
     first = attach(url=group.ws_urls[0], run="held", telemetry=False)
@@ -481,6 +573,49 @@ def test_the_default_path_never_imports_coredis():
         "import sys, vdl_stream, vdl_stream.cli, vdl_stream.server, vdl_stream.broker, "
         "vdl_stream.transport, vdl_stream.writer\n"
         "assert 'coredis' not in sys.modules, 'coredis imported without --bus'\n"
+    )
+    proc = subprocess.run(["python3", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_package_and_each_command_import_only_what_they_need():
+    """``import vdl_stream`` is light (its public names load on first use), ``--help`` loads
+    none of the stack, ``serve`` not the importers nor the writer, and every documented import
+    still works."""
+    heavy = ("numpy", "trio", "quart", "hypercorn", "trio_websocket", "vdl_stream.writer")
+    code = (
+        "import sys, vdl_stream\n"
+        f"loaded = [m for m in {heavy!r} if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "from vdl_stream.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"loaded = [m for m in {heavy!r} if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "from vdl_stream.cli import build_parser\n"
+        "build_parser(['serve']).parse_args(['serve', '--logdir', 'x'])\n"
+        "loaded = [m for m in ('vdl_stream.interop', 'vdl_stream.replay') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "import vdl_stream.server\n"
+        "loaded = [m for m in ('vdl_stream.replay', 'vdl_stream.writer', 'vdl_stream.session',"
+        " 'trio_websocket') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "from vdl_stream import LogWriter, SummaryWriter, Writer, attach, __version__\n"
+        "from vdl_stream.writer import Writer as W\n"
+        "assert W is Writer is vdl_stream.Writer and callable(attach)\n"
+        "assert vdl_stream.attach is attach and 'attach' in dir(vdl_stream)\n"
+        "assert LogWriter.__module__ == SummaryWriter.__module__ == 'vdl_stream.compat'\n"
+        "ns = {}\n"
+        "exec('from vdl_stream import *', ns)\n"
+        "assert {'attach', 'Writer', 'SummaryWriter', 'LogWriter'} <= set(ns), sorted(ns)\n"
+        "try:\n"
+        "    vdl_stream.nothing\n"
+        "except AttributeError as exc:\n"
+        "    assert \"has no attribute 'nothing'\" in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('vdl_stream.nothing did not raise')\n"
     )
     proc = subprocess.run(["python3", "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

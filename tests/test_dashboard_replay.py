@@ -348,8 +348,8 @@ def test_pause_seek_back_and_play_from_the_bar(tmp_path, browser):
             assert images == [0]
             telemetry_walls = page.evaluate(
                 "() => [...window.vdl.store.runs.get('r').telemetry.values()]"
-                ".filter(t => t.field === 'gpu0/util')"
-                ".flatMap(t => Array.from(t.buffer.column(0)))"
+                ".filter(t => t.field === 'gpu0/util')"  # column 1: wall times
+                ".flatMap(t => Array.from(t.column(1)))"
             )
             assert telemetry_walls == [
                 WALL + s * SPACING for s in range(0, expected + 1, TELEMETRY_EVERY)

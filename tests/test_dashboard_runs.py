@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ServeProcess, start_serve, stop_serve
+from tests.conftest import ServeProcess, http_get, start_serve, stop_serve
 from tests.test_dashboard import ARTIFACTS
 from vdl_stream import attach
 
@@ -228,13 +228,34 @@ def hex_to_rgb(color: str) -> str:
     return "rgb({},{},{})".format(*(int(h[i : i + 2], 16) for i in (0, 2, 4)))
 
 
+# The runs table's rows reach the bottom of its box.
+FILLED = """() => {
+  const box = document.querySelector('.runs-table');
+  const rows = [...document.querySelectorAll('.rt-body [data-run]')];
+  return rows.length > 0 && box.clientHeight > 200
+    && Math.max(...rows.map(r => r.getBoundingClientRect().bottom)) >= box.getBoundingClientRect().bottom;
+}"""
+
+
 def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
     facts = write_runs(tmp_path / "logs", n_runs=300, tags=3, points=200)
     assert len(facts["runs"]) == 300
     server = start_serve(tmp_path / "logs")
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
     try:
         page.goto(server.url + "/")
+        # The summaries come as a table (docs/protocol.md) and read as GET /api/runs says.
+        page.wait_for_function("() => window.vdl && window.vdl.runsModel.summaries.size === 300")
+        assert sockets and sockets[0].endswith("/ws/live?summaries=table")
+        status, body = http_get(server.url + "/api/runs")
+        assert status == 200
+        held = page.evaluate("() => [...window.vdl.runsModel.summaries.values()]")
+        assert sorted(held, key=lambda r: r["name"]) == body["runs"]
+        # The rows built fill the table's box (its height is known only once the rows made it
+        # grow: the table is drawn again then).
+        page.wait_for_function(FILLED, timeout=5_000)
         # Re-subscribe while the first snapshots stream in, twice: the server cancels a stream
         # in the middle of its frames, and every frame must still decode.
         page.wait_for_function(
@@ -265,6 +286,7 @@ def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
         # 300 rows, but only those in view are in the DOM; scrolling to the end shows the last.
         in_dom = page.evaluate("() => document.querySelectorAll('.rt-body [data-run]').length")
         assert 10 <= in_dom <= 80
+
         page.evaluate(
             "() => { const s = document.querySelector('.runs-table'); s.scrollTop = s.scrollHeight; }"
         )

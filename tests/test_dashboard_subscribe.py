@@ -91,7 +91,9 @@ def test_changing_the_runs_drawn_sends_only_the_added_runs(tmp_path, browser):
         assert steps == list(range(total))
         stats = page.evaluate("() => window.vdl.connection.stats")
         assert stats["badFrames"] == 0 and stats["gaps"] == 0
-        assert stats["messages"] < stats["frames"]  # live frames came batched
+        # Live frames come batched only past 200 messages a second (this run sends fewer: each
+        # goes at once; tests/test_live_subscribe.py checks the batching): never split.
+        assert stats["messages"] <= stats["frames"]
         assert errors == []
     finally:
         stop.set()

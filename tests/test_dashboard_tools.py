@@ -21,7 +21,7 @@ import recorder
 from tests.conftest import start_serve, stop_serve
 from tests.test_dashboard import ARTIFACTS
 from tests.test_dashboard_replay import record_run, replay_process
-from vdl_stream import attach
+from vdl_stream import attach, telemetry
 
 CONNECTED = "() => window.vdl && window.vdl.connected"
 RUNS = ("alpha", "beta-运行")
@@ -353,16 +353,23 @@ def test_the_badge_says_replay_and_never_live_under_a_replay(tmp_path, browser):
 
 
 def test_system_charts_have_legends_in_run_colours_and_y_labels_that_fit(tmp_path, browser):
-    # two runs, one with two GPUs; network rates in the hundreds of MiB/s (once cut to "·91 MiB/s")
+    # two runs, one with two GPUs; network rates in the hundreds of MiB/s (once cut to "·91 MiB/s").
+    # job-a holds telemetry events (as runs written before issue 16), job-b its "@telemetry/"
+    # scalars (as a writer sends it now): the page draws both alike.
     for k, run in enumerate(("job-a", "job-b")):
         with recorder.RunWriter(tmp_path / "logs" / run) as w:
+            samples = []
             for i in range(60):
                 fields = {"gpu0/util": 40.0 + k * 10 + i % 7, "net/rx_bytes_per_s": 191e6 + i * 1e5}
                 if k == 0:
                     fields["gpu1/util"] = 80.0 - i % 5
-                w.append_record(
-                    "telemetry", None, None, 1.7e9 + i, {"host": "n1", "rank": 0, "fields": fields}
-                )
+                sample = {"host": "n1", "rank": 0, "fields": fields}
+                if k == 0:
+                    w.append_record("telemetry", None, None, 1.7e9 + i, sample)
+                samples.append({**sample, "wall": 1.7e9 + i})
+            if k == 1:
+                for c in telemetry.columns_from_events(samples):
+                    w.append_scalars(c.tag, c.steps, c.walls, c.values)
     server = start_serve(tmp_path / "logs")
     page, errors = open_page(browser, server)
     try:

@@ -13,6 +13,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -190,10 +191,34 @@ def test_fast_rows_are_repr_rows_for_any_f8(rows, with_steps, tag):
     w = np.array([r[1] for r in rows], np.float64)
     v = np.array([r[2] for r in rows], np.float64)
     steps = s.tolist() if with_steps else None
-    expected = reference_rows("csv", tag, steps, w.tolist(), v.tolist())
-    assert interop._csv_rows(_csv_cell(tag), s, w, v) == expected.encode()
-    expected = reference_rows("json", tag, steps, w.tolist(), v.tolist())
-    assert interop._json_rows(s, w, v, b"head") == b"head" + expected.encode()
+    csv_rows = reference_rows("csv", tag, steps, w.tolist(), v.tolist()).encode()
+    json_rows = b"head" + reference_rows("json", tag, steps, w.tolist(), v.tolist()).encode()
+    for few in (interop._FEW_FIELDS, 0):  # respelled one by one, and by the numpy passes
+        with mock.patch.object(interop, "_FEW_FIELDS", few):
+            assert interop._csv_rows(_csv_cell(tag), s, w, v) == csv_rows
+            assert interop._json_rows(s, w, v, b"head") == json_rows
+
+
+def test_columns_of_small_and_huge_values_are_respelled_as_repr(formatter):
+    """Whole columns in exponent notation (a learning rate below 1e-4, counters from 1e16):
+    orjson's spelling rewritten in numpy, every kind at once, signs and exponent widths mixed."""
+    from vdl_stream.interop import _csv_rows, _json_rows
+
+    rng = np.random.default_rng(12)
+    n = 20_000
+    parts = [
+        3e-5 * (1 + np.cos(np.arange(n // 4) * 1e-3)) + 1e-7,  # 1e-7 .. 6e-5: e-0X and 0.0000X
+        10.0 ** rng.uniform(-12, -4, n // 4),  # one- and two-digit negative exponents
+        10.0 ** rng.uniform(16, 308, n // 4),  # e+NN, e+NNN
+        rng.choice(np.array(EDGES), n // 4),
+    ]
+    x = np.concatenate(parts) * rng.choice([1.0, -1.0], n)
+    rng.shuffle(x)
+    steps = np.arange(n, dtype=np.int64)
+    expected = reference_rows("csv", "lr", steps.tolist(), x.tolist(), x[::-1].tolist())
+    assert _csv_rows("lr", steps, x, x[::-1].copy()) == expected.encode()
+    expected = reference_rows("json", "lr", None, x[::-1].tolist(), x.tolist())
+    assert _json_rows(None, x[::-1].copy(), x) == expected.encode()
 
 
 def test_a_block_of_rows_of_every_width():
@@ -221,8 +246,21 @@ def test_closing_an_export_early_stops_its_workers(long_run):
     while any(t.name.startswith("vdl-export") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "export worker threads still running"
         time.sleep(0.01)  # polling a condition under a deadline
-    with pytest.raises(ValueError, match="threads must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="threads must be an int >= 0 or None, got -1"):
         Export(long_run, "csv", threads=-1)
+
+
+def test_threads_by_default_are_the_idle_cores():
+    """Formatting threads only where at least two cores are idle, at most EXPORT_THREADS_MAX."""
+    from vdl_stream import interop
+    from vdl_stream.interop import EXPORT_THREADS_MAX, export_threads
+
+    assert export_threads(2, 0.2) == 2  # a quiet 2-core machine
+    assert export_threads(2, 0.6) == 0 and export_threads(2, 9.0) == 0  # busy: the GIL costs more
+    assert export_threads(16, 3.0) == EXPORT_THREADS_MAX == 4
+    assert export_threads(4, 1.4) == 3
+    assert export_threads(1, 0.0) == 0
+    assert 0 <= export_threads() <= EXPORT_THREADS_MAX and interop._load() >= 0
 
 
 def test_a_pattern_and_no_match(tricky):
@@ -403,3 +441,17 @@ async def test_http_export_keeps_alerts(alerted, nursery):
         )
     assert status == 200 and kind.startswith("application/json")
     assert body == b"{" + ALERT_JSON.removeprefix(",").encode()
+
+
+def test_cli_export_threads_change_nothing_but_speed(tricky, tmp_path, capsys):
+    from vdl_stream.cli import main
+
+    for n in ("0", "3"):
+        out = tmp_path / f"threads{n}.json"
+        assert (
+            main(["export", str(tricky), "--format", "json", "--threads", n, "-o", str(out)]) == 0
+        )
+        assert out.read_bytes() == reference(tricky, "json")
+    assert main(["export", str(tricky), "--threads", "-1", "-o", str(tmp_path / "x")]) == 2
+    assert "--threads must be >= 0, got -1" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

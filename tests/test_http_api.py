@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import zlib
 from functools import partial
 
 import msgpack
@@ -34,7 +35,8 @@ def recorded(tmp_path_factory):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:  # until a few telemetry samples are on disk
             w.flush()
-            if len(recorder.RunReader(logdir / "r").read_records(kind="telemetry")) >= 3:
+            tags = recorder.RunReader(logdir / "r").tags()  # telemetry: "@telemetry/" scalars
+            if max((i.count for t, i in tags.items() if t.endswith("/ram/used")), default=0) >= 3:
                 break
             time.sleep(0.05)
     return logdir
@@ -158,3 +160,32 @@ async def test_export_as_csv_and_json(nursery, recorded):
         assert (await trio.to_thread.run_sync(fetch, "/api/export?run=r&format=xml"))[0] == 400
         assert (await trio.to_thread.run_sync(fetch, "/api/export?run=r&tag=("))[0] == 400
         assert (await trio.to_thread.run_sync(fetch, "/api/export?run=nope"))[0] == 404
+
+
+def test_the_servers_deflate_is_level_one_and_a_standard_client_inflates_it():
+    """Served WebSockets compress with ``QuickDeflate`` (zlib level 1); a peer using wsproto's own
+    permessage-deflate reads every byte back, and the frame is smaller than its payload."""
+    from wsproto import ConnectionType
+    from wsproto.connection import Connection
+    from wsproto.events import BytesMessage
+    from wsproto.extensions import PerMessageDeflate
+
+    from vdl_stream.server import QuickDeflate
+
+    payload = np.arange(120_000, dtype="<f8").tobytes()  # a column of steps: 960 kB
+    server_ext, client_ext = QuickDeflate(), PerMessageDeflate()
+    client_ext.finalize(server_ext.accept(client_ext.offer()))
+    server = Connection(ConnectionType.SERVER, [server_ext])
+    client = Connection(ConnectionType.CLIENT, [client_ext])
+    level_one = zlib.compressobj(1, zlib.DEFLATED, -15)
+    expected = (level_one.compress(payload) + level_one.flush(zlib.Z_SYNC_FLUSH))[:-4]
+    received = []
+    for _ in range(2):  # the second message reuses the compressor made for the first
+        wire = server.send(BytesMessage(data=payload))
+        assert len(wire) < len(payload) // 2
+        assert wire[0] & 0x40  # RSV1: the frame is compressed
+        if not received:  # the first message's body is what zlib makes at level 1
+            assert wire.endswith(expected)
+        client.receive_data(wire)
+        received += [e.data for e in client.events() if isinstance(e, BytesMessage)]
+    assert received == [payload, payload]

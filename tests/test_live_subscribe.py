@@ -15,7 +15,7 @@ from trio_websocket import open_websocket_url
 from vdl_stream import codec
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
-from vdl_stream.server import LIVE_TICK, run_server
+from vdl_stream.server import LIVE_BURST, LIVE_RATE, run_server
 
 
 def scalars(tag: str, steps: range) -> ScalarColumns:
@@ -243,7 +243,7 @@ async def test_a_live_run_added_dropped_and_added_again_mid_stream_is_exact(tmp_
             assert held["y"] == [0, 1, 2]
 
 
-async def test_batched_live_frames_come_one_message_per_tick(tmp_path, nursery):
+async def test_batched_live_frames_go_at_once_then_at_most_live_rate_messages(tmp_path, nursery):
     with trio.fail_after(60):
         ws_url = await serve(nursery, tmp_path)
         async with open_websocket_url(ws_url + "/ws/ingest") as w:
@@ -252,17 +252,131 @@ async def test_batched_live_frames_come_one_message_per_tick(tmp_path, nursery):
             async with open_websocket_url(ws_url + "/ws/live") as browser:
                 await subscribe(browser, None, batch=True)
                 await until_synced(browser)
-                for k in range(1, 201):
-                    await writer.send("r", range(k, k + 1))
-                messages, steps = 0, []
-                with trio.fail_after(30):
-                    while steps[-1:] != [200]:
-                        frames = unpack(await browser.get_message())
-                        messages += 1
-                        for f in frames:
-                            if f["type"] == "data":
-                                steps.extend(steps_of(f))
-                assert steps == list(range(1, 201))
-                # 200 batches sent one at a time, acknowledged each: far fewer messages.
-                assert messages < 150, messages
-                assert LIVE_TICK <= 0.1
+                # A quiet link: a lone frame is not held back for a tick.
+                started = trio.current_time()
+                await writer.send("r", range(1, 2))
+                assert steps_of(unpack(await browser.get_message())[0]) == [1]
+                assert trio.current_time() - started < 0.5
+                # 1,000 batches as fast as they are acknowledged, read as fast as they come:
+                # frames queued meanwhile travel together, in at most LIVE_RATE messages a
+                # second (bursts of LIVE_BURST).
+                start = trio.current_time()
+                async with trio.open_nursery() as inner:
+
+                    async def send_all() -> None:  # not waiting for each acknowledgement
+                        for k in range(2, 1002):
+                            batch = Batch("w", k + 1, "r", [scalars("loss", range(k, k + 1))], [])
+                            await w.send_message(codec.encode_batch(batch))
+                        for _ in range(2, 1002):
+                            assert msgpack.unpackb(await w.get_message())["type"] == "ack"
+
+                    inner.start_soon(send_all)
+                    messages, steps = 0, []
+                    with trio.fail_after(30):
+                        while steps[-1:] != [1001]:
+                            frames = unpack(await browser.get_message())
+                            messages += 1
+                            for f in frames:
+                                if f["type"] == "data":
+                                    steps.extend(steps_of(f))
+                elapsed = trio.current_time() - start
+                assert steps == list(range(2, 1002))
+                assert messages <= LIVE_BURST + elapsed * LIVE_RATE + 1, (messages, elapsed)
+
+
+async def test_a_followed_run_is_primed_and_its_snapshot_stays_exact_as_it_grows(
+    tmp_path, monkeypatch
+):
+    """``serve`` reads the newest followed run's snapshot scalars while the first page loads;
+    that page's snapshot then reads no chunk, and once the run grows a snapshot has every point
+    (the kept reads are dropped, never served stale)."""
+    import recorder
+    from recorder.reader import RunReader
+    from tests.conftest import wait_until
+
+    reads = []
+    original = RunReader._downsample_stream
+
+    def counted(self, tag, start, end, max_points, *args):
+        if max_points == 2000:  # a snapshot's (the run's summary reads 2 points)
+            reads.append(tag)
+        return original(self, tag, start, end, max_points, *args)
+
+    monkeypatch.setattr(RunReader, "_downsample_stream", counted)
+    writer = recorder.RunWriter(tmp_path / "r", sync="never")
+    for tag in ("loss", "acc"):
+        s = np.arange(5000)
+        writer.append_scalars(tag, s, 1.7e9 + s, s * 0.5)
+    writer.flush()
+    broker = Broker(tmp_path)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(partial(broker.follow, 0.05))
+            await wait_until(lambda: len(reads) >= 2, 20, "the run's snapshot read once")
+            assert sorted(reads) == ["acc", "loss"]
+            sub = broker.subscribe()
+            (frame,) = await broker.snapshot(sub, max_points=2000)
+            assert len(reads) == 2  # nothing read again
+            (loss,) = (c for c in msgpack.unpackb(frame)["scalars"] if c[0] == "loss")
+            steps = np.frombuffer(loss[1], "<f8")
+            assert len(steps) <= 2000 and steps[0] == 0 and steps[-1] == 4999
+            broker.unsubscribe(sub)
+            s = np.arange(5000, 5010)
+            writer.append_scalars("loss", s, 1.7e9 + s, s * 0.5)
+            writer.flush()
+            sub = broker.subscribe()
+            for _ in range(600):  # until the follower polled the new points
+                (frame,) = await broker.snapshot(sub, max_points=2000)
+                (loss,) = (c for c in msgpack.unpackb(frame)["scalars"] if c[0] == "loss")
+                if np.frombuffer(loss[1], "<f8")[-1] == 5009:
+                    break
+                await trio.sleep(0.05)
+            assert np.frombuffer(loss[1], "<f8")[-1] == 5009
+            assert np.frombuffer(loss[3], "<f8")[-1] == 5009 * 0.5
+            nursery.cancel_scope.cancel()
+    writer.close()
+
+
+async def test_runs_snapshots_are_read_several_at_once_each_run_in_order(tmp_path, monkeypatch):
+    """A subscription to many runs reads ``SNAPSHOT_RUNS`` of them at once (their reads overlap
+    in the reader threads); each run still comes whole and in order (scalars, then events)."""
+    import threading
+
+    import recorder
+    from vdl_stream import broker as broker_module
+
+    names = [f"r{i}" for i in range(7)]
+    for k, name in enumerate(names):
+        with recorder.RunWriter(tmp_path / name, sync="never") as w:
+            s = np.arange(100)
+            w.append_scalars("loss", s, 1.7e9 + s, s + k)
+            w.append_record("text", "note", 1, 1.7e9, {"text": name})
+    both = threading.Barrier(2, timeout=10)  # broken (a failure) unless two reads overlap
+    real = broker_module._snapshot_scalars
+
+    def overlapping(run, limit, max_points):
+        if run.name in ("r0", "r1"):
+            both.wait()
+        return real(run, limit, max_points)
+
+    monkeypatch.setattr(broker_module, "_snapshot_scalars", overlapping)
+    broker = Broker(tmp_path)
+    frames: list[dict] = []
+
+    async def keep(frame: bytes) -> None:
+        frames.append(msgpack.unpackb(frame))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(partial(broker.follow, 0.05))
+            sub = broker.subscribe()
+            await broker.send_snapshot(sub, keep, 2000, split=True)
+            nursery.cancel_scope.cancel()
+    assert sorted(sub.snapshots) == names
+    for k, name in enumerate(names):
+        mine = [f for f in frames if f["run"] == name]
+        assert [f["type"] for f in mine] == ["snapshot", "snapshot_events"], (name, mine)
+        assert np.frombuffer(mine[0]["scalars"][0][3], "<f8")[0] == k
+        assert [e["text"] for e in mine[1]["events"]] == [name]

@@ -152,6 +152,54 @@ def test_a_fresh_serve_serves_the_bucket_with_an_empty_cache(
         assert stop_serve(server) == 0
 
 
+async def test_the_first_look_at_the_bucket_begun_early_is_taken_not_repeated(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    """``serve`` begins the bucket's first mirror round before importing the web server
+    (storage.start_early_mirror); the StoreSync made next takes it: one listing, not two."""
+    await trio.to_thread.run_sync(_write, "exp/a", 2_000)
+    await trio.to_thread.run_sync(_write, "b", 300)
+    local = tmp_path / "early"
+    storage.start_early_mirror(URL, local)
+    storage.start_early_mirror(URL, local)  # a second call for the same place starts nothing
+    sync = storage.StoreSync(storage.ObstoreClient(URL), local)
+    assert sync._early is not None
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sync.run, done.wait)
+        stats = sync.statistics()
+        assert stats.requests["list"] == 1, stats.requests  # the early round's, taken
+        assert stats.runs_mirrored == 2
+        assert sorted(recorder.list_runs(local)) == ["b", "exp/a"]
+        assert _contents(local / "exp/a")["train/loss"][0] == list(range(2_000))
+        done.set()
+    # Taken once: a second sync over the same place mirrors by itself.
+    again = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "again")
+    assert again._early is None
+
+
+async def test_an_early_look_that_fails_leaves_the_first_round_to_the_sync(
+    s3: MotoServer, tmp_path: Path
+) -> None:
+    await trio.to_thread.run_sync(_write, "a", 200)
+    local = tmp_path / "early"
+    old = set_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})  # nothing listens there
+    try:
+        storage.start_early_mirror(URL, local)
+        early = storage._EARLY[(URL, local)]
+        await trio.to_thread.run_sync(early.join, 60)
+        assert early.sync is None  # it failed
+    finally:
+        restore_env(old)
+    sync = storage.StoreSync(storage.ObstoreClient(URL), local)
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sync.run, done.wait)
+        assert sync.statistics().runs_mirrored == 1  # mirrored by itself
+        assert recorder.list_runs(local) == ["a"]
+        done.set()
+
+
 _KILLED_WRITER = textwrap.dedent(
     """
     import sys, vdl_stream
@@ -206,7 +254,38 @@ def test_a_writer_killed_mid_run_leaves_the_bucket_and_its_local_head_intact(
     with vdl_stream.attach(logdir=URL, run="killed", telemetry=False):
         pass
     with storage.mirrored(URL) as tmp:
-        assert _contents(tmp / "killed")["x"][0] == local
+        got = _contents(tmp / "killed")["x"][0]
+        assert got == local, (len(got), len(local), len(published), flushed, got[-3:], local[-3:])
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_a_run_whose_last_manifest_was_put_but_not_recorded_is_still_published_from_here(
+    s3: MotoServer, ours: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process killed between a manifest's PUT and recording it in the run directory left
+    the record one generation behind the bucket, with that manifest as its pending one: the
+    next writer on this host publishes the rest. A manifest this host never announced (another
+    broker's) still stops it."""
+    client = storage.ObstoreClient(URL)
+    with vdl_stream.attach(logdir=URL, run="r", telemetry=False) as writer:
+        writer.add_scalar("x", 0.0, 0)
+    manifest = read_manifest(client, "r")
+    local = storage.cache_dir(URL) / "r"
+    # Points the bucket has not got yet (written with no store in the way), then the record
+    # as the kill left it: the generation before the bucket's, with or without that pending.
+    with recorder.RunWriter(local, sync="never") as more:
+        more.append_scalars("x", np.arange(1, 100), np.full(99, 1.7e9), np.arange(1.0, 100.0))
+    pending = manifest if ours else Manifest("r", manifest.files[:-1], manifest.generation)
+    storage._mark_published(local, manifest.generation - 1, pending=pending)
+    with (
+        caplog.at_level(logging.WARNING, "vdl_stream.storage"),
+        vdl_stream.attach(logdir=URL, run="other", telemetry=False),
+    ):
+        pass  # its broker publishes what the cache directory holds when it closes
+    with storage.mirrored(URL, ["r"]) as tmp:
+        steps = _contents(tmp / "r")["x"][0]
+    assert steps == (list(range(100)) if ours else [0])
+    assert any("newer version" in r.getMessage() for r in caplog.records) is not ours
 
 
 def test_a_store_that_is_down_never_stalls_the_writer_and_loses_nothing(

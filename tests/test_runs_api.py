@@ -525,3 +525,106 @@ def test_status_markers_keep_the_run_time_range(tmp_path):
     assert digest is not None and digest.walls(("scalars", "meta")) == (1.7e9, 1.7e9 + 4)
     s = RunSummary.from_digest("r", digest, time.time()).to_json(time.time())
     assert (s["status"], s["start"], s["last_wall"]) == ("finished", 1.7e9, 1.7e9 + 4)
+
+
+# -- the summaries on connect as a table (?summaries=table) -----------------------------------
+
+
+def expand_table(table: dict) -> list[dict]:
+    """The summary objects of a ``summaries`` table (docs/protocol.md), as ui/src/summarytable.js
+    expands them: written here from the documented layout, to check the server against it."""
+    names = table["names"]
+    n = len(names)
+
+    def interned(column: list, absent: object = None) -> list:
+        values, index = column
+        return [absent if k == 0xFFFF else values[k] for k in np.frombuffer(index, "<u2")]
+
+    def f8(raw: bytes) -> list:
+        return [None if math.isnan(v) else v for v in np.frombuffer(raw, "<f8").tolist()]
+
+    status, host = interned(table["status"]), interned(table["host"])
+    start, wall, step = f8(table["start"]), f8(table["last_wall"]), f8(table["last_step"])
+    missing = object()
+    hparams = [(k, interned([v, i], missing)) for k, v, i in table["hparams"]]
+    tags = table["tags"]
+    stats = {
+        a: np.frombuffer(table[a], "<f8").reshape(len(tags), n) for a in ("last", "min", "max")
+    }
+    has = (
+        np.ones((len(tags), n), bool)
+        if table["has"] is None
+        else np.frombuffer(table["has"], "u1").reshape(len(tags), n).astype(bool)
+    )
+    out = []
+    for i, name in enumerate(names):
+        tag_stats = {
+            a: {
+                t: None if math.isnan(v) else v
+                for t, v in zip(tags, stats[a][:, i].tolist(), strict=True)
+            }
+            for a in stats
+        }
+        for t, present in zip(tags, has[:, i], strict=True):
+            if not present:
+                for a in tag_stats:
+                    del tag_stats[a][t]
+        out.append(
+            {
+                "name": name,
+                "status": status[i],
+                "start": start[i],
+                "last_wall": wall[i],
+                "last_step": None if step[i] is None else int(step[i]),
+                "host": host[i],
+                "hparams": {k: v[i] for k, v in hparams if v[i] is not missing},
+                **tag_stats,
+            }
+        )
+    return out
+
+
+async def test_the_first_summaries_as_a_table_hold_the_same_summaries(tmp_path, nursery):
+    logdir = tmp_path / "logs"
+    write_runs(logdir, n_runs=40, tags=3, points=20)
+    # Runs that differ in what they have: no hparams, another tag, a NaN last value, no host.
+    with recorder.RunWriter(logdir / "bare") as w:
+        w.append_scalars(
+            "other/tag", np.arange(3), 1.7e9 + np.arange(3.0), np.array([1.0, 2.0, math.nan])
+        )
+    with recorder.RunWriter(logdir / "odd") as w:
+        w.append_record(
+            "hparams", None, None, 1.7e9, {"hparams": {"lr": 1, "flag": True, "note": None}}
+        )
+        w.append_scalars("train/loss", np.arange(2), 1.7e9 + np.arange(2.0), np.array([3.0, 2.0]))
+    with trio.fail_after(60):
+        url = await nursery.start(partial(run_server, logdir, "127.0.0.1", 0))
+        ws_url = "ws" + url.removeprefix("http") + "/ws/live"
+        async with open_websocket_url(ws_url) as browser:
+            rows = (await next_of(browser, "summaries"))["runs"]
+        async with open_websocket_url(ws_url + "?summaries=table") as browser:
+            raw = await next_of(browser, "summaries")
+        async with open_websocket_url(ws_url + "?summaries=table") as browser:
+            again = await next_of(browser, "summaries")
+    assert "runs" not in raw and len(raw["table"]["names"]) == 42
+    assert expand_table(raw["table"]) == rows
+    odd = next(r for r in rows if r["name"] == "odd")
+    assert odd["hparams"] == {"lr": 1, "flag": True, "note": None}
+    assert next(r for r in rows if r["name"] == "bare")["last"] == {"other/tag": None}
+    assert again == raw  # unchanged summaries: the same table
+    # Interned: 40 runs share 4 optimizers, and the status column names each status once.
+    optimizer = next(v for k, v, _ in raw["table"]["hparams"] if k == "optimizer")
+    assert sorted(optimizer) == ["adam", "adamw", "rmsprop", "sgd"]
+    assert len(raw["table"]["status"][0]) <= 3
+
+
+def test_a_table_column_with_too_many_distinct_values_is_refused():
+    from vdl_stream.run_summary import TABLE_MISSING, summaries_table
+
+    def obj(i: int) -> dict:
+        return {"name": f"r{i}", "hparams": {"seed": i}, "last": {}, "min": {}, "max": {}}
+
+    table = summaries_table([obj(i) for i in range(3)])
+    assert table["hparams"][0][:2] == ["seed", [0, 1, 2]] and table["has"] is None
+    with pytest.raises(ValueError, match="more than 65535 values"):
+        summaries_table([obj(i) for i in range(TABLE_MISSING + 1)])

@@ -12,6 +12,7 @@ import time
 from collections import namedtuple
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -581,3 +582,189 @@ def test_distributed_env_bad(monkeypatch: pytest.MonkeyPatch, env, message) -> N
     with pytest.raises(ValueError) as info:
         distributed_env()
     assert str(info.value) == message
+
+
+# -- telemetry on the scalar path (issue 16) ---------------------------------------------------------
+
+
+def test_sample_points_are_one_scalar_per_field_under_the_reserved_tags() -> None:
+    sample = {"kind": "telemetry", "wall": 1.7e9 + 0.25, "host": "n1", "rank": 2,
+              "fields": {"gpu0/util": 87, "ram/used": 1.5e9}}  # fmt: skip
+    points = telemetry.sample_points(sample)
+    assert points == [
+        ("@telemetry/n1/rank2/gpu0/util", 1_700_000_000_250, 87.0, 1.7e9 + 0.25),
+        ("@telemetry/n1/rank2/ram/used", 1_700_000_000_250, 1.5e9, 1.7e9 + 0.25),
+    ]
+    for tag, *_ in points:
+        assert telemetry.is_telemetry_tag(tag)
+    assert telemetry.parse_tag(points[0][0]) == ("n1", 2, "gpu0/util")
+    assert telemetry.parse_tag("@telemetry/a/rank0/") is None
+    assert telemetry.parse_tag("@telemetry/a/r0/x") is None
+    assert telemetry.parse_tag("train/loss") is None
+    assert telemetry.scalar_tag("a/b", 0, "cpu/percent") == "@telemetry/a_b/rank0/cpu/percent"
+
+
+def test_user_tags_cannot_enter_the_telemetry_namespace(tmp_path) -> None:
+    from vdl_stream import attach, codec
+
+    with attach(tmp_path, run="r", telemetry=False) as w:
+        with pytest.raises(ValueError, match="reserved for telemetry"):
+            w.add_scalar("@telemetry/n1/rank0/gpu0/util", 1.0, 0)
+        with pytest.raises(ValueError, match="reserved for telemetry"):
+            w.add_scalars("@telemetry", {"x": 1.0}, 0)
+        with pytest.raises(ValueError, match="reserved for telemetry"):
+            w.add_text("@telemetry/notes", "x", 0)
+        w.add_scalar("telemetry/mine", 1.0, 0)  # only the "@" prefix is reserved
+    # the wire takes them in scalar columns: the writer's sampler sends them that way
+    frame = codec.encode_batch(
+        codec.Batch("w", 1, "r", telemetry.columns_from_events([_old_event(1.7e9, 50.0)]))
+    )
+    batch = codec.decode_batch(codec.decode_message(frame))
+    assert [c.tag for c in batch.scalars] == [
+        "@telemetry/n1/rank0/gpu0/util",
+        "@telemetry/n1/rank0/ram/used",
+    ]
+
+
+def _old_event(wall: float, util: float, rank: int = 0) -> dict:
+    return {"kind": "telemetry", "tag": None, "step": None, "wall": wall, "host": "n1",
+            "rank": rank, "fields": {"gpu0/util": util, "ram/used": 2e9}}  # fmt: skip
+
+
+def test_legacy_view_and_old_events_convert_both_ways() -> None:
+    from vdl_stream.codec import ScalarColumns
+
+    old = [_old_event(1.7e9 + 1, 60.0), _old_event(1.7e9, 50.0), _old_event(1.7e9, 5.0, rank=1)]
+    cols = telemetry.columns_from_events(old)
+    by_tag = {c.tag: c for c in cols}
+    util = by_tag["@telemetry/n1/rank0/gpu0/util"]
+    assert util.walls.tolist() == [1.7e9, 1.7e9 + 1] and util.values.tolist() == [50.0, 60.0]
+    assert util.steps.tolist() == [1_700_000_000_000, 1_700_000_001_000]
+    assert by_tag["@telemetry/n1/rank1/gpu0/util"].values.tolist() == [5.0]
+    loss = ScalarColumns("loss", np.array([1]), np.array([1.7e9]), np.array([0.5]))
+    other, events = telemetry.legacy_view([loss, *cols], [{"kind": "meta", "wall": 1.7e9}])
+    assert other == [loss]
+    assert events[0]["kind"] == "meta"
+    made = sorted(events[1:], key=lambda e: (e["wall"], e["rank"]))
+    assert [(e["wall"], e["rank"], e["fields"]["gpu0/util"]) for e in made] == [
+        (1.7e9, 0, 50.0), (1.7e9, 1, 5.0), (1.7e9 + 1, 0, 60.0)
+    ]  # fmt: skip
+    assert all(e["kind"] == "telemetry" and e["host"] == "n1" for e in made)
+    same = ([loss], [])
+    assert telemetry.legacy_view(*same)[0] is same[0]  # nothing to convert: no copy
+    series = telemetry.series([*cols, loss])
+    assert sorted(series) == [
+        "n1/rank0/gpu0/util", "n1/rank0/ram/used", "n1/rank1/gpu0/util", "n1/rank1/ram/used"
+    ]  # fmt: skip
+    assert series["n1/rank0/gpu0/util"] == {
+        "wall_times": [1.7e9, 1.7e9 + 1],
+        "values": [50.0, 60.0],
+    }
+
+
+async def _live_frames(ws_url: str, run: str, done, seconds: float) -> list[dict]:
+    """Subscribe to ``run`` on /ws/live; collect snapshot and data frames until ``done(frames)``."""
+    import msgpack
+    import trio
+    from trio_websocket import open_websocket_url
+
+    frames: list[dict] = []
+    async with open_websocket_url(ws_url + "/ws/live") as ws:
+        await ws.send_message(msgpack.packb({"type": "subscribe", "runs": [run]}))
+        with trio.fail_after(seconds):
+            while not done(frames):
+                message = msgpack.unpackb(await ws.get_message(), raw=False)
+                if message.get("type") in ("snapshot", "data") and message.get("run") == run:
+                    frames.append(message)
+    return frames
+
+
+def _telemetry_tags(frames: list[dict]) -> set[str]:
+    return {c[0] for f in frames for c in f["scalars"] if c[0].startswith("@telemetry/")}
+
+
+async def test_a_new_runs_telemetry_arrives_as_scalars(nursery, tmp_path, monkeypatch) -> None:
+    import csv
+    import io
+    from functools import partial
+
+    import trio
+
+    from tests.conftest import http_get, http_request
+    from vdl_stream import attach
+    from vdl_stream.server import run_server
+
+    device = fake.FakeDevice(0, util=87, mem_used=3 << 30, mem_total=80 << 30)
+    monkeypatch.setitem(sys.modules, "pynvml", fake.make_module([device]))
+    url = await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0))
+    ws_url = "ws" + url[len("http") :]
+    host = socket.gethostname()
+    util_tag = f"@telemetry/{host}/rank0/gpu0/util"
+    writer = await trio.to_thread.run_sync(
+        partial(attach, url=ws_url, run="new", telemetry_interval=0.1)
+    )
+    try:
+        writer.add_scalar("loss", 0.5, 0)
+        frames = await _live_frames(ws_url, "new", lambda f: util_tag in _telemetry_tags(f), 30)
+    finally:
+        await trio.to_thread.run_sync(writer.close)
+    values = [
+        v
+        for f in frames
+        for tag, _steps, _walls, col in f["scalars"]
+        if tag == util_tag
+        for v in np.frombuffer(col, "<f8").tolist()
+    ]
+    assert values and set(values) == {87.0}
+    assert not [e for f in frames for e in f["events"] if e.get("kind") == "telemetry"]
+    with trio.fail_after(20):
+        status, body = await trio.to_thread.run_sync(http_get, url + "/api/telemetry?run=new")
+        assert status == 200 and set(body["series"][f"{host}/rank0/gpu0/util"]["values"]) == {87.0}
+        status, runs = await trio.to_thread.run_sync(http_get, url + "/api/runs")
+        [summary] = runs["runs"]
+        assert list(summary["last"]) == ["loss"] and summary["last_step"] == 0  # not telemetry's
+        assert summary["host"] == host
+        status, _, body = await trio.to_thread.run_sync(
+            http_request, url + "/api/export?run=new&format=csv"
+        )
+    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    mine = [r for r in rows if r["tag"] == f"telemetry/{host}/rank0/gpu0/util"]
+    assert mine and {float(r["value"]) for r in mine} == {87.0} and mine[0]["step"] == ""
+    assert not [r for r in rows if r["tag"].startswith("@")]
+
+
+async def test_an_old_format_runs_telemetry_still_shows(nursery, tmp_path) -> None:
+    import json
+    from functools import partial
+
+    import trio
+
+    import recorder
+    from tests.conftest import http_get, http_request
+    from vdl_stream.server import run_server
+
+    with recorder.RunWriter(tmp_path / "old") as w:  # as runs written before issue 16 hold it
+        for i in range(5):
+            e = _old_event(1.7e9 + i, 40.0 + i)
+            w.append_record(
+                "telemetry", None, None, e["wall"], {k: e[k] for k in ("host", "rank", "fields")}
+            )
+    url = await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0))
+    ws_url = "ws" + url[len("http") :]
+    # the page gets the events (store.js reads each as points of its @telemetry/ series)
+    frames = await _live_frames(ws_url, "old", lambda f: bool(f), 20)
+    events = [e for e in frames[0]["events"] if e["kind"] == "telemetry"]
+    assert [e["fields"]["gpu0/util"] for e in events] == [40.0, 41.0, 42.0, 43.0, 44.0]
+    with trio.fail_after(20):
+        status, body = await trio.to_thread.run_sync(http_get, url + "/api/telemetry?run=old")
+        assert status == 200
+        assert body["series"]["n1/rank0/gpu0/util"] == {
+            "wall_times": [1.7e9 + i for i in range(5)], "values": [40.0 + i for i in range(5)]
+        }  # fmt: skip
+        status, _, raw = await trio.to_thread.run_sync(
+            http_request, url + "/api/export?run=old&format=json"
+        )
+    exported = json.loads(raw)
+    assert exported["telemetry/n1/rank0/gpu0/util"] == [
+        [1.7e9 + i, None, 40.0 + i] for i in range(5)
+    ]

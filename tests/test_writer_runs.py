@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -55,13 +56,14 @@ def test_attaching_to_a_run_again_appends_and_a_restore_supersedes(tmp_path):
     assert series.values.tolist() == [1.0] * 100 + [2.0] * 50 + [3.0] * 10
 
 
-def _records(run_dir, kind: str) -> int:
-    """How many records of ``kind`` a run being written holds on disk so far."""
+def _telemetry_points(run_dir) -> int:
+    """Points of the run's telemetry tag with the most (0 before the run is written)."""
     try:
         with recorder.RunReader(run_dir) as reader:
-            return len(reader.read_records(kind=kind))
+            tags = reader.tags()
     except recorder.NotARunError:  # not written yet
         return 0
+    return max((i.count for t, i in tags.items() if t.startswith("@telemetry/")), default=0)
 
 
 def test_only_rank_zero_logs_by_default_but_every_rank_sends_telemetry(tmp_path, monkeypatch):
@@ -72,13 +74,13 @@ def test_only_rank_zero_logs_by_default_but_every_rank_sends_telemetry(tmp_path,
     monkeypatch.setenv("MASTER_PORT", "29500")
     with attach(tmp_path, telemetry_interval=0.1) as w:
         w.add_scalar("loss", 1.0, 0)  # accepted and dropped: rank 1 does not log
-        wait_for(lambda: _records(tmp_path / w.run, "telemetry") >= 1, what="a telemetry sample")
+        wait_for(lambda: _telemetry_points(tmp_path / w.run) >= 1, what="a telemetry sample")
     assert w.run.startswith("job-") and w.run.endswith("/rank1")
     with recorder.RunReader(tmp_path / w.run) as reader:
-        kinds = {info.kind for info in reader.tags().values()}
-        telemetry = reader.read_records(kind="telemetry")
-    assert "scalars" not in kinds
-    assert telemetry and all(r.data["rank"] == 1 for r in telemetry)
+        tags = reader.tags()
+    # Telemetry travels as "@telemetry/<host>/rank<r>/<field>" scalars; nothing else was logged.
+    assert all(t.startswith("@telemetry/") for t in tags), sorted(tags)
+    assert tags and all(t.split("/")[2] == "rank1" for t in tags)
     with attach(tmp_path, all_ranks=True, telemetry=False) as w2:
         w2.add_scalar("loss", 1.0, 0)
     assert w2.run == w.run  # same job, same run: every rank logs as <run>/rank<N>
@@ -92,14 +94,17 @@ def test_gpu_telemetry_travels_with_the_run(tmp_path, monkeypatch):
     with attach(tmp_path, run="gpu", telemetry_interval=0.1) as w:
         for step in range(10):
             w.add_scalar("loss", float(np.float32(step)), step)
-        wait_for(lambda: _records(tmp_path / "gpu", "telemetry") >= 2, what="two samples")
+        wait_for(lambda: _telemetry_points(tmp_path / "gpu") >= 2, what="two samples")
     with recorder.RunReader(tmp_path / "gpu") as reader:
-        samples = reader.read_records(kind="telemetry")
-    assert len(samples) >= 2
-    fields = samples[-1].data["fields"]
-    assert fields["gpu0/util"] == 87.0
-    assert fields["gpu0/mem_used"] == float(3 << 30)
-    assert "ram/used" in fields and samples[-1].data["rank"] == 0 and samples[-1].data["host"]
+        tags = reader.tags()
+        host = socket.gethostname()
+        util = reader.read_scalars(f"@telemetry/{host}/rank0/gpu0/util")
+        mem = reader.read_scalars(f"@telemetry/{host}/rank0/gpu0/mem_used")
+    assert len(util.values) >= 2 and set(util.values.tolist()) == {87.0}
+    assert mem.values[-1] == float(3 << 30)
+    assert f"@telemetry/{host}/rank0/ram/used" in tags
+    # A telemetry point's step is its wall time in milliseconds (always growing).
+    assert util.steps.tolist() == [int(w * 1000) for w in util.walls.tolist()]
 
 
 def test_flush_is_confirmed_even_when_its_request_races_the_pump(tmp_path, monkeypatch):

@@ -4,7 +4,8 @@ The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which onl
 (``send_nowait`` into a bounded channel; a full queue drops the batch and counts it), so the
 ingest path never waits for a detector. The engine's own task runs the detectors in rounds (at
 most every 50 ms, and further apart after an expensive one, on everything queued meanwhile with
-a tag's columns joined, in a worker thread), per run and tag, with state bounded per tag (a
+a tag's columns joined, on the event loop in slices of at most 2 ms), per run and tag, with
+state bounded per tag (a
 rolling window, a few numbers), and checks time-based rules (stalled and crashed runs) a few
 times a second. An alert it raises is an
 ``alert`` event ingested into the run like any other batch, from the writer id
@@ -25,7 +26,7 @@ import math
 import time
 import tomllib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,16 @@ PLANS = 256
 #: Columns of one tag are joined for a round until they hold this many points (only their
 #: values are copied; a longer column is judged on its own).
 JOIN_POINTS = 1 << 14
+#: Detector rounds run on the event loop, in slices of at most DETECT_SLICE seconds of work
+#: with a checkpoint between them; False runs each round in a worker thread instead, which
+#: cost the server its GIL hand-offs on top (docs/performance.md, "Issue 14: alerts cost (this
+#: session)"; kept to compare the two on other machines).
+DETECT_ON_LOOP = True
+DETECT_SLICE = 0.002
+#: The spike rule computes a tag's median and MAD again once this share of its window was
+#: replaced since the last time; in between, bounds on both catch every possible spike exactly
+#: (a column that might hold one is judged on the true median and MAD).
+SPIKE_MOVES = 0.1
 #: Seconds between the starts of detector rounds at least; each round takes everything queued
 #: meanwhile.
 DETECT_INTERVAL = 0.05
@@ -355,21 +366,61 @@ def load_rules(path: str | Path) -> Rules:
         raise RulesError(f"{path}: {exc}") from None
 
 
+# -- reading telemetry ---------------------------------------------------------------------------
+
+
+#: One GPU's sample: wall time, host, rank, GPU name (``gpu0``), utilisation in percent, memory
+#: used and total in bytes (None when not sampled).
+GpuReading = tuple[float, Any, Any, str, float, float | None, float | None]
+
+
+def gpu_readings(event: dict[str, Any]) -> list[GpuReading]:
+    """The GPU samples in a ``telemetry`` event (docs/telemetry.md): the one place where the
+    GPU rules (``gpu_underuse``, ``gpu_memory``) read telemetry, so that a change of its form
+    is met here alone. A GPU is named by its ``gpu{i}/util`` field; fields that are missing or
+    not numbers are left out."""
+    fields = event.get("fields")
+    if not isinstance(fields, dict):
+        return []
+    wall = float(event["wall"])
+    host, rank = event.get("host"), event.get("rank")
+    out = []
+    for name, util in fields.items():
+        if not (name.startswith("gpu") and name.endswith("/util")) or not _number(util):
+            continue
+        gpu = name[: -len("/util")]
+        used, total = fields.get(f"{gpu}/mem_used"), fields.get(f"{gpu}/mem_total")
+        out.append(
+            (
+                wall, host, rank, gpu, float(util),
+                float(used) if _number(used) else None,
+                float(total) if _number(total) else None,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 # -- per-tag detector state ---------------------------------------------------------------------
 
 
 class _Rolling:
     """The last ``size`` finite values of a tag, as a ring (for median and MAD)."""
 
-    __slots__ = ("buf", "i", "n")
+    __slots__ = ("buf", "i", "n", "pushed")
 
     def __init__(self, size: int) -> None:
         self.buf = np.empty(max(1, size), np.float64)
         self.n = 0
         self.i = 0
+        self.pushed = 0  # values ever added: how far the window moved since some moment
 
     def extend(self, values: np.ndarray) -> None:
         size = len(self.buf)
+        self.pushed += len(values)
         if len(values) >= size:
             self.buf[:] = values[-size:]
             self.n, self.i = size, 0
@@ -414,6 +465,35 @@ def _median_mad(values: np.ndarray) -> tuple[float, float]:
     return med, mad
 
 
+def _centre_bounds(values: np.ndarray, moves: int) -> tuple[float, float, float, float, float]:
+    """The median and MAD of finite ``values`` (as :func:`_median_mad`, to the bit), and bounds
+    that hold for every window made from ``values`` by replacing at most ``moves`` of them
+    with any others: ``(median, mad, median_low, median_high, mad_low)``.
+
+    Replacing one value moves every order statistic by at most one rank, so the new median lies
+    between the old order statistics ``moves`` ranks below and above it; each new absolute
+    deviation is at least the value's distance to that interval, so the new MAD is at least the
+    order statistic of those distances ``moves`` ranks below the median's (0 when there is none).
+    """
+    n = len(values)
+    low, high = (n - 1) // 2, n // 2  # the median's ranks (one rank when n is odd)
+    ranked = np.sort(values)
+    med = float(ranked[high]) if n % 2 else (float(ranked[low]) + float(ranked[high])) / 2
+    work = np.subtract(ranked, med)
+    np.abs(work, out=work)
+    kth = high if n % 2 else (low, high)
+    work.partition(kth)
+    mad = float(work[high]) if n % 2 else (float(work[low]) + float(work[high])) / 2
+    j = low - moves
+    if j < 0:
+        return med, mad, -math.inf, math.inf, 0.0
+    med_low, med_high = float(ranked[j]), float(ranked[min(high + moves, n - 1)])
+    # Distance to [med_low, med_high], negative inside it (only rank j matters, and clamped).
+    np.maximum(np.subtract(med_low, ranked), np.subtract(ranked, med_high), out=work)
+    work.partition(j)
+    return med, mad, med_low, med_high, max(float(work[j]), 0.0)
+
+
 def _robust_z(window: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     """How many robust standard deviations (1.4826 MAD) each of ``values`` lies from the median
     of ``window``; None when the window has no spread (a constant, a step schedule)."""
@@ -442,6 +522,7 @@ class _Smoothed:
 class _TagState:
     __slots__ = (
         "baseline",
+        "bounds",
         "emas",
         "norms",
         "params",
@@ -455,6 +536,9 @@ class _TagState:
     def __init__(self) -> None:
         self.params: dict[str, dict[str, Any] | None] = {}
         self.window: _Rolling | None = None
+        # spike: (window.pushed then, moves allowed, median low, median high, MAD low), see
+        # _centre_bounds; None until the window is full.
+        self.bounds: tuple[int, int, float, float, float] | None = None
         self.smooth: _Smoothed | None = None
         self.plateau: _Smoothed | None = None
         # alpha -> the tag's EMA with that weight, shared by divergence and plateau
@@ -513,19 +597,24 @@ class AlertStatistics:
 # -- the engine --------------------------------------------------------------------------------
 
 
-#: A queued batch: run, scalar columns, other events, arrival time (monotonic), scalar points.
-_Item = tuple[str, list[ScalarColumns], list[dict[str, Any]], float, int]
+#: A queued batch: run, scalar columns, other events, arrival time (monotonic).
+_Item = tuple[str, list[ScalarColumns], list[dict[str, Any]], float]
+
+
+#: Columns of one tag judged as one column in a round (joined when there are several).
+_Group = list[ScalarColumns]
 
 
 def _merge(
-    items: list[_Item],
-) -> list[tuple[str, list[ScalarColumns], list[dict[str, Any]], float]]:
-    """Join queued batches per run: each tag's columns concatenated in arrival order, with the
-    arrival time of the newest."""
+    items: Iterable[_Item],
+) -> list[tuple[str, list[_Group], list[dict[str, Any]], float]]:
+    """Group queued batches per run: each tag's columns in arrival order, cut into groups of
+    up to :data:`JOIN_POINTS` points (each judged as one column), with the arrival time of the
+    newest batch. Nothing is copied here: a group's values are joined when it is judged."""
     # Plain lists and dicts, no per-column method calls: a round of small batches has tens of
     # thousands of columns, and this loop is most of its cost.
     runs: dict[str, list[Any]] = {}
-    for run, scalars, events, arrived, _ in items:
+    for run, scalars, events, arrived in items:
         entry = runs.get(run)
         if entry is None:
             entry = runs[run] = [{}, [], arrived]
@@ -541,26 +630,24 @@ def _merge(
         entry[2] = arrived
     out = []
     for run, (tags, events, arrived) in runs.items():
-        merged: list[ScalarColumns] = []
-        for tag, parts in tags.items():
+        groups: list[_Group] = []
+        for parts in tags.values():
             if len(parts) == 1:
-                merged.append(parts[0])
+                groups.append(parts)
                 continue
             # Consecutive columns are joined (one pass of the detectors instead of many: their
-            # cost is mostly per column) up to JOIN_POINTS; a column that long is passed as is.
-            group: list[ScalarColumns] = []
-            ends: list[int] = []
+            # cost is mostly per column) up to JOIN_POINTS; a column that long is judged alone.
+            group: _Group = []
             size = 0
             for cols in parts:
                 n = len(cols.values)
                 if size + n > JOIN_POINTS and group:
-                    merged.append(_joined(tag, group, ends))
-                    group, ends, size = [], [], 0
+                    groups.append(group)
+                    group, size = [], 0
                 group.append(cols)
                 size += n
-                ends.append(size)
-            merged.append(_joined(tag, group, ends))
-        out.append((run, merged, events, arrived))
+            groups.append(group)
+        out.append((run, groups, events, arrived))
     return out
 
 
@@ -590,15 +677,24 @@ class _Parts:
         return self.parts[j][i - (self.ends[j - 1] if j else 0)]
 
 
-def _joined(tag: str, parts: list[ScalarColumns], ends: list[int]) -> ScalarColumns:
-    """One column of ``tag`` from ``parts`` (``ends``: the points up to the end of each)."""
-    if len(parts) == 1:
-        return parts[0]
+def _joined(group: _Group, scratch: np.ndarray) -> ScalarColumns:
+    """One column from the columns of one tag in ``group``: their values copied into the
+    start of ``scratch`` (which must hold them all; the column is valid until it is reused),
+    their steps and walls left in parts."""
+    if len(group) == 1:
+        return group[0]
+    ends = []
+    size = 0
+    for cols in group:
+        size += len(cols.values)
+        ends.append(size)
+    values = scratch[:size]
+    np.concatenate([c.values for c in group], out=values)
     return ScalarColumns(
-        tag,
-        _Parts([c.steps for c in parts], ends),  # type: ignore[arg-type]
-        _Parts([c.walls for c in parts], ends),  # type: ignore[arg-type]
-        np.concatenate([c.values for c in parts]),
+        group[0].tag,
+        _Parts([c.steps for c in group], ends),  # type: ignore[arg-type]
+        _Parts([c.walls for c in group], ends),  # type: ignore[arg-type]
+        values,
     )
 
 
@@ -629,7 +725,14 @@ class AlertEngine:
         if type(queue_size) is not int or queue_size < 1:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         self.rules = rules or Rules()
-        self._send, self._receive = trio.open_memory_channel[_Item](queue_size)
+        # A plain deque and a wake-up event rather than a trio memory channel: observe() runs
+        # on the ingest path for every batch, and a channel's send (KI protection, waiter
+        # checks, statistics) cost about as much per small batch as the detectors themselves;
+        # the detector task takes the whole queue at once (docs/performance.md, "Issue 14:
+        # alerts cost (this session)"). Bounded by queue_size and QUEUE_POINTS in observe().
+        self._queue: deque[_Item] = deque()
+        self._queue_size = queue_size
+        self._queued = trio.Event()  # set when a batch enters an empty queue
         self._notify = notify
         self._clock = clock
         self._runs: OrderedDict[str, _RunState] = OrderedDict()
@@ -649,6 +752,10 @@ class AlertEngine:
         self._held: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         # (points, alpha) -> the constants of one smoothing pass (see _plan); detector thread.
         self._plans: dict[tuple[int, float], tuple[Any, ...]] = {}
+        # The values of a tag's columns joined for a round (one round at a time): one buffer reused
+        # rather than a fresh 128 KiB array per tag and round (allocating it cost more than
+        # the copy, docs/performance.md).
+        self._scratch = np.empty(JOIN_POINTS, np.float64)
 
     # -- the ingest side (event loop, never blocks) ------------------------------------------
 
@@ -676,18 +783,17 @@ class AlertEngine:
         points = 0
         for cols in scalars:
             points += len(cols.values)
-        if self._points + points > QUEUE_POINTS:
+        depth = self._depth
+        if depth >= self._queue_size or self._points + points > QUEUE_POINTS:
             self._dropped += 1
             return
-        try:
-            self._send.send_nowait((run, scalars, events, self._clock(), points))
-        except trio.WouldBlock:
-            self._dropped += 1
-            return
+        self._queue.append((run, scalars, events, self._clock()))
+        if not depth:
+            self._queued.set()
         self._points += points
-        self._depth += 1
-        if self._depth > self._peak:
-            self._peak = self._depth
+        self._depth = depth = depth + 1
+        if depth > self._peak:
+            self._peak = depth
 
     def writer_lost(self, runs: Iterable[str]) -> None:
         """A writer's connection of each of ``runs`` ended; one that was not closed and hears
@@ -727,32 +833,30 @@ class AlertEngine:
         last = -math.inf
         interval = DETECT_INTERVAL
         while True:
-            try:
-                first = await self._receive.receive()
-            except trio.EndOfChannel:
-                return
+            if not self._queue:
+                self._queued = trio.Event()
+                await self._queued.wait()
             # Run at most every DETECT_INTERVAL, on everything queued meanwhile: the cost per
             # run and tag is paid once per round, not once per batch, so a fast writer's many
             # small batches cost about what one large one does (and ingest keeps its pace).
             wait = last + interval - trio.current_time()
             if wait > 0:
                 await trio.sleep(wait)
-            items = [first]
-            while len(items) < QUEUE_BATCHES:
-                try:
-                    items.append(self._receive.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            items, self._queue = self._queue, deque()
             last = trio.current_time()
             self._observed += len(items)
-            self._depth -= len(items)
-            self._points -= sum(item[4] for item in items)
-            # In a worker thread: a round is a stretch of NumPy and Python work, and run on the
-            # event loop it would hold back the broker's other tasks (the persist task hands the
-            # recorder its next flush from there) for its whole length.
+            self._depth = self._points = 0
+            # On the event loop, in slices: a round is mostly short Python and NumPy calls that
+            # hold the GIL, so a worker thread ran no faster and made the server pay about its
+            # cost again in GIL hand-offs with the loop (docs/performance.md, "Issue 14: alerts
+            # cost (this session)"); slices of DETECT_SLICE keep the loop's other tasks (the
+            # persist task hands the recorder its next flush from there) waiting 2 ms at most.
             busy = self._busy
             async with self._lock:
-                await trio.to_thread.run_sync(self._round, items, limiter=self._limiter)
+                if DETECT_ON_LOOP:
+                    await self._round_on_loop(items)
+                else:
+                    await trio.to_thread.run_sync(self._round, items, limiter=self._limiter)
             # Most of a round's cost is per tag, not per point: a run with many tags pays it
             # less often (more points a round), up to the latency bound.
             interval = min(
@@ -761,14 +865,24 @@ class AlertEngine:
             if self._out:
                 self._out_ready.set()
 
+    async def _round_on_loop(self, items: Iterable[_Item]) -> None:
+        """One detector round on the event loop, in slices of at most :data:`DETECT_SLICE`
+        seconds with a checkpoint between them (the engine's lock held)."""
+        started = time.thread_time()
+        deadline = time.perf_counter() + DETECT_SLICE
+        for _ in self._steps(items):
+            if time.perf_counter() >= deadline:
+                self._busy += time.thread_time() - started
+                await trio.lowlevel.checkpoint()
+                started = time.thread_time()
+                deadline = time.perf_counter() + DETECT_SLICE
+        self._busy += time.thread_time() - started
+
     def _round(self, items: list[_Item]) -> None:
         """One detector round over queued batches (worker thread; the engine's lock held)."""
         started = time.thread_time()
-        for run, scalars, events, arrived in _merge(items):
-            try:
-                self.process(run, scalars, events, arrived)
-            except Exception:  # a detector bug must never stop the others
-                log.exception("alert detectors failed on a batch of run %r", run)
+        for _ in self._steps(items):
+            pass
         self._busy += time.thread_time() - started
 
     async def _tick(self) -> None:
@@ -836,8 +950,37 @@ class AlertEngine:
     ) -> None:
         """Run the per-batch detectors on one batch of ``run`` that arrived at ``now`` (the
         engine's monotonic clock, taken by :meth:`observe`)."""
+        self._process(run, [[cols] for cols in scalars], events, now)
+
+    def _process(
+        self, run: str, groups: list[_Group], events: list[dict[str, Any]], now: float
+    ) -> None:
+        """:meth:`process` with the columns in groups, each group judged as one column."""
+        state = self._begin(run, events, now, bool(groups))
+        for group in groups:
+            self._group(run, state, group)
+
+    def _steps(self, items: Iterable[_Item]) -> Iterator[None]:
+        """One round over queued batches, yielding after each group of columns (so that a
+        round on the event loop can be cut in slices)."""
+        for run, groups, events, arrived in _merge(items):
+            try:
+                state = self._begin(run, events, arrived, bool(groups))
+                for group in groups:
+                    self._group(run, state, group)
+                    yield
+            except Exception:  # a detector bug must never stop the others
+                log.exception("alert detectors failed on a batch of run %r", run)
+
+    def _group(self, run: str, state: _RunState, group: _Group) -> None:
+        cols = group[0] if len(group) == 1 else _joined(group, self._scratch)
+        if len(cols.values):
+            self._scalars(run, state, cols)
+
+    def _begin(self, run: str, events: list[dict[str, Any]], now: float, data: bool) -> _RunState:
+        """The run's state, updated with a batch's events and arrival (``data``: it has
+        scalars)."""
         state = self._state(run)
-        data = bool(scalars)
         for event in events:
             kind = event.get("kind")
             if kind == "meta" and "status" in event:
@@ -859,9 +1002,7 @@ class AlertEngine:
                 state.lost_at = None
             state.active.discard(("stall", None))
             state.active.discard(("crash", None))
-        for cols in scalars:
-            if len(cols.values):
-                self._scalars(run, state, cols)
+        return state
 
     def _tag(self, state: _RunState, tag: str) -> _TagState | None:
         ts = state.tags.get(tag)
@@ -956,9 +1097,29 @@ class AlertEngine:
             first, values = need, values[need:]
             lo, hi = float(values.min()), float(values.max())
         if window.n >= p["min_points"]:
+            full = window.n == len(window.buf)
+            bounds = ts.bounds
+            if full and bounds is not None and window.pushed - bounds[0] <= bounds[1]:
+                # The window moved by at most bounds[1] values since its median and MAD were
+                # last computed: with the bounds that hold for any such window, a column whose
+                # extremes stay within reach of every possible median cannot hold a spike
+                # (exact: a possible one is judged on the true median and MAD below).
+                _, _, med_low, med_high, mad_low = bounds
+                reach = p["threshold"] * 1.4826 * mad_low
+                if mad_low > 0 and hi - med_low <= reach and med_high - lo <= reach:
+                    window.extend(values)
+                    return
             w = window.values()
             z = None
-            med, mad = _median_mad(w)
+            moves = max(1, int(len(w) * SPIKE_MOVES))
+            if full and len(values) < moves:
+                med, mad, med_low, med_high, mad_low = _centre_bounds(w, moves)
+                ts.bounds = (window.pushed, moves, med_low, med_high, mad_low)
+            else:
+                # A tag that gets this many points a round moves its window past the bounds
+                # by the next one: they would cost more than they save.
+                med, mad = _median_mad(w)
+                ts.bounds = None
             # Only the extremes can be spikes: two passes decide for the whole column.
             if mad > 0:
                 reach = p["threshold"] * 1.4826 * mad
@@ -997,7 +1158,7 @@ class AlertEngine:
             s.ema = ema
             s.n += n
             return
-        starts, first_count, weights = self._plan(n, alpha)
+        starts, counts, weights = self._plan(n, alpha)
         g = len(weights)
         x = np.empty(g + 1)
         if starts is None:
@@ -1007,34 +1168,36 @@ class AlertEngine:
             # weight covers the group, so the cost per batch stays bounded.
             np.add.reduceat(values, starts, out=x[:g])
         first = s.ema is None
-        prev = float(x[0]) / first_count if first else s.ema
+        prev = float(x[0]) / counts[0] if first else s.ema
         x[g] = prev
         # Every update of the sequential EMA at once (see _plan), then plain floats: a few
         # dozen at most, and rising is usually decided by the last few.
         emas = (weights @ x).tolist()
         if first:
             emas[0] = prev  # a first EMA starts at its first value, which is not a rise
-        # Rising counts the updates since the last one that did not rise.
+        # Rising counts the points since the last update that did not rise: a group's update
+        # stands for all its points (the rule's rising_points is in points, however the
+        # writer batched them).
         rises = 0
         j = g - 1
         while j > 0 and emas[j] > emas[j - 1]:
-            rises += 1
+            rises += counts[j]
             j -= 1
         if j > 0:
             s.rising = rises
         elif first:
             s.rising += rises
         elif emas[0] > prev:
-            s.rising += rises + 1
+            s.rising += rises + counts[0]
         else:
             s.rising = rises
         s.ema = emas[-1]
         s.n += n
 
-    def _plan(self, n: int, alpha: float) -> tuple[np.ndarray | None, float, np.ndarray]:
+    def _plan(self, n: int, alpha: float) -> tuple[np.ndarray | None, list[int], np.ndarray]:
         """The constants of smoothing ``n`` points with weight ``alpha`` in one pass (cached:
         writers flush columns of a few sizes): the groups' starts (None: a point a group), the
-        size of the first, and the matrix that maps the groups' sums and the EMA before the
+        points in each group, and the matrix that maps the groups' sums and the EMA before the
         column to the EMA after each group.
 
         The EMA after group j is ``carry_j * prev + sum_i w_ji * sum_i / count_i``: group i's
@@ -1054,7 +1217,7 @@ class AlertEngine:
         weights = np.empty((g, g + 1))
         weights[:, :g] = decay * ((1.0 - keep**counts) / counts)
         weights[:, g] = keep**ends
-        plan = (starts if g < n else None, float(counts[0]), weights)
+        plan = (starts if g < n else None, counts.tolist(), weights)
         if len(self._plans) >= PLANS:
             self._plans.pop(next(iter(self._plans)))
         self._plans[key] = plan
@@ -1230,17 +1393,11 @@ class AlertEngine:
             state.active.discard(("gradient_vanish", tag))
 
     def _telemetry(self, run: str, state: _RunState, event: dict[str, Any]) -> None:
-        fields = event.get("fields")
-        if not isinstance(fields, dict) or state.closed:
+        if state.closed:
             return
-        wall = float(event["wall"])
-        host, rank = event.get("host"), event.get("rank")
         under = self.rules.params("gpu_underuse")
         memory = self.rules.params("gpu_memory")
-        for name, util in fields.items():
-            if not (name.startswith("gpu") and name.endswith("/util")):
-                continue
-            gpu = name[: -len("/util")]
+        for wall, host, rank, gpu, util, used, total in gpu_readings(event):
             key = (host, rank, gpu)
             label = f"{gpu} on {host}" if host else gpu
             if under["enabled"]:
@@ -1257,7 +1414,6 @@ class AlertEngine:
                 else:
                     state.gpu_low.pop(key, None)
                     state.active.discard(("gpu_underuse", f"{gpu}/util"))
-            used, total = fields.get(f"{gpu}/mem_used"), fields.get(f"{gpu}/mem_total")
             if memory["enabled"] and used is not None and total:
                 share = used / total
                 if share >= memory["fraction"]:

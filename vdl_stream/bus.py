@@ -6,14 +6,23 @@ files (a log directory the brokers share on one host, or the object store across
 truth. Keys, under a prefix (``vdl`` by default)::
 
     vdl:lease:<run>   string   id of the broker that writes the run; SET NX PX, renewed
-    vdl:run:<run>     stream   live batches of the run, one entry per batch written
-                               fields: b = broker id, n = per (broker, run) counter, f = batch frame
+    vdl:run:<run>     stream   live batches of the run: one entry per publish round, holding
+                               every batch of the run written since the previous round
+                               fields: b = broker id, n = per (broker, run) counter of the entry's
+                               last batch, m = that of its first (absent: n), f = batch frame
     vdl:runs          stream   one entry each time a broker takes a run's lease: run, b
 
 Data path of a batch, broker A (holding the run's lease) to a browser on broker B::
 
     A: ingest -> persist (recorder) -> publish() -> bounded queue -> XADD vdl:run:<run> MAXLEN ~ N
     B: XREAD BLOCK (every run stream it knows) -> Broker._bus_fan_out -> B's subscribers
+
+- **Coalesced while busy, at once when idle.** The publisher takes a batch as soon as one is
+  queued; if its previous round began less than :data:`PUBLISH_TICK` ago it first waits for the
+  rest of that tick, then puts every queued batch of a run into one entry (their columns
+  concatenated per tag), so a busy broker sends a run at most one entry a tick, however many
+  writers and batches, and an idle one adds no delay. The reader turns what one ``XREAD``
+  returns of a run into one ``data`` frame, however many entries.
 
 - **Ingest never waits on Redis for data.** ``publish`` is ``send_nowait`` into a bounded queue;
   a full queue or a failed XADD drops the entry. Receivers see the hole in ``n`` and send their
@@ -72,8 +81,12 @@ READ_COUNT = 1000
 READ_BLOCK_MS = 1000
 #: Writers whose refused batch has not come again, remembered at most (oldest forgotten).
 PENDING_KEPT = 65_536
-#: Entries one publish round pipelines at most.
-PUBLISH_ROUND = 256
+#: Batches one publish round takes from the queue at most (merged into one entry per run).
+PUBLISH_ROUND = 1024
+#: Seconds between the starts of two publish rounds while batches keep coming: a busy broker
+#: merges what a run's writers send in a tick into one stream entry (and the other brokers into
+#: one frame); a batch arriving after a quiet tick goes at once.
+PUBLISH_TICK = 0.005
 #: Seconds a broker giving runs up (closing, or idle) waits for the object store to take their
 #: heads before it releases their leases anyway.
 PUBLISH_DEADLINE = 30.0
@@ -113,13 +126,14 @@ class BusStatistics:
         broker: this broker's id on the bus.
         connected: whether the reader reaches Redis now (live frames of other brokers flow).
         leases: runs this broker holds the lease of.
-        published: entries added to run streams.
-        dropped: entries not published (queue full, or Redis slow or down).
-        queue_depth: entries waiting to be published; queue_peak: the most that waited.
-        received: entries of other brokers fanned out here.
+        published: batches added to run streams.
+        dropped: batches not published (queue full, or Redis slow or down).
+        queue_depth: batches waiting to be published; queue_peak: the most that waited.
+        received: batches of other brokers fanned out here.
         gaps: holes found in other brokers' entries (their subscribers were sent a gap).
         refused_leased: batches refused because another broker holds their run.
         leases_lost: leases found taken or expired while this broker thought it held them.
+        entries: stream entries added (each holds one or more of the ``published`` batches).
     """
 
     broker: str
@@ -133,6 +147,7 @@ class BusStatistics:
     gaps: int
     refused_leased: int
     leases_lost: int
+    entries: int = 0
 
 
 def check_bus_url(url: str) -> str:
@@ -220,6 +235,7 @@ class Bus:
         self._connected = False
         self._published = self._dropped = self._received = self._gaps = 0
         self._refused_leased = self._leases_lost = self._queue_peak = 0
+        self._entries = 0
         broker._bus = self
 
     # -- keys -----------------------------------------------------------------------------------
@@ -358,6 +374,7 @@ class Bus:
             gaps=self._gaps,
             refused_leased=self._refused_leased,
             leases_lost=self._leases_lost,
+            entries=self._entries,
         )
 
     # -- tasks ----------------------------------------------------------------------------------
@@ -389,31 +406,42 @@ class Bus:
             nursery.cancel_scope.cancel()
 
     async def _publish_loop(self) -> None:
-        """Move queued batches to their run streams, many per round trip (pipelined)."""
+        """Move queued batches to their run streams: one entry per run per round, every entry of
+        a round in one round trip (pipelined); rounds start at most once a :data:`PUBLISH_TICK`."""
+        last = -float("inf")
         while True:
             items = [await self._receive.receive()]
+            wait = last + PUBLISH_TICK - trio.current_time()
+            if wait > 0:  # busy: let this tick's batches gather (idle: nothing waits)
+                await trio.sleep(wait)
+            last = trio.current_time()
             while len(items) < PUBLISH_ROUND:
                 try:
                     items.append(self._receive.receive_nowait())
                 except trio.WouldBlock:
                     break
+            registry, entries = _coalesce(items)
+            batches = sum(n - m + 1 for _, m, n, _ in entries)
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
                     async with self._redis.pipeline(transaction=False) as pipe:
-                        for run, n, batch in items:
-                            if n == 0:
-                                pipe.xadd(
-                                    self._registry,
-                                    {"run": run, "b": self.id},
-                                    trim_strategy=_token("MAXLEN"),
-                                    threshold=REGISTRY_MAXLEN,
-                                    trim_operator=_token("APPROXIMATELY"),
-                                )
-                                continue
-                            assert isinstance(batch, Batch)
+                        # Announcements first: a reader starts a run's stream at its
+                        # announcement, so that must come before the run's entries.
+                        for run in registry:
+                            pipe.xadd(
+                                self._registry,
+                                {"run": run, "b": self.id},
+                                trim_strategy=_token("MAXLEN"),
+                                threshold=REGISTRY_MAXLEN,
+                                trim_operator=_token("APPROXIMATELY"),
+                            )
+                        for run, m, n, frame in entries:
+                            fields: dict[str, Any] = {"b": self.id, "n": n, "f": frame}
+                            if m != n:
+                                fields["m"] = m
                             pipe.xadd(
                                 self._run_key(run),
-                                {"b": self.id, "n": n, "f": codec.encode_batch(batch)},
+                                fields,
                                 trim_strategy=_token("MAXLEN"),
                                 threshold=self._maxlen,
                                 trim_operator=_token("APPROXIMATELY"),
@@ -421,10 +449,11 @@ class Bus:
             except Exception as exc:
                 if not _redis_failure(exc):
                     raise
-                self._dropped += sum(1 for _, n, _ in items if n)
+                self._dropped += batches
                 log.debug("publishing to the bus failed: %s", exc)
                 continue
-            self._published += sum(1 for _, n, _ in items if n)
+            self._published += batches
+            self._entries += len(entries)
 
     async def _read_loop(self) -> None:
         """Fan out the other brokers' entries to this broker's subscribers; on losing Redis,
@@ -501,32 +530,23 @@ class Bus:
                 continue  # this broker's own: its subscribers had it at ingest
             try:
                 n = int(fields[b"n"])
+                m = int(fields.get(b"m", n))  # the entry holds batches m to n
                 batch = codec.decode_batch(codec.decode_message(fields[b"f"]))
             except (KeyError, ValueError, codec.ProtocolError, codec.BatchError):
                 log.warning("vdl-stream: ignoring a malformed bus entry of run %r", run)
                 continue
             last = self._seen.get((source, run))
             self._seen[(source, run)] = n
-            if last is not None and n != last + 1:
+            if last is not None and m != last + 1:
                 self._gaps += 1
                 self.broker._bus_gap(run)
-            self._received += 1
+            self._received += n - m + 1
             for cols in batch.scalars:
                 columns.setdefault(cols.tag, []).append(cols)
             events.extend(batch.events)
         if not columns and not events:
             return
-        scalars = [
-            parts[0]
-            if len(parts) == 1
-            else ScalarColumns(
-                tag,
-                np.concatenate([p.steps for p in parts]),
-                np.concatenate([p.walls for p in parts]),
-                np.concatenate([p.values for p in parts]),
-            )
-            for tag, parts in columns.items()
-        ]
+        scalars = [_concatenate(tag, parts) for tag, parts in columns.items()]
         self.broker._bus_fan_out(run, scalars, events)
 
     async def _lease_loop(self) -> None:
@@ -602,6 +622,68 @@ class Bus:
                 raise
             return False
         return True
+
+
+def _coalesce(
+    items: list[tuple[str, int, bytes | Batch]],
+) -> tuple[list[str], list[tuple[str, int, int, bytes]]]:
+    """Split one publish round into the runs to announce and the run entries to add.
+
+    Consecutive batches of a run (numbers ``m`` to ``n`` with no hole: a batch dropped from the
+    queue still took its number, and its receivers must see that hole) become one entry
+    ``(run, m, n, frame)``: one batch frame whose columns are the batches' columns of each tag
+    concatenated in order, and whose events are theirs in order.
+    """
+    registry: list[str] = []
+    groups: dict[str, list[list[Batch]]] = {}  # run -> runs of consecutive batches
+    numbers: dict[str, list[tuple[int, int]]] = {}  # run -> (m, n) of each of those
+    for run, n, batch in items:
+        if n == 0:
+            registry.append(run)
+            continue
+        assert isinstance(batch, Batch)
+        spans = numbers.setdefault(run, [])
+        if spans and spans[-1][1] + 1 == n:
+            spans[-1] = (spans[-1][0], n)
+            groups[run][-1].append(batch)
+        else:
+            spans.append((n, n))
+            groups.setdefault(run, []).append([batch])
+    entries = []
+    for run, spans in numbers.items():
+        for (m, n), batches in zip(spans, groups[run], strict=True):
+            entries.append((run, m, n, codec.encode_batch(_merge(batches, n))))
+    return registry, entries
+
+
+def _merge(batches: list[Batch], n: int) -> Batch:
+    """One batch holding ``batches``' columns (concatenated per tag, in order) and events."""
+    if len(batches) == 1:
+        return batches[0]
+    columns: dict[str, list[ScalarColumns]] = {}
+    events: list[dict[str, Any]] = []
+    for batch in batches:
+        for cols in batch.scalars:
+            columns.setdefault(cols.tag, []).append(cols)
+        events.extend(batch.events)
+    return Batch(
+        writer=batches[0].writer,
+        seq=n,
+        run=batches[0].run,
+        scalars=[_concatenate(tag, parts) for tag, parts in columns.items()],
+        events=events,
+    )
+
+
+def _concatenate(tag: str, parts: list[ScalarColumns]) -> ScalarColumns:
+    if len(parts) == 1:
+        return parts[0]
+    return ScalarColumns(
+        tag,
+        np.concatenate([p.steps for p in parts]),
+        np.concatenate([p.walls for p in parts]),
+        np.concatenate([p.values for p in parts]),
+    )
 
 
 def _token(name: str) -> Any:

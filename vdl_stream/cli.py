@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import trio
-
+# Only what every command needs is imported here; each command imports its own modules when it
+# runs (and ``import``/``export``/``replay`` their arguments' modules only when chosen), so
+# ``vdl-stream serve`` does not load the importers and ``--help`` loads nothing heavy.
 from . import __version__
 from .errors import PortInUseError, unwrap
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .server import Limits, check_token, run_server
+    import trio
 
-    try:
-        check_token(args.token)  # --token "$UNSET" must not serve without authentication
-    except ValueError as exc:
-        return _fail(exc)
     if args.bus is not None:
         from .bus import check_bus_url
 
@@ -41,6 +39,9 @@ def _serve(args: argparse.Namespace) -> int:
             storage.HEAD_INTERVAL = args.head_interval
         if args.store_cache_mb is not None:
             storage.READ_CACHE_BYTES = args.store_cache_mb << 20
+        # The bucket's listing and the runs' first objects are fetched while the web server is
+        # imported below (network waits beside CPU work); run_server's sync takes the result.
+        storage.start_early_mirror(args.logdir, storage.cache_dir(args.logdir, args.cache_dir))
     else:
         for flag, value in (
             ("--head-interval", args.head_interval),
@@ -52,6 +53,12 @@ def _serve(args: argparse.Namespace) -> int:
                 )
         if Path(args.logdir).exists() and not Path(args.logdir).is_dir():
             return _fail(ValueError(f"--logdir {args.logdir} is not a directory"))
+    from .server import Limits, check_token, run_server
+
+    try:
+        check_token(args.token)  # --token "$UNSET" must not serve without authentication
+    except ValueError as exc:
+        return _fail(exc)
     try:
         engine, notifier = _alerts(args)
     except (OSError, ValueError) as exc:
@@ -203,8 +210,47 @@ def _demo(args: argparse.Namespace) -> int:
 DEFAULT_CACHE_MB = 128
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of the ``vdl-stream`` command."""
+#: Commands whose arguments are defined by the module that runs them: (module, the function that
+#: adds the arguments, the function that runs the command, help).
+_MODULE_COMMANDS = {
+    "import": (
+        "interop",
+        "add_import_arguments",
+        "run_import",
+        "import TensorBoard / VisualDL logs as runs",
+    ),
+    "export": (
+        "interop",
+        "add_export_arguments",
+        "run_export",
+        "write a run's scalars as CSV or JSON",
+    ),
+    "replay": (
+        "replay",
+        "add_replay_arguments",
+        "run_replay",
+        "replay recorded runs through the live dashboard",
+    ),
+}
+
+
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv`` (its first argument that is not an option), if any."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser of the ``vdl-stream`` command.
+
+    Args:
+        argv: the arguments it will parse, if known: then only the chosen command's own modules
+            are imported to define its arguments (``vdl-stream serve`` does not load the
+            importers; ``vdl-stream --help`` loads none). None: every command in full.
+    """
+    chosen = None if argv is None else _chosen_command(argv)
     parser = argparse.ArgumentParser(
         prog="vdl-stream", description="A streaming training dashboard."
     )
@@ -325,25 +371,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=_demo)
 
-    from . import interop, replay
-
-    imp = commands.add_parser("import", help="import TensorBoard / VisualDL logs as runs")
-    interop.add_import_arguments(imp)
-    imp.set_defaults(func=interop.run_import)
-
-    export = commands.add_parser("export", help="write a run's scalars as CSV or JSON")
-    interop.add_export_arguments(export)
-    export.set_defaults(func=interop.run_export)
-
-    rep = commands.add_parser("replay", help="replay recorded runs through the live dashboard")
-    replay.add_replay_arguments(rep)
-    rep.set_defaults(func=replay.run_replay)
+    for name, (module_name, add_arguments, run, help_text) in _MODULE_COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text)
+        if argv is not None and chosen != name:
+            continue  # not the command that runs: its module (and its imports) is not needed
+        module = importlib.import_module(f".{module_name}", __package__)
+        getattr(module, add_arguments)(sub)
+        sub.set_defaults(func=getattr(module, run))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``vdl-stream`` command line; return the exit status."""
-    args = build_parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = build_parser(argv).parse_args(argv)
     return args.func(args)
 
 

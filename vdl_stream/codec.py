@@ -45,6 +45,9 @@ ALERT_LEVELS = ("info", "warn", "error")
 MAX_ALERT_TEXT = 4096
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Tags starting with this are telemetry on the scalar path (docs/protocol.md, "Telemetry
+#: scalars"): written by the writer's sampler only, refused from every other caller.
+RESERVED_TAG_PREFIX = "@telemetry/"
 _RUN_PART = re.compile(r"^[^\x00-\x1f\x7f/\\:]+$")
 #: Run names are at most this many characters, each part at most this many bytes of UTF-8.
 MAX_RUN_LENGTH = 512
@@ -109,8 +112,12 @@ class Batch:
         return sum(len(c) for c in self.scalars) + len(self.events)
 
 
-def check_tag(tag: object, name: str = "tag") -> str:
-    """Return ``tag`` if it is a valid tag, else raise ``TypeError``/``ValueError`` naming ``name``."""
+def check_tag(tag: object, name: str = "tag", *, reserved: bool = False) -> str:
+    """Return ``tag`` if it is a valid tag, else raise ``TypeError``/``ValueError`` naming ``name``.
+
+    ``reserved``: accept a tag in the telemetry namespace (:data:`RESERVED_TAG_PREFIX`), as the
+    wire's scalar columns may hold; every user-facing call refuses it.
+    """
     if type(tag) is not str:
         raise TypeError(f"{name} must be a non-empty str, got {type(tag).__name__} {tag!r:.80}")
     if not tag:
@@ -121,6 +128,11 @@ def check_tag(tag: object, name: str = "tag") -> str:
         raise ValueError(f"{name} must not contain control characters, got {tag!r:.80}")
     if not tag.isascii() and not _encodable(tag):
         raise ValueError(f"{name} must be encodable as UTF-8 (no lone surrogates), got {tag!r:.80}")
+    if not reserved and tag.startswith(RESERVED_TAG_PREFIX):
+        raise ValueError(
+            f"{name} must not start with {RESERVED_TAG_PREFIX!r} (reserved for telemetry), "
+            f"got {tag!r:.80}"
+        )
     return tag
 
 
@@ -647,7 +659,7 @@ def _decode_batch_body(message: dict[str, Any], writer: str, seq: int) -> Batch:
         if not isinstance(entry, list) or len(entry) != 4:
             raise ProtocolError("a scalars entry must be [tag, steps, walls, values]")
         try:
-            tag = check_tag(entry[0])
+            tag = check_tag(entry[0], reserved=True)  # telemetry scalars travel in columns too
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"bad scalar tag: {exc}") from None
         steps = _column(entry[1], "<i8", "steps")

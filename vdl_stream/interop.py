@@ -25,7 +25,7 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, TextIO
 
 import numpy as np
@@ -33,6 +33,7 @@ import numpy as np
 import recorder
 
 from . import storage, tfevents, vdlrecords
+from .codec import RESERVED_TAG_PREFIX
 
 log = logging.getLogger("vdl_stream.interop")
 
@@ -508,13 +509,43 @@ def run_import(args: argparse.Namespace) -> int:
 EXPORT_CHUNK_ROWS = 1 << 16
 #: Rows formatted at a time (a block): its numpy passes stay in the CPU's caches.
 FORMAT_ROWS = 1 << 14
-#: Worker threads formatting blocks ahead of the reader and writer by default: none, because on
-#: two busy shared cores the threads were slower (GIL hand-offs; docs/performance.md, "Export
-#: speed"). ``Export(threads=N)`` overlaps numpy's passes (which release the GIL) where cores are
-#: free.
-EXPORT_THREADS = 0
+#: Most worker threads an export formats blocks in by default (each holds a block or two).
+EXPORT_THREADS_MAX = 4
 EXPORT_FORMATS = ("csv", "json")
 CSV_HEADER = "tag,step,wall_time,value\n"
+
+
+def export_threads(cores: int | None = None, load: float | None = None) -> int:
+    """Worker threads an export formats blocks in by default: one per idle core, at most
+    :data:`EXPORT_THREADS_MAX`, and none unless two cores are idle.
+
+    Idle cores are ``cores`` (default ``os.cpu_count()``) less ``load`` (default :func:`_load`),
+    rounded. numpy's passes release the GIL, so threads overlap them where cores are free; on
+    busy cores they only add GIL hand-offs (15-30% more CPU time, and no faster:
+    docs/performance.md, "Export speed").
+    """
+    if cores is None:
+        cores = os.cpu_count() or 1
+    if load is None:
+        load = _load()
+    threads = min(EXPORT_THREADS_MAX, int(cores - load + 0.5))
+    return threads if threads >= 2 else 0
+
+
+def _load() -> float:
+    """How many cores other work keeps busy: the 1-minute load average, or the tasks running
+    right now (Linux) if fewer, since the average lags a minute behind (an export just finished
+    still counts in it). 0 where neither is known."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return 0.0
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0]) - 1  # this process is one
+    except (OSError, ValueError, IndexError):
+        return load
+    return min(load, float(max(running, 0)))
 
 
 class Export:
@@ -536,7 +567,8 @@ class Export:
             (``{tag: [[wall_time, step, value], ...]}``, NaN and infinities as null).
         pattern: a regular expression searched in each tag; None keeps every tag.
         chunk_rows: rows read at a time.
-        threads: worker threads formatting rows; 0 formats them in the iterating thread.
+        threads: worker threads formatting rows; 0 formats them in the iterating thread; None
+            (the default) takes :func:`export_threads`.
 
     Raises:
         ValueError: an unknown ``fmt``, a ``chunk_rows`` below 1 or a ``threads`` below 0.
@@ -551,14 +583,16 @@ class Export:
         pattern: str | None = None,
         *,
         chunk_rows: int = EXPORT_CHUNK_ROWS,
-        threads: int = EXPORT_THREADS,
+        threads: int | None = None,
     ) -> None:
         if fmt not in EXPORT_FORMATS:
             raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, got {fmt!r}")
         if not isinstance(chunk_rows, int) or chunk_rows < 1:
             raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
+        if threads is None:
+            threads = export_threads()
         if not isinstance(threads, int) or threads < 0:
-            raise ValueError(f"threads must be an int >= 0, got {threads!r}")
+            raise ValueError(f"threads must be an int >= 0 or None, got {threads!r}")
         self.fmt = fmt
         self.rows = 0  # rows read so far (all of them once iterated)
         self.tags = 0  # tags that had rows
@@ -575,11 +609,19 @@ class Export:
         """``(tag, chunks of (steps or None, walls, values))`` for every tag exported."""
         reader = self._reader
         tags = reader.tags()
-        for tag in sorted(t for t, info in tags.items() if info.kind == "scalars"):
-            if self._wanted(tag):
+        scalar_tags = sorted(t for t, info in tags.items() if info.kind == "scalars")
+        for tag in scalar_tags:
+            if self._wanted(tag) and not tag.startswith(RESERVED_TAG_PREFIX):
                 yield tag, _scalar_chunks(reader, tag, self._chunk)
-        # Telemetry samples are small and few (one a second): gathered in compact columns.
+        # Telemetry samples are small and few (one a second): gathered in compact columns, from
+        # its "@telemetry/" scalar tags (issue 16) and the telemetry events of older runs.
         fields: dict[str, tuple[array.array, array.array]] = {}
+        for tag in scalar_tags:
+            if tag.startswith(RESERVED_TAG_PREFIX):
+                name = "telemetry/" + tag[len(RESERVED_TAG_PREFIX) :]
+                if self._wanted(name):
+                    s = reader.read_scalars(tag)
+                    fields[name] = (array.array("d", s.walls), array.array("d", s.values))
         for record in reader.read_records(kind="telemetry"):
             data = record.data
             prefix = f"telemetry/{data.get('host', 'host')}/rank{data.get('rank', 0)}/"
@@ -595,6 +637,9 @@ class Export:
         for tag in sorted(fields):
             walls, values = fields.pop(tag)
             w, v = np.frombuffer(walls, np.float64), np.frombuffer(values, np.float64)
+            if len(w) > 1 and (w[1:] < w[:-1]).any():  # a run holding both forms
+                order = np.argsort(w, kind="stable")
+                w, v = w[order], v[order]
             yield tag, ((None, w[i : i + self._chunk], v[i : i + self._chunk])
                         for i in range(0, len(w), self._chunk))  # fmt: skip
 
@@ -758,6 +803,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 _COMMA, _NEWLINE, _BRACKET = b",\n]"
 #: Entry m: a uint64 whose low m bytes are all ones (the first m bytes of a little-endian word).
 _LOW_BYTES = np.array([(1 << (8 * m)) - 1 for m in range(9)], np.uint64)
+#: Entry m: a uint64 whose low m bytes are zeros and the others ones.
+_HIGH_BYTES = ~_LOW_BYTES
 _ONE = np.uint64(1)
 _THREE = np.uint64(3)
 _BITS = np.uint64(63)
@@ -771,8 +818,9 @@ def _numbers(
     words (zero padded), the byte offset of field i in it and its length (``sep`` included).
 
     The digits come from one orjson call: its shortest round-trip digits are repr's, and so is its
-    layout except in exponent notation (below 1e-4 and from 1e16) and for non-finite values, which
-    repr() redoes (or ``null``, if asked) and which are appended to orjson's text.
+    layout except in exponent notation (below 1e-4 and from 1e16) and for non-finite values: those
+    fields are respelled by :func:`_repr_fields` in rows appended to orjson's text (non-finite
+    values stay orjson's ``null``, if asked).
     """
     integers = x.dtype.kind in "iu"
     x = np.ascontiguousarray(x, np.int64 if integers else np.float64)
@@ -791,21 +839,19 @@ def _numbers(
         if low >= 1e-4 and high < 1e16:
             odd = ()
         else:
-            odd = np.flatnonzero(~((ax == 0) | ((ax >= 1e-4) & (ax < 1e16))))  # NaN compares False
+            keep = (ax == 0) | ((ax >= 1e-4) & (ax < 1e16))  # NaN compares False
+            if null_nonfinite:
+                keep |= ~np.isfinite(x)  # orjson writes them null already
+            odd = np.flatnonzero(~keep)
         if len(odd):
-            end = bytes((sep,))
-            fields = [
-                (b"null" if null_nonfinite and not math.isfinite(v) else repr(v).encode()) + end
-                for v in x[odd].tolist()
-            ]
-            sizes = np.fromiter(map(len, fields), np.int64, len(fields))
-            starts[odd] = len(text) + np.cumsum(sizes) - sizes
+            redone, sizes = _repr_fields(x[odd], text, starts[odd], lengths[odd] - 1, sep)
+            starts[odd] = len(text) + _WIDTH * np.arange(len(odd))
             lengths[odd] = sizes
-            redone = b"".join(fields)
     size = len(text) + len(redone)
-    # Room for the word after each field's last: _layout reads one word ahead.
-    words = np.zeros(size // 8 + (int(lengths.max()) + 7) // 8 + 2, "<u8")
-    view = words.view(np.uint8)
+    # The text starts a word in (_layout reads up to 7 bytes before a field) and has room for the
+    # word after each field's last (it reads one word ahead).
+    words = np.zeros(size // 8 + (int(lengths.max()) + 7) // 8 + 3, "<u8")
+    view = words.view(np.uint8)[8:]
     view[: len(text)] = raw
     if sep == _COMMA:
         view[len(text) - 1] = sep
@@ -813,7 +859,109 @@ def _numbers(
         view[ends] = sep
     if redone:
         view[len(text) : size] = np.frombuffer(redone, np.uint8)
+    starts += 8
     return words, starts, lengths
+
+
+#: Columns of the rows :func:`_repr_fields` rewrites numbers in: the longest repr() of a float
+#: ("-2.2250738585072014e-308") is 24 bytes, and a rewrite adds at most 2.
+_WIDTH = 32
+_COLUMNS = np.arange(_WIDTH, dtype=np.uint8)
+_E, _MINUS, _PLUS, _ZERO, _DOT = b"e-+0."
+#: Fields up to this many are respelled by repr() one by one.
+_FEW_FIELDS = 64
+
+
+def _repr_fields(
+    x: np.ndarray, text: bytes, starts: np.ndarray, lengths: np.ndarray, sep: int
+) -> tuple[bytes, np.ndarray]:
+    """The floats ``x`` as repr() writes them, from orjson's text of each (``text[starts[i]:]``,
+    ``lengths[i]`` bytes), each followed by ``sep``, in rows of :data:`_WIDTH` bytes (zero
+    padded); returns the rows' bytes and each field's length (``sep`` included).
+
+    orjson's digits are repr's; only their spelling is rewritten, with a few passes over the rows
+    (a learning rate below 1e-4 makes a whole column of these, and repr() takes many times
+    orjson's time): an exponent gets repr's sign and two digits at least (``1e16`` -> ``1e+16``,
+    ``1.5e-7`` -> ``1.5e-07``), and a positional number below 1e-4 (``0.0000123``) goes to
+    exponent notation (``1.23e-05``). Anything else (non-finite values) is formatted by repr().
+    """
+    m = len(x)
+    if m <= _FEW_FIELDS:  # a zero crossing's few: the passes' fixed cost would be most of it
+        texts = [(repr(v) + chr(sep)).encode() for v in x.tolist()]
+        sizes = np.fromiter(map(len, texts), np.int64, m)
+        return b"".join(t.ljust(_WIDTH, b"\0") for t in texts), sizes
+    r = np.arange(m)
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.frombuffer(text + bytes(_WIDTH), np.uint8), _WIDTH
+    )
+    # Each field's row, rewritten in place; the bytes after a field's end (the next fields') are
+    # never read: _layout copies ``size`` bytes.
+    rows = windows[starts]
+    size = lengths.astype(np.int64)
+    finite = np.isfinite(x)
+    done = np.zeros(m, bool)
+    # orjson's exponent notation ends a field with "e", maybe "-", and 1 to 3 digits: repr()
+    # writes the sign always and two digits at least.
+    flat = rows.reshape(-1)  # byte j of row i at i * _WIDTH + j: 1-D indexing is the fast kind
+    base = r * _WIDTH
+    epos = np.full(m, -1)
+    for back in (2, 3, 4, 5):
+        at = np.maximum(size - back, 0)
+        epos = np.where((epos < 0) & (flat.take(base + at) == _E), at, epos)
+    (i,) = np.nonzero((epos > 0) & finite)
+    if len(i):
+        e = base[i] + epos[i]  # the "e", in flat
+        neg = flat.take(e + 1) == _MINUS
+        first = e + 1 + neg
+        digits = base[i] + size[i] - first
+        power = flat.take(first).astype(np.int64) - _ZERO
+        for j in (1, 2):
+            more = flat.take(first + j).astype(np.int64) - _ZERO
+            power = np.where(digits > j, power * 10 + more, power)
+        wide = power >= 100
+        flat[e + 1] = np.where(neg, _MINUS, _PLUS)
+        flat[e + 2] = _ZERO + np.where(wide, power // 100, power // 10)
+        flat[e + 3] = _ZERO + np.where(wide, power // 10 % 10, power % 10)
+        flat[e + 4] = _ZERO + power % 10  # past the end unless wide
+        size[i] = epos[i] + 4 + wide
+        done[i] = True
+    # Positional below 1e-4, [-]0.000ddd -> [-]d.dde-XX: the rows of each sign and count of
+    # zeros alike (in practice one or two kinds: orjson writes exponents below 1e-5).
+    neg = (rows[:, 0] == _MINUS).astype(np.int64)
+    small = ~done & finite & (np.abs(x) < 1e-4) & (flat.take(base + neg) == _ZERO)
+    small &= flat.take(base + neg + 1) == _DOT
+    (i,) = np.nonzero(small)
+    if len(i):
+        g = rows[i]
+        cols = _COLUMNS[None, :]
+        inside = (cols >= (neg[i] + 2)[:, None]) & (cols < size[i][:, None])
+        first = (inside & (g != _ZERO)).argmax(1)
+        key = neg[i] * _WIDTH + first
+        for kind in np.unique(key).tolist():
+            sign, at = divmod(kind, _WIDTH)
+            power = at - sign - 1
+            pick = key == kind
+            if not at or power > 99:
+                continue  # repr() below
+            h = np.zeros_like(g[pick])
+            h[:, :sign] = _MINUS
+            h[:, sign] = g[pick, at]
+            h[:, sign + 1] = _DOT
+            h[:, sign + 2 : sign + 2 + _WIDTH - at - 1] = g[pick, at + 1 :]
+            digits = size[i[pick]] - at
+            end = sign + np.where(digits > 1, digits + 1, 1)
+            k = np.arange(len(h))
+            for j, c in enumerate(b"e-%02d" % power):
+                h[k, end + j] = c
+            rows[i[pick]] = h
+            size[i[pick]] = end + 4
+            done[i[pick]] = True
+    for j in np.flatnonzero(~done).tolist():
+        spelling = np.frombuffer(repr(float(x[j])).encode(), np.uint8)
+        rows[j, : len(spelling)] = spelling
+        size[j] = len(spelling)
+    flat[base + size] = sep
+    return rows.tobytes(), size + 1
 
 
 def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
@@ -821,11 +969,13 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     after ``lead``, less ``trim`` bytes at the end: no Python object per field.
 
     Each row's offset in the output comes from the fields' lengths (a cumulative sum); each
-    part is then written into the output, a uint64 word at a time for all rows at once: word k of
-    every row's field, realigned from its source offset to its output offset by shifts, is OR-ed
-    into the two output words it straddles. One pass writes at most one word per row into any
-    output word (rows are at least 8 bytes long), so fancy-index OR-ing loses nothing; the bytes
-    of a field past its length are masked off, so parts can be written in any order.
+    part is then written into the output a uint64 word at a time for all rows at once: output
+    word k of every row's field is cut from the field's text (two source words, shifted to the
+    output's alignment), the bytes outside the field masked off, and OR-ed into place (fancy
+    indexing; one pass writes at most one word per row, and rows are at least 8 bytes long, so
+    no two rows of a pass share a word and no OR is lost). A word that every row's field fills
+    whole is assigned. Parts go in row order, so a word is only ever OR-ed into bytes that are
+    the row's earlier fields or zero.
     """
     parts = [p for p in parts if not isinstance(p, bytes) or p]
     const = sum(len(p) for p in parts if isinstance(p, bytes))
@@ -833,10 +983,10 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     widest = 1
     for part in parts:
         if isinstance(part, bytes):
-            widest = max(widest, (len(part) + 7) // 8)
+            widest = max(widest, (len(part) + 14) // 8)
         else:
             size += part[2]
-            widest = max(widest, (int(part[2].max()) + 7) // 8)
+            widest = max(widest, (int(part[2].max()) + 14) // 8)
     at = np.cumsum(size)
     total = len(lead) + int(at[-1])
     at -= size
@@ -845,39 +995,46 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     out.view(np.uint8)[: len(lead)] = np.frombuffer(lead, np.uint8)
     for part in parts:
         q = at >> 3
-        low = (at & 7).astype(np.uint64) << _THREE  # bit offset of the field in its first word
-        high = _BITS - low  # shifting by 64 - low in two steps: 0 when low is 0
-        carry = None
+        o = at & 7  # the field's first byte in its first output word
         if isinstance(part, bytes):
-            chunks = np.frombuffer(part + bytes(-len(part) % 8), "<u8")
-            step = len(part)
-        else:
-            words, starts, step = part
-            a = starts >> 3
-            src_low = (starts & 7).astype(np.uint64) << _THREE
-            src_high = _BITS - src_low
-            whole = int(step.min()) // 8  # words every field fills
-            chunks = range((int(step.max()) + 7) // 8)
-            cur = words.take(a)
-        for k, chunk in enumerate(chunks):
-            if isinstance(part, bytes):
-                word = chunk
-            else:
-                nxt = words.take(a + (k + 1))
-                word = (cur >> src_low) | ((nxt << src_high) << _ONE)
-                if k >= whole:
-                    word &= _LOW_BYTES.take(step - 8 * k, mode="clip")  # clipped to 0..8
-                cur = nxt
-            bits = word << low
-            if carry is not None:
-                bits |= carry
-            index = q + k
-            out[index] |= bits
-            carry = (word >> high) >> _ONE
-        index = q + len(chunks)
-        out[index] |= carry
-        at += step
+            table = _shifted_words(part)
+            for k in range(table.shape[1]):
+                out[q + k] |= table[:, k].take(o)
+            at += len(part)
+            continue
+        words, starts, length = part
+        p = starts - o  # the source byte that goes first in output word q: starts >= 8
+        a = p >> 3
+        low = (p & 7).astype(np.uint64) << _THREE  # its bit offset in source word a
+        high = _BITS - low  # shifting by 64 - low in two steps: 0 when low is 0
+        end = o + length  # the field's end, counted from output word q
+        shortest = int(end.min())
+        cur = words.take(a)
+        for k in range((int(end.max()) + 7) // 8):
+            nxt = words.take(a + (k + 1))
+            word = (cur >> low) | ((nxt << high) << _ONE)
+            cur = nxt
+            if k == 0:
+                word &= _HIGH_BYTES.take(o)  # the bytes before the field: its row's or zero
+            elif 8 * k + 8 <= shortest:
+                out[q + k] = word  # inside the field in every row
+                continue
+            if 8 * k + 8 > shortest:
+                word &= _LOW_BYTES.take(end - 8 * k, mode="clip")  # clipped to 0..8
+            out[q + k] |= word
+        at += length
     return out.view(np.uint8)[: total - trim].tobytes()
+
+
+@lru_cache(maxsize=256)
+def _shifted_words(part: bytes) -> np.ndarray:
+    """Row o: ``part`` after o zero bytes, as uint64 words (a constant part's output words for
+    each of the 8 alignments)."""
+    table = np.zeros((8, (len(part) + 14) // 8), "<u8")
+    rows = table.view(np.uint8)
+    for o in range(8):
+        rows[o, o : o + len(part)] = np.frombuffer(part, np.uint8)
+    return table
 
 
 def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
@@ -954,6 +1111,12 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("csv", "json"), default="csv", help="default: csv")
     parser.add_argument("--tag", metavar="PATTERN", help="only tags matching this regex")
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="worker threads formatting rows (default: one per idle core, none if under two)",
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -971,9 +1134,12 @@ def run_export(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace, path: str) -> int:
     try:
-        export = Export(path, args.format, args.tag)
+        export = Export(path, args.format, args.tag, threads=args.threads)
     except re.error as exc:
         print(f"vdl-stream export: --tag is not a valid regular expression: {exc}", file=sys.stderr)
+        return 2
+    except ValueError:  # the only one left: a bad thread count
+        print(f"vdl-stream export: --threads must be >= 0, got {args.threads}", file=sys.stderr)
         return 2
     except recorder.RecorderError as exc:
         print(f"vdl-stream export: {exc}", file=sys.stderr)

@@ -27,6 +27,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -416,6 +417,9 @@ class StoreSync:
         # Runs whose manifest another broker replaced while this one published them (its lease
         # ran out): never published from here again unless taken over again (prepare_write).
         self._fenced: set[str] = set()
+        # The first mirror round, if start_early_mirror began it for this store and directory
+        # while the process was still importing: run() takes its result instead of starting over.
+        self._early = _take_early(client, self.local_dir, cache_bytes) if mirror else None
 
     # -- the service ----------------------------------------------------------------------------
 
@@ -429,7 +433,7 @@ class StoreSync:
         returns (the broker has closed its runs); then publish everything, heads included, within
         :data:`FINAL_DEADLINE` seconds, and return. A store that is down at start is reported;
         the broker starts anyway."""
-        if self.mirror:
+        if self.mirror and not await self._adopt_early():
             await self._guarded(self._mirror_round)
         task_status.started()
         try:
@@ -528,8 +532,7 @@ class StoreSync:
                 # it only if the store has not moved on since this host last published it
                 # (another broker took it over meanwhile: its manifest is the truth).
                 manifest = read_manifest(self.client, name)
-                mark = _published_generation(path)
-                if manifest is not None and mark is not None and mark != manifest.generation:
+                if manifest is not None and _published_here(path, manifest) is False:
                     self._fenced.add(name)
                     log.warning(
                         "run %r: the store holds a newer version of it (written through another "
@@ -537,9 +540,7 @@ class StoreSync:
                         name,
                     )
                     return
-                publisher = RunPublisher(
-                    self.client, name, str(path), head_interval=self.head_interval
-                )
+                publisher = self._publisher(name, path)
                 self._publishers[name] = publisher
             try:
                 signature = tuple(
@@ -567,32 +568,71 @@ class StoreSync:
 
     async def _mirror_round(self) -> None:
         infos = await trio.to_thread.run_sync(self.client.list, "", limiter=self._limiter)
+        error: OSError | None = None
+        async with trio.open_nursery() as nursery:
+            for name, info in self._changed(infos).items():
+
+                async def one(name: str = name, info: ObjectInfo = info) -> None:
+                    nonlocal error
+                    try:
+                        await trio.to_thread.run_sync(
+                            self._mirror_one, name, info, limiter=self._limiter
+                        )
+                    except OSError as exc:
+                        error = exc
+
+                nursery.start_soon(one)
+        if error is not None:
+            raise error
+
+    def _changed(self, infos: list[ObjectInfo]) -> dict[str, ObjectInfo]:
+        """The runs of a listing whose manifest changed since this sync last mirrored them
+        (run name -> the manifest's listing entry); objects of no run are warned about once."""
         runs, foreign = find_runs(infos)
         for key in foreign:
             self._warn_once(
                 f"foreign:{key}",
                 f"skipping {self.client.location.url}/{key}: not an object of a vdl-stream run",
             )
-        error: OSError | None = None
-        async with trio.open_nursery() as nursery:
-            for name, info in runs.items():
-                if self._seen.get(name) == (info.etag or str(info.size)) and name in self._mirrors:
-                    continue
+        return {
+            name: info
+            for name, info in runs.items()
+            if not (self._seen.get(name) == (info.etag or str(info.size)) and name in self._mirrors)
+        }
 
-                async def one(name: str = name, info: ObjectInfo = info) -> None:
-                    nonlocal error
-                    try:
-                        await trio.to_thread.run_sync(self._refresh, name, limiter=self._limiter)
-                        self._seen[name] = info.etag or str(info.size)
-                    except OSError as exc:
-                        error = exc
-                    except (ManifestError, recorder.RecorderError, ValueError) as exc:
-                        self._seen[name] = info.etag or str(info.size)
-                        self._warn_once(f"run:{name}", f"skipping run {name!r} in the store: {exc}")
+    def _mirror_one(self, name: str, info: ObjectInfo) -> None:
+        """Mirror run ``name`` (blocking) as its manifest ``info`` lists it; a run that cannot be
+        read is skipped with a warning (until its manifest changes). OSError: the store failed."""
+        try:
+            self._refresh(name)
+        except (ManifestError, recorder.RecorderError, ValueError) as exc:
+            self._warn_once(f"run:{name}", f"skipping run {name!r} in the store: {exc}")
+        self._seen[name] = info.etag or str(info.size)
 
-                nursery.start_soon(one)
-        if error is not None:
-            raise error
+    def _mirror_blocking(self) -> None:
+        """One mirror round without trio (the early round of :func:`start_early_mirror`): the
+        listing, then the changed runs in :data:`STORE_THREADS` threads."""
+        infos = self.client.list("")
+        with ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="vdl-store") as pool:
+            for done in [
+                pool.submit(self._mirror_one, n, i) for n, i in self._changed(infos).items()
+            ]:
+                done.result()  # an OSError: the round failed; StoreSync.run mirrors again
+
+    async def _adopt_early(self) -> bool:
+        """Take the result of the early first round (:func:`start_early_mirror`), waiting for it
+        if it is still running; False when there is none or it failed (run() mirrors itself)."""
+        early, self._early = self._early, None
+        if early is None:
+            return False
+        # Abandoned on cancel (a serve stopped while starting): joining has no effect to undo.
+        await trio.to_thread.run_sync(early.join, limiter=self._limiter, abandon_on_cancel=True)
+        done = early.sync
+        if done is None:
+            return False
+        self.client, self.cache = done.client, done.cache  # the mirrors read through them
+        self._mirrors, self._seen, self._warned = done._mirrors, done._seen, done._warned
+        return True
 
     def _refresh(self, name: str) -> None:
         try:
@@ -639,7 +679,7 @@ class StoreSync:
                         raise
         with self._run_lock(name):
             mirror = self._mirrors.pop(name, None)
-            publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
+            publisher = self._publisher(name, path)
             if mirror is not None or RunMirror.is_mirror(str(path)):
                 if mirror is None:  # left by an earlier process
                     shutil.rmtree(path)
@@ -676,7 +716,7 @@ class StoreSync:
             and _has_segments(path)
             and (
                 (publisher is not None and publisher.generation >= manifest.generation)
-                or _published_generation(path) == manifest.generation
+                or _published_here(path, manifest) is True
             )
         )
         if not current:
@@ -687,12 +727,21 @@ class StoreSync:
             os.makedirs(path)
             for ref in manifest.files:
                 _write_whole(path / ref.name, self.client.get(ref.key))
-        publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
+        publisher = self._publisher(name, path)
         publisher.adopt(manifest)
         if manifest is not None:
             self._claim(name, path, publisher, manifest)
         self._publishers[name] = publisher
         self._fenced.discard(name)
+
+    def _publisher(self, name: str, path: Path) -> RunPublisher:
+        """A publisher of run ``name`` from ``path`` that records each manifest it is about to
+        PUT in the run directory (:func:`_mark_published`)."""
+        publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
+        publisher.announce = lambda manifest: _mark_published(
+            path, publisher.generation, pending=manifest
+        )
+        return publisher
 
     def _claim(self, name: str, path: Path, publisher: RunPublisher, manifest: Manifest) -> None:
         """PUT ``manifest`` again as a new generation, conditional on the one just read: from
@@ -742,21 +791,100 @@ class StoreSync:
             mirror.close()
 
 
-def _mark_published(path: Path, generation: int) -> None:
-    """Record in run directory ``path`` that this host published manifest ``generation``."""
+#: Early first mirror rounds (start_early_mirror) not yet taken, by (store URL, local directory).
+_EARLY: dict[tuple[str, Path], _EarlyMirror] = {}
+_EARLY_LOCK = threading.Lock()
+
+
+def start_early_mirror(url: str, local_dir: str | os.PathLike[str]) -> None:
+    """Begin the first look at store ``url`` of a broker that will keep its runs in
+    ``local_dir``, in a thread, now: ``vdl-stream serve`` calls it before it imports the web
+    server, so the listing and the runs' manifests, heads and block headers are fetched while
+    Python is still importing (the requests wait on the network, the imports on the CPU).
+
+    The :class:`StoreSync` made next for the same store and directory takes the result as its
+    first mirror round (waiting for it if need be), so nothing is fetched twice. Best effort: if
+    the early round fails, that StoreSync mirrors by itself, and reports the failure as usual.
+
+    Raises:
+        ValueError: ``url`` is not a store URL.
+    """
+    key = (parse_store_url(url).url, Path(local_dir))
+    with _EARLY_LOCK:
+        if key in _EARLY:
+            return
+        early = _EARLY[key] = _EarlyMirror(url, Path(local_dir), READ_CACHE_BYTES)
+    early.start()
+
+
+class _EarlyMirror(threading.Thread):
+    """The thread of :func:`start_early_mirror`: a StoreSync of its own, mirrored once."""
+
+    def __init__(self, url: str, local_dir: Path, cache_bytes: int) -> None:
+        super().__init__(name="vdl-stream early mirror", daemon=True)
+        self.url, self.local_dir, self.cache_bytes = url, local_dir, cache_bytes
+        #: the mirrored sync once the round succeeded; None before, or if it failed
+        self.sync: StoreSync | None = None
+
+    def run(self) -> None:
+        try:
+            # mirror=False: this sync must not take the early round (its own) from _EARLY
+            client = ObstoreClient(self.url)
+            sync = StoreSync(client, self.local_dir, mirror=False, cache_bytes=self.cache_bytes)
+            sync._mirror_blocking()
+        except Exception as exc:  # the StoreSync that takes this round mirrors again, and reports
+            log.debug("the early look at %s failed: %s", self.url, _one_line(exc))
+            return
+        self.sync = sync
+
+
+def _take_early(client: Any, local_dir: Path, cache_bytes: int) -> _EarlyMirror | None:
+    """The early round begun for ``client``'s store and ``local_dir``, if any (taken once), and
+    only if made with the same read cache budget."""
+    location = getattr(client, "location", None)
+    if location is None or not _EARLY:
+        return None
+    with _EARLY_LOCK:
+        early = _EARLY.pop((location.url, local_dir), None)
+    if early is None or early.cache_bytes != cache_bytes or type(client) is not ObstoreClient:
+        return None
+    return early
+
+
+def _mark_published(path: Path, generation: int, pending: Manifest | None = None) -> None:
+    """Record in run directory ``path`` that this host published manifest ``generation``, and
+    the manifest it is about to PUT (``pending``), if any."""
+    record: dict[str, Any] = {"generation": generation}
+    if pending is not None:
+        record["pending"] = [pending.generation, _files_digest(pending)]
     with contextlib.suppress(OSError):  # only a shortcut: without it a take-over downloads
         tmp = path / (PUBLISHED_MARKER + ".tmp")
-        tmp.write_text(json.dumps({"generation": generation}))
+        tmp.write_text(json.dumps(record))
         os.replace(tmp, path / PUBLISHED_MARKER)
 
 
-def _published_generation(path: Path) -> int | None:
-    """The manifest generation this host last published of the run in ``path``, if known."""
+def _files_digest(manifest: Manifest) -> str:
+    """A digest of the files ``manifest`` names (their object keys name their contents)."""
+    names = json.dumps([[f.name, f.key, f.size, f.tail] for f in manifest.files])
+    return hashlib.blake2b(names.encode(), digest_size=8).hexdigest()
+
+
+def _published_here(path: Path, manifest: Manifest) -> bool | None:
+    """Whether the store's ``manifest`` of the run in ``path`` is one this host published: the
+    generation it recorded, or the one it was about to PUT when it stopped (same generation and
+    files: a broker that took the run over claims it with the files it found, never these).
+    None when this host recorded nothing of the run."""
     try:
-        value = json.loads((path / PUBLISHED_MARKER).read_text()).get("generation")
-    except (OSError, ValueError, AttributeError):
+        record = json.loads((path / PUBLISHED_MARKER).read_text())
+    except (OSError, ValueError):
         return None
-    return value if type(value) is int else None
+    if not isinstance(record, dict) or type(record.get("generation")) is not int:
+        return None
+    pending = record.get("pending")
+    return record["generation"] == manifest.generation or pending == [
+        manifest.generation,
+        _files_digest(manifest),
+    ]
 
 
 def _write_whole(path: Path, data: bytes) -> None:

@@ -1,9 +1,16 @@
 """System telemetry: one blocking sampler for GPUs (through NVML) and the host (through psutil).
 
 The sampler is deliberately I/O-thin and synchronous: `TelemetrySampler.sample()` makes a handful of
-NVML and psutil calls and returns one ``telemetry`` event map (docs/protocol.md, docs/telemetry.md).
-The caller decides when to sample and runs it off its event loop (``trio.to_thread.run_sync``); this
-module knows nothing about trio, transports or dashboards.
+NVML and psutil calls and returns one sample map (docs/telemetry.md). The caller decides when to
+sample and runs it off its event loop (``trio.to_thread.run_sync``); this module knows nothing about
+trio, transports or dashboards.
+
+Telemetry travels on the scalar path (issue 16): `sample_points` turns a sample into one scalar
+point per field under the reserved tag namespace ``@telemetry/<host>/rank<r>/<field>``
+(docs/protocol.md, "Telemetry scalars"), so it is stored, fanned out, downsampled and exported as
+scalar columns. Runs written before hold ``telemetry`` events instead; the conversions between the
+two forms live here and nowhere else: `columns_from_events` (old events read as scalar columns),
+`legacy_view` (the event form, for readers such as the alert detectors that take events).
 
 NVML comes from the ``pynvml`` module of the ``nvidia-ml-py`` package. It is imported lazily, inside
 the sampler, so that a machine without NVIDIA's library still gets CPU/RAM telemetry and so that tests
@@ -20,9 +27,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import psutil
 
-__all__ = ["TelemetrySampler", "distributed_env"]
+from .codec import RESERVED_TAG_PREFIX, ScalarColumns
+
+__all__ = [
+    "TAG_PREFIX",
+    "TelemetrySampler",
+    "columns_from_events",
+    "distributed_env",
+    "is_telemetry_tag",
+    "legacy_view",
+    "parse_tag",
+    "sample_points",
+    "scalar_tag",
+    "series",
+]
 
 logger = logging.getLogger("vdl_stream.telemetry")
 
@@ -505,3 +526,150 @@ def _shutdown_quietly(nvml: Any, errors: tuple[type[BaseException], ...]) -> Non
         nvml.nvmlShutdown()
     except errors as exc:
         logger.debug("nvmlShutdown failed: %s", exc)
+
+
+# ---------------------------------------------------------------------- the scalar path (issue 16)
+
+#: The reserved tag namespace of telemetry scalars: ``@telemetry/<host>/rank<r>/<field>``. A
+#: user's tag cannot start with it (``codec.check_tag`` refuses it), so the two never clash.
+TAG_PREFIX = RESERVED_TAG_PREFIX
+
+
+def is_telemetry_tag(tag: str) -> bool:
+    """Return whether ``tag`` is in the reserved telemetry namespace."""
+    return tag.startswith(TAG_PREFIX)
+
+
+def scalar_tag(host: str, rank: int, field: str) -> str:
+    """The scalar tag of telemetry ``field`` of ``host`` and ``rank``.
+
+    A ``/`` in the host name (never in a real one) becomes ``_``, so that `parse_tag` can split the
+    tag again.
+    """
+    return f"{TAG_PREFIX}{host.replace('/', '_') or '?'}/rank{rank}/{field}"
+
+
+def parse_tag(tag: str) -> tuple[str, int, str] | None:
+    """Split a telemetry tag into ``(host, rank, field)``; None for any other tag."""
+    if not tag.startswith(TAG_PREFIX):
+        return None
+    parts = tag[len(TAG_PREFIX) :].split("/", 2)
+    if len(parts) != 3 or not parts[1].startswith("rank") or not parts[2]:
+        return None
+    try:
+        rank = int(parts[1][4:])
+    except ValueError:
+        return None
+    return parts[0], rank, parts[2]
+
+
+def sample_step(wall: float) -> int:
+    """The step of a telemetry point: its wall time in milliseconds.
+
+    Telemetry has no training step; a step that only grows keeps the scalar path's restart rule
+    (a step going back supersedes the points from it on) from hiding the samples of a writer that
+    resumes a run. Milliseconds keep samples taken 0.1 s apart on distinct steps.
+    """
+    return int(wall * 1000.0)
+
+
+def sample_points(sample: dict[str, Any]) -> list[tuple[str, int, float, float]]:
+    """One ``(tag, step, value, wall)`` scalar point per field of a `TelemetrySampler` sample."""
+    wall = float(sample["wall"])
+    step = sample_step(wall)
+    host, rank = sample.get("host") or "?", int(sample.get("rank") or 0)
+    prefix = scalar_tag(host, rank, "")
+    return [(prefix + name, step, float(v), wall) for name, v in sample["fields"].items()]
+
+
+def _split(scalars: list[ScalarColumns]) -> tuple[list[ScalarColumns], list[ScalarColumns]]:
+    """``(other columns, telemetry columns)``, each in batch order."""
+    if not any(c.tag.startswith(TAG_PREFIX) for c in scalars):
+        return scalars, []
+    other = [c for c in scalars if not c.tag.startswith(TAG_PREFIX)]
+    return other, [c for c in scalars if c.tag.startswith(TAG_PREFIX)]
+
+
+def legacy_view(
+    scalars: list[ScalarColumns], events: list[dict[str, Any]]
+) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+    """A batch as readers of the event form take it: telemetry columns become ``telemetry``
+    events (one per host, rank and wall time, with every field sampled then), the other columns
+    stay. A batch without telemetry columns is returned as it is (no copy).
+
+    For the alert detectors (``AlertEngine.observe``) and the run summaries, which tell training
+    data (scalars) from telemetry (events) this way.
+    """
+    other, tele = _split(scalars)
+    if not tele:
+        return scalars, events
+    samples: dict[tuple[str, int, float], dict[str, float]] = {}
+    for col in tele:
+        parsed = parse_tag(col.tag)
+        if parsed is None:
+            continue
+        host, rank, field = parsed
+        for wall, value in zip(col.walls.tolist(), col.values.tolist(), strict=True):
+            samples.setdefault((host, rank, wall), {})[field] = value
+    made = [
+        {
+            "kind": "telemetry",
+            "tag": None,
+            "step": None,
+            "wall": wall,
+            "host": host,
+            "rank": rank,
+            "fields": fields,
+        }
+        for (host, rank, wall), fields in sorted(samples.items(), key=lambda kv: kv[0][2])
+    ]
+    return other, [*events, *made]
+
+
+def columns_from_events(events: list[dict[str, Any]]) -> list[ScalarColumns]:
+    """Old-format ``telemetry`` events (runs written before issue 16) as telemetry scalar columns,
+    one per host, rank and field, in wall-time order: how every reader shows such runs."""
+    cols: dict[str, tuple[list[int], list[float], list[float]]] = {}
+    for event in events:
+        fields, wall = event.get("fields"), event.get("wall")
+        if not isinstance(fields, dict) or not isinstance(wall, (int, float)):
+            continue
+        host = event.get("host") if isinstance(event.get("host"), str) else "?"
+        rank = event.get("rank") if type(event.get("rank")) is int else 0
+        prefix = scalar_tag(host, rank, "")
+        step = sample_step(float(wall))
+        for name, value in fields.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                c = cols.setdefault(prefix + name, ([], [], []))
+                c[0].append(step)
+                c[1].append(float(wall))
+                c[2].append(float(value))
+    out = []
+    for tag, (steps, walls, values) in cols.items():
+        order = np.argsort(np.asarray(walls), kind="stable")
+        out.append(
+            ScalarColumns(
+                tag,
+                np.asarray(steps, np.int64)[order],
+                np.asarray(walls, np.float64)[order],
+                np.asarray(values, np.float64)[order],
+            )
+        )
+    return out
+
+
+def series(columns: list[ScalarColumns]) -> dict[str, dict[str, list[float]]]:
+    """Telemetry columns as ``GET /api/telemetry`` answers them: ``{"<host>/rank<r>/<field>":
+    {"wall_times": [...], "values": [...]}}`` (a column of any other tag is left out), points of
+    one series from several columns merged in wall-time order."""
+    merged: dict[str, list[ScalarColumns]] = {}
+    for col in columns:
+        if col.tag.startswith(TAG_PREFIX) and len(col.walls):
+            merged.setdefault(col.tag[len(TAG_PREFIX) :], []).append(col)
+    out = {}
+    for name, cols in merged.items():
+        walls = np.concatenate([c.walls for c in cols])
+        values = np.concatenate([c.values for c in cols])
+        order = np.argsort(walls, kind="stable")
+        out[name] = {"wall_times": walls[order].tolist(), "values": values[order].tolist()}
+    return out

@@ -10,6 +10,7 @@ from recorder_testing import BASE_WALL, same_series
 from test_recorder_groups import operations, run_ops
 
 from recorder import RunReader, RunWriter, ScalarSeries
+from recorder import reader as reader_module
 
 
 def concatenated(pieces: list[ScalarSeries]) -> ScalarSeries:
@@ -108,7 +109,7 @@ def test_iter_scalars_memory_is_bounded_by_the_chunk_size(tmp_path):
     st.data(),
 )
 def test_max_points_read_chunk_by_chunk_equals_downsampling_the_whole_series(
-    tmp_path_factory, ops, max_points, start, end, data
+    tmp_path_factory, monkeypatch, ops, max_points, start, end, data
 ):
     from recorder.downsample import downsample
 
@@ -126,11 +127,16 @@ def test_max_points_read_chunk_by_chunk_equals_downsampling_the_whole_series(
                 w.flush()
     for tag in {op[0] for op in ops}:
         cold = RunReader(run)  # nothing loaded: read chunk by chunk
-        got = cold.read_scalars(tag, start=start, end=end, max_points=max_points)
+        with monkeypatch.context() as m:
+            m.setattr(reader_module, "SMALL_DOWNSAMPLE", 0)  # short tags too (else decoded whole)
+            got = cold.read_scalars(tag, start=start, end=end, max_points=max_points)
         assert not cold.cached_bytes() or cold.cached_bytes() < 50_000
+        with RunReader(run) as fresh:  # a short tag decoded whole, downsampled at once
+            whole = fresh.read_scalars(tag, start=start, end=end, max_points=max_points)
         warm = RunReader(run)
         want = downsample(warm.read_scalars(tag, start=start, end=end), max_points)
         assert same_series(got, want), (tag, got, want)
+        assert same_series(whole, want), (tag, whole, want)
         assert same_series(
             warm.read_scalars(tag, start=start, end=end, max_points=max_points), want
         )
@@ -167,3 +173,45 @@ def test_streaming_reads_share_decoded_group_chunks_within_a_bound(tmp_path, mon
         monkeypatch.setattr(reader_module, "GROUP_CACHE_BYTES", 1_000)
         r.read_scalars("a", max_points=50)
         assert r._groups_bytes <= 1_000 + 400  # one group over the bound at most
+
+
+def test_a_downsampled_read_asked_again_is_kept_until_the_run_changes(tmp_path, monkeypatch):
+    """A page reloaded (or a run selected again) asks the same downsampled reads: they are kept
+    and read nothing, until the reader reads more of the run, finds damage or drops its cache."""
+    writer = RunWriter(tmp_path / "r", sync="never")
+    for i in range(20):
+        steps = np.arange(i * 1000, (i + 1) * 1000)
+        writer.append_scalars("a", steps, BASE_WALL + steps, np.sin(steps * 0.01))
+        writer.flush()
+    loads = []  # downsampled reads made from the run's chunks
+    original = RunReader._downsample_stream
+
+    def counted(self, *args):
+        loads.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(RunReader, "_downsample_stream", counted)
+    r = RunReader(tmp_path / "r")
+    first = r.read_scalars("a", max_points=100)
+    read = len(loads)
+    assert read == 1
+    assert r.cached_bytes() >= sum(col.nbytes for col in first)
+    again = r.read_scalars("a", max_points=100)
+    assert len(loads) == read  # kept: nothing read
+    assert same_series(again, first)
+    assert not again.values.flags.writeable
+    other = r.read_scalars("a", start=5000, max_points=100)  # another read is its own
+    assert len(loads) > read and other.steps[0] == 5000
+    # More of the run: the kept read is stale and is read again, with the new points.
+    writer.append_scalars("a", [20_000], [BASE_WALL + 20_000], [9.0])
+    writer.flush()
+    assert r.refresh()
+    read = len(loads)
+    fresh = r.read_scalars("a", max_points=100)
+    assert len(loads) > read and fresh.steps[-1] == 20_000 and fresh.values[-1] == 9.0
+    read = len(loads)
+    r.drop_cache()
+    r.read_scalars("a", max_points=100)
+    assert len(loads) > read
+    writer.close()
+    r.close()

@@ -24,6 +24,7 @@ from recorder import (
     add_summaries,
     blocks,
     framing,
+    reader,
 )
 from recorder.downsample import downsample
 from recorder.reader import RunReader as _Reader
@@ -40,6 +41,18 @@ def lod_slice(size: int | None):
         yield
     finally:
         blocks.LOD_SLICE = old
+
+
+@contextlib.contextmanager
+def streamed():
+    """Downsample chunk by chunk (from summaries where there are) whatever the tag's length: a
+    short tag is otherwise decoded whole (``SMALL_DOWNSAMPLE``)."""
+    old = reader.SMALL_DOWNSAMPLE
+    reader.SMALL_DOWNSAMPLE = 0
+    try:
+        yield
+    finally:
+        reader.SMALL_DOWNSAMPLE = old
 
 
 def identical(a, b) -> bool:
@@ -121,10 +134,13 @@ def test_downsampling_from_summaries_equals_downsampling_every_point(
             w.close()
         for tag in ("a", "b"):
             for m in max_points:
+                want = full_then_downsample(path, tag, start, end, m)
                 with RunReader(path) as r:
                     got = r.read_scalars(tag, start=start, end=end, max_points=m)
-                want = full_then_downsample(path, tag, start, end, m)
                 assert identical(got, want), (tag, m)
+                with streamed(), RunReader(path) as r:
+                    got = r.read_scalars(tag, start=start, end=end, max_points=m)
+                assert identical(got, want), (tag, m, "streamed")
         if not close:
             w.close()
 
@@ -364,3 +380,60 @@ def test_a_damaged_event_is_reported_as_reading_its_batch_whole_reports_it(tmp_p
     monkeypatch.setattr(_Reader, "_picked_events", lambda self, entry, local: None)
     with pytest.warns(CorruptionWarning), RunReader(tmp_path / "r") as r:
         assert got == r.read_records("histogram", "h", limit=5)  # the batch dropped alike
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(["noise", "ties", "trend", "nan", "steps"]),
+    st.sampled_from([2, 3, 4, 8]),
+    st.lists(st.integers(4, 300), min_size=1, max_size=3),
+)
+def test_slices_across_bucket_edges_are_read_only_when_they_may_hold_an_extreme(
+    tmp_path_factory, seed, shape, slice_size, max_points
+):
+    """Long series of every shape (noise, few distinct values, a trend whose extremes sit at
+    the bucket edges, NaN, plateaus): a slice across a bucket edge is skipped when its summary
+    shows it cannot hold the bucket's first minimum or maximum, and the result is still exactly
+    the downsampling of every point."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1_000, 6_000))
+    values = {
+        "noise": lambda: rng.normal(size=n),
+        "ties": lambda: rng.choice([0.0, -0.0, 1.0, 2.0], n),
+        "trend": lambda: np.arange(n) * (1 if seed % 2 else -1) + rng.normal(size=n) * 3,
+        "nan": lambda: np.where(rng.random(n) < 0.002, np.nan, rng.normal(size=n)),
+        "steps": lambda: np.repeat(rng.normal(size=n // 50 + 1), 50)[:n],
+    }[shape]()
+    path = tmp_path_factory.mktemp("edges") / "r"
+    with warnings.catch_warnings(), lod_slice(slice_size), streamed():
+        warnings.simplefilter("error")
+        with RunWriter(path, sync="never", compact_records=4) as w:
+            for lo in range(0, n, 97):
+                s = np.arange(lo, min(n, lo + 97))
+                w.append_scalars("a", s, BASE_WALL + s * 0.5, values[s])
+                w.flush()
+        for m in max_points:
+            want = full_then_downsample(path, "a", None, None, m)
+            with RunReader(path) as r:
+                assert identical(r.read_scalars("a", max_points=m), want), (shape, m)
+
+
+def test_a_downsampled_read_of_noise_skips_most_slices_across_bucket_edges(tmp_path, monkeypatch):
+    write_long(tmp_path / "r", 300_000)
+    want = full_then_downsample(tmp_path / "r", "loss", None, None, 200)
+    read = []
+    real = reader._LodChunk.read_slices
+
+    def counted(self, slices):
+        read.extend(slices)
+        return real(self, slices)
+
+    monkeypatch.setattr(reader._LodChunk, "read_slices", counted)
+    with RunReader(tmp_path / "r") as r:
+        assert identical(r.read_scalars("loss", max_points=200), want)
+    # 99 buckets of about 3,000 points (256-point slices): about 100 slices cross an edge or
+    # hold an end; noise puts a bucket's extreme in an edge slice now and then (about a third).
+    assert 2 <= len(read) < 70, len(read)

@@ -37,7 +37,10 @@ const store = new Store({ maxPoints: MAX_POINTS });
 // as live, and with 20 charts on screen the browser spends most of a frame compositing canvases.
 const NORMAL_REDRAW_MS = 100;
 const LOADING_REDRAW_MS = 1000;
-const scheduler = new FrameScheduler({ minInterval: NORMAL_REDRAW_MS });
+// Drawing takes at most a quarter of the time: with many live runs, a frame that took 60 ms to
+// draw is followed by 240 ms without drawing (frames.js), however slow the machine.
+const DRAW_BUDGET = 0.25;
+const scheduler = new FrameScheduler({ minInterval: NORMAL_REDRAW_MS, budget: DRAW_BUDGET });
 const state = {
   xKind: "step",
   logY: false,
@@ -385,10 +388,13 @@ function onRunsKnown(fromSummaries) {
   }
   if (!selectionMade) {
     if (runsModel.names.size > SELECT_ALL_UP_TO && !fromSummaries && runsModel.summaries.size === 0) {
+      // Every server of this package sends the summaries right after the runs; this is for one
+      // that sends none. Long enough for 1,000 runs' summaries on a busy machine (at 500 ms, a
+      // page at load 20 chose the first ten runs by name before the most recent were known).
       summariesTimer ||= setTimeout(() => {
         summariesTimer = 0;
         onRunsKnown(true);
-      }, 500);
+      }, SUMMARIES_WAIT_MS);
       return;
     }
     runsModel.selectDefault();
@@ -423,7 +429,9 @@ store.subscribe((change) => {
     // The frame's list: known now, so that the first selection sees every run.
     const added = runsModel.addNames(store.announced);
     if (added.length && selectionMade) runsModel.selectNew(added);
-    if (added.length) applyRuns();
+    // Until the first subscribe the table waits: onRunsKnown subscribes, then builds it, so that
+    // the server starts reading the first charts' runs before the page lays out 1,000 rows.
+    if (added.length && !awaitingSubscribe) applyRuns();
     onRunsKnown(false);
   } else if (change.kind === "summaries") {
     const added = runsModel.updateSummaries(change.summaries);
@@ -475,12 +483,16 @@ function setConnState(s, detail = "") {
   showBadge();
 }
 
+/** How long the first selection waits for the summaries (the most recently active runs). */
+const SUMMARIES_WAIT_MS = 3000;
 /** The /ws/live protocol version this page implements (docs/protocol.md). */
 const PROTOCOL_VERSION = 1;
 const connection = new Connection({
   maxPoints: MAX_POINTS,
   autoSubscribe: false,
-  url: liveUrl(window.location, token),
+  // The summaries of every run on connect as columns (docs/protocol.md): a few array copies to
+  // decode, where 1,000 summary maps held up the first subscribe by 100-300 ms.
+  url: liveUrl(window.location, token, { summaries: "table" }),
   onMessage: (msg) => {
     if (msg.type === "hello") {
       if (msg.version !== PROTOCOL_VERSION) console.warn(`vdl-stream: server speaks protocol ${msg.version}, this page ${PROTOCOL_VERSION}`);

@@ -35,11 +35,15 @@ export function takeToken(location = window.location, history = window.history, 
  * The live URL on the page's own host: ws: for http pages, wss: for https.
  * @param {Location} location
  * @param {string|null} token
+ * @param {Record<string, string>} [params] more query parameters (e.g. `{summaries: "table"}`:
+ *   the summaries on connect as columns, docs/protocol.md)
  */
-export function liveUrl(location, token) {
+export function liveUrl(location, token, params = {}) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const query = token ? `?token=${encodeURIComponent(token)}` : "";
-  return `${scheme}//${location.host}/ws/live${query}`;
+  const query = new URLSearchParams(token ? { token } : {});
+  for (const [k, v] of Object.entries(params)) query.set(k, v);
+  const text = query.toString().replace(/\+/g, "%20");
+  return `${scheme}//${location.host}/ws/live${text ? `?${text}` : ""}`;
 }
 
 /**
@@ -96,7 +100,7 @@ export class Connection {
 
   /**
    * Change the subscription (null: all runs); sent now if connected, and on every reconnect.
-   * Snapshots come split (scalars first) and live frames batched per tick (docs/protocol.md).
+   * Snapshots come split (scalars first) and live frames batched while the link is busy (docs/protocol.md).
    * @param {string[]|null} runs
    * @param {{keep?: boolean}} [opts] `keep`: the server sends snapshots only of the runs this
    *   page does not hold yet (the others go on live); never after a `gap`

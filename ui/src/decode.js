@@ -1,6 +1,7 @@
 // Wire decoding for /ws/live (docs/protocol.md): msgpack frames in, plain objects and
 // Float64Array columns out. No I/O and no DOM, so Node's test runner exercises it directly.
 import { decode, encode } from "@msgpack/msgpack";
+import { expandSummaryTable } from "./summarytable.js";
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
@@ -188,6 +189,9 @@ export function decodeFrame(frame) {
     if (!Array.isArray(msg.runs) || !msg.runs.every((r) => typeof r === "string")) {
       throw new TypeError(`reset.runs must be a list of str, got ${describe(msg.runs)}`);
     }
+  } else if (msg.type === "summaries" && msg.table !== undefined) {
+    // The summaries on connect as columns (asked for with `?summaries=table`): the same objects.
+    return { type: "summaries", runs: expandSummaryTable(msg.table) };
   } else if (msg.type === "replay") {
     return { type: "replay", status: decodeReplayStatus(msg) };
   }

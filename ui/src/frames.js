@@ -2,24 +2,33 @@
 // frame; a chart scrolled out of view (IntersectionObserver) stays dirty and is drawn when it comes
 // back; while paused nothing is drawn, and resuming draws whatever changed meanwhile.
 
+/** The most the drawing budget spaces two frames by (minInterval may ask for more). */
+export const MAX_BUDGET_WAIT_MS = 1000;
+
 export class FrameScheduler {
   /**
    * @param {object} [opts]
    * @param {(cb: FrameRequestCallback) => number} [opts.requestFrame] injectable for tests
    * @param {number} [opts.minInterval] least milliseconds between two drawing frames
    * @param {() => number} [opts.now] clock, injectable for tests
+   * @param {number} [opts.budget] most share of the time spent drawing (0 < budget <= 1): a frame
+   *   that took `d` ms to draw is followed by at least `d / budget` ms without drawing
    */
-  constructor({ requestFrame = (cb) => requestAnimationFrame(cb), minInterval = 0, now = () => performance.now() } = {}) {
+  constructor({ requestFrame = (cb) => requestAnimationFrame(cb), minInterval = 0, now = () => performance.now(), budget = 1 } = {}) {
+    if (!(budget > 0 && budget <= 1)) throw new RangeError(`budget must be in (0, 1], got ${budget}`);
     this._requestFrame = requestFrame;
     this.minInterval = minInterval;
+    this.budget = budget;
     this._now = now;
     this._lastDraw = -Infinity;
+    /** Recent drawing time per frame (ms, smoothed): what the budget spaces frames by. */
+    this.drawCost = 0;
     this._dirty = new Set();
     this._pending = false;
     this._items = new Map();
     this.paused = false;
     /** Frames that drew at least one item, and items drawn, for tests and the status line. */
-    this.stats = { frames: 0, draws: 0 };
+    this.stats = { frames: 0, draws: 0, drawMs: 0 };
     this._observer =
       typeof IntersectionObserver === "undefined"
         ? null
@@ -76,14 +85,27 @@ export class FrameScheduler {
   _schedule() {
     if (this._pending || this.paused || this._dirty.size === 0) return;
     this._pending = true;
-    const wait = this._lastDraw + this.minInterval - this._now();
+    const wait = this._lastDraw + this.interval() - this._now();
     if (wait > 0) setTimeout(() => this._requestFrame(() => this._frame()), wait);
     else this._requestFrame(() => this._frame());
+  }
+
+  /**
+   * Least milliseconds from one drawing frame to the next: `minInterval`, or longer while drawing
+   * takes more than the budget's share of the time (50 runs live on 8 charts: each frame strokes
+   * 400 lines, and on a busy machine the page would otherwise spend every frame drawing).
+   */
+  interval() {
+    // At most a second for the budget: one slow frame (the first draw builds every chart) must
+    // not hold the next one back for long.
+    const spaced = this.budget < 1 ? Math.min(MAX_BUDGET_WAIT_MS, this.drawCost / this.budget) : 0;
+    return Math.max(this.minInterval, spaced);
   }
 
   _frame(all = false) {
     this._pending = false;
     if (this.paused) return;
+    const t0 = this._now();
     let drew = 0;
     for (const item of [...this._dirty]) {
       if (!item.visible && !all) continue;
@@ -97,8 +119,12 @@ export class FrameScheduler {
     }
     if (drew) {
       this._lastDraw = this._now();
+      const cost = this._lastDraw - t0;
+      // Smoothed, so that one slow frame (a garbage collection) does not stall the next ones.
+      this.drawCost = this.stats.frames === 0 ? cost : 0.7 * this.drawCost + 0.3 * cost;
       this.stats.frames++;
       this.stats.draws += drew;
+      this.stats.drawMs += cost;
     }
   }
 

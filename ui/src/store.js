@@ -23,19 +23,39 @@ export const EVENTS_PER_TAG = 500;
 /** Most images or audio clips kept per (run, tag): they can be large. */
 export const MEDIA_PER_TAG = 100;
 /**
+ * Telemetry travels as scalars under this reserved tag namespace (docs/protocol.md, "Telemetry
+ * scalars"): `@telemetry/<host>/rank<r>/<field>`. Its series are kept apart from the training tags.
+ */
+export const TELEMETRY_PREFIX = "@telemetry/";
+/**
  * Most samples kept per telemetry field and source: 4.5 hours at the writer's default 1 s
- * interval, 320 KiB per field (8 GPUs with every NVML field is about 40 MiB).
+ * interval (8 GPUs with every NVML field is about 60 MiB).
  */
 export const TELEMETRY_CAPACITY = 1 << 14;
 
+/**
+ * Split a telemetry tag into its source (`host#rank`) and field; null for any other tag.
+ * @param {string} tag
+ */
+export function parseTelemetryTag(tag) {
+  if (!tag.startsWith(TELEMETRY_PREFIX)) return null;
+  const rest = tag.slice(TELEMETRY_PREFIX.length);
+  const a = rest.indexOf("/");
+  const b = a < 0 ? -1 : rest.indexOf("/", a + 1);
+  if (b < 0 || !rest.startsWith("rank", a + 1) || b === rest.length - 1) return null;
+  const rank = Number(rest.slice(a + 5, b));
+  if (!Number.isInteger(rank)) return null;
+  return { source: `${rest.slice(0, a)}#${rank}`, field: rest.slice(b + 1) };
+}
+
 /** One scalar tag of one run. */
 export class Series {
-  constructor(run, tag, smoothing) {
+  constructor(run, tag, smoothing, capacity = SERIES_CAPACITY) {
     this.run = run;
     this.tag = tag;
-    this.buffer = new RingBuffer(4, SERIES_CAPACITY);
+    this.buffer = new RingBuffer(4, capacity);
     /** Block summaries of the raw values, so that drawing need not scan every point. */
-    this.extremes = new BlockExtremes(SERIES_CAPACITY);
+    this.extremes = new BlockExtremes(capacity);
     this.ema = new Ema(smoothing);
     /** Whether steps (walls) never decrease: a restarted run breaks this until the next snapshot. */
     this.stepsAscending = true;
@@ -59,9 +79,18 @@ export class Series {
     // counts as out of order (drawing relies on ascending x being sorted).
     this.stepsAscending &&= !(steps[0] < this.buffer.last(STEP)) && !Number.isNaN(steps[0]) && isAscending(steps);
     this.wallsAscending &&= !(walls[0] < this.buffer.last(WALL)) && !Number.isNaN(walls[0]) && isAscending(walls);
-    const smoothed = new Float64Array(values.length);
-    this.ema.fill(values, smoothed);
-    this.buffer.push(steps, walls, values, smoothed);
+    const n = values.length;
+    if (n <= this.buffer.capacity) {
+      // The smoothed values are written in place, after the raw ones are copied into their slot:
+      // no array per append (50 live runs of 10 tags append 500 times a second).
+      this.buffer.push(steps, walls, values, values);
+      const smoothed = this.buffer.column(SMOOTHED);
+      this.ema.fill(values, smoothed.subarray(smoothed.length - n));
+    } else {
+      const smoothed = new Float64Array(n);
+      this.ema.fill(values, smoothed);
+      this.buffer.push(steps, walls, values, smoothed);
+    }
     this.extremes.append(values);
     this.version++;
   }
@@ -96,13 +125,12 @@ export class Series {
   }
 }
 
-/** A telemetry field of one source (run, host, rank), sampled over wall time. */
-export class Telemetry {
-  constructor(source, field) {
+/** A telemetry field of one source (run, host, rank): a scalar series over wall time. */
+export class Telemetry extends Series {
+  constructor(run, tag, source, field) {
+    super(run, tag, 0, TELEMETRY_CAPACITY);
     this.source = source;
     this.field = field;
-    this.buffer = new RingBuffer(2, TELEMETRY_CAPACITY);
-    this.version = 0;
   }
 }
 
@@ -123,7 +151,7 @@ class Run {
     this.embeddings = new Map();
     /** The latest `hparams` event of the run, or null. */
     this.hparams = null;
-    /** @type {Map<string, Telemetry>} `${source}\u0000${field}` -> samples */
+    /** @type {Map<string, Telemetry>} `@telemetry/...` tag -> samples (kept out of `scalars`) */
     this.telemetry = new Map();
     this.seq = 0;
   }
@@ -333,10 +361,7 @@ export class Store {
     run.audio.clear();
     run.embeddings.clear();
     run.hparams = null;
-    for (const t of run.telemetry.values()) {
-      t.buffer.clear();
-      t.version++;
-    }
+    for (const t of run.telemetry.values()) t.clear();
     this._emit({ kind: "scalars", run: name, tags: [...run.scalars.keys()] });
     for (const kind of ["histogram", "image", "audio", "text", "telemetry", "pr_curve", "roc_curve", "hparams", "embedding"]) this._emit({ kind, run: name, tags: [] });
   }
@@ -359,7 +384,16 @@ export class Store {
     const run = this._run(msg.run);
     if (typeof msg.seq === "number") run.seq = Math.max(run.seq, msg.seq);
     const touched = [];
+    const sources = new Set();
     for (const { tag, steps, walls, values } of msg.scalars) {
+      if (tag.startsWith(TELEMETRY_PREFIX)) {
+        const t = this._telemetrySeries(run, tag);
+        if (t) {
+          t.append(steps, walls, values);
+          sources.add(t.source);
+        }
+        continue;
+      }
       let s = run.scalars.get(tag);
       if (!s) {
         s = new Series(run.name, tag, this.smoothing);
@@ -373,6 +407,7 @@ export class Store {
       touched.push(tag);
     }
     if (touched.length) this._emit({ kind: "scalars", run: run.name, tags: touched });
+    if (sources.size) this._emit({ kind: "telemetry", run: run.name, tags: [...sources] });
 
     const byKind = new Map();
     for (const ev of msg.events) {
@@ -406,24 +441,38 @@ export class Store {
         run.hparams = ev;
         return "";
       case "telemetry": {
+        // A run written before telemetry became scalars: each field is read as a point of its
+        // `@telemetry/` series, the one conversion of the page.
         if (typeof ev.wall !== "number" || ev.fields == null || typeof ev.fields !== "object") return undefined;
-        const source = `${ev.host ?? "?"}#${ev.rank ?? 0}`;
+        const host = String(ev.host ?? "?").replaceAll("/", "_") || "?";
+        const prefix = `${TELEMETRY_PREFIX}${host}/rank${Number.isInteger(ev.rank) ? ev.rank : 0}/`;
+        const step = new Float64Array([Math.trunc(ev.wall * 1000)]);
+        const wall = new Float64Array([ev.wall]);
+        let source;
         for (const [field, value] of Object.entries(ev.fields)) {
           if (typeof value !== "number") continue;
-          const key = `${source}\u0000${field}`;
-          let t = run.telemetry.get(key);
-          if (!t) {
-            t = new Telemetry(source, field);
-            run.telemetry.set(key, t);
-          }
-          t.buffer.pushRow(ev.wall, value);
-          t.version++;
+          const t = this._telemetrySeries(run, prefix + field);
+          if (!t) continue;
+          t.append(step, wall, new Float64Array([value]));
+          source = t.source;
         }
         return source;
       }
       default:
         return undefined;
     }
+  }
+
+  // The telemetry series of `tag` in `run`, made on first use; null for a malformed tag.
+  _telemetrySeries(run, tag) {
+    let t = run.telemetry.get(tag);
+    if (!t) {
+      const parsed = parseTelemetryTag(tag);
+      if (!parsed) return null;
+      t = new Telemetry(run.name, tag, parsed.source, parsed.field);
+      run.telemetry.set(tag, t);
+    }
+    return t;
   }
 
   _ready() {

@@ -40,3 +40,17 @@ test("shareGrid over one x, over nothing, and with a bad column count", () => {
   assert.throws(() => shareGrid([], 0), /columns must be a positive integer, got 0/);
   assert.throws(() => shareGrid([], 2.5), /got 2.5/);
 });
+
+test("shareGrid fills the arrays of an earlier grid again when their sizes fit", () => {
+  const a = { xs: [0, 1, 2, 3], ys: [1, 2, 3, 4] };
+  const first = shareGrid([a, a], 2);
+  const again = shareGrid([{ xs: [0, 3], ys: [9, 8] }, a], 2, undefined, undefined, first);
+  assert.equal(again.xs, first.xs);
+  assert.equal(again.ys[0], first.ys[0]);
+  assert.deepEqual(again.ys[0], [9, null, 8, null]);
+  assert.deepEqual(again.ys[1], shareGrid([a], 2).ys[0]);
+  // Another width: new arrays.
+  const wider = shareGrid([a], 4, undefined, undefined, again);
+  assert.notEqual(wider.xs, again.xs);
+  assert.equal(wider.ys[0].length, 8);
+});

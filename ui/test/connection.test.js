@@ -5,6 +5,8 @@ import { backoffMs, liveUrl, takeToken } from "../src/connection.js";
 test("liveUrl follows the page's scheme and host and encodes the token", () => {
   assert.equal(liveUrl({ protocol: "http:", host: "127.0.0.1:8040" }, null), "ws://127.0.0.1:8040/ws/live");
   assert.equal(liveUrl({ protocol: "https:", host: "x.org" }, "a b&c"), "wss://x.org/ws/live?token=a%20b%26c");
+  assert.equal(liveUrl({ protocol: "http:", host: "h" }, "t", { summaries: "table" }), "ws://h/ws/live?token=t&summaries=table");
+  assert.equal(liveUrl({ protocol: "http:", host: "h" }, null, { summaries: "table" }), "ws://h/ws/live?summaries=table");
 });
 
 test("backoff doubles from 250 ms to a 10 s cap, with bounded jitter", () => {

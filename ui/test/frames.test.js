@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { FrameScheduler } from "../src/frames.js";
+import { FrameScheduler, MAX_BUDGET_WAIT_MS } from "../src/frames.js";
 
 function setup() {
   const frames = [];
@@ -124,4 +124,35 @@ test("with an IntersectionObserver, an item is drawn only once the observer repo
   } finally {
     globalThis.IntersectionObserver = saved;
   }
+});
+
+test("a drawing budget spaces frames by the time drawing took", () => {
+  let now = 0;
+  const timers = [];
+  const frames = [];
+  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now, budget: 0.25 });
+  const realSetTimeout = globalThis.setTimeout;
+  globalThis.setTimeout = (fn, ms) => timers.push({ fn, ms });
+  try {
+    // Each draw takes 40 ms: at a quarter of the time, the next may start 160 ms after it ended.
+    const slow = { element: {}, render() { now += 40; } };
+    scheduler.observe(slow);
+    frames.splice(0).forEach((cb) => cb());
+    assert.equal(scheduler.drawCost, 40);
+    assert.equal(scheduler.interval(), 160);
+    scheduler.mark(slow);
+    assert.equal(frames.length, 0);
+    assert.equal(timers.length, 1);
+    assert.equal(timers[0].ms, 160);
+    // A minInterval above what the budget asks wins.
+    scheduler.minInterval = 500;
+    assert.equal(scheduler.interval(), 500);
+    // However slow the drawing, the budget spaces frames by at most MAX_BUDGET_WAIT_MS.
+    scheduler.minInterval = 0;
+    scheduler.drawCost = 5000;
+    assert.equal(scheduler.interval(), MAX_BUDGET_WAIT_MS);
+  } finally {
+    globalThis.setTimeout = realSetTimeout;
+  }
+  assert.throws(() => new FrameScheduler({ budget: 0 }), /budget must be in \(0, 1\], got 0/);
 });

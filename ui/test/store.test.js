@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { EVENTS_PER_TAG, SMOOTHED, STEP, Store, VALUE } from "../src/store.js";
+import { EVENTS_PER_TAG, SMOOTHED, STEP, Store, VALUE, WALL } from "../src/store.js";
 
 const cols = (steps, values) => ({
   tag: "loss",
@@ -57,7 +57,24 @@ test("telemetry fields become per-source series over wall time", () => {
   assert.equal(series.length, 1);
   assert.equal(series[0].field, "gpu0/util");
   assert.equal(series[0].source, "n1#0");
-  assert.deepEqual(Array.from(series[0].buffer.column(1)), [50, 60]);
+  assert.deepEqual(Array.from(series[0].column(VALUE)), [50, 60]);
+  assert.deepEqual(Array.from(series[0].column(WALL)), [1, 2]);
+  assert.equal(store.scalarTags().length, 0);
+});
+
+test("telemetry scalars (@telemetry/ tags) fill the same series as old telemetry events, apart from the training tags", () => {
+  const store = new Store();
+  const col = (tag, walls, values) => ({ tag, steps: new Float64Array(walls.map((w) => w * 1000)), walls: new Float64Array(walls), values: new Float64Array(values) });
+  store.apply({ type: "snapshot", seq: 1, run: "a", scalars: [col("@telemetry/n1/rank0/gpu0/util", [1], [50]), col("loss", [1], [0.5])], events: [{ kind: "telemetry", host: "n1", rank: 0, wall: 0.5, fields: { "gpu0/util": 40 } }] });
+  store.apply({ type: "data", seq: 2, run: "a", scalars: [col("@telemetry/n1/rank0/gpu0/util", [2], [60]), col("@telemetry/n1/rank1/cpu/percent", [2], [7]), col("@telemetry/bad", [2], [1])], events: [] });
+  const run = store.runs.get("a");
+  assert.deepEqual(store.scalarTags(), ["loss"]);
+  const util = run.telemetry.get("@telemetry/n1/rank0/gpu0/util");
+  assert.equal(util.source, "n1#0");
+  assert.equal(util.field, "gpu0/util");
+  assert.deepEqual(Array.from(util.column(VALUE)), [50, 40, 60]);
+  assert.equal(run.telemetry.get("@telemetry/n1/rank1/cpu/percent").source, "n1#1");
+  assert.equal(run.telemetry.size, 2);
 });
 
 test("runs messages announce runs before they have data", () => {

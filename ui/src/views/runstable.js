@@ -65,6 +65,19 @@ export class RunsTable {
     this.head = el("div", { class: "rt-head rt-row" });
     this.body = el("div", { class: "rt-body" });
     this.scroller = el("div", { class: "runs-table", on: { scroll: () => this._schedule() } }, this.head, this.body);
+    // The height in view, from the layout the browser did anyway (reading clientHeight while
+    // drawing forced a layout every second with live summaries); drawn again when it changes
+    // (the box grows to its max-height once the rows are in).
+    this._viewHeight = 0;
+    if (typeof ResizeObserver !== "undefined") {
+      new ResizeObserver((entries) => {
+        const h = entries[entries.length - 1].contentRect.height;
+        if (Math.abs(h - this._viewHeight) > 1) {
+          this._viewHeight = h;
+          this._schedule();
+        }
+      }).observe(this.scroller);
+    }
     this.titleLabel = el("span", {});
     this.element = el(
       "section",
@@ -209,6 +222,9 @@ export class RunsTable {
 
   _render() {
     const model = this.model;
+    // Read the scroll box before writing any style: a read after a write forces a layout.
+    const top = this.scroller.scrollTop;
+    const height = this._viewHeight || this.scroller.clientHeight || 400;
     const columns = model.columns();
     const rows = model.tableRows();
     const template = columns.map((c) => `${this._width(c)}px`).join(" ");
@@ -246,8 +262,6 @@ export class RunsTable {
 
     // Only the rows in view (plus a margin) are built.
     this.body.style.height = `${rows.length * ROW_HEIGHT}px`;
-    const top = this.scroller.scrollTop;
-    const height = this.scroller.clientHeight || 400;
     const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - OVERSCAN);
     const last = Math.min(rows.length, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
     const built = [];

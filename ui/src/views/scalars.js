@@ -42,7 +42,8 @@ export class ScalarsView {
     this.element = el("div", { class: "view scalars" }, this.empty);
     ctx.store.subscribe((change) => {
       if (change.kind === "scalars") for (const tag of change.tags) this._touch(tag);
-      else if (change.kind === "runs") this.refresh();
+      // The list of runs (not each of the 1,000 runs a `runs` frame announces one by one).
+      else if (change.kind === "runs" && change.run === null) this.refresh();
       else if (change.kind === "sync") this.applyFilter();
     });
   }
@@ -190,7 +191,9 @@ export class ScalarsView {
     if (shown.length > RAW_LINES_UP_TO && !chart.zoom) {
       const onGrid = entries.filter((e) => e.ascending);
       const key = state.smoothing > 0 ? "smoothed" : "raw";
-      const grid = shareGrid(onGrid.map((e) => ({ xs: e.cols.xs, ys: e.cols[key] })), chart.width);
+      // The last draw's grid arrays are filled again: uPlot is given the new data right after.
+      const grid = shareGrid(onGrid.map((e) => ({ xs: e.cols.xs, ys: e.cols[key] })), chart.width, undefined, undefined, chart._grid);
+      chart._grid = grid;
       onGrid.forEach((e, i) => (e.cols = { xs: grid.xs, [key]: grid.ys[i] }));
     }
     for (const { run, cols } of entries) {

@@ -7,6 +7,7 @@ import { Chart, DASHES, formatBytes, formatValue } from "../chart.js";
 import { colorFor, el } from "../dom.js";
 import { gather, minMaxIndices } from "../downsample.js";
 import { t } from "../i18n.js";
+import { VALUE, WALL } from "../store.js";
 
 // The main metrics, in display order: key -> title string key. Every other field (docs/telemetry.md
 // lists them) gets a chart under "More", folded away until opened.
@@ -122,8 +123,8 @@ export class SystemView {
         .sort((a, b) => (a.source + a.field).localeCompare(b.source + b.field));
       const sources = new Set(entries.map((series) => series.source));
       entries.forEach((series, k) => {
-        const walls = series.buffer.column(0);
-        const values = series.buffer.column(1);
+        const walls = series.column(WALL);
+        const values = series.column(VALUE);
         const idx = all ? null : minMaxIndices(walls, values, chart.width, chart.zoom?.[0], chart.zoom?.[1]);
         const { device } = splitField(series.field);
         const source = series.source.endsWith("#0") ? series.source.slice(0, -2) : series.source;
