@@ -5,11 +5,15 @@ subprocess:
 - add_scalar, loop wall time: 200,000 calls over 10 tags, the whole loop's wall time divided by
   the calls; it includes the background thread taking the GIL while the loop runs, which is what a
   training loop pays (also the median of 1,000-call chunks, which leaves those hand-offs out);
-- total process CPU per scalar event (all threads: background encoding, persistence, close);
+- total process CPU per scalar event, from opening the writer through close (all threads:
+  background encoding, persistence, close); the library's import, paid once per process
+  whatever the number of events, is measured apart (``import_cpu_ms``), for every library alike;
 - add_histogram (2,000 histograms of 10,000 float32): loop wall time and process CPU per call;
 - bytes on disk per scalar event.
 
-Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--repeat R]
+Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--repeat R] [--before TREE]
+
+The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 """
 
 from __future__ import annotations
@@ -45,6 +49,17 @@ class NullWriter:
         pass
 
 
+def load(lib: str) -> float:
+    """Import what ``lib``'s writer needs; return the CPU seconds that took (paid once)."""
+    cpu0 = time.process_time()
+    if lib == "vdl-stream":
+        import vdl_stream
+        import vdl_stream.broker  # noqa: F401 - attach() imports it for the in-process broker
+    elif lib == "tensorboardX":
+        from tensorboardX import SummaryWriter  # noqa: F401
+    return time.process_time() - cpu0
+
+
 def open_writer(lib: str, logdir: Path):
     if lib == "null":
         (logdir / "bench").mkdir()
@@ -59,6 +74,7 @@ def open_writer(lib: str, logdir: Path):
 
 
 def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
+    imported = load(lib)
     cpu0 = time.process_time()
     writer = open_writer(lib, logdir)
     add = writer.add_scalar
@@ -80,6 +96,7 @@ def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
         "add_scalar_p99_us": sorted(chunks)[int(len(chunks) * 0.99)] * 1e6,
         "cpu_per_scalar_us": cpu / n * 1e6,
         "bytes_per_scalar": dir_bytes(logdir / "bench") / n,
+        "import_cpu_ms": imported * 1e3,
     }
 
 
@@ -88,6 +105,7 @@ def measure_histograms(lib: str, n: int, logdir: Path) -> dict:
 
     rng = np.random.default_rng(0)
     data = [rng.normal(size=10_000).astype(np.float32) for _ in range(20)]
+    load(lib)
     writer = open_writer(lib, logdir)
     cpu0 = time.process_time()
     loop0 = time.perf_counter()
@@ -112,13 +130,17 @@ def child(lib: str, what: str, n: int) -> None:
     print(json.dumps(result))
 
 
-def run_child(lib: str, what: str, n: int) -> dict:
+def run_child(lib: str, what: str, n: int, tree: str | None = None) -> dict:
+    """Measure in a fresh process; ``tree``: import vdl_stream from that source tree."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    if tree is not None:
+        env["PYTHONPATH"] = tree
     out = subprocess.run(
         [sys.executable, __file__, "--child", lib, what, str(n)],
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        env=env,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -128,32 +150,45 @@ def main() -> None:
     parser.add_argument("--scalars", type=int, default=200_000)
     parser.add_argument("--histograms", type=int, default=2_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs per library; medians reported")
+    parser.add_argument(
+        "--before",
+        metavar="TREE",
+        help="also measure vdl-stream imported from this source tree (e.g. a worktree of main), "
+        "in turn with the others, so that before and after share the machine's moment",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return
-    libs = ["null", "vdl-stream", "tensorboardX"]
-    results: dict[str, dict[str, float]] = {}
-    for lib in libs:
-        runs = [
-            {
-                **run_child(lib, "scalars", args.scalars),
-                **run_child(lib, "histograms", args.histograms),
-            }
-            for _ in range(args.repeat)
-        ]
-        results[lib] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    # (column, library, source tree); each repeat runs every column once, in turn.
+    columns = [("null", "null", None), ("vdl-stream", "vdl-stream", None)]
+    if args.before:
+        columns.insert(1, ("before", "vdl-stream", args.before))
+    columns.append(("tensorboardX", "tensorboardX", None))
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in columns}
+    for _ in range(args.repeat):
+        for name, lib, tree in columns:
+            runs[name].append(
+                {
+                    **run_child(lib, "scalars", args.scalars, tree),
+                    **run_child(lib, "histograms", args.histograms, tree),
+                }
+            )
+    results = {
+        name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()
+    }
     ours, anchor = results["vdl-stream"], results["tensorboardX"]
     print(
         f"{args.scalars} scalars over {len(TAGS)} tags, {args.histograms} histograms of 10,000 float32; "
-        f"median of {args.repeat} runs each"
+        f"median of {args.repeat} runs each; load average {os.getloadavg()[0]:.1f}"
     )
-    null = results["null"]
-    print(f"{'metric':28} {'null':>8} {'vdl-stream':>12} {'tensorboardX':>13} {'ratio':>8}")
+    names = [name for name, _, _ in columns]
+    print(f"{'metric':28}" + "".join(f"{name:>14}" for name in names) + f"{'ratio':>9}")
     for key in ours:
         ratio = anchor[key] / ours[key] if ours[key] else float("inf")
-        print(f"{key:28} {null[key]:8.3f} {ours[key]:12.3f} {anchor[key]:13.3f} {ratio:7.1f}x")
+        cells = "".join(f"{results[name][key]:14.3f}" for name in names)
+        print(f"{key:28}{cells}{ratio:8.1f}x")
 
 
 if __name__ == "__main__":

@@ -153,12 +153,28 @@ def decode_ints(enc: list, n: int) -> np.ndarray:
     return out
 
 
+def _pack(record: list, points: int) -> memoryview:
+    """msgpack ``record`` (a chunk of ``points`` points) and return a view of msgpack's own
+    buffer: ``packb`` would copy the payload once more, into a ``bytes``. The buffer is sized
+    for the chunk up front, so it does not grow by copies either."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False, buf_size=24 * points + 1024)
+    packer.pack(record)
+    return packer.getbuffer()
+
+
+def _f8_view(values: np.ndarray) -> memoryview:
+    """The values' bytes as ``<f8`` for msgpack to copy straight into the payload: no
+    ``tobytes`` copy first, and no conversion when they are float64 already."""
+    return memoryview(np.ascontiguousarray(values, dtype=_F8)).cast("B")
+
+
 def encode_scalars(
     tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
-) -> tuple[bytes, tuple[int, int, float | None, float | None]]:
+) -> tuple[memoryview, tuple[int, int, float | None, float | None]]:
     """Encode one non-empty columnar chunk of a tag's scalar points (int64, float64, float64).
 
-    Returns the payload and the chunk's :func:`scalar_summary`.
+    Returns the payload (a view of the encoder's buffer, bytes-like) and the chunk's
+    :func:`scalar_summary`.
     """
     summary = smin, smax, vmin, vmax = scalar_summary(steps, values)
     data = {
@@ -169,15 +185,15 @@ def encode_scalars(
         "vmax": vmax,
         "s": _encode_steps(steps),
         "w": _encode_walls(walls),
-        "v": values.astype(_F8).tobytes(),
+        "v": _f8_view(values),
     }
-    payload = msgpack.packb([SCALARS, tag, int(steps[0]), float(walls[0]), data], use_bin_type=True)
+    payload = _pack([SCALARS, tag, int(steps[0]), float(walls[0]), data], len(steps))
     return payload, summary
 
 
 def encode_group(
     parts: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]],
-) -> tuple[bytes, tuple[int, int, float | None, float | None], list]:
+) -> tuple[memoryview, tuple[int, int, float | None, float | None], list]:
     """Encode the points of several tags, each few, as one *group chunk* (tag None).
 
     The points are stored tag-major: part ``i`` is the ``counts[i]`` points after those of the
@@ -190,7 +206,7 @@ def encode_group(
 
 def encode_group_series(
     tags: list[str], counts: list[int], series: ScalarSeries
-) -> tuple[bytes, tuple[int, int, float | None, float | None], list]:
+) -> tuple[memoryview, tuple[int, int, float | None, float | None], list]:
     """:func:`encode_group` of parts already concatenated: ``counts[i]`` points of ``tags[i]``."""
     steps, walls, values = series
     summary = smin, smax, vmin, vmax = scalar_summary(steps, values)
@@ -204,11 +220,9 @@ def encode_group_series(
         "c": list(counts),
         "s": _encode_group_steps(steps, np.asarray(counts)),
         "w": _encode_walls(walls),
-        "v": values.astype(_F8).tobytes(),
+        "v": _f8_view(values),
     }
-    payload = msgpack.packb(
-        [SCALARS, None, int(steps[0]), float(walls[0]), data], use_bin_type=True
-    )
+    payload = _pack([SCALARS, None, int(steps[0]), float(walls[0]), data], len(steps))
     return payload, summary, group_parts(data["tags"], data["c"], series)
 
 

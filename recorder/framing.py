@@ -68,13 +68,18 @@ def decode_header(data: bytes, magic: bytes = MAGIC) -> tuple[int, int, float]:
 
 def encode_frame(payload: bytes) -> bytes:
     """Frame one payload: length, checksum of length, payload, checksum of payload."""
+    head, tail = frame_parts(payload)
+    return b"".join((head, payload, tail))
+
+
+def frame_parts(payload: bytes) -> tuple[bytes, bytes]:
+    """The 8 bytes that go before ``payload`` in its frame and the 4 after it, so that a writer
+    can hand the three to ``pwritev`` without joining them into a copy of the payload."""
     n = len(payload)
     if n > MAX_PAYLOAD:
         raise ValueError(f"record payload is {n} bytes, more than the limit of {MAX_PAYLOAD}")
     length = _U32.pack(n)
-    return b"".join(
-        (length, _U32.pack(zlib.crc32(length)), payload, _U32.pack(zlib.crc32(payload)))
-    )
+    return length + _U32.pack(zlib.crc32(length)), _U32.pack(zlib.crc32(payload))
 
 
 @dataclass

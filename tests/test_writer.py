@@ -317,7 +317,7 @@ def test_pending_data_spills_to_disk_beyond_its_memory_bound(tmp_path, failing_s
                 step += 1
             w.add_text("t", "y" * 2000, step)
             time.sleep(0.006)
-    wait_for(lambda: not w._points)  # the pump keeps draining the hot path
+    wait_for(lambda: not w._queued_points())  # the pump keeps draining the hot path
     stats = w.statistics()
     assert stats.spilled_batches > 0 and stats.pending_batches > stats.spilled_batches
     assert stats.send_failures >= 1 and "Input/output error" in stats.problem
@@ -366,10 +366,10 @@ def test_when_the_spool_file_fails_too_batches_wait_in_memory_in_order(
         wait_for(lambda: w.statistics().spilled_batches > 0)
         spool_full["on"] = True
         log(3)  # the spool's disk is full too: behind it, in memory
-        wait_for(lambda: not w._points)
+        wait_for(lambda: not w._queued_points())
         spool_full["on"] = False
         log(2)  # still behind the spool: nothing overtakes
-        wait_for(lambda: not w._points)
+        wait_for(lambda: not w._queued_points())
     assert any("cannot spill pending batches" in str(x.message) for x in caught)
     assert w._pending._tail and len(w._pending._spool)
     assert w.statistics().dropped_batches == 0
@@ -397,7 +397,7 @@ def test_with_no_broker_and_no_spool_memory_stays_bounded(tmp_path, failing_send
             w.add_scalar("x", float(step), step)
             if step % 300 == 0:
                 time.sleep(0.006)
-        wait_for(lambda: not w._points)
+        wait_for(lambda: not w._queued_points())
         w.add_scalar("x", 0.0, 30_000)
     stats = w.statistics()
     assert stats.dropped_batches > 0 and stats.pending_bytes <= 4 * (16 << 10) + 8_000
@@ -421,7 +421,7 @@ def test_a_stopped_background_thread_makes_flush_fail_at_once(tmp_path):
 def test_points_that_cannot_be_stored_are_dropped_and_reported_never_the_rest(tmp_path):
     w = attach(tmp_path, run="defence", telemetry=False)
     # What no add_* call lets through (the checks are bypassed here on purpose).
-    w._points.append(("x", 2**70, 1.0, 0.0))
+    w._new_series("x")((2**70, 1.0, 0.0))
     w.add_scalar("x", 2.0, 2)
     with pytest.warns(RuntimeWarning, match=r"dropped 1 scalar point\(s\) that cannot be stored"):
         assert w.flush(timeout=10) is True
@@ -478,3 +478,68 @@ def test_the_training_side_imports_no_broker_and_no_web_stack():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+# -- the hot path's column buffers and copies (issue 16) -------------------------------------
+
+
+def test_scalar_columns_are_read_only_and_the_recorder_keeps_them_without_a_copy(tmp_path):
+    from recorder.writer import RunWriter
+    from vdl_stream import codec
+
+    cols = codec.scalar_columns("t", [1, 0.5, 10.0, 2, 0.25, 10.5, 3, math.nan, 11.0])
+    assert cols.steps.tolist() == [1, 2, 3] and cols.walls.tolist() == [10.0, 10.5, 11.0]
+    assert not any(c.flags.writeable for c in (cols.steps, cols.walls, cols.values))
+    with pytest.raises(ValueError, match="read-only"):
+        cols.values[0] = 1.0
+    writable = np.array([7.0, 8.0, 9.0])
+    with RunWriter(tmp_path / "run") as w:
+        w.append_scalars("t", cols.steps, cols.walls, cols.values)
+        w.append_scalars("u", cols.steps, cols.walls, writable)
+        assert w._open_slots["t"].values[0] is cols.values  # kept as it is
+        assert w._open_slots["u"].values[0] is not writable  # copied: the caller may reuse it
+        writable[:] = 0.0
+    with recorder.RunReader(tmp_path / "run") as reader:
+        assert reader.read_scalars("u").values.tolist() == [7.0, 8.0, 9.0]
+        assert np.array_equal(reader.read_scalars("t").values, cols.values, equal_nan=True)
+
+
+def test_frames_written_by_short_pwritev_calls_read_back_whole(tmp_path, monkeypatch):
+    import os
+
+    from recorder import writer as recorder_writer
+
+    real = os.pwritev
+    calls = []
+
+    def short(fd, buffers, offset):  # at most 5 bytes a call, as a signal or a full pipe may cut
+        calls.append(len(buffers))
+        head = bytes(memoryview(b"".join(bytes(b) for b in buffers))[:5])
+        return real(fd, [head], offset)
+
+    monkeypatch.setattr(recorder_writer.os, "pwritev", short)
+    with recorder.RunWriter(tmp_path / "run") as w:
+        w.append_scalars("t", np.arange(100), np.full(100, 1.79e9), np.linspace(0, 1, 100))
+        w.append_record("text", "note", 3, 1.79e9, {"text": "hello"})
+    assert len(calls) > 100  # the frames went out 5 bytes at a time
+    with recorder.RunReader(tmp_path / "run") as reader:
+        assert reader.read_scalars("t").values.tolist() == np.linspace(0, 1, 100).tolist()
+        assert reader.read_records(kind="text")[0].data["text"] == "hello"
+
+
+def test_tags_are_checked_once_and_every_tag_keeps_its_arrival_order(tmp_path):
+    with attach(tmp_path, run="order", telemetry=False) as w:
+        for step in range(3000):
+            w.add_scalar(f"t{step % 7}", float(step), step // 7)
+        with pytest.raises(TypeError, match="tag must be a non-empty str, got int 5"):
+            w.add_scalar(5, 1.0, 0)
+        with pytest.raises(ValueError, match="tag must not contain control characters"):
+            w.add_scalar("bad\ntag", 1.0, 0)
+        assert w.flush(timeout=20) is True
+        assert w.statistics().queued_calls == 0
+    with recorder.RunReader(tmp_path / "order") as reader:
+        values: dict[int, list[float]] = {k: [] for k in range(7)}
+        for step in range(3000):
+            values[step % 7].append(float(step))
+        for k in range(7):
+            assert reader.read_scalars(f"t{k}").values.tolist() == values[k]

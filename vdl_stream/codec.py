@@ -194,28 +194,37 @@ def check_run_name(run: object) -> str:
     return run
 
 
-def columns_from_points(points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
-    """Group ``(tag, step, value, wall)`` tuples by tag into columns, keeping arrival order.
+def scalar_columns(tag: str, flat: list[int | float], end: int | None = None) -> ScalarColumns:
+    """One tag's points as columns, from the writer's flat buffer ``[step, value, wall, ...]``
+    (its first ``end`` items when given, a multiple of 3: the buffer may be growing).
 
-    Wall times are taken to the microsecond (:func:`recorder.codec.quantize_walls`), as the
-    files keep them, so a browser sees the same value live as after a reload."""
-    by_tag: dict[str, tuple[list[int], list[float], list[float]]] = {}
+    Three conversions from Python numbers (one per column, no Python work per point); the
+    arrays are made read-only, so the recorder may keep them without a copy (see "The scalar
+    path, copy by copy" in docs/performance.md). Wall times are taken to the microsecond
+    (:func:`recorder.codec.quantize_walls`), as the files keep them, so a browser sees the same
+    value live as after a reload.
+
+    Raises:
+        OverflowError, TypeError, ValueError: an item is not a number of its column's type
+            (a step outside int64); the writer's calls let none through.
+    """
+    end = len(flat) if end is None else end
+    n = end // 3
+    steps = np.fromiter(flat[0:end:3], np.int64, n)
+    values = np.fromiter(flat[1:end:3], np.float64, n)
+    walls = quantize_walls(np.fromiter(flat[2:end:3], np.float64, n))
+    for column in (steps, walls, values):
+        column.flags.writeable = False
+    return ScalarColumns(tag, steps, walls, values)
+
+
+def columns_from_points(points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
+    """Group ``(tag, step, value, wall)`` tuples by tag into columns, keeping arrival order
+    (:func:`scalar_columns` of each tag's points)."""
+    by_tag: dict[str, list[int | float]] = {}
     for tag, step, value, wall in points:
-        cols = by_tag.get(tag)
-        if cols is None:
-            cols = by_tag[tag] = ([], [], [])
-        cols[0].append(step)
-        cols[1].append(wall)
-        cols[2].append(value)
-    return [
-        ScalarColumns(
-            tag,
-            np.array(s, dtype=np.int64),
-            quantize_walls(np.array(w, dtype=np.float64)),
-            np.array(v, dtype=np.float64),
-        )
-        for tag, (s, w, v) in by_tag.items()
-    ]
+        by_tag.setdefault(tag, []).extend((step, value, wall))
+    return [scalar_columns(tag, flat) for tag, flat in by_tag.items()]
 
 
 def _packb(obj: Any) -> bytes:
@@ -231,18 +240,19 @@ def encode_batch(batch: Batch) -> bytes:
             "seq": batch.seq,
             "run": batch.run,
             "scalars": [
-                [
-                    c.tag,
-                    c.steps.astype("<i8", copy=False).tobytes(),
-                    c.walls.astype("<f8", copy=False).tobytes(),
-                    c.values.astype("<f8", copy=False).tobytes(),
-                ]
+                [c.tag, _view(c.steps, "<i8"), _view(c.walls, "<f8"), _view(c.values, "<f8")]
                 for c in batch.scalars
             ],
             "events": batch.events,
             "sync": batch.sync,
         }
     )
+
+
+def _view(column: np.ndarray, dtype: str) -> memoryview:
+    """A column's bytes as ``dtype``, for msgpack to copy once into its frame (no ``tobytes``
+    copy first; no conversion either when the column already has that type)."""
+    return memoryview(np.ascontiguousarray(column, dtype=dtype)).cast("B")
 
 
 def encode_ack(writer: str, seq: int) -> bytes:
@@ -281,12 +291,7 @@ def encode_live(
         "seq": seq,
         "run": run,
         "scalars": [
-            [
-                c.tag,
-                c.steps.astype("<f8").tobytes(),
-                c.walls.astype("<f8", copy=False).tobytes(),
-                c.values.astype("<f8", copy=False).tobytes(),
-            ]
+            [c.tag, _view(c.steps, "<f8"), _view(c.walls, "<f8"), _view(c.values, "<f8")]
             for c in scalars
         ],
         "events": [event_for_browser(e) for e in events],

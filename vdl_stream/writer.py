@@ -1,10 +1,10 @@
 """The writer: what training code calls on every batch.
 
-The hot path (``add_scalar``) validates cheaply and appends a tuple to a list; nothing else. A
-background thread running its own trio loop takes what was appended, groups it into columnar
-batches and hands them to a transport: the in-process broker, or a remote ``vdl-stream serve`` over
-a WebSocket. The training loop never waits for the dashboard, except in ``flush()`` and
-``close()``, which wait (with a timeout) for durability.
+The hot path (``add_scalar``) validates cheaply and extends its tag's column buffer; nothing
+else. A background thread running its own trio loop takes what was appended, turns it into
+columnar batches and hands them to a transport: the in-process broker, or a remote
+``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
+``flush()`` and ``close()``, which wait (with a timeout) for durability.
 
 Flushing adapts to the link (the opposite of Nagle's algorithm): when nothing is in flight, the
 next call wakes the background thread and its point leaves at once; while a batch is in flight,
@@ -18,8 +18,17 @@ transport; pending batches are bounded in memory and spill to a temporary file; 
 hands them over in order, keeping and retrying one that fails; and what went wrong reaches the
 training thread as one warning per reason on its next call (a flag it already tests, no lock).
 
-    add_* --append--> lists --pump, when the link is free (or every interval)--> _Pending (memory,
-          then Spool file) --_deliver, in order, retried--> transport --> broker;
+The scalar path: one dict lookup per call finds the tag's flat buffer ``[step, value, wall, ...]``
+(a tag is checked once, when first seen) and extends it by the call's three items at once, so the
+buffer always holds whole points. The pump, woken at most once per batch, cuts each buffer's
+prefix and makes its three columns with one ``np.fromiter`` each: no Python work per point, no
+per-point objects kept alive, no regrouping by tag. From there a value is copied at most three
+times before the ``pwritev`` that writes it (docs/performance.md, "The scalar path, copy by
+copy").
+
+    add_* --extend/append--> per-tag buffers, events --pump, when the link is free (or every
+          interval)--> _Pending (memory, then Spool file) --_deliver, in order, retried-->
+          transport --> broker;
           _pace: link free and nothing waiting --> arm the next call's wake;
           flush() --_confirm--> wait_acked
 """
@@ -258,11 +267,16 @@ class Writer:
         self.run = codec.check_run_name(run)
         self.url: str | None = None  # the dashboard URL when this writer serves one
         self._id = uuid.uuid4().hex[:16]
-        self._points: list[tuple[str, int, float, float]] = []
-        # The hot path's append, bound once; the list is only ever cut in place, never replaced.
-        self._append_point = self._points.append
+        # Per-tag column buffers (see "The scalar path" in the module docstring): the hot path's
+        # one lookup per call gives the bound ``extend`` of its tag's flat buffer
+        # [step, value, wall, step, value, wall, ...]; buffers are only ever cut in place.
+        self._series: dict[str, Callable[[tuple[int, float, float]], None]] = {}
+        # The same for points already checked by their producer (telemetry's reserved tags), kept
+        # apart so that add_scalar never takes such a tag without its checks.
+        self._checked_series: dict[str, Callable[[tuple[int, float, float]], None]] = {}
+        # Every buffer with its tag, in order of first use: what the pump drains.
+        self._buffers: list[tuple[str, list[int | float]]] = []
         self._events: list[dict[str, Any]] = []
-        self._tags: set[str] = set()
         self._closed = False
         # The hot path's only extra check: set when the writer is closed or has news to report.
         self._attention = False
@@ -328,21 +342,58 @@ class Writer:
         Raises:
             TypeError, ValueError: a bad argument, named in the message. Nothing logged before is lost.
         """
-        if type(tag) is not str or tag not in self._tags:
-            self._tags.add(codec.check_tag(tag))
+        try:
+            extend = self._series[tag]
+        except Exception:  # a tag not seen yet (checked once, here), or not even hashable
+            extend = self._new_series(tag)
         if type(value) is not float:
             value = to_float(value)
-        # Two plain comparisons cost less than a chained one (the int64 range of steps).
-        if type(step) is not int or step > 0x7FFFFFFFFFFFFFFF or step < -0x8000000000000000:
+        # Bounds below 2**30 keep both comparisons on the interpreter's inlined path for small
+        # ints (a bound of 2**63 calls the generic comparison, twice per call); larger steps
+        # take to_step, which checks the int64 range.
+        if type(step) is not int or step > 0x3FFFFFFF or step < -0x3FFFFFFF:
             step = to_step(step)
         if walltime is None:
             walltime = _now()
         elif type(walltime) is not float or walltime - walltime != 0.0:  # not finite: NaN, ±Inf
             walltime = summaries.check_wall(walltime)
         if self._attention:
-            self._attend(point=(tag, step, value, walltime))
+            self._attend(extend, (step, value, walltime))
         else:
-            self._append_point((tag, step, value, walltime))
+            extend((step, value, walltime))
+
+    def _new_series(self, tag: object) -> Callable[[tuple[int, float, float]], None]:
+        """Check a tag the hot path has not seen and open its buffer; return its ``extend``.
+
+        A str subclass equal to a tag already seen finds that tag's buffer by value; one that
+        is not is refused here, as check_tag refuses anything but a plain str."""
+        checked = codec.check_tag(tag)
+        extend = self._series.get(checked)
+        if extend is None:
+            extend = self._series[checked] = self._open_buffer(checked)
+        return extend
+
+    def _open_buffer(self, tag: str) -> Callable[[tuple[int, float, float]], None]:
+        buffer: list[int | float] = []
+        self._buffers.append((tag, buffer))
+        return buffer.extend
+
+    def _append_point(self, point: tuple[str, int, float, float]) -> None:
+        """Queue a ``(tag, step, value, wall)`` point its producer already checked (telemetry,
+        from the background loop): no checks here, and its tag never becomes one add_scalar
+        takes unchecked."""
+        tag, step, value, wall = point
+        extend = self._checked_series.get(tag)
+        if extend is None:
+            extend = self._checked_series[tag] = self._open_buffer(tag)
+        extend((step, value, wall))
+
+    def _queued_points(self) -> int:
+        """Points logged and not yet taken into a batch."""
+        return sum(len(buffer) for _, buffer in self._buffers) // 3
+
+    def _has_points(self) -> bool:
+        return any(buffer for _, buffer in self._buffers)
 
     def add_histogram(
         self,
@@ -607,7 +658,8 @@ class Writer:
 
     def _attend(
         self,
-        point: tuple[str, int, float, float] | None = None,
+        extend: Callable[[tuple[int, float, float]], None] | None = None,
+        point: tuple[int, float, float] | None = None,
         event: dict[str, Any] | None = None,
     ) -> None:
         """The hot path's slow branch: refuse calls on a closed writer, warn about news, then
@@ -617,8 +669,8 @@ class Writer:
         self._attention = False  # before draining: a report appended meanwhile sets it again
         while self._reports:
             self._warn_once(self._reports.popleft(), stacklevel=4)
-        if point is not None:
-            self._append_point(point)
+        if extend is not None and point is not None:
+            extend(point)
         if event is not None:
             self._events.append(event)
         if self._idle:
@@ -655,7 +707,7 @@ class Writer:
             send_failures=self._send_failures,
             refusals=self._refusals,
             problem=self._problem,
-            queued_calls=len(self._points) + len(self._events),
+            queued_calls=self._queued_points() + len(self._events),
             batches=self._seq,
             sent_batches=self._sent,
             transport=self._transport_statistics(),
@@ -853,7 +905,7 @@ class Writer:
             await transport.wait_idle()
             if self._seq == seq:
                 assert self._wake is not None
-                if self._points or self._events:
+                if self._events or self._has_points():
                     self._wake.set()  # they accumulated while the link was busy: send them now
                 else:
                     self._idle = True
@@ -864,15 +916,13 @@ class Writer:
 
     def _take_pending(self, *, sync: bool) -> int:
         """Turn everything appended so far into one pending batch; return the newest seq."""
-        # Take a prefix and delete it: appends racing with us land after it and stay queued.
-        n, m = len(self._points), len(self._events)
-        if n or m or sync:
-            points = self._points[:n]
-            del self._points[:n]
+        m = len(self._events)
+        columns = self._take_columns()
+        if columns or m or sync:
+            # Take a prefix and delete it: appends racing with us land after it and stay queued.
             events = self._events[:m]
             del self._events[:m]
             self._seq += 1
-            columns = self._columns(points)
             for event in events:
                 if _BIN in event:
                     event.update(summaries.bin_histogram(*event.pop(_BIN)))
@@ -913,24 +963,41 @@ class Writer:
             self._close_due = False
         return events
 
-    def _columns(self, points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:
-        """Group points into columns. The calls checked every point, so this cannot fail; if it
-        still does, the points that cannot be stored are dropped and reported, never the rest."""
+    def _take_columns(self) -> list[ScalarColumns]:
+        """Cut every tag's buffer and turn it into columns: a few numpy calls per tag, no
+        Python work per point (background thread)."""
+        columns = []
+        # Iterating while the hot path appends a new tag is safe: a list grows in place.
+        for tag, buffer in self._buffers:
+            n = len(buffer)  # a multiple of 3: each call extends by its 3 items at once
+            if n:
+                column = self._column(tag, buffer, n)
+                # Only the prefix taken: points appended meanwhile stay for the next batch.
+                del buffer[:n]
+                if len(column):
+                    columns.append(column)
+        return columns
+
+    def _column(self, tag: str, buffer: list[int | float], n: int) -> ScalarColumns:
+        """The columns of a tag's first ``n`` buffered items. The calls checked every point,
+        so this cannot fail; if it still does, the points that cannot be stored are dropped and
+        reported, never the rest."""
         try:
-            return codec.columns_from_points(points)
+            return codec.scalar_columns(tag, buffer, n)
         except Exception as exc:
-            kept = []
-            for point in points:
+            flat = buffer[:n]
+            kept: list[int | float] = []
+            for i in range(0, len(flat), 3):
                 try:
-                    codec.columns_from_points([point])
+                    codec.scalar_columns(tag, flat[i : i + 3])
                 except Exception:
                     continue
-                kept.append(point)
+                kept += flat[i : i + 3]
             self._report(
-                f"dropped {len(points) - len(kept)} scalar point(s) that cannot be stored "
+                f"dropped {(len(flat) - len(kept)) // 3} scalar point(s) that cannot be stored "
                 f"({describe(exc)})"
             )
-            return codec.columns_from_points(kept)
+            return codec.scalar_columns(tag, kept)
 
     def _wake_sender(self) -> None:
         assert self._sent_changed is not None
