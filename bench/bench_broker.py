@@ -53,6 +53,7 @@ from broker_clients import (
     WriterResult,
     kill_started,
     live_subscriber,
+    log_paced,
     stalled_subscriber,
     stream_together,
 )
@@ -663,15 +664,7 @@ def child_main(argv: list[str]) -> None:
         options = {} if argv[6] == "default" else {"flush_interval": float(argv[6])}
         tags = [f"train/metric{i}" for i in range(ntags)]
         writer = attach(url=url, run=run, telemetry=False, **options)
-        add = writer.add_scalar
-        t0 = time.perf_counter()
-        n = 0
-        while (elapsed := time.perf_counter() - t0) < seconds:
-            due = int(elapsed * rate)
-            while n < due:
-                add(tags[n % ntags], float(n), n // ntags)
-                n += 1
-            time.sleep(0.0005)
+        n = log_paced(writer.add_scalar, tags, rate, seconds)
         ok = writer.flush(timeout=60)
         writer.close(timeout=30)
         print(json.dumps({"count": n, "rate": n / seconds, "flush_ok": ok}))

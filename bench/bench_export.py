@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -28,28 +27,15 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
-from bench_serve import TAGS, bulk_run  # noqa: E402
+from bench_serve import bulk_run  # noqa: E402
 
-from recorder import RunWriter  # noqa: E402
 from vdl_stream.interop import Export, export_threads  # noqa: E402
 
 
 def small_run(cache: Path, points: int) -> Path:
     """bulk_run's shape (``points`` over 10 tags, in bulk), its values a learning rate's, all
     below 1e-4; cached."""
-    run = cache / f"small-{points}" / "run"
-    done = cache / f"small-{points}.done"
-    if not done.exists():
-        shutil.rmtree(run.parent, ignore_errors=True)
-        per_tag = points // TAGS
-        with RunWriter(run, sync="never") as w:
-            for t in range(TAGS):
-                for lo in range(0, per_tag, 1 << 20):
-                    s = np.arange(lo, min(per_tag, lo + (1 << 20)), dtype=np.int64)
-                    lr = 3e-5 * (1 + np.cos(s * 1e-4 + t)) + 1e-7
-                    w.append_scalars(f"tag{t}", s, 1.79e9 + s * 0.02, lr)
-        done.write_text("")
-    return run
+    return bulk_run(cache, points, "small", lambda s, t: 3e-5 * (1 + np.cos(s * 1e-4 + t)) + 1e-7)
 
 
 def export_once(

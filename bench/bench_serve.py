@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -151,10 +152,19 @@ def many_runs(cache: Path, runs: int, hours: float) -> Path:
     return logdir
 
 
-def bulk_run(cache: Path, points: int) -> Path:
-    """A run of ``points`` scalar points over 10 tags, written in bulk; returns the run dir."""
-    run = cache / f"bulk-{points}" / "run"
-    done = cache / f"bulk-{points}.done"
+def bulk_run(
+    cache: Path,
+    points: int,
+    name: str = "bulk",
+    values: Callable[[np.ndarray, int], np.ndarray] | None = None,
+) -> Path:
+    """A run of ``points`` scalar points over 10 tags, written in bulk; returns the run dir.
+
+    ``values(steps, tag_number)`` gives a tag's values (a sine by default); ``name`` keeps runs
+    of other values apart in ``cache``.
+    """
+    run = cache / f"{name}-{points}" / "run"
+    done = cache / f"{name}-{points}.done"
     if not done.exists():
         shutil.rmtree(run.parent, ignore_errors=True)
         per_tag = points // TAGS
@@ -162,7 +172,8 @@ def bulk_run(cache: Path, points: int) -> Path:
             for t in range(TAGS):
                 for lo in range(0, per_tag, 1 << 20):
                     s = np.arange(lo, min(per_tag, lo + (1 << 20)), dtype=np.int64)
-                    w.append_scalars(f"tag{t}", s, 1.79e9 + s * 0.02, np.sin(s * 1e-4 + t))
+                    v = np.sin(s * 1e-4 + t) if values is None else values(s, t)
+                    w.append_scalars(f"tag{t}", s, 1.79e9 + s * 0.02, v)
         done.write_text("")
     return run
 

@@ -120,6 +120,22 @@ class ServeProcess:
         return self.proc.returncode
 
 
+def log_paced(
+    add: Callable[[str, float, int], None], tags: list[str], rate: int, seconds: float
+) -> int:
+    """Call ``add(tag, value, step)`` ``rate`` times a second for ``seconds``, round-robin over
+    ``tags`` (each tag's step counts its own points); return how many calls were made."""
+    t0 = time.perf_counter()
+    n = 0
+    while (elapsed := time.perf_counter() - t0) < seconds:
+        due = int(elapsed * rate)
+        while n < due:
+            add(tags[n % len(tags)], float(n), n // len(tags))
+            n += 1
+        time.sleep(0.0005)
+    return n
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

@@ -111,7 +111,9 @@ def _trace_writer() -> None:
 
     def traced_take(self, *, sync):  # type: ignore[no-untyped-def]
         t = time.time()
-        oldest = self._points[0][3] if self._points else None
+        # Each tag's buffer is flat [step, value, wall, ...]: its first wall is its oldest.
+        walls = [buffer[2] for _, buffer in self._buffers if buffer]
+        oldest = min(walls) if walls else None
         seq = take(self, sync=sync)
         if oldest is not None:
             _record("batch", self._id, seq, oldest, t)
@@ -148,20 +150,14 @@ def _serve_main(argv: list[str]) -> None:
 
 
 def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int) -> None:
+    from broker_clients import log_paced
+
     from vdl_stream import attach
 
     _trace_writer()
     tags = [f"train/metric{i}" for i in range(ntags)]
     writer = attach(url=url, run=run, telemetry=False)
-    add = writer.add_scalar
-    t0 = time.perf_counter()
-    n = 0
-    while (elapsed := time.perf_counter() - t0) < seconds:
-        due = int(elapsed * rate)
-        while n < due:
-            add(tags[n % ntags], float(n), n // ntags)
-            n += 1
-        time.sleep(0.0005)
+    log_paced(writer.add_scalar, tags, rate, seconds)
     writer.flush(timeout=60)
     writer.close(timeout=30)
     _dump(os.environ["TRACE_OUT"])
