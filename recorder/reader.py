@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import warnings
 import zlib
 from collections import OrderedDict
@@ -28,8 +29,11 @@ from recorder.records import (
 )
 
 _T = TypeVar("_T")
-# Times a read starts over because compaction replaced files meanwhile, at most.
+# A read that compaction interrupted (it replaced files meanwhile) starts over at least
+# _RETRIES times, and for as long as RETRY_SECONDS allow: a writer that compacts small runs
+# every few milliseconds can interrupt many reads in a row, but not for seconds.
 _RETRIES = 8
+RETRY_SECONDS = 5.0
 # Decoded group chunks a reader keeps for streaming reads (least recently used dropped first).
 GROUP_CACHE_BYTES = 8 << 20
 # Group parts of a tag a downsampled read loads at once (beyond it, they are streamed).
@@ -175,6 +179,16 @@ class _TagSeries:
         return ScalarSeries(self.steps[:n], self.walls[:n], self.values[:n])
 
 
+def _attempts() -> Iterator[int]:
+    """Attempts at a read that compaction may interrupt: at least ``_RETRIES``, then more until
+    ``RETRY_SECONDS`` have passed since the first."""
+    deadline = time.monotonic() + RETRY_SECONDS
+    n = 0
+    while n < _RETRIES or time.monotonic() < deadline:
+        yield n
+        n += 1
+
+
 class RunReader:
     """Reads a run directory, and follows it while another process appends to it.
 
@@ -207,7 +221,7 @@ class RunReader:
         self._closed = False
         self._reset()
         try:
-            for _ in range(_RETRIES):
+            for _ in _attempts():
                 try:
                     self._catalog.load_index(limit)
                     self._add(self._catalog.entries)
@@ -248,7 +262,7 @@ class RunReader:
         later :meth:`poll`. Damage already reported is not reported again."""
         old = self._catalog
         upto = old.end if upto is None else upto
-        for _ in range(_RETRIES):
+        for _ in _attempts():
             cat = Catalog(self._dir)
             try:
                 with warnings.catch_warnings():
@@ -270,7 +284,7 @@ class RunReader:
 
     def _retry(self, fn: Callable[[], _T]) -> _T:
         """Run ``fn``; if compaction replaced a file meanwhile, rebase and run it again."""
-        for _ in range(_RETRIES):
+        for _ in _attempts():
             try:
                 return fn()
             except SourceGone:
@@ -300,7 +314,7 @@ class RunReader:
         """
         self._check_open()
         start = self._catalog.end
-        for _ in range(_RETRIES):
+        for _ in _attempts():
             try:
                 new = self._catalog.update(limit)
                 self._add(new)
