@@ -453,6 +453,15 @@ async def test_reads_are_bounded_per_poll_and_every_file_gets_its_turn(tmp_path,
 # -- property: a file written in any pieces is read exactly once, in order ----------------------
 
 
+def _read_on(src: Source, got: list[float]) -> None:
+    """Read what ``src`` has past its offset, checking it is undamaged; keep tag "v"'s values."""
+    chunk = read_chunk(src, now=0.0)
+    if chunk.block is not None:
+        assert not chunk.block.corrupt
+        got.extend(np.asarray(chunk.block.scalars.get("v", ([], [], []))[2]).tolist())
+    src.offset = chunk.end
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     kind=st.sampled_from(["tensorboard", "visualdl"]),
@@ -472,11 +481,7 @@ def test_any_split_of_a_growing_file_is_read_exactly_once(tmp_path_factory, kind
     got: list[float] = []
 
     def poll() -> None:
-        chunk = read_chunk(src, now=0.0)
-        if chunk.block is not None:
-            assert not chunk.block.corrupt
-            got.extend(np.asarray(chunk.block.scalars.get("v", ([], [], []))[2]).tolist())
-        src.offset = chunk.end
+        _read_on(src, got)
 
     written = 0
     path.write_bytes(b"")
@@ -516,11 +521,7 @@ def test_a_hole_with_data_after_it_holds_back_only_until_filled(
     got: list[float] = []
 
     def poll() -> None:
-        chunk = read_chunk(src, now=0.0)
-        if chunk.block is not None:
-            assert not chunk.block.corrupt
-            got.extend(np.asarray(chunk.block.scalars.get("v", ([], [], []))[2]).tolist())
-        src.offset = chunk.end
+        _read_on(src, got)
 
     poll()
     assert src.offset <= hole_at  # stopped before the hole

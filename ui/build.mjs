@@ -13,8 +13,7 @@ const out = join(here, "..", "vdl_stream", "static");
 const dev = process.argv.includes("--dev");
 
 await mkdir(out, { recursive: true });
-await build({
-  entryPoints: { app: join(here, "src", "app.js") },
+const options = {
   bundle: true,
   format: "iife",
   target: ["es2020", "chrome90", "firefox90", "safari14"],
@@ -23,18 +22,9 @@ await build({
   legalComments: "eof",
   outdir: out,
   logLevel: "info",
-});
+};
+await build({ ...options, entryPoints: { app: join(here, "src", "app.js") } });
 // The embeddings worker: its own file (a worker script must be a same-origin URL under the
 // page's Content-Security-Policy; a blob: worker would be refused).
-await build({
-  entryPoints: { "embed-worker": join(here, "src", "embedworker.js") },
-  bundle: true,
-  format: "iife",
-  target: ["es2020", "chrome90", "firefox90", "safari14"],
-  minify: !dev,
-  sourcemap: dev ? "inline" : false,
-  legalComments: "eof",
-  outdir: out,
-  logLevel: "info",
-});
+await build({ ...options, entryPoints: { "embed-worker": join(here, "src", "embedworker.js") } });
 await copyFile(join(here, "index.html"), join(out, "index.html"));
