@@ -519,6 +519,17 @@ def run(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
     return out
 
 
+def _profile_lines(over: str, top: list[dict]) -> list[str]:
+    """A CPU profile's 15 largest self times, as report lines headed by what it was taken over."""
+    lines = ["", f"Self time over {over} (CPU profile):"]
+    for f in top[:15]:
+        lines.append(
+            f"  {f['self_ms']:8.0f} ms {f['share']:5.1%}  {f['function']} {f['at']}"
+            f"  {f.get('code', '')[:70]!r}"
+        )
+    return lines
+
+
 def report(result: dict) -> str:
     """The runs part's figures as Markdown."""
     out = ["## Issue 12: page (many runs)", ""]
@@ -602,13 +613,7 @@ def report(result: dict) -> str:
                     f" {sel['main_Timestamp_s']:.2f} s"
                 )
             if sel.get("profile_top"):
-                out.append("")
-                out.append("Self time over the selection (CPU profile):")
-                for f in sel["profile_top"][:15]:
-                    out.append(
-                        f"  {f['self_ms']:8.0f} ms {f['share']:5.1%}  {f['function']} {f['at']}"
-                        f"  {f.get('code', '')[:70]!r}"
-                    )
+                out += _profile_lines("the selection", sel["profile_top"])
         for keep in (True, False):
             swap = (sel or {}).get(f"swap_one_keep_{keep}")
             if swap:
@@ -643,11 +648,5 @@ def report(result: dict) -> str:
                     f"  {e['self_ms']:8.0f} ms {e['share']:5.1%} {e['count']:6d}x  {e['event']}"
                 )
         if live.get("profile_top"):
-            out.append("")
-            out.append("Self time over the live load (CPU profile):")
-            for f in live["profile_top"][:15]:
-                out.append(
-                    f"  {f['self_ms']:8.0f} ms {f['share']:5.1%}  {f['function']} {f['at']}"
-                    f"  {f.get('code', '')[:70]!r}"
-                )
+            out += _profile_lines("the live load", live["profile_top"])
     return "\n".join(out)
