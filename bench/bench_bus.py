@@ -75,6 +75,7 @@ from broker_clients import (
     WriterResult,
     free_port,
     kill_started,
+    stop_process,
     stream_batches,
 )
 from trio_websocket import open_websocket_url
@@ -562,13 +563,7 @@ def _spawn_until(tree: Path, argv: list[str], marker: str, cwd: Path) -> tuple[f
         if marker.encode() not in out:
             raise RuntimeError(f"vdl-stream {argv[0]} printed no {marker!r}: {out[-200:]!r}")
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, 20, signal.SIGINT)
         proc.stdout.close()
     return elapsed, cpu
 

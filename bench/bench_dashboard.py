@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 import dashboard_runs  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-from broker_clients import ServeProcess  # noqa: E402
+from broker_clients import ServeProcess, stop_process  # noqa: E402
 from dashboard_snapshot import snapshot_time  # noqa: E402
 from dashboard_writer import tag_name  # noqa: E402
 
@@ -125,18 +125,6 @@ class Serve(ServeProcess):
         """CPU seconds the server process has used so far."""
         t = psutil.Process(self.proc.pid).cpu_times()
         return t.user + t.system
-
-
-def stop_process(proc: subprocess.Popen | None, grace: float = 10) -> None:
-    """Terminate a child we started, killing it after ``grace`` seconds."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def chromium_cpu_s(browser_pid: int | None) -> float:

@@ -120,6 +120,20 @@ class ServeProcess:
         return self.proc.returncode
 
 
+def stop_process(
+    proc: subprocess.Popen | None, grace: float = 10, sig: int = signal.SIGTERM
+) -> None:
+    """Stop a child we started with ``sig``, killing it after ``grace`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def log_paced(
     add: Callable[[str, float, int], None], tags: list[str], rate: int, seconds: float
 ) -> int:

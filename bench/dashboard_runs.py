@@ -372,9 +372,9 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         perf_metrics,
         readline,
         slope_per_min,
-        stop_process,
         top_functions,
     )
+    from broker_clients import stop_process
 
     server = writer = context = None
     try:
