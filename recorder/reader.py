@@ -179,6 +179,25 @@ class _TagSeries:
         return ScalarSeries(self.steps[:n], self.walls[:n], self.values[:n])
 
 
+def _piece_runs(
+    refs: list, whole: np.ndarray, skip: np.ndarray
+) -> Iterator[tuple[list[int], None] | tuple[None, int]]:
+    """A tag's pieces not skipped, in order: ``(rows, None)`` for a run of consecutive whole
+    group parts (read together), ``(None, i)`` for any other piece ``refs[i]``."""
+    rows: list[int] = []
+    for i in np.flatnonzero(~skip).tolist():
+        ref = refs[i]
+        if isinstance(ref, int) and whole[i]:
+            rows.append(ref)
+            continue
+        if rows:
+            yield rows, None
+            rows = []
+        yield None, i
+    if rows:
+        yield rows, None
+
+
 def _attempts() -> Iterator[int]:
     """Attempts at a read that compaction may interrupt: at least ``_RETRIES``, then more until
     ``RETRY_SECONDS`` have passed since the first."""
@@ -356,12 +375,17 @@ class RunReader:
     def _kill(self, entry: Entry) -> None:
         """Drop a record found damaged from every later query."""
         entry.length = -1
-        self._forget_downsampled()
         if entry.parts is not None:
             self._parts.drop(entry)
-            self._tag_series.clear()
+            self._drop_decoded()
         else:
             self._tag_series.pop(entry.tag, None)
+            self._forget_downsampled()
+
+    def _drop_decoded(self) -> None:
+        """Forget every tag's decoded series and the downsampled reads kept from them."""
+        self._tag_series.clear()
+        self._forget_downsampled()
 
     def _scalars_of(self, entry: Entry) -> ScalarSeries | None:
         data = self._load(entry)
@@ -444,9 +468,7 @@ class RunReader:
                     state.add(data, e.count, e.smax)
                 except codec.PayloadError as exc:
                     self._catalog.report_damage(e, str(exc))
-                    e.length = -1
-                    del self._tag_series[tag]
-                    self._forget_downsampled()
+                    self._kill(e)
                     return self._series(tag)
                 e.data = None  # the arrays hold it now; replay reads it again from disk
             state.consumed = len(entries)
@@ -459,8 +481,7 @@ class RunReader:
         damage was found (the caller starts over)."""
         new_rows = rows[state.rows_consumed :]
         if not self._parts.load(new_rows, self._catalog.load):
-            self._tag_series.clear()
-            self._forget_downsampled()
+            self._drop_decoded()
             return False
         loaded = []
         for e in entries[state.consumed :]:
@@ -589,8 +610,7 @@ class RunReader:
         What the reader knows about the run (its records, tags and summaries) stays.
         """
         self._check_open()
-        self._tag_series.clear()
-        self._forget_downsampled()
+        self._drop_decoded()
         self._parts.unload()
         self._groups.clear()
         self._groups_bytes = 0
@@ -668,8 +688,7 @@ class RunReader:
         rows_arr = np.array(rows, np.int64)
         if len(rows) <= PARTS_AT_ONCE:
             if not self._parts.load(rows_arr, self._catalog.load):
-                self._tag_series.clear()
-                self._forget_downsampled()
+                self._drop_decoded()
                 return None
             return self._parts.gather(rows_arr)
         pieces = [self._piece_points(r) for r in rows]
@@ -823,19 +842,13 @@ class RunReader:
         small = 0 if self._catalog.remote else SMALL_DOWNSAMPLE
         if n <= max(max_points, small):
             pieces: list[ScalarSeries] = []
-            parts: list[int] = []  # a run of whole group parts, read together
-            for i in [*np.flatnonzero(~skip).tolist(), None]:
-                ref = None if i is None else refs[i]
-                if isinstance(ref, int) and whole[i]:
-                    parts.append(ref)
-                    continue
-                if parts:
-                    points = self._parts_points(parts)
+            for rows, i in _piece_runs(refs, whole, skip):
+                if rows is not None:
+                    points = self._parts_points(rows)
                     if points is None:
                         return self._downsample_stream(tag, start, end, max_points, use_lod)
                     pieces.append(points)
-                    parts = []
-                if i is not None and (points := kept(i)) is not None:
+                elif (points := kept(i)) is not None:
                     pieces.append(points)  # (a damaged piece is left out, as a full read does)
             if not pieces:
                 return ScalarSeries(np.empty(0, np.int64), np.empty(0), np.empty(0))
@@ -846,21 +859,15 @@ class RunReader:
         grid = _Buckets(n, size, full, bool(buckets))
         try:
             g = 0
-            parts: list[int] = []  # a run of whole group parts, read together
-            for i in [*np.flatnonzero(~skip).tolist(), None]:
-                ref = None if i is None else refs[i]
-                if isinstance(ref, int) and whole[i]:
-                    parts.append(ref)
-                    continue
-                if parts:
-                    points = self._parts_points(parts)
+            for rows, i in _piece_runs(refs, whole, skip):
+                if rows is not None:
+                    points = self._parts_points(rows)
                     if points is None:
                         return self._downsample_stream(tag, start, end, max_points, use_lod)
                     grid.add_points(points, g)
                     g += len(points.steps)
-                    parts = []
-                if i is None:
-                    break
+                    continue
+                ref = refs[i]
                 if use_lod and whole[i] and not isinstance(ref, int) and ref.lod is not None:
                     lod = self._catalog.load_lod(ref)
                     if lod is not None and size >= 2 * lod.size and buckets:
