@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import trio
 
 import recorder
@@ -304,23 +303,7 @@ class Subscriber:
             batches = [b for b in batches if b[0] > covered]
             if not batches:
                 continue
-            by_tag: dict[str, list[ScalarColumns]] = {}
-            events: list[dict[str, Any]] = []
-            for _, scalars, evs in batches:
-                for col in scalars:
-                    by_tag.setdefault(col.tag, []).append(col)
-                events.extend(evs)
-            columns = [
-                cols[0]
-                if len(cols) == 1
-                else ScalarColumns(
-                    tag,
-                    np.concatenate([c.steps for c in cols]),
-                    np.concatenate([c.walls for c in cols]),
-                    np.concatenate([c.values for c in cols]),
-                )
-                for tag, cols in by_tag.items()
-            ]
+            columns, events = codec.join_batches((scalars, evs) for _, scalars, evs in batches)
             self._ready.append(codec.encode_live("data", batches[-1][0], run, columns, events))
 
     def mark_gap(self) -> None:

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import numpy as np
 import trio
 
 from . import codec
@@ -521,8 +520,7 @@ class Bus:
         """Fan out the entries of ``run`` one XREAD returned as one ``data`` frame: the more
         a broker falls behind, the more each frame carries (columns of a tag concatenated), so
         browsers get fewer, larger frames instead of overflowing their queues."""
-        columns: dict[str, list[ScalarColumns]] = {}
-        events: list[dict[str, Any]] = []
+        batches: list[tuple[list[ScalarColumns], list[dict[str, Any]]]] = []
         for entry in entries:
             fields = entry.field_values
             source = fields.get(b"b", b"")
@@ -541,12 +539,10 @@ class Bus:
                 self._gaps += 1
                 self.broker._bus_gap(run)
             self._received += n - m + 1
-            for cols in batch.scalars:
-                columns.setdefault(cols.tag, []).append(cols)
-            events.extend(batch.events)
-        if not columns and not events:
+            batches.append((batch.scalars, batch.events))
+        scalars, events = codec.join_batches(batches)
+        if not scalars and not events:
             return
-        scalars = [_concatenate(tag, parts) for tag, parts in columns.items()]
         self.broker._bus_fan_out(run, scalars, events)
 
     async def _lease_loop(self) -> None:
@@ -635,24 +631,23 @@ def _coalesce(
     concatenated in order, and whose events are theirs in order.
     """
     registry: list[str] = []
-    groups: dict[str, list[list[Batch]]] = {}  # run -> runs of consecutive batches
-    numbers: dict[str, list[tuple[int, int]]] = {}  # run -> (m, n) of each of those
+    spans: dict[str, list[tuple[int, int, list[Batch]]]] = {}  # run -> (m, n, batches) of each
     for run, n, batch in items:
         if n == 0:
             registry.append(run)
             continue
         assert isinstance(batch, Batch)
-        spans = numbers.setdefault(run, [])
-        if spans and spans[-1][1] + 1 == n:
-            spans[-1] = (spans[-1][0], n)
-            groups[run][-1].append(batch)
+        runs = spans.setdefault(run, [])
+        if runs and runs[-1][1] + 1 == n:
+            runs[-1] = (runs[-1][0], n, runs[-1][2])
+            runs[-1][2].append(batch)
         else:
-            spans.append((n, n))
-            groups.setdefault(run, []).append([batch])
-    entries = []
-    for run, spans in numbers.items():
-        for (m, n), batches in zip(spans, groups[run], strict=True):
-            entries.append((run, m, n, codec.encode_batch(_merge(batches, n))))
+            runs.append((n, n, [batch]))
+    entries = [
+        (run, m, n, codec.encode_batch(_merge(batches, n)))
+        for run, runs in spans.items()
+        for m, n, batches in runs
+    ]
     return registry, entries
 
 
@@ -660,29 +655,9 @@ def _merge(batches: list[Batch], n: int) -> Batch:
     """One batch holding ``batches``' columns (concatenated per tag, in order) and events."""
     if len(batches) == 1:
         return batches[0]
-    columns: dict[str, list[ScalarColumns]] = {}
-    events: list[dict[str, Any]] = []
-    for batch in batches:
-        for cols in batch.scalars:
-            columns.setdefault(cols.tag, []).append(cols)
-        events.extend(batch.events)
+    scalars, events = codec.join_batches((b.scalars, b.events) for b in batches)
     return Batch(
-        writer=batches[0].writer,
-        seq=n,
-        run=batches[0].run,
-        scalars=[_concatenate(tag, parts) for tag, parts in columns.items()],
-        events=events,
-    )
-
-
-def _concatenate(tag: str, parts: list[ScalarColumns]) -> ScalarColumns:
-    if len(parts) == 1:
-        return parts[0]
-    return ScalarColumns(
-        tag,
-        np.concatenate([p.steps for p in parts]),
-        np.concatenate([p.walls for p in parts]),
-        np.concatenate([p.values for p in parts]),
+        writer=batches[0].writer, seq=n, run=batches[0].run, scalars=scalars, events=events
     )
 
 

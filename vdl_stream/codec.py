@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +95,32 @@ class ScalarColumns:
 
     def __len__(self) -> int:
         return len(self.steps)
+
+
+def concat_columns(tag: str, parts: list[ScalarColumns]) -> ScalarColumns:
+    """``parts`` (columns of ``tag``, in order) as one column; a single part is returned as is."""
+    if len(parts) == 1:
+        return parts[0]
+    return ScalarColumns(
+        tag,
+        np.concatenate([p.steps for p in parts]),
+        np.concatenate([p.walls for p in parts]),
+        np.concatenate([p.values for p in parts]),
+    )
+
+
+def join_batches(
+    batches: Iterable[tuple[list[ScalarColumns], list[dict[str, Any]]]],
+) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+    """The ``(scalars, events)`` of several batches of a run as those of one: each tag's columns
+    concatenated in order (tags in order of first appearance), the events in order."""
+    by_tag: dict[str, list[ScalarColumns]] = {}
+    events: list[dict[str, Any]] = []
+    for scalars, evs in batches:
+        for cols in scalars:
+            by_tag.setdefault(cols.tag, []).append(cols)
+        events.extend(evs)
+    return [concat_columns(tag, parts) for tag, parts in by_tag.items()], events
 
 
 @dataclass

@@ -35,7 +35,7 @@ import numpy as np
 import recorder
 from recorder.digest import Digest
 
-from .codec import EVENT_KINDS, RESERVED_TAG_PREFIX, ScalarColumns
+from .codec import EVENT_KINDS, RESERVED_TAG_PREFIX, ScalarColumns, concat_columns
 
 #: Seconds without news after which a run that was not closed is ``crashed``.
 CRASH_AFTER = 120.0
@@ -171,14 +171,7 @@ class RunSummary:
         for tag, cols in by_tag.items():
             if len(cols) > 1 and sum(len(c.steps) for c in cols) <= CONCAT_POINTS:
                 # Many small columns (live writers' flushes): one reduction over all of them.
-                cols = [
-                    ScalarColumns(
-                        tag,
-                        np.concatenate([c.steps for c in cols]),
-                        np.concatenate([c.walls for c in cols]),
-                        np.concatenate([c.values for c in cols]),
-                    )
-                ]
+                cols = [concat_columns(tag, cols)]
             for col in cols:  # large columns one by one: no copy of them
                 self._fold_column(tag, col.steps, col.walls, col.values)
 
