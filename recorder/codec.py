@@ -162,10 +162,11 @@ def _pack(record: list, points: int) -> memoryview:
     return packer.getbuffer()
 
 
-def _f8_view(values: np.ndarray) -> memoryview:
-    """The values' bytes as ``<f8`` for msgpack to copy straight into the payload: no
-    ``tobytes`` copy first, and no conversion when they are float64 already."""
-    return memoryview(np.ascontiguousarray(values, dtype=_F8)).cast("B")
+def bytes_view(column: np.ndarray, dtype: Any = _F8) -> memoryview:
+    """A column's bytes as ``dtype`` (``<f8`` by default), for msgpack to copy straight into
+    its payload or frame: no ``tobytes`` copy first, and no conversion when the column already
+    has that type."""
+    return memoryview(np.ascontiguousarray(column, dtype=dtype)).cast("B")
 
 
 def encode_scalars(
@@ -185,7 +186,7 @@ def encode_scalars(
         "vmax": vmax,
         "s": _encode_steps(steps),
         "w": _encode_walls(walls),
-        "v": _f8_view(values),
+        "v": bytes_view(values),
     }
     payload = _pack([SCALARS, tag, int(steps[0]), float(walls[0]), data], len(steps))
     return payload, summary
@@ -220,7 +221,7 @@ def encode_group_series(
         "c": list(counts),
         "s": _encode_group_steps(steps, np.asarray(counts)),
         "w": _encode_walls(walls),
-        "v": _f8_view(values),
+        "v": bytes_view(values),
     }
     payload = _pack([SCALARS, None, int(steps[0]), float(walls[0]), data], len(steps))
     return payload, summary, group_parts(data["tags"], data["c"], series)

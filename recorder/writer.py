@@ -702,13 +702,10 @@ def _size(run_dir: str, number: int) -> int:
     return os.stat(os.path.join(run_dir, segment_name(number))).st_size
 
 
-def _write_all(fd: int, data: bytes, offset: int | None = None) -> None:
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
-        view = view[n:]
-        if offset is not None:
-            offset += n
+        view = view[os.write(fd, view) :]
 
 
 #: Buffers one pwritev call takes at most (IOV_MAX on Linux and macOS).

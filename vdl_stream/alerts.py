@@ -439,16 +439,6 @@ class _Rolling:
         return self.buf[: self.n] if self.n < len(self.buf) else self.buf
 
 
-def _median(values: np.ndarray) -> float:
-    """The median of finite ``values`` (np.median's NaN checks cost more than the work here)."""
-    n = len(values)
-    k = n // 2
-    if n % 2:
-        return float(np.partition(values, k)[k])
-    part = np.partition(values, (k - 1, k))
-    return float(part[k - 1] + part[k]) / 2
-
-
 def _median_mad(values: np.ndarray) -> tuple[float, float]:
     """The median of finite ``values`` and their median absolute deviation from it, in one
     scratch array (partitioned in place: no copies past the first)."""
@@ -497,8 +487,7 @@ def _centre_bounds(values: np.ndarray, moves: int) -> tuple[float, float, float,
 def _robust_z(window: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     """How many robust standard deviations (1.4826 MAD) each of ``values`` lies from the median
     of ``window``; None when the window has no spread (a constant, a step schedule)."""
-    med = _median(window)
-    mad = _median(np.abs(window - med))
+    med, mad = _median_mad(window)
     if not mad > 0:
         return None
     return np.abs(values - med) / (1.4826 * mad)

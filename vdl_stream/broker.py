@@ -725,11 +725,12 @@ class Broker:
             return self._seq
         run.last_seq[batch.writer] = batch.seq
         run.local = True
-        seq = self._fan_out(batch.run, batch.scalars, batch.events)
+        # Telemetry columns as the telemetry events the summary and the detectors read (one
+        # conversion, vdl_stream/telemetry.py): never training data to either.
+        view = legacy_view(batch.scalars, batch.events)
+        seq = self._fan_out(batch.run, batch.scalars, batch.events, view=view)
         if self.alerts is not None and batch.writer != ALERTS_WRITER:  # alerts block, below
-            # Telemetry columns as the telemetry events the detectors read (one conversion,
-            # vdl_stream/telemetry.py): never training data to the stall rule.
-            self.alerts.observe(batch.run, *legacy_view(batch.scalars, batch.events))
+            self.alerts.observe(batch.run, *view)
         run.inflight[(batch.writer, batch.seq)] = seq
         ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
@@ -765,11 +766,13 @@ class Broker:
         events: list[dict[str, Any]],
         *,
         summarize: bool = True,
+        view: tuple[list[ScalarColumns], list[dict[str, Any]]] | None = None,
     ) -> int:
         """Give new data of ``run`` the next broker seq and offer it to every subscriber of it
-        (``summarize``: fold it into the run's summary, as data that is in the run)."""
+        (``summarize``: fold it into the run's summary, as data that is in the run; ``view``:
+        the data's ``legacy_view``, when the caller has it already)."""
         if summarize:
-            self._summarize(run, scalars, events)
+            self._summarize(run, *(legacy_view(scalars, events) if view is None else view))
         self._seq += 1
         seq = self._seq
         # One encoding per distinct tag pattern, offered with its data (to coalesce on overflow).
@@ -1135,9 +1138,10 @@ class Broker:
             ]
             events = [_record_event(r) for r in records if r.kind in codec.EVENT_KINDS]
             if scalars or events:
-                self._fan_out(run.name, scalars, events)
+                view = legacy_view(scalars, events)
+                self._fan_out(run.name, scalars, events, view=view)
                 if self.alerts is not None:  # alerts block, below: followed runs are watched too
-                    self.alerts.observe(run.name, *legacy_view(scalars, events), followed=True)
+                    self.alerts.observe(run.name, *view, followed=True)
             self._cache.update(run)
 
     async def _offer_snapshot(self, run: _Run) -> None:
@@ -1803,12 +1807,10 @@ class Broker:
                     _snapshot_events, run, limit, limiter=self._read_limiter
                 )
             except Exception as exc:
-                if not split:
-                    self._read_failed(run, exc)
-                    return []
-                # The scalars went: the run stands without its events (logged once).
                 self._read_failed(run, exc)
-                events = []
+                if not split:
+                    return []
+                events = []  # the scalars went: the run stands without its events (logged once)
             sub.covered[name] = covered
             self._cache.update(run)
             if self.alerts is not None and self.alerts.held(name):  # alerts block: a
@@ -1908,14 +1910,14 @@ class Broker:
     def _summarize(
         self, name: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]
     ) -> None:
-        """Fold data being fanned out into the run's summary (never reads the run)."""
+        """Fold data being fanned out, in its ``legacy_view``, into the run's summary (never
+        reads the run)."""
         run = self._runs.get(name)
         if run is None:
             return
         if run.summary is None:  # not expected: discovery and load_ingest_state set one
             run.summary = RunSummary(name, time.time())
-        # Telemetry columns count as telemetry, not as training tags or steps.
-        run.summary.add(*legacy_view(scalars, events), time.time())
+        run.summary.add(scalars, events, time.time())
 
     def writer_lost(self, runs: Iterable[str]) -> None:
         """The connection of a writer of ``runs`` ended: each of them that did not get the close
@@ -2383,8 +2385,8 @@ def _snapshot_events(run: _Run, limit: Any) -> list[dict[str, Any]]:
     for tag, info in reader.tags().items():
         if info.kind in codec.EVENT_KINDS:
             # Thinned by the reader: only the picked events of a long run are decoded.
-            limit = SNAPSHOT_EMBEDDINGS if info.kind == "embedding" else SNAPSHOT_EVENTS
-            records = reader.read_records(kind=info.kind, tag=tag, limit=limit)
+            count = SNAPSHOT_EMBEDDINGS if info.kind == "embedding" else SNAPSHOT_EVENTS
+            records = reader.read_records(kind=info.kind, tag=tag, limit=count)
             events.extend(_record_event(r) for r in records)
     for kind, count in UNTAGGED_SNAPSHOT.items():  # events without a tag are not in tags()
         records = reader.read_records(kind=kind, limit=count)

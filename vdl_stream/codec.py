@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from recorder.codec import quantize_walls
+from recorder.codec import bytes_view, quantize_walls
 
 PROTOCOL_VERSION = 1
 #: Frames larger than this are refused before they are decoded.
@@ -267,19 +267,18 @@ def encode_batch(batch: Batch) -> bytes:
             "seq": batch.seq,
             "run": batch.run,
             "scalars": [
-                [c.tag, _view(c.steps, "<i8"), _view(c.walls, "<f8"), _view(c.values, "<f8")]
+                [
+                    c.tag,
+                    bytes_view(c.steps, "<i8"),
+                    bytes_view(c.walls, "<f8"),
+                    bytes_view(c.values, "<f8"),
+                ]
                 for c in batch.scalars
             ],
             "events": batch.events,
             "sync": batch.sync,
         }
     )
-
-
-def _view(column: np.ndarray, dtype: str) -> memoryview:
-    """A column's bytes as ``dtype``, for msgpack to copy once into its frame (no ``tobytes``
-    copy first; no conversion either when the column already has that type)."""
-    return memoryview(np.ascontiguousarray(column, dtype=dtype)).cast("B")
 
 
 def encode_ack(writer: str, seq: int) -> bytes:
@@ -318,7 +317,12 @@ def encode_live(
         "seq": seq,
         "run": run,
         "scalars": [
-            [c.tag, _view(c.steps, "<f8"), _view(c.walls, "<f8"), _view(c.values, "<f8")]
+            [
+                c.tag,
+                bytes_view(c.steps, "<f8"),
+                bytes_view(c.walls, "<f8"),
+                bytes_view(c.values, "<f8"),
+            ]
             for c in scalars
         ],
         "events": [event_for_browser(e) for e in events],
@@ -697,6 +701,8 @@ def _decode_batch_body(message: dict[str, Any], writer: str, seq: int) -> Batch:
         if not np.isfinite(walls).all():
             raise ProtocolError(f"walls of tag {tag!r:.80} must be finite")
         # To the microsecond, as the files keep them: live and on disk agree bit for bit.
-        scalars.append(ScalarColumns(tag, steps, quantize_walls(walls), values))
+        walls = quantize_walls(walls)
+        walls.flags.writeable = False  # as steps and values: the recorder keeps it, no copy
+        scalars.append(ScalarColumns(tag, steps, walls, values))
     events = [check_event(e) for e in raw_events]
     return Batch(writer, seq, run, scalars, events, bool(message.get("sync", False)))

@@ -44,6 +44,7 @@ import hashlib
 import logging
 import math
 import os
+import stat
 import struct
 import time
 from dataclasses import dataclass, field
@@ -631,7 +632,7 @@ class ForeignRuns:
                     st = os.stat(path, follow_symlinks=False)
                 except OSError:
                     continue
-                if not os.path.isfile(path) or os.path.islink(path):
+                if not stat.S_ISREG(st.st_mode):  # (not followed: a link is not a regular file)
                     continue
                 files.append((path, kind, _writer_id(path, st)))
             if files:

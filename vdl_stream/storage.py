@@ -737,9 +737,12 @@ class StoreSync:
     def _publisher(self, name: str, path: Path) -> RunPublisher:
         """A publisher of run ``name`` from ``path`` that records each manifest it is about to
         PUT in the run directory (:func:`_mark_published`)."""
-        publisher = RunPublisher(self.client, name, str(path), head_interval=self.head_interval)
-        publisher.announce = lambda manifest: _mark_published(
-            path, publisher.generation, pending=manifest
+        publisher = RunPublisher(
+            self.client,
+            name,
+            str(path),
+            head_interval=self.head_interval,
+            announce=lambda manifest: _mark_published(path, publisher.generation, pending=manifest),
         )
         return publisher
 

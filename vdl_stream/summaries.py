@@ -262,11 +262,8 @@ def histogram_call(
 
 def bin_histogram(values: np.ndarray, buckets: int) -> dict[str, Any]:
     """The bins and statistics of a checked :func:`histogram_call` (never raises for one)."""
-    try:
-        arr = values.astype(np.float64, copy=False).ravel()
-    except OverflowError:  # pragma: no cover - no numeric numpy dtype overflows a float64
-        arr = np.full(values.size, np.nan)
-    return _histogram(arr, buckets)
+    # as_numpy lets only numeric kinds through, and none of them overflows a float64.
+    return _histogram(values.astype(np.float64, copy=False).ravel(), buckets)
 
 
 def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
@@ -316,12 +313,12 @@ def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
             edges[:n] *= step  # edges[n] is hi: n * step may round past 1.8e308
             edges += lo
             edges[n] = hi
-            edge_bytes = edges.astype("<f8", copy=False).tobytes()
+            edge_bytes = _f8(edges)
     else:  # the range overflows a float64 (values near ±1.8e308): interpolate, then search
         t = np.arange(n + 1) / n
         edges = lo * (1 - t) + hi * t
         edges[n] = hi
-        edge_bytes = edges.astype("<f8", copy=False).tobytes()
+        edge_bytes = _f8(edges)
         index = np.searchsorted(edges, arr, side="right") - 1
         counts = np.bincount(np.clip(index, 0, n - 1), minlength=n + 1)
     if max(-vmin, vmax) < _NO_OVERFLOW:
@@ -331,7 +328,7 @@ def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
             total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
     return {
         "edges": edge_bytes,
-        "counts": counts[:n].astype("<f8").tobytes(),
+        "counts": _f8(counts[:n]),
         "num": num,
         "nan": nan,
         "inf": inf,
