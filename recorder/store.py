@@ -790,11 +790,21 @@ def download_run(store: ObjectStore, run: str, run_dir: str) -> Manifest | None:
     manifest = read_manifest(store, run)
     if manifest is None:
         return None
+    download_files(store, manifest, run_dir)
+    return manifest
+
+
+def download_files(store: ObjectStore, manifest: Manifest, run_dir: str) -> None:
+    """Fetch every file ``manifest`` names whole into ``run_dir`` (made if missing), each
+    through a temporary name.
+
+    Raises:
+        OSError: a failed fetch.
+    """
     os.makedirs(run_dir, exist_ok=True)
     for ref in manifest.files:
         data = store.get(ref.key)
         _write_new(os.path.join(run_dir, ref.name), [(0, data)], len(data))
-    return manifest
 
 
 def _write_new(path: str, pieces: list[tuple[int, bytes]], size: int) -> None:

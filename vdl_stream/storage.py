@@ -45,6 +45,7 @@ from recorder.store import (
     RunMirror,
     RunPublisher,
     StoreError,
+    download_files,
     download_run,
     find_runs,
     manifest_key,
@@ -724,9 +725,7 @@ class StoreSync:
             # The store has what this host has not (another broker wrote the run since, or
             # this host only mirrored it): fetch its files whole, in a fresh directory.
             shutil.rmtree(path, ignore_errors=True)
-            os.makedirs(path)
-            for ref in manifest.files:
-                _write_whole(path / ref.name, self.client.get(ref.key))
+            download_files(self.client, manifest, str(path))
         publisher = self._publisher(name, path)
         publisher.adopt(manifest)
         if manifest is not None:
@@ -888,13 +887,6 @@ def _published_here(path: Path, manifest: Manifest) -> bool | None:
         manifest.generation,
         _files_digest(manifest),
     ]
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    """Create ``path`` holding ``data`` (through a temporary name: never a half file)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def lock_holders(path: Path) -> set[int] | None:
