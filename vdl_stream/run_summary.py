@@ -243,10 +243,6 @@ class RunSummary:
         first and last step; the first and newest record of each event kind and tag)."""
         s = cls(name, heard)
         for tag, info in reader.tags().items():
-            if info.kind == "scalars" and tag.startswith(RESERVED_TAG_PREFIX):
-                # Telemetry (issue 16): its host; not a training tag.
-                s.telemetry_host = tag[len(RESERVED_TAG_PREFIX) :].split("/", 1)[0]
-                continue
             if info.kind != "scalars":
                 # The first and the newest event of the tag (only those two are decoded).
                 for record in reader.read_records(kind=info.kind, tag=tag, limit=2):
@@ -260,10 +256,16 @@ class RunSummary:
                 if not len(tail.steps):
                     continue
             head = reader.read_scalars(tag, start=info.step_min, end=info.step_min, max_points=2)
+            first = float(head.walls.min()) if len(head.walls) else float(tail.walls.min())
+            # Every scalar's walls count towards the run's time range, telemetry's too (as
+            # from_digest and the live path count them).
+            s._walls(first, float(tail.walls.max()))
+            if tag.startswith(RESERVED_TAG_PREFIX):
+                # Telemetry (issue 16): its host; not a training tag.
+                s.telemetry_host = tag[len(RESERVED_TAG_PREFIX) :].split("/", 1)[0]
+                continue
             s.tags[tag] = [float(tail.values[-1]), info.vmin, info.vmax]
             s.last_step = _max(s.last_step, int(tail.steps.max()))
-            first = float(head.walls.min()) if len(head.walls) else float(tail.walls.min())
-            s._walls(first, float(tail.walls.max()))
         for kind in UNTAGGED_KINDS:  # events without a tag are not in tags()
             for record in reader.read_records(kind=kind, limit=2):
                 if record.tag is None:
