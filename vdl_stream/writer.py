@@ -277,6 +277,8 @@ class Writer:
         window: int = WINDOW,
     ) -> None:
         self.run = codec.check_run_name(run)
+        # The in-flight window: batches the writer keeps unacknowledged at most before it holds
+        # calls back to merge them (see _pace and _hold_back).
         self._window = check_window(window)
         self.url: str | None = None  # the dashboard URL when this writer serves one
         self._id = uuid.uuid4().hex[:16]
@@ -304,8 +306,6 @@ class Writer:
         self._flush_timeout = flush_timeout
         self._seq = 0
         self._sent = 0  # the newest seq the transport has taken
-        # The in-flight window: batches the writer keeps unacknowledged at most before it holds
-        # calls back to merge them (see _pace and _hold_back).
         self._open_transport = open_transport
         self._transport: Transport | None = None
         self._token: trio.lowlevel.TrioToken | None = None
