@@ -22,6 +22,7 @@ from tests.conftest import start_serve, stop_serve, wait_for
 from vdl_stream import attach, transport
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
+from vdl_stream.errors import RefusedError
 from vdl_stream.transport import InProcessTransport
 from vdl_stream.writer import MAX_HELD_POINTS, Writer
 
@@ -105,13 +106,14 @@ def test_while_the_window_is_full_held_calls_stay_bounded(tmp_path, monkeypatch)
     assert MAX_HELD_POINTS >= 1 << 14  # the real bound: merged batches of many calls
 
 
+@pytest.mark.filterwarnings("ignore:.*refused a batch, retrying")
 @pytest.mark.parametrize("window", [1, 2, 4])
 def test_a_slow_and_refusing_broker_with_a_window_loses_and_duplicates_nothing(
     tmp_path, monkeypatch, window
 ):
     """Writes delayed at random and the run locked by another writer at random (the broker
-    keeps one run open, so another run's batch frees the lock), while the writer logs 20,000
-    points with several batches in flight: each point lands exactly once, in order."""
+    keeps one run open, so another run's batch frees the lock), while the writer logs at least
+    20,000 points with several batches in flight: each point lands exactly once, in order."""
     rng = np.random.default_rng(window)
     persist = Broker._persist
 
@@ -122,6 +124,7 @@ def test_a_slow_and_refusing_broker_with_a_window_loses_and_duplicates_nothing(
     monkeypatch.setattr(Broker, "_persist", slow)
     stop = threading.Event()
     flips = [0]
+    failures: list[Exception] = []
 
     async def open_transport(nursery: trio.Nursery) -> InProcessTransport:
         broker = Broker(tmp_path, max_open_writers=1)
@@ -130,38 +133,50 @@ def test_a_slow_and_refusing_broker_with_a_window_loses_and_duplicates_nothing(
         async def flip() -> None:
             holder = None
             other = 0
-            while not stop.is_set():
-                await trio.sleep(float(rng.uniform(0.005, 0.03)))
-                if holder is None:
-                    other += 1
-                    columns = ScalarColumns("y", np.array([other]), np.array([1.7e9]), np.ones(1))
-                    seq = await broker.ingest(Batch("o", other, "other", [columns]))
-                    await broker.wait_written(seq)
-                    with contextlib.suppress(recorder.RecorderError):
-                        holder = recorder.RunWriter(tmp_path / "flaky")
-                        flips[0] += 1
-                else:
+            try:
+                while not stop.is_set():
+                    await trio.sleep(float(rng.uniform(0.005, 0.03)))
+                    if holder is None:
+                        # Another run's batch (each from a writer of its own, so that one
+                        # refused never holds back the next) closes the flaky run's writer.
+                        other += 1
+                        y = ScalarColumns("y", np.array([other]), np.array([1.7e9]), np.ones(1))
+                        with contextlib.suppress(RefusedError):
+                            seq = await broker.ingest(Batch(f"o{other}", 1, "other", [y]))
+                            await broker.wait_written(seq)
+                        with contextlib.suppress(recorder.RecorderError):
+                            holder = recorder.RunWriter(tmp_path / "flaky")
+                            flips[0] += 1
+                    else:
+                        holder.close()
+                        holder = None
+            except Exception as exc:  # shown by the flush's assertion: it ends the writer
+                failures.append(exc)
+                raise
+            finally:
+                if holder is not None:
                     holder.close()
-                    holder = None
-            if holder is not None:
-                holder.close()
 
         nursery.start_soon(flip)
         return InProcessTransport(broker)
 
     writer = Writer("flaky", open_transport, flush_interval=0.005, window=window)
-    steps = 20_000
-    with pytest.warns(RuntimeWarning, match="refused a batch, retrying"):
-        for step in range(steps):
-            writer.add_scalar("x", float(step), step)
-            if step % 200 == 0:
-                time.sleep(0.002)  # a training step
-        stop.set()
-        assert writer.flush(timeout=60) is True
-        stats = writer.statistics().transport
-        writer.close(timeout=30)
+    step = 0
+    deadline = time.monotonic() + 30
+    refusals = 0
+    while step < 20_000 or (not refusals and time.monotonic() < deadline):
+        writer.add_scalar("x", float(step), step)
+        step += 1
+        if step % 200 == 0:
+            time.sleep(0.002)  # a training step
+            if step % 2000 == 0:
+                refusals = writer.statistics().transport.refusals
+    stop.set()
+    assert writer.flush(timeout=60) is True, f"the flipper failed: {failures}"
+    stats = writer.statistics().transport
+    writer.close(timeout=30)
     assert flips[0] > 0 and stats is not None and stats.refusals > 0
-    assert raw_steps(tmp_path / "flaky") == list(range(steps))
+    assert raw_steps(tmp_path / "flaky") == list(range(step))
 
 
 @pytest.mark.filterwarnings("ignore:.*cannot reach the broker")
