@@ -889,7 +889,10 @@ class Writer:
             with trio.move_on_after(self._flush_interval) as timer:
                 await self._wake.wait()
             if timer.cancelled_caught and self._hold_back(transport):
-                continue  # the window is full: merge into the batch cut when a place frees
+                # The window is full: merge into the batch cut when a place frees. Refusals
+                # are reported meanwhile (a refusing broker keeps the window full).
+                self._take_refusals(transport)
+                continue
             self._wake = trio.Event()
             closing = self._closing
             flushes, self._flushes = self._flushes, []
