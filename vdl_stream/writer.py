@@ -91,6 +91,12 @@ LOGGING_METHODS = (
 )
 
 
+#: While the in-flight window is full, calls accumulate in the hot path's buffers (merged into the
+#: next batch) up to this many points or :data:`MAX_HELD_EVENTS` events; past that the pump cuts a
+#: batch at its interval anyway, so the buffers stay bounded (a broker that is down, say).
+MAX_HELD_POINTS = 1 << 16
+MAX_HELD_EVENTS = 64
+
 #: Batches waiting for the transport are kept in memory up to this many bytes (estimated), then
 #: spilled to a temporary file (a transport :class:`Spool`), so a stalled or failing broker never
 #: makes the training process grow without bound.
@@ -101,11 +107,6 @@ PENDING_DISK_BYTES = 4 << 30
 RETRY_FIRST, RETRY_MAX = 0.05, 2.0
 #: Distinct problem reasons a writer warns about, at most (a warning is given once per reason).
 MAX_WARNED_REASONS = 100
-#: While the in-flight window is full, calls accumulate in the hot path's buffers (merged into the
-#: next batch) up to this many points or :data:`MAX_HELD_EVENTS` events; past that the pump cuts a
-#: batch at its interval anyway, so the buffers stay bounded (a broker that is down, say).
-MAX_HELD_POINTS = 1 << 16
-MAX_HELD_EVENTS = 64
 
 
 def _event_bytes(event: dict[str, Any]) -> int:
