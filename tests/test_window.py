@@ -106,6 +106,30 @@ def test_while_the_window_is_full_held_calls_stay_bounded(tmp_path, monkeypatch)
     assert MAX_HELD_POINTS >= 1 << 14  # the real bound: merged batches of many calls
 
 
+def test_while_the_window_is_full_held_events_stay_bounded_in_bytes(tmp_path, monkeypatch):
+    """Large events (texts of 1 MB) are held back only up to MAX_HELD_BYTES: then the pump
+    cuts them into the pending queue (which spills to a file) at its interval."""
+    monkeypatch.setattr("vdl_stream.writer.MAX_HELD_BYTES", 3 << 20)
+    writes = _HeldWrites(monkeypatch)
+    writer = attach(tmp_path, run="e", telemetry=False, flush_interval=0.005, window=1)
+    try:
+        writer.add_text("t", "first", 0)
+        wait_for(lambda: writer.statistics().sent_batches == 1, 5, "the first batch")
+        for step in range(1, 3):
+            writer.add_text("t", "y" * (1 << 20), step)
+        time.sleep(0.1)  # twenty of the pump's intervals: 2 MB are held
+        assert (writer.statistics().batches, writer.statistics().queued_calls) == (1, 2)
+        writer.add_text("t", "y" * (1 << 20), 3)  # 3 MB: the bound
+        wait_for(lambda: writer.statistics().queued_calls == 0, 5, "the pump's cut")
+        writes.open.set()
+        assert writer.flush(timeout=20) is True
+    finally:
+        writes.open.set()
+        writer.close(timeout=10)
+    with recorder.RunReader(tmp_path / "e") as reader:
+        assert [r.step for r in reader.read_records(kind="text")] == [0, 1, 2, 3]
+
+
 @pytest.mark.filterwarnings("ignore:.*refused a batch, retrying")
 @pytest.mark.parametrize("window", [1, 2, 4])
 def test_a_slow_and_refusing_broker_with_a_window_loses_and_duplicates_nothing(

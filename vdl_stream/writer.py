@@ -92,10 +92,13 @@ LOGGING_METHODS = (
 
 
 #: While the in-flight window is full, calls accumulate in the hot path's buffers (merged into the
-#: next batch) up to this many points or :data:`MAX_HELD_EVENTS` events; past that the pump cuts a
-#: batch at its interval anyway, so the buffers stay bounded (a broker that is down, say).
+#: next batch) up to this many points, or :data:`MAX_HELD_EVENTS` other events of at most
+#: :data:`MAX_HELD_BYTES` (estimated) in all; past that the pump cuts a batch at its interval
+#: anyway, into the pending queue that spills to a file, so memory stays bounded (a broker that is
+#: down, say).
 MAX_HELD_POINTS = 1 << 16
 MAX_HELD_EVENTS = 64
+MAX_HELD_BYTES = 8 << 20
 
 #: Batches waiting for the transport are kept in memory up to this many bytes (estimated), then
 #: spilled to a temporary file (a transport :class:`Spool`), so a stalled or failing broker never
@@ -927,8 +930,9 @@ class Writer:
             and not self._closing
             and not len(self._pending)
             and transport.unacknowledged() >= self._window
-            and len(self._events) < MAX_HELD_EVENTS
             and self._queued_points() < MAX_HELD_POINTS
+            and len(self._events) < MAX_HELD_EVENTS
+            and sum(_event_bytes(e) for e in self._events) < MAX_HELD_BYTES
         )
 
     async def _pace(self, transport: Transport) -> None:
