@@ -346,6 +346,7 @@ class Bench:
         seconds: float,
         stalled: int = 0,
         flush_interval: float | None = None,
+        window: int | None = None,
         writers: int = 1,
         rate: int | None = None,
         subscribers: int | None = None,
@@ -357,7 +358,8 @@ class Bench:
         (batches of 50 points every 5 ms built here, walls stamped when built). ``writers``
         attach processes share ``rate`` (events/s in all; default ``latency_rate``) on one run;
         ``subscribers`` overrides the number of subscribers; ``page``: they subscribe as the page
-        does (``split`` and ``batch``: live frames batched while the link is busy).
+        does (``split`` and ``batch``: live frames batched while the link is busy); ``window``:
+        the writers' in-flight window (default: attach's).
         """
         s = self.s
         run = "live"
@@ -407,6 +409,7 @@ class Bench:
                                     str(seconds),
                                     str(s.latency_tags),
                                     "default" if flush_interval is None else str(flush_interval),
+                                    "default" if window is None else str(window),
                                 ]
                             )
                             for _ in range(writers)
@@ -475,6 +478,9 @@ class Bench:
         configs = {
             "latency_attach": {"source": "attach"},
             "latency_attach_fi10ms": {"source": "attach", "flush_interval": 0.01},
+            # issue 16: a window of one batch in flight (the writer waits for each batch's
+            # write before it sends the next): what the default window of 2 gains
+            "latency_attach_w1": {"source": "attach", "window": 1},
             "latency_raw": {"source": "raw"},
             # issue 16: the same as the page subscribes (batched live frames), as a browser gets it
             "latency_attach_page": {"source": "attach", "page": True},
@@ -661,7 +667,9 @@ def child_main(argv: list[str]) -> None:
         url, run, rate, seconds = argv[1], argv[2], int(argv[3]), float(argv[4])
         ntags = int(argv[5])
         # "default": whatever attach() defaults to, so the figure follows the library
-        options = {} if argv[6] == "default" else {"flush_interval": float(argv[6])}
+        options: dict = {} if argv[6] == "default" else {"flush_interval": float(argv[6])}
+        if argv[7] != "default":
+            options["window"] = int(argv[7])
         tags = [f"train/metric{i}" for i in range(ntags)]
         writer = attach(url=url, run=run, telemetry=False, **options)
         n = log_paced(writer.add_scalar, tags, rate, seconds)
@@ -745,6 +753,7 @@ def report(results: dict, settings: Settings, args: argparse.Namespace) -> None:
     for key, label in (
         ("latency_attach", "add_scalar -> /ws/live, 10k ev/s, 10 subs (attach defaults)"),
         ("latency_attach_fi10ms", "  same, attach(flush_interval=0.01)"),
+        ("latency_attach_w1", "  same, attach(window=1): each batch waits for the last's write"),
         ("latency_raw", "  batch built -> /ws/live (server share only)"),
         ("latency_attach_page", "  same, 10 subs subscribed as the page is (batch, split)"),
         ("latency_attach_4w_1m", "add_scalar -> /ws/live, 1M ev/s from 4 writers, 2 subs"),

@@ -22,7 +22,7 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
   meanwhile waits for it).
 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
-                                      [--writers 1] [--page] [--json PATH]
+                                      [--writers 1] [--page] [--window N] [--json PATH]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``.
 """
@@ -149,14 +149,16 @@ def _serve_main(argv: list[str]) -> None:
     sys.exit(cli.main(["serve", *argv]))
 
 
-def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int) -> None:
+def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, window: str) -> None:
     from broker_clients import log_paced
 
     from vdl_stream import attach
 
     _trace_writer()
     tags = [f"train/metric{i}" for i in range(ntags)]
-    writer = attach(url=url, run=run, telemetry=False)
+    # "default": whatever attach() defaults to (a tree without the option runs too)
+    options = {} if window == "default" else {"window": int(window)}
+    writer = attach(url=url, run=run, telemetry=False, **options)
     log_paced(writer.add_scalar, tags, rate, seconds)
     writer.flush(timeout=60)
     writer.close(timeout=30)
@@ -224,15 +226,18 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=1)
     parser.add_argument("--tags", type=int, default=10)
     parser.add_argument("--page", action="store_true", help="subscribe as the page does (batch)")
+    parser.add_argument(
+        "--window", type=int, help="the writers' in-flight window (default: attach's default)"
+    )
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    parser.add_argument("--writer", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
         return _serve_main(args.serve)
     if args.writer is not None:
-        url, run, rate, seconds, ntags = args.writer
-        return _writer_main(url, run, int(rate), float(seconds), int(ntags))
+        url, run, rate, seconds, ntags, window = args.writer
+        return _writer_main(url, run, int(rate), float(seconds), int(ntags), window)
 
     import threading
 
@@ -268,7 +273,16 @@ def main() -> None:
         for i in range(args.writers):
             procs.append(
                 subprocess.Popen(
-                    [*me, "--writer", ws_url, "live", rate, str(args.seconds), str(args.tags)],
+                    [
+                        *me,
+                        "--writer",
+                        ws_url,
+                        "live",
+                        rate,
+                        str(args.seconds),
+                        str(args.tags),
+                        "default" if args.window is None else str(args.window),
+                    ],
                     env={**env, "TRACE_OUT": str(tmp / f"writer{i}.json")},
                 )
             )
@@ -339,7 +353,8 @@ def report(tmp: Path, args: argparse.Namespace, arrivals: list[tuple[int, float,
     load = Path("/proc/loadavg").read_text().split()[0]
     print(
         f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s), "
-        f"{args.subscribers} subscribers{' (as the page)' if args.page else ''}; load {load}"
+        f"{args.subscribers} subscribers{' (as the page)' if args.page else ''}"
+        f"{'' if args.window is None else f', window {args.window}'}; load {load}"
     )
     for name, values in stages.items():
         print(f"  {name:28s} n={len(values):7d}  {_ms(values)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -241,22 +242,37 @@ class _AckGate:
 
     async def _handle(self, request) -> None:
         ws = await request.accept()
-        try:
-            while True:
-                batch = decode_batch(decode_message(await ws.get_message()))
-                points = sum(len(c.steps) for c in batch.scalars)
-                self.batches.append((batch.seq, points, time.monotonic()))
-                await trio.to_thread.run_sync(self.release.acquire)
-                await ws.send_message(encode_ack(batch.writer, batch.seq))
-        except ConnectionClosed:
-            pass
+        # Batches are read as they come (several may be in flight) and acknowledged in order,
+        # one per release.
+        send, receive = trio.open_memory_channel[tuple[str, int]](1000)
+
+        async def acknowledge() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                async for writer, seq in receive:
+                    await trio.to_thread.run_sync(self.release.acquire)
+                    await ws.send_message(encode_ack(writer, seq))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acknowledge)
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    batch = decode_batch(decode_message(await ws.get_message()))
+                    points = sum(len(c.steps) for c in batch.scalars)
+                    self.batches.append((batch.seq, points, time.monotonic()))
+                    send.send_nowait((batch.writer, batch.seq))
+            nursery.cancel_scope.cancel()
 
 
-def test_a_point_logged_while_the_link_is_idle_leaves_at_once_not_at_the_interval():
+@pytest.mark.parametrize("window", [1, 2])
+def test_a_point_logged_while_the_window_has_room_leaves_at_once_not_at_the_interval(window):
     with _AckGate() as gate:
         # A 30 s interval: only the adaptive flush can deliver within the test's deadlines.
         writer = attach(
-            url=f"ws://127.0.0.1:{gate.port}", run="idle", telemetry=False, flush_interval=30.0
+            url=f"ws://127.0.0.1:{gate.port}",
+            run="idle",
+            telemetry=False,
+            flush_interval=30.0,
+            window=window,
         )
         try:
             for step in range(3):
@@ -266,19 +282,28 @@ def test_a_point_logged_while_the_link_is_idle_leaves_at_once_not_at_the_interva
                 assert gate.batches[step][1] == 1
                 assert gate.batches[step][2] - logged < 5
                 gate.release.release()
-            # While a batch is in flight, calls accumulate into the next one, sent as it is
-            # answered (not at the 30 s interval).
-            writer.add_scalar("loss", 1.0, 3)
-            assert gate.wait_for(4, timeout=5)
-            for step in range(4, 104):
+            # Up to `window` batches go unacknowledged, each at once, one point each; while
+            # the window is full, calls accumulate into the next batch, sent as soon as an
+            # answer frees a place (not at the 30 s interval).
+            for step in range(3, 3 + window):
                 writer.add_scalar("loss", 1.0, step)
-            assert not gate.wait_for(5, timeout=0.3)  # nothing more while the batch is held
+                assert gate.wait_for(step + 1, timeout=5), f"point {step} waited for an answer"
+                assert gate.batches[step][1] == 1
+            first = 3 + window
+            for step in range(first, first + 100):
+                writer.add_scalar("loss", 1.0, step)
+            assert not gate.wait_for(first + 1, timeout=0.3)  # nothing more: the window is full
             stats = writer.statistics()
-            assert (stats.queued_calls, stats.batches, stats.sent_batches) == (100, 4, 4)
-            assert stats.transport is not None and stats.transport.in_flight == 1
+            assert (stats.queued_calls, stats.batches, stats.sent_batches) == (
+                100,
+                first,
+                first,
+            )
+            assert stats.transport is not None and stats.transport.in_flight == window
             gate.release.release()
-            assert gate.wait_for(5, timeout=5)
-            assert gate.batches[4][1] == 100
+            assert gate.wait_for(first + 1, timeout=5)
+            assert gate.batches[first][1] == 100
+            assert writer.statistics().transport.in_flight == window
         finally:
             for _ in range(10):
                 gate.release.release()

@@ -24,8 +24,8 @@ import recorder
 
 from . import codec, storage
 from .errors import RefusedError, describe
-from .transport import InProcessTransport, Transport, WebSocketTransport
-from .writer import Writer
+from .transport import WINDOW, InProcessTransport, Transport, WebSocketTransport
+from .writer import Writer, check_window
 
 JOB_ID_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PADDLE_JOB_ID", "MASTER_ADDR")
 
@@ -57,6 +57,7 @@ def attach(
     telemetry: bool = True,
     telemetry_interval: float = 1.0,
     flush_interval: float = 0.02,
+    window: int = WINDOW,
     all_ranks: bool = False,
     cache_mb: int = 128,
     allowed_hosts: Sequence[str] = (),
@@ -82,6 +83,10 @@ def attach(
             batch is in flight. When none is, the next call's point leaves at once; while one is,
             calls accumulate into the next batch, sent as soon as the link is free (adaptive
             flushing: docs/guide.md, "Durability and transports").
+        window: the in-flight window, batches sent and not yet acknowledged (written by the
+            broker) at most, from 1 to 16. While fewer are in flight, the next call's point
+            leaves at once; 2 lets it leave while the previous batch is being written (1 makes
+            it wait for that write; more only makes batches smaller).
         all_ranks: in a distributed job, let every rank log, each as the sub-run ``<run>/rank<N>``.
             By default only rank 0 logs, and every rank sends telemetry.
         cache_mb: with ``serve``, the memory (MiB) the dashboard may keep of decoded run data
@@ -98,6 +103,7 @@ def attach(
 
     _check_seconds("telemetry_interval", telemetry_interval, 0.1, 3600.0)
     _check_seconds("flush_interval", flush_interval, 1e-3, 60.0)
+    check_window(window)
     if isinstance(cache_mb, bool) or not isinstance(cache_mb, int) or cache_mb < 1:
         raise ValueError(f"cache_mb must be a positive int, got {cache_mb!r}")
     if serve and url is not None:
@@ -122,6 +128,7 @@ def attach(
     sampling = {"interval": telemetry_interval, "rank": rank, "gpus": local_rank == 0}
     options = {
         "flush_interval": flush_interval,
+        "window": window,
         "telemetry": sampling if telemetry else None,
         "mute": mute,
     }

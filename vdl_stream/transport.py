@@ -25,6 +25,18 @@ The refusal contract (both transports; the writer codes against it):
   not yet taken is not queued twice, and at most ``MAX_ERRORS`` wait.
 - ``send`` never raises a refusal and never waits for the disk: it waits only while the broker's
   ingest queue is full (in process) or not at all (WebSocket).
+
+The in-flight window. A batch is *unacknowledged* from ``send`` until the broker's answer: an
+acknowledgement means the batch is written, so a writer that waited for the answer before sending
+the next batch would make every point wait for the previous batch's disk write. The writer
+(``attach(window=...)``, default :data:`WINDOW`) keeps up to ``window`` batches unacknowledged
+instead: it cuts and sends the next batch as soon as :meth:`Transport.unacknowledged` is below the
+window, and while it is not, lets calls accumulate into one larger batch, cut as soon as an answer
+frees a place (:meth:`Transport.wait_window`). The transports keep every guarantee with several
+batches in flight: batches are sent and re-sent in sequence order, an answer settles the batches
+up to its seq, a retryable refusal sends the refused batch and every later one again, in order,
+and the broker drops re-sent copies it already has by (writer, seq) (``Broker.ingest``), so nothing
+acknowledged is lost and nothing lands twice.
 """
 
 from __future__ import annotations
@@ -62,6 +74,11 @@ RETRY_DELAY = 0.05
 MAX_RETRY_DELAY = 2.0
 #: Refusals waiting for take_errors() at most; older ones are dropped (and counted).
 MAX_ERRORS = 100
+#: Batches a writer keeps unacknowledged at most by default (its in-flight window; see the module
+#: docstring): 2 overlaps one batch's disk write with the next batch's way to the broker.
+WINDOW = 2
+#: The largest window ``attach(window=...)`` takes: more only makes batches smaller.
+MAX_WINDOW = 16
 
 
 @dataclass(frozen=True)
@@ -120,7 +137,14 @@ class Transport(Protocol):
         refusals are re-sent meanwhile (bound the wait with a cancel scope)."""
 
     async def wait_idle(self) -> None:
-        """Wait until no batch is in flight (the writer's cue to send what accumulated)."""
+        """Wait until no batch is in flight (``wait_window(1)``)."""
+
+    def unacknowledged(self) -> int:
+        """Return how many batches were taken and are not answered yet (never blocks)."""
+
+    async def wait_window(self, window: int) -> None:
+        """Wait until fewer than ``window`` batches are unacknowledged: the writer's cue to cut
+        and send the next batch (its in-flight window, see the module docstring)."""
 
     def take_errors(self) -> list[RefusedError]:
         """Return the refusals received since the last call, each once, oldest first."""
@@ -282,11 +306,25 @@ class InProcessTransport:
             return
 
     async def wait_idle(self) -> None:
-        """Return once every batch handed over is written or refused: the broker is free for
-        the next one (the writer's adaptive flushing batches while it is not)."""
+        """Return once every batch handed over is written or refused (``wait_window(1)``)."""
+        await self.wait_window(1)
+
+    def unacknowledged(self) -> int:
+        """Batches taken whose write is not known yet, and refused ones waiting to go again."""
         self._harvest()
-        if self._unconfirmed:
-            await self._broker.wait_persisted(next(reversed(self._unconfirmed.values()))[0])
+        return len(self._unconfirmed) + len(self._backlog)
+
+    async def wait_window(self, window: int) -> None:
+        """Return once fewer than ``window`` batches are unacknowledged: the oldest one's write
+        frees a place. Refused batches waiting for their backoff count too; once it has passed
+        this returns, so that the next batch takes them along (``send`` re-sends them first)."""
+        while self.unacknowledged() >= window:
+            if self._unconfirmed:
+                # Broker seqs grow in the order the batches were taken: the first is the oldest.
+                await self._broker.wait_persisted(next(iter(self._unconfirmed.values()))[0])
+            else:
+                await trio.sleep_until(self._backoff.at)
+                return
 
     def _backlog_holds(self, seq: int) -> bool:
         first = self._backlog.first()
@@ -587,9 +625,17 @@ class WebSocketTransport:
             await self._changed.wait()
 
     async def wait_idle(self) -> None:
-        """Return once every batch taken is answered (the writer's adaptive flushing batches
-        while one is in flight, and while the broker cannot be reached)."""
-        while len(self._spool):
+        """Return once every batch taken is answered (``wait_window(1)``)."""
+        await self.wait_window(1)
+
+    def unacknowledged(self) -> int:
+        """Batches taken and not answered yet: sent, waiting to be sent, or to be re-sent."""
+        return len(self._spool)
+
+    async def wait_window(self, window: int) -> None:
+        """Return once fewer than ``window`` batches are unacknowledged (an answer came). While
+        the broker cannot be reached nothing is answered: the writer batches meanwhile."""
+        while len(self._spool) >= window:
             await self._changed.wait()
 
     def take_errors(self) -> list[RefusedError]:

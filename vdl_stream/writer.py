@@ -6,11 +6,17 @@ columnar batches and hands them to a transport: the in-process broker, or a remo
 ``vdl-stream serve`` over a WebSocket. The training loop never waits for the dashboard, except in
 ``flush()`` and ``close()``, which wait (with a timeout) for durability.
 
-Flushing adapts to the link (the opposite of Nagle's algorithm): when nothing is in flight, the
-next call wakes the background thread and its point leaves at once; while a batch is in flight,
-calls accumulate and leave together when it is answered; ``flush_interval`` only bounds the wait.
-So low rates get the lowest latency and high rates the biggest batches. The hot path pays nothing
-for it: the wake rides on the ``_attention`` flag it already tests.
+Flushing adapts to the link (the opposite of Nagle's algorithm): while fewer than ``window``
+batches are in flight (unacknowledged: an acknowledgement means written to disk), the next call
+wakes the background thread and its point leaves at once; while the window is full, calls
+accumulate and leave together as soon as an answer frees a place. So low rates get the lowest
+latency and high rates the biggest batches. A window of 2 (the default) lets a point leave while
+the previous batch is still being written, instead of waiting for that write. ``flush_interval``
+bounds the wait while the window is full only when the points held reach :data:`MAX_HELD_POINTS`
+(or the transport cannot take batches at all): under overload the writer merges calls into fewer,
+larger batches, which the broker handles at a fraction of the per-batch cost, rather than queueing
+many small ones behind the link. The hot path pays nothing for it: the wake rides on the
+``_attention`` flag it already tests.
 
 Every argument is checked at the call, so the background thread only sees what it can store. It
 still never stops on a failure: the pump (hot path -> pending batches) never waits on the
@@ -57,7 +63,7 @@ from .codec import Batch, ScalarColumns
 from .errors import describe, unwrap
 from .run_summary import CLOSED, RUNNING, STATUS_KEY
 from .summaries import to_float, to_step
-from .transport import Spool, Transport, TransportStatistics
+from .transport import MAX_WINDOW, WINDOW, Spool, Transport, TransportStatistics
 
 log = logging.getLogger("vdl_stream.writer")
 
@@ -84,6 +90,15 @@ LOGGING_METHODS = (
     "alert",
 )
 
+
+#: While the in-flight window is full, calls accumulate in the hot path's buffers (merged into the
+#: next batch) up to this many points, or :data:`MAX_HELD_EVENTS` other events of at most
+#: :data:`MAX_HELD_BYTES` (estimated) in all; past that the pump cuts a batch at its interval
+#: anyway, into the pending queue that spills to a file, so memory stays bounded (a broker that is
+#: down, say).
+MAX_HELD_POINTS = 1 << 16
+MAX_HELD_EVENTS = 64
+MAX_HELD_BYTES = 8 << 20
 
 #: Batches waiting for the transport are kept in memory up to this many bytes (estimated), then
 #: spilled to a temporary file (a transport :class:`Spool`), so a stalled or failing broker never
@@ -263,8 +278,12 @@ class Writer:
         flush_timeout: float = 30.0,
         telemetry: dict[str, Any] | None = None,
         mute: bool = False,
+        window: int = WINDOW,
     ) -> None:
         self.run = codec.check_run_name(run)
+        # The in-flight window: batches the writer keeps unacknowledged at most before it holds
+        # calls back to merge them (see _pace and _hold_back).
+        self._window = check_window(window)
         self.url: str | None = None  # the dashboard URL when this writer serves one
         self._id = uuid.uuid4().hex[:16]
         # Per-tag column buffers (see "The scalar path" in the module docstring): the hot path's
@@ -869,10 +888,15 @@ class Writer:
 
     async def _pump(self, transport: Transport) -> None:
         """Every interval, move what the hot path appended into pending batches; never waits on
-        the transport, so the hot path's lists stay short whatever the broker does."""
+        the transport, so the hot path's lists stay bounded whatever the broker does."""
         while True:
-            with trio.move_on_after(self._flush_interval):
+            with trio.move_on_after(self._flush_interval) as timer:
                 await self._wake.wait()
+            if timer.cancelled_caught and self._hold_back(transport):
+                # The window is full: merge into the batch cut when a place frees. Refusals
+                # are reported meanwhile (a refusing broker keeps the window full).
+                self._take_refusals(transport)
+                continue
             self._wake = trio.Event()
             closing = self._closing
             flushes, self._flushes = self._flushes, []
@@ -896,13 +920,29 @@ class Writer:
         assert self._wake is not None
         self._wake.set()
 
+    def _hold_back(self, transport: Transport) -> bool:
+        """Whether the pump's timer should leave what was logged in the hot path's buffers: the
+        in-flight window is full (``_pace`` wakes the pump when an answer frees a place), and
+        what is held is within its bounds. Never while batches wait to be handed over (the
+        transport is failing: they go to the bounded, spilling pending queue), nor on a flush."""
+        return (
+            not self._flushes
+            and not self._closing
+            and not len(self._pending)
+            and transport.unacknowledged() >= self._window
+            and self._queued_points() < MAX_HELD_POINTS
+            and len(self._events) < MAX_HELD_EVENTS
+            and sum(_event_bytes(e) for e in self._events) < MAX_HELD_BYTES
+        )
+
     async def _pace(self, transport: Transport) -> None:
-        """Adaptive flushing: each time the link has nothing in flight, send what waits at once,
-        or, when nothing waits, arm the hot path to wake the pump on its next call."""
+        """Adaptive flushing: each time fewer than ``window`` batches are in flight, send what
+        waits at once, or, when nothing waits, arm the hot path to wake the pump on its next
+        call."""
         while True:
             seq = self._seq
             await self._wait_sent(seq)
-            await transport.wait_idle()
+            await transport.wait_window(self._window)
             if self._seq == seq:
                 assert self._wake is not None
                 if self._events or self._has_points():
@@ -1079,6 +1119,20 @@ class Writer:
 
 
 _now = time.time  # one global lookup on the hot path instead of two
+
+
+def check_window(window: object) -> int:
+    """Check an in-flight window (batches a writer keeps unacknowledged at most); return it.
+
+    Raises:
+        TypeError: ``window`` is not an int.
+        ValueError: it is not from 1 to :data:`~vdl_stream.transport.MAX_WINDOW`.
+    """
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"window must be an int number of batches, got {type(window).__name__}")
+    if not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be from 1 to {MAX_WINDOW} batches, got {window!r}")
+    return window
 
 
 def _status_event(status: str, host: str | None, wall: float) -> dict[str, Any]:
