@@ -8,10 +8,16 @@ subprocess:
 - total process CPU per scalar event, from opening the writer through close (all threads:
   background encoding, persistence, close); the library's import, paid once per process
   whatever the number of events, is measured apart (``import_cpu_ms``), for every library alike;
-- add_histogram (2,000 histograms of 10,000 float32): loop wall time and process CPU per call;
+- add_histogram (2,000 histograms of 10,000 float32; ``--histogram-size`` for another size):
+  loop wall time and process CPU per call;
 - bytes on disk per scalar event.
 
-Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--repeat R] [--before TREE]
+Besides, a "floor" writer that only does what any writer keeping the calls for a background
+thread must do in the caller's thread (a dict lookup, the time and a list extend per scalar; a
+copy per histogram): the least a hot path can cost on this interpreter.
+
+Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-size N]
+                                    [--repeat R] [--before TREE]
 
 The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 """
@@ -49,6 +55,33 @@ class NullWriter:
         pass
 
 
+class FloorWriter:
+    """What any writer that keeps the calls for a background thread must do in the caller's
+    thread, and nothing else: look the tag's buffer up, take the time, extend the buffer
+    (scalars); copy the values (histograms). No checks, no background thread, nothing sent: the
+    floor under vdl-stream's hot path on this interpreter."""
+
+    def __init__(self) -> None:
+        self._series: dict[str, list] = {}
+        self._events: list = []
+
+    def add_scalar(self, tag, value, step):
+        try:
+            extend = self._series[tag]
+        except KeyError:
+            extend = self._series[tag] = [].extend
+        extend((step, value, _now()))
+
+    def add_histogram(self, tag, values, step):
+        self._events.append((tag, step, _now(), values.copy()))
+
+    def close(self):
+        pass
+
+
+_now = time.time
+
+
 def load(lib: str) -> float:
     """Import what ``lib``'s writer needs; return the CPU seconds that took (paid once)."""
     cpu0 = time.process_time()
@@ -64,9 +97,9 @@ def load(lib: str) -> float:
 
 
 def open_writer(lib: str, logdir: Path):
-    if lib == "null":
+    if lib in ("null", "floor"):
         (logdir / "bench").mkdir()
-        return NullWriter()
+        return NullWriter() if lib == "null" else FloorWriter()
     if lib == "vdl-stream":
         import vdl_stream
 
@@ -103,11 +136,11 @@ def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
     }
 
 
-def measure_histograms(lib: str, n: int, logdir: Path) -> dict:
+def measure_histograms(lib: str, n: int, logdir: Path, size: int) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    data = [rng.normal(size=10_000).astype(np.float32) for _ in range(20)]
+    data = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
     load(lib)
     writer = open_writer(lib, logdir)
     cpu0 = time.process_time()
@@ -122,24 +155,24 @@ def measure_histograms(lib: str, n: int, logdir: Path) -> dict:
     }
 
 
-def child(lib: str, what: str, n: int) -> None:
+def child(lib: str, what: str, n: int, size: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logdir = Path(tmp)
         result = (
             measure_scalars(lib, n, logdir)
             if what == "scalars"
-            else measure_histograms(lib, n, logdir)
+            else measure_histograms(lib, n, logdir, size)
         )
     print(json.dumps(result))
 
 
-def run_child(lib: str, what: str, n: int, tree: str | None = None) -> dict:
+def run_child(lib: str, what: str, n: int, size: int, tree: str | None = None) -> dict:
     """Measure in a fresh process; ``tree``: import vdl_stream from that source tree."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     if tree is not None:
         env["PYTHONPATH"] = tree
     out = subprocess.run(
-        [sys.executable, __file__, "--child", lib, what, str(n)],
+        [sys.executable, __file__, "--child", lib, what, str(n), str(size)],
         capture_output=True,
         text=True,
         check=True,
@@ -152,6 +185,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scalars", type=int, default=200_000)
     parser.add_argument("--histograms", type=int, default=2_000)
+    parser.add_argument(
+        "--histogram-size", type=int, default=10_000, help="float32 values per histogram"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per library; medians reported")
     parser.add_argument(
         "--before",
@@ -159,13 +195,13 @@ def main() -> None:
         help="also measure vdl-stream imported from this source tree (e.g. a worktree of main), "
         "in turn with the others, so that before and after share the machine's moment",
     )
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], args.child[1], int(args.child[2]))
+        child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
         return
     # (column, library, source tree); each repeat runs every column once, in turn.
-    columns = [("null", "null", None), ("vdl-stream", "vdl-stream", None)]
+    columns = [("null", "null", None), ("floor", "floor", None), ("vdl-stream", "vdl-stream", None)]
     if args.before:
         columns.insert(1, ("before", "vdl-stream", args.before))
     columns.append(("tensorboardX", "tensorboardX", None))
@@ -174,8 +210,8 @@ def main() -> None:
         for name, lib, tree in columns:
             runs[name].append(
                 {
-                    **run_child(lib, "scalars", args.scalars, tree),
-                    **run_child(lib, "histograms", args.histograms, tree),
+                    **run_child(lib, "scalars", args.scalars, 0, tree),
+                    **run_child(lib, "histograms", args.histograms, args.histogram_size, tree),
                 }
             )
     results = {
@@ -183,7 +219,8 @@ def main() -> None:
     }
     ours, anchor = results["vdl-stream"], results["tensorboardX"]
     print(
-        f"{args.scalars} scalars over {len(TAGS)} tags, {args.histograms} histograms of 10,000 float32; "
+        f"{args.scalars} scalars over {len(TAGS)} tags, {args.histograms} histograms of "
+        f"{args.histogram_size:,} float32; "
         f"median of {args.repeat} runs each; load average {os.getloadavg()[0]:.1f}"
     )
     names = [name for name, _, _ in columns]

@@ -191,6 +191,31 @@ def test_histogram_bins_as_numpy_up_to_values_at_an_edge(values, buckets):
         assert got["sum_sq"] == math.inf or got["sum_sq"] > 0
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int64, np.uint8])
+def test_histogram_of_many_values_is_binned_in_pieces_as_numpy_bins_it_whole(dtype):
+    # Past summaries._CHUNK values the binning goes piece by piece through reused arrays.
+    size = 3 * summaries._CHUNK + 5
+    rng = np.random.default_rng(4)
+    values = (rng.normal(size=size) * 40).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        values[::1001] = np.nan
+        values[7] = np.inf
+    got = summaries.bin_histogram(values, 25)
+    as_f8 = values.astype(np.float64)
+    finite = as_f8[np.isfinite(as_f8)]
+    want, edges = np.histogram(finite, bins=25)
+    np.testing.assert_allclose(np.frombuffer(got["edges"], "<f8"), edges, rtol=1e-12)
+    counts = np.frombuffer(got["counts"], "<f8")
+    span = edges[-1] - edges[0]
+    near = [(abs(finite - e) <= 1e-12 * (abs(e) + span)).sum() for e in edges[1:-1]]
+    assert counts.sum() == finite.size
+    assert (abs(np.cumsum(counts)[:-1] - np.cumsum(want)[:-1]) <= near).all()
+    assert (got["nan"], got["inf"]) == (np.isnan(as_f8).sum(), np.isinf(as_f8).sum())
+    assert (got["min"], got["max"]) == (finite.min(), finite.max())
+    assert got["sum"] == pytest.approx(math.fsum(finite), rel=1e-12, abs=1e-9)
+    assert got["sum_sq"] == pytest.approx(math.fsum(finite * finite), rel=1e-12)
+
+
 def test_histogram_sums_never_go_through_blas(monkeypatch):
     # Above 10,000 values BLAS (np.dot) hands a dot product to its own threads, which spin
     # wherever the cores are busy: a 100k-value histogram cost 5.8 ms of CPU instead of 50 us.
