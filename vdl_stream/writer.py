@@ -96,8 +96,9 @@ PENDING_DISK_BYTES = 4 << 30
 RETRY_FIRST, RETRY_MAX = 0.05, 2.0
 #: Distinct problem reasons a writer warns about, at most (a warning is given once per reason).
 MAX_WARNED_REASONS = 100
-#: Arrays kept for the copies of ``add_histogram``'s values, at most this many bytes in all.
-SPARE_BYTES = 32 << 20
+#: Copies of ``add_histogram``'s values waiting to be binned, at most this many bytes (past
+#: that a call bins its values itself); and arrays kept for later copies, as many bytes at most.
+SPARE_BYTES = 64 << 20
 
 
 def _event_bytes(event: dict[str, Any]) -> int:
@@ -118,29 +119,37 @@ def _batch_bytes(batch: Batch) -> int:
 
 
 class _SpareArrays:
-    """Arrays that held a histogram's values until the background thread binned them, kept for
-    the copies of later calls.
+    """The copies of ``add_histogram``'s values, from the call until the background thread has
+    binned them: bounded, and their arrays reused.
 
     ``add_histogram`` copies its values (the caller may change its array once the call returned)
     and the background thread bins them later. A fresh copy is fresh memory: the allocator hands
     back pages it returned to the system after the last batch was binned, and faulting them in
     again costs several times the copy itself (10k float32: ~20 us against ~1 us, measured in
-    docs/performance.md). So the copies are taken into arrays of the same dtype and size that
-    earlier calls used, as many as are in flight at once, up to ``limit`` bytes.
+    docs/performance.md). So the copies go into arrays of the same dtype and size that earlier
+    calls used, as many as are in flight at once, up to ``limit`` bytes kept. And at most
+    ``limit`` bytes of copies wait to be binned: past that (the background thread is behind),
+    :meth:`waiting` tells the call to bin its values itself, so memory stays bounded.
 
     Lock-free between its two threads: only the training thread takes (``copy``) and only the
-    background thread gives back (``give_back``); each keeps its own byte count, so neither
-    count is ever written by both threads.
+    background thread gives back (``give_back``); each keeps its own byte counts, so no count is
+    ever written by both threads.
     """
 
     def __init__(self, limit: int) -> None:
         self._free: dict[tuple[np.dtype[Any], int], list[np.ndarray]] = {}
         self._limit = limit
-        self._taken = 0  # bytes taken out again (training thread)
-        self._given = 0  # bytes given back (background thread)
+        self._taken = 0  # bytes of kept arrays taken out again (training thread)
+        self._copied = 0  # bytes copied (training thread)
+        self._given = 0  # bytes of arrays kept (background thread)
+        self._binned = 0  # bytes of copies binned (background thread)
+
+    def full(self) -> bool:
+        """Whether the copies waiting to be binned have reached the bound."""
+        return self._copied - self._binned >= self._limit
 
     def copy(self, arr: np.ndarray) -> np.ndarray:
-        """A flat copy of ``arr``, in a spare array when one fits (training thread)."""
+        """A flat copy of ``arr``, in a kept array when one fits (training thread)."""
         spares = self._free.get((arr.dtype, arr.size))
         if spares:  # only this thread pops: the list cannot empty between the test and the pop
             flat = spares.pop()
@@ -148,19 +157,22 @@ class _SpareArrays:
         else:
             flat = np.empty(arr.size, arr.dtype)
         np.copyto(flat.reshape(arr.shape), arr)
+        self._copied += flat.nbytes
         return flat
 
     def give_back(self, flat: np.ndarray) -> None:
-        """Keep ``flat`` (a copy's array, binned) for a later copy, within the bound
+        """Take back a copy once binned; keep its array for a later copy within the bound
         (background thread)."""
         size = flat.nbytes
+        self._binned += size
         if not size or self._given - self._taken + size > self._limit:
             return
         self._free.setdefault((flat.dtype, flat.size), []).append(flat)
         self._given += size
 
     def nbytes(self) -> int:
-        """Bytes held (approximately: the two threads' counts are read one after the other)."""
+        """Bytes of arrays kept (approximately: the two threads' counts are read one after the
+        other)."""
         return self._given - self._taken
 
 
@@ -461,9 +473,14 @@ class Writer:
         """
         wall = _wall(walltime)
         event, arr, n = summaries.histogram_call(tag, values, step, wall, buckets, copy=False)
-        # Binned by the background thread (_take_pending) from a copy: the loop may change its
-        # array right after the call (a weight updated in place).
-        event[_BIN] = (self._spares.copy(arr), n)
+        if self._spares.full():
+            # The background thread is behind by SPARE_BYTES of copies: bin here, rather than
+            # let a loop of histograms fill the memory.
+            event.update(summaries.bin_histogram(arr, n))
+        else:
+            # Binned by the background thread (_take_pending) from a copy: the loop may change
+            # its array right after the call (a weight updated in place).
+            event[_BIN] = (self._spares.copy(arr), n)
         self._add_event(event)
 
     def add_scalars(
