@@ -21,6 +21,8 @@ copy per histogram): the least a hot path can cost on this interpreter.
 
 Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-size N]
                                     [--repeat R] [--before TREE]
+       python bench/bench_writer.py --binning [--repeat R] [--before TREE]
+(the second: the histogram binning alone, CPU per histogram of 1k to 1M values).
 
 The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -163,7 +166,42 @@ def measure_histograms(lib: str, n: int, logdir: Path, size: int) -> dict:
     }
 
 
+BINNING_SIZES = (1_000, 10_000, 100_000, 1_000_000)
+
+
+def measure_binning(lib: str) -> dict:
+    """Process CPU (all threads) per histogram of float32 normal values into 10 bins, best of
+    5 rounds: vdl-stream's ``bin_histogram`` (what the background thread runs per histogram),
+    or, for "numpy", ``np.histogram`` with the sum and sum of squares a histogram records."""
+    import numpy as np
+
+    if lib == "vdl-stream":
+        from vdl_stream.summaries import bin_histogram
+    else:
+
+        def bin_histogram(values, buckets):
+            as_f8 = values.astype(np.float64)
+            return np.histogram(as_f8, buckets), as_f8.sum(), np.dot(as_f8, as_f8)
+
+    rng = np.random.default_rng(0)
+    result = {}
+    for size in BINNING_SIZES:
+        values = rng.normal(size=size).astype(np.float32)
+        reps = max(20, 2_000_000 // size)
+        best = math.inf
+        for _ in range(5):
+            cpu0 = time.process_time()
+            for _ in range(reps):
+                bin_histogram(values, 10)
+            best = min(best, (time.process_time() - cpu0) / reps)
+        result[f"bin_{size}_us"] = best * 1e6
+    return result
+
+
 def child(lib: str, what: str, n: int, size: int) -> None:
+    if what == "binning":
+        print(json.dumps(measure_binning(lib)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         logdir = Path(tmp)
         result = (
@@ -203,10 +241,19 @@ def main() -> None:
         help="also measure vdl-stream imported from this source tree (e.g. a worktree of main), "
         "in turn with the others, so that before and after share the machine's moment",
     )
+    parser.add_argument(
+        "--binning",
+        action="store_true",
+        help="only the histogram binning: CPU per histogram of 1k to 1M float32 values, "
+        "vdl-stream (and --before) against np.histogram",
+    )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
+        return
+    if args.binning:
+        binning(args.before, args.repeat)
         return
     # (column, library, source tree); each repeat runs every column once, in turn.
     columns = [("null", "null", None), ("floor", "floor", None), ("vdl-stream", "vdl-stream", None)]
@@ -237,6 +284,28 @@ def main() -> None:
         ratio = anchor[key] / ours[key] if ours[key] else float("inf")
         cells = "".join(f"{results[name][key]:14.3f}" for name in names)
         print(f"{key:28}{cells}{ratio:8.1f}x")
+
+
+def binning(before: str | None, repeat: int) -> None:
+    """Print the binning table: medians of ``repeat`` fresh processes per column."""
+    columns = [("numpy", "numpy", None), ("vdl-stream", "vdl-stream", None)]
+    if before:
+        columns.insert(1, ("before", "vdl-stream", before))
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in columns}
+    for _ in range(repeat):
+        for name, lib, tree in columns:
+            runs[name].append(run_child(lib, "binning", 0, 0, tree))
+    print(
+        f"process CPU per histogram of float32 into 10 bins (best of 5 rounds, median of "
+        f"{repeat} processes); load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"{'values':>10}" + "".join(f"{name:>14}" for name, _, _ in columns))
+    for size in BINNING_SIZES:
+        key = f"bin_{size}_us"
+        cells = "".join(
+            f"{statistics.median(r[key] for r in runs[name]):14.1f}" for name, _, _ in columns
+        )
+        print(f"{size:>10,}{cells}")
 
 
 if __name__ == "__main__":

@@ -375,32 +375,42 @@ def _count(
         with np.errstate(over="ignore"):  # a sum past 1.8e308 is recorded as inf
             return _count(arr, lo, scale, n, True)
     values, scaled, index = _pass_arrays()
-    counts = np.zeros(n + 1, np.intp)
-    sums: list[float] = []
-    squares: list[float] = []
-    for start in range(0, arr.size, _CHUNK):
-        piece = arr[start : start + _CHUNK]
-        m = piece.size
-        if piece.dtype == np.float64:
-            a = piece
-        else:
-            a = values[:m]
-            np.copyto(a, piece)  # the float64 that astype gives, into the reused array
-        s = np.subtract(a, lo, out=scaled[:m])
-        # The multiply writes the bin indices itself: computed in float64, truncated to int32
-        # as astype does (0 <= s <= n, so int32 holds them, and numpy casts float64 to int32
-        # several times faster than to int64).
-        i = np.multiply(s, scale, out=index[:m], casting="unsafe")
-        counts += np.bincount(i, minlength=n + 1)
-        sums.append(float(np.add.reduce(a)))
-        squares.append(float(np.add.reduce(np.multiply(a, a, out=s))))
+    size = arr.size
+    counts, total, total_sq = _count_piece(arr[:_CHUNK], lo, scale, n, values, scaled, index)
+    for start in range(_CHUNK, size, _CHUNK):  # past the first piece: add the others to it
+        more, piece_sum, piece_sq = _count_piece(
+            arr[start : start + _CHUNK], lo, scale, n, values, scaled, index
+        )
+        counts += more
+        total += piece_sum
+        total_sq += piece_sq
     counts[n - 1] += counts[n]
+    return counts, total, total_sq
+
+
+def _count_piece(
+    piece: np.ndarray,
+    lo: float,
+    scale: float,
+    n: int,
+    values: np.ndarray,
+    scaled: np.ndarray,
+    index: np.ndarray,
+) -> tuple[np.ndarray, float, float]:
+    """:func:`_count` of at most ``_CHUNK`` values, through the thread's pass arrays."""
+    m = piece.size
+    if piece.dtype == np.float64:
+        a = piece
+    else:
+        a = values[:m]
+        np.copyto(a, piece)  # the float64 that astype gives, into the reused array
+    s = np.subtract(a, lo, out=scaled[:m])
+    # The multiply writes the bin indices itself: computed in float64, truncated to int32 as
+    # astype does (0 <= s <= n, so int32 holds them, and numpy casts float64 to int32 several
+    # times faster than to int64).
+    counts = np.bincount(np.multiply(s, scale, out=index[:m], casting="unsafe"), minlength=n + 1)
     # One piece: numpy's pairwise sum of the whole array, bit for bit as before the pieces.
-    return (
-        counts,
-        sums[0] if len(sums) == 1 else sum(sums),
-        (squares[0] if len(squares) == 1 else sum(squares)),
-    )
+    return counts, float(np.add.reduce(a)), float(np.add.reduce(np.multiply(a, a, out=s)))
 
 
 # -- image --------------------------------------------------------------------------------------
