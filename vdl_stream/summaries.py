@@ -365,7 +365,7 @@ def _count(
     unit (the maximum lands at ``n``: it belongs to the last, closed bin); also return the sum
     and the sum of squares of its values as float64.
 
-    Per value: a subtract, a multiply into int32 and a bincount; no sorting and none of
+    Per value: a subtract, a multiply, a cast to int32 and a bincount; no sorting and none of
     np.histogram's per-element edge checks. The sums are numpy's pairwise summation, not
     ``np.dot``: that is BLAS, which above 10,000 values hands the work to its own threads, and
     where the cores are busy (a training process) they spin and wait: a 100k-value histogram
@@ -406,10 +406,13 @@ def _count_piece(
         a = values[:m]
         np.copyto(a, piece)  # the float64 that astype gives, into the reused array
     s = np.subtract(a, lo, out=scaled[:m])
-    # The multiply writes the bin indices itself: computed in float64, truncated to int32 as
-    # astype does (0 <= s <= n, so int32 holds them, and numpy casts float64 to int32 several
-    # times faster than to int64).
-    counts = np.bincount(np.multiply(s, scale, out=index[:m], casting="unsafe"), minlength=n + 1)
+    s *= scale
+    # Truncated to int32 as astype does, into the reused array (0 <= s <= n, so int32 holds the
+    # indices, and numpy casts float64 to int32 several times faster than to int64). Not one
+    # multiply with an int32 output: its buffered cast is slower than the two passes.
+    i = index[:m]
+    np.copyto(i, s, casting="unsafe")
+    counts = np.bincount(i, minlength=n + 1)
     # One piece: numpy's pairwise sum of the whole array, bit for bit as before the pieces.
     return counts, float(np.add.reduce(a)), float(np.add.reduce(np.multiply(a, a, out=s)))
 
