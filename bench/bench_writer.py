@@ -5,13 +5,24 @@ subprocess:
 - add_scalar, loop wall time: 200,000 calls over 10 tags, the whole loop's wall time divided by
   the calls; it includes the background thread taking the GIL while the loop runs, which is what a
   training loop pays (also the median of 1,000-call chunks, which leaves those hand-offs out);
+  and the CPU time of all threads over the loop (``*_loop_cpu_us``): other processes on the
+  machine do not change it, and where the threads take turns at the GIL it is what the loop wall
+  time comes to on a quiet machine;
 - total process CPU per scalar event, from opening the writer through close (all threads:
   background encoding, persistence, close); the library's import, paid once per process
   whatever the number of events, is measured apart (``import_cpu_ms``), for every library alike;
-- add_histogram (2,000 histograms of 10,000 float32): loop wall time and process CPU per call;
+- add_histogram (2,000 histograms of 10,000 float32; ``--histogram-size`` for another size):
+  loop wall time and process CPU per call;
 - bytes on disk per scalar event.
 
-Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--repeat R] [--before TREE]
+Besides, a "floor" writer that only does what any writer keeping the calls for a background
+thread must do in the caller's thread (a dict lookup, the time and a list extend per scalar; a
+copy per histogram): the least a hot path can cost on this interpreter.
+
+Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-size N]
+                                    [--repeat R] [--before TREE]
+       python bench/bench_writer.py --binning [--repeat R] [--before TREE]
+(the second: the histogram binning alone, CPU per histogram of 1k to 1M values).
 
 The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 """
@@ -20,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -49,21 +61,51 @@ class NullWriter:
         pass
 
 
+class FloorWriter:
+    """What any writer that keeps the calls for a background thread must do in the caller's
+    thread, and nothing else: look the tag's buffer up, take the time, extend the buffer
+    (scalars); copy the values (histograms). No checks, no background thread, nothing sent: the
+    floor under vdl-stream's hot path on this interpreter."""
+
+    def __init__(self) -> None:
+        self._series: dict[str, list] = {}
+        self._events: list = []
+
+    def add_scalar(self, tag, value, step):
+        try:
+            extend = self._series[tag]
+        except KeyError:
+            extend = self._series[tag] = [].extend
+        extend((step, value, _now()))
+
+    def add_histogram(self, tag, values, step):
+        self._events.append((tag, step, _now(), values.copy()))
+
+    def close(self):
+        pass
+
+
+_now = time.time
+
+
 def load(lib: str) -> float:
     """Import what ``lib``'s writer needs; return the CPU seconds that took (paid once)."""
     cpu0 = time.process_time()
     if lib == "vdl-stream":
-        import vdl_stream
-        import vdl_stream.broker  # noqa: F401 - attach() imports it for the in-process broker
+        # attach's own module (vdl_stream loads it lazily, at the first ``vdl_stream.attach``)
+        # and the broker it starts in process: what ``from tensorboardX import SummaryWriter``
+        # loads for tensorboardX, so that neither library's figure carries import time.
+        import vdl_stream.broker  # noqa: F401
+        from vdl_stream import attach  # noqa: F401
     elif lib == "tensorboardX":
         from tensorboardX import SummaryWriter  # noqa: F401
     return time.process_time() - cpu0
 
 
 def open_writer(lib: str, logdir: Path):
-    if lib == "null":
+    if lib in ("null", "floor"):
         (logdir / "bench").mkdir()
-        return NullWriter()
+        return NullWriter() if lib == "null" else FloorWriter()
     if lib == "vdl-stream":
         import vdl_stream
 
@@ -81,6 +123,7 @@ def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
     chunks = []
     perf = time.perf_counter
     tags = TAGS
+    loop_cpu0 = time.process_time()
     loop0 = perf()
     for start in range(0, n, CHUNK):
         t0 = perf()
@@ -88,10 +131,12 @@ def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
             add(tags[i % 10], i * 0.001, i // 10)
         chunks.append((perf() - t0) / CHUNK)
     loop = perf() - loop0
+    loop_cpu = time.process_time() - loop_cpu0
     writer.close()
     cpu = time.process_time() - cpu0
     return {
         "add_scalar_loop_us": loop / n * 1e6,
+        "add_scalar_loop_cpu_us": loop_cpu / n * 1e6,
         "add_scalar_median_us": statistics.median(chunks) * 1e6,
         "add_scalar_p99_us": sorted(chunks)[int(len(chunks) * 0.99)] * 1e6,
         "cpu_per_scalar_us": cpu / n * 1e6,
@@ -100,11 +145,11 @@ def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
     }
 
 
-def measure_histograms(lib: str, n: int, logdir: Path) -> dict:
+def measure_histograms(lib: str, n: int, logdir: Path, size: int) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    data = [rng.normal(size=10_000).astype(np.float32) for _ in range(20)]
+    data = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
     load(lib)
     writer = open_writer(lib, logdir)
     cpu0 = time.process_time()
@@ -112,31 +157,68 @@ def measure_histograms(lib: str, n: int, logdir: Path) -> dict:
     for i in range(n):
         writer.add_histogram("weights", data[i % 20], i)
     loop = time.perf_counter() - loop0
+    loop_cpu = time.process_time() - cpu0
     writer.close()
     return {
         "add_histogram_loop_us": loop / n * 1e6,
+        "add_histogram_loop_cpu_us": loop_cpu / n * 1e6,
         "cpu_per_histogram_us": (time.process_time() - cpu0) / n * 1e6,
     }
 
 
-def child(lib: str, what: str, n: int) -> None:
+BINNING_SIZES = (1_000, 10_000, 100_000, 1_000_000)
+
+
+def measure_binning(lib: str) -> dict:
+    """Process CPU (all threads) per histogram of float32 normal values into 10 bins, best of
+    5 rounds: vdl-stream's ``bin_histogram`` (what the background thread runs per histogram),
+    or, for "numpy", ``np.histogram`` with the sum and sum of squares a histogram records."""
+    import numpy as np
+
+    if lib == "vdl-stream":
+        from vdl_stream.summaries import bin_histogram
+    else:
+
+        def bin_histogram(values, buckets):
+            as_f8 = values.astype(np.float64)
+            return np.histogram(as_f8, buckets), as_f8.sum(), np.dot(as_f8, as_f8)
+
+    rng = np.random.default_rng(0)
+    result = {}
+    for size in BINNING_SIZES:
+        values = rng.normal(size=size).astype(np.float32)
+        reps = max(20, 2_000_000 // size)
+        best = math.inf
+        for _ in range(5):
+            cpu0 = time.process_time()
+            for _ in range(reps):
+                bin_histogram(values, 10)
+            best = min(best, (time.process_time() - cpu0) / reps)
+        result[f"bin_{size}_us"] = best * 1e6
+    return result
+
+
+def child(lib: str, what: str, n: int, size: int) -> None:
+    if what == "binning":
+        print(json.dumps(measure_binning(lib)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         logdir = Path(tmp)
         result = (
             measure_scalars(lib, n, logdir)
             if what == "scalars"
-            else measure_histograms(lib, n, logdir)
+            else measure_histograms(lib, n, logdir, size)
         )
     print(json.dumps(result))
 
 
-def run_child(lib: str, what: str, n: int, tree: str | None = None) -> dict:
+def run_child(lib: str, what: str, n: int, size: int, tree: str | None = None) -> dict:
     """Measure in a fresh process; ``tree``: import vdl_stream from that source tree."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     if tree is not None:
         env["PYTHONPATH"] = tree
     out = subprocess.run(
-        [sys.executable, __file__, "--child", lib, what, str(n)],
+        [sys.executable, __file__, "--child", lib, what, str(n), str(size)],
         capture_output=True,
         text=True,
         check=True,
@@ -149,6 +231,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scalars", type=int, default=200_000)
     parser.add_argument("--histograms", type=int, default=2_000)
+    parser.add_argument(
+        "--histogram-size", type=int, default=10_000, help="float32 values per histogram"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per library; medians reported")
     parser.add_argument(
         "--before",
@@ -156,13 +241,22 @@ def main() -> None:
         help="also measure vdl-stream imported from this source tree (e.g. a worktree of main), "
         "in turn with the others, so that before and after share the machine's moment",
     )
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--binning",
+        action="store_true",
+        help="only the histogram binning: CPU per histogram of 1k to 1M float32 values, "
+        "vdl-stream (and --before) against np.histogram",
+    )
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], args.child[1], int(args.child[2]))
+        child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
+        return
+    if args.binning:
+        binning(args.before, args.repeat)
         return
     # (column, library, source tree); each repeat runs every column once, in turn.
-    columns = [("null", "null", None), ("vdl-stream", "vdl-stream", None)]
+    columns = [("null", "null", None), ("floor", "floor", None), ("vdl-stream", "vdl-stream", None)]
     if args.before:
         columns.insert(1, ("before", "vdl-stream", args.before))
     columns.append(("tensorboardX", "tensorboardX", None))
@@ -171,8 +265,8 @@ def main() -> None:
         for name, lib, tree in columns:
             runs[name].append(
                 {
-                    **run_child(lib, "scalars", args.scalars, tree),
-                    **run_child(lib, "histograms", args.histograms, tree),
+                    **run_child(lib, "scalars", args.scalars, 0, tree),
+                    **run_child(lib, "histograms", args.histograms, args.histogram_size, tree),
                 }
             )
     results = {
@@ -180,7 +274,8 @@ def main() -> None:
     }
     ours, anchor = results["vdl-stream"], results["tensorboardX"]
     print(
-        f"{args.scalars} scalars over {len(TAGS)} tags, {args.histograms} histograms of 10,000 float32; "
+        f"{args.scalars} scalars over {len(TAGS)} tags, {args.histograms} histograms of "
+        f"{args.histogram_size:,} float32; "
         f"median of {args.repeat} runs each; load average {os.getloadavg()[0]:.1f}"
     )
     names = [name for name, _, _ in columns]
@@ -189,6 +284,28 @@ def main() -> None:
         ratio = anchor[key] / ours[key] if ours[key] else float("inf")
         cells = "".join(f"{results[name][key]:14.3f}" for name in names)
         print(f"{key:28}{cells}{ratio:8.1f}x")
+
+
+def binning(before: str | None, repeat: int) -> None:
+    """Print the binning table: medians of ``repeat`` fresh processes per column."""
+    columns = [("numpy", "numpy", None), ("vdl-stream", "vdl-stream", None)]
+    if before:
+        columns.insert(1, ("before", "vdl-stream", before))
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in columns}
+    for _ in range(repeat):
+        for name, lib, tree in columns:
+            runs[name].append(run_child(lib, "binning", 0, 0, tree))
+    print(
+        f"process CPU per histogram of float32 into 10 bins (best of 5 rounds, median of "
+        f"{repeat} processes); load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"{'values':>10}" + "".join(f"{name:>14}" for name, _, _ in columns))
+    for size in BINNING_SIZES:
+        key = f"bin_{size}_us"
+        cells = "".join(
+            f"{statistics.median(r[key] for r in runs[name]):14.1f}" for name, _, _ in columns
+        )
+        print(f"{size:>10,}{cells}")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,83 @@ def test_a_histogram_is_binned_later_from_a_copy_of_its_values(tmp_path):
         assert record.data[key] == expected[key], key
 
 
+def test_histogram_copies_reuse_binned_arrays_and_stay_private(tmp_path):
+    # add_histogram copies into arrays that earlier calls' histograms no longer need: a reused
+    # array must hold only the new call's values, whatever dtype and shape each call has.
+    from vdl_stream import summaries
+
+    rng = np.random.default_rng(2)
+    calls = [
+        rng.normal(size=(100, 30)).astype(np.float32),
+        rng.normal(size=3000).astype(np.float32) * 1e3,  # same dtype and size, another shape
+        rng.integers(-50, 50, size=3000).astype(np.int16),
+        rng.normal(size=3000),
+    ]
+    expected = []
+    with attach(tmp_path, run="spares", telemetry=False) as w:
+        for step, values in enumerate(calls * 3):
+            expected.append(summaries.histogram_event("w", values.copy(), step, 1.0e9, 7))
+            w.add_histogram("w", values, step, walltime=1.0e9, buckets=7)
+            values += 1  # the loop updates its array in place right after the call
+            assert w.flush()
+        # Four (dtype, size) kinds, each array given back after it was binned and taken again.
+        assert 0 < w._spares.nbytes() <= 3000 * (4 + 2 + 8)
+    with recorder.RunReader(tmp_path / "spares") as reader:
+        records = reader.read_records(kind="histogram")
+    assert len(records) == len(expected)
+    for record, want in zip(records, expected, strict=True):
+        for key in ("edges", "counts", "num", "nan", "inf", "min", "max", "sum", "sum_sq"):
+            assert record.data[key] == want[key], (record.step, key)
+
+
+def test_spare_arrays_are_reused_by_dtype_and_size_within_their_bound():
+    from vdl_stream.writer import _SpareArrays
+
+    spares = _SpareArrays(limit=100)
+    first = spares.copy(np.arange(8, dtype=np.float64))  # 64 bytes
+    assert not spares.full()  # 64 bytes wait to be binned
+    second = spares.copy(np.ones((2, 4)))
+    assert spares.full()  # 128: the next call bins its values itself
+    spares.give_back(first)
+    spares.give_back(second)  # 128 bytes would pass the bound: dropped
+    assert spares.nbytes() == 64 and not spares.full()
+    spares.give_back(np.empty(0))  # nothing to keep
+    other = spares.copy(np.arange(8, dtype=np.float32))  # another dtype: a new array
+    assert not np.shares_memory(other, first) and spares.nbytes() == 64
+    again = spares.copy(np.full((4, 2), 7.0))
+    assert np.shares_memory(again, first) and again.shape == (8,) and (again == 7.0).all()
+    assert spares.nbytes() == 0
+
+
+def test_a_histogram_is_binned_in_the_call_when_the_copies_waiting_reach_their_bound(
+    tmp_path, monkeypatch
+):
+    # Bound 0: every call finds the copies "full" and bins its values itself, in its thread.
+    import threading
+
+    from vdl_stream import summaries, writer
+
+    monkeypatch.setattr(writer, "SPARE_BYTES", 0)
+    binned_in = []
+    bin_histogram = summaries.bin_histogram
+
+    def spy(values, buckets):
+        binned_in.append(threading.current_thread())
+        return bin_histogram(values, buckets)
+
+    monkeypatch.setattr(summaries, "bin_histogram", spy)
+    values = np.random.default_rng(5).normal(size=(50, 40))
+    expected = summaries.histogram_event("w", values.copy(), 1, 1.0e9, 9)
+    with attach(tmp_path, run="inline", telemetry=False) as w:
+        w.add_histogram("w", values, 1, walltime=1.0e9, buckets=9)
+        values[:] = 0.0
+    assert binned_in[-2:] == [threading.current_thread()] * 2  # expected's, then the call's
+    with recorder.RunReader(tmp_path / "inline") as reader:
+        (record,) = reader.read_records(kind="histogram")
+    for key in ("edges", "counts", "num", "nan", "inf", "min", "max", "sum", "sum_sq"):
+        assert record.data[key] == expected[key], key
+
+
 def test_run_names_are_unique_and_sortable():
     names = [make_run_name() for _ in range(200)]
     assert len(set(names)) == 200

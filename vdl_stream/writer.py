@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import numpy as np
 import trio
 
 from . import codec, summaries
@@ -110,6 +111,9 @@ PENDING_DISK_BYTES = 4 << 30
 RETRY_FIRST, RETRY_MAX = 0.05, 2.0
 #: Distinct problem reasons a writer warns about, at most (a warning is given once per reason).
 MAX_WARNED_REASONS = 100
+#: Copies of ``add_histogram``'s values waiting to be binned, at most this many bytes (past
+#: that a call bins its values itself); and arrays kept for later copies, as many bytes at most.
+SPARE_BYTES = 64 << 20
 
 
 def _event_bytes(event: dict[str, Any]) -> int:
@@ -127,6 +131,64 @@ def _batch_bytes(batch: Batch) -> int:
     """A cheap estimate of a batch's size in memory."""
     size = 128 + sum(24 * len(c) + len(c.tag) for c in batch.scalars)
     return size + sum(_event_bytes(e) for e in batch.events)
+
+
+class _SpareArrays:
+    """The copies of ``add_histogram``'s values, from the call until the background thread has
+    binned them: bounded, and their arrays reused.
+
+    ``add_histogram`` copies its values (the caller may change its array once the call returned)
+    and the background thread bins them later. A fresh copy is fresh memory: the allocator hands
+    back pages it returned to the system after the last batch was binned, and faulting them in
+    again costs several times the copy itself (10k float32: ~20 us against ~1 us, measured in
+    docs/performance.md). So the copies go into arrays of the same dtype and size that earlier
+    calls used, as many as are in flight at once, up to ``limit`` bytes kept. And at most
+    ``limit`` bytes of copies wait to be binned: past that (the background thread is behind),
+    :meth:`waiting` tells the call to bin its values itself, so memory stays bounded.
+
+    Lock-free between its two threads: only the training thread takes (``copy``) and only the
+    background thread gives back (``give_back``); each keeps its own byte counts, so no count is
+    ever written by both threads.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._free: dict[tuple[np.dtype[Any], int], list[np.ndarray]] = {}
+        self._limit = limit
+        self._taken = 0  # bytes of kept arrays taken out again (training thread)
+        self._copied = 0  # bytes copied (training thread)
+        self._given = 0  # bytes of arrays kept (background thread)
+        self._binned = 0  # bytes of copies binned (background thread)
+
+    def full(self) -> bool:
+        """Whether the copies waiting to be binned have reached the bound."""
+        return self._copied - self._binned >= self._limit
+
+    def copy(self, arr: np.ndarray) -> np.ndarray:
+        """A flat copy of ``arr``, in a kept array when one fits (training thread)."""
+        spares = self._free.get((arr.dtype, arr.size))
+        if spares:  # only this thread pops: the list cannot empty between the test and the pop
+            flat = spares.pop()
+            self._taken += flat.nbytes
+        else:
+            flat = np.empty(arr.size, arr.dtype)
+        np.copyto(flat.reshape(arr.shape), arr)
+        self._copied += flat.nbytes
+        return flat
+
+    def give_back(self, flat: np.ndarray) -> None:
+        """Take back a copy once binned; keep its array for a later copy within the bound
+        (background thread)."""
+        size = flat.nbytes
+        self._binned += size
+        if not size or self._given - self._taken + size > self._limit:
+            return
+        self._free.setdefault((flat.dtype, flat.size), []).append(flat)
+        self._given += size
+
+    def nbytes(self) -> int:
+        """Bytes of arrays kept (approximately: the two threads' counts are read one after the
+        other)."""
+        return self._given - self._taken
 
 
 @dataclass(frozen=True)
@@ -296,6 +358,7 @@ class Writer:
         # Every buffer with its tag, in order of first use: what the pump drains.
         self._buffers: list[tuple[str, list[int | float]]] = []
         self._events: list[dict[str, Any]] = []
+        self._spares = _SpareArrays(SPARE_BYTES)  # add_histogram's copies, reused
         self._closed = False
         # The hot path's only extra check: set when the writer is closed or has news to report.
         self._attention = False
@@ -428,8 +491,15 @@ class Writer:
         :func:`vdl_stream.summaries.histogram_event`.
         """
         wall = _wall(walltime)
-        event, arr, n = summaries.histogram_call(tag, values, step, wall, buckets)
-        event[_BIN] = (arr, n)  # binned by the background thread (_take_pending)
+        event, arr, n = summaries.histogram_call(tag, values, step, wall, buckets, copy=False)
+        if self._spares.full():
+            # The background thread is behind by SPARE_BYTES of copies: bin here, rather than
+            # let a loop of histograms fill the memory.
+            event.update(summaries.bin_histogram(arr, n))
+        else:
+            # Binned by the background thread (_take_pending) from a copy: the loop may change
+            # its array right after the call (a weight updated in place).
+            event[_BIN] = (self._spares.copy(arr), n)
         self._add_event(event)
 
     def add_scalars(
@@ -965,7 +1035,9 @@ class Writer:
             self._seq += 1
             for event in events:
                 if _BIN in event:
-                    event.update(summaries.bin_histogram(*event.pop(_BIN)))
+                    values, n = event.pop(_BIN)
+                    event.update(summaries.bin_histogram(values, n))
+                    self._spares.give_back(values)
             if self._status_due is not None or self._close_due:
                 events = self._stamp_status(columns, events)
             batch = Batch(self._id, self._seq, self.run, columns, events, sync)
