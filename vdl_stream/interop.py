@@ -602,6 +602,15 @@ class Export:
         self._chunk = chunk_rows
         self._reader = recorder.RunReader(run_dir)
 
+    def stored_points(self) -> int:
+        """The scalar points stored under the exported tags (superseded ones included): how
+        large the export is, within restarts, telemetry and alerts."""
+        return sum(
+            info.count
+            for tag, info in self._reader.tags().items()
+            if info.kind == "scalars" and self._wanted(tag)
+        )
+
     def _wanted(self, tag: str) -> bool:
         return self._regex is None or self._regex.search(tag) is not None
 
@@ -1110,14 +1119,101 @@ async def stream_export(export: Export) -> AsyncIterator[bytes]:
     import trio
 
     chunks = iter(export)
+    limiter = trio.CapacityLimiter(1)  # one block at a time: the export is sequential
     try:
         while True:
-            chunk = await trio.to_thread.run_sync(next, chunks, None)
+            chunk = await trio.to_thread.run_sync(next, chunks, None, limiter=limiter)
             if chunk is None:
                 return
             yield chunk
     finally:
         export.close()
+
+
+#: Stored points from which ``GET /api/export`` formats in a child process (its start, about
+#: 0.3 s, is then a small part of the export).
+EXPORT_PROCESS_POINTS = 1_000_000
+#: Bytes a chunk read from the child's output holds at least (but at its end).
+EXPORT_PIPE_CHUNK = 1 << 20
+#: Longest the child may take to go once killed.
+EXPORT_KILL_WAIT = 5.0
+#: Where the child imports this very package from, wherever that is.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+async def stream_export_process(
+    run_dir: str | os.PathLike[str], fmt: str, pattern: str | None = None
+) -> AsyncIterator[bytes]:
+    """Yield the export of ``run_dir`` (the bytes of :class:`Export`), formatted by a
+    ``vdl-stream export`` child process and read from its output in chunks of about
+    :data:`EXPORT_PIPE_CHUNK` bytes.
+
+    For a server: the formatting holds neither its GIL nor its event loop, it runs on another
+    core while the server sends, and it gets the CLI's memory settings (:func:`_keep_freed_memory`).
+    Check ``fmt`` and ``pattern`` first (opening an :class:`Export` does): the child's errors
+    surface only as a :class:`RuntimeError` at the end. The child is killed when the consumer
+    stops early or is cancelled.
+
+    Raises:
+        RuntimeError: the child failed (its last stderr lines are in the message).
+    """
+    import subprocess
+
+    import trio
+
+    command = [sys.executable, "-m", "vdl_stream.cli", "export", os.fspath(run_dir)]
+    command += ["--format", fmt] + (["--tag", pattern] if pattern else [])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    process = await trio.lowlevel.open_process(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    out, err = process.stdout, process.stderr
+    assert out is not None and err is not None
+    try:
+        _widen_pipe(out.fileno())
+        parts: list[bytes] = []
+        size = 0
+        while data := await out.receive_some(EXPORT_PIPE_CHUNK):
+            parts.append(data)
+            size += len(data)
+            if size >= EXPORT_PIPE_CHUNK:
+                yield b"".join(parts)
+                parts.clear()
+                size = 0
+        if parts:
+            yield b"".join(parts)
+        if await process.wait():
+            tail = b""
+            with trio.move_on_after(1):
+                while data := await err.receive_some(1 << 16):
+                    tail = (tail + data)[-2000:]
+            raise RuntimeError(
+                f"export child exited with {process.returncode}: "
+                f"{tail.decode(errors='replace').strip()}"
+            )
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.move_on_after(EXPORT_KILL_WAIT, shield=True):
+            await process.wait()
+            await out.aclose()
+            await err.aclose()
+
+
+def _widen_pipe(fd: int) -> None:
+    """Let a pipe hold up to 1 MB (Linux; pipe-max-size, unprivileged), so a read gets a whole
+    formatted block rather than 64 KB of it. Elsewhere, or if refused, nothing changes."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):
+        pass
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:

@@ -50,7 +50,7 @@ from . import __version__, codec, embeddings, storage, telemetry
 from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
-from .interop import Export, stream_export
+from .interop import EXPORT_PROCESS_POINTS, Export, stream_export, stream_export_process
 from .run_summary import summaries_table_frame
 from .webhooks import WebhookNotifier
 
@@ -767,9 +767,15 @@ def api_blueprint(broker: Broker) -> Blueprint:
         except re.error as exc:
             return jsonify(error=f"tag is not a valid regex: {exc}"), 400
         filename = name.replace("/", "_") + "." + fmt
-        # Streamed chunk by chunk, each formatted in a worker thread: constant memory, and the
-        # event loop never waits on a long run.
-        response = Response(stream_export(export), content_type=EXPORT_TYPES[fmt])
+        # Streamed chunk by chunk in constant memory; the event loop never formats a row. A
+        # large export is formatted by a child process (on another core, off this process's
+        # GIL), a small one in a worker thread (no process start).
+        if await trio.to_thread.run_sync(export.stored_points) >= EXPORT_PROCESS_POINTS:
+            export.close()
+            body = stream_export_process(path, fmt, pattern)
+        else:
+            body = stream_export(export)
+        response = Response(body, content_type=EXPORT_TYPES[fmt])
         # No time limit: Quart's RESPONSE_TIMEOUT (60 s) cut exports of tens of millions of
         # rows, or to a slow client, short mid-body.
         response.timeout = None
