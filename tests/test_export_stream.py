@@ -515,10 +515,28 @@ async def test_a_client_leaving_mid_export_ends_its_child_process(long_run, nurs
     assert status == 200 and "broker" in body
 
 
-async def test_a_failing_child_export_says_why(tmp_path):
+async def test_a_failing_child_export_says_why(tricky, tmp_path):
+    """The run went between the server's check and the child's start: the body ends in an
+    error that names it, and the slot is given back."""
+    import shutil
+
     from vdl_stream.interop import stream_export_process
 
-    with trio.fail_after(60), pytest.raises(RuntimeError, match="export child exited with 2"):
-        async for _ in stream_export_process(tmp_path / "no-such-run", "csv"):
+    run = tmp_path / "going"
+    shutil.copytree(tricky, run)
+    slots = trio.Semaphore(1)
+    export = Export(run, "csv")
+    shutil.rmtree(run)
+    with trio.fail_after(60), pytest.raises(RuntimeError, match="export child exited with 2: "):
+        async for _ in stream_export_process(export, slots):
             pass
-    assert not export_children()
+    assert not export_children() and slots.value == 1
+
+
+async def test_exports_past_the_child_slots_are_formatted_in_process(tricky):
+    from vdl_stream.interop import stream_export_process
+
+    slots = trio.Semaphore(0)  # none free
+    with trio.fail_after(60):
+        body = b"".join([c async for c in stream_export_process(Export(tricky, "json"), slots)])
+    assert body == reference(tricky, "json") and slots.value == 0

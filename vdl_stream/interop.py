@@ -599,6 +599,8 @@ class Export:
         self._threads = threads
         self._running: Generator[bytes, None, None] | None = None
         self._regex = re.compile(pattern) if pattern else None
+        self.run_dir = os.fspath(run_dir)
+        self.pattern = pattern
         self._chunk = chunk_rows
         self._reader = recorder.RunReader(run_dir)
 
@@ -1137,32 +1139,54 @@ EXPORT_PROCESS_POINTS = 1_000_000
 EXPORT_PIPE_CHUNK = 1 << 20
 #: Longest the child may take to go once killed.
 EXPORT_KILL_WAIT = 5.0
+#: Export child processes a server runs at once (each holds about 60 MB); more exports at the
+#: same time are formatted in the server's worker threads.
+EXPORT_PROCESSES = 2
 #: Where the child imports this very package from, wherever that is.
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-async def stream_export_process(
-    run_dir: str | os.PathLike[str], fmt: str, pattern: str | None = None
-) -> AsyncIterator[bytes]:
-    """Yield the export of ``run_dir`` (the bytes of :class:`Export`), formatted by a
-    ``vdl-stream export`` child process and read from its output in chunks of about
-    :data:`EXPORT_PIPE_CHUNK` bytes.
+async def stream_export_process(export: Export, slots: Any = None) -> AsyncIterator[bytes]:
+    """Yield ``export``'s bytes, formatted by a ``vdl-stream export`` child process of the same
+    run, format and pattern, read from its output in chunks of about :data:`EXPORT_PIPE_CHUNK`
+    bytes; ``export`` itself is closed. If ``slots`` (a ``trio.Semaphore``: how many such
+    children may run at once) has none free, ``export`` is streamed in this process instead, as
+    :func:`stream_export` does.
 
     For a server: the formatting holds neither its GIL nor its event loop, it runs on another
     core while the server sends, and it gets the CLI's memory settings (:func:`_keep_freed_memory`).
-    Check ``fmt`` and ``pattern`` first (opening an :class:`Export` does): the child's errors
-    surface only as a :class:`RuntimeError` at the end. The child is killed when the consumer
-    stops early or is cancelled.
+    The child's errors surface as a :class:`RuntimeError` at the end (opening ``export`` has
+    checked the run and the pattern already). The child is killed when the consumer stops early
+    or is cancelled.
 
     Raises:
         RuntimeError: the child failed (its last stderr lines are in the message).
     """
+    import trio
+
+    if slots is not None:
+        try:
+            slots.acquire_nowait()
+        except trio.WouldBlock:
+            async for chunk in stream_export(export):
+                yield chunk
+            return
+    try:
+        export.close()
+        async for chunk in _child_export(export.run_dir, export.fmt, export.pattern):
+            yield chunk
+    finally:
+        if slots is not None:
+            slots.release()
+
+
+async def _child_export(run_dir: str, fmt: str, pattern: str | None) -> AsyncIterator[bytes]:
     import subprocess
 
     import trio
 
-    command = [sys.executable, "-m", "vdl_stream.cli", "export", os.fspath(run_dir)]
-    command += ["--format", fmt] + (["--tag", pattern] if pattern else [])
+    command = [sys.executable, "-m", "vdl_stream.cli", "export", run_dir, "--format", fmt]
+    command += ["--tag", pattern] if pattern else []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     process = await trio.lowlevel.open_process(

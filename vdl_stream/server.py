@@ -50,7 +50,13 @@ from . import __version__, codec, embeddings, storage, telemetry
 from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
-from .interop import EXPORT_PROCESS_POINTS, Export, stream_export, stream_export_process
+from .interop import (
+    EXPORT_PROCESS_POINTS,
+    EXPORT_PROCESSES,
+    Export,
+    stream_export,
+    stream_export_process,
+)
 from .run_summary import summaries_table_frame
 from .webhooks import WebhookNotifier
 
@@ -752,6 +758,9 @@ def api_blueprint(broker: Broker) -> Blueprint:
             events = events[-limit:]
         return jsonify(run=name, alerts=[_jsonable(e) for e in events])
 
+    # Export child processes at once (interop.stream_export_process); more go in threads.
+    export_slots = trio.Semaphore(EXPORT_PROCESSES)
+
     @bp.get("/api/export")
     async def api_export() -> Any:
         """A run's scalars and telemetry as CSV (``tag,step,wall_time,value``) or JSON."""
@@ -771,8 +780,7 @@ def api_blueprint(broker: Broker) -> Blueprint:
         # large export is formatted by a child process (on another core, off this process's
         # GIL), a small one in a worker thread (no process start).
         if await trio.to_thread.run_sync(export.stored_points) >= EXPORT_PROCESS_POINTS:
-            export.close()
-            body = stream_export_process(path, fmt, pattern)
+            body = stream_export_process(export, export_slots)
         else:
             body = stream_export(export)
         response = Response(body, content_type=EXPORT_TYPES[fmt])
