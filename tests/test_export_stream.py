@@ -540,3 +540,16 @@ async def test_exports_past_the_child_slots_are_formatted_in_process(tricky):
     with trio.fail_after(60):
         body = b"".join([c async for c in stream_export_process(Export(tricky, "json"), slots)])
     assert body == reference(tricky, "json") and slots.value == 0
+
+
+async def test_no_python_to_start_means_an_export_in_process(tricky, monkeypatch):
+    """Where the child cannot start (an embedded interpreter has no Python executable), the
+    export is formatted in the server: the same bytes."""
+    from vdl_stream import interop
+
+    monkeypatch.setattr(interop.sys, "executable", str(tricky / "no-python-here"))
+    slots = trio.Semaphore(1)
+    with trio.fail_after(60):
+        export = Export(tricky, "csv")
+        body = b"".join([c async for c in interop.stream_export_process(export, slots)])
+    assert body == reference(tricky, "csv") and slots.value == 1

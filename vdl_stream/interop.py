@@ -1172,30 +1172,36 @@ async def stream_export_process(export: Export, slots: Any = None) -> AsyncItera
                 yield chunk
             return
     try:
-        export.close()
-        async for chunk in _child_export(export.run_dir, export.fmt, export.pattern):
+        async for chunk in _child_export(export):
             yield chunk
     finally:
         if slots is not None:
             slots.release()
 
 
-async def _child_export(run_dir: str, fmt: str, pattern: str | None) -> AsyncIterator[bytes]:
+async def _child_export(export: Export) -> AsyncIterator[bytes]:
     import subprocess
 
     import trio
 
-    command = [sys.executable, "-m", "vdl_stream.cli", "export", run_dir, "--format", fmt]
-    command += ["--tag", pattern] if pattern else []
+    command = [sys.executable, "-m", "vdl_stream.cli", "export", export.run_dir]
+    command += ["--format", export.fmt] + (["--tag", export.pattern] if export.pattern else [])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-    process = await trio.lowlevel.open_process(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+    try:
+        process = await trio.lowlevel.open_process(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+    except OSError as exc:  # no Python to start (an embedded interpreter): in this process
+        log.warning("export: no child process (%s); formatting in the server", exc)
+        async for chunk in stream_export(export):
+            yield chunk
+        return
+    export.close()
     out, err = process.stdout, process.stderr
     assert out is not None and err is not None
     try:
