@@ -250,6 +250,14 @@ def test_closing_an_export_early_stops_its_workers(long_run):
         Export(long_run, "csv", threads=-1)
 
 
+def test_a_child_formats_where_a_core_is_idle_besides_the_servers():
+    from vdl_stream.interop import export_in_child
+
+    assert export_in_child(2, 0.3) and export_in_child(16, 9.0)
+    assert not export_in_child(2, 1.2) and not export_in_child(1, 0.0)
+    assert export_in_child() in (True, False)
+
+
 def test_threads_by_default_are_the_idle_cores():
     """Formatting threads only where at least two cores are idle, at most EXPORT_THREADS_MAX."""
     from vdl_stream import interop
@@ -468,6 +476,7 @@ async def test_http_export_from_a_child_process_is_byte_identical(
     from urllib.parse import quote
 
     monkeypatch.setattr("vdl_stream.server.EXPORT_PROCESS_POINTS", 0)
+    monkeypatch.setattr("vdl_stream.server.export_in_child", lambda: True)
     url = await nursery.start(partial(run_server, tricky.parent, "127.0.0.1", 0))
     query = f"run=tricky&format={fmt}" + (f"&tag={quote(pattern)}" if pattern else "")
     with trio.fail_after(60):
@@ -490,9 +499,10 @@ def export_children() -> list:
     return found
 
 
-async def test_a_client_leaving_mid_export_ends_its_child_process(long_run, nursery):
+async def test_a_client_leaving_mid_export_ends_its_child_process(long_run, nursery, monkeypatch):
     """3M points go through a child process; a client that reads a little and hangs up
     leaves no process behind, and the server serves on."""
+    monkeypatch.setattr("vdl_stream.server.export_in_child", lambda: True)
     url = await nursery.start(partial(run_server, long_run.parent, "127.0.0.1", 0))
     host, port = url.removeprefix("http://").split(":")
     with trio.fail_after(60):

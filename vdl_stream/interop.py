@@ -532,6 +532,22 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
     return threads if threads >= 2 else 0
 
 
+def export_in_child(cores: int | None = None, load: float | None = None) -> bool:
+    """Whether ``GET /api/export`` formats a large export in a child process
+    (:func:`stream_export_process`): when there are two cores or more and one is idle, counted as
+    :func:`export_threads` counts (``cores`` less ``load``).
+
+    The child pays where it gets a core of its own: the formatting then runs beside the server's
+    sending. On busy cores it spends the same CPU time as formatting in the server, in one process
+    more (child, server and client hand every chunk on): there the server formats.
+    """
+    if cores is None:
+        cores = os.cpu_count() or 1
+    if load is None:
+        load = _load()
+    return cores >= 2 and cores - load >= 1
+
+
 def _load() -> float:
     """How many cores other work keeps busy: the 1-minute load average, or the tasks running
     right now (Linux) if fewer, since the average lags a minute behind (an export just finished

@@ -54,6 +54,7 @@ from .interop import (
     EXPORT_PROCESS_POINTS,
     EXPORT_PROCESSES,
     Export,
+    export_in_child,
     stream_export,
     stream_export_process,
 )
@@ -777,9 +778,10 @@ def api_blueprint(broker: Broker) -> Blueprint:
             return jsonify(error=f"tag is not a valid regex: {exc}"), 400
         filename = name.replace("/", "_") + "." + fmt
         # Streamed chunk by chunk in constant memory; the event loop never formats a row. A
-        # large export is formatted by a child process (on another core, off this process's
-        # GIL), a small one in a worker thread (no process start).
-        if await trio.to_thread.run_sync(export.stored_points) >= EXPORT_PROCESS_POINTS:
+        # large export is formatted by a child process where a core is idle for it (off this
+        # process's GIL), a small one in a worker thread (no process start).
+        points = await trio.to_thread.run_sync(export.stored_points)
+        if points >= EXPORT_PROCESS_POINTS and export_in_child():
             body = stream_export_process(export, export_slots)
         else:
             body = stream_export(export)
