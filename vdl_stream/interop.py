@@ -1294,6 +1294,13 @@ def run_export(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace, path: str) -> int:
     _keep_freed_memory()
     try:
+        return _export_kept(args, path)
+    finally:  # main() may run in a longer-lived process (tests, scripts)
+        _keep_freed_memory(False)
+
+
+def _export_kept(args: argparse.Namespace, path: str) -> int:
+    try:
         export = Export(path, args.format, args.tag, threads=args.threads)
     except re.error as exc:
         print(f"vdl-stream export: --tag is not a valid regular expression: {exc}", file=sys.stderr)
@@ -1331,8 +1338,10 @@ def _export(args: argparse.Namespace, path: str) -> int:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
-def _keep_freed_memory() -> None:
-    """Have glibc's malloc keep freed memory for the next allocation (this process: the CLI's).
+def _keep_freed_memory(keep: bool = True) -> None:
+    """Have glibc's malloc keep freed memory for the next allocation (process-wide: meant for the
+    ``vdl-stream export`` command's own process, and its child of ``/api/export``); with
+    ``keep=False``, go back to glibc's default thresholds and hand the free memory back.
 
     An export allocates and frees a few MB a block (orjson's text, numpy's temporaries); by
     default glibc maps the large ones afresh and hands the heap's free top back, so every block
@@ -1346,8 +1355,15 @@ def _keep_freed_memory() -> None:
     import ctypes
 
     try:
-        mallopt = ctypes.CDLL(None).mallopt
+        libc = ctypes.CDLL(None)
+        mallopt, trim = libc.mallopt, libc.malloc_trim
     except (OSError, AttributeError):  # another libc (musl has no mallopt)
         return
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-    mallopt(_M_TRIM_THRESHOLD, 64 << 20)
+    mallopt(_M_MMAP_THRESHOLD, (32 << 20) if keep else _DEFAULT_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, (64 << 20) if keep else _DEFAULT_THRESHOLD)
+    if not keep:
+        trim(0)
+
+
+#: glibc's default mmap and trim thresholds (its dynamic adjustment stays off once set).
+_DEFAULT_THRESHOLD = 128 << 10
