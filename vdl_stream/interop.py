@@ -575,7 +575,9 @@ class Export:
     whole document. With ``threads`` above 0, blocks are formatted that many at a time in worker
     threads, at most ``2 * threads`` blocks ahead of the consumer, while it reads the run and
     writes what was yielded. Open it with ``with`` (or call :meth:`close`): it holds the run's
-    reader and the worker threads.
+    reader and the worker threads. ``run_dir``, ``fmt`` and ``pattern`` are kept as given (a
+    child process can export the same: :func:`stream_export_process`); ``rows`` and ``tags``
+    count what was produced so far.
 
     Args:
         run_dir: the run directory.
