@@ -11,6 +11,10 @@ that the machine's load falls on all of them alike; the output goes to /dev/null
 ``os.write``. Prints the median wall and CPU time (user + system of the whole process, threads
 included) of each, and rows per second of both: on a shared machine the CPU figure moves less.
 For the CLI and ``/api/export`` (peak RSS, event-loop stall) see bench/bench_serve.py.
+
+The process keeps freed memory for reuse as ``vdl-stream export`` (and ``/api/export``'s child)
+does (``interop._keep_freed_memory``); ``--malloc default`` leaves glibc's defaults, as a program
+that uses :class:`Export` itself has them (every block then faults its pages in afresh).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ sys.path.insert(0, str(HERE.parent))
 import numpy as np  # noqa: E402
 from bench_serve import bulk_run  # noqa: E402
 
+from vdl_stream import interop  # noqa: E402
 from vdl_stream.interop import Export, export_threads  # noqa: E402
 
 
@@ -69,6 +74,12 @@ def main() -> None:
     parser.add_argument("--tag", help="only tags matching this regex (a smaller export)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each; medians are printed")
     parser.add_argument("--cache", default="/tmp/vdl-bench-serve", help="where the run is kept")
+    parser.add_argument(
+        "--malloc",
+        choices=("keep", "default"),
+        default="keep",
+        help="keep freed memory as the CLI does (default), or glibc's defaults",
+    )
     args = parser.parse_args()
     formats = args.formats.split(",")
     try:
@@ -81,6 +92,9 @@ def main() -> None:
             f"--formats takes csv and json, --threads ints >= 0 or auto, --repeats >= 1; got "
             f"{args.formats!r}, {args.threads!r}, {args.repeats}"
         )
+    keep = getattr(interop, "_keep_freed_memory", None)  # an older tree has none
+    if args.malloc == "keep" and keep is not None:
+        keep()
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     make = small_run if args.values == "small" else bulk_run
     run = make(Path(args.cache), args.points)
@@ -91,7 +105,7 @@ def main() -> None:
                 results.setdefault((fmt, t), []).append(export_once(run, fmt, args.tag, t))
     print(f"{args.points:,} points ({args.values}), tag {args.tag or 'all'}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f} (auto: {export_threads()} threads now), "
-          f"median of {args.repeats}")  # fmt: skip
+          f"median of {args.repeats}, malloc {args.malloc if keep else 'default (old tree)'}")  # fmt: skip
     print("\n| format | threads | rows | wall s | rows/s | CPU s | rows per CPU s |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for (fmt, t), runs in results.items():

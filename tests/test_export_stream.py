@@ -250,6 +250,14 @@ def test_closing_an_export_early_stops_its_workers(long_run):
         Export(long_run, "csv", threads=-1)
 
 
+def test_a_child_formats_where_a_core_is_idle_besides_the_servers():
+    from vdl_stream.interop import export_in_child
+
+    assert export_in_child(2, 0.3) and export_in_child(16, 9.0)
+    assert not export_in_child(2, 1.2) and not export_in_child(1, 0.0)
+    assert export_in_child() in (True, False)
+
+
 def test_threads_by_default_are_the_idle_cores():
     """Formatting threads only where at least two cores are idle, at most EXPORT_THREADS_MAX."""
     from vdl_stream import interop
@@ -455,3 +463,103 @@ def test_cli_export_threads_change_nothing_but_speed(tricky, tmp_path, capsys):
     assert main(["export", str(tricky), "--threads", "-1", "-o", str(tmp_path / "x")]) == 2
     assert "--threads must be >= 0, got -1" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    ("fmt", "pattern"), [("csv", None), ("json", None), ("json", "^loss$|gpu")]
+)
+async def test_http_export_from_a_child_process_is_byte_identical(
+    tricky, nursery, monkeypatch, fmt, pattern
+):
+    """A large export (here: any) is formatted by a `vdl-stream export` child process: the
+    same bytes as the row-by-row writer."""
+    from urllib.parse import quote
+
+    monkeypatch.setattr("vdl_stream.server.EXPORT_PROCESS_POINTS", 0)
+    monkeypatch.setattr("vdl_stream.server.export_in_child", lambda: True)
+    url = await nursery.start(partial(run_server, tricky.parent, "127.0.0.1", 0))
+    query = f"run=tricky&format={fmt}" + (f"&tag={quote(pattern)}" if pattern else "")
+    with trio.fail_after(60):
+        status, _, body = await trio.to_thread.run_sync(http_request, f"{url}/api/export?{query}")
+    assert status == 200
+    assert body == reference(tricky, fmt, pattern)
+
+
+def export_children() -> list:
+    """This process's `vdl-stream export` children still running."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "export" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
+
+
+async def test_a_client_leaving_mid_export_ends_its_child_process(long_run, nursery, monkeypatch):
+    """3M points go through a child process; a client that reads a little and hangs up
+    leaves no process behind, and the server serves on."""
+    monkeypatch.setattr("vdl_stream.server.export_in_child", lambda: True)
+    url = await nursery.start(partial(run_server, long_run.parent, "127.0.0.1", 0))
+    host, port = url.removeprefix("http://").split(":")
+    with trio.fail_after(60):
+        stream = await trio.open_tcp_stream(host, int(port))
+        request = f"GET /api/export?run=long&format=json HTTP/1.1\r\nHost: {host}\r\n\r\n"
+        await stream.send_all(request.encode())
+        got = b""
+        while len(got) < 1 << 16:  # the child is formatting: rows have come
+            got += await stream.receive_some(1 << 16)
+        assert got.startswith(b"HTTP/1.1 200") and b'"loss": [[' in got
+        assert export_children(), "no child process formats this export"
+        await stream.aclose()
+        for _ in range(1500):  # polling a condition, 30 s at most
+            if not export_children():
+                break
+            await trio.sleep(0.02)
+        else:
+            pytest.fail("the export's child process outlived its client")
+        status, body = await trio.to_thread.run_sync(http_get, url + "/api/stats")
+    assert status == 200 and "broker" in body
+
+
+async def test_a_failing_child_export_says_why(tricky, tmp_path):
+    """The run went between the server's check and the child's start: the body ends in an
+    error that names it, and the slot is given back."""
+    import shutil
+
+    from vdl_stream.interop import stream_export_process
+
+    run = tmp_path / "going"
+    shutil.copytree(tricky, run)
+    slots = trio.Semaphore(1)
+    export = Export(run, "csv")
+    shutil.rmtree(run)
+    with trio.fail_after(60), pytest.raises(RuntimeError, match="export child exited with 2: "):
+        async for _ in stream_export_process(export, slots):
+            pass
+    assert not export_children() and slots.value == 1
+
+
+async def test_exports_past_the_child_slots_are_formatted_in_process(tricky):
+    from vdl_stream.interop import stream_export_process
+
+    slots = trio.Semaphore(0)  # none free
+    with trio.fail_after(60):
+        body = b"".join([c async for c in stream_export_process(Export(tricky, "json"), slots)])
+    assert body == reference(tricky, "json") and slots.value == 0
+
+
+async def test_no_python_to_start_means_an_export_in_process(tricky, monkeypatch):
+    """Where the child cannot start (an embedded interpreter has no Python executable), the
+    export is formatted in the server: the same bytes."""
+    from vdl_stream import interop
+
+    monkeypatch.setattr(interop.sys, "executable", str(tricky / "no-python-here"))
+    slots = trio.Semaphore(1)
+    with trio.fail_after(60):
+        export = Export(tricky, "csv")
+        body = b"".join([c async for c in interop.stream_export_process(export, slots)])
+    assert body == reference(tricky, "csv") and slots.value == 1

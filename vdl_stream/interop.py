@@ -25,7 +25,7 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, TextIO
 
 import numpy as np
@@ -532,6 +532,22 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
     return threads if threads >= 2 else 0
 
 
+def export_in_child(cores: int | None = None, load: float | None = None) -> bool:
+    """Whether ``GET /api/export`` formats a large export in a child process
+    (:func:`stream_export_process`): when there are two cores or more and one is idle, counted as
+    :func:`export_threads` counts (``cores`` less ``load``).
+
+    The child pays where it gets a core of its own: the formatting then runs beside the server's
+    sending. On busy cores it spends the same CPU time as formatting in the server, in one process
+    more (child, server and client hand every chunk on): there the server formats.
+    """
+    if cores is None:
+        cores = os.cpu_count() or 1
+    if load is None:
+        load = _load()
+    return cores >= 2 and cores - load >= 1
+
+
 def _load() -> float:
     """How many cores other work keeps busy: the 1-minute load average, or the tasks running
     right now (Linux) if fewer, since the average lags a minute behind (an export just finished
@@ -559,7 +575,9 @@ class Export:
     whole document. With ``threads`` above 0, blocks are formatted that many at a time in worker
     threads, at most ``2 * threads`` blocks ahead of the consumer, while it reads the run and
     writes what was yielded. Open it with ``with`` (or call :meth:`close`): it holds the run's
-    reader and the worker threads.
+    reader and the worker threads. ``run_dir``, ``fmt`` and ``pattern`` are kept as given (a
+    child process can export the same: :func:`stream_export_process`); ``rows`` and ``tags``
+    count what was produced so far.
 
     Args:
         run_dir: the run directory.
@@ -599,8 +617,19 @@ class Export:
         self._threads = threads
         self._running: Generator[bytes, None, None] | None = None
         self._regex = re.compile(pattern) if pattern else None
+        self.run_dir = os.fspath(run_dir)
+        self.pattern = pattern
         self._chunk = chunk_rows
         self._reader = recorder.RunReader(run_dir)
+
+    def stored_points(self) -> int:
+        """The scalar points stored under the exported tags (superseded ones included): how
+        large the export is, within restarts, telemetry and alerts."""
+        return sum(
+            info.count
+            for tag, info in self._reader.tags().items()
+            if info.kind == "scalars" and self._wanted(tag)
+        )
 
     def _wanted(self, tag: str) -> bool:
         return self._regex is None or self._regex.search(tag) is not None
@@ -800,67 +829,101 @@ try:  # an optional accelerator: shortest round-trip floats formatted in compile
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
-_COMMA, _NEWLINE, _BRACKET = b",\n]"
-#: Entry m: a uint64 whose low m bytes are all ones (the first m bytes of a little-endian word).
-_LOW_BYTES = np.array([(1 << (8 * m)) - 1 for m in range(9)], np.uint64)
-#: Entry m: a uint64 whose low m bytes are zeros and the others ones.
-_HIGH_BYTES = ~_LOW_BYTES
-_ONE = np.uint64(1)
-_THREE = np.uint64(3)
-_BITS = np.uint64(63)
+_COMMA, _NEWLINE = b",\n"
+_NUMPY = 0 if _orjson is None else _orjson.OPT_SERIALIZE_NUMPY
+#: Bytes :func:`_layout` copies per field: a number as repr() writes it (at most 24 bytes) and its
+#: separator (at most 4), or a constant's piece, fits in one.
+_UNIT = 32
+_ROOM = np.zeros(_UNIT, np.uint8)
+
+
+def _items(buf: np.ndarray, size: int, count: int | None = None) -> np.ndarray:
+    """``buf`` (uint8) as overlapping items of ``size`` bytes, item i starting at byte i (``count``
+    of them; default all that fit): one fancy-indexed copy moves ``size`` bytes from and to any
+    byte offsets."""
+    if count is None:
+        count = len(buf) - size + 1
+    return np.ndarray((count,), f"V{size}", buf, strides=(1,))
+
+
+def _put(buf: np.ndarray, at: np.ndarray, sep: bytes) -> None:
+    """Write ``sep`` at each byte offset ``at`` of ``buf`` (uint8)."""
+    if len(sep) == 1:
+        buf[at] = sep[0]
+    elif len(at):
+        _items(buf, len(sep))[at] = np.frombuffer(sep, f"V{len(sep)}")[0]
 
 
 def _numbers(
-    x: np.ndarray, sep: int, *, null_nonfinite: bool = False
+    x: np.ndarray, sep: bytes, *, pre: bytes = b"", null_nonfinite: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each number of ``x`` as ``repr()`` writes it, followed by the byte ``sep``, as a column
-    for :func:`_layout`: ``(words, starts, lengths)``, the fields' text in little-endian uint64
-    words (zero padded), the byte offset of field i in it and its length (``sep`` included).
+    """Each number of ``x`` as ``repr()`` writes it, after ``pre`` (none or one byte) and followed
+    by ``sep`` (at most ``4 - len(pre)`` bytes), as a column for :func:`_layout`:
+    ``(text, starts, lengths)``, field i being ``text[starts[i] : starts[i] + lengths[i]]``,
+    with at least :data:`_UNIT` bytes of ``text`` from each start.
 
     The digits come from one orjson call: its shortest round-trip digits are repr's, and so is its
     layout except in exponent notation (below 1e-4 and from 1e16) and for non-finite values: those
     fields are respelled by :func:`_repr_fields` in rows appended to orjson's text (non-finite
-    values stay orjson's ``null``, if asked).
+    values stay orjson's ``null``, if asked). A one-byte ``sep`` goes where orjson put its comma;
+    a longer one, or ``pre``, in the room orjson's indented layout leaves between numbers
+    (``",\\n  "``).
     """
     integers = x.dtype.kind in "iu"
     x = np.ascontiguousarray(x, np.int64 if integers else np.float64)
-    text = _orjson.dumps(x, option=_orjson.OPT_SERIALIZE_NUMPY)  # "[1.5,2,...]"
+    wide = len(sep) > 1 or bool(pre)
+    text = _orjson.dumps(x, option=_NUMPY | (_orjson.OPT_INDENT_2 if wide else 0))
     raw = np.frombuffer(text, np.uint8)
-    ends = np.flatnonzero(raw == _COMMA)  # no number holds a comma
-    ends = np.append(ends, len(text) - 1)  # the closing bracket ends the last
-    starts = np.empty_like(ends)
-    starts[0] = 1
-    starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
+    if wide:  # "[\n  1.5,\n  2\n]": a newline 3 bytes before each number and before the "]"
+        lines = np.flatnonzero(raw == _NEWLINE)
+        starts = lines[:-1] + 3
+        ends = lines[1:] - 1  # the comma after each number
+        ends[-1] += 1  # the last has none
+    else:  # "[1.5,2]"
+        ends = np.flatnonzero(raw == _COMMA)  # no number holds a comma
+        ends = np.append(ends, len(text) - 1)  # the closing bracket ends the last
+        starts = np.empty_like(ends)
+        starts[0] = 1
+        starts[1:] = ends[:-1] + 1
+    lengths = ends - starts  # the numbers alone, for now
     redone = b""
+    odd: Any = ()
     if not integers:
         ax = np.abs(x)
         low, high = ax.min(), ax.max()  # NaN if any is
-        if low >= 1e-4 and high < 1e16:
-            odd = ()
-        else:
+        if not (low >= 1e-4 and high < 1e16):
             keep = (ax == 0) | ((ax >= 1e-4) & (ax < 1e16))  # NaN compares False
             if null_nonfinite:
                 keep |= ~np.isfinite(x)  # orjson writes them null already
             odd = np.flatnonzero(~keep)
         if len(odd):
-            redone, sizes = _repr_fields(x[odd], text, starts[odd], lengths[odd] - 1, sep)
-            starts[odd] = len(text) + _WIDTH * np.arange(len(odd))
+            redone, sizes = _repr_fields(x[odd], text, starts[odd], lengths[odd])
             lengths[odd] = sizes
-    size = len(text) + len(redone)
-    # The text starts a word in (_layout reads up to 7 bytes before a field) and has room for the
-    # word after each field's last (it reads one word ahead).
-    words = np.zeros(size // 8 + (int(lengths.max()) + 7) // 8 + 3, "<u8")
-    view = words.view(np.uint8)[8:]
-    view[: len(text)] = raw
-    if sep == _COMMA:
-        view[len(text) - 1] = sep
+    # The respelled rows go after the room the last number's separator takes (2 bytes past
+    # orjson's "\n]"), each a byte in: the byte before is ``pre``.
+    rows = len(text) + 4
+    size = rows + 1 + len(redone)
+    buf = np.empty(size + _UNIT, np.uint8)  # and the room after the last field's start
+    buf[: len(text)] = raw
+    if len(odd):
+        buf[rows + 1 : size] = np.frombuffer(redone, np.uint8)
+        starts[odd] = rows + 1 + _WIDTH * np.arange(len(odd))
+    ends = starts + lengths
+    # Where orjson wrote no comma: after the last number and in the respelled rows.
+    fix = np.append(odd, len(x) - 1).astype(np.int64)
+    if sep[0] == _COMMA:
+        _put(buf, ends[fix], sep)
+        if len(sep) > 1:  # orjson's ",\n" after the others: the comma stays
+            _put(buf, ends + 1, sep[1:])
     else:
-        view[ends] = sep
-    if redone:
-        view[len(text) : size] = np.frombuffer(redone, np.uint8)
-    starts += 8
-    return words, starts, lengths
+        _put(buf, ends, sep)
+    lengths += len(sep)
+    if pre:
+        starts -= 1
+        lengths += 1
+        # orjson's indentation is spaces: the respelled rows have none
+        _put(buf, starts if pre != b" " else starts[odd], pre)
+    return buf, starts, lengths
 
 
 #: Columns of the rows :func:`_repr_fields` rewrites numbers in: the longest repr() of a float
@@ -873,11 +936,11 @@ _FEW_FIELDS = 64
 
 
 def _repr_fields(
-    x: np.ndarray, text: bytes, starts: np.ndarray, lengths: np.ndarray, sep: int
+    x: np.ndarray, text: bytes, starts: np.ndarray, lengths: np.ndarray
 ) -> tuple[bytes, np.ndarray]:
     """The floats ``x`` as repr() writes them, from orjson's text of each (``text[starts[i]:]``,
-    ``lengths[i]`` bytes), each followed by ``sep``, in rows of :data:`_WIDTH` bytes (zero
-    padded); returns the rows' bytes and each field's length (``sep`` included).
+    ``lengths[i]`` bytes), in rows of :data:`_WIDTH` bytes (what follows a number in its row is
+    undefined); returns the rows' bytes and each number's length.
 
     orjson's digits are repr's; only their spelling is rewritten, with a few passes over the rows
     (a learning rate below 1e-4 makes a whole column of these, and repr() takes many times
@@ -887,7 +950,7 @@ def _repr_fields(
     """
     m = len(x)
     if m <= _FEW_FIELDS:  # a zero crossing's few: the passes' fixed cost would be most of it
-        texts = [(repr(v) + chr(sep)).encode() for v in x.tolist()]
+        texts = [repr(v).encode() for v in x.tolist()]
         sizes = np.fromiter(map(len, texts), np.int64, m)
         return b"".join(t.ljust(_WIDTH, b"\0") for t in texts), sizes
     r = np.arange(m)
@@ -960,81 +1023,67 @@ def _repr_fields(
         spelling = np.frombuffer(repr(float(x[j])).encode(), np.uint8)
         rows[j, : len(spelling)] = spelling
         size[j] = len(spelling)
-    flat[base + size] = sep
-    return rows.tobytes(), size + 1
+    return rows.tobytes(), size
 
 
 def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     """``n`` rows made of ``parts`` (constant bytes, or :func:`_numbers` columns) side by side,
     after ``lead``, less ``trim`` bytes at the end: no Python object per field.
 
-    Each row's offset in the output comes from the fields' lengths (a cumulative sum); each
-    part is then written into the output a uint64 word at a time for all rows at once: output
-    word k of every row's field is cut from the field's text (two source words, shifted to the
-    output's alignment), the bytes outside the field masked off, and OR-ed into place (fancy
-    indexing; one pass writes at most one word per row, and rows are at least 8 bytes long, so
-    no two rows of a pass share a word and no OR is lost). A word that every row's field fills
-    whole is assigned. Parts go in row order, so a word is only ever OR-ed into bytes that are
-    the row's earlier fields or zero.
+    Each row's fields' offsets in the output are a cumulative sum of their lengths. Every field
+    of every row is then one item of :data:`_UNIT` bytes: one fancy-indexed gather takes the items
+    from the fields' texts, one fancy-indexed assignment puts them at their offsets, in output
+    order, so the bytes an item carries past its field's end are overwritten by the next field's
+    item (numpy assigns in index order: :data:`_IN_ORDER`), and the last one's fall in the room
+    after the end. Two copies per field, whatever its length.
     """
-    parts = [p for p in parts if not isinstance(p, bytes) or p]
-    const = sum(len(p) for p in parts if isinstance(p, bytes))
-    size = np.full(n, const, np.int64)
-    widest = 1
-    for part in parts:
+    pieces: list = []
+    for part in parts:  # constants in pieces of at most _UNIT bytes (a long tag's cell)
         if isinstance(part, bytes):
-            widest = max(widest, (len(part) + 14) // 8)
+            pieces += [part[i : i + _UNIT] for i in range(0, len(part), _UNIT)]
         else:
-            size += part[2]
-            widest = max(widest, (int(part[2].max()) + 14) // 8)
-    at = np.cumsum(size)
-    total = len(lead) + int(at[-1])
-    at -= size
+            pieces.append(part)
+    starts = np.empty((n, len(pieces)), np.int64)
+    sizes = np.empty((n, len(pieces)), np.int64)
+    texts = []
+    offset = 0
+    for j, piece in enumerate(pieces):
+        if isinstance(piece, bytes):
+            text = np.frombuffer(piece, np.uint8)
+            starts[:, j] = offset
+            sizes[:, j] = len(piece)
+        else:
+            text, first, length = piece
+            np.add(first, offset, out=starts[:, j])
+            sizes[:, j] = length
+        texts.append(text)
+        offset += len(text)
+    texts.append(_ROOM)  # a constant's item reads past the end
+    source = np.concatenate(texts)
+    at = sizes.reshape(-1)
+    ends = np.cumsum(at)
+    total = len(lead) + int(ends[-1])
+    np.subtract(ends, at, out=at)
     at += len(lead)
-    out = np.zeros(total // 8 + widest + 2, "<u8")
-    out.view(np.uint8)[: len(lead)] = np.frombuffer(lead, np.uint8)
-    for part in parts:
-        q = at >> 3
-        o = at & 7  # the field's first byte in its first output word
-        if isinstance(part, bytes):
-            table = _shifted_words(part)
-            for k in range(table.shape[1]):
-                out[q + k] |= table[:, k].take(o)
-            at += len(part)
-            continue
-        words, starts, length = part
-        p = starts - o  # the source byte that goes first in output word q: starts >= 8
-        a = p >> 3
-        low = (p & 7).astype(np.uint64) << _THREE  # its bit offset in source word a
-        high = _BITS - low  # shifting by 64 - low in two steps: 0 when low is 0
-        end = o + length  # the field's end, counted from output word q
-        shortest = int(end.min())
-        cur = words.take(a)
-        for k in range((int(end.max()) + 7) // 8):
-            nxt = words.take(a + (k + 1))
-            word = (cur >> low) | ((nxt << high) << _ONE)
-            cur = nxt
-            if k == 0:
-                word &= _HIGH_BYTES.take(o)  # the bytes before the field: its row's or zero
-            elif 8 * k + 8 <= shortest:
-                out[q + k] = word  # inside the field in every row
-                continue
-            if 8 * k + 8 > shortest:
-                word &= _LOW_BYTES.take(end - 8 * k, mode="clip")  # clipped to 0..8
-            out[q + k] |= word
-        at += length
-    return out.view(np.uint8)[: total - trim].tobytes()
+    out = np.empty(total + _UNIT, np.uint8)
+    out[: len(lead)] = np.frombuffer(lead, np.uint8)
+    _items(out, _UNIT, total + 1)[at] = _items(source, _UNIT)[starts.reshape(-1)]
+    return out[: total - trim].tobytes()
 
 
-@lru_cache(maxsize=256)
-def _shifted_words(part: bytes) -> np.ndarray:
-    """Row o: ``part`` after o zero bytes, as uint64 words (a constant part's output words for
-    each of the 8 alignments)."""
-    table = np.zeros((8, (len(part) + 14) // 8), "<u8")
-    rows = table.view(np.uint8)
-    for o in range(8):
-        rows[o, o : o + len(part)] = np.frombuffer(part, np.uint8)
-    return table
+def _in_order() -> bool:
+    """Whether a fancy-indexed assignment of overlapping items writes them in index order (what
+    :func:`_layout` relies on; numpy's does). Checked once, at import."""
+    source = np.arange(4 * _UNIT, dtype=np.uint8)
+    out = np.zeros(3 * _UNIT, np.uint8)
+    _items(out, _UNIT, 2 * _UNIT)[np.array([0, 3, 8])] = _items(source, _UNIT)[
+        np.array([0, 40, 80])
+    ]
+    return out[:10].tolist() == [0, 1, 2, 40, 41, 42, 43, 44, 80, 81]
+
+
+#: False would send every row through the formatting without orjson.
+_IN_ORDER = _in_order()
 
 
 def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
@@ -1042,11 +1091,11 @@ def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np
     n = len(walls)
     if not n:
         return b""
-    if _orjson is not None:
+    if _orjson is not None and _IN_ORDER:
         parts: list = [cell.encode() + (b",," if steps is None else b",")]
         if steps is not None:
-            parts.append(_numbers(steps, _COMMA))
-        parts += [_numbers(walls, _COMMA), _numbers(values, _NEWLINE)]
+            parts.append(_numbers(steps, b","))
+        parts += [_numbers(walls, b","), _numbers(values, b"\n")]
         return _layout(n, parts)
     cell = cell.replace("%", "%%")
     if steps is None:
@@ -1068,15 +1117,12 @@ def _json_rows(
     n = len(walls)
     if not n:
         return head
-    if _orjson is not None:
-        # Each row ends with the next one's "[", trimmed from the last.
-        w = _numbers(walls, _COMMA)
-        v = _numbers(values, _BRACKET, null_nonfinite=True)
-        if steps is None:
-            parts = [w, b" null, ", v, b", ["]
-        else:
-            parts = [w, b" ", _numbers(steps, _COMMA), b" ", v, b", ["]
-        return _layout(n, parts, lead=head + b"[", trim=3)
+    if _orjson is not None and _IN_ORDER:
+        # Rows "[w," " s," " v], ", the last one's ", " trimmed.
+        w = _numbers(walls, b",", pre=b"[")
+        s = b" null," if steps is None else _numbers(steps, b",", pre=b" ")
+        v = _numbers(values, b"], ", pre=b" ", null_nonfinite=True)
+        return _layout(n, [w, s, v], lead=head, trim=2)
     vals: list = values.tolist()
     for i in np.flatnonzero(~np.isfinite(values)).tolist():
         vals[i] = "null"
@@ -1093,14 +1139,129 @@ async def stream_export(export: Export) -> AsyncIterator[bytes]:
     import trio
 
     chunks = iter(export)
+    limiter = trio.CapacityLimiter(1)  # one block at a time: the export is sequential
     try:
         while True:
-            chunk = await trio.to_thread.run_sync(next, chunks, None)
+            chunk = await trio.to_thread.run_sync(next, chunks, None, limiter=limiter)
             if chunk is None:
                 return
             yield chunk
     finally:
         export.close()
+
+
+#: Stored points from which ``GET /api/export`` formats in a child process (its start, about
+#: 0.3 s, is then a small part of the export).
+EXPORT_PROCESS_POINTS = 1_000_000
+#: Bytes a chunk read from the child's output holds at least (but at its end).
+EXPORT_PIPE_CHUNK = 1 << 20
+#: Longest the child may take to go once killed.
+EXPORT_KILL_WAIT = 5.0
+#: Export child processes a server runs at once (each holds about 60 MB); more exports at the
+#: same time are formatted in the server's worker threads.
+EXPORT_PROCESSES = 2
+#: Where the child imports this very package from, wherever that is.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+async def stream_export_process(export: Export, slots: Any = None) -> AsyncIterator[bytes]:
+    """Yield ``export``'s bytes, formatted by a ``vdl-stream export`` child process of the same
+    run, format and pattern, read from its output in chunks of about :data:`EXPORT_PIPE_CHUNK`
+    bytes; ``export`` itself is closed. If ``slots`` (a ``trio.Semaphore``: how many such
+    children may run at once) has none free, ``export`` is streamed in this process instead, as
+    :func:`stream_export` does.
+
+    For a server: the formatting holds neither its GIL nor its event loop, it runs on another
+    core while the server sends, and it gets the CLI's memory settings (:func:`_keep_freed_memory`).
+    The child's errors surface as a :class:`RuntimeError` at the end (opening ``export`` has
+    checked the run and the pattern already). The child is killed when the consumer stops early
+    or is cancelled.
+
+    Raises:
+        RuntimeError: the child failed (its last stderr lines are in the message).
+    """
+    import trio
+
+    if slots is not None:
+        try:
+            slots.acquire_nowait()
+        except trio.WouldBlock:
+            async for chunk in stream_export(export):
+                yield chunk
+            return
+    try:
+        async for chunk in _child_export(export):
+            yield chunk
+    finally:
+        if slots is not None:
+            slots.release()
+
+
+async def _child_export(export: Export) -> AsyncIterator[bytes]:
+    import subprocess
+
+    import trio
+
+    command = [sys.executable, "-m", "vdl_stream.cli", "export", export.run_dir]
+    command += ["--format", export.fmt] + (["--tag", export.pattern] if export.pattern else [])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    try:
+        process = await trio.lowlevel.open_process(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+    except OSError as exc:  # no Python to start (an embedded interpreter): in this process
+        log.warning("export: no child process (%s); formatting in the server", exc)
+        async for chunk in stream_export(export):
+            yield chunk
+        return
+    export.close()
+    out, err = process.stdout, process.stderr
+    assert out is not None and err is not None
+    try:
+        _widen_pipe(out.fileno())
+        parts: list[bytes] = []
+        size = 0
+        while data := await out.receive_some(EXPORT_PIPE_CHUNK):
+            parts.append(data)
+            size += len(data)
+            if size >= EXPORT_PIPE_CHUNK:
+                yield b"".join(parts)
+                parts.clear()
+                size = 0
+        if parts:
+            yield b"".join(parts)
+        if await process.wait():
+            tail = b""
+            with trio.move_on_after(1):
+                while data := await err.receive_some(1 << 16):
+                    tail = (tail + data)[-2000:]
+            raise RuntimeError(
+                f"export child exited with {process.returncode}: "
+                f"{tail.decode(errors='replace').strip()}"
+            )
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.move_on_after(EXPORT_KILL_WAIT, shield=True):
+            await process.wait()
+            await out.aclose()
+            await err.aclose()
+
+
+def _widen_pipe(fd: int) -> None:
+    """Let a pipe hold up to 1 MB (Linux; pipe-max-size, unprivileged), so a read gets a whole
+    formatted block rather than 64 KB of it. Elsewhere, or if refused, nothing changes."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):
+        pass
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -1133,6 +1294,14 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace, path: str) -> int:
+    _keep_freed_memory()
+    try:
+        return _export_kept(args, path)
+    finally:  # main() may run in a longer-lived process (tests, scripts)
+        _keep_freed_memory(False)
+
+
+def _export_kept(args: argparse.Namespace, path: str) -> int:
     try:
         export = Export(path, args.format, args.tag, threads=args.threads)
     except re.error as exc:
@@ -1165,3 +1334,38 @@ def _export(args: argparse.Namespace, path: str) -> int:
     else:
         print(f"exported {export.rows:,} rows", file=sys.stderr)
     return 0
+
+
+#: mallopt(3) parameters (glibc's malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def _keep_freed_memory(keep: bool = True) -> None:
+    """Have glibc's malloc keep freed memory for the next allocation (process-wide: meant for the
+    ``vdl-stream export`` command's own process, and its child of ``/api/export``); with
+    ``keep=False``, go back to glibc's default thresholds and hand the free memory back.
+
+    An export allocates and frees a few MB a block (orjson's text, numpy's temporaries); by
+    default glibc maps the large ones afresh and hands the heap's free top back, so every block
+    faults its pages in again: about 1.7 us a page on this machine's VMs, a third of the export's
+    time (docs/performance.md, "Export at 50M points"). With allocations up to 32 MB served from
+    the heap and up to 64 MB of free top kept, they fault once. Memory stays bounded: what one
+    block uses. Elsewhere than glibc it does nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt, trim = libc.mallopt, libc.malloc_trim
+    except (OSError, AttributeError):  # another libc (musl has no mallopt)
+        return
+    mallopt(_M_MMAP_THRESHOLD, (32 << 20) if keep else _DEFAULT_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, (64 << 20) if keep else _DEFAULT_THRESHOLD)
+    if not keep:
+        trim(0)
+
+
+#: glibc's default mmap and trim thresholds (its dynamic adjustment stays off once set).
+_DEFAULT_THRESHOLD = 128 << 10
