@@ -265,7 +265,13 @@ export class RunsTable {
     const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - OVERSCAN);
     const last = Math.min(rows.length, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
     const built = [];
-    for (let i = first; i < last; i++) built.push(this._row(rows[i], i, columns));
+    for (let i = first; i < last; i++) {
+      const row = this._row(rows[i], i, columns);
+      // A line under the last of the leading rows (pinned, and the runs drawn when the order
+      // settled): the runs on the charts are the ones above it.
+      if (i + 1 < rows.length && model.leads(rows[i].name) && !model.leads(rows[i + 1].name)) row.classList.add("rt-split");
+      built.push(row);
+    }
     this.body.replaceChildren(...built);
   }
 
@@ -334,7 +340,8 @@ export class RunsTable {
             class: "run-select",
             checked: selected,
             "aria-label": name,
-            on: { change: (e) => this._set(() => model.setSelected([name], e.target.checked)) },
+            // One row's box: the row stays where it is (the order settles on All, None, a sort).
+            on: { change: (e) => this._set(() => model.setSelected([name], e.target.checked, { settle: false })) },
           }),
           el("i", { class: "swatch", style: { background: colorFor(name) } }),
           el("span", { class: "run-name", text: name }),
