@@ -413,6 +413,10 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         # several; a page without batching counts each frame as one message).
         count_js = "() => { const s = window.vdl.connection.stats; return [s.messages ?? s.frames, s.frames]; }"
         counts0 = page.evaluate(count_js)
+        # The page's drawing: frames that drew, charts drawn, ms in the drawing calls and after
+        # them until the next frame began (rasterizing, commit; frames.js).
+        draw_js = "() => { const s = window.vdl.stats; return [s.frames, s.draws, s.drawMs, s.settleMs ?? 0]; }"
+        draws0 = page.evaluate(draw_js)
         trace: list[dict] = []
         if args.runs_trace:
             cdp.on("Tracing.dataCollected", lambda params: trace.extend(params["value"]))
@@ -452,6 +456,7 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         heap1 = perf_metrics(cdp)["JSHeapUsedSize"]
         lines = page.evaluate(IN_VIEW_LINES_JS)
         counts1 = page.evaluate(count_js)
+        draws1 = page.evaluate(draw_js)
         window_s = max(samples[-1]["t"], 1e-9)
         busy = [
             (b["TaskDuration"] - a["TaskDuration"]) / (b["Timestamp"] - a["Timestamp"])
@@ -496,6 +501,10 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             "chromium_cpu_per_s": cpu,
             "messages_per_s": (counts1[0] - counts0[0]) / window_s,
             "frames_per_s": (counts1[1] - counts0[1]) / window_s,
+            "draw_frames_per_s": (draws1[0] - draws0[0]) / window_s,
+            "charts_drawn_per_s": (draws1[1] - draws0[1]) / window_s,
+            "draw_ms_per_s": (draws1[2] - draws0[2]) / window_s,
+            "settle_ms_per_s": (draws1[3] - draws0[3]) / window_s,
             "load_avg": list(os.getloadavg()),
             "lines_in_view": lines,
             "sent": sent,
@@ -639,6 +648,12 @@ def report(result: dict) -> str:
             out.append(
                 f"WebSocket messages the page handled: {live['messages_per_s']:.0f}/s"
                 f" carrying {live['frames_per_s']:.0f} frames/s"
+            )
+        if "draw_frames_per_s" in live:
+            out.append(
+                f"Drawing: {live['draw_frames_per_s']:.1f} frames/s, {live['charts_drawn_per_s']:.1f}"
+                f" charts/s, {live['draw_ms_per_s']:.0f} ms/s in the drawing calls and"
+                f" {live['settle_ms_per_s']:.0f} ms/s after them until the next frame began"
             )
         if live.get("trace_top"):
             out.append("")

@@ -458,9 +458,27 @@ showSync();
 // (a rebuild): redraw at most once a second until the last one is in, then at once.
 store.subscribe((change) => {
   if (change.kind !== "sync") return;
-  showSync();
+  showSyncSoon();
   setRedrawInterval();
 });
+
+// The "Loading k/N" note follows the snapshots at most every SYNC_NOTE_MS: each change of it is a
+// frame to lay out, paint and commit, and 100 snapshots arriving one by one made 100 of them while
+// the page waited for the server (a change of phase still shows at once).
+const SYNC_NOTE_MS = 250;
+let syncNoteTimer = 0;
+function showSyncSoon() {
+  if (store.syncState().phase !== document.body.dataset.sync) {
+    clearTimeout(syncNoteTimer);
+    syncNoteTimer = 0;
+    showSync();
+  } else {
+    syncNoteTimer ||= setTimeout(() => {
+      syncNoteTimer = 0;
+      showSync();
+    }, SYNC_NOTE_MS);
+  }
+}
 
 // Charts redraw at most every 100 ms with up to 20 runs drawn, every 250 ms up to 50, every 500 ms
 // beyond (each redraw strokes every line), and once a second while many snapshots stream in.

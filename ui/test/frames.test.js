@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { FrameScheduler, MAX_BUDGET_WAIT_MS } from "../src/frames.js";
+import { FRAME_MS, FrameScheduler, MAX_BUDGET_WAIT_MS } from "../src/frames.js";
 
 function setup() {
   const frames = [];
@@ -138,6 +138,10 @@ test("a drawing budget spaces frames by the time drawing took", () => {
     const slow = { element: {}, render() { now += 40; } };
     scheduler.observe(slow);
     frames.splice(0).forEach((cb) => cb());
+    // The cost is known when the next frame begins (the rasterizing and commit come after the
+    // drawing calls): here at once, so the drawing calls' 40 ms are the cost.
+    assert.equal(frames.length, 1);
+    frames.splice(0).forEach((cb) => cb());
     assert.equal(scheduler.drawCost, 40);
     assert.equal(scheduler.interval(), 160);
     scheduler.mark(slow);
@@ -155,4 +159,25 @@ test("a drawing budget spaces frames by the time drawing took", () => {
     globalThis.setTimeout = realSetTimeout;
   }
   assert.throws(() => new FrameScheduler({ budget: 0 }), /budget must be in \(0, 1\], got 0/);
+});
+
+test("the budget counts the frame until the next one began: rasterizing and commit too", () => {
+  let now = 0;
+  const frames = [];
+  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now, budget: 0.25 });
+  const chart = { element: {}, render() { now += 10; } };
+  scheduler.observe(chart);
+  frames.splice(0).forEach((cb) => cb()); // draws: 10 ms of calls
+  assert.equal(scheduler.drawCost, 0); // not known yet
+  now += 70 + FRAME_MS; // the commit held the thread 70 ms, then a display frame
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(scheduler.drawCost, 80);
+  assert.equal(scheduler.interval(), 320);
+  assert.ok(Math.abs(scheduler.stats.settleMs - 70) < 1e-9);
+  // Without a budget, the drawing calls alone are counted, at once.
+  const plain = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now });
+  plain.observe(chart);
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(frames.length, 0);
+  assert.equal(plain.drawCost, 10);
 });

@@ -233,7 +233,8 @@ export class RunsTable {
     this.head.style.width = this.body.style.width = `${total}px`;
 
     const drawn = model.drawn().length;
-    this.count.textContent = tf("runsCount", { shown: drawn, total: model.names.size });
+    const count = tf("runsCount", { shown: drawn, total: model.names.size });
+    if (this.count.textContent !== count) this.count.textContent = count;
     this._renderControls();
 
     // The header, only when its columns or the sort changed.
@@ -265,14 +266,19 @@ export class RunsTable {
     const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - OVERSCAN);
     const last = Math.min(rows.length, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
     const built = [];
+    const cache = new Map();
     for (let i = first; i < last; i++) {
-      const row = this._row(rows[i], i, columns);
       // A line under the last of the leading rows (pinned, and the runs drawn when the order
       // settled): the runs on the charts are the ones above it.
-      if (i + 1 < rows.length && model.leads(rows[i].name) && !model.leads(rows[i + 1].name)) row.classList.add("rt-split");
-      built.push(row);
+      const split = i + 1 < rows.length && model.leads(rows[i].name) && !model.leads(rows[i + 1].name);
+      built.push(this._row(rows[i], i, columns, split, cache));
     }
-    this.body.replaceChildren(...built);
+    this._rows = cache;
+    // Live summaries redraw the table every second: rows that did not change are the same
+    // elements, and the same rows in the same order are not touched at all (no layout, paint
+    // or commit for them).
+    const now = this.body.children;
+    if (built.length !== now.length || built.some((row, i) => row !== now[i])) this.body.replaceChildren(...built);
   }
 
   // The group-by choices and the metric-column checkboxes, rebuilt only when their lists change.
@@ -323,13 +329,27 @@ export class RunsTable {
     }
   }
 
-  _row({ name, row }, index, columns) {
+  // One row's element: the one built last time when nothing it shows changed (`cache` collects
+  // the rows of this render).
+  _row({ name, row }, index, columns, split, cache) {
     const model = this.model;
     const selected = model.isSelected(name);
     const cls = ["rt-row"];
     if (model.pinned.has(name)) cls.push("pinned");
     if (model.hidden.has(name)) cls.push("hidden-run");
     if (model.isDrawn(name)) cls.push("drawn");
+    if (split) cls.push("rt-split");
+    const texts = columns.map((c) => {
+      if (c === "name") return "";
+      const v = model.columnValue(row, c);
+      return `${c}\u0002${v ?? "unknown"}\u0002${c === "status" && v ? t(`status_${v}`) : cellText(c, v)}`;
+    });
+    const key = [index, cls.join(" "), selected, t("pinRun"), ...texts].join("\u0001");
+    const kept = this._rows?.get(name);
+    if (kept && kept.key === key) {
+      cache.set(name, kept);
+      return kept.element;
+    }
     const cells = columns.map((c) => {
       if (c === "name") {
         return el(
@@ -367,6 +387,8 @@ export class RunsTable {
       const text = c === "status" && v ? t(`status_${v}`) : cellText(c, v);
       return el("div", { class: `rt-cell${c.startsWith("m:") ? " metric" : ""}${c === "status" ? ` status-${v ?? "unknown"}` : ""}`, title: text }, text);
     });
-    return el("div", { class: cls.join(" "), dataset: { run: name }, role: "row", style: { top: `${index * ROW_HEIGHT}px` } }, ...cells);
+    const element = el("div", { class: cls.join(" "), dataset: { run: name }, role: "row", style: { top: `${index * ROW_HEIGHT}px` } }, ...cells);
+    cache.set(name, { key, element });
+    return element;
   }
 }
