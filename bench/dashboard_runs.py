@@ -434,8 +434,15 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         go = time.perf_counter()
         browser_pid = find_browser_pid()
         samples = []
+        heap_mid = None
         while True:
             now = time.perf_counter() - go
+            if heap_mid is None and now >= args.runs_duration / 2:
+                # The heap after GC halfway: the page's charts hold about two rows per pixel
+                # column of every line drawn (align.js), so the heap grows until the lines span
+                # the charts' width, then stays: flat means the second half adds nothing.
+                cdp.send("HeapProfiler.collectGarbage")
+                heap_mid = perf_metrics(cdp)["JSHeapUsedSize"]
             cpu_now = chromium_cpu_s(browser_pid)
             samples.append({"t": now, "chromium_cpu_s": cpu_now, **perf_metrics(cdp)})
             if now >= args.runs_duration or writer.poll() is not None:
@@ -493,6 +500,7 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             else None,
             "trace_top": trace_self_times(trace) if trace else None,
             "heap_gc_start_mb": heap0 / 1e6,
+            "heap_gc_mid_mb": None if heap_mid is None else heap_mid / 1e6,
             "heap_gc_end_mb": heap1 / 1e6,
             "heap_slope_mb_per_min": slope_per_min(
                 [(s["t"], s["JSHeapUsedSize"] / 1e6) for s in samples]
@@ -639,7 +647,8 @@ def report(result: dict) -> str:
             f" main-thread busy median {live['busy_median']:.0%} (max {live['busy_max']:.0%}),"
             f" main-thread CPU median {live.get('main_cpu_median') or 0:.0%};"
             f" Chromium CPU {live['chromium_cpu_per_s']:.2f} s/s (all its processes);"
-            f" JS heap after GC {live['heap_gc_start_mb']:.1f} -> {live['heap_gc_end_mb']:.1f} MB,"
+            f" JS heap after GC {live['heap_gc_start_mb']:.1f} -> {live.get('heap_gc_mid_mb') or 0:.1f}"
+            f" (halfway) -> {live['heap_gc_end_mb']:.1f} MB,"
             f" slope {live['heap_slope_mb_per_min']:+.1f} MB/min"
             f" (second half {live['heap_slope_second_half_mb_per_min']:+.1f});"
             f" lines per chart in view {live['lines_in_view']}; load average {live['load_avg'][0]:.1f}"

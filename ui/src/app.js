@@ -132,7 +132,7 @@ const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step:
 const smoothingValue = el("output", { text: state.smoothing.toFixed(2) });
 const xSelect = el("select", { class: "xkind", on: { change: (e) => updateSetting({ xKind: e.target.value }) } });
 const logInput = el("input", { type: "checkbox", class: "logy", on: { change: (e) => updateSetting({ logY: e.target.checked }) } });
-const runsTable = new RunsTable({ model: runsModel, onChange: (how) => applyRuns(true, how?.immediate) });
+const runsTable = new RunsTable({ model: runsModel, onChange: (how) => applyRuns(true, how?.immediate), scheduler });
 const labels = {};
 const label = (key) => (labels[key] = el("span", { text: t(key) }));
 
@@ -344,7 +344,8 @@ function applyRuns(always = true, immediate = false) {
   const changed = hidden.size !== state.hiddenRuns.size || [...hidden].some((name) => !state.hiddenRuns.has(name));
   state.hiddenRuns = hidden;
   setRedrawInterval();
-  runsTable.update();
+  // New summaries (not the user's doing): the table is drawn with the charts' next frame.
+  runsTable.update({ live: !always && !changed });
   if (always || changed) refreshViews();
   rememberView();
   // Re-subscribe once the user pauses (typing a filter changes the set on every key); after a

@@ -43,10 +43,13 @@ export class RunsTable {
    * @param {(how?: {immediate: boolean}) => void} opts.onChange called after the user changed the
    *   selection, pins, hidden runs, filters or grouping (the page then redraws and re-subscribes:
    *   at once after a click, `immediate`, after a pause in typing otherwise)
+   * @param {import("../frames.js").FrameScheduler} [opts.scheduler] draws the table's live updates
+   *   (new summaries) in the charts' frames, within their budget
    */
-  constructor({ model, onChange }) {
+  constructor({ model, onChange, scheduler = null }) {
     this.model = model;
     this.onChange = onChange;
+    this.scheduler = scheduler;
     this.count = el("span", { class: "runs-count" });
     this.search = el("input", { type: "search", class: "run-search", spellcheck: "false", on: { input: () => this._onSearch() } });
     this.condition = el("input", { type: "search", class: "run-condition", spellcheck: "false", on: { input: () => this._onCondition() } });
@@ -93,6 +96,10 @@ export class RunsTable {
     );
     this._frame = 0;
     this._drawn = "";
+    // Live updates (new summaries every second) are drawn with the charts, in the same frame and
+    // commit: a frame of their own each second cost a commit as long as the charts' on a busy page.
+    this._item = { element: this.scroller, render: () => this._render() };
+    this.scheduler?.observe(this._item);
     this.relabel();
   }
 
@@ -116,9 +123,14 @@ export class RunsTable {
     this._schedule();
   }
 
-  /** Redraw soon (at most once per animation frame). */
-  update() {
-    this._schedule();
+  /**
+   * Redraw soon (at most once per animation frame).
+   * @param {{live?: boolean}} [opts] live: new data, not the user's doing (drawn with the charts'
+   *   next frame when there is a scheduler)
+   */
+  update({ live = false } = {}) {
+    if (live && this.scheduler) this.scheduler.mark(this._item);
+    else this._schedule();
   }
 
   /** Redraw now. */
