@@ -457,10 +457,17 @@ function showSync() {
 showSync();
 // While the snapshots of many runs stream in, every arriving run changes each chart's set of lines
 // (a rebuild): redraw at most once a second until the last one is in, then at once.
+let lastPhase = "connecting";
 store.subscribe((change) => {
   if (change.kind !== "sync") return;
+  const sync = store.syncState();
   showSyncSoon();
   setRedrawInterval();
+  // A new selection of many runs on a page that shows charts: they are redrawn once a second
+  // from now, or when the last snapshot is in (often sooner), not first for the runs dropped and
+  // the first run to arrive (each such frame strokes every line and commits the canvases).
+  if (lastPhase === "ready" && sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO) scheduler.restart();
+  lastPhase = sync.phase;
 });
 
 // The "Loading k/N" note follows the snapshots at most every SYNC_NOTE_MS: each change of it is a

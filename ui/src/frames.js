@@ -23,6 +23,7 @@ export class FrameScheduler {
     this.budget = budget;
     this._now = now;
     this._lastDraw = -Infinity;
+    this._holdUntil = -Infinity;
     /**
      * Recent drawing time per frame (ms, smoothed): what the budget spaces frames by. With a
      * budget it counts until the next frame began, not only the drawing calls: the canvases'
@@ -85,6 +86,16 @@ export class FrameScheduler {
     if (!this.paused) this._frame(true);
   }
 
+  /**
+   * Count the interval from now: the next frame draws `interval()` from now at the earliest (a
+   * batch of changes begins, and its first change alone is not worth a frame).
+   */
+  restart() {
+    this._lastDraw = this._now();
+    // A frame already asked for (by a change just before) waits too.
+    this._holdUntil = this._lastDraw + this.interval();
+  }
+
   /** Draw the visible dirty items now, whatever minInterval says (after a batch of changes ends). */
   flush() {
     if (!this.paused) this._frame();
@@ -94,8 +105,8 @@ export class FrameScheduler {
     if (this._pending || this.paused || this._dirty.size === 0) return;
     this._pending = true;
     const wait = this._lastDraw + this.interval() - this._now();
-    if (wait > 0) setTimeout(() => this._requestFrame(() => this._frame()), wait);
-    else this._requestFrame(() => this._frame());
+    if (wait > 0) setTimeout(() => this._requestFrame(() => this._frame(false, true)), wait);
+    else this._requestFrame(() => this._frame(false, true));
   }
 
   /**
@@ -110,9 +121,13 @@ export class FrameScheduler {
     return Math.max(this.minInterval, spaced);
   }
 
-  _frame(all = false) {
+  _frame(all = false, timed = false) {
     this._pending = false;
     if (this.paused) return;
+    if (timed && this._now() < this._holdUntil) {
+      this._schedule(); // asked for before a restart: wait until its interval is over
+      return;
+    }
     const t0 = this._now();
     let drew = 0;
     for (const item of [...this._dirty]) {

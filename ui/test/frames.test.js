@@ -181,3 +181,28 @@ test("the budget counts the frame until the next one began: rasterizing and comm
   assert.equal(frames.length, 0);
   assert.equal(plain.drawCost, 10);
 });
+
+test("restart counts the interval from now", async () => {
+  let now = 0;
+  const frames = [];
+  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), minInterval: 30, now: () => now });
+  const a = { element: {}, renders: 0, render() { this.renders++; } };
+  scheduler.observe(a);
+  frames.splice(0).forEach((cb) => cb());
+  now = 1000; // long idle: a mark draws in the next frame...
+  scheduler.mark(a);
+  assert.equal(frames.length, 1);
+  scheduler.restart(); // ...unless a batch begins before it: then it waits a whole interval
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(a.renders, 1);
+  assert.equal(frames.length, 0);
+  await new Promise((r) => setTimeout(r, 45));
+  now = 1031;
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(a.renders, 2);
+  // flush draws at once, whatever the restart said.
+  scheduler.restart();
+  scheduler.mark(a);
+  scheduler.flush();
+  assert.equal(a.renders, 3);
+});
