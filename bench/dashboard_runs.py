@@ -181,7 +181,16 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                     if last:
                         # What the page looks like with 1,000 runs (to look at, not measured).
                         page.screenshot(path=str(HERE / "out" / "runs-page.png"))
-                        select = select_runs(page, args.runs_profile)
+                        # CPU the selection took, server and browser: on a loaded machine the
+                        # wall-clock figure moves with the minute; what each side spent, less.
+                        from bench_dashboard import chromium_cpu_s, find_browser_pid
+
+                        browser_pid = find_browser_pid()
+                        select = select_runs(
+                            page,
+                            args.runs_profile,
+                            lambda s=server, b=browser_pid: (s.cpu_s(), chromium_cpu_s(b)),
+                        )
                         names = page.evaluate("() => window.vdl.connection.runs")
                         # The server alone, on the same runs (now open: warm) and on 100
                         # others no page has read (cold, as the page's were).
@@ -211,9 +220,11 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
     return {"logdir": str(logdir), "generation_s": gen_s, "loads": loads, "select": select}
 
 
-def select_runs(page, profile: bool = False) -> dict:  # type: ignore[no-untyped-def]
+def select_runs(page, profile: bool = False, cpu=None) -> dict:  # type: ignore[no-untyped-def]
     """Search for the ``s05-*`` runs, then time ``All`` until every chart in view draws 100
-    (with ``profile``, under the CPU profiler: self time by function in ``profile_top``)."""
+    (with ``profile``, under the CPU profiler: self time by function in ``profile_top``; with
+    ``cpu``, a function giving the server's and the browser's CPU seconds so far, what each
+    spent over the selection)."""
     page.fill("input.run-search", "s05-")
     page.wait_for_function(
         "() => window.vdl.runsModel.tableRows().length === 100"
@@ -230,7 +241,13 @@ def select_runs(page, profile: bool = False) -> dict:  # type: ignore[no-untyped
         cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
         cdp.send("Profiler.start")
     before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    cpu0 = cpu() if cpu else None
     result = page.evaluate(SELECT_JS, 100)
+    if cpu0 is not None:
+        cpu1 = cpu()
+        result["server_cpu_s"] = cpu1[0] - cpu0[0]
+        result["chromium_cpu_s"] = cpu1[1] - cpu0[1]
+        result["load_avg"] = list(os.getloadavg())
     after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     if profile:
         from bench_dashboard import top_functions
@@ -620,6 +637,13 @@ def report(result: dict) -> str:
                     f" {reload['first_chart_ms']:.0f} ms, every chart in view with"
                     f" {reload['runs']} lines by {reload['all_lines_ms']:.0f} ms"
                     f" (the 100 among them: {reload['subscribed']})"
+                )
+            if "server_cpu_s" in sel:
+                out.append("")
+                out.append(
+                    f"CPU over the selection: the server {sel['server_cpu_s']:.2f} s, Chromium (all"
+                    f" its processes) {sel['chromium_cpu_s']:.2f} s; load average"
+                    f" {sel['load_avg'][0]:.1f}"
                 )
             if "main_TaskDuration_s" in sel:
                 out.append("")
