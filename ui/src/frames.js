@@ -33,6 +33,7 @@ export class FrameScheduler {
     this.drawCost = 0;
     this._dirty = new Set();
     this._pending = false;
+    this._settling = false;
     this._items = new Map();
     this.paused = false;
     /** Frames that drew at least one item, and items drawn, for tests and the status line. */
@@ -102,7 +103,8 @@ export class FrameScheduler {
   }
 
   _schedule() {
-    if (this._pending || this.paused || this._dirty.size === 0) return;
+    // While a drawing frame's cost is not known yet, the next one cannot be spaced from it.
+    if (this._pending || this._settling || this.paused || this._dirty.size === 0) return;
     this._pending = true;
     const wait = this._lastDraw + this.interval() - this._now();
     if (wait > 0) setTimeout(() => this._requestFrame(() => this._frame(false, true)), wait);
@@ -148,6 +150,7 @@ export class FrameScheduler {
       this.stats.drawMs += cost;
       if (this.budget < 1) {
         // What the frame cost is known when the next one begins (see drawCost).
+        this._settling = true;
         this._requestFrame(() => this._settled(t0, cost));
       } else {
         this._addCost(cost);
@@ -158,9 +161,11 @@ export class FrameScheduler {
   // The frame after a drawing one began: the drawing frame's cost is the time since it began, less
   // the display frame the next one waits for anyway (at least the drawing calls' own time).
   _settled(t0, cost) {
+    this._settling = false;
     const frame = this._now() - t0 - FRAME_MS;
     this.stats.settleMs += Math.max(0, frame - cost);
     this._addCost(Math.max(cost, frame));
+    this._schedule();
   }
 
   _addCost(cost) {

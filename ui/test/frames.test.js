@@ -174,6 +174,27 @@ test("the budget counts the frame until the next one began: rasterizing and comm
   assert.equal(scheduler.drawCost, 80);
   assert.equal(scheduler.interval(), 320);
   assert.ok(Math.abs(scheduler.stats.settleMs - 70) < 1e-9);
+  // A change while a frame's cost is not known yet waits for it, then for the interval it sets.
+  const timers = [];
+  const realSetTimeout = globalThis.setTimeout;
+  globalThis.setTimeout = (fn, ms) => timers.push({ fn, ms });
+  try {
+    scheduler.mark(chart);
+    assert.equal(frames.length, 0); // spaced from the last draw by a timer
+    assert.equal(timers.length, 1);
+    now += 320;
+    timers.splice(0).forEach((t) => t.fn());
+    frames.splice(0).forEach((cb) => cb()); // draws, then asks for the settle frame
+    scheduler.mark(chart);
+    assert.equal(frames.length, 1); // only the settle frame: the next draw waits for its cost
+    assert.equal(timers.length, 0);
+    now += 200 + FRAME_MS;
+    frames.splice(0).forEach((cb) => cb());
+    assert.equal(timers.length, 1); // now spaced by the cost just learnt
+    assert.ok(scheduler.drawCost > 80);
+  } finally {
+    globalThis.setTimeout = realSetTimeout;
+  }
   // Without a budget, the drawing calls alone are counted, at once.
   const plain = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now });
   plain.observe(chart);
