@@ -36,7 +36,10 @@ export class FrameScheduler {
     this._settling = false;
     this._items = new Map();
     this.paused = false;
-    /** Frames that drew at least one item, and items drawn, for tests and the status line. */
+    /**
+     * Frames that drew at least one item, items drawn, ms in the drawing calls and (with a
+     * budget) ms after them until the next frame began, for tests, benchmarks and the status line.
+     */
     this.stats = { frames: 0, draws: 0, drawMs: 0, settleMs: 0 };
     this._costs = 0;
     this._observer =
