@@ -124,6 +124,12 @@ const langSelect = el(
   ...LANGUAGES.map((code) => el("option", { value: code, text: code === "zh" ? "中文" : "English" })),
 );
 const tabs = el("nav", { class: "tabs" });
+// A mouse wheel scrolls the view buttons sideways when they run past the header's edge.
+tabs.addEventListener("wheel", (e) => {
+  if (tabs.scrollWidth <= tabs.clientWidth || Math.abs(e.deltaX) > Math.abs(e.deltaY)) return;
+  tabs.scrollLeft += e.deltaY;
+  e.preventDefault();
+}, { passive: false });
 // On a phone the settings panel is folded away behind this button.
 const menuBtn = el("button", { type: "button", class: "menu", "aria-label": "Settings / 设置", text: "☰", on: { click: () => document.body.classList.toggle("show-side") } });
 const filterInput = el("input", { type: "search", class: "filter", spellcheck: "false", on: { input: onFilter } });
