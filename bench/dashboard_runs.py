@@ -23,7 +23,12 @@ Three measures, each against a real ``vdl-stream serve`` subprocess and headless
   ``--runs-rate`` points/s each while the page shows all of them (``All`` clicked); every
   ``--interval`` seconds the Chrome DevTools Protocol's ``Performance.getMetrics`` gives the
   main-thread busy share (d TaskDuration / d Timestamp) and JSHeapUsedSize; the heap is also read
-  after ``HeapProfiler.collectGarbage`` at the start and the end.
+  after ``HeapProfiler.collectGarbage`` at the start, halfway and at the end; the page's own
+  counters give its drawing frames, the ms in their drawing calls and the ms after them until the
+  next frame began (rasterizing and commit, ui/src/frames.js).
+
+The select measure also records the CPU the server and Chromium (all its processes) spent over
+it: on a loaded machine the wall-clock figure moves with the minute, what each side spent less.
 """
 
 from __future__ import annotations
