@@ -23,7 +23,12 @@ Three measures, each against a real ``vdl-stream serve`` subprocess and headless
   ``--runs-rate`` points/s each while the page shows all of them (``All`` clicked); every
   ``--interval`` seconds the Chrome DevTools Protocol's ``Performance.getMetrics`` gives the
   main-thread busy share (d TaskDuration / d Timestamp) and JSHeapUsedSize; the heap is also read
-  after ``HeapProfiler.collectGarbage`` at the start and the end.
+  after ``HeapProfiler.collectGarbage`` at the start, halfway and at the end; the page's own
+  counters give its drawing frames, the ms in their drawing calls and the ms after them until the
+  next frame began (rasterizing and commit, ui/src/frames.js).
+
+The select measure also records the CPU the server and Chromium (all its processes) spent over
+it: on a loaded machine the wall-clock figure moves with the minute, what each side spent less.
 """
 
 from __future__ import annotations
@@ -181,7 +186,16 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                     if last:
                         # What the page looks like with 1,000 runs (to look at, not measured).
                         page.screenshot(path=str(HERE / "out" / "runs-page.png"))
-                        select = select_runs(page, args.runs_profile)
+                        # CPU the selection took, server and browser: on a loaded machine the
+                        # wall-clock figure moves with the minute; what each side spent, less.
+                        from bench_dashboard import chromium_cpu_s, find_browser_pid
+
+                        browser_pid = find_browser_pid()
+                        select = select_runs(
+                            page,
+                            args.runs_profile,
+                            lambda s=server, b=browser_pid: (s.cpu_s(), chromium_cpu_s(b)),
+                        )
                         names = page.evaluate("() => window.vdl.connection.runs")
                         # The server alone, on the same runs (now open: warm) and on 100
                         # others no page has read (cold, as the page's were).
@@ -211,9 +225,11 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
     return {"logdir": str(logdir), "generation_s": gen_s, "loads": loads, "select": select}
 
 
-def select_runs(page, profile: bool = False) -> dict:  # type: ignore[no-untyped-def]
+def select_runs(page, profile: bool = False, cpu=None) -> dict:  # type: ignore[no-untyped-def]
     """Search for the ``s05-*`` runs, then time ``All`` until every chart in view draws 100
-    (with ``profile``, under the CPU profiler: self time by function in ``profile_top``)."""
+    (with ``profile``, under the CPU profiler: self time by function in ``profile_top``; with
+    ``cpu``, a function giving the server's and the browser's CPU seconds so far, what each
+    spent over the selection)."""
     page.fill("input.run-search", "s05-")
     page.wait_for_function(
         "() => window.vdl.runsModel.tableRows().length === 100"
@@ -230,7 +246,13 @@ def select_runs(page, profile: bool = False) -> dict:  # type: ignore[no-untyped
         cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
         cdp.send("Profiler.start")
     before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    cpu0 = cpu() if cpu else None
     result = page.evaluate(SELECT_JS, 100)
+    if cpu0 is not None:
+        cpu1 = cpu()
+        result["server_cpu_s"] = cpu1[0] - cpu0[0]
+        result["chromium_cpu_s"] = cpu1[1] - cpu0[1]
+        result["load_avg"] = list(os.getloadavg())
     after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     if profile:
         from bench_dashboard import top_functions
@@ -413,6 +435,10 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         # several; a page without batching counts each frame as one message).
         count_js = "() => { const s = window.vdl.connection.stats; return [s.messages ?? s.frames, s.frames]; }"
         counts0 = page.evaluate(count_js)
+        # The page's drawing: frames that drew, charts drawn, ms in the drawing calls and after
+        # them until the next frame began (rasterizing, commit; frames.js).
+        draw_js = "() => { const s = window.vdl.stats; return [s.frames, s.draws, s.drawMs, s.settleMs ?? 0]; }"
+        draws0 = page.evaluate(draw_js)
         trace: list[dict] = []
         if args.runs_trace:
             cdp.on("Tracing.dataCollected", lambda params: trace.extend(params["value"]))
@@ -430,8 +456,15 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         go = time.perf_counter()
         browser_pid = find_browser_pid()
         samples = []
+        heap_mid = None
         while True:
             now = time.perf_counter() - go
+            if heap_mid is None and now >= args.runs_duration / 2:
+                # The heap after GC halfway: the page's charts hold about two rows per pixel
+                # column of every line drawn (align.js), so the heap grows until the lines span
+                # the charts' width, then stays: flat means the second half adds nothing.
+                cdp.send("HeapProfiler.collectGarbage")
+                heap_mid = perf_metrics(cdp)["JSHeapUsedSize"]
             cpu_now = chromium_cpu_s(browser_pid)
             samples.append({"t": now, "chromium_cpu_s": cpu_now, **perf_metrics(cdp)})
             if now >= args.runs_duration or writer.poll() is not None:
@@ -452,6 +485,7 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         heap1 = perf_metrics(cdp)["JSHeapUsedSize"]
         lines = page.evaluate(IN_VIEW_LINES_JS)
         counts1 = page.evaluate(count_js)
+        draws1 = page.evaluate(draw_js)
         window_s = max(samples[-1]["t"], 1e-9)
         busy = [
             (b["TaskDuration"] - a["TaskDuration"]) / (b["Timestamp"] - a["Timestamp"])
@@ -488,6 +522,7 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             else None,
             "trace_top": trace_self_times(trace) if trace else None,
             "heap_gc_start_mb": heap0 / 1e6,
+            "heap_gc_mid_mb": None if heap_mid is None else heap_mid / 1e6,
             "heap_gc_end_mb": heap1 / 1e6,
             "heap_slope_mb_per_min": slope_per_min(
                 [(s["t"], s["JSHeapUsedSize"] / 1e6) for s in samples]
@@ -496,6 +531,10 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             "chromium_cpu_per_s": cpu,
             "messages_per_s": (counts1[0] - counts0[0]) / window_s,
             "frames_per_s": (counts1[1] - counts0[1]) / window_s,
+            "draw_frames_per_s": (draws1[0] - draws0[0]) / window_s,
+            "charts_drawn_per_s": (draws1[1] - draws0[1]) / window_s,
+            "draw_ms_per_s": (draws1[2] - draws0[2]) / window_s,
+            "settle_ms_per_s": (draws1[3] - draws0[3]) / window_s,
             "load_avg": list(os.getloadavg()),
             "lines_in_view": lines,
             "sent": sent,
@@ -604,6 +643,13 @@ def report(result: dict) -> str:
                     f" {reload['runs']} lines by {reload['all_lines_ms']:.0f} ms"
                     f" (the 100 among them: {reload['subscribed']})"
                 )
+            if "server_cpu_s" in sel:
+                out.append("")
+                out.append(
+                    f"CPU over the selection: the server {sel['server_cpu_s']:.2f} s, Chromium (all"
+                    f" its processes) {sel['chromium_cpu_s']:.2f} s; load average"
+                    f" {sel['load_avg'][0]:.1f}"
+                )
             if "main_TaskDuration_s" in sel:
                 out.append("")
                 out.append(
@@ -630,7 +676,8 @@ def report(result: dict) -> str:
             f" main-thread busy median {live['busy_median']:.0%} (max {live['busy_max']:.0%}),"
             f" main-thread CPU median {live.get('main_cpu_median') or 0:.0%};"
             f" Chromium CPU {live['chromium_cpu_per_s']:.2f} s/s (all its processes);"
-            f" JS heap after GC {live['heap_gc_start_mb']:.1f} -> {live['heap_gc_end_mb']:.1f} MB,"
+            f" JS heap after GC {live['heap_gc_start_mb']:.1f} -> {live.get('heap_gc_mid_mb') or 0:.1f}"
+            f" (halfway) -> {live['heap_gc_end_mb']:.1f} MB,"
             f" slope {live['heap_slope_mb_per_min']:+.1f} MB/min"
             f" (second half {live['heap_slope_second_half_mb_per_min']:+.1f});"
             f" lines per chart in view {live['lines_in_view']}; load average {live['load_avg'][0]:.1f}"
@@ -639,6 +686,12 @@ def report(result: dict) -> str:
             out.append(
                 f"WebSocket messages the page handled: {live['messages_per_s']:.0f}/s"
                 f" carrying {live['frames_per_s']:.0f} frames/s"
+            )
+        if "draw_frames_per_s" in live:
+            out.append(
+                f"Drawing: {live['draw_frames_per_s']:.1f} frames/s, {live['charts_drawn_per_s']:.1f}"
+                f" charts/s, {live['draw_ms_per_s']:.0f} ms/s in the drawing calls and"
+                f" {live['settle_ms_per_s']:.0f} ms/s after them until the next frame began"
             )
         if live.get("trace_top"):
             out.append("")

@@ -283,7 +283,26 @@ def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
         assert sorted(held) == sorted(subscribed)
         page.wait_for_function("() => window.vdl.charts.get('train/loss')")
         assert len(drawn_lines(page, "train/loss")) == 10
-        # 300 rows, but only those in view are in the DOM; scrolling to the end shows the last.
+        # The runs on the charts are the table's first rows, checked, a line under the last.
+        page.wait_for_function(
+            "(want) => JSON.stringify("
+            + ROWS_JS
+            + ".slice(0, 10).sort()) === JSON.stringify(want)",
+            arg=sorted(subscribed),
+        )
+        first = rows(page)[:11]
+        checked = page.evaluate(
+            "(names) => names.map(n => document.querySelector("
+            '`.rt-body [data-run="${n}"] input.run-select`).checked)',
+            first,
+        )
+        assert checked == [True] * 10 + [False]
+        split = page.evaluate(
+            "() => [...document.querySelectorAll('.rt-body .rt-split')].map(r => r.dataset.run)"
+        )
+        assert split == [first[9]]
+        # 300 rows, but only those in view are in the DOM; scrolling to the end shows the last
+        # (by name) of the runs not drawn.
         in_dom = page.evaluate("() => document.querySelectorAll('.rt-body [data-run]').length")
         assert 10 <= in_dom <= 80
 
@@ -291,7 +310,7 @@ def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
             "() => { const s = document.querySelector('.runs-table'); s.scrollTop = s.scrollHeight; }"
         )
         page.wait_for_function(
-            "() => [...document.querySelectorAll('.rt-body [data-run]')].some(r => r.dataset.run.startsWith('s02-r0299'))"
+            "() => [...document.querySelectorAll('.rt-body [data-run]')].some(r => r.dataset.run.startsWith('s02-r0289'))"
         )
         page.wait_for_timeout(200)
         page.screenshot(path=str(ARTIFACTS / "runs-table-300.png"))
@@ -651,3 +670,51 @@ def test_many_runs_join_a_chart_in_place_on_one_shared_grid(tmp_path, browser):
     finally:
         page.close()
         stop_serve(server)
+
+
+# The header's height, the vertical centres of its visible controls (one row: all the same) and
+# whether the view buttons scroll sideways.
+HEADER_ROW_JS = """() => {
+  const header = document.querySelector('header.top');
+  const tabs = document.querySelector('nav.tabs');
+  const mids = [...header.children].filter(e => e.offsetParent !== null && !e.matches('.report-panel'))
+    .map(e => { const r = e.getBoundingClientRect(); return r.top + r.height / 2; });
+  return { height: header.getBoundingClientRect().height, spread: Math.max(...mids) - Math.min(...mids),
+           controls: mids.length, tabsScroll: tabs.scrollWidth > tabs.clientWidth + 1 };
+}"""
+
+
+def test_the_drawn_runs_lead_the_table_and_the_header_is_one_row(sweep_server, browser):
+    page = open_page(browser, sweep_server, width=1400)
+    try:
+        names = [name for name, _, _ in SWEEP]
+        assert rows(page) == names
+        # One row's checkbox: the row stays where it is (no jump from under the pointer).
+        page.locator('.rt-body [data-run="a-sgd-1"] input.run-select').uncheck()
+        page.locator('.rt-body [data-run="c-adam-2"] input.run-select').uncheck()
+        page.wait_for_function(subscribed_to(["b-adam-1", "d-sgd-2", "e-adam-3", "f-sgd-3"]))
+        page.wait_for_timeout(100)
+        assert rows(page) == names
+        # A sort settles the order: the runs drawn first, a line under the last of them.
+        page.click('.rt-head [data-column="name"]')
+        drawn = ["b-adam-1", "d-sgd-2", "e-adam-3", "f-sgd-3"]
+        page.wait_for_function(
+            f"(want) => JSON.stringify({ROWS_JS}) === JSON.stringify(want)",
+            arg=[*drawn, "a-sgd-1", "c-adam-2"],
+        )
+        assert page.evaluate(
+            "() => [...document.querySelectorAll('.rt-body .rt-split')].map(r => r.dataset.run)"
+        ) == ["f-sgd-3"]
+        # The header is one row at 1,400 px (all ten view buttons in it) and on a phone.
+        one = page.evaluate(HEADER_ROW_JS)
+        assert one["height"] < 56 and one["spread"] <= 2 and one["controls"] >= 6, one
+        assert not one["tabsScroll"], one
+        page.screenshot(path=str(ARTIFACTS / "runs-lead-1400.png"))
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.wait_for_timeout(200)
+        phone = page.evaluate(HEADER_ROW_JS)
+        assert phone["height"] < 56 and phone["spread"] <= 2 and phone["controls"] >= 5, phone
+        page.screenshot(path=str(ARTIFACTS / "runs-lead-phone.png"))
+        assert page.errors == []
+    finally:
+        page.close()

@@ -280,6 +280,61 @@ async def test_summaries_and_synced_frames(tmp_path, nursery):
             assert sorted(got) == ["new", "old"]
 
 
+async def frames_until_synced(ws) -> list[dict]:
+    """Every message up to and including the next ``synced``."""
+    got = []
+    while (message := msgpack.unpackb(await ws.get_message(), raw=False))["type"] != "synced":
+        got.append(message)
+    return [*got, message]
+
+
+async def test_a_keep_subscription_does_not_send_the_summaries_again(tmp_path, nursery):
+    # A run that appears after the page connected has its summary published then: the first
+    # subscription brings it, a ``keep`` re-subscription of the same subscriber does not (its
+    # queue carries what is published later), a fresh subscription (no keep) does again.
+    logdir = tmp_path / "logs"
+    with recorder.RunWriter(logdir / "old") as w:
+        w.append_scalars("loss", np.arange(3), 1.7e9 + np.arange(3.0), np.array([5.0, 4.0, 3.0]))
+    with trio.fail_after(30):
+        url = await nursery.start(partial(run_server, logdir, "127.0.0.1", 0))
+        ws_url = "ws" + url.removeprefix("http")
+        async with (
+            open_websocket_url(ws_url + "/ws/live") as browser,
+            open_websocket_url(ws_url + "/ws/live") as watcher,
+        ):
+            await next_of(browser, "summaries")
+            await next_of(watcher, "summaries")
+            await watcher.send_message(codec.encode_message({"type": "subscribe", "runs": []}))
+            await next_of(watcher, "synced")
+            async with open_websocket_url(ws_url + "/ws/ingest") as writer:
+                batch = Batch("w", 1, "new", [columns("loss", [0, 1], [1.0, 0.5])])
+                await writer.send_message(codec.encode_batch(batch))
+                assert msgpack.unpackb(await writer.get_message(), raw=False)["type"] == "ack"
+            # Published (the watcher, subscribed, gets it: after ``browser`` connected), then
+            # again once the writer's connection ended without a close: nothing more follows.
+            status = None
+            while status != "crashed":
+                runs = (await next_of(watcher, "summaries"))["runs"]
+                status = next((r["status"] for r in runs if r["name"] == "new"), status)
+            kinds = []
+            for ask in (
+                {"runs": ["old"], "keep": True},
+                {"runs": ["old", "new"], "keep": True},
+                {"runs": ["new"], "keep": True},
+                {"runs": ["new"]},
+            ):
+                await browser.send_message(codec.encode_message({"type": "subscribe", **ask}))
+                got = await frames_until_synced(browser)
+                kinds.append([m["type"] for m in got])
+                if ask == {"runs": ["old"], "keep": True}:
+                    (summaries,) = [m for m in got if m["type"] == "summaries"]
+                    assert "new" in {r["name"] for r in summaries["runs"]}
+            assert kinds[0] == ["summaries", "snapshot", "synced"], kinds
+            assert kinds[1] == ["snapshot", "synced"], kinds  # "new" only, no summaries
+            assert kinds[2] == ["synced"], kinds
+            assert kinds[3][0] == "summaries" and kinds[3][-1] == "synced", kinds
+
+
 # -- the recorder's digest --------------------------------------------------------------------
 
 

@@ -124,6 +124,12 @@ const langSelect = el(
   ...LANGUAGES.map((code) => el("option", { value: code, text: code === "zh" ? "中文" : "English" })),
 );
 const tabs = el("nav", { class: "tabs" });
+// A mouse wheel scrolls the view buttons sideways when they run past the header's edge.
+tabs.addEventListener("wheel", (e) => {
+  if (tabs.scrollWidth <= tabs.clientWidth || Math.abs(e.deltaX) > Math.abs(e.deltaY)) return;
+  tabs.scrollLeft += e.deltaY;
+  e.preventDefault();
+}, { passive: false });
 // On a phone the settings panel is folded away behind this button.
 const menuBtn = el("button", { type: "button", class: "menu", "aria-label": "Settings / 设置", text: "☰", on: { click: () => document.body.classList.toggle("show-side") } });
 const filterInput = el("input", { type: "search", class: "filter", spellcheck: "false", on: { input: onFilter } });
@@ -132,7 +138,7 @@ const smoothingInput = el("input", { type: "range", min: "0", max: "0.99", step:
 const smoothingValue = el("output", { text: state.smoothing.toFixed(2) });
 const xSelect = el("select", { class: "xkind", on: { change: (e) => updateSetting({ xKind: e.target.value }) } });
 const logInput = el("input", { type: "checkbox", class: "logy", on: { change: (e) => updateSetting({ logY: e.target.checked }) } });
-const runsTable = new RunsTable({ model: runsModel, onChange: (how) => applyRuns(true, how?.immediate) });
+const runsTable = new RunsTable({ model: runsModel, onChange: (how) => applyRuns(true, how?.immediate), scheduler });
 const labels = {};
 const label = (key) => (labels[key] = el("span", { text: t(key) }));
 
@@ -344,7 +350,8 @@ function applyRuns(always = true, immediate = false) {
   const changed = hidden.size !== state.hiddenRuns.size || [...hidden].some((name) => !state.hiddenRuns.has(name));
   state.hiddenRuns = hidden;
   setRedrawInterval();
-  runsTable.update();
+  // New summaries (not the user's doing): the table is drawn with the charts' next frame.
+  runsTable.update({ live: !always && !changed });
   if (always || changed) refreshViews();
   rememberView();
   // Re-subscribe once the user pauses (typing a filter changes the set on every key); after a
@@ -456,11 +463,36 @@ function showSync() {
 showSync();
 // While the snapshots of many runs stream in, every arriving run changes each chart's set of lines
 // (a rebuild): redraw at most once a second until the last one is in, then at once.
+let lastPhase = "connecting";
 store.subscribe((change) => {
   if (change.kind !== "sync") return;
-  showSync();
+  const sync = store.syncState();
+  showSyncSoon();
   setRedrawInterval();
+  // A new selection of many runs on a page that shows charts: they are redrawn once a second
+  // from now, or when the last snapshot is in (often sooner), not first for the runs dropped and
+  // the first run to arrive (each such frame strokes every line and commits the canvases).
+  if (lastPhase === "ready" && sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO) scheduler.restart();
+  lastPhase = sync.phase;
 });
+
+// The "Loading k/N" note follows the snapshots at most every SYNC_NOTE_MS: each change of it is a
+// frame to lay out, paint and commit, and 100 snapshots arriving one by one made 100 of them while
+// the page waited for the server (a change of phase still shows at once).
+const SYNC_NOTE_MS = 250;
+let syncNoteTimer = 0;
+function showSyncSoon() {
+  if (store.syncState().phase !== document.body.dataset.sync) {
+    clearTimeout(syncNoteTimer);
+    syncNoteTimer = 0;
+    showSync();
+  } else {
+    syncNoteTimer ||= setTimeout(() => {
+      syncNoteTimer = 0;
+      showSync();
+    }, SYNC_NOTE_MS);
+  }
+}
 
 // Charts redraw at most every 100 ms with up to 20 runs drawn, every 250 ms up to 50, every 500 ms
 // beyond (each redraw strokes every line), and once a second while many snapshots stream in.

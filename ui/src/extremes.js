@@ -13,6 +13,7 @@
 
 const BASE_SHIFT = 4; // the finest blocks have 16 rows
 const LEVEL_SHIFT = 4; // each level's blocks are 16 times larger
+const INITIAL_SLOTS = 64; // table rows per level to begin with
 
 export class BlockExtremes {
   /**
@@ -29,8 +30,25 @@ export class BlockExtremes {
       const size = 2 ** shift;
       // Enough slots for every block that rows still held can be in (a partly dropped one included).
       const slots = Math.ceil(capacity / size) + 1;
-      this._levels.push({ size, slots, minAt: new Int32Array(slots), maxAt: new Int32Array(slots), minVal: 0, maxVal: 0 });
+      // The tables start small and grow with the rows (a slot is k % slots, so before the ring
+      // first wraps every slot in use is below the rows appended / size): 1,000 series of a
+      // 200-point snapshot need 13 slots each, not the 140 KB a full 262,144-row table takes.
+      const rows = Math.min(slots, INITIAL_SLOTS);
+      this._levels.push({ size, slots, minAt: new Int32Array(rows), maxAt: new Int32Array(rows), minVal: 0, maxVal: 0 });
     }
+  }
+
+  // Make room in `level`'s tables for `slot` (doubling, up to its slots).
+  _grow(level, slot) {
+    let rows = level.minAt.length;
+    while (rows <= slot) rows *= 2;
+    rows = Math.min(rows, level.slots);
+    const minAt = new Int32Array(rows);
+    const maxAt = new Int32Array(rows);
+    minAt.set(level.minAt);
+    maxAt.set(level.maxAt);
+    level.minAt = minAt;
+    level.maxAt = maxAt;
   }
 
   /** Rows held, as in the ring buffer: the newest `capacity` of those appended. */
@@ -53,6 +71,7 @@ export class BlockExtremes {
         const block = Math.floor(r / level.size);
         const off = r - block * level.size;
         const slot = block % level.slots;
+        if (slot >= level.minAt.length) this._grow(level, slot);
         if (off === 0) level.minAt[slot] = level.maxAt[slot] = -1;
         if (!finite) continue;
         // Strict comparisons: the first of equal extremes is kept, as the full scan does.

@@ -98,6 +98,14 @@ export class RunsModel {
     /** The band drawn around each group's mean: "minmax" (across its runs) or "std" (mean ± 1 std). */
     this.band = "minmax";
     this.sort = { column: null, descending: false };
+    /**
+     * The runs listed first, after the pinned ones: those selected when the order was last
+     * settled (settleOrder), so that the runs drawn on the charts are the table's first rows.
+     * A click on one row's checkbox does not settle it (the row would jump from under the
+     * pointer). null: no run leads (every run is selected).
+     * @type {Set<string>|null}
+     */
+    this.front = null;
     /** Metric columns of the table: tags, each shown as last / min / max. */
     this.metrics = null;
     /** Fallback rows for runs with no server summary: (name) -> partial summary. */
@@ -282,18 +290,35 @@ export class RunsModel {
       const recent = [...this.names].sort((a, b) => wall(b) - wall(a) || (a < b ? -1 : a > b ? 1 : 0));
       this.selected = new Set(recent.slice(0, DEFAULT_SELECTED));
     }
+    this.settleOrder();
+  }
+
+  /** List the runs selected now first (after the pinned ones), from now until the next settle. */
+  settleOrder() {
+    this.front = this.selected === null ? null : new Set(this.selected);
     this.version++;
+  }
+
+  /** Whether a run is among the table's first rows: pinned, or selected when the order settled. */
+  leads(name) {
+    return this.pinned.has(name) || (this.front !== null && this.front.has(name));
   }
 
   /** A run that appeared later is selected while fewer than SELECT_ALL_UP_TO runs are. */
   selectNew(names) {
     if (this.selected === null) return;
     for (const n of names) if (this.selected.size < SELECT_ALL_UP_TO) this.selected.add(n);
-    this.version++;
+    this.settleOrder();
   }
 
-  /** Select or unselect runs. */
-  setSelected(names, on) {
+  /**
+   * Select or unselect runs.
+   * @param {string[]} names
+   * @param {boolean} on
+   * @param {{settle?: boolean}} [opts] settle: list the selection first from now on (false for a
+   *   click on one row, which stays where it is)
+   */
+  setSelected(names, on, { settle = true } = {}) {
     if (this.selected === null) {
       if (on) return;
       this.selected = new Set(this.names);
@@ -302,7 +327,8 @@ export class RunsModel {
       if (on) this.selected.add(n);
       else this.selected.delete(n);
     }
-    this.version++;
+    if (settle) this.settleOrder();
+    else this.version++;
   }
 
   togglePinned(name) {
@@ -369,13 +395,14 @@ export class RunsModel {
     const selected = names(saved.selected);
     if (!selected || !selected.some((n) => this.names.has(n))) return false;
     this.selected = new Set(selected);
+    this.settleOrder();
     return true;
   }
 
   /** Sort the table by a column id; the same column again reverses. */
   sortBy(column) {
     this.sort = this.sort.column === column ? { column, descending: !this.sort.descending } : { column, descending: false };
-    this.version++;
+    this.settleOrder();
   }
 
   /** Hparam names of every run, sorted. */
@@ -425,8 +452,9 @@ export class RunsModel {
   }
 
   /**
-   * The runs the table lists, in order: pinned first, then by the sort column (name by default);
-   * hidden runs only when showHidden, runs failing the filters not at all.
+   * The runs the table lists, in order: pinned first, then the runs selected when the order last
+   * settled (the runs drawn, see `front`), each part by the sort column (name by default); hidden
+   * runs only when showHidden, runs failing the filters not at all.
    */
   tableRows() {
     const names = [...this.names].filter((n) => (this.showHidden || !this.hidden.has(n)) && this.passes(n));
@@ -445,7 +473,9 @@ export class RunsModel {
       const c = compareCells(a.name, b.name);
       return column === "name" && descending ? -c : c;
     };
-    rows.sort((a, b) => (this.pinned.has(b.name) - this.pinned.has(a.name)) || cmp(a, b));
+    const front = this.front;
+    const leads = front === null ? () => 0 : (n) => front.has(n);
+    rows.sort((a, b) => this.pinned.has(b.name) - this.pinned.has(a.name) || leads(b.name) - leads(a.name) || cmp(a, b));
     return rows;
   }
 }

@@ -209,3 +209,25 @@ test("a NaN step makes the series not ascending", () => {
   assert.equal(series.stepsAscending, false);
   assert.equal(series.wallsAscending, true);
 });
+
+test("the block tables grow with the rows, and stay exact across growth and wrapping", () => {
+  // A snapshot of 200 points in a series of the page's capacity takes a few slots, not 140 KB.
+  const small = new BlockExtremes(SERIES_CAPACITY);
+  small.append(Float64Array.from({ length: 200 }, (_, i) => Math.sin(i)));
+  const bytes = small._levels.reduce((n, l) => n + l.minAt.byteLength + l.maxAt.byteLength, 0);
+  assert.ok(bytes <= 4 * 64 * 2 * small._levels.length, `tables of ${bytes} bytes`);
+  // One row at a time through many doublings and twice around the ring.
+  const random = randomFrom(31);
+  const capacity = 16 * 200;
+  const s = new Summarised(capacity);
+  const out = new Int32Array(2);
+  for (let i = 0; i < 2.5 * capacity; i++) {
+    s.push(Float64Array.of(i), Float64Array.of(nastyValue(random, i)));
+    if (i % 97 !== 0) continue;
+    const ys = s.ys;
+    const a = Math.floor(random() * ys.length);
+    const b = a + Math.floor(random() * (ys.length - a + 1));
+    s.extremes.scan(ys, a, b, out);
+    assert.deepEqual(Array.from(out), bruteExtremes(ys, a, b), `row ${i}, rows ${a}..${b}`);
+  }
+});

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { FrameScheduler, MAX_BUDGET_WAIT_MS } from "../src/frames.js";
+import { FRAME_MS, FrameScheduler, MAX_BUDGET_WAIT_MS } from "../src/frames.js";
 
 function setup() {
   const frames = [];
@@ -138,6 +138,10 @@ test("a drawing budget spaces frames by the time drawing took", () => {
     const slow = { element: {}, render() { now += 40; } };
     scheduler.observe(slow);
     frames.splice(0).forEach((cb) => cb());
+    // The cost is known when the next frame begins (the rasterizing and commit come after the
+    // drawing calls): here at once, so the drawing calls' 40 ms are the cost.
+    assert.equal(frames.length, 1);
+    frames.splice(0).forEach((cb) => cb());
     assert.equal(scheduler.drawCost, 40);
     assert.equal(scheduler.interval(), 160);
     scheduler.mark(slow);
@@ -155,4 +159,71 @@ test("a drawing budget spaces frames by the time drawing took", () => {
     globalThis.setTimeout = realSetTimeout;
   }
   assert.throws(() => new FrameScheduler({ budget: 0 }), /budget must be in \(0, 1\], got 0/);
+});
+
+test("the budget counts the frame until the next one began: rasterizing and commit too", () => {
+  let now = 0;
+  const frames = [];
+  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now, budget: 0.25 });
+  const chart = { element: {}, render() { now += 10; } };
+  scheduler.observe(chart);
+  frames.splice(0).forEach((cb) => cb()); // draws: 10 ms of calls
+  assert.equal(scheduler.drawCost, 0); // not known yet
+  now += 70 + FRAME_MS; // the commit held the thread 70 ms, then a display frame
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(scheduler.drawCost, 80);
+  assert.equal(scheduler.interval(), 320);
+  assert.ok(Math.abs(scheduler.stats.settleMs - 70) < 1e-9);
+  // A change while a frame's cost is not known yet waits for it, then for the interval it sets.
+  const timers = [];
+  const realSetTimeout = globalThis.setTimeout;
+  globalThis.setTimeout = (fn, ms) => timers.push({ fn, ms });
+  try {
+    scheduler.mark(chart);
+    assert.equal(frames.length, 0); // spaced from the last draw by a timer
+    assert.equal(timers.length, 1);
+    now += 320;
+    timers.splice(0).forEach((t) => t.fn());
+    frames.splice(0).forEach((cb) => cb()); // draws, then asks for the settle frame
+    scheduler.mark(chart);
+    assert.equal(frames.length, 1); // only the settle frame: the next draw waits for its cost
+    assert.equal(timers.length, 0);
+    now += 200 + FRAME_MS;
+    frames.splice(0).forEach((cb) => cb());
+    assert.equal(timers.length, 1); // now spaced by the cost just learnt
+    assert.ok(scheduler.drawCost > 80);
+  } finally {
+    globalThis.setTimeout = realSetTimeout;
+  }
+  // Without a budget, the drawing calls alone are counted, at once.
+  const plain = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now });
+  plain.observe(chart);
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(frames.length, 0);
+  assert.equal(plain.drawCost, 10);
+});
+
+test("restart counts the interval from now", async () => {
+  let now = 0;
+  const frames = [];
+  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), minInterval: 30, now: () => now });
+  const a = { element: {}, renders: 0, render() { this.renders++; } };
+  scheduler.observe(a);
+  frames.splice(0).forEach((cb) => cb());
+  now = 1000; // long idle: a mark draws in the next frame...
+  scheduler.mark(a);
+  assert.equal(frames.length, 1);
+  scheduler.restart(); // ...unless a batch begins before it: then it waits a whole interval
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(a.renders, 1);
+  assert.equal(frames.length, 0);
+  await new Promise((r) => setTimeout(r, 45));
+  now = 1031;
+  frames.splice(0).forEach((cb) => cb());
+  assert.equal(a.renders, 2);
+  // flush draws at once, whatever the restart said.
+  scheduler.restart();
+  scheduler.mark(a);
+  scheduler.flush();
+  assert.equal(a.renders, 3);
 });

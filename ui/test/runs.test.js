@@ -302,3 +302,35 @@ test("Remembered keeps the view per server, writes only changes and survives bro
   assert.equal(new Remembered(key, null).save({ a: 1 }), false);
   assert.throws(() => new Remembered("", storage), /key must be a non-empty string, got ""/);
 });
+
+test("the runs drawn lead the table: selected when the order settles, after the pinned ones", () => {
+  const m = model(1000);
+  m.selectDefault(); // the ten most recent: run-0990 .. run-0999
+  const first = (n) => m.tableRows().slice(0, n).map((r) => r.name);
+  const recent = Array.from({ length: DEFAULT_SELECTED }, (_, i) => `run-0${990 + i}`);
+  assert.deepEqual(first(11), [...recent, "run-0000"]);
+  assert.ok(m.leads("run-0995") && !m.leads("run-0000"));
+  // One row's checkbox: the row stays where it is until the order settles again.
+  m.setSelected(["run-0500"], true, { settle: false });
+  m.setSelected(["run-0990"], false, { settle: false });
+  assert.deepEqual(first(11), [...recent, "run-0000"]);
+  // A sort settles it: the selection first, each part sorted.
+  m.sortBy("h:lr");
+  m.sortBy("h:lr"); // descending
+  assert.deepEqual(first(11), ["run-0999", "run-0998", "run-0997", "run-0996", "run-0995", "run-0994", "run-0993", "run-0992", "run-0991", "run-0500", "run-0990"]);
+  // All / None (setSelected settles by default); pinned runs stay on top.
+  m.togglePinned("run-0001");
+  m.setSearch("run-00");
+  m.setSelected(m.tableRows().map((r) => r.name), true);
+  m.setSearch("");
+  assert.equal(m.selected.size, 110); // run-0000 .. run-0099, nine recent ones, run-0500
+  const top = first(110);
+  assert.equal(top[0], "run-0001");
+  assert.deepEqual(new Set(top), m.selected);
+  assert.ok(!m.selected.has(first(111)[110]));
+  // Every run selected: no run leads, the sort alone orders.
+  const few = model(5);
+  few.selectDefault();
+  assert.equal(few.front, null);
+  assert.deepEqual(few.tableRows().map((r) => r.name), ["run-0000", "run-0001", "run-0002", "run-0003", "run-0004"]);
+});

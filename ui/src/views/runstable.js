@@ -43,10 +43,13 @@ export class RunsTable {
    * @param {(how?: {immediate: boolean}) => void} opts.onChange called after the user changed the
    *   selection, pins, hidden runs, filters or grouping (the page then redraws and re-subscribes:
    *   at once after a click, `immediate`, after a pause in typing otherwise)
+   * @param {import("../frames.js").FrameScheduler} [opts.scheduler] draws the table's live updates
+   *   (new summaries) in the charts' frames, within their budget
    */
-  constructor({ model, onChange }) {
+  constructor({ model, onChange, scheduler = null }) {
     this.model = model;
     this.onChange = onChange;
+    this.scheduler = scheduler;
     this.count = el("span", { class: "runs-count" });
     this.search = el("input", { type: "search", class: "run-search", spellcheck: "false", on: { input: () => this._onSearch() } });
     this.condition = el("input", { type: "search", class: "run-condition", spellcheck: "false", on: { input: () => this._onCondition() } });
@@ -93,6 +96,10 @@ export class RunsTable {
     );
     this._frame = 0;
     this._drawn = "";
+    // Live updates (new summaries every second) are drawn with the charts, in the same frame and
+    // commit: a frame of their own each second cost a commit as long as the charts' on a busy page.
+    this._item = { element: this.scroller, render: () => this._render() };
+    this.scheduler?.observe(this._item);
     this.relabel();
   }
 
@@ -116,9 +123,14 @@ export class RunsTable {
     this._schedule();
   }
 
-  /** Redraw soon (at most once per animation frame). */
-  update() {
-    this._schedule();
+  /**
+   * Redraw soon (at most once per animation frame).
+   * @param {{live?: boolean}} [opts] live: new data, not the user's doing (drawn with the charts'
+   *   next frame when there is a scheduler)
+   */
+  update({ live = false } = {}) {
+    if (live && this.scheduler) this.scheduler.mark(this._item);
+    else this._schedule();
   }
 
   /** Redraw now. */
@@ -233,7 +245,8 @@ export class RunsTable {
     this.head.style.width = this.body.style.width = `${total}px`;
 
     const drawn = model.drawn().length;
-    this.count.textContent = tf("runsCount", { shown: drawn, total: model.names.size });
+    const count = tf("runsCount", { shown: drawn, total: model.names.size });
+    if (this.count.textContent !== count) this.count.textContent = count;
     this._renderControls();
 
     // The header, only when its columns or the sort changed.
@@ -265,8 +278,19 @@ export class RunsTable {
     const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - OVERSCAN);
     const last = Math.min(rows.length, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
     const built = [];
-    for (let i = first; i < last; i++) built.push(this._row(rows[i], i, columns));
-    this.body.replaceChildren(...built);
+    const cache = new Map();
+    for (let i = first; i < last; i++) {
+      // A line under the last of the leading rows (pinned, and the runs drawn when the order
+      // settled): the runs on the charts are the ones above it.
+      const split = i + 1 < rows.length && model.leads(rows[i].name) && !model.leads(rows[i + 1].name);
+      built.push(this._row(rows[i], i, columns, split, cache));
+    }
+    this._rows = cache;
+    // Live summaries redraw the table every second: rows that did not change are the same
+    // elements, and the same rows in the same order are not touched at all (no layout, paint
+    // or commit for them).
+    const now = this.body.children;
+    if (built.length !== now.length || built.some((row, i) => row !== now[i])) this.body.replaceChildren(...built);
   }
 
   // The group-by choices and the metric-column checkboxes, rebuilt only when their lists change.
@@ -317,13 +341,27 @@ export class RunsTable {
     }
   }
 
-  _row({ name, row }, index, columns) {
+  // One row's element: the one built last time when nothing it shows changed (`cache` collects
+  // the rows of this render).
+  _row({ name, row }, index, columns, split, cache) {
     const model = this.model;
     const selected = model.isSelected(name);
     const cls = ["rt-row"];
     if (model.pinned.has(name)) cls.push("pinned");
     if (model.hidden.has(name)) cls.push("hidden-run");
     if (model.isDrawn(name)) cls.push("drawn");
+    if (split) cls.push("rt-split");
+    const texts = columns.map((c) => {
+      if (c === "name") return "";
+      const v = model.columnValue(row, c);
+      return `${c}\u0002${v ?? "unknown"}\u0002${c === "status" && v ? t(`status_${v}`) : cellText(c, v)}`;
+    });
+    const key = [index, cls.join(" "), selected, t("pinRun"), ...texts].join("\u0001");
+    const kept = this._rows?.get(name);
+    if (kept && kept.key === key) {
+      cache.set(name, kept);
+      return kept.element;
+    }
     const cells = columns.map((c) => {
       if (c === "name") {
         return el(
@@ -334,7 +372,8 @@ export class RunsTable {
             class: "run-select",
             checked: selected,
             "aria-label": name,
-            on: { change: (e) => this._set(() => model.setSelected([name], e.target.checked)) },
+            // One row's box: the row stays where it is (the order settles on All, None, a sort).
+            on: { change: (e) => this._set(() => model.setSelected([name], e.target.checked, { settle: false })) },
           }),
           el("i", { class: "swatch", style: { background: colorFor(name) } }),
           el("span", { class: "run-name", text: name }),
@@ -360,6 +399,8 @@ export class RunsTable {
       const text = c === "status" && v ? t(`status_${v}`) : cellText(c, v);
       return el("div", { class: `rt-cell${c.startsWith("m:") ? " metric" : ""}${c === "status" ? ` status-${v ?? "unknown"}` : ""}`, title: text }, text);
     });
-    return el("div", { class: cls.join(" "), dataset: { run: name }, role: "row", style: { top: `${index * ROW_HEIGHT}px` } }, ...cells);
+    const element = el("div", { class: cls.join(" "), dataset: { run: name }, role: "row", style: { top: `${index * ROW_HEIGHT}px` } }, ...cells);
+    cache.set(name, { key, element });
+    return element;
   }
 }

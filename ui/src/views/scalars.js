@@ -14,6 +14,8 @@ import { SMOOTHED, STEP, VALUE, WALL } from "../store.js";
 
 /** With more runs than this in a chart, the faint raw lines behind the smoothed ones are left out. */
 export const RAW_LINES_UP_TO = 20;
+/** The width of each line (CSS px) with more runs than RAW_LINES_UP_TO in a chart. */
+export const MANY_LINES_WIDTH = 1;
 
 /** The group a tag is shown in: the part before its first `/` (empty for none). */
 export function tagGroup(tag) {
@@ -196,13 +198,17 @@ export class ScalarsView {
       chart._grid = grid;
       onGrid.forEach((e, i) => (e.cols = { xs: grid.xs, [key]: grid.ys[i] }));
     }
+    // Many runs: lines one pixel wide. Canvas strokes of at most a pixel are drawn as hairlines
+    // (Skia's fast path) where wider ones are outlined and filled: most of a frame's rasterizing
+    // with 50 live runs on eight charts, and one line among many needs no more.
+    const width = shown.length > RAW_LINES_UP_TO ? MANY_LINES_WIDTH : undefined;
     for (const { run, cols } of entries) {
       const color = colorFor(run);
       if (state.smoothing > 0) {
         if (raw) lines.push({ label: `${run} (raw)`, color, xs: cols.xs, ys: cols.raw, alpha: 0.25, width: 1, legend: false });
-        lines.push({ label: run, color, xs: cols.xs, ys: cols.smoothed });
+        lines.push({ label: run, color, xs: cols.xs, ys: cols.smoothed, width });
       } else {
-        lines.push({ label: run, color, xs: cols.xs, ys: cols.raw });
+        lines.push({ label: run, color, xs: cols.xs, ys: cols.raw, width });
       }
     }
     return lines;
