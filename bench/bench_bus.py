@@ -141,15 +141,22 @@ class RedisProcess:
 
 
 def start_brokers(
-    logdir: Path, workdir: Path, redis: RedisProcess, ports: list[int], lease: str | None = None
+    logdir: Path,
+    workdir: Path,
+    redis: RedisProcess,
+    ports: list[int],
+    lease: str | None = None,
+    names: list[str] | None = None,
 ) -> list[ServeProcess]:
-    """Start a ``serve --bus`` per port (0: any free port), with ``--bus-lease`` if given."""
+    """Start a ``serve --bus`` per port (0: any free port), with ``--bus-lease`` if given; each
+    logs to ``workdir/<name>.log`` (``names``; by default broker0, broker1, ...)."""
     leasing = ("--bus-lease", lease) if lease else ()
+    names = names or [f"broker{i}" for i in range(len(ports))]
     return [
         ServeProcess(
-            logdir, workdir / f"broker{i}.log", "--port", str(port), "--bus", redis.url, *leasing
+            logdir, workdir / f"{name}.log", "--port", str(port), "--bus", redis.url, *leasing
         )
-        for i, port in enumerate(ports)
+        for name, port in zip(names, ports, strict=True)
     ]
 
 
@@ -502,7 +509,11 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
             brokers[victim].proc.wait()
             time.sleep(rng.uniform(0.2, 1.0))
             brokers[victim].stop()
-            brokers[victim] = start_brokers(logdir, workdir, redis, [ports[victim]], LEASE)[0]
+            # A log of its own: the killed one's log is kept (--keep) for a diagnosis.
+            again = [f"broker{victim}-restart{len(kills) + 1}"]
+            brokers[victim] = start_brokers(
+                logdir, workdir, redis, [ports[victim]], LEASE, names=again
+            )[0]
             kills.append({"broker": victim, "at_s": round(t_kill - t0, 2)})
         time.sleep(1.0)
         stop.set()

@@ -87,6 +87,9 @@ LOG_INTERVAL = 10.0
 REFUSALS_KEPT = 65536
 #: Changed run summaries are published to every subscriber at most this often, in seconds.
 SUMMARY_INTERVAL = 1.0
+#: Seconds an ingested batch waits for room in the persist queue even when its connection
+#: closes meanwhile (see :meth:`Broker.ingest`).
+ENQUEUE_SHIELD = 60.0
 #: Runs whose summary is a placeholder (no current digest) read per follow round, at most.
 SUMMARY_FILLS = 8
 
@@ -839,10 +842,18 @@ class Broker:
         run.inflight[(batch.writer, batch.seq)] = seq
         ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
-            await self._send.send((seq, batch, batch.sync))
+            # Shielded (bus failover fix): numbered and fanned out, the batch reaches the persist
+            # queue even if its connection closes while the queue is full. Dropped there, a
+            # later batch of its writer, re-sent on a new connection meanwhile and waiting
+            # behind it, was written first, and the dropped one's re-sent copy then read as a
+            # duplicate of what the files hold: lost (bench_bus.py failover, seed 15). Bounded,
+            # should the persist task be gone without closing the queue.
+            with trio.fail_after(ENQUEUE_SHIELD, shield=True):
+                await self._send.send((seq, batch, batch.sync))
         except BaseException:
-            # Cancelled (or closed) while the queue was full: the batch was not taken, so its
-            # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
+            # Closed (the broker shuts down) or stuck while the queue was full: the batch was not
+            # taken, so its re-sent copy must not be dropped as a duplicate; browsers that saw
+            # it re-sync.
             run.last_seq[batch.writer] = last
             run.inflight.pop((batch.writer, batch.seq), None)
             # A copy of this batch re-sent on another connection meanwhile (a writer that
@@ -857,7 +868,7 @@ class Broker:
                 run.resend_from[batch.writer] = resend
             for sub in self._subscribers:
                 if sub.wants(batch.run):
-                    sub.mark_gap()
+                    sub.mark_gap(batch.run)
             raise
         self._batches += 1
         self._events += batch.count()
@@ -1072,7 +1083,7 @@ class Broker:
         # Subscribers were offered this batch at ingest, but it is not on disk: re-sync them.
         for sub in self._subscribers:
             if sub.wants(batch.run):
-                sub.mark_gap()
+                sub.mark_gap(batch.run)
         # One line per run and reason every LOG_INTERVAL s: a writer retrying into a full disk
         # must not fill the log too.
         now = time.monotonic()

@@ -330,6 +330,16 @@ class Bus:
             if int(got) == 0:
                 self._refused_leased += 1
                 raise RefusedError(self.LEASED_ELSEWHERE, retryable=True)
+            if int(got) == 1 and run in self._held:
+                # This broker's hold ran out before the lease loop noticed, and the lease was
+                # free in Redis: another broker may have written the run meanwhile. Give it up
+                # first (close its writer), as a lost lease, so that the take-over below reads
+                # the writers' seqs back from the files; kept, the stale ones refused the
+                # writer's next batches for good (the writer then stalled, every broker
+                # refusing it: "written through another broker").
+                del self._held[run]
+                self._leases_lost += 1
+                await self.broker._bus_release(run)
             if run not in self._held:
                 self.broker._bus_took(run)  # read the writers' seqs back from the run's files
                 self._register(run)
@@ -553,7 +563,7 @@ class Bus:
                 # Not confirmed in time (Redis away or slow): another broker may have it now.
                 self._leases_lost += 1
                 log.warning("vdl-stream: the lease of run %r ran out; another broker takes it", run)
-                await self._give_up(run, release=False)
+                await self._give_up(run, release=False, until=self._held.get(run))
             now = time.monotonic()
             for run in [
                 r for r in list(self._held) if now - self._used.get(r, 0) > self._idle_release
@@ -583,11 +593,16 @@ class Bus:
                 else:
                     self._leases_lost += 1
                     log.warning("vdl-stream: lost the lease of run %r to another broker", run)
-                    await self._give_up(run, release=False)
+                    await self._give_up(run, release=False, until=self._held.get(run))
 
-    async def _give_up(self, run: str, *, release: bool) -> None:
-        """Stop writing ``run``: close its writer, then (``release``) delete the lease if ours."""
+    async def _give_up(self, run: str, *, release: bool, until: float | None = None) -> None:
+        """Stop writing ``run``: close its writer, then (``release``) delete the lease if ours.
+
+        ``until``: the hold the caller found lost; if the run was taken again since (its hold
+        changed while this waited for the run's lock), it is kept."""
         async with self._lock(run):
+            if until is not None and self._held.get(run, until) != until:
+                return  # taken again (a batch's admit) since the caller found it lost
             if self._held.pop(run, None) is None:
                 return
             self._used.pop(run, None)
