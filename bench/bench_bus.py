@@ -459,6 +459,37 @@ def _writer_state(writer) -> dict:
     } | _transport_state(writer, stats)
 
 
+def _await_chain(coro) -> list[str]:
+    """Where a coroutine waits: ``file:line function`` of each frame down its await chain."""
+    out = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            name = frame.f_code.co_filename.rsplit("/", 1)[-1]
+            out.append(f"{name}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    return out
+
+
+def _tasks_of(writer) -> list[str]:
+    """Each trio task of a writer's background loop, with the innermost frames it waits in
+    (the loop's own thread walks its task tree): where a stalled writer is stuck."""
+
+    def walk() -> list[str]:
+        lines, todo = [], [trio.lowlevel.current_root_task()]
+        while todo:
+            task = todo.pop()
+            lines.append(" > ".join(_await_chain(task.coro)[-4:]))
+            todo.extend(c for n in task.child_nurseries for c in n.child_tasks)
+        return lines
+
+    token = getattr(writer, "_token", None)
+    try:
+        return trio.from_thread.run_sync(walk, trio_token=token) if token else []
+    except (trio.RunFinishedError, RuntimeError) as exc:
+        return [f"not readable: {exc}"]
+
+
 def _transport_state(writer, stats) -> dict:
     """Where a writer's transport stands: its counters, the broker it is on, what it has had
     acknowledged and its failovers (read from the transport: a diagnosis, not an API)."""
@@ -469,7 +500,7 @@ def _transport_state(writer, stats) -> dict:
             out[name] = getattr(transport, key)
     if hasattr(transport, "failovers"):
         out["failovers"] = transport.failovers
-    return {"transport": out}
+    return {"transport": out, "tasks": _tasks_of(writer)}
 
 
 def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
@@ -530,8 +561,13 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
         }
     finally:
         stop.set()
-        for w in writers:
-            w.close()
+        # Together: a stalled writer's close waits for its flush (30 s), and one after the
+        # other a dozen of them held the bench for minutes.
+        closing = [threading.Thread(target=w.close) for w in writers]
+        for t in closing:
+            t.start()
+        for t in closing:
+            t.join(120)
         for broker in brokers:
             broker.stop()
         redis.stop()

@@ -26,7 +26,8 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
 
 - **Ingest never waits on Redis for data.** ``publish`` is ``send_nowait`` into a bounded queue;
   a full queue or a failed XADD drops the entry. Receivers see the hole in ``n`` and send their
-  subscribers a ``gap`` (they re-sync from snapshots, read from the files).
+  subscribers a ``gap`` naming that run (they re-sync it alone from a snapshot, read from the
+  files; docs/protocol.md).
 - **Exactly one broker persists a run.** A broker takes a run's lease at its first batch (Lua:
   ``SET NX PX``, or extend it if it is already this broker's), renews every lease it holds every
   ``lease_ttl / 3`` with a Lua check-and-extend (a broker never renews a lease it lost), and
@@ -36,7 +37,11 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
   leased elsewhere is refused (retryable); writers given several URLs move to the next broker.
 - **Failover.** The broker that takes a run over reads the writers' sequence numbers back from the
   run's files (``Broker._bus_took``); the writer re-sends what was not acknowledged and the
-  broker's dedup by (writer, seq) drops what is already there: 0 lost, 0 duplicated.
+  broker's dedup by (writer, seq) drops what is already there: 0 lost, 0 duplicated. A broker
+  whose own hold ran out before its lease loop noticed, and that takes the lease again from
+  Redis (free meanwhile: another broker may have written the run), first gives the run up and
+  then takes it over like any other broker; kept, its stale sequence numbers refused the
+  writer for good while it renewed the lease, and every other broker refused it too.
 - **Redis restart.** Live frames in flight are lost, never data: every broker sends its
   subscribers a ``gap`` when its reader loses Redis and when it gets it back, and meanwhile
   serves runs of the shared log directory by tailing their files (as without a bus).

@@ -60,6 +60,12 @@ log = logging.getLogger("vdl_stream.transport")
 #: First delay before a retryable refusal is re-sent, in seconds; it doubles up to the maximum.
 RETRY_DELAY = 0.05
 MAX_RETRY_DELAY = 2.0
+#: Seconds a connection being left waits for the broker's answer to its close. Left after a
+#: refusal (another broker holds the run), the broker may still be refusing hundreds of batches
+#: sent before the refusal came: trio-websocket's default (60 s) held a failing-over writer that
+#: long at every hop, and under load a writer stood still for minutes (bench_bus.py failover).
+#: Nothing is lost by not waiting: every unacknowledged batch goes again on the next connection.
+DISCONNECT_TIMEOUT = 1.0
 #: Refusals waiting for take_errors() at most; older ones are dropped (and counted).
 MAX_ERRORS = 100
 
@@ -618,7 +624,10 @@ class WebSocketTransport:
             self._move = False
             try:
                 async with open_websocket_url(
-                    self.url, extra_headers=self._headers, connect_timeout=5
+                    self.url,
+                    extra_headers=self._headers,
+                    connect_timeout=5,
+                    disconnect_timeout=DISCONNECT_TIMEOUT,
                 ) as ws:
                     delay = 0.05
                     tried = 0
