@@ -467,7 +467,11 @@ def _await_chain(coro) -> list[str]:
         if frame is not None:
             name = frame.f_code.co_filename.rsplit("/", 1)[-1]
             out.append(f"{name}:{frame.f_lineno} {frame.f_code.co_name}")
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        following = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        if frame is not None and frame.f_code.co_name == "__aexit__" and "self" in frame.f_locals:
+            # contextlib's async context manager: on into the generator it drives
+            following = getattr(frame.f_locals["self"], "gen", following)
+        coro = following
     return out
 
 
@@ -479,7 +483,7 @@ def _tasks_of(writer) -> list[str]:
         lines, todo = [], [trio.lowlevel.current_root_task()]
         while todo:
             task = todo.pop()
-            lines.append(" > ".join(_await_chain(task.coro)[-4:]))
+            lines.append(" > ".join(_await_chain(task.coro)[-7:]))
             todo.extend(c for n in task.child_nurseries for c in n.child_tasks)
         return lines
 
