@@ -483,6 +483,44 @@ async def test_a_batch_whose_connection_closes_while_the_persist_queue_is_full_i
     assert order == sorted(order), order  # written in the writer's order
 
 
+async def test_a_writer_leaving_a_broker_that_never_answers_its_close_moves_on(tmp_path):
+    """Regression (bench_bus failover stall): a writer refused by a broker that is still busy
+    answering the batches sent before the refusal, and so does not answer the close, waited
+    for that answer (trio-websocket's default: 60 s) at every hop. It now moves on within
+    seconds and its batches land on the next broker."""
+    from functools import partial
+
+    from trio_websocket import serve_websocket
+
+    from vdl_stream.server import run_server
+
+    async def stubborn(request) -> None:
+        ws = await request.accept()
+        first = codec.decode_message(await ws.get_message())
+        reason = "the run is being written through another broker (it holds the run's lease)"
+        for seq in range(first["seq"], first["seq"] + 20):  # the batches sent before it heard
+            await ws.send_message(codec.encode_refused(first["writer"], seq, reason, True))
+        await trio.sleep_forever()  # busy: reads nothing more, never answers the close
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(
+                partial(serve_websocket, stubborn, "127.0.0.1", 0, ssl_context=None)
+            )
+            busy = f"ws://127.0.0.1:{server.port}"
+            good = "ws" + (await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0)))[4:]
+            transport = await nursery.start(WebSocketTransport.run, [busy, good])
+            start = trio.current_time()
+            for seq in range(1, 6):
+                await transport.send(_one_step(seq, "r"))
+            await transport.wait_acked(5)
+            took = trio.current_time() - start
+            assert transport.failovers >= 1
+            assert took < 10, f"moving on took {took:.1f} s"
+            nursery.cancel_scope.cancel()
+    np.testing.assert_array_equal(disk_steps(tmp_path, "r"), [1, 2, 3, 4, 5])
+
+
 async def test_a_refused_batch_holds_back_later_ones_until_every_refused_one_is_in(
     tmp_path, redis_server
 ):
