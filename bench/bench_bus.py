@@ -21,7 +21,9 @@ the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing on
    before the XADD to the XREAD's return (500 entries).
 1. ``latency``: 48 raw ``/ws/ingest`` writers, 16 per broker (a process of writers per broker),
    each in its own run and paced so that together they send ``--rate`` events/s (batches of 25
-   points); one ``/ws/live`` client per broker (each its own process) subscribed to every run. Reports, for each client, the runs it saw, and the latency
+   points); one ``/ws/live`` client per broker (each its own process) subscribed to every run
+   as the page subscribes (split snapshots, batched live frames, a ``gap`` naming runs answered
+   with a ``keep`` re-subscription). Reports, for each client, the runs it saw, and the latency
    from a point's creation (its wall time, stamped when the batch is built) to its arrival, split
    into points written through the client's own broker and through another broker (the bus
    path); the brokers' bus counters (published, dropped, gaps); Redis's commands/s and memory.
@@ -39,8 +41,8 @@ Usage: python bench/bench_bus.py [--quick] [--seconds S] [--rate N] [--writers N
                                  [--seed N] [--json PATH] [--keep DIR] [--skip PHASE ...]
                                  [--only PHASE ...] [--repeat N] [--start-runs N] [--base DIR]
 
-``--keep DIR``: when the failover phase loses or duplicates a step, its log directory and the
-brokers' logs are copied to ``DIR/failover-seed<N>`` (``damaged_runs`` in the results says which
+``--keep DIR``: when the failover phase loses or duplicates a step, or a writer does not flush,
+its log directory and the brokers' logs are copied to ``DIR/failover-seed<N>`` (``damaged_runs`` in the results says which
 runs and the first missing steps).
 """
 
@@ -139,15 +141,22 @@ class RedisProcess:
 
 
 def start_brokers(
-    logdir: Path, workdir: Path, redis: RedisProcess, ports: list[int], lease: str | None = None
+    logdir: Path,
+    workdir: Path,
+    redis: RedisProcess,
+    ports: list[int],
+    lease: str | None = None,
+    names: list[str] | None = None,
 ) -> list[ServeProcess]:
-    """Start a ``serve --bus`` per port (0: any free port), with ``--bus-lease`` if given."""
+    """Start a ``serve --bus`` per port (0: any free port), with ``--bus-lease`` if given; each
+    logs to ``workdir/<name>.log`` (``names``; by default broker0, broker1, ...)."""
     leasing = ("--bus-lease", lease) if lease else ()
+    names = names or [f"broker{i}" for i in range(len(ports))]
     return [
         ServeProcess(
-            logdir, workdir / f"broker{i}.log", "--port", str(port), "--bus", redis.url, *leasing
+            logdir, workdir / f"{name}.log", "--port", str(port), "--bus", redis.url, *leasing
         )
-        for i, port in enumerate(ports)
+        for name, port in zip(names, ports, strict=True)
     ]
 
 
@@ -198,11 +207,17 @@ class Browser:
     own: list[np.ndarray] = field(default_factory=list)  # latencies via its own broker
     other: list[np.ndarray] = field(default_factory=list)  # via another broker (the bus)
     gaps: int = 0
+    run_gaps: int = 0  # of ``gaps``, those naming runs (re-synced with ``keep``)
     error: str | None = None
 
 
 async def browse(ws: str, own_runs: set[str], result: Browser, since: list[float]) -> None:
-    subscribe = codec.encode_message({"type": "subscribe", "runs": None, "max_points": 2000})
+    """Subscribe to every run as the page does (split snapshots, batched live frames) and
+    answer a ``gap`` as it does: one naming runs with a ``keep`` re-subscription (those runs'
+    snapshots come again), one of every run afresh."""
+    ask = {"type": "subscribe", "runs": None, "max_points": 2000, "split": True, "batch": True}
+    subscribe = codec.encode_message(ask)
+    resync = codec.encode_message({**ask, "keep": True})
     try:
         async with open_websocket_url(
             ws + "/ws/live", max_message_size=MAX_MESSAGE, message_queue_size=256
@@ -211,20 +226,28 @@ async def browse(ws: str, own_runs: set[str], result: Browser, since: list[float
             while True:
                 message = codec.decode_message(await conn.get_message())
                 now = time.time()
-                kind = message["type"]
-                if kind == "gap":
-                    result.gaps += 1
-                    await conn.send_message(subscribe)
-                elif kind in ("data", "snapshot"):
-                    run = message["run"]
-                    result.runs.add(run)
-                    if kind != "data":
-                        continue
-                    for _tag, _steps, walls, _values in message["scalars"]:
-                        w = np.frombuffer(walls, dtype="<f8")
-                        w = w[w >= since[0]]  # after the warm-up
-                        if len(w):
-                            (result.own if run in own_runs else result.other).append(now - w)
+                frames = (
+                    [codec.decode_message(f) for f in message["frames"]]
+                    if message["type"] == "frames"
+                    else [message]
+                )
+                for frame in frames:
+                    kind = frame["type"]
+                    if kind == "gap":
+                        result.gaps += 1
+                        if frame.get("runs") is not None:
+                            result.run_gaps += 1
+                        await conn.send_message(subscribe if frame.get("runs") is None else resync)
+                    elif kind in ("data", "snapshot"):
+                        run = frame["run"]
+                        result.runs.add(run)
+                        if kind != "data":
+                            continue
+                        for _tag, _steps, walls, _values in frame["scalars"]:
+                            w = np.frombuffer(walls, dtype="<f8")
+                            w = w[w >= since[0]]  # after the warm-up
+                            if len(w):
+                                (result.own if run in own_runs else result.other).append(now - w)
     except Exception as exc:  # reported, never hidden
         result.error = f"{type(exc).__name__}: {exc}"[:200]
 
@@ -262,7 +285,14 @@ def _browser_process(ws: str, own: set[str], since: float, until: float, out: Pa
         other=np.concatenate(result.other) if result.other else empty,
     )
     out.with_suffix(".json").write_text(
-        json.dumps({"runs": sorted(result.runs), "gaps": result.gaps, "error": result.error})
+        json.dumps(
+            {
+                "runs": sorted(result.runs),
+                "gaps": result.gaps,
+                "run_gaps": result.run_gaps,
+                "error": result.error,
+            }
+        )
     )
 
 
@@ -373,6 +403,7 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
                     "own_broker": percentiles([own]),
                     "other_broker": percentiles([other]),
                     "gaps": meta["gaps"],
+                    "run_gaps": meta.get("run_gaps", 0),
                     "error": meta["error"],
                 }
                 for own, other, meta in browsers
@@ -425,7 +456,55 @@ def _writer_state(writer) -> dict:
             "sent_batches",
         )
         if hasattr(stats, k)
-    }
+    } | _transport_state(writer, stats)
+
+
+def _await_chain(coro) -> list[str]:
+    """Where a coroutine waits: ``file:line function`` of each frame down its await chain."""
+    out = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            name = frame.f_code.co_filename.rsplit("/", 1)[-1]
+            out.append(f"{name}:{frame.f_lineno} {frame.f_code.co_name}")
+        following = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        if frame is not None and frame.f_code.co_name == "__aexit__" and "self" in frame.f_locals:
+            # contextlib's async context manager: on into the generator it drives
+            following = getattr(frame.f_locals["self"], "gen", following)
+        coro = following
+    return out
+
+
+def _tasks_of(writer) -> list[str]:
+    """Each trio task of a writer's background loop, with the innermost frames it waits in
+    (the loop's own thread walks its task tree): where a stalled writer is stuck."""
+
+    def walk() -> list[str]:
+        lines, todo = [], [trio.lowlevel.current_root_task()]
+        while todo:
+            task = todo.pop()
+            lines.append(" > ".join(_await_chain(task.coro)[-7:]))
+            todo.extend(c for n in task.child_nurseries for c in n.child_tasks)
+        return lines
+
+    token = getattr(writer, "_token", None)
+    try:
+        return trio.from_thread.run_sync(walk, trio_token=token) if token else []
+    except (trio.RunFinishedError, RuntimeError) as exc:
+        return [f"not readable: {exc}"]
+
+
+def _transport_state(writer, stats) -> dict:
+    """Where a writer's transport stands: its counters, the broker it is on, what it has had
+    acknowledged and its failovers (read from the transport: a diagnosis, not an API)."""
+    out = dict(stats.transport.__dict__) if getattr(stats, "transport", None) else {}
+    transport = getattr(writer, "_transport", None)
+    for name, key in (("url", "url"), ("acked", "_acked"), ("sent", "_sent")):
+        if hasattr(transport, key):
+            out[name] = getattr(transport, key)
+    if hasattr(transport, "failovers"):
+        out["failovers"] = transport.failovers
+    return {"transport": out, "tasks": _tasks_of(writer)}
 
 
 def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
@@ -465,7 +544,11 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
             brokers[victim].proc.wait()
             time.sleep(rng.uniform(0.2, 1.0))
             brokers[victim].stop()
-            brokers[victim] = start_brokers(logdir, workdir, redis, [ports[victim]], LEASE)[0]
+            # A log of its own: the killed one's log is kept (--keep) for a diagnosis.
+            again = [f"broker{victim}-restart{len(kills) + 1}"]
+            brokers[victim] = start_brokers(
+                logdir, workdir, redis, [ports[victim]], LEASE, names=again
+            )[0]
             kills.append({"broker": victim, "at_s": round(t_kill - t0, 2)})
         time.sleep(1.0)
         stop.set()
@@ -473,7 +556,7 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
             t.join(60)
         # One deadline for all the flushes (not 120 s each), so a stalled writer cannot hold the
         # bench for an hour; the ones that did not flush are reported with their statistics.
-        deadline = time.monotonic() + FLUSH_DEADLINE
+        deadline = time.monotonic() + args.flush_deadline
         flushed = [w.flush(max(0.1, deadline - time.monotonic())) for w in writers]
         stalled = {
             f"fo{i:02d}": _writer_state(w)
@@ -482,8 +565,13 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
         }
     finally:
         stop.set()
-        for w in writers:
-            w.close()
+        # Together: a stalled writer's close waits for its flush (30 s), and one after the
+        # other a dozen of them held the bench for minutes.
+        closing = [threading.Thread(target=w.close) for w in writers]
+        for t in closing:
+            t.start()
+        for t in closing:
+            t.join(120)
         for broker in brokers:
             broker.stop()
         redis.stop()
@@ -505,7 +593,7 @@ def phase_failover(args: argparse.Namespace, workdir: Path) -> dict:
                 "first_missing": missing[:5].tolist(),
                 "duplicated": len(steps) - len(unique),
             }
-    if damaged and args.keep:
+    if (damaged or stalled) and args.keep:
         shutil.copytree(workdir, args.keep / f"failover-seed{args.seed}", dirs_exist_ok=True)
     return {
         "writers": args.writers,
@@ -675,7 +763,13 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=30_000, help="events/s, all writers")
     parser.add_argument("--writers", type=int, default=None, help="failover phase writers")
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs in the failover phase")
-    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--seed", type=int, default=13, help="failover: kill moments, victims")
+    parser.add_argument(
+        "--flush-deadline",
+        type=float,
+        default=FLUSH_DEADLINE,
+        help="failover: seconds for every writer's flush, all together (then: not_flushed)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
         "--keep", type=Path, help="failover: copy the log directory and logs here on a loss"

@@ -92,11 +92,18 @@ async def test_a_full_subscriber_gets_the_overflow_coalesced_in_order_not_a_gap(
     for seq in range(1, 7):  # 1, 2 queued; 3..6 held
         _offer_data(sub, seq, "r", [scalars("a", range(seq * 10, seq * 10 + 2))])
     _offer_data(sub, 7, "s", [scalars("b", range(2))])
-    sub.offer(8, None, b"not-data")  # nothing of it to coalesce: queued if there is room
+    sub.offer(8, "s", b"not-data")  # nothing of it to coalesce: a gap of run "s" alone
     stats = sub.statistics()
     assert (stats.depth, stats.dropped, stats.gaps, stats.coalesced) == (2, 1, 1, 5)
-    # ... the frame that could not be coalesced fell back to a gap: everything held went with it
-    assert stats.held_bytes == 0
+    assert stats.run_gaps == 1
+    # ... what was held of "s" went with it; "r" is kept, and a frame about no run is held
+    sub.offer(9, None, b"about-no-run")
+    assert sub.statistics().side_frames == 1 and sub.lost_runs == {"s"} and not sub.lost
+    got = [await sub.receive() for _ in range(5)]
+    assert [_points(f) for f in got[:2]] == [{"a": [10.0, 11.0]}, {"a": [20.0, 21.0]}]
+    assert msgpack.unpackb(got[2]) == {"type": "gap", "seq": 0, "runs": ["s"]}
+    assert got[3] == b"about-no-run"  # frames about no run go before the coalesced data
+    assert _points(got[4]) == {"a": [30.0, 31.0, 40.0, 41.0, 50.0, 51.0, 60.0, 61.0]}
     sub = Subscriber(None, capacity=2)
     for seq in range(1, 7):
         _offer_data(sub, seq, "r", [scalars("a", range(seq * 10, seq * 10 + 2))])

@@ -430,6 +430,97 @@ def _one_step(seq: int, run: str = "gap", writer: str = "w") -> codec.Batch:
     return codec.Batch(writer, seq, run, [cols])
 
 
+async def test_a_batch_whose_connection_closes_while_the_persist_queue_is_full_is_written(
+    tmp_path,
+):
+    """Regression (bench_bus failover, seed 15: one batch of a run lost): a writer's batch 4
+    waited for room in a full persist queue when its connection closed (the writer had moved
+    on after a refusal, and came back). Its ingest was cancelled and the batch dropped, while
+    batch 5, sent on the writer's new connection with a copy of 4, waited behind it: 5 was
+    written before 4, and 4's next copy read as a duplicate (the files held 5) on the broker
+    that took the run next. Now a numbered batch reaches the queue whatever its connection."""
+    from trio.testing import wait_all_tasks_blocked
+
+    from vdl_stream.broker import Broker
+
+    with trio.fail_after(20):
+        broker = Broker(tmp_path, queue_size=1)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await broker.wait_written(await broker.ingest(_one_step(1, "r")))
+            await broker._limiter.acquire()  # the persist thread waits: the queue fills up
+            await broker.ingest(_one_step(2, "r"))
+            await wait_all_tasks_blocked()
+            await broker.ingest(_one_step(3, "r"))
+            first = trio.CancelScope()
+            numbers: dict[str, int] = {}
+            both = trio.Event()
+
+            async def old_connection() -> None:
+                with first:
+                    numbers["4"] = await broker.ingest(_one_step(4, "r"))
+
+            async def new_connection() -> None:
+                numbers["4 again"] = await broker.ingest(_one_step(4, "r"))
+                numbers["5"] = await broker.ingest(_one_step(5, "r"))
+                both.set()
+
+            nursery.start_soon(old_connection)
+            await wait_all_tasks_blocked()
+            nursery.start_soon(new_connection)
+            await wait_all_tasks_blocked()
+            first.cancel()  # the old connection closes while 4 waits for room
+            await wait_all_tasks_blocked()
+            broker._limiter.release()
+            await both.wait()
+            await broker.wait_written(numbers["4 again"])  # 4 is in: no refusal
+            await broker.wait_written(numbers["5"])
+            broker.close()
+            await broker.wait_closed()
+    np.testing.assert_array_equal(disk_steps(tmp_path, "r"), [1, 2, 3, 4, 5])
+    with recorder.RunReader(tmp_path / "r") as reader:
+        order = [r.data["w"] for r in reader.read_records(kind="ingest")]
+    assert order == sorted(order), order  # written in the writer's order
+
+
+async def test_a_writer_leaving_a_broker_that_never_answers_its_close_moves_on(tmp_path):
+    """Regression (bench_bus failover stall): a writer refused by a broker that is still busy
+    answering the batches sent before the refusal, and so does not answer the close, waited
+    for that answer (trio-websocket's default: 60 s) at every hop. It now moves on within
+    seconds and its batches land on the next broker."""
+    from functools import partial
+
+    from trio_websocket import serve_websocket
+
+    from vdl_stream.server import run_server
+
+    async def stubborn(request) -> None:
+        ws = await request.accept()
+        first = codec.decode_message(await ws.get_message())
+        reason = "the run is being written through another broker (it holds the run's lease)"
+        for seq in range(first["seq"], first["seq"] + 20):  # the batches sent before it heard
+            await ws.send_message(codec.encode_refused(first["writer"], seq, reason, True))
+        await trio.sleep_forever()  # busy: reads nothing more, never answers the close
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(
+                partial(serve_websocket, stubborn, "127.0.0.1", 0, ssl_context=None)
+            )
+            busy = f"ws://127.0.0.1:{server.port}"
+            good = "ws" + (await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0)))[4:]
+            transport = await nursery.start(WebSocketTransport.run, [busy, good])
+            start = trio.current_time()
+            for seq in range(1, 6):
+                await transport.send(_one_step(seq, "r"))
+            await transport.wait_acked(5)
+            took = trio.current_time() - start
+            assert transport.failovers >= 1
+            assert took < 10, f"moving on took {took:.1f} s"
+            nursery.cancel_scope.cancel()
+    np.testing.assert_array_equal(disk_steps(tmp_path, "r"), [1, 2, 3, 4, 5])
+
+
 async def test_a_refused_batch_holds_back_later_ones_until_every_refused_one_is_in(
     tmp_path, redis_server
 ):

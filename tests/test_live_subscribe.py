@@ -160,6 +160,74 @@ async def test_keep_after_lost_frames_sends_everything_again(tmp_path):
             await broker.wait_closed()
 
 
+async def test_a_gap_of_one_run_resends_that_run_alone(tmp_path):
+    """A gap naming runs (a run whose frames were lost: the bus saw a hole, or its data did
+    not fit the subscriber's queue) re-syncs those runs alone: the ``keep`` re-subscription
+    that answers it returns them, not the runs sent whole nor the runs that appeared since
+    (their every batch reached the client as ``data`` frames)."""
+    with trio.fail_after(20):
+        broker = Broker(tmp_path)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            for seq, run in enumerate(("a", "b"), 1):
+                await broker.ingest(Batch("w", seq, run, [scalars("loss", range(3))], sync=True))
+            sub = broker.subscribe(None)
+            await broker.send_snapshot(sub, _discard, 2000)
+            await broker.ingest(Batch("w", 3, "c", [scalars("loss", range(3))], sync=True))
+            broker._bus_gap("b")  # frames of "b" lost between brokers
+            broker._bus_gap("b")  # one gap, however many holes before it is sent
+            frames = [msgpack.unpackb(sub.receive_nowait()) for _ in range(3)]
+            assert [f["type"] for f in frames] == ["runs", "data", "gap"]  # the queue first
+            assert frames[2]["runs"] == ["b"] and sub.statistics().run_gaps == 1
+            assert broker.resubscribe(sub, None, 2000) == ["b"]
+            await broker.send_snapshot(sub, _discard, 2000, runs=["b"])
+            assert broker.resubscribe(sub, None, 2000) == []  # nothing lost since
+            # A run that lost frames and is no longer covered is forgotten with it.
+            broker._bus_gap("a")
+            assert broker.resubscribe(sub, {"b", "c"}, 2000) == []
+            assert broker.resubscribe(sub, None, 2000) == ["a"]
+            broker._bus_gap(None)  # every run: the caller starts afresh
+            assert broker.resubscribe(sub, None, 2000) is None
+            broker.close()
+            await broker.wait_closed()
+
+
+async def test_frames_about_no_run_wait_while_the_queue_is_full_instead_of_a_gap(tmp_path):
+    """A subscriber whose queue is full while its snapshot is sent (the broker's own
+    ``summaries`` and ``runs`` frames come meanwhile) gets no gap: those frames wait, then go
+    before the run data held for it, which comes coalesced, one frame per run."""
+    with trio.fail_after(20):
+        broker = Broker(tmp_path, subscriber_queue=4)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            sub = broker.subscribe(None)
+            for k in range(12):
+                run = f"r{k % 3}"
+                await broker.ingest(Batch("w", k + 1, run, [scalars("loss", range(k, k + 1))]))
+                if k % 4 == 3:
+                    broker._announce()  # a frame about no run, as a summary would be
+            stats = sub.statistics()
+            # (the first batch of each run announces it: a frame about no run too)
+            assert (stats.gaps, stats.dropped, stats.side_frames) == (0, 0, 4), stats
+            got = []
+            while True:
+                try:
+                    got.append(msgpack.unpackb(sub.receive_nowait()))
+                except trio.WouldBlock:
+                    break
+            kinds = [f["type"] for f in got]
+            assert "gap" not in kinds and kinds.count("runs") >= 2, kinds
+            last_runs = max(i for i, k in enumerate(kinds) if k == "runs")
+            assert all(k == "data" for k in kinds[last_runs + 1 :])
+            steps = {f"r{i}": [] for i in range(3)}
+            for f in got:
+                if f["type"] == "data":
+                    steps[f["run"]].extend(steps_of(f))
+            assert steps == {f"r{i}": list(range(i, 12, 3)) for i in range(3)}
+            broker.close()
+            await broker.wait_closed()
+
+
 async def _discard(frame: bytes) -> None:
     pass
 

@@ -13,6 +13,7 @@ only after their batch is written (and fsynced, when they asked for it with ``sy
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -86,6 +87,9 @@ LOG_INTERVAL = 10.0
 REFUSALS_KEPT = 65536
 #: Changed run summaries are published to every subscriber at most this often, in seconds.
 SUMMARY_INTERVAL = 1.0
+#: Seconds an ingested batch waits for room in the persist queue even when its connection
+#: closes meanwhile (see :meth:`Broker.ingest`).
+ENQUEUE_SHIELD = 60.0
 #: Runs whose summary is a placeholder (no current digest) read per follow round, at most.
 SUMMARY_FILLS = 8
 
@@ -170,8 +174,20 @@ class SubscriberStatistics:
     capacity_bytes: int = 0
     #: data frames folded into coalesced ``data`` frames (the queue was full when they came)
     coalesced: int = 0
-    #: bytes (of the frames folded) held for coalescing now
+    #: bytes (of the frames folded, and of frames about no run) held for later now
     held_bytes: int = 0
+    #: of ``gaps``, those of named runs only (a ``gap`` with ``runs``): the others went on
+    run_gaps: int = 0
+    #: frames about no run (``runs``, ``summaries``) held while the queue was full
+    side_frames: int = 0
+
+
+#: Frames about no run (``runs``, ``summaries``: about one a second) a full subscriber holds for
+#: later, at most; past that it is sent a ``gap`` of every run.
+SIDE_FRAMES = 64
+#: :attr:`Subscriber.snapshots` value of a run that reached the client whole as ``data`` frames
+#: from its first batch: as good as a snapshot of any size.
+WHOLE = 1 << 62
 
 
 class Subscriber:
@@ -184,11 +200,22 @@ class Subscriber:
     consumer has drained the queue it gets one ``data`` frame per run holding every batch held
     for that run, in order, under the newest of their seqs (batches a snapshot covers since are
     left out). A run with data held has its later frames held too, so its order never changes.
-    What is held is bounded by ``capacity_bytes`` as well (counted in encoded frame bytes); past
-    that, or for a frame that cannot be coalesced (``runs``, ``summaries``, a ``snapshot``), the
-    *gap* policy applies: further frames are dropped, and once the consumer has drained what was
-    queued it receives a ``gap`` message, after which the client subscribes again and gets a
-    fresh snapshot.
+    A frame about no run (``runs``, ``summaries``) that finds the queue full is held as it is
+    (at most :data:`SIDE_FRAMES`), and goes before the coalesced data; while one is held, every
+    ``data`` frame is held too, so a ``runs`` frame still comes before the data of a new run.
+    Indeed while anything is held (or a ``gap`` is pending) every frame is held, so the queue
+    drains however busy the other runs are, and then the consumer gets few, large frames. What
+    is held is bounded by ``capacity_bytes`` as well (counted in encoded frame bytes).
+
+    Past that, the *gap* policy applies, to the run concerned only where there is one: a run
+    whose data cannot be held (or whose new-run ``snapshot`` finds the queue full) loses its
+    held data, its frames are dropped until the client is told, and the client gets a ``gap``
+    naming it (``{"type": "gap", "seq", "runs": [...]}``) once the queue drained; the other runs
+    go on. It re-syncs those runs with a ``keep`` re-subscription
+    (:meth:`Broker.resubscribe` sends their snapshots again, and nothing of the others). When a
+    frame about no run cannot be held, or the broker marks a gap of every run, every further
+    frame is dropped, and once the consumer has drained what was queued it receives a ``gap``
+    without ``runs``, after which the client subscribes afresh.
     """
 
     def __init__(
@@ -207,10 +234,19 @@ class Subscriber:
         #: snapshots it calls for hold every batch ingested up to it
         self.since = 0
         #: run -> ``max_points`` of its snapshot, for the runs whose whole snapshot was handed
-        #: to the client: what a ``keep`` re-subscription need not send again
+        #: to the client (:data:`WHOLE`: it got the run whole, frame by frame): what a ``keep``
+        #: re-subscription need not send again
         self.snapshots: dict[str, int] = {}
-        #: frames were dropped (a gap): what the client holds is not whole, nothing is kept
+        #: frames of every run were dropped (a gap of every run): nothing the client holds is kept
         self.lost = False
+        #: runs whose frames were dropped since the subscription last changed (per-run gaps):
+        #: a ``keep`` re-subscription sends their snapshots again
+        self.lost_runs: set[str] = set()
+        #: the runs the broker knew when the subscription last changed (None: not tracked); a
+        #: run it covers that appeared since reached the client whole, unless it lost frames
+        #: or was first offered as a snapshot (``_partial``)
+        self.known: set[str] | None = None
+        self._partial: set[str] = set()
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
         self._bytes = self._peak_bytes = 0
@@ -218,11 +254,14 @@ class Subscriber:
             capacity
         )
         self._gap = False
-        self._peak = self._sent = self._dropped = self._gaps = 0
-        # The coalesce policy: run -> [(seq, scalars, events)] offered while the queue was full,
-        # their frames' bytes, and the coalesced frames built from them, to be sent next.
-        self._held: dict[str, list[tuple[int, list[ScalarColumns], list[dict[str, Any]]]]] = {}
+        self._gap_runs: set[str] = set()  # runs whose ``gap`` is still to be sent
+        self._peak = self._sent = self._dropped = self._gaps = self._run_gaps = 0
+        # The coalesce policy: run -> [(seq, scalars, events, frame bytes)] offered while the
+        # queue was full, their frames' bytes (and the side frames'), and the frames built from
+        # them, to be sent next.
+        self._held: dict[str, list[tuple[int, list[ScalarColumns], list[dict[str, Any]], int]]] = {}
         self._held_bytes = 0
+        self._side: list[bytes] = []  # frames about no run, held in order
         self._ready: list[bytes] = []
         self._coalesced = 0
 
@@ -254,12 +293,16 @@ class Subscriber:
         """Queue a frame (about ``run``, or None) if there is room; never blocks.
 
         ``data``: the ``(scalars, events)`` a ``data`` frame encodes, so that it can be coalesced
-        on overflow; without it, an overflow applies the gap policy.
+        on overflow; without it, an overflow applies the gap policy to ``run``.
         """
-        if self._gap:
-            self._dropped += 1
+        if self._gap or (run is not None and run in self._gap_runs):
+            self._dropped += 1  # the client re-reads what it lost, these included
             return
-        if run is not None and run in self._held:  # after what is held of the run, in order
+        if data is None and run is not None and self.known is not None and run not in self.known:
+            self._partial.add(run)  # a new run's snapshot: not necessarily whole
+        if self._held or self._side or self._gap_runs:
+            # Something waits for the queue to drain: nothing goes past it (so each run keeps
+            # its order), and the queue drains however busy the other runs are.
             self._hold(seq, run, frame, data)
             return
         if self._bytes and self._bytes + len(frame) > self._capacity_bytes:
@@ -284,18 +327,31 @@ class Subscriber:
         frame: bytes,
         data: tuple[list[ScalarColumns], list[dict[str, Any]]] | None,
     ) -> None:
-        """Coalesce a data frame that found the queue full, or apply the gap policy."""
-        if data is None or run is None or self._held_bytes + len(frame) > self._capacity_bytes:
-            self.mark_gap()
+        """Hold a frame that found the queue full (data coalesced, a frame about no run as it
+        is), or apply the gap policy: to ``run`` alone if the frame is about one."""
+        room = self._held_bytes + len(frame) <= self._capacity_bytes
+        if run is None:
+            if not room or len(self._side) >= SIDE_FRAMES:
+                self.mark_gap()
+                self._dropped += 1
+                return
+            self._side.append(frame)
+            self._held_bytes += len(frame)
+            return
+        if data is None or not room:
+            self.mark_gap(run)
             self._dropped += 1
             return
-        self._held.setdefault(run, []).append((seq, data[0], data[1]))
+        self._held.setdefault(run, []).append((seq, data[0], data[1], len(frame)))
         self._held_bytes += len(frame)
         self._coalesced += 1
 
-    def _coalesce(self) -> None:
-        """Turn what is held into one ``data`` frame per run, ready to be sent next."""
+    def _release(self) -> None:
+        """Turn what is held into frames ready to be sent next: the frames about no run in
+        order, then one ``data`` frame per run."""
+        side, self._side = self._side, []
         held, self._held, self._held_bytes = self._held, {}, 0
+        self._ready.extend(side)
         for run, batches in held.items():
             if not self.wants(run):
                 continue
@@ -303,22 +359,67 @@ class Subscriber:
             batches = [b for b in batches if b[0] > covered]
             if not batches:
                 continue
-            columns, events = codec.join_batches((scalars, evs) for _, scalars, evs in batches)
+            columns, events = codec.join_batches((b[1], b[2]) for b in batches)
             self._ready.append(codec.encode_live("data", batches[-1][0], run, columns, events))
 
-    def mark_gap(self) -> None:
-        """Apply the gap policy now: drop frames until the client re-syncs from a snapshot.
+    def mark_gap(self, run: str | None = None) -> None:
+        """Apply the gap policy now, to ``run`` (None: every run): drop its frames until the
+        client is told, and have it re-sync from a snapshot.
 
-        Used on overflow, and when frames already offered turn out not to be on disk (a batch
-        refused after its fan-out), so the page re-reads the truth.
+        Used on overflow, when frames already offered turn out not to be on disk (a batch
+        refused after its fan-out), so the page re-reads the truth, and by the bus when live
+        frames from another broker were lost on the way.
         """
+        if run is not None and not self._gap:
+            self.lost_runs.add(run)
+            lost = self._held.pop(run, None)
+            if lost:
+                self._held_bytes -= sum(b[3] for b in lost)
+            if run not in self._gap_runs:
+                self._gap_runs.add(run)
+                self._gaps += 1
+                self._run_gaps += 1
+                self._wake()
+            return
         self.lost = True
         self._held.clear()
+        self._side.clear()
         self._held_bytes = 0
         self._ready.clear()
+        self._gap_runs.clear()
         if not self._gap:
             self._gap = True
             self._gaps += 1
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake a consumer waiting on an empty queue, so that it takes the pending ``gap``."""
+        if self._send.statistics().current_buffer_used == 0:
+            with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
+                self._send.send_nowait((0, None, b""))  # seq 0: skipped by _take
+
+    def resynced(self, known: Iterable[str]) -> None:
+        """The subscription changed in place (:meth:`Broker.resubscribe`), and every lost run
+        it covers is sent afresh: forget the losses (a pending ``gap`` of them is moot), and
+        watch the runs that appear after ``known`` (the broker's runs now)."""
+        self.lost_runs.clear()
+        self._gap_runs.clear()
+        self._partial.clear()
+        self.known = set(known)
+
+    def grown(self, names: Iterable[str]) -> list[str]:
+        """Of the broker's runs ``names``, those this subscription got whole frame by frame:
+        they appeared after it last changed, it covers them, and they lost nothing."""
+        if self.known is None:
+            return []
+        return [
+            n
+            for n in names
+            if n not in self.known
+            and self.wants(n)
+            and n not in self._partial
+            and n not in self.lost_runs
+        ]
 
     def _take(self, seq: int, run: str | None, frame: bytes) -> bytes | None:
         """A dequeued frame, or None for one to skip: of a run the subscription no longer
@@ -332,8 +433,8 @@ class Subscriber:
         return None
 
     def receive_nowait(self) -> bytes:
-        """Return the next frame to send if one is ready (queued data, or ``gap`` once the
-        queue drained after an overflow); else raise ``trio.WouldBlock``.
+        """Return the next frame to send if one is ready (queued data; once the queue drained,
+        a ``gap`` after an overflow, then what was held); else raise ``trio.WouldBlock``.
 
         Raises:
             trio.WouldBlock: nothing to send now.
@@ -349,8 +450,13 @@ class Subscriber:
                 if self._gap:
                     self._gap = False
                     return codec.encode_message({"type": "gap", "seq": self.after_seq})
-                if self._held:  # the queue is drained: what was held goes now, coalesced
-                    self._coalesce()
+                if self._gap_runs:
+                    runs, self._gap_runs = sorted(self._gap_runs), set()
+                    self._sent += 1
+                    gap = {"type": "gap", "seq": self.after_seq, "runs": runs}
+                    return codec.encode_message(gap)
+                if self._held or self._side:  # the queue is drained: what was held goes now
+                    self._release()
                     continue
                 raise
             frame = self._take(*item)
@@ -386,6 +492,8 @@ class Subscriber:
             self._capacity_bytes,
             self._coalesced,
             self._held_bytes,
+            self._run_gaps,
+            len(self._side),
         )
 
 
@@ -734,10 +842,18 @@ class Broker:
         run.inflight[(batch.writer, batch.seq)] = seq
         ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
-            await self._send.send((seq, batch, batch.sync))
+            # Shielded (bus failover fix): numbered and fanned out, the batch reaches the persist
+            # queue even if its connection closes while the queue is full. Dropped there, a
+            # later batch of its writer, re-sent on a new connection meanwhile and waiting
+            # behind it, was written first, and the dropped one's re-sent copy then read as a
+            # duplicate of what the files hold: lost (bench_bus.py failover, seed 15). Bounded,
+            # should the persist task be gone without closing the queue.
+            with trio.fail_after(ENQUEUE_SHIELD, shield=True):
+                await self._send.send((seq, batch, batch.sync))
         except BaseException:
-            # Cancelled (or closed) while the queue was full: the batch was not taken, so its
-            # re-sent copy must not be dropped as a duplicate; browsers that saw it re-sync.
+            # Closed (the broker shuts down) or stuck while the queue was full: the batch was not
+            # taken, so its re-sent copy must not be dropped as a duplicate; browsers that saw
+            # it re-sync.
             run.last_seq[batch.writer] = last
             run.inflight.pop((batch.writer, batch.seq), None)
             # A copy of this batch re-sent on another connection meanwhile (a writer that
@@ -752,7 +868,7 @@ class Broker:
                 run.resend_from[batch.writer] = resend
             for sub in self._subscribers:
                 if sub.wants(batch.run):
-                    sub.mark_gap()
+                    sub.mark_gap(batch.run)
             raise
         self._batches += 1
         self._events += batch.count()
@@ -967,7 +1083,7 @@ class Broker:
         # Subscribers were offered this batch at ingest, but it is not on disk: re-sync them.
         for sub in self._subscribers:
             if sub.wants(batch.run):
-                sub.mark_gap()
+                sub.mark_gap(batch.run)
         # One line per run and reason every LOG_INTERVAL s: a writer retrying into a full disk
         # must not fill the log too.
         now = time.monotonic()
@@ -1618,14 +1734,10 @@ class Broker:
 
     def _bus_gap(self, name: str | None) -> None:
         """Live frames of run ``name`` (None: of every run) were lost between brokers: the
-        subscribers concerned re-sync from snapshots."""
-        gap = codec.encode_message({"type": "gap", "seq": self._seq})
+        subscribers concerned are sent a ``gap`` (naming ``name``) and re-sync from snapshots."""
         for sub in self._subscribers:
             if name is None or sub.wants(name):
-                if sub.statistics().depth:
-                    sub.mark_gap()  # the queued frames are dropped, then the gap goes
-                else:
-                    sub.offer(self._seq + 1, None, gap)  # an idle receiver must wake for it
+                sub.mark_gap(name)
 
     # -- subscribers ----------------------------------------------------------------------------
 
@@ -1654,6 +1766,7 @@ class Broker:
             )
         sub = Subscriber(runs, self._subscriber_queue, tags, self._subscriber_bytes)
         sub.after_seq = sub.since = self._seq
+        sub.known = set(self._runs)
         self._subscribers.add(sub)
         return sub
 
@@ -1670,11 +1783,28 @@ class Broker:
         now are skipped: its snapshot (which :meth:`send_snapshot` reads to include every batch
         ingested before now) holds them.
 
-        Returns None when ``sub`` lost frames (a gap): the client re-syncs from a fresh
-        subscription, which the caller makes.
+        A run that appeared after the subscription last changed, written here or carried by
+        the bus, reached the client whole as ``data`` frames: it is kept like a sent snapshot.
+        A run that lost frames to a gap of its own (``Subscriber.lost_runs``) is sent afresh.
+
+        Returns None when ``sub`` lost frames of every run (a gap without ``runs``): the client
+        re-syncs from a fresh subscription, which the caller makes.
         """
         if sub.lost:
             return None
+        # Runs that appeared since and reached the client whole, frame by frame, are as good as
+        # any snapshot: those written here, or carried by the bus from their announcement on
+        # (not a run found on disk, whose history may not have been offered).
+        live = (
+            n
+            for n, r in self._runs.items()
+            if r.local or (self._bus is not None and self._bus.carries(n))
+        )
+        for name in sub.grown(live):
+            sub.snapshots[name] = WHOLE
+        for name in sub.lost_runs:  # per-run gaps: these are sent afresh
+            sub.snapshots.pop(name, None)
+        sub.resynced(self._runs)
         sub.runs = runs
         sub.since = self._seq
         for name, points in list(sub.snapshots.items()):

@@ -26,7 +26,8 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
 
 - **Ingest never waits on Redis for data.** ``publish`` is ``send_nowait`` into a bounded queue;
   a full queue or a failed XADD drops the entry. Receivers see the hole in ``n`` and send their
-  subscribers a ``gap`` (they re-sync from snapshots, read from the files).
+  subscribers a ``gap`` naming that run (they re-sync it alone from a snapshot, read from the
+  files; docs/protocol.md).
 - **Exactly one broker persists a run.** A broker takes a run's lease at its first batch (Lua:
   ``SET NX PX``, or extend it if it is already this broker's), renews every lease it holds every
   ``lease_ttl / 3`` with a Lua check-and-extend (a broker never renews a lease it lost), and
@@ -36,7 +37,11 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
   leased elsewhere is refused (retryable); writers given several URLs move to the next broker.
 - **Failover.** The broker that takes a run over reads the writers' sequence numbers back from the
   run's files (``Broker._bus_took``); the writer re-sends what was not acknowledged and the
-  broker's dedup by (writer, seq) drops what is already there: 0 lost, 0 duplicated.
+  broker's dedup by (writer, seq) drops what is already there: 0 lost, 0 duplicated. A broker
+  whose own hold ran out before its lease loop noticed, and that takes the lease again from
+  Redis (free meanwhile: another broker may have written the run), first gives the run up and
+  then takes it over like any other broker; kept, its stale sequence numbers refused the
+  writer for good while it renewed the lease, and every other broker refused it too.
 - **Redis restart.** Live frames in flight are lost, never data: every broker sends its
   subscribers a ``gap`` when its reader loses Redis and when it gets it back, and meanwhile
   serves runs of the shared log directory by tailing their files (as without a bus).
@@ -330,6 +335,16 @@ class Bus:
             if int(got) == 0:
                 self._refused_leased += 1
                 raise RefusedError(self.LEASED_ELSEWHERE, retryable=True)
+            if int(got) == 1 and run in self._held:
+                # This broker's hold ran out before the lease loop noticed, and the lease was
+                # free in Redis: another broker may have written the run meanwhile. Give it up
+                # first (close its writer), as a lost lease, so that the take-over below reads
+                # the writers' seqs back from the files; kept, the stale ones refused the
+                # writer's next batches for good (the writer then stalled, every broker
+                # refusing it: "written through another broker").
+                del self._held[run]
+                self._leases_lost += 1
+                await self.broker._bus_release(run)
             if run not in self._held:
                 self.broker._bus_took(run)  # read the writers' seqs back from the run's files
                 self._register(run)
@@ -553,7 +568,7 @@ class Bus:
                 # Not confirmed in time (Redis away or slow): another broker may have it now.
                 self._leases_lost += 1
                 log.warning("vdl-stream: the lease of run %r ran out; another broker takes it", run)
-                await self._give_up(run, release=False)
+                await self._give_up(run, release=False, until=self._held.get(run))
             now = time.monotonic()
             for run in [
                 r for r in list(self._held) if now - self._used.get(r, 0) > self._idle_release
@@ -583,11 +598,16 @@ class Bus:
                 else:
                     self._leases_lost += 1
                     log.warning("vdl-stream: lost the lease of run %r to another broker", run)
-                    await self._give_up(run, release=False)
+                    await self._give_up(run, release=False, until=self._held.get(run))
 
-    async def _give_up(self, run: str, *, release: bool) -> None:
-        """Stop writing ``run``: close its writer, then (``release``) delete the lease if ours."""
+    async def _give_up(self, run: str, *, release: bool, until: float | None = None) -> None:
+        """Stop writing ``run``: close its writer, then (``release``) delete the lease if ours.
+
+        ``until``: the hold the caller found lost; if the run was taken again since (its hold
+        changed while this waited for the run's lock), it is kept."""
         async with self._lock(run):
+            if until is not None and self._held.get(run, until) != until:
+                return  # taken again (a batch's admit) since the caller found it lost
             if self._held.pop(run, None) is None:
                 return
             self._used.pop(run, None)

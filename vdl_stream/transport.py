@@ -72,6 +72,13 @@ log = logging.getLogger("vdl_stream.transport")
 #: First delay before a retryable refusal is re-sent, in seconds; it doubles up to the maximum.
 RETRY_DELAY = 0.05
 MAX_RETRY_DELAY = 2.0
+#: Seconds a connection being left waits for the broker's answer to its close (and, twice
+#: that, for the whole close). Left after a refusal (another broker holds the run), the broker
+#: may still be refusing hundreds of batches sent before the refusal came: trio-websocket's
+#: default (60 s) held a failing-over writer that long at every hop, and its reader, blocked on
+#: the answers nobody read, could hold the close for good (bench_bus.py failover). Nothing is
+#: lost by not waiting: every unacknowledged batch goes again on the next connection.
+DISCONNECT_TIMEOUT = 1.0
 #: Refusals waiting for take_errors() at most; older ones are dropped (and counted).
 MAX_ERRORS = 100
 #: Batches a writer keeps unacknowledged at most by default (its in-flight window; see the module
@@ -663,19 +670,29 @@ class WebSocketTransport:
         while True:
             self._move = False
             try:
-                async with open_websocket_url(
-                    self.url, extra_headers=self._headers, connect_timeout=5
-                ) as ws:
-                    delay = 0.05
-                    tried = 0
-                    self._warned = False
-                    self._connections += 1
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._receive_answers, ws, nursery.cancel_scope)
+                # Leaving a connection is bounded: trio-websocket's reader, handing the broker's
+                # last answers to a message queue nobody reads any more, can keep its close from
+                # ever ending (a writer failing over then stood still for good).
+                with trio.CancelScope() as leaving:
+                    async with open_websocket_url(
+                        self.url,
+                        extra_headers=self._headers,
+                        connect_timeout=5,
+                        disconnect_timeout=DISCONNECT_TIMEOUT,
+                    ) as ws:
+                        delay = 0.05
+                        tried = 0
+                        self._warned = False
+                        self._connections += 1
                         try:
-                            await self._send_loop(ws)
-                        except ConnectionClosed:
-                            nursery.cancel_scope.cancel()
+                            async with trio.open_nursery() as nursery:
+                                nursery.start_soon(self._receive_answers, ws, nursery.cancel_scope)
+                                try:
+                                    await self._send_loop(ws)
+                                except ConnectionClosed:
+                                    nursery.cancel_scope.cancel()
+                        finally:
+                            leaving.deadline = trio.current_time() + 2 * DISCONNECT_TIMEOUT
             except (OSError, HandshakeError, ConnectionClosed) as exc:
                 if not self._warned and tried + 1 >= len(self.urls):
                     self._warned = True

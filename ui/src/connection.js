@@ -1,5 +1,5 @@
 // The /ws/live WebSocket: connect, subscribe, hand decoded frames to the caller, resubscribe after a
-// `gap`, and reconnect with capped exponential backoff (with jitter) whenever the socket closes.
+// `gap` (only the runs it names, when it names them), and reconnect with capped exponential backoff (with jitter) whenever the socket closes.
 import { decodeFrame, encodeSubscribe } from "./decode.js";
 
 const TOKEN_KEY = "vdl-stream.token";
@@ -55,6 +55,11 @@ export function backoffMs(attempt, random = Math.random) {
   return Math.round(base * (1 + 0.3 * random()));
 }
 
+/** Whether `runs` is a list of run names (a `gap`'s `runs`: the runs that lost frames). */
+export function isRunList(runs) {
+  return Array.isArray(runs) && runs.every((r) => typeof r === "string");
+}
+
 export class Connection {
   /**
    * @param {object} opts
@@ -103,7 +108,8 @@ export class Connection {
    * Snapshots come split (scalars first) and live frames batched while the link is busy (docs/protocol.md).
    * @param {string[]|null} runs
    * @param {{keep?: boolean}} [opts] `keep`: the server sends snapshots only of the runs this
-   *   page does not hold yet (the others go on live); never after a `gap`
+   *   page does not hold yet (the others go on live), or those a `gap` names; never after a
+   *   `gap` of every run
    */
   subscribe(runs = this.runs, { keep = false } = {}) {
     this.runs = runs;
@@ -163,7 +169,9 @@ export class Connection {
     this.stats.frames++;
     if (msg.type === "gap") {
       this.stats.gaps++;
-      this.subscribe();
+      // A gap naming runs lost frames of those alone: a `keep` re-subscription re-sends their
+      // snapshots and nothing else; one without `runs` (every run) starts afresh.
+      this.subscribe(this.runs, { keep: isRunList(msg.runs) });
     }
     this.onMessage(msg);
   }

@@ -287,7 +287,13 @@ export class Store {
         this.beginSync(msg.runs);
         break;
       case "gap":
-        // The page subscribes again: a snapshot of every run of its subscription comes.
+        // The page subscribes again: a snapshot of every run of its subscription comes, or
+        // only of the runs the gap names (they lost frames; the others go on).
+        if (Array.isArray(msg.runs)) {
+          for (const name of msg.runs) this.held.delete(name);
+          this.beginSync(msg.runs.filter((name) => this._wants(name)));
+          break;
+        }
         this.held.clear();
         this.beginSync(this.subscribed ?? this.announced);
         break;

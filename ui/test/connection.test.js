@@ -25,3 +25,27 @@ test("takeToken moves ?token= into storage and strips it from the URL", () => {
   assert.equal(replaced, "/?x=1#top");
   assert.equal(takeToken({ href: "http://h:1/" }, history, storage), "s3cret");
 });
+
+test("a gap naming runs re-subscribes with keep (those runs alone are sent again); one without runs afresh", async () => {
+  const { decode } = await import("@msgpack/msgpack");
+  const { Connection, isRunList } = await import("../src/connection.js");
+  const had = globalThis.WebSocket;
+  globalThis.WebSocket = { OPEN: 1 }; // Node 20 has none: only readyState's constant is read
+  try {
+    const sent = [];
+    const got = [];
+    const conn = new Connection({ url: "ws://h/ws/live", onMessage: (m) => got.push(m.type), onState: () => {} });
+    conn._ws = { readyState: 1, send: (bytes) => sent.push(decode(bytes)) };
+    conn.runs = ["a", "b"];
+    conn._handle({ type: "gap", seq: 5, runs: ["b"] });
+    conn._handle({ type: "gap", seq: 6 });
+    conn._handle({ type: "gap", seq: 7, runs: [1] }); // not a list of names: afresh
+    assert.deepEqual(sent.map((m) => [m.runs, m.keep === true]), [[["a", "b"], true], [["a", "b"], false], [["a", "b"], false]]);
+    assert.deepEqual(got, ["gap", "gap", "gap"]);
+    assert.equal(conn.stats.gaps, 3);
+    assert.equal(isRunList(["x"]), true);
+    assert.equal(isRunList(undefined), false);
+  } finally {
+    globalThis.WebSocket = had;
+  }
+});

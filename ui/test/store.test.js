@@ -149,6 +149,21 @@ test("a gap awaits every known run's snapshot again", () => {
   assert.equal(store.syncState().phase, "ready");
 });
 
+test("a gap naming runs awaits only their snapshots again; the other runs stay", () => {
+  const store = new Store();
+  store.beginSync(null);
+  store.apply({ type: "runs", runs: ["a", "b"] });
+  store.apply({ type: "snapshot", seq: 1, run: "a", scalars: [cols([0, 1], [1, 2])], events: [] });
+  store.apply({ type: "snapshot", seq: 1, run: "b", scalars: [cols([0, 1], [3, 4])], events: [] });
+  store.apply({ type: "gap", seq: 9, runs: ["b"] });
+  assert.deepEqual(store.syncState(), { phase: "loading", total: 1, done: 0 });
+  assert.equal(store.held.has("a"), true);
+  assert.equal(store.held.has("b"), false);
+  assert.notEqual(store.series("a", "loss"), undefined); // its points stay: nothing of it is re-sent
+  store.apply({ type: "snapshot", seq: 10, run: "b", scalars: [cols([0, 1, 2], [3, 4, 5])], events: [] });
+  assert.equal(store.syncState().phase, "ready");
+});
+
 test("reset: fresh snapshots of the listed runs replace them, other runs are emptied", () => {
   const store = new Store();
   store.beginSync(null);
