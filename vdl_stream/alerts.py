@@ -605,15 +605,18 @@ class AlertStatistics:
 
 class _Pending:
     """What a run's batches queued since the last round hold, grouped as they arrive (so that a
-    round has no per-batch work left): each watched tag's columns in arrival order, the newest
-    column of each tag no detector watches (only its last step is read), the events in order,
-    whether any batch held training data, and the newest batch's arrival (monotonic)."""
+    round has no per-batch work left): each watched tag's columns in arrival order, in groups
+    of up to :data:`JOIN_POINTS` points (each judged as one column: one pass of the detectors
+    instead of many, whose cost is mostly per column; a column that long is judged alone), the
+    newest column of each tag no detector watches (only its last step is read), the events in
+    order, whether any batch held training data, and the newest batch's arrival (monotonic)."""
 
-    __slots__ = ("arrived", "data", "events", "sizes", "tags", "unwatched")
+    __slots__ = ("arrived", "data", "events", "full", "tags", "unwatched")
 
     def __init__(self) -> None:
-        self.tags: dict[str, list[ScalarColumns]] = {}
-        self.sizes: dict[str, int] = {}  # points queued per watched tag
+        # tag -> [its newest group, the group's points] (one lookup per column)
+        self.tags: dict[str, list[Any]] = {}
+        self.full: list[tuple[list[ScalarColumns], int]] = []  # older groups, oldest first
         self.unwatched: dict[str, ScalarColumns] = {}
         self.events: list[dict[str, Any]] = []
         self.data = False
@@ -651,26 +654,6 @@ class _Parts:
             raise IndexError(f"index {key} is out of range for {ends[-1]} points")
         j = bisect.bisect_right(ends, i)
         return getattr(self.group[j], field)[i - (ends[j - 1] if j else 0)]
-
-
-def _groups(parts: list[ScalarColumns], size: int) -> Iterator[tuple[list[ScalarColumns], int]]:
-    """A tag's columns of a round (``size`` points in all) cut into consecutive groups of up
-    to :data:`JOIN_POINTS` points, each judged as one column (one pass of the detectors
-    instead of many: their cost is mostly per column), with their points; a column that long
-    is judged alone."""
-    if len(parts) == 1 or size <= JOIN_POINTS:
-        yield parts, size
-        return
-    group: list[ScalarColumns] = []
-    size = 0
-    for cols in parts:
-        n = len(cols.values)
-        if size + n > JOIN_POINTS and group:
-            yield group, size
-            group, size = [], 0
-        group.append(cols)
-        size += n
-    yield group, size
 
 
 def _joined(group: list[ScalarColumns], size: int, scratch: np.ndarray) -> ScalarColumns:
@@ -798,23 +781,28 @@ class AlertEngine:
     ) -> None:
         """Group a batch into a run's pending entry (plain dicts and lists, no per-column method
         calls: a round of small batches has tens of thousands of columns)."""
-        tags, sizes = entry.tags, entry.sizes
+        tags = entry.tags
         for cols in scalars:
             n = len(cols.values)
             if not n:
                 continue
             tag = cols.tag
-            parts = tags.get(tag)
-            if parts is not None:
-                parts.append(cols)
-                sizes[tag] += n
+            slot = tags.get(tag)
+            if slot is not None:
+                size = slot[1] + n
+                if size > JOIN_POINTS:
+                    entry.full.append((slot[0], slot[1]))
+                    slot[0] = [cols]
+                    slot[1] = n
+                else:
+                    slot[0].append(cols)
+                    slot[1] = size
                 continue
             watched = self._watched.get(tag)
             if watched is None:
                 watched = self._watch(tag)
             if watched:
-                tags[tag] = [cols]
-                sizes[tag] = n
+                tags[tag] = [[cols], n]
             else:
                 entry.unwatched[tag] = cols
         if scalars:
@@ -1008,20 +996,20 @@ class AlertEngine:
 
     def _judge(self, run: str, entry: _Pending) -> Iterator[None]:
         """Run the detectors on what ``run``'s pending ``entry`` holds: its events, then each
-        watched tag's columns in groups (each judged as one column), yielding after each."""
+        watched tag's groups of columns in order (each judged as one column), yielding after
+        each group."""
         state = self._begin(run, entry.events, entry.arrived, entry.data)
         for cols in entry.unwatched.values():
             last = int(cols.steps[-1])
             if state.last_step is None or last > state.last_step:
                 state.last_step = last
         scratch = self._scratch
-        sizes = entry.sizes
-        for tag, parts in entry.tags.items():
-            for group, size in _groups(parts, sizes[tag]):
-                self._scalars(
-                    run, state, group[0] if len(group) == 1 else _joined(group, size, scratch)
-                )
-                yield
+        # A tag's older groups (full) come before its newest one (tags).
+        for group, size in itertools.chain(entry.full, entry.tags.values()):
+            self._scalars(
+                run, state, group[0] if len(group) == 1 else _joined(group, size, scratch)
+            )
+            yield
 
     def _begin(self, run: str, events: list[dict[str, Any]], now: float, data: bool) -> _RunState:
         """The run's state, updated with a batch's events and arrival (``data``: it has
