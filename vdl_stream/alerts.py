@@ -61,8 +61,10 @@ SMALL_EMA_POINTS = 4
 #: Smoothing plans (column length, weight) kept per engine; writers flush a few sizes.
 PLANS = 256
 #: Columns of one tag are joined for a round until they hold this many points (only their
-#: values are copied; a longer column is judged on its own).
-JOIN_POINTS = 1 << 14
+#: values are copied; a longer column is judged on its own). Most of a group's cost is fixed
+#: (the spike rule's median, the smoothing's set-up: about 15 µs), so large groups: 64 Ki
+#: points (a 512 KiB buffer, reused) put it under 0.3 ns a point.
+JOIN_POINTS = 1 << 16
 #: Detector rounds run on the event loop, in slices of at most DETECT_SLICE seconds of work
 #: with a checkpoint between them; False runs each round in a worker thread instead, which
 #: cost the server its GIL hand-offs on top (docs/performance.md, "Issue 14: alerts cost (this
@@ -730,7 +732,7 @@ class AlertEngine:
         # (points, alpha) -> the constants of one smoothing pass (see _plan); detector thread.
         self._plans: dict[tuple[int, float], tuple[Any, ...]] = {}
         # The values of a tag's columns joined for a round (one round at a time): one buffer reused
-        # rather than a fresh 128 KiB array per tag and round (allocating it cost more than
+        # rather than a fresh array of up to 512 KiB per tag and round (allocating it cost more than
         # the copy, docs/performance.md).
         self._scratch = np.empty(JOIN_POINTS, np.float64)
 
