@@ -52,6 +52,9 @@ QUEUE_POINTS = 1 << 22
 MAX_RUNS = 4096
 #: Tags whose detector state is kept per run (tags past this are not watched).
 MAX_TAGS = 1024
+#: Tag names whose "does any tag detector watch it" is remembered (all runs together); past
+#: this the memory starts over.
+WATCHED_TAGS = 1 << 14
 #: Seconds between checks of the time-based rules (stall, crash).
 TICK = 0.2
 #: Points of a long column folded into one smoothed update at most (bounded cost per batch).
@@ -815,7 +818,7 @@ class AlertEngine:
     def _watch(self, tag: str) -> bool:
         """Whether any tag detector applies to ``tag`` (remembered, for a bounded number of
         tags: past that the memory starts over)."""
-        if len(self._watched) >= MAX_RUNS:
+        if len(self._watched) >= WATCHED_TAGS:
             self._watched.clear()
         watched = self._watched[tag] = any(
             self.rules.for_tag(name, tag) is not None for name in TAG_DETECTORS
