@@ -1,14 +1,13 @@
 """Live alerts: detectors that watch every run as it is ingested, and the ``alert`` event.
 
-The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only queues it
-(``send_nowait`` into a bounded channel; a full queue drops the batch and counts it), so the
-ingest path never waits for a detector. The engine's own task runs the detectors in rounds (at
-most every 50 ms, and further apart after an expensive one, on everything queued meanwhile with
-a tag's columns joined, on the event loop in slices of at most 2 ms), per run and tag, with
-state bounded per tag (a
-rolling window, a few numbers), and checks time-based rules (stalled and crashed runs) a few
-times a second. An alert it raises is an
-``alert`` event ingested into the run like any other batch, from the writer id
+The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only files its
+columns under their run and tag for the next round (bounded; a full queue drops the batch and
+counts it), so the ingest path never waits for a detector. The engine's own task runs the
+detectors in rounds (at most every 50 ms, and further apart after an expensive one, on
+everything queued meanwhile, each tag's columns joined into one, on the event loop in slices of
+at most 2 ms), per run and tag, with state bounded per tag (a rolling window, a few numbers),
+and checks time-based rules (stalled and crashed runs) a few times a second. An alert it raises
+is an ``alert`` event ingested into the run like any other batch, from the writer id
 :data:`ALERTS_WRITER`: it is persisted with the run (so export of the run directory, import and
 replay keep it) and pushed to every page on ``/ws/live`` in the run's ``data`` frames.
 
