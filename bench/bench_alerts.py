@@ -2,6 +2,12 @@
 
 Phases:
 
+0. ``detectors``: the detectors alone, no broker: batches as ``make_batches`` makes them (4 tags, a
+   gradient histogram in every 25th) handed to ``AlertEngine.observe`` as the broker does, and a
+   round run on what ``--round-batches`` of them queued, as the engine's task would; CPU time per
+   event (the thread's) of ``observe`` and of the rounds, median of ``--repeat``, for small and
+   large batches and rounds of a few or many. One thread, no I/O: the figure a loaded machine
+   disturbs least, and the cost the throughput target is about.
 1. ``throughput``: an in-process ``Broker`` over a fresh log directory ingests ``--batches``
    batches (each ``--tags`` loss-like tags x ``--points`` points, noisy and positive; a gradient
    histogram in every 25th) and waits until all are written; events/s persisted, with the alert
@@ -80,7 +86,7 @@ from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
 
 TREE = Path(sys.path[0])
-PHASES = ("throughput", "served", "latency", "false-positives")
+PHASES = ("detectors", "throughput", "served", "latency", "false-positives")
 #: The issue's target: ingest with every detector on loses at most this share of its rate.
 TARGET_LOSS = 0.10
 
@@ -165,6 +171,64 @@ async def _ingest(
         await broker.wait_closed()
         nursery.cancel_scope.cancel()
     return elapsed, cpu, loop, gc_timer.seconds, stats
+
+
+#: (points per tag and batch, batches per round): a slow writer's round, a fast one's, served
+#: 1,024-point batches, a fast writer's large batches.
+DETECTOR_CASES = ((30, 4), (30, 600), (1024, 6), (4096, 12))
+
+
+def _take(engine: AlertEngine) -> object:
+    """What a round takes from ``engine``'s queue (also for a ``--tree`` whose engine queued
+    batches in a deque, before it grouped them as they came)."""
+    if hasattr(engine, "_take"):
+        return engine._take()
+    items, engine._queue = engine._queue, type(engine._queue)()
+    engine._depth = engine._points = 0
+    return items
+
+
+def phase_detectors(args: argparse.Namespace, results: dict) -> None:
+    from vdl_stream.telemetry import legacy_view
+
+    for points, per_round in DETECTOR_CASES:
+        # The first round (each tag's state set up, the smoothing's constants computed) is not
+        # counted: a run pays it once.
+        rounds = 1 + max(20, 200_000 // (points * per_round))
+        batches = make_batches(per_round * rounds, args.tags, points)
+        views = [legacy_view(b.scalars, b.events) for b in batches]
+        events = sum(b.count() for b in batches[per_round:])
+        runs = []
+        for _ in range(args.repeat):
+            engine = AlertEngine()
+            observe = judge = 0.0
+            for r in range(rounds):
+                cut = slice(r * per_round, (r + 1) * per_round)
+                t0 = time.thread_time()
+                for batch, view in zip(batches[cut], views[cut], strict=True):
+                    engine.observe(batch.run, *view)
+                t1 = time.thread_time()
+                engine._round(_take(engine))
+                if r:
+                    judge += time.thread_time() - t1
+                    observe += t1 - t0
+            runs.append((observe / events * 1e9, judge / events * 1e9))
+        obs = statistics.median(r[0] for r in runs)
+        rnd = statistics.median(r[1] for r in runs)
+        results[f"detectors_{points}x{per_round}"] = {
+            "points_per_batch": points * args.tags,
+            "batches_per_round": per_round,
+            "observe_cpu_ns_per_event": round(obs, 2),
+            "round_cpu_ns_per_event": round(rnd, 2),
+            "load": round(os.getloadavg()[0], 1),
+        }
+        print(
+            f"detectors alone, {args.tags} tags x {points} points a batch, {per_round} batches a "
+            f"round, median of {args.repeat}: observe {obs:.1f} ns an event, rounds "
+            f"{rnd:.1f} ns, together {obs + rnd:.1f} ns (load average "
+            f"{os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
 
 
 def phase_throughput(args: argparse.Namespace, results: dict) -> None:
@@ -499,6 +563,8 @@ def main() -> None:
         args.batches, args.runs, args.steps, args.seconds = 100, 2, 1500, 2.0
         args.latency_runs = 1
     results: dict = {"args": vars(args)}
+    if "detectors" not in args.skip:
+        phase_detectors(args, results)
     if "throughput" not in args.skip:
         phase_throughput(args, results)
     if "served" not in args.skip:

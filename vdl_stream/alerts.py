@@ -872,10 +872,8 @@ class AlertEngine:
             wait = last + interval - trio.current_time()
             if wait > 0:
                 await trio.sleep(wait)
-            pending, self._pending = self._pending, {}
+            pending = self._take()
             last = trio.current_time()
-            self._observed += self._depth
-            self._depth = self._points = 0
             # On the event loop, in slices: a round is mostly short Python and NumPy calls that
             # hold the GIL, so a worker thread ran no faster and made the server pay about its
             # cost again in GIL hand-offs with the loop (docs/performance.md, "Issue 14: alerts
@@ -894,6 +892,13 @@ class AlertEngine:
             )
             if self._out:
                 self._out_ready.set()
+
+    def _take(self) -> dict[str, _Pending]:
+        """Take everything queued for a round (and count it observed)."""
+        pending, self._pending = self._pending, {}
+        self._observed += self._depth
+        self._depth = self._points = 0
+        return pending
 
     async def _round_on_loop(self, pending: dict[str, _Pending]) -> None:
         """One detector round on the event loop, in slices of at most :data:`DETECT_SLICE`
