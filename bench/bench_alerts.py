@@ -20,7 +20,10 @@ Phases:
    printed beside it. The detectors share the broker's process (and its GIL) here, the worst
    case for the comparison. Run twice: large batches (a fast writer,
    4,096 points) and small ones (30 points, what a writer's 20 ms flush holds for a demo-speed
-   loop).
+   loop). ``--rate`` paces ingest to that many events/s in both modes (use fewer ``--batches``
+   with it): persistence then gets the same flushes on and off, so CPU per event compares the
+   detectors' work alone, without the cost per event that rises when a slower loop hands the
+   persist task smaller flushes.
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
    ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
@@ -43,6 +46,7 @@ Phases:
    contrast the same runs with a fault (learning rate x100 at step 2,000): runs caught.
 
 Usage: python bench/bench_alerts.py [--quick] [--repeat N] [--runs N] [--steps N] [--seconds S]
+                                    [--rate EVENTS_PER_S] [--batches N]
                                     [--served-points N ...] [--served-rate EVENTS_PER_S]
                                     [--json PATH] [--skip PHASE ...] [--tree CHECKOUT]
 """
@@ -140,11 +144,12 @@ class _GcTimer:
 
 
 async def _ingest(
-    logdir: Path, batches: list[Batch], alerts: bool
+    logdir: Path, batches: list[Batch], alerts: bool, rate: float = 0.0
 ) -> tuple[float, float, float, float, dict]:
-    """Ingest ``batches`` into a fresh broker; return wall seconds until all are written, the
-    process's CPU seconds (every thread) until the detectors are done too, those of the event
-    loop's thread alone, those of the garbage collector, and the detectors' statistics."""
+    """Ingest ``batches`` into a fresh broker (``rate``: paced to that many events a second,
+    else as fast as it takes them); return wall seconds until all are written, the process's
+    CPU seconds (every thread) until the detectors are done too, those of the event loop's
+    thread alone, those of the garbage collector, and the detectors' statistics."""
     broker = Broker(logdir)
     engine = AlertEngine() if alerts else None
     async with trio.open_nursery() as nursery:
@@ -154,7 +159,14 @@ async def _ingest(
         gc_timer = _GcTimer().__enter__()
         started, cpu, loop = time.perf_counter(), time.process_time(), time.thread_time()
         seq = 0
+        sent = 0
+        began = trio.current_time()
         for batch in batches:
+            if rate:
+                # Paced: persistence then writes what the same interval brought in both modes,
+                # so its cost per flush weighs alike on each event.
+                await trio.sleep_until(began + sent / rate)
+                sent += batch.count()
             seq = await broker.ingest(batch)
         await broker.wait_written(seq)
         elapsed = time.perf_counter() - started
@@ -248,7 +260,9 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
                 logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
                 try:
-                    elapsed, cpu, loop, gc_s, s = trio.run(_ingest, logdir, batches, mode == "on")
+                    elapsed, cpu, loop, gc_s, s = trio.run(
+                        _ingest, logdir, batches, mode == "on", args.rate
+                    )
                 finally:
                     shutil.rmtree(logdir, ignore_errors=True)
                 rates[mode].append(events / elapsed)
@@ -278,12 +292,14 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             "gc_cpu_ns_per_event_off": round(gc_off, 2),
             "gc_cpu_ns_per_event_on": round(gc_on, 2),
             "target_holds": cpu_off / cpu_on >= 1 - TARGET_LOSS,
+            "paced_events_per_s": args.rate or None,
             "load": round(load, 1),
             "detector_stats": stats,
         }
+        paced = f"paced to {args.rate:,.0f} events/s, " if args.rate else ""
         print(
             f"ingest in-process, {label} batches ({args.tags} tags x {points} points, {count} "
-            f"batches), median of {args.repeat} alternating runs each (load average "
+            f"batches), {paced}median of {args.repeat} alternating runs each (load average "
             f"{load:.1f}):\n"
             f"  events/s off {off:,.0f}, on {on:,.0f}\n"
             f"  process CPU per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns "
@@ -543,6 +559,13 @@ def main() -> None:
         help="served phase: pace the writers to this many events/s in all (default: 0, as fast "
         "as acknowledgements allow); at a rate both modes sustain, CPU per event compares the "
         "work alone",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="throughput phase: pace ingest to this many events/s (default: 0, as fast as the "
+        "broker takes them); at a rate both modes sustain, CPU per event compares the work alone",
     )
     parser.add_argument("--latency-runs", type=int, default=5, help="per fault (default: 5)")
     parser.add_argument("--runs", type=int, default=10, help="demo runs (default: 10)")
