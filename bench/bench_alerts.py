@@ -2,6 +2,12 @@
 
 Phases:
 
+0. ``detectors``: the detectors alone, no broker: batches as ``make_batches`` makes them (4 tags, a
+   gradient histogram in every 25th) handed to ``AlertEngine.observe`` as the broker does, and a
+   round run on what ``--round-batches`` of them queued, as the engine's task would; CPU time per
+   event (the thread's) of ``observe`` and of the rounds, median of ``--repeat``, for small and
+   large batches and rounds of a few or many. One thread, no I/O: the figure a loaded machine
+   disturbs least, and the cost the throughput target is about.
 1. ``throughput``: an in-process ``Broker`` over a fresh log directory ingests ``--batches``
    batches (each ``--tags`` loss-like tags x ``--points`` points, noisy and positive; a gradient
    histogram in every 25th) and waits until all are written; events/s persisted, with the alert
@@ -14,7 +20,10 @@ Phases:
    printed beside it. The detectors share the broker's process (and its GIL) here, the worst
    case for the comparison. Run twice: large batches (a fast writer,
    4,096 points) and small ones (30 points, what a writer's 20 ms flush holds for a demo-speed
-   loop).
+   loop). ``--rate`` paces ingest to that many events/s in both modes (use fewer ``--batches``
+   with it): persistence then gets the same flushes on and off, so CPU per event compares the
+   detectors' work alone, without the cost per event that rises when a slower loop hands the
+   persist task smaller flushes.
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
    ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
@@ -37,6 +46,7 @@ Phases:
    contrast the same runs with a fault (learning rate x100 at step 2,000): runs caught.
 
 Usage: python bench/bench_alerts.py [--quick] [--repeat N] [--runs N] [--steps N] [--seconds S]
+                                    [--rate EVENTS_PER_S] [--batches N]
                                     [--served-points N ...] [--served-rate EVENTS_PER_S]
                                     [--json PATH] [--skip PHASE ...] [--tree CHECKOUT]
 """
@@ -80,7 +90,7 @@ from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
 
 TREE = Path(sys.path[0])
-PHASES = ("throughput", "served", "latency", "false-positives")
+PHASES = ("detectors", "throughput", "served", "latency", "false-positives")
 #: The issue's target: ingest with every detector on loses at most this share of its rate.
 TARGET_LOSS = 0.10
 
@@ -134,11 +144,12 @@ class _GcTimer:
 
 
 async def _ingest(
-    logdir: Path, batches: list[Batch], alerts: bool
+    logdir: Path, batches: list[Batch], alerts: bool, rate: float = 0.0
 ) -> tuple[float, float, float, float, dict]:
-    """Ingest ``batches`` into a fresh broker; return wall seconds until all are written, the
-    process's CPU seconds (every thread) until the detectors are done too, those of the event
-    loop's thread alone, those of the garbage collector, and the detectors' statistics."""
+    """Ingest ``batches`` into a fresh broker (``rate``: paced to that many events a second,
+    else as fast as it takes them); return wall seconds until all are written, the process's
+    CPU seconds (every thread) until the detectors are done too, those of the event loop's
+    thread alone, those of the garbage collector, and the detectors' statistics."""
     broker = Broker(logdir)
     engine = AlertEngine() if alerts else None
     async with trio.open_nursery() as nursery:
@@ -148,7 +159,14 @@ async def _ingest(
         gc_timer = _GcTimer().__enter__()
         started, cpu, loop = time.perf_counter(), time.process_time(), time.thread_time()
         seq = 0
+        sent = 0
+        began = trio.current_time()
         for batch in batches:
+            if rate:
+                # Paced: persistence then writes what the same interval brought in both modes,
+                # so its cost per flush weighs alike on each event.
+                await trio.sleep_until(began + sent / rate)
+                sent += batch.count()
             seq = await broker.ingest(batch)
         await broker.wait_written(seq)
         elapsed = time.perf_counter() - started
@@ -167,6 +185,65 @@ async def _ingest(
     return elapsed, cpu, loop, gc_timer.seconds, stats
 
 
+#: (points per tag and batch, batches per round): a slow writer's round, a fast one's, served
+#: 1,024-point batches (the served phase's rate per run in a 50 ms and a 0.1 s round), a fast
+#: writer's large batches.
+DETECTOR_CASES = ((30, 4), (30, 600), (1024, 6), (1024, 12), (4096, 12))
+
+
+def _take(engine: AlertEngine) -> object:
+    """What a round takes from ``engine``'s queue (also for a ``--tree`` whose engine queued
+    batches in a deque, before it grouped them as they came)."""
+    if hasattr(engine, "_take"):
+        return engine._take()
+    items, engine._queue = engine._queue, type(engine._queue)()
+    engine._depth = engine._points = 0
+    return items
+
+
+def phase_detectors(args: argparse.Namespace, results: dict) -> None:
+    from vdl_stream.telemetry import legacy_view
+
+    for points, per_round in DETECTOR_CASES:
+        # The first round (each tag's state set up, the smoothing's constants computed) is not
+        # counted: a run pays it once.
+        rounds = 1 + max(20, 200_000 // (points * per_round))
+        batches = make_batches(per_round * rounds, args.tags, points)
+        views = [legacy_view(b.scalars, b.events) for b in batches]
+        events = sum(b.count() for b in batches[per_round:])
+        runs = []
+        for _ in range(args.repeat):
+            engine = AlertEngine()
+            observe = judge = 0.0
+            for r in range(rounds):
+                cut = slice(r * per_round, (r + 1) * per_round)
+                t0 = time.thread_time()
+                for batch, view in zip(batches[cut], views[cut], strict=True):
+                    engine.observe(batch.run, *view)
+                t1 = time.thread_time()
+                engine._round(_take(engine))
+                if r:
+                    judge += time.thread_time() - t1
+                    observe += t1 - t0
+            runs.append((observe / events * 1e9, judge / events * 1e9))
+        obs = statistics.median(r[0] for r in runs)
+        rnd = statistics.median(r[1] for r in runs)
+        results[f"detectors_{points}x{per_round}"] = {
+            "points_per_batch": points * args.tags,
+            "batches_per_round": per_round,
+            "observe_cpu_ns_per_event": round(obs, 2),
+            "round_cpu_ns_per_event": round(rnd, 2),
+            "load": round(os.getloadavg()[0], 1),
+        }
+        print(
+            f"detectors alone, {args.tags} tags x {points} points a batch, {per_round} batches a "
+            f"round, median of {args.repeat}: observe {obs:.1f} ns an event, rounds "
+            f"{rnd:.1f} ns, together {obs + rnd:.1f} ns (load average "
+            f"{os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+
+
 def phase_throughput(args: argparse.Namespace, results: dict) -> None:
     for label, points, count in (
         ("large", 4096, args.batches),
@@ -183,7 +260,9 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
                 logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
                 try:
-                    elapsed, cpu, loop, gc_s, s = trio.run(_ingest, logdir, batches, mode == "on")
+                    elapsed, cpu, loop, gc_s, s = trio.run(
+                        _ingest, logdir, batches, mode == "on", args.rate
+                    )
                 finally:
                     shutil.rmtree(logdir, ignore_errors=True)
                 rates[mode].append(events / elapsed)
@@ -213,12 +292,14 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             "gc_cpu_ns_per_event_off": round(gc_off, 2),
             "gc_cpu_ns_per_event_on": round(gc_on, 2),
             "target_holds": cpu_off / cpu_on >= 1 - TARGET_LOSS,
+            "paced_events_per_s": args.rate or None,
             "load": round(load, 1),
             "detector_stats": stats,
         }
+        paced = f"paced to {args.rate:,.0f} events/s, " if args.rate else ""
         print(
             f"ingest in-process, {label} batches ({args.tags} tags x {points} points, {count} "
-            f"batches), median of {args.repeat} alternating runs each (load average "
+            f"batches), {paced}median of {args.repeat} alternating runs each (load average "
             f"{load:.1f}):\n"
             f"  events/s off {off:,.0f}, on {on:,.0f}\n"
             f"  process CPU per event off {cpu_off:.0f} ns, on {cpu_on:.0f} ns "
@@ -479,6 +560,13 @@ def main() -> None:
         "as acknowledgements allow); at a rate both modes sustain, CPU per event compares the "
         "work alone",
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="throughput phase: pace ingest to this many events/s (default: 0, as fast as the "
+        "broker takes them); at a rate both modes sustain, CPU per event compares the work alone",
+    )
     parser.add_argument("--latency-runs", type=int, default=5, help="per fault (default: 5)")
     parser.add_argument("--runs", type=int, default=10, help="demo runs (default: 10)")
     parser.add_argument("--steps", type=int, default=5000, help="steps per run (default: 5000)")
@@ -499,6 +587,8 @@ def main() -> None:
         args.batches, args.runs, args.steps, args.seconds = 100, 2, 1500, 2.0
         args.latency_runs = 1
     results: dict = {"args": vars(args)}
+    if "detectors" not in args.skip:
+        phase_detectors(args, results)
     if "throughput" not in args.skip:
         phase_throughput(args, results)
     if "served" not in args.skip:
