@@ -314,13 +314,17 @@ export class SweepPanels {
   _startBrush(e, column, scale, x, plotH) {
     e.preventDefault();
     const svgEl = e.currentTarget.ownerSVGElement;
-    const y0 = e.clientY - svgEl.getBoundingClientRect().top;
+    // A live summary can redraw the view mid-drag, detaching this svg (its rect is then all
+    // zeros): measure against where it stood while it is gone, so the brush keeps its range.
+    let top = svgEl.getBoundingClientRect().top;
+    const topNow = () => (svgEl.isConnected ? (top = svgEl.getBoundingClientRect().top) : top);
+    const y0 = e.clientY - top;
     const rect = svg("rect", { x: x - 7, width: 14, y: y0, height: 0, class: "pc-brush live" });
     svgEl.append(rect);
     const unitAt = (y) => Math.max(0, Math.min(1, 1 - (y - PAD.top) / plotH));
     let y1 = y0;
     const move = (ev) => {
-      y1 = ev.clientY - svgEl.getBoundingClientRect().top;
+      y1 = ev.clientY - topNow();
       rect.setAttribute("y", String(Math.min(y0, y1)));
       rect.setAttribute("height", String(Math.abs(y1 - y0)));
     };
