@@ -521,7 +521,6 @@ class _TagState:
     looked up once when the tag is first seen."""
 
     __slots__ = (
-        "alphas",
         "baseline",
         "bounds",
         "divergence",
@@ -549,7 +548,6 @@ class _TagState:
         for p in (self.divergence, self.plateau_params):
             if p is not None and p["alpha"] not in self.emas:
                 self.emas[p["alpha"]] = _Smoothed()
-        self.alphas = tuple(self.emas.items())
         self.window: _Rolling | None = None
         # spike: (window.pushed then, moves allowed, median low, median high, MAD low), see
         # _centre_bounds; None until the window is full.
@@ -635,15 +633,16 @@ class _Parts:
     detectors read the newest (every round) and, when they raise an alert, the offending
     point's, so copying them all would cost more than the detectors' own passes."""
 
-    __slots__ = ("ends", "field", "group")
+    __slots__ = ("ends", "field", "group", "size")
 
-    def __init__(self, group: list[ScalarColumns], field: str) -> None:
+    def __init__(self, group: list[ScalarColumns], field: str, size: int) -> None:
         self.group = group
         self.field = field  # "steps" or "walls"
+        self.size = size  # the group's points, which _joined knows already
         self.ends: list[int] | None = None  # points up to the end of each column, when needed
 
     def __len__(self) -> int:
-        return sum(len(c.values) for c in self.group)
+        return self.size
 
     def __getitem__(self, key: Any) -> Any:
         field = self.field
@@ -673,8 +672,8 @@ def _joined(group: list[ScalarColumns], size: int, scratch: np.ndarray) -> Scala
     np.concatenate([c.values for c in group], out=out)
     return ScalarColumns(
         group[0].tag,
-        _Parts(group, "steps"),  # type: ignore[arg-type]
-        _Parts(group, "walls"),  # type: ignore[arg-type]
+        _Parts(group, "steps", size),  # type: ignore[arg-type]
+        _Parts(group, "walls", size),  # type: ignore[arg-type]
         out,
     )
 
@@ -1096,7 +1095,7 @@ class AlertEngine:
         else:
             walls = cols.walls
         ts.seen += len(values)
-        for alpha, e in ts.alphas:  # each smoothing weight once, however many rules use it
+        for alpha, e in ts.emas.items():  # each weight once, however many rules use it
             self._ema(e, values, alpha)
         if ts.spike is not None:
             self._spike(run, state, ts, cols.tag, ts.spike, steps, walls, values, lo, hi)
