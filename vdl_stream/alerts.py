@@ -88,6 +88,12 @@ DETECT_INTERVAL = 0.1
 DETECT_SHARE = 0.05
 #: ... but rounds start at most this many seconds apart (an alert within 1 s of its point).
 DETECT_MAX_INTERVAL = 0.5
+#: A queue past this share of either bound starts the next round at once rather than after
+#: DETECT_INTERVAL: a writer fast enough to fill it within a round's interval (16M points/s
+#: in-process) would otherwise have batches dropped while the detectors wait.
+HURRY_SHARE = 0.5
+#: Seconds between warnings that the detectors dropped batches (each says how many since).
+DROP_WARN_INTERVAL = 60.0
 #: Alerts kept in memory per followed run (runs another process writes: the server cannot
 #: record alerts in them), the oldest forgotten first; at most :data:`MAX_RUNS` runs.
 HELD_PER_RUN = 256
@@ -583,8 +589,11 @@ class AlertStatistics:
     """A point-in-time view of the engine (``/api/stats`` shows it under ``alerts``).
 
     Attributes:
-        observed: batches the detectors looked at.
-        dropped: batches dropped because the detectors' queue was full.
+        observed: batches the detectors looked at (counted once their round is done).
+        dropped: batches whose points the detectors skipped because their queue was full
+            (what such a batch says of its run is still read: its arrival, its tags' last
+            steps, a status change).
+        dropped_points: the scalar points of those batches.
         queue_depth, queue_peak: the queue now, and its peak.
         raised: alerts ingested into runs (or, for runs another process writes, kept in
             memory and pushed live).
@@ -603,6 +612,7 @@ class AlertStatistics:
     failed: int
     runs: int
     cpu_seconds: float
+    dropped_points: int = 0
 
 
 # -- the engine --------------------------------------------------------------------------------
@@ -613,8 +623,9 @@ class _Pending:
     round has no per-batch work left): each watched tag's columns in arrival order, in groups
     of up to :data:`JOIN_POINTS` points (each judged as one column: one pass of the detectors
     instead of many, whose cost is mostly per column; a column that long is judged alone), the
-    newest column of each tag no detector watches (only its last step is read), the events in
-    order, whether any batch held training data, and the newest batch's arrival (monotonic)."""
+    newest column of each tag no detector watches or whose points were dropped (only its last
+    step is read), the events in order, whether any batch held training data, and the newest
+    batch's arrival (monotonic)."""
 
     __slots__ = ("arrived", "data", "events", "full", "tags", "unwatched")
 
@@ -713,6 +724,10 @@ class AlertEngine:
         self._pending: dict[str, _Pending] = {}
         self._queue_size = queue_size
         self._queued = trio.Event()  # set when a batch enters an empty queue
+        # set when the queue passes HURRY_SHARE of a bound: the next round starts at once
+        self._hurry = trio.Event()
+        self._hurry_depth = max(1, int(queue_size * HURRY_SHARE))
+        self._hurry_points = int(QUEUE_POINTS * HURRY_SHARE)
         # tag -> whether any tag detector applies to it (the rules' globs matched once per tag,
         # not per column): columns of a tag none watches are not queued.
         self._watched: dict[str, bool] = {}
@@ -723,6 +738,9 @@ class AlertEngine:
         self._out_ready = trio.Event()
         self._seq = 0
         self._observed = self._dropped = self._peak = self._depth = self._points = 0
+        self._dropped_points = 0
+        self._drop_warned: float | None = None  # the clock at the last warning of drops
+        self._kept = 0  # status events of dropped batches queued since the last round
         self._raised = self._suppressed = self._failed = 0
         self._busy = 0.0  # CPU seconds the detectors took (their thread's time)
         # Detector rounds run in a worker thread; the lock keeps the time-based checks (event
@@ -767,20 +785,67 @@ class AlertEngine:
         for cols in scalars:
             points += len(cols.values)
         depth = self._depth
-        if depth >= self._queue_size or self._points + points > QUEUE_POINTS:
-            self._dropped += 1
-            return
         entry = self._pending.get(run)
         if entry is None:
             entry = self._pending[run] = _Pending()
+        if depth >= self._queue_size or self._points + points > QUEUE_POINTS:
+            self._drop(run, entry, scalars, events, points)
+            return
         self._add(entry, scalars, events)
         entry.arrived = self._clock()
         if not depth:
             self._queued.set()
-        self._points += points
+        self._points = queued = self._points + points
         self._depth = depth = depth + 1
         if depth > self._peak:
             self._peak = depth
+        if depth >= self._hurry_depth or queued >= self._hurry_points:
+            self._hurry.set()
+
+    def _drop(
+        self,
+        run: str,
+        entry: _Pending,
+        scalars: list[ScalarColumns],
+        events: list[dict[str, Any]],
+        points: int,
+    ) -> None:
+        """The queue is full: the batch's points and events are not judged (counted, and
+        logged at most every :data:`DROP_WARN_INTERVAL` seconds), but what it says of its run
+        is kept, so that a dropped batch cannot raise an alert later: that data arrived (no
+        stall), its tags' last steps, and a change of the run's status (a dropped close would
+        read as a stall)."""
+        self._dropped += 1
+        self._dropped_points += points
+        now = self._clock()
+        if self._drop_warned is None or now - self._drop_warned >= DROP_WARN_INTERVAL:
+            self._drop_warned = now
+            log.warning(
+                "the alert detectors fell behind: %d batches (%d scalar points) not judged so "
+                "far (their queue holds at most %d batches and %d points)",
+                self._dropped,
+                self._dropped_points,
+                self._queue_size,
+                QUEUE_POINTS,
+            )
+        self._queued.set()
+        self._hurry.set()
+        unwatched = entry.unwatched
+        for cols in scalars:
+            if len(cols.values):
+                unwatched[cols.tag] = cols
+        data = bool(scalars)
+        for event in events:
+            kind = event.get("kind")
+            if kind == "meta":
+                if "status" in event and self._kept < self._queue_size:
+                    self._kept += 1
+                    entry.events.append({"kind": "meta", "status": event["status"]})
+            elif kind not in ("alert", "hparams", "telemetry"):
+                data = True
+        if data:
+            entry.data = True
+            entry.arrived = now
 
     def _add(
         self, entry: _Pending, scalars: list[ScalarColumns], events: list[dict[str, Any]]
@@ -872,8 +937,11 @@ class AlertEngine:
             # small batches cost about what one large one does (and ingest keeps its pace).
             wait = last + interval - trio.current_time()
             if wait > 0:
-                await trio.sleep(wait)
-            pending = self._take()
+                # ... unless the queue nears a bound: then at once, so that a fast writer's
+                # batches are judged rather than dropped.
+                with trio.move_on_after(wait):
+                    await self._hurry.wait()
+            pending, taken = self._take()
             last = trio.current_time()
             # On the event loop, in slices: a round is mostly short Python and NumPy calls that
             # hold the GIL, so a worker thread ran no faster and made the server pay about its
@@ -886,7 +954,7 @@ class AlertEngine:
                     await self._round_on_loop(pending)
                 else:
                     await trio.to_thread.run_sync(self._round, pending, limiter=self._limiter)
-            # Most of a round's cost is per tag, not per point: a run with many tags pays it
+            self._observed += taken  # Most of a round's cost is per tag, not per point: a run with many tags pays it
             # less often (more points a round), up to the latency bound.
             interval = min(
                 DETECT_MAX_INTERVAL, max(DETECT_INTERVAL, (self._busy - busy) / DETECT_SHARE)
@@ -894,12 +962,14 @@ class AlertEngine:
             if self._out:
                 self._out_ready.set()
 
-    def _take(self) -> dict[str, _Pending]:
-        """Take everything queued for a round (and count it observed)."""
+    def _take(self) -> tuple[dict[str, _Pending], int]:
+        """Take everything queued for a round, and how many batches it holds."""
         pending, self._pending = self._pending, {}
-        self._observed += self._depth
-        self._depth = self._points = 0
-        return pending
+        taken = self._depth
+        self._depth = self._points = self._kept = 0
+        if self._hurry.is_set():
+            self._hurry = trio.Event()
+        return pending, taken
 
     async def _round_on_loop(self, pending: dict[str, _Pending]) -> None:
         """One detector round on the event loop, in slices of at most :data:`DETECT_SLICE`
@@ -1577,6 +1647,7 @@ class AlertEngine:
             failed=self._failed,
             runs=len(self._runs),
             cpu_seconds=round(self._busy, 6),
+            dropped_points=self._dropped_points,
         )
 
 
