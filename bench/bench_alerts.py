@@ -30,7 +30,8 @@ Phases:
    ``--rate`` paces ingest to that many events/s in both modes (use fewer ``--batches`` with
    it): persistence then gets the same flushes on and off, so CPU per event compares the
    detectors' work alone, without the cost per event that rises when a slower loop hands the
-   persist task smaller flushes.
+   persist task smaller flushes. ``--null`` runs both halves of each pair with the detectors
+   off (an A/A test): the spread of its ratios is the bench's own noise at that moment.
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
    ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
@@ -53,7 +54,7 @@ Phases:
    contrast the same runs with a fault (learning rate x100 at step 2,000): runs caught.
 
 Usage: python bench/bench_alerts.py [--quick] [--repeat PAIRS] [--runs N] [--steps N] [--seconds S]
-                                    [--rate EVENTS_PER_S] [--batches N] [--paths large small]
+                                    [--rate EVENTS_PER_S] [--batches N] [--paths large small] [--null]
                                     [--served-points N ...] [--served-rate EVENTS_PER_S]
                                     [--json PATH] [--skip PHASE ...] [--tree CHECKOUT]
 """
@@ -307,7 +308,8 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
                 logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
                 try:
-                    r = trio.run(_ingest, logdir, batches, mode == "on", args.rate)
+                    on = mode == "on" and not args.null
+                    r = trio.run(_ingest, logdir, batches, on, args.rate)
                 finally:
                     shutil.rmtree(logdir, ignore_errors=True)
                 r["cpu"] = r["user"] + r["system"]
@@ -326,9 +328,9 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
 
         cpu_ratio = statistics.median(p[0] for p in pairs)
         wall_ratio = statistics.median(p[1] for p in pairs)
-        own = statistics.median(r["stats"]["cpu_seconds"] for r in runs["on"]) / events * 1e9
+        own = statistics.median(r["stats"].get("cpu_seconds", 0) for r in runs["on"]) / events * 1e9
         stats = runs["on"][-1]["stats"]
-        dropped = [r["stats"]["dropped"] for r in runs["on"]]
+        dropped = [r["stats"].get("dropped") for r in runs["on"]]
         keys = ("cpu", "user", "system", "loop", "gc")
         med = {m: {k: per_event(m, k) for k in keys} for m in runs}
         for m in runs:
@@ -356,6 +358,8 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             "detector_stats": stats,
         }
         paced = f"paced to {args.rate:,.0f} events/s, " if args.rate else ""
+        if args.null:
+            paced += "NULL RUN (detectors off in both halves of each pair: the bench's noise), "
         print(
             f"ingest in-process, {label} batches ({args.tags} tags x {points} points, {count} "
             f"batches), {paced}{args.repeat} pairs of runs off/on (load average {load_start:.2f} "
@@ -631,6 +635,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, for development")
     parser.add_argument(
         "--repeat", type=int, default=5, help="pairs of runs, off and on (default: 5)"
+    )
+    parser.add_argument(
+        "--null",
+        action="store_true",
+        help="throughput phase: run 'on' with the detectors off too, so that the pairs' ratios "
+        "show the bench's own noise (an A/A test) on this machine at this load",
     )
     parser.add_argument(
         "--paths",

@@ -1272,7 +1272,10 @@ class AlertEngine:
         prev = float(x[0]) / counts[0] if first else s.ema
         x[g] = prev
         # Every update of the sequential EMA at once (see _plan), then plain floats: a few
-        # dozen at most, and rising is usually decided by the last few.
+        # dozen at most, and rising is usually decided by the last few. At most 32 x 33 values
+        # (MAX_SMOOTH_POINTS): far under the size at which OpenBLAS hands a product to its
+        # threads (its worker took no CPU over 200,000 of these, docs/performance.md, "Alerts:
+        # the large-batch path"), so it stays a plain product here.
         emas = (weights @ x).tolist()
         if first:
             emas[0] = prev  # a first EMA starts at its first value, which is not a rise
