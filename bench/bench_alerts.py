@@ -23,7 +23,10 @@ Phases:
    batch, batches the detectors dropped, and the load average at the start and the end. The
    detectors share the broker's process (and its GIL) here, the worst case for the comparison.
    Two paths (``--paths``): large batches (a fast writer, 4,096 points) and small ones (30
-   points, what a writer's 20 ms flush holds for a demo-speed loop; 20 times as many). On the
+   points, what a writer's 20 ms flush holds for a demo-speed loop; 20 times as many). The
+   batches made for a path are frozen out of the garbage collector (``gc.freeze``), and each run
+   starts after a collection: the collector then traverses what the runs make, not the input
+   (a full collection over 40,000 small batches took 45 ms, in whichever run it fell). On the
    2-core development machine the system time of the persist thread (the kernel's page cache)
    moves by 2x between identical runs and dwarfs the detectors: pairs, not more runs per mode,
    are what makes the ratio settle (docs/performance.md, "Alerts: the large-batch path").
@@ -297,6 +300,12 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             continue
         batches = make_batches(count, args.tags, points)
         events = sum(b.count() for b in batches)
+        # The input (40,000 small batches: some 100,000 objects) is not the broker's: a full
+        # collection traversed it all (45 ms, up to 50 ns an event of a small-batch run),
+        # landing in one run or another as the collector's counters happened to cross.
+        # Frozen, the collector sees only what the runs themselves make, as in a server.
+        gc.collect()
+        gc.freeze()
         load_start = os.getloadavg()[0]
         runs: dict[str, list[dict]] = {"off": [], "on": []}
         pairs: list[tuple[float, float]] = []  # (CPU ratio, wall ratio) on/off of each pair
@@ -307,6 +316,7 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             pair = {}
             for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
                 logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
+                gc.collect()  # the previous run's garbage, outside the measured window
                 try:
                     on = mode == "on" and not args.null
                     r = trio.run(_ingest, logdir, batches, on, args.rate)
@@ -322,6 +332,7 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
                 )
             )
         load_end = os.getloadavg()[0]
+        gc.unfreeze()
 
         def per_event(mode: str, key: str, runs: dict = runs, events: int = events) -> float:
             return statistics.median(r[key] for r in runs[mode]) / events * 1e9
