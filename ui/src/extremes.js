@@ -71,31 +71,44 @@ export class BlockExtremes {
    * @param {ArrayLike<number>} values
    */
   append(values) {
-    const levels = this._levels;
-    for (let j = 0; j < values.length; j++) {
-      const r = this.total + j;
-      const y = values[j];
-      const finite = Number.isFinite(y);
-      for (let l = 0; l < levels.length; l++) {
-        const level = levels[l];
-        const block = Math.floor(r / level.size);
-        const off = r - block * level.size;
+    const n = values.length;
+    // Level by level, block by block: the block, slot and offset are found once per block, not
+    // per value and level (a selection of 100 runs appends 1,000 snapshots of 200 values at once).
+    for (const level of this._levels) {
+      const size = level.size;
+      let j = 0;
+      while (j < n) {
+        const r = this.total + j;
+        const block = Math.floor(r / size);
+        const first = r - block * size;
         const slot = block % level.slots;
         if (slot >= level.minAt.length) this._grow(level, slot);
-        if (off === 0) level.minAt[slot] = level.maxAt[slot] = -1;
-        if (!finite) continue;
-        // Strict comparisons: the first of equal extremes is kept, as the full scan does.
-        if (level.minAt[slot] < 0 || y < level.minVal) {
-          level.minAt[slot] = off;
-          level.minVal = y;
+        const end = Math.min(n, j + size - first);
+        let lo = first === 0 ? -1 : level.minAt[slot];
+        let hi = first === 0 ? -1 : level.maxAt[slot];
+        let loVal = level.minVal;
+        let hiVal = level.maxVal;
+        for (let k = j, off = first; k < end; k++, off++) {
+          const y = values[k];
+          if (!Number.isFinite(y)) continue;
+          // Strict comparisons: the first of equal extremes is kept, as the full scan does.
+          if (lo < 0 || y < loVal) {
+            lo = off;
+            loVal = y;
+          }
+          if (hi < 0 || y > hiVal) {
+            hi = off;
+            hiVal = y;
+          }
         }
-        if (level.maxAt[slot] < 0 || y > level.maxVal) {
-          level.maxAt[slot] = off;
-          level.maxVal = y;
-        }
+        level.minAt[slot] = lo;
+        level.maxAt[slot] = hi;
+        level.minVal = loVal;
+        level.maxVal = hiVal;
+        j = end;
       }
     }
-    this.total += values.length;
+    this.total += n;
   }
 
   /** Forget every row (with the ring buffer's clear). */
