@@ -196,6 +196,7 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                             return s.cpu_s(), chromium_cpu_s(b)
 
                         select = select_runs(page, args.runs_profile, cpu)
+                        page.screenshot(path=str(HERE / "out" / "runs-select-100.png"))
                         # The same 100 again (None, then All): the server's reads are kept,
                         # so this is mostly the page's own work on 100 snapshots.
                         page.click("button.runs-none")

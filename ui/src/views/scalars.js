@@ -75,20 +75,25 @@ export class ScalarsView {
 
   /** Show only charts whose tag matches the filter regex. */
   applyFilter() {
+    // Called on every snapshot that arrives (a sync change): only what differs is written, so
+    // 100 arriving snapshots do not each invalidate the page's style and layout.
+    const set = (node, key, value) => {
+      if (node[key] !== value) node[key] = value;
+    };
     const re = this.ctx.state.filter;
     let shown = 0;
     for (const [tag, chart] of this.charts) {
       const ok = !re || re.test(tag);
-      chart.element.hidden = !ok;
+      set(chart.element, "hidden", !ok);
       if (ok) shown++;
     }
     for (const group of this.groups.values()) {
-      group.element.hidden = ![...group.charts].some((c) => !c.element.hidden);
+      set(group.element, "hidden", ![...group.charts].some((c) => !c.element.hidden));
     }
-    this.empty.hidden = shown > 0;
+    set(this.empty, "hidden", shown > 0);
     const sync = this.ctx.store.syncState();
-    this.empty.dataset.sync = sync.phase;
-    this.empty.textContent = this.charts.size ? t("noTags") : loadingText(sync);
+    set(this.empty.dataset, "sync", sync.phase);
+    set(this.empty, "textContent", this.charts.size ? t("noTags") : loadingText(sync));
   }
 
   /** Re-apply interface strings after a language switch. */
