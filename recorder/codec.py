@@ -326,13 +326,21 @@ def _check_scalar_data(data: Any, group: bool) -> None:
         raise PayloadError("scalar chunk is malformed")
 
 
-def decode_scalars(data: dict) -> ScalarSeries:
+def decode_scalars(data: dict, at: np.ndarray | None = None) -> ScalarSeries:
     """Turn the column map of a scalar chunk into arrays.
+
+    Args:
+        data: the chunk's column map.
+        at: only the points at these indices (ascending, each below ``data["n"]``), decoding
+            the steps and walls of those points alone; the arrays are then new (never views of
+            ``data``), and equal, bit for bit, to the full decode's at ``at``.
 
     Raises:
         PayloadError: a column has an unknown encoding or the wrong length.
     """
     n = data["n"]
+    if at is not None:
+        return _decode_scalars_at(data, n, at)
     try:
         steps = _decode_steps(data["s"], n, data.get("c"))
         walls = _decode_walls(data["w"], n)
@@ -341,6 +349,55 @@ def decode_scalars(data: dict) -> ScalarSeries:
         raise PayloadError(f"scalar chunk is malformed: {exc}") from None
     if len(steps) != n or len(walls) != n or len(values) != n:
         raise PayloadError("scalar chunk columns have different lengths")
+    return ScalarSeries(steps, walls, values)
+
+
+def scalar_values(data: dict) -> np.ndarray:
+    """The value column of a scalar chunk's column map (a read-only view of its bytes).
+
+    Raises:
+        PayloadError: the column is missing or has the wrong length.
+    """
+    try:
+        values = np.frombuffer(data["v"], dtype=_F8)
+        ok = len(values) == data["n"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise PayloadError(f"scalar chunk is malformed: {exc}") from None
+    if not ok:
+        raise PayloadError("scalar chunk columns have different lengths")
+    return values
+
+
+def _decode_scalars_at(data: dict, n: int, at: np.ndarray) -> ScalarSeries:
+    """:func:`decode_scalars` at the indices ``at`` only (the same arithmetic per point)."""
+    try:
+        s, w = data["s"], data["w"]
+        values = np.frombuffer(data["v"], dtype=_F8)
+        if s[0] == "range" and len(s) == 3:
+            steps = s[1] + s[2] * at.astype(np.int64)
+        elif s[0] == "u4" and len(s[2]) == 4 * n:
+            steps = np.frombuffer(s[2], dtype=_U4)[at].astype(np.int64) + s[1]
+        elif s[0] == "i8" and len(s[1]) == 8 * n:
+            steps = np.frombuffer(s[1], dtype=_I8)[at]
+        else:  # "ranges" (group parts), or a malformed column: decoded whole
+            steps = _decode_steps(s, n, data.get("c"))
+            if len(steps) != n:
+                raise ValueError("the step column has the wrong length")
+            steps = steps[at]
+        if w[0] == "us" and len(w[2]) == 4 * n:
+            walls = np.add(
+                np.frombuffer(w[2], dtype=_U4)[at], np.rint(w[1] * 1e6), dtype=np.float64
+            )
+            walls /= 1e6
+        elif w[0] == "f8" and len(w[1]) == 8 * n:
+            walls = np.frombuffer(w[1], dtype=_F8)[at]
+        else:
+            raise ValueError("the wall column is malformed")
+        if len(values) != n:
+            raise ValueError("the value column has the wrong length")
+        values = values[at]
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise PayloadError(f"scalar chunk is malformed: {exc}") from None
     return ScalarSeries(steps, walls, values)
 
 

@@ -5,6 +5,8 @@ live frames (docs/protocol.md), with a real server, real files and real WebSocke
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 
 import msgpack
@@ -142,13 +144,23 @@ async def test_keep_sends_snapshots_of_the_added_runs_only(tmp_path, nursery):
                 assert sorted(f["run"] for f in got if f["type"] == "snapshot") == ["b", "c"]
 
 
+@asynccontextmanager
+async def broker_of_two_runs(tmp_path) -> AsyncIterator[Broker]:
+    """A running broker over ``tmp_path`` that wrote runs "a" and "b" (three points of "loss"
+    each, persisted); closed when the block ends."""
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        for seq, run in enumerate(("a", "b"), 1):
+            await broker.ingest(Batch("w", seq, run, [scalars("loss", range(3))], sync=True))
+        yield broker
+        broker.close()
+        await broker.wait_closed()
+
+
 async def test_keep_after_lost_frames_sends_everything_again(tmp_path):
     with trio.fail_after(20):
-        broker = Broker(tmp_path)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            for seq, run in enumerate(("a", "b"), 1):
-                await broker.ingest(Batch("w", seq, run, [scalars("loss", range(3))], sync=True))
+        async with broker_of_two_runs(tmp_path) as broker:
             sub = broker.subscribe({"a"})
             await broker.send_snapshot(sub, _discard, 2000)
             assert sub.snapshots == {"a": 2000}
@@ -156,8 +168,6 @@ async def test_keep_after_lost_frames_sends_everything_again(tmp_path):
             assert broker.resubscribe(sub, {"a", "b"}, 4000) == ["a", "b"]  # more points
             sub.mark_gap()
             assert broker.resubscribe(sub, {"a"}, 2000) is None  # the caller starts afresh
-            broker.close()
-            await broker.wait_closed()
 
 
 async def test_a_gap_of_one_run_resends_that_run_alone(tmp_path):
@@ -166,11 +176,7 @@ async def test_a_gap_of_one_run_resends_that_run_alone(tmp_path):
     that answers it returns them, not the runs sent whole nor the runs that appeared since
     (their every batch reached the client as ``data`` frames)."""
     with trio.fail_after(20):
-        broker = Broker(tmp_path)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            for seq, run in enumerate(("a", "b"), 1):
-                await broker.ingest(Batch("w", seq, run, [scalars("loss", range(3))], sync=True))
+        async with broker_of_two_runs(tmp_path) as broker:
             sub = broker.subscribe(None)
             await broker.send_snapshot(sub, _discard, 2000)
             await broker.ingest(Batch("w", 3, "c", [scalars("loss", range(3))], sync=True))
@@ -188,8 +194,6 @@ async def test_a_gap_of_one_run_resends_that_run_alone(tmp_path):
             assert broker.resubscribe(sub, None, 2000) == ["a"]
             broker._bus_gap(None)  # every run: the caller starts afresh
             assert broker.resubscribe(sub, None, 2000) is None
-            broker.close()
-            await broker.wait_closed()
 
 
 async def test_frames_about_no_run_wait_while_the_queue_is_full_instead_of_a_gap(tmp_path):

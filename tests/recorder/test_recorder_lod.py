@@ -437,3 +437,57 @@ def test_a_downsampled_read_of_noise_skips_most_slices_across_bucket_edges(tmp_p
     # 99 buckets of about 3,000 points (256-point slices): about 100 slices cross an edge or
     # hold an end; noise puts a bucket's extreme in an edge slice now and then (about a third).
     assert 2 <= len(read) < 70, len(read)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.integers(3, 400),
+    st.sampled_from(["range", "u4", "i8"]),
+    st.sampled_from(["us", "f8"]),
+    st.lists(st.integers(2, 500), min_size=1, max_size=3),
+    st.integers(0, 2**32 - 1),
+)
+def test_a_tag_of_one_chunk_decodes_the_steps_and_walls_of_its_picks_alone(
+    tmp_path_factory, n, step_kind, wall_kind, max_points_list, seed
+):
+    """A bulk-written tag (one chunk in a segment) read downsampled: the values pick the points
+    and only the picks' steps and walls are decoded, for every step and wall encoding, with the
+    same answer, bit for bit, as downsampling every point."""
+    rng = np.random.default_rng(seed)
+    path = tmp_path_factory.mktemp("one")
+    squares = np.arange(n, dtype=np.int64) ** 2  # irregular: no range
+    steps = {"range": 5 + 3 * np.arange(n), "u4": 7 + squares, "i8": squares << 31}[step_kind]
+    walls = BASE_WALL + np.cumsum(rng.random(n)) * 1.37
+    if wall_kind == "f8":
+        walls[n // 2] = math.nan  # a wall the us encoding cannot hold
+    values = rng.choice(np.array(SPECIAL + [3.0] * 8), n) * rng.random(n)
+    with RunWriter(path, sync="never") as w:
+        w.append_scalars("t", steps, walls, values)
+    with RunReader(path) as r:
+        data = r._catalog.load(r._by_tag["t"][0], keep=False)
+        assert data["s"][0] == step_kind and data["w"][0] == wall_kind
+    for max_points in max_points_list:
+        with RunReader(path) as r:
+            got = r.read_scalars("t", max_points=max_points)
+        assert identical(got, full_then_downsample(path, "t", None, None, max_points))
+        assert all(col.flags.owndata or col.base is not None for col in got)
+
+
+def test_a_damaged_chunk_read_downsampled_alone_is_reported_and_left_out(tmp_path):
+    with RunWriter(tmp_path, sync="never") as w:
+        w.append_scalars("t", np.arange(1000), BASE_WALL + np.arange(1000.0), np.ones(1000))
+        w.append_scalars("u", np.arange(10), BASE_WALL + np.arange(10.0), np.ones(10))
+    with RunReader(tmp_path) as r:
+        entry = r._by_tag["t"][0]
+    segment = os.path.join(tmp_path, "segment-000000.vdlr")
+    with open(segment, "r+b") as f:
+        f.seek(entry.offset + 8 + entry.length // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with RunReader(tmp_path) as r, pytest.warns(CorruptionWarning):
+        got = r.read_scalars("t", max_points=100)
+        assert len(got.steps) == 0
+        assert len(r.read_scalars("u", max_points=100).steps) == 10

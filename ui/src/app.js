@@ -453,8 +453,7 @@ store.subscribe((change) => {
 
 // `body[data-sync]` is connecting, loading or ready (see Store.syncState): until ready, the other
 // views do not claim to have nothing (style.css), and the scalars view says what it waits for.
-function showSync() {
-  const sync = store.syncState();
+function showSync(sync = store.syncState()) {
   document.body.dataset.sync = sync.phase;
   syncNote.hidden = sync.phase !== "loading";
   syncNote.textContent = sync.phase === "loading" ? tf("loadingShort", sync) : "";
@@ -467,8 +466,8 @@ let lastPhase = "connecting";
 store.subscribe((change) => {
   if (change.kind !== "sync") return;
   const sync = store.syncState();
-  showSyncSoon();
-  setRedrawInterval();
+  showSyncSoon(sync);
+  setRedrawInterval(sync);
   // A new selection of many runs on a page that shows charts: they are redrawn once a second
   // from now, or when the last snapshot is in (often sooner), not first for the runs dropped and
   // the first run to arrive (each such frame strokes every line and commits the canvases).
@@ -481,11 +480,11 @@ store.subscribe((change) => {
 // the page waited for the server (a change of phase still shows at once).
 const SYNC_NOTE_MS = 250;
 let syncNoteTimer = 0;
-function showSyncSoon() {
-  if (store.syncState().phase !== document.body.dataset.sync) {
+function showSyncSoon(sync) {
+  if (sync.phase !== document.body.dataset.sync) {
     clearTimeout(syncNoteTimer);
     syncNoteTimer = 0;
-    showSync();
+    showSync(sync);
   } else {
     syncNoteTimer ||= setTimeout(() => {
       syncNoteTimer = 0;
@@ -496,8 +495,7 @@ function showSyncSoon() {
 
 // Charts redraw at most every 100 ms with up to 20 runs drawn, every 250 ms up to 50, every 500 ms
 // beyond (each redraw strokes every line), and once a second while many snapshots stream in.
-function setRedrawInterval() {
-  const sync = store.syncState();
+function setRedrawInterval(sync = store.syncState()) {
   const loading = sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO;
   const drawn = runsModel.names.size - state.hiddenRuns.size;
   const interval = loading ? LOADING_REDRAW_MS : drawn <= SELECT_ALL_UP_TO ? NORMAL_REDRAW_MS : drawn <= 50 ? 250 : 500;

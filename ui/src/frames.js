@@ -110,8 +110,9 @@ export class FrameScheduler {
     if (this._pending || this._settling || this.paused || this._dirty.size === 0) return;
     this._pending = true;
     const wait = this._lastDraw + this.interval() - this._now();
-    if (wait > 0) setTimeout(() => this._requestFrame(() => this._frame(false, true)), wait);
-    else this._requestFrame(() => this._frame(false, true));
+    const ask = () => this._requestFrame(() => this._frame(false, true));
+    if (wait > 0) setTimeout(ask, wait);
+    else ask();
   }
 
   /**

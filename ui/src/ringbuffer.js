@@ -119,8 +119,12 @@ export class RingBuffer {
 
   _alloc(size) {
     const live = this.length;
+    // One backing array for every column (each a view of its own `size` rows): allocating an
+    // ArrayBuffer costs about 10 µs in Chromium whatever its size, and a selection of 100 runs
+    // creates 1,000 series at once.
+    const backing = new Float64Array(size * this.columns);
     this._cols = Array.from({ length: this.columns }, (_, c) => {
-      const col = new Float64Array(size);
+      const col = backing.subarray(c * size, (c + 1) * size);
       if (this._cols[c]) col.set(this._cols[c].subarray(this._start, this._end));
       return col;
     });

@@ -231,3 +231,24 @@ test("the block tables grow with the rows, and stay exact across growth and wrap
     assert.deepEqual(Array.from(out), bruteExtremes(ys, a, b), `row ${i}, rows ${a}..${b}`);
   }
 });
+
+test("the levels' first tables share one array, and a grown level keeps its summaries", () => {
+  const ex = new BlockExtremes(1 << 18);
+  const buffers = new Set(ex._levels.flatMap((level) => [level.minAt.buffer, level.maxAt.buffer]));
+  assert.equal(buffers.size, 1);
+  // 64 slots of 16 rows to begin with: 2,000 rows grow the finest level's tables.
+  const values = Float64Array.from({ length: 2000 }, (_, i) => Math.sin(i * 0.37) * (i % 97));
+  ex.append(values);
+  assert.ok(ex._levels[0].minAt.length > 64);
+  const out = new Int32Array(2);
+  for (const [from, to] of [[0, 2000], [17, 1999], [1000, 1601]]) {
+    ex.scan(values, from, to, out);
+    let lo = from;
+    let hi = from;
+    for (let i = from; i < to; i++) {
+      if (values[i] < values[lo]) lo = i;
+      if (values[i] > values[hi]) hi = i;
+    }
+    assert.deepEqual([...out], [lo, hi]);
+  }
+});

@@ -10,6 +10,15 @@ function setup() {
   return { scheduler, frames, runFrame, item };
 }
 
+// A scheduler on a clock the test moves (`clock.now`, ms), its frames run by `runFrame`.
+function timed(options = {}) {
+  const clock = { now: 0 };
+  const frames = [];
+  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => clock.now, ...options });
+  const runFrame = () => frames.splice(0).forEach((cb) => cb());
+  return { scheduler, frames, runFrame, clock };
+}
+
 test("many marks in one frame draw an item once", () => {
   const { scheduler, frames, runFrame, item } = setup();
   const a = item("a");
@@ -69,19 +78,17 @@ test("drawAll draws hidden items too, without marking them visible", () => {
 });
 
 test("minInterval spaces drawing frames apart", async () => {
-  let now = 0;
-  const frames = [];
-  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), minInterval: 30, now: () => now });
+  const { scheduler, frames, runFrame, clock } = timed({ minInterval: 30 });
   const a = { element: {}, renders: 0, render() { this.renders++; } };
   scheduler.observe(a);
-  frames.splice(0).forEach((cb) => cb());
+  runFrame();
   assert.equal(a.renders, 1);
-  now = 10;
+  clock.now = 10;
   scheduler.mark(a);
   assert.equal(frames.length, 0); // waits for the interval instead of asking for a frame now
   await new Promise((r) => setTimeout(r, 40));
   assert.equal(frames.length, 1);
-  frames.splice(0).forEach((cb) => cb());
+  runFrame();
   assert.equal(a.renders, 2);
 });
 
@@ -127,21 +134,19 @@ test("with an IntersectionObserver, an item is drawn only once the observer repo
 });
 
 test("a drawing budget spaces frames by the time drawing took", () => {
-  let now = 0;
+  const { scheduler, frames, runFrame, clock } = timed({ budget: 0.25 });
   const timers = [];
-  const frames = [];
-  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now, budget: 0.25 });
   const realSetTimeout = globalThis.setTimeout;
   globalThis.setTimeout = (fn, ms) => timers.push({ fn, ms });
   try {
     // Each draw takes 40 ms: at a quarter of the time, the next may start 160 ms after it ended.
-    const slow = { element: {}, render() { now += 40; } };
+    const slow = { element: {}, render() { clock.now += 40; } };
     scheduler.observe(slow);
-    frames.splice(0).forEach((cb) => cb());
+    runFrame();
     // The cost is known when the next frame begins (the rasterizing and commit come after the
     // drawing calls): here at once, so the drawing calls' 40 ms are the cost.
     assert.equal(frames.length, 1);
-    frames.splice(0).forEach((cb) => cb());
+    runFrame();
     assert.equal(scheduler.drawCost, 40);
     assert.equal(scheduler.interval(), 160);
     scheduler.mark(slow);
@@ -162,15 +167,13 @@ test("a drawing budget spaces frames by the time drawing took", () => {
 });
 
 test("the budget counts the frame until the next one began: rasterizing and commit too", () => {
-  let now = 0;
-  const frames = [];
-  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now, budget: 0.25 });
-  const chart = { element: {}, render() { now += 10; } };
+  const { scheduler, frames, runFrame, clock } = timed({ budget: 0.25 });
+  const chart = { element: {}, render() { clock.now += 10; } };
   scheduler.observe(chart);
-  frames.splice(0).forEach((cb) => cb()); // draws: 10 ms of calls
+  runFrame(); // draws: 10 ms of calls
   assert.equal(scheduler.drawCost, 0); // not known yet
-  now += 70 + FRAME_MS; // the commit held the thread 70 ms, then a display frame
-  frames.splice(0).forEach((cb) => cb());
+  clock.now += 70 + FRAME_MS; // the commit held the thread 70 ms, then a display frame
+  runFrame();
   assert.equal(scheduler.drawCost, 80);
   assert.equal(scheduler.interval(), 320);
   assert.ok(Math.abs(scheduler.stats.settleMs - 70) < 1e-9);
@@ -182,44 +185,42 @@ test("the budget counts the frame until the next one began: rasterizing and comm
     scheduler.mark(chart);
     assert.equal(frames.length, 0); // spaced from the last draw by a timer
     assert.equal(timers.length, 1);
-    now += 320;
+    clock.now += 320;
     timers.splice(0).forEach((t) => t.fn());
-    frames.splice(0).forEach((cb) => cb()); // draws, then asks for the settle frame
+    runFrame(); // draws, then asks for the settle frame
     scheduler.mark(chart);
     assert.equal(frames.length, 1); // only the settle frame: the next draw waits for its cost
     assert.equal(timers.length, 0);
-    now += 200 + FRAME_MS;
-    frames.splice(0).forEach((cb) => cb());
+    clock.now += 200 + FRAME_MS;
+    runFrame();
     assert.equal(timers.length, 1); // now spaced by the cost just learnt
     assert.ok(scheduler.drawCost > 80);
   } finally {
     globalThis.setTimeout = realSetTimeout;
   }
   // Without a budget, the drawing calls alone are counted, at once.
-  const plain = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => now });
+  const plain = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), now: () => clock.now });
   plain.observe(chart);
-  frames.splice(0).forEach((cb) => cb());
+  runFrame();
   assert.equal(frames.length, 0);
   assert.equal(plain.drawCost, 10);
 });
 
 test("restart counts the interval from now", async () => {
-  let now = 0;
-  const frames = [];
-  const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), minInterval: 30, now: () => now });
+  const { scheduler, frames, runFrame, clock } = timed({ minInterval: 30 });
   const a = { element: {}, renders: 0, render() { this.renders++; } };
   scheduler.observe(a);
-  frames.splice(0).forEach((cb) => cb());
-  now = 1000; // long idle: a mark draws in the next frame...
+  runFrame();
+  clock.now = 1000; // long idle: a mark draws in the next frame...
   scheduler.mark(a);
   assert.equal(frames.length, 1);
   scheduler.restart(); // ...unless a batch begins before it: then it waits a whole interval
-  frames.splice(0).forEach((cb) => cb());
+  runFrame();
   assert.equal(a.renders, 1);
   assert.equal(frames.length, 0);
   await new Promise((r) => setTimeout(r, 45));
-  now = 1031;
-  frames.splice(0).forEach((cb) => cb());
+  clock.now = 1031;
+  runFrame();
   assert.equal(a.renders, 2);
   // flush draws at once, whatever the restart said.
   scheduler.restart();

@@ -94,3 +94,18 @@ test("random pushes always hold exactly the newest rows (model check)", () => {
     }
   }
 });
+
+test("every column lives in one backing array, before and after growing", () => {
+  // One ArrayBuffer per ring (not one per column): a selection of 100 runs creates 1,000 series.
+  const ring = new RingBuffer(4, 1 << 18);
+  assert.equal(ring.column(0).buffer, ring.column(3).buffer);
+  const n = 5000; // past the first allocation: the ring grows
+  ring.push(...[0, 1, 2, 3].map((c) => Float64Array.from({ length: n }, (_, i) => i * 10 + c)));
+  assert.equal(ring.column(1).buffer, ring.column(2).buffer);
+  for (let c = 0; c < 4; c++) {
+    const col = ring.column(c);
+    assert.equal(col.length, n);
+    assert.equal(col[0], c);
+    assert.equal(col[n - 1], (n - 1) * 10 + c);
+  }
+});

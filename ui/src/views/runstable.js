@@ -279,11 +279,15 @@ export class RunsTable {
     const last = Math.min(rows.length, Math.ceil((top + height) / ROW_HEIGHT) + OVERSCAN);
     const built = [];
     const cache = new Map();
+    // Whether each row leads, asked once per row (the next row's answer is the one after).
+    let leads = first < rows.length && model.leads(rows[first].name);
     for (let i = first; i < last; i++) {
       // A line under the last of the leading rows (pinned, and the runs drawn when the order
       // settled): the runs on the charts are the ones above it.
-      const split = i + 1 < rows.length && model.leads(rows[i].name) && !model.leads(rows[i + 1].name);
+      const nextLeads = i + 1 < rows.length && model.leads(rows[i + 1].name);
+      const split = i + 1 < rows.length && leads && !nextLeads;
       built.push(this._row(rows[i], i, columns, split, cache));
+      leads = nextLeads;
     }
     this._rows = cache;
     // Live summaries redraw the table every second: rows that did not change are the same
@@ -351,18 +355,16 @@ export class RunsTable {
     if (model.hidden.has(name)) cls.push("hidden-run");
     if (model.isDrawn(name)) cls.push("drawn");
     if (split) cls.push("rt-split");
-    const texts = columns.map((c) => {
-      if (c === "name") return "";
-      const v = model.columnValue(row, c);
-      return `${c}\u0002${v ?? "unknown"}\u0002${c === "status" && v ? t(`status_${v}`) : cellText(c, v)}`;
-    });
-    const key = [index, cls.join(" "), selected, t("pinRun"), ...texts].join("\u0001");
+    // Each cell's value and text, computed once: they make the row's key and its cells.
+    const values = columns.map((c) => (c === "name" ? undefined : model.columnValue(row, c)));
+    const texts = columns.map((c, i) => (c === "name" ? "" : c === "status" && values[i] ? t(`status_${values[i]}`) : cellText(c, values[i])));
+    const key = [index, cls.join(" "), selected, t("pinRun"), ...columns.map((c, i) => (c === "name" ? "" : `${c}\u0002${values[i] ?? "unknown"}\u0002${texts[i]}`))].join("\u0001");
     const kept = this._rows?.get(name);
     if (kept && kept.key === key) {
       cache.set(name, kept);
       return kept.element;
     }
-    const cells = columns.map((c) => {
+    const cells = columns.map((c, i) => {
       if (c === "name") {
         return el(
           "div",
@@ -395,8 +397,8 @@ export class RunsTable {
           }),
         );
       }
-      const v = model.columnValue(row, c);
-      const text = c === "status" && v ? t(`status_${v}`) : cellText(c, v);
+      const v = values[i];
+      const text = texts[i];
       return el("div", { class: `rt-cell${c.startsWith("m:") ? " metric" : ""}${c === "status" ? ` status-${v ?? "unknown"}` : ""}`, title: text }, text);
     });
     const element = el("div", { class: cls.join(" "), dataset: { run: name }, role: "row", style: { top: `${index * ROW_HEIGHT}px` } }, ...cells);
