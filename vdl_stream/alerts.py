@@ -954,7 +954,8 @@ class AlertEngine:
                     await self._round_on_loop(pending)
                 else:
                     await trio.to_thread.run_sync(self._round, pending, limiter=self._limiter)
-            self._observed += taken  # Most of a round's cost is per tag, not per point: a run with many tags pays it
+            self._observed += taken  # counted once judged (AlertStatistics.observed)
+            # Most of a round's cost is per tag, not per point: a run with many tags pays it
             # less often (more points a round), up to the latency bound.
             interval = min(
                 DETECT_MAX_INTERVAL, max(DETECT_INTERVAL, (self._busy - busy) / DETECT_SHARE)
