@@ -15,11 +15,17 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
 - ``ingest``: ``Broker.ingest`` itself (fan-out to every subscriber's queue included);
 - ``ingest -> written``: until the persist task has written the batch (``Broker._write`` returned);
 - ``written -> ack at writer``: the acknowledgement's way back;
+- ``offer -> taken to send``: from the fan-out to each subscriber's send task taking the frame
+  from its queue (the event loop's backlog);
 - ``offer -> subscriber``: from the fan-out to a subscriber's arrival (the server's send loop,
   hypercorn, the socket, the subscriber's decoding);
 - ``add_scalar -> subscriber``: the whole path, for the oldest point of each frame;
-- ``fsync``: each fsync round of the persist task (it holds the persist thread: a batch arriving
-  meanwhile waits for it).
+- ``fsync``, ``compaction``, ``segment rotation``: the persist thread's housekeeping (each fsync
+  round, each run of the recorder's compaction of sealed segments, each segment the broker
+  starts); a batch arriving meanwhile waits for it, and the report says how many of the slowest
+  1% of ``ingest -> written`` did;
+- CPU: each process's CPU (the server's event loop and its threads apart) from the first batch to
+  the writers' end, in cores, to tell a stage that waits from a machine that is saturated.
 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
                                       [--writers 1] [--page] [--window N] [--json PATH]
@@ -54,8 +60,19 @@ def _record(*row: object) -> None:
 
 
 def _dump(path: str) -> None:
+    _record("cpu", *_thread_cpu())
     with open(path, "w") as f:
         json.dump(_rows, f)
+
+
+def _thread_cpu() -> tuple[float, float]:
+    """This process's CPU seconds (user + system) in all, and its main thread's (the event loop
+    in the server; the rest is trio's worker threads: persistence, reads, and in a writer the
+    transport's thread)."""
+    times = os.times()
+    fields = Path(f"/proc/self/task/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    main = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return times.user + times.system, main
 
 
 def _trace_server() -> None:
@@ -68,8 +85,10 @@ def _trace_server() -> None:
 
     async def traced_ingest(self, batch):  # type: ignore[no-untyped-def]
         t = time.time()
+        if not _rows:
+            _record("cpu0", *_thread_cpu(), t)  # CPU from the first batch on
         seq = await ingest(self, batch)
-        _record("ingest", batch.writer, batch.seq, seq, t, time.time())
+        _record("ingest", batch.writer, batch.seq, seq, t, time.time(), batch.count())
         return seq
 
     write = b.Broker._write
@@ -82,22 +101,38 @@ def _trace_server() -> None:
 
     sync = b.Broker._sync_runs
 
-    def traced_sync(self):  # type: ignore[no-untyped-def]
-        t = time.time()
-        try:
-            return sync(self)
-        finally:
-            _record("fsync", t, time.time())
-
     offer = b.Subscriber.offer
 
     def traced_offer(self, seq, *args):  # type: ignore[no-untyped-def]
         _record("offer", seq, time.time())
         return offer(self, seq, *args)
 
+    from recorder import compaction
+
+    def timed(kind: str, fn):  # type: ignore[no-untyped-def]
+        def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+            t = time.time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _record(kind, t, time.time())
+
+        return wrapped
+
+    # Housekeeping in the persist thread, which batches written behind it wait for.
+    compaction.Compactor.run = timed("compact", compaction.Compactor.run)
+    b.Broker._rotate = timed("rotate", b.Broker._rotate)
+
+    take = b.Subscriber._take
+
+    def traced_take(self, seq, run, frame):  # type: ignore[no-untyped-def]
+        _record("taken", seq, time.time())
+        return take(self, seq, run, frame)
+
+    b.Subscriber._take = traced_take
     b.Broker.ingest = traced_ingest
     b.Broker._write = traced_write
-    b.Broker._sync_runs = traced_sync
+    b.Broker._sync_runs = timed("fsync", sync)
     b.Subscriber.offer = traced_offer
     assert s.Broker is b.Broker and codec is not None
 
@@ -159,9 +194,11 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
     # "default": whatever attach() defaults to (a tree without the option runs too)
     options = {} if window == "default" else {"window": int(window)}
     writer = attach(url=url, run=run, telemetry=False, **options)
-    log_paced(writer.add_scalar, tags, rate, seconds)
+    _record("cpu0", *_thread_cpu(), time.time())
+    _record("calls", log_paced(writer.add_scalar, tags, rate, seconds))
     writer.flush(timeout=60)
     writer.close(timeout=30)
+    _record("end", time.time())
     _dump(os.environ["TRACE_OUT"])
 
 
@@ -177,9 +214,12 @@ def _ms(values: list[float]) -> str:
     )
 
 
-def _subscribers(ws_url: str, n: int, page: bool, started: Any, stop: Any, arrivals: list) -> None:
+def _subscribers(
+    ws_url: str, n: int, page: bool, started: Any, stop: Any, arrivals: list, cpu: list
+) -> None:
     """Run ``n`` subscribers (set ``started`` once all subscribed) until ``stop`` is set; append
-    ``(seq, arrival, oldest wall)`` per data frame to ``arrivals``."""
+    ``(seq, arrival, oldest wall)`` per data frame to ``arrivals``, and this thread's CPU seconds
+    from the start to ``cpu``."""
     import trio
     from trio_websocket import open_websocket_url
 
@@ -213,9 +253,11 @@ def _subscribers(ws_url: str, n: int, page: bool, started: Any, stop: Any, arriv
                 nursery.start_soon(one, ready)
             for _ in range(n):
                 await ready.acquire()
+            cpu.append(time.thread_time())
             started.set()  # the writers may start
 
     trio.run(main)
+    cpu.append(time.thread_time())
 
 
 def main() -> None:
@@ -246,6 +288,7 @@ def main() -> None:
     me = [sys.executable, str(Path(__file__).resolve())]
     procs: list[subprocess.Popen] = []
     arrivals: list[tuple[int, float, float]] = []
+    sub_cpu: list[float] = []
     try:
         with open(tmp / "serve.err", "wb") as err:
             server = subprocess.Popen(
@@ -264,7 +307,7 @@ def main() -> None:
         started, stop = threading.Event(), threading.Event()
         subs = threading.Thread(
             target=_subscribers,
-            args=(ws_url, args.subscribers, args.page, started, stop, arrivals),
+            args=(ws_url, args.subscribers, args.page, started, stop, arrivals, sub_cpu),
         )
         subs.start()
         if not started.wait(30):
@@ -298,19 +341,27 @@ def main() -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    report(tmp, args, arrivals)
+    report(tmp, args, arrivals, sub_cpu)
 
 
-def report(tmp: Path, args: argparse.Namespace, arrivals: list[tuple[int, float, float]]) -> None:
+def report(
+    tmp: Path,
+    args: argparse.Namespace,
+    arrivals: list[tuple[int, float, float]],
+    sub_cpu: list[float],
+) -> None:
     """Match the processes' rows and print one line per stage."""
     server = json.loads((tmp / "server.json").read_text())
     writers = [json.loads((tmp / f"writer{i}.json").read_text()) for i in range(args.writers)]
     ingest = {(r[1], r[2]): r for r in server if r[0] == "ingest"}
     written = {r[1]: r[2] for r in server if r[0] == "written"}
     offered: dict[int, float] = {}
+    taken: dict[int, list[float]] = {}
     for r in server:
         if r[0] == "offer":
             offered.setdefault(r[1], r[2])
+        elif r[0] == "taken":
+            taken.setdefault(r[1], []).append(r[2])
     start = min((r[4] for r in ingest.values()), default=0.0) + 1.0  # the first second left out
     stages: dict[str, list[float]] = {
         k: []
@@ -321,9 +372,12 @@ def report(tmp: Path, args: argparse.Namespace, arrivals: list[tuple[int, float,
             "ingest",
             "ingest -> written",
             "written -> ack at writer",
+            "offer -> taken to send",
             "offer -> subscriber",
             "add_scalar -> subscriber",
             "fsync",
+            "compaction",
+            "segment rotation",
         )
     }
     for rows in writers:
@@ -344,12 +398,26 @@ def report(tmp: Path, args: argparse.Namespace, arrivals: list[tuple[int, float,
                 stages["ingest -> written"].append(written[got[3]] - got[5])
                 if key in acked:
                     stages["written -> ack at writer"].append(acked[key] - written[got[3]])
+    for seq, times in taken.items():
+        if seq in offered and offered[seq] >= start:
+            stages["offer -> taken to send"].extend(t - offered[seq] for t in times)
     for seq, now, oldest in arrivals:
         if now >= start:
             if seq in offered:
                 stages["offer -> subscriber"].append(now - offered[seq])
             stages["add_scalar -> subscriber"].append(now - oldest)
-    stages["fsync"] = [r[2] - r[1] for r in server if r[0] == "fsync"]
+    housekeeping = {"fsync": "fsync", "compaction": "compact", "segment rotation": "rotate"}
+    for name, kind in housekeeping.items():
+        stages[name] = [r[2] - r[1] for r in server if r[0] == kind]
+    # The slowest 1% of "ingest -> written": how many were written behind housekeeping.
+    spans = [(r[1], r[2]) for r in server if r[0] in housekeeping.values()]
+    slow = sorted(
+        ((written[r[3]] - r[5], r[5], written[r[3]]) for r in ingest.values() if r[3] in written),
+        reverse=True,
+    )[: max(1, len(ingest) // 100)]
+    behind = sum(any(a < w and b > i for a, b in spans) for _, i, w in slow)
+    calls = sum(r[1] for rows in writers for r in rows if r[0] == "calls")
+    points = sum(r[6] for r in ingest.values())
     load = Path("/proc/loadavg").read_text().split()[0]
     print(
         f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s), "
@@ -358,13 +426,44 @@ def report(tmp: Path, args: argparse.Namespace, arrivals: list[tuple[int, float,
     )
     for name, values in stages.items():
         print(f"  {name:28s} n={len(values):7d}  {_ms(values)}")
+    print(
+        f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
+        f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
+    )
+    cpu = _cpu_shares(server, writers, sub_cpu)
+    print(f"CPU in cores over the writers' {cpu.pop('wall'):.1f} s ({os.cpu_count()} cores here):")
+    for name, cores in cpu.items():
+        print(f"  {name:28s} {cores:5.2f}")
     if args.json:
         figures = {
             k: {q: float(np.percentile(v, q) * 1e3) for q in (50, 99)}
             for k, v in stages.items()
             if v
         }
-        Path(args.json).write_text(json.dumps({"load": load, "stages": figures}, indent=1))
+        figures_all = {"load": load, "stages": figures, "cpu": cpu, "behind": [behind, len(slow)]}
+        Path(args.json).write_text(json.dumps(figures_all, indent=1))
+
+
+def _cpu_shares(server: list, writers: list[list], sub_cpu: list[float]) -> dict[str, float]:
+    """CPU of each process (and of the server's event loop and threads) from the first batch to
+    the writers' end, in cores (CPU seconds per wall second)."""
+
+    def row(rows: list, kind: str) -> list:
+        return next((r for r in rows if r[0] == kind), [kind, 0.0, 0.0, 0.0])
+
+    begin = min(row(w, "cpu0")[3] for w in writers)
+    wall = max(max(row(w, "end")[1] for w in writers) - begin, 1e-9)
+    s0, s1 = row(server, "cpu0"), row(server, "cpu")
+    loop = (s1[2] - s0[2]) / wall
+    shares = {"wall": wall, "server: event loop": loop}
+    shares["server: threads (persist)"] = (s1[1] - s0[1]) / wall - loop
+    for i, rows in enumerate(writers):
+        w0, w1 = row(rows, "cpu0"), row(rows, "cpu")
+        shares[f"writer {i}"] = (w1[1] - w0[1]) / wall
+    if len(sub_cpu) == 2:
+        shares["subscribers (one process)"] = (sub_cpu[1] - sub_cpu[0]) / wall
+    shares["all"] = sum(v for k, v in shares.items() if k != "wall")
+    return shares
 
 
 if __name__ == "__main__":
