@@ -13,7 +13,9 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
 - ``encoded -> ingest``: on the wire and in the server's WebSocket receive path, until
   ``Broker.ingest`` starts (decoding included);
 - ``ingest``: ``Broker.ingest`` itself (fan-out to every subscriber's queue included);
-- ``ingest -> written``: until the persist task has written the batch (``Broker._write`` returned);
+- ``ingest -> written``: until the persist task has written the batch (``Broker._write`` returned),
+  in three parts: until the persist thread takes it (the persist task's wake-up, the thread hop,
+  and a write or housekeeping before it), the thread's write, and the way back to the event loop;
 - ``written -> ack at writer``: the acknowledgement's way back;
 - ``offer -> taken to send``: from the fan-out to each subscriber's send task taking the frame
   from its queue (the event loop's backlog);
@@ -122,6 +124,16 @@ def _trace_server() -> None:
     # Housekeeping in the persist thread, which batches written behind it wait for.
     compaction.Compactor.run = timed("compact", compaction.Compactor.run)
     b.Broker._rotate = timed("rotate", b.Broker._rotate)
+    persist = b.Broker._persist
+
+    def traced_persist(self, items):  # type: ignore[no-untyped-def]
+        t = time.time()
+        try:
+            return persist(self, items)
+        finally:
+            _record("persisted", [seq for seq, _, _ in items], t, time.time())
+
+    b.Broker._persist = traced_persist
 
     take = b.Subscriber._take
 
@@ -355,6 +367,7 @@ def report(
     writers = [json.loads((tmp / f"writer{i}.json").read_text()) for i in range(args.writers)]
     ingest = {(r[1], r[2]): r for r in server if r[0] == "ingest"}
     written = {r[1]: r[2] for r in server if r[0] == "written"}
+    persisted = {seq: (r[2], r[3]) for r in server if r[0] == "persisted" for seq in r[1]}
     offered: dict[int, float] = {}
     taken: dict[int, list[float]] = {}
     for r in server:
@@ -371,6 +384,9 @@ def report(
             "encoded -> ingest",
             "ingest",
             "ingest -> written",
+            "  ingest -> persist thread",
+            "  persist thread",
+            "  thread -> written",
             "written -> ack at writer",
             "offer -> taken to send",
             "offer -> subscriber",
@@ -396,6 +412,11 @@ def report(
             stages["ingest"].append(got[5] - got[4])
             if got[3] in written:
                 stages["ingest -> written"].append(written[got[3]] - got[5])
+                if got[3] in persisted:
+                    begin, end = persisted[got[3]]
+                    stages["  ingest -> persist thread"].append(begin - got[5])
+                    stages["  persist thread"].append(end - begin)
+                    stages["  thread -> written"].append(written[got[3]] - end)
                 if key in acked:
                     stages["written -> ack at writer"].append(acked[key] - written[got[3]])
     for seq, times in taken.items():

@@ -268,3 +268,27 @@ async def test_the_dedup_record_names_only_batches_handed_to_disk(tmp_path):
     with recorder.RunReader(tmp_path / "r") as reader:
         (record,) = reader.read_records(kind="ingest")
     assert record.data == {"w": 1}
+
+
+async def test_lost_is_a_gap_of_every_run_and_depth_counts_what_is_queued(tmp_path):
+    """``Subscriber.lost`` follows from its gaps: a gap of one run leaves it False, a gap of every
+    run makes it True (and it stays True once the gap was sent); the queue depth it counts
+    itself (statistics' ``peak``) matches the channel's."""
+    sub = Subscriber(None, capacity=4)
+    for seq in (1, 2, 3):
+        sub.offer(seq, "a", b"x" * seq)
+    assert sub.statistics().depth == 3 and sub.statistics().peak == 3
+    assert sub.receive_nowait() == b"x"
+    sub.offer(4, "a", b"y")
+    assert sub.statistics().depth == 3 and sub.statistics().peak == 3
+    sub.mark_gap("a")
+    assert not sub.lost and sub.lost_runs == {"a"}
+    sub.mark_gap()
+    assert sub.lost
+    while True:  # the queue drains, then the gap of every run is sent
+        try:
+            frame = sub.receive_nowait()
+        except trio.WouldBlock:
+            break
+    assert codec.decode_message(frame)["type"] == "gap"
+    assert sub.lost and sub.statistics().depth == 0
