@@ -29,8 +29,13 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
 - CPU: each process's CPU (the server's event loop and its threads apart) from the first batch to
   the writers' end, in cores, to tell a stage that waits from a machine that is saturated.
 
+With ``--persist-only POINTS`` it measures the broker's persistence alone, in this process: batches
+of POINTS points at ``--rate`` points/s, each ingested once the previous one is written (no
+sockets, no subscribers), with the persist thread's fsync, compaction and rotation times.
+
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
                                       [--writers 1] [--page] [--window N] [--json PATH]
+                                      [--persist-only POINTS]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``.
 """
@@ -272,6 +277,61 @@ def _subscribers(
     cpu.append(time.thread_time())
 
 
+def persist_only(points: int, rate: int, seconds: float, ntags: int) -> dict[str, float]:
+    """The broker's persistence alone, in this process (no sockets, no subscribers): batches of
+    ``points`` points over ``ntags`` tags at ``rate`` points/s, each ingested once the previous one
+    is written; print ``ingest -> written`` and the persist thread's housekeeping, and return the
+    figures in ms. What it shows does not depend on the machine's load the way the socket
+    stages do: the compaction time is CPU the persist thread spends while writes wait."""
+    import trio
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    _trace_server()
+    _rows.clear()
+    tags = [f"train/metric{i}" for i in range(ntags)]
+    per_tag = max(1, points // ntags)
+    waits: list[float] = []
+
+    async def run(logdir: str) -> None:
+        broker = Broker(logdir)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            t0, seq = time.perf_counter(), 0
+            while time.perf_counter() - t0 < seconds:
+                seq += 1
+                steps = np.arange((seq - 1) * per_tag, seq * per_tag, dtype=np.int64)
+                walls, values = np.full(per_tag, time.time()), steps.astype(np.float64)
+                columns = [ScalarColumns(t, steps, walls, values) for t in tags]
+                begin = time.perf_counter()
+                await broker.wait_written(await broker.ingest(Batch("w", seq, "live", columns)))
+                waits.append(time.perf_counter() - begin)
+                await trio.sleep(max(0.0, t0 + seq * per_tag * ntags / rate - time.perf_counter()))
+            broker.close()
+
+    with tempfile.TemporaryDirectory(prefix="vdl-persist-") as logdir:
+        trio.run(run, logdir)
+    stages = {"ingest -> written": waits}
+    for name, kind in (("fsync", "fsync"), ("compaction", "compact"), ("rotation", "rotate")):
+        stages[name] = [r[2] - r[1] for r in _rows if r[0] == kind]
+    done = len(waits) * per_tag * ntags
+    print(
+        f"persistence alone: {len(waits)} batches of {per_tag * ntags:,} points in {seconds:g} s "
+        f"({done / seconds:,.0f} points/s of {rate:,} asked); load "
+        f"{Path('/proc/loadavg').read_text().split()[0]}"
+    )
+    for name, values in stages.items():
+        total = f"  total {sum(values) * 1e3:7.0f} ms" if values else ""
+        print(f"  {name:28s} n={len(values):7d}  {_ms(values)}{total}")
+    return {
+        f"{name} {q}": float(np.percentile(v, q) * 1e3)
+        for name, v in stages.items()
+        if v
+        for q in (50, 99, 100)
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=10_000, help="events/s in all")
@@ -284,6 +344,12 @@ def main() -> None:
         "--window", type=int, help="the writers' in-flight window (default: attach's default)"
     )
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--persist-only",
+        type=int,
+        metavar="POINTS",
+        help="only the broker's persistence, in process: batches of POINTS points at --rate",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -292,6 +358,11 @@ def main() -> None:
     if args.writer is not None:
         url, run, rate, seconds, ntags, window = args.writer
         return _writer_main(url, run, int(rate), float(seconds), int(ntags), window)
+    if args.persist_only is not None:
+        figures = persist_only(args.persist_only, args.rate, args.seconds, args.tags)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return None
 
     import threading
 
