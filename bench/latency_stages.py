@@ -31,11 +31,12 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
 
 With ``--persist-only POINTS`` it measures the broker's persistence alone, in this process: batches
 of POINTS points at ``--rate`` points/s, each ingested once the previous one is written (no
-sockets, no subscribers), with the persist thread's fsync, compaction and rotation times.
+sockets, no subscribers), with the persist thread's fsync, compaction and rotation times. With
+``--ingest-only BATCHES``, ``Broker.ingest`` alone (fan-out to ``--subscribers`` queues included).
 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
                                       [--writers 1] [--page] [--window N] [--json PATH]
-                                      [--persist-only POINTS]
+                                      [--persist-only POINTS] [--ingest-only BATCHES]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``.
 """
@@ -312,7 +313,10 @@ def persist_only(points: int, rate: int, seconds: float, ntags: int) -> dict[str
 
     with tempfile.TemporaryDirectory(prefix="vdl-persist-") as logdir:
         trio.run(run, logdir)
-    stages = {"ingest -> written": waits}
+    stages = {
+        "ingest -> written": waits,
+        "  persist thread": [r[3] - r[2] for r in _rows if r[0] == "persisted"],
+    }
     for name, kind in (("fsync", "fsync"), ("compaction", "compact"), ("rotation", "rotate")):
         stages[name] = [r[2] - r[1] for r in _rows if r[0] == kind]
     done = len(waits) * per_tag * ntags
@@ -330,6 +334,52 @@ def persist_only(points: int, rate: int, seconds: float, ntags: int) -> dict[str
         if v
         for q in (50, 99, 100)
     }
+
+
+def ingest_only(subscribers: int, batches: int, ntags: int) -> dict[str, float]:
+    """``Broker.ingest`` alone, in this process: ``batches`` batches of 3 points per tag (the
+    size a 10,000 events/s writer sends), fanned out to ``subscribers`` queues drained between
+    batches; print and return the wall time of one ingest in microseconds (median, mean)."""
+    import trio
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    tags = [f"train/metric{i}" for i in range(ntags)]
+    took: list[float] = []
+
+    async def run(logdir: str) -> None:
+        broker = Broker(logdir)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            subs = [broker.subscribe(None, None) for _ in range(subscribers)]
+            for seq in range(1, batches + 1):
+                steps = np.arange(3 * seq, 3 * seq + 3, dtype=np.int64)
+                walls, values = np.full(3, time.time()), steps.astype(np.float64)
+                batch = Batch(
+                    "w", seq, "live", [ScalarColumns(t, steps, walls, values) for t in tags]
+                )
+                begin = time.perf_counter()
+                written = await broker.ingest(batch)
+                took.append(time.perf_counter() - begin)
+                for sub in subs:
+                    while True:
+                        try:
+                            sub.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                await broker.wait_written(written)
+            broker.close()
+
+    with tempfile.TemporaryDirectory(prefix="vdl-ingest-") as logdir:
+        trio.run(run, logdir)
+    a = np.asarray(took[100:]) * 1e6  # the first hundred warm up
+    print(
+        f"Broker.ingest with {subscribers} subscribers, {len(a)} batches of {3 * ntags} points: "
+        f"median {np.median(a):.1f} us, mean {a.mean():.1f} us; load "
+        f"{Path('/proc/loadavg').read_text().split()[0]}"
+    )
+    return {"median_us": float(np.median(a)), "mean_us": float(a.mean())}
 
 
 def main() -> None:
@@ -350,6 +400,12 @@ def main() -> None:
         metavar="POINTS",
         help="only the broker's persistence, in process: batches of POINTS points at --rate",
     )
+    parser.add_argument(
+        "--ingest-only",
+        type=int,
+        metavar="BATCHES",
+        help="only Broker.ingest, in process: BATCHES small batches to --subscribers queues",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -358,6 +414,11 @@ def main() -> None:
     if args.writer is not None:
         url, run, rate, seconds, ntags, window = args.writer
         return _writer_main(url, run, int(rate), float(seconds), int(ntags), window)
+    if args.ingest_only is not None:
+        figures = ingest_only(args.subscribers, args.ingest_only, args.tags)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return None
     if args.persist_only is not None:
         figures = persist_only(args.persist_only, args.rate, args.seconds, args.tags)
         if args.json:
