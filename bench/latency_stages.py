@@ -33,10 +33,12 @@ With ``--persist-only POINTS`` it measures the broker's persistence alone, in th
 of POINTS points at ``--rate`` points/s, each ingested once the previous one is written (no
 sockets, no subscribers), with the persist thread's fsync, compaction and rotation times. With
 ``--ingest-only BATCHES``, ``Broker.ingest`` alone (fan-out to ``--subscribers`` queues included).
+With ``--frame-costs``, what permessage-deflate costs per browser for one frame of three sizes.
 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
                                       [--writers 1] [--page] [--window N] [--json PATH]
                                       [--persist-only POINTS] [--ingest-only BATCHES]
+                                      [--frame-costs]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``.
 """
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import select
 import subprocess
@@ -393,6 +396,51 @@ def ingest_only(subscribers: int, batches: int, ntags: int) -> dict[str, float]:
     return {"median_us": float(np.median(a)), "mean_us": float(a.mean())}
 
 
+def frame_costs(ntags: int, frames: int = 100) -> dict[str, float]:
+    """What one ``data`` frame costs per browser in permessage-deflate (the fastest of 5 rounds), as the server compresses
+    (zlib level 1, each browser's own compressor keeping its context), against compressing it
+    once with a fresh compressor per message (``server_no_context_takeover``: the same bytes for
+    every browser): frames of 3, 300 and 6,500 points per tag (about what a batch holds at 10k,
+    300k and 1M events/s), values random (float64 mantissas compress little, as a loss's do)."""
+    import zlib
+
+    from vdl_stream import codec
+    from vdl_stream.codec import ScalarColumns
+
+    rng = np.random.default_rng(0)
+    tags = [f"train/metric{i}" for i in range(ntags)]
+    figures: dict[str, float] = {}
+    for points in (3, 300, 6500):
+        built = []
+        for seq in range(frames):
+            steps = np.arange(seq * points, (seq + 1) * points, dtype=np.int64)
+            walls = np.full(points, 1.8e9 + seq * 0.003)
+            cols = [ScalarColumns(t, steps, walls, rng.random(points)) for t in tags]
+            built.append(codec.encode_live("data", seq + 1, "live", cols, []))
+        sizes, times = {}, {}
+        for name, fresh in (("kept context", False), ("fresh per message", True)):
+            best = math.inf  # the fastest of 5 rounds: the machine's load only adds
+            for _ in range(5):
+                compressor = zlib.compressobj(1, zlib.DEFLATED, -15)
+                total, begin = 0, time.perf_counter()
+                for frame in built:
+                    if fresh:
+                        compressor = zlib.compressobj(1, zlib.DEFLATED, -15)
+                    out = compressor.compress(frame) + compressor.flush(zlib.Z_SYNC_FLUSH)
+                    total += len(out) - 4
+                best = min(best, time.perf_counter() - begin)
+            times[name] = best / frames * 1e6
+            sizes[name] = total / frames
+        size = sum(map(len, built)) / frames
+        print(
+            f"  {points:5d} points a tag: frame {size:10,.0f} B; deflate per browser, context kept "
+            f"{sizes['kept context']:9,.0f} B in {times['kept context']:8.1f} us; once, fresh "
+            f"{sizes['fresh per message']:9,.0f} B in {times['fresh per message']:8.1f} us"
+        )
+        figures |= {f"{points} {k} us": v for k, v in times.items()}
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=10_000, help="events/s in all")
@@ -417,6 +465,11 @@ def main() -> None:
         metavar="BATCHES",
         help="only Broker.ingest, in process: BATCHES small batches to --subscribers queues",
     )
+    parser.add_argument(
+        "--frame-costs",
+        action="store_true",
+        help="only what permessage-deflate costs per browser for frames of three sizes",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -425,6 +478,12 @@ def main() -> None:
     if args.writer is not None:
         url, run, rate, seconds, ntags, window = args.writer
         return _writer_main(url, run, int(rate), float(seconds), int(ntags), window)
+    if args.frame_costs:
+        print(f"permessage-deflate of one data frame ({args.tags} tags), zlib level 1:")
+        figures = frame_costs(args.tags)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return None
     if args.ingest_only is not None:
         figures = ingest_only(args.subscribers, args.ingest_only, args.tags)
         if args.json:
