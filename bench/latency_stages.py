@@ -36,7 +36,7 @@ sockets, no subscribers), with the persist thread's fsync, compaction and rotati
 With ``--frame-costs``, what permessage-deflate costs per browser for one frame of three sizes.
 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
-                                      [--writers 1] [--page] [--window N] [--json PATH]
+                                      [--writers 1] [--page] [--deflate] [--window N] [--json PATH]
                                       [--persist-only POINTS] [--ingest-only BATCHES]
                                       [--frame-costs]
 
@@ -212,7 +212,10 @@ def _serve_main(argv: list[str]) -> None:
 
     codec.encode_frames = counted
     cache = getattr(s, "_frames_cache", None)
-    atexit.register(lambda: _record("frames", built[0], getattr(cache, "hits", 0)))  # before _dump
+    deflated = getattr(s, "_deflated", None)  # compressed messages reused (browsers with deflate)
+    atexit.register(  # before _dump
+        lambda: _record("frames", built[0], getattr(cache, "hits", 0), getattr(deflated, "hits", 0))
+    )
     sys.exit(cli.main(["serve", *argv]))
 
 
@@ -247,15 +250,28 @@ def _ms(values: list[float]) -> str:
 
 
 def _subscribers(
-    ws_url: str, n: int, page: bool, started: Any, stop: Any, arrivals: list, cpu: list
+    ws_url: str,
+    n: int,
+    page: bool,
+    started: Any,
+    stop: Any,
+    arrivals: list,
+    cpu: list,
+    deflate: bool = False,
 ) -> None:
     """Run ``n`` subscribers (set ``started`` once all subscribed) until ``stop`` is set; append
     ``(seq, arrival, oldest wall)`` per data frame to ``arrivals``, and this thread's CPU seconds
-    from the start to ``cpu``."""
+    from the start to ``cpu``. With ``deflate`` they offer permessage-deflate, as browsers do."""
     import trio
-    from trio_websocket import open_websocket_url
+    from trio_websocket import _impl, open_websocket_url
 
     from vdl_stream import codec
+
+    if deflate:  # trio-websocket offers no extension: its handshake request gets one here
+        from wsproto.events import Request
+        from wsproto.extensions import PerMessageDeflate
+
+        _impl.Request = lambda **kw: Request(**kw, extensions=[PerMessageDeflate()])
 
     ask = {"type": "subscribe", "runs": ["live"]}
     if page:
@@ -450,6 +466,9 @@ def main() -> None:
     parser.add_argument("--tags", type=int, default=10)
     parser.add_argument("--page", action="store_true", help="subscribe as the page does (batch)")
     parser.add_argument(
+        "--deflate", action="store_true", help="subscribers offer permessage-deflate (as browsers)"
+    )
+    parser.add_argument(
         "--window", type=int, help="the writers' in-flight window (default: attach's default)"
     )
     parser.add_argument("--json", help="also write the figures here")
@@ -521,7 +540,16 @@ def main() -> None:
         started, stop = threading.Event(), threading.Event()
         subs = threading.Thread(
             target=_subscribers,
-            args=(ws_url, args.subscribers, args.page, started, stop, arrivals, sub_cpu),
+            args=(
+                ws_url,
+                args.subscribers,
+                args.page,
+                started,
+                stop,
+                arrivals,
+                sub_cpu,
+                args.deflate,
+            ),
         )
         subs.start()
         if not started.wait(30):
@@ -645,6 +673,7 @@ def report(
     print(
         f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s), "
         f"{args.subscribers} subscribers{' (as the page)' if args.page else ''}"
+        f"{' (deflate)' if args.deflate else ''}"
         f"{'' if args.window is None else f', window {args.window}'}; load {load}"
     )
     for name, values in stages.items():
@@ -654,6 +683,8 @@ def report(
         print(
             f"  frames messages: {frames[1]:,} encoded, {frames[2]:,} reused for another subscriber"
         )
+    if frames is not None and frames[3]:
+        print(f"  compressed messages reused for another subscriber: {frames[3]:,}")
     print(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
