@@ -26,7 +26,6 @@ import socket
 import time
 import unicodedata
 import zlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -44,7 +43,6 @@ from quart import Blueprint, Response, jsonify, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 from wsproto.extensions import PerMessageDeflate
-from wsproto.frame_protocol import Opcode, RsvBits
 
 from recorder import RecorderError
 
@@ -1364,76 +1362,15 @@ async def serve_dashboard(
         accept_log.removeFilter(once)
 
 
-#: Messages compressed alone (``server_no_context_takeover``) kept by content, so that a live
-#: frame fanned out to many browsers is compressed once: at most this many, and this many bytes
-#: of frames and their compressed forms together (a larger frame is compressed, not kept).
-DEFLATED_KEPT = 16
-DEFLATED_KEPT_BYTES = 16 << 20
-
-
-class _Deflated:
-    """The last messages compressed without context, by (window bits, content) (live block,
-    h-live): every browser gets a fanned-out frame as bytes of its own (wsproto copies the
-    payload before the extension sees it), so they are matched by content."""
-
-    def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[int, bytes], bytes] = OrderedDict()
-        self._bytes = 0
-        self.hits = 0  # messages not compressed again (tests read it)
-
-    def compress(self, bits: int, data: bytes) -> bytes:
-        """``data`` deflated alone at level 1 with a window of ``bits``, without the final
-        empty block's 4 bytes (RFC 7692 7.2.1), as a fresh compressor would make it."""
-        key = (bits, data)
-        out = self._kept.get(key)
-        if out is not None:
-            self._kept.move_to_end(key)
-            self.hits += 1
-            return out
-        compressor = zlib.compressobj(1, zlib.DEFLATED, -bits)
-        out = (compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH))[:-4]
-        size = len(data) + len(out)
-        if size <= DEFLATED_KEPT_BYTES // 4:
-            self._kept[key] = out
-            self._bytes += size
-            while len(self._kept) > DEFLATED_KEPT or self._bytes > DEFLATED_KEPT_BYTES:
-                (_, old), done = self._kept.popitem(last=False)
-                self._bytes -= len(old) + len(done)
-        return out
-
-
-_deflated = _Deflated()
-
-
 class QuickDeflate(PerMessageDeflate):
-    """permessage-deflate at zlib level 1 instead of the default 6, each message compressed alone.
+    """permessage-deflate at zlib level 1 instead of the default 6.
 
     Frames are mostly packed float64 columns, which level 6 shrinks no further than level 1
     (a 0.96 MB snapshot frame: 511 kB against 517 kB) at three times the CPU (45 against 15 ms
     here), and the compression runs on the event loop, in front of every other browser's frames.
-
-    The server compresses each message without the previous ones' context
-    (``server_no_context_takeover``, which a server may declare whether or not the browser asked,
-    RFC 7692 7.1.1.1): a live frame then compresses to the same bytes for every browser, and is
-    compressed once for all of them (:class:`_Deflated`), where each browser's own context cost one
-    compression per browser (docs/performance.md, "Live latency"). A small frame grows by about
-    15% for it (386 against 334 bytes for 10 tags of 3 points); large ones do not change.
     """
 
-    def accept(self, offer: str) -> bool | str | None:
-        self.server_no_context_takeover = True  # live block (h-live): see the class docstring
-        return super().accept(offer)
-
     def frame_outbound(self, proto: Any, opcode: Any, rsv: Any, data: bytes, fin: bool) -> Any:
-        if (
-            fin
-            and not proto.client
-            and self.server_no_context_takeover
-            and self._compressor is None  # a whole message, not the end of a fragmented one
-            and opcode in (Opcode.TEXT, Opcode.BINARY)
-        ):
-            bits = int(self.server_max_window_bits)
-            return RsvBits(True, rsv[1], rsv[2]), _deflated.compress(bits, bytes(data))
         if self._compressor is None:  # made here, as the base class would, but at level 1
             bits = self.client_max_window_bits if proto.client else self.server_max_window_bits
             self._compressor = zlib.compressobj(1, zlib.DEFLATED, -int(bits))
