@@ -212,10 +212,7 @@ def _serve_main(argv: list[str]) -> None:
 
     codec.encode_frames = counted
     cache = getattr(s, "_frames_cache", None)
-    deflated = getattr(s, "_deflated", None)  # compressed messages reused (browsers with deflate)
-    atexit.register(  # before _dump
-        lambda: _record("frames", built[0], getattr(cache, "hits", 0), getattr(deflated, "hits", 0))
-    )
+    atexit.register(lambda: _record("frames", built[0], getattr(cache, "hits", 0)))  # before _dump
     sys.exit(cli.main(["serve", *argv]))
 
 
@@ -683,8 +680,6 @@ def report(
         print(
             f"  frames messages: {frames[1]:,} encoded, {frames[2]:,} reused for another subscriber"
         )
-    if frames is not None and frames[3]:
-        print(f"  compressed messages reused for another subscriber: {frames[3]:,}")
     print(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
