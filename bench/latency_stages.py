@@ -199,11 +199,10 @@ def _serve_main(argv: list[str]) -> None:
     import atexit
 
     from vdl_stream import cli, codec
-    from vdl_stream import server as s
 
     _trace_server()
     atexit.register(_dump, os.environ["TRACE_OUT"])
-    # ``frames`` messages (subscribers with --page) encoded, and reused for another subscriber.
+    # ``frames`` messages (subscribers with --page): each is encoded by one browser's send task.
     encode_frames, built = codec.encode_frames, [0]
 
     def counted(frames):  # type: ignore[no-untyped-def]
@@ -211,8 +210,7 @@ def _serve_main(argv: list[str]) -> None:
         return encode_frames(frames)
 
     codec.encode_frames = counted
-    cache = getattr(s, "_frames_cache", None)
-    atexit.register(lambda: _record("frames", built[0], getattr(cache, "hits", 0)))  # before _dump
+    atexit.register(lambda: _record("frames", built[0]))  # runs before _dump
     sys.exit(cli.main(["serve", *argv]))
 
 
@@ -676,10 +674,8 @@ def report(
     for name, values in stages.items():
         print(f"  {name:28s} n={len(values):7d}  {_ms(values)}")
     frames = next((r for r in server if r[0] == "frames"), None)
-    if frames is not None and (frames[1] or frames[2]):
-        print(
-            f"  frames messages: {frames[1]:,} encoded, {frames[2]:,} reused for another subscriber"
-        )
+    if frames is not None and frames[1]:
+        print(f"  frames messages encoded: {frames[1]:,}")
     print(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"

@@ -1008,31 +1008,6 @@ def _parse_subscribe(message: dict[str, Any]) -> _Subscribe:
     )
 
 
-class _FramesCache:
-    """The last ``frames`` message built, and the frames it holds (live block, h-live): browsers
-    subscribed alike are offered the same frame objects at each batch, so those drained in the
-    same tick take the same list, and the message is encoded once for all of them. Holds one
-    message (at most :data:`LIVE_BATCH_BYTES` of frames and its encoding)."""
-
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-        self.message = b""
-        self.hits = 0  # messages not encoded again (tests read it)
-
-    def encode(self, frames: list[bytes]) -> bytes:
-        """The ``frames`` message of ``frames``: the last one built if it held the very same
-        frame objects in the same order, else a new one."""
-        last = self.frames
-        if len(last) == len(frames) and all(a is b for a, b in zip(last, frames, strict=True)):
-            self.hits += 1
-            return self.message
-        self.frames, self.message = frames, codec.encode_frames(frames)
-        return self.message
-
-
-_frames_cache = _FramesCache()
-
-
 async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: bool) -> None:
     """Send ``sub``'s live frames as they come; with ``batch``, at most :data:`LIVE_RATE`
     messages a second (bursts of :data:`LIVE_BURST`), each holding every frame queued by then (a
@@ -1064,7 +1039,7 @@ async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: 
             frames.append(frame)
             size += len(frame)
         tokens -= 1.0
-        await send(frames[0] if len(frames) == 1 else _frames_cache.encode(frames))
+        await send(frames[0] if len(frames) == 1 else codec.encode_frames(frames))
         if ended:
             raise trio.EndOfChannel
 
