@@ -38,9 +38,10 @@ With ``--frame-costs``, what permessage-deflate costs per browser for one frame 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
                                       [--writers 1] [--page] [--deflate] [--window N] [--json PATH]
                                       [--persist-only POINTS] [--ingest-only BATCHES]
-                                      [--frame-costs]
+                                      [--frame-costs] [--keep]
 
-All traffic is on 127.0.0.1; every process started is stopped in ``finally``.
+All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
+directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import json
 import math
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,11 +95,13 @@ def _trace_server() -> None:
     from vdl_stream import server as s
 
     ingest = b.Broker.ingest
+    started: list[float] = []
 
     async def traced_ingest(self, batch):  # type: ignore[no-untyped-def]
         t = time.time()
-        if not _rows:
-            _record("cpu0", *_thread_cpu(), t)  # CPU from the first batch on
+        if not started:
+            started.append(t)
+            _record("cpu0", *_thread_cpu(), t)  # CPU from the first batch on (not start-up)
         seq = await ingest(self, batch)
         _record("ingest", batch.writer, batch.seq, seq, t, time.time(), batch.count())
         return seq
@@ -468,6 +472,9 @@ def main() -> None:
     )
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory (rows, log directory)"
+    )
+    parser.add_argument(
         "--persist-only",
         type=int,
         metavar="POINTS",
@@ -578,7 +585,13 @@ def main() -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    report(tmp, args, arrivals, sub_cpu)
+    try:
+        report(tmp, args, arrivals, sub_cpu)
+    finally:
+        if args.keep:
+            print(f"kept: {tmp} (the processes' rows, the run's log directory)")
+        else:  # the log directory of a 1M events/s run is about 100 MB
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def report(
