@@ -708,8 +708,10 @@ def report(
 
 
 def _cpu_shares(server: list, writers: list[list], sub_cpu: list[float]) -> dict[str, float]:
-    """CPU of each process (and of the server's event loop and threads) from the first batch to
-    the writers' end, in cores (CPU seconds per wall second)."""
+    """CPU of each process (and of the server's event loop and threads) in cores: CPU seconds
+    per wall second of the writers' span (from their first call to their close). The server's
+    counts from its first batch to its exit, the subscribers' from subscribing to their stop
+    (both a second or so longer, mostly idle)."""
 
     def row(rows: list, kind: str) -> list:
         return next((r for r in rows if r[0] == kind), [kind, 0.0, 0.0, 0.0])
