@@ -13,26 +13,45 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
 - ``encoded -> ingest``: on the wire and in the server's WebSocket receive path, until
   ``Broker.ingest`` starts (decoding included);
 - ``ingest``: ``Broker.ingest`` itself (fan-out to every subscriber's queue included);
-- ``ingest -> written``: until the persist task has written the batch (``Broker._write`` returned);
+- ``ingest -> written``: until the persist task has written the batch (``Broker._write`` returned),
+  in three parts: until the persist thread takes it (the persist task's wake-up, the thread hop,
+  and a write or housekeeping before it), the thread's write, and the way back to the event loop;
 - ``written -> ack at writer``: the acknowledgement's way back;
+- ``offer -> taken to send``: from the fan-out to each subscriber's send task taking the frame
+  from its queue (the event loop's backlog);
 - ``offer -> subscriber``: from the fan-out to a subscriber's arrival (the server's send loop,
   hypercorn, the socket, the subscriber's decoding);
 - ``add_scalar -> subscriber``: the whole path, for the oldest point of each frame;
-- ``fsync``: each fsync round of the persist task (it holds the persist thread: a batch arriving
-  meanwhile waits for it).
+- ``fsync``, ``compaction``, ``segment rotation``: the persist thread's housekeeping (each fsync
+  round, each run of the recorder's compaction of sealed segments, each segment the broker
+  starts); a batch arriving meanwhile waits for it, and the report says how many of the slowest
+  1% of ``ingest -> written`` did;
+- CPU: each process's CPU (the server's event loop and its threads apart) from the first batch to
+  the writers' end, in cores, to tell a stage that waits from a machine that is saturated.
+
+With ``--persist-only POINTS`` it measures the broker's persistence alone, in this process: batches
+of POINTS points at ``--rate`` points/s, each ingested once the previous one is written (no
+sockets, no subscribers), with the persist thread's fsync, compaction and rotation times. With
+``--ingest-only BATCHES``, ``Broker.ingest`` alone (fan-out to ``--subscribers`` queues included).
+With ``--frame-costs``, what permessage-deflate costs per browser for one frame of three sizes.
 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
-                                      [--writers 1] [--page] [--window N] [--json PATH]
+                                      [--writers 1] [--page] [--deflate] [--window N] [--json PATH]
+                                      [--persist-only POINTS] [--ingest-only BATCHES]
+                                      [--frame-costs] [--keep]
 
-All traffic is on 127.0.0.1; every process started is stopped in ``finally``.
+All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
+directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,8 +73,19 @@ def _record(*row: object) -> None:
 
 
 def _dump(path: str) -> None:
+    _record("cpu", *_thread_cpu())
     with open(path, "w") as f:
         json.dump(_rows, f)
+
+
+def _thread_cpu() -> tuple[float, float]:
+    """This process's CPU seconds (user + system) in all, and its main thread's (the event loop
+    in the server; the rest is trio's worker threads: persistence, reads, and in a writer the
+    transport's thread)."""
+    times = os.times()
+    fields = Path(f"/proc/self/task/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    main = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return times.user + times.system, main
 
 
 def _trace_server() -> None:
@@ -65,11 +95,15 @@ def _trace_server() -> None:
     from vdl_stream import server as s
 
     ingest = b.Broker.ingest
+    started: list[float] = []
 
     async def traced_ingest(self, batch):  # type: ignore[no-untyped-def]
         t = time.time()
+        if not started:
+            started.append(t)
+            _record("cpu0", *_thread_cpu(), t)  # CPU from the first batch on (not start-up)
         seq = await ingest(self, batch)
-        _record("ingest", batch.writer, batch.seq, seq, t, time.time())
+        _record("ingest", batch.writer, batch.seq, seq, t, time.time(), batch.count())
         return seq
 
     write = b.Broker._write
@@ -82,22 +116,48 @@ def _trace_server() -> None:
 
     sync = b.Broker._sync_runs
 
-    def traced_sync(self):  # type: ignore[no-untyped-def]
-        t = time.time()
-        try:
-            return sync(self)
-        finally:
-            _record("fsync", t, time.time())
-
     offer = b.Subscriber.offer
 
     def traced_offer(self, seq, *args):  # type: ignore[no-untyped-def]
         _record("offer", seq, time.time())
         return offer(self, seq, *args)
 
+    from recorder import compaction
+
+    def timed(kind: str, fn):  # type: ignore[no-untyped-def]
+        def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+            t = time.time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _record(kind, t, time.time())
+
+        return wrapped
+
+    # Housekeeping in the persist thread, which batches written behind it wait for.
+    compaction.Compactor.run = timed("compact", compaction.Compactor.run)
+    b.Broker._rotate = timed("rotate", b.Broker._rotate)
+    persist = b.Broker._persist
+
+    def traced_persist(self, items):  # type: ignore[no-untyped-def]
+        t = time.time()
+        try:
+            return persist(self, items)
+        finally:
+            _record("persisted", [seq for seq, _, _ in items], t, time.time())
+
+    b.Broker._persist = traced_persist
+
+    take = b.Subscriber._take
+
+    def traced_take(self, seq, run, frame):  # type: ignore[no-untyped-def]
+        _record("taken", seq, time.time())
+        return take(self, seq, run, frame)
+
+    b.Subscriber._take = traced_take
     b.Broker.ingest = traced_ingest
     b.Broker._write = traced_write
-    b.Broker._sync_runs = traced_sync
+    b.Broker._sync_runs = timed("fsync", sync)
     b.Subscriber.offer = traced_offer
     assert s.Broker is b.Broker and codec is not None
 
@@ -142,10 +202,19 @@ def _trace_writer() -> None:
 def _serve_main(argv: list[str]) -> None:
     import atexit
 
-    from vdl_stream import cli
+    from vdl_stream import cli, codec
 
     _trace_server()
     atexit.register(_dump, os.environ["TRACE_OUT"])
+    # ``frames`` messages (subscribers with --page): each is encoded by one browser's send task.
+    encode_frames, built = codec.encode_frames, [0]
+
+    def counted(frames):  # type: ignore[no-untyped-def]
+        built[0] += 1
+        return encode_frames(frames)
+
+    codec.encode_frames = counted
+    atexit.register(lambda: _record("frames", built[0]))  # runs before _dump
     sys.exit(cli.main(["serve", *argv]))
 
 
@@ -159,9 +228,11 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
     # "default": whatever attach() defaults to (a tree without the option runs too)
     options = {} if window == "default" else {"window": int(window)}
     writer = attach(url=url, run=run, telemetry=False, **options)
-    log_paced(writer.add_scalar, tags, rate, seconds)
+    _record("cpu0", *_thread_cpu(), time.time())
+    _record("calls", log_paced(writer.add_scalar, tags, rate, seconds))
     writer.flush(timeout=60)
     writer.close(timeout=30)
+    _record("end", time.time())
     _dump(os.environ["TRACE_OUT"])
 
 
@@ -177,13 +248,29 @@ def _ms(values: list[float]) -> str:
     )
 
 
-def _subscribers(ws_url: str, n: int, page: bool, started: Any, stop: Any, arrivals: list) -> None:
+def _subscribers(
+    ws_url: str,
+    n: int,
+    page: bool,
+    started: Any,
+    stop: Any,
+    arrivals: list,
+    cpu: list,
+    deflate: bool = False,
+) -> None:
     """Run ``n`` subscribers (set ``started`` once all subscribed) until ``stop`` is set; append
-    ``(seq, arrival, oldest wall)`` per data frame to ``arrivals``."""
+    ``(seq, arrival, oldest wall)`` per data frame to ``arrivals``, and this thread's CPU seconds
+    from the start to ``cpu``. With ``deflate`` they offer permessage-deflate, as browsers do."""
     import trio
-    from trio_websocket import open_websocket_url
+    from trio_websocket import _impl, open_websocket_url
 
     from vdl_stream import codec
+
+    if deflate:  # trio-websocket offers no extension: its handshake request gets one here
+        from wsproto.events import Request
+        from wsproto.extensions import PerMessageDeflate
+
+        _impl.Request = lambda **kw: Request(**kw, extensions=[PerMessageDeflate()])
 
     ask = {"type": "subscribe", "runs": ["live"]}
     if page:
@@ -213,9 +300,160 @@ def _subscribers(ws_url: str, n: int, page: bool, started: Any, stop: Any, arriv
                 nursery.start_soon(one, ready)
             for _ in range(n):
                 await ready.acquire()
+            cpu.append(time.thread_time())
             started.set()  # the writers may start
 
     trio.run(main)
+    cpu.append(time.thread_time())
+
+
+def persist_only(points: int, rate: int, seconds: float, ntags: int) -> dict[str, float]:
+    """The broker's persistence alone, in this process (no sockets, no subscribers): batches of
+    ``points`` points over ``ntags`` tags at ``rate`` points/s, each ingested once the previous one
+    is written; print ``ingest -> written`` and the persist thread's housekeeping, and return the
+    figures in ms. What it shows does not depend on the machine's load the way the socket
+    stages do: the compaction time is CPU the persist thread spends while writes wait."""
+    import trio
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    _trace_server()
+    _rows.clear()
+    tags = [f"train/metric{i}" for i in range(ntags)]
+    per_tag = max(1, points // ntags)
+    waits: list[float] = []
+
+    async def run(logdir: str) -> None:
+        broker = Broker(logdir)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            t0, seq = time.perf_counter(), 0
+            while time.perf_counter() - t0 < seconds:
+                seq += 1
+                steps = np.arange((seq - 1) * per_tag, seq * per_tag, dtype=np.int64)
+                walls, values = np.full(per_tag, time.time()), steps.astype(np.float64)
+                columns = [ScalarColumns(t, steps, walls, values) for t in tags]
+                begin = time.perf_counter()
+                await broker.wait_written(await broker.ingest(Batch("w", seq, "live", columns)))
+                waits.append(time.perf_counter() - begin)
+                await trio.sleep(max(0.0, t0 + seq * per_tag * ntags / rate - time.perf_counter()))
+            broker.close()
+
+    with tempfile.TemporaryDirectory(prefix="vdl-persist-") as logdir:
+        trio.run(run, logdir)
+    stages = {
+        "ingest -> written": waits,
+        "  persist thread": [r[3] - r[2] for r in _rows if r[0] == "persisted"],
+    }
+    for name, kind in (("fsync", "fsync"), ("compaction", "compact"), ("rotation", "rotate")):
+        stages[name] = [r[2] - r[1] for r in _rows if r[0] == kind]
+    done = len(waits) * per_tag * ntags
+    print(
+        f"persistence alone: {len(waits)} batches of {per_tag * ntags:,} points in {seconds:g} s "
+        f"({done / seconds:,.0f} points/s of {rate:,} asked); load "
+        f"{Path('/proc/loadavg').read_text().split()[0]}"
+    )
+    for name, values in stages.items():
+        total = f"  total {sum(values) * 1e3:7.0f} ms" if values else ""
+        print(f"  {name:28s} n={len(values):7d}  {_ms(values)}{total}")
+    return {
+        f"{name} {q}": float(np.percentile(v, q) * 1e3)
+        for name, v in stages.items()
+        if v
+        for q in (50, 99, 100)
+    }
+
+
+def ingest_only(subscribers: int, batches: int, ntags: int) -> dict[str, float]:
+    """``Broker.ingest`` alone, in this process: ``batches`` batches of 3 points per tag (the
+    size a 10,000 events/s writer sends), fanned out to ``subscribers`` queues drained between
+    batches; print and return the wall time of one ingest in microseconds (median, mean)."""
+    import trio
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    tags = [f"train/metric{i}" for i in range(ntags)]
+    took: list[float] = []
+
+    async def run(logdir: str) -> None:
+        broker = Broker(logdir)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            subs = [broker.subscribe(None, None) for _ in range(subscribers)]
+            for seq in range(1, batches + 1):
+                steps = np.arange(3 * seq, 3 * seq + 3, dtype=np.int64)
+                walls, values = np.full(3, time.time()), steps.astype(np.float64)
+                batch = Batch(
+                    "w", seq, "live", [ScalarColumns(t, steps, walls, values) for t in tags]
+                )
+                begin = time.perf_counter()
+                written = await broker.ingest(batch)
+                took.append(time.perf_counter() - begin)
+                for sub in subs:
+                    while True:
+                        try:
+                            sub.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                await broker.wait_written(written)
+            broker.close()
+
+    with tempfile.TemporaryDirectory(prefix="vdl-ingest-") as logdir:
+        trio.run(run, logdir)
+    a = np.asarray(took[100:]) * 1e6  # the first hundred warm up
+    print(
+        f"Broker.ingest with {subscribers} subscribers, {len(a)} batches of {3 * ntags} points: "
+        f"median {np.median(a):.1f} us, mean {a.mean():.1f} us; load "
+        f"{Path('/proc/loadavg').read_text().split()[0]}"
+    )
+    return {"median_us": float(np.median(a)), "mean_us": float(a.mean())}
+
+
+def frame_costs(ntags: int, frames: int = 100) -> dict[str, float]:
+    """What one ``data`` frame costs per browser in permessage-deflate (the fastest of 5 rounds), as the server compresses
+    (zlib level 1, each browser's own compressor keeping its context), against compressing it
+    once with a fresh compressor per message (``server_no_context_takeover``: the same bytes for
+    every browser): frames of 3, 300 and 6,500 points per tag (about what a batch holds at 10k,
+    300k and 1M events/s), values random (float64 mantissas compress little, as a loss's do)."""
+    import zlib
+
+    from vdl_stream import codec
+    from vdl_stream.codec import ScalarColumns
+
+    rng = np.random.default_rng(0)
+    tags = [f"train/metric{i}" for i in range(ntags)]
+    figures: dict[str, float] = {}
+    for points in (3, 300, 6500):
+        built = []
+        for seq in range(frames):
+            steps = np.arange(seq * points, (seq + 1) * points, dtype=np.int64)
+            walls = np.full(points, 1.8e9 + seq * 0.003)
+            cols = [ScalarColumns(t, steps, walls, rng.random(points)) for t in tags]
+            built.append(codec.encode_live("data", seq + 1, "live", cols, []))
+        sizes, times = {}, {}
+        for name, fresh in (("kept context", False), ("fresh per message", True)):
+            best = math.inf  # the fastest of 5 rounds: the machine's load only adds
+            for _ in range(5):
+                compressor = zlib.compressobj(1, zlib.DEFLATED, -15)
+                total, begin = 0, time.perf_counter()
+                for frame in built:
+                    if fresh:
+                        compressor = zlib.compressobj(1, zlib.DEFLATED, -15)
+                    out = compressor.compress(frame) + compressor.flush(zlib.Z_SYNC_FLUSH)
+                    total += len(out) - 4
+                best = min(best, time.perf_counter() - begin)
+            times[name] = best / frames * 1e6
+            sizes[name] = total / frames
+        size = sum(map(len, built)) / frames
+        print(
+            f"  {points:5d} points a tag: frame {size:10,.0f} B; deflate per browser, context kept "
+            f"{sizes['kept context']:9,.0f} B in {times['kept context']:8.1f} us; once, fresh "
+            f"{sizes['fresh per message']:9,.0f} B in {times['fresh per message']:8.1f} us"
+        )
+        figures |= {f"{points} {k} us": v for k, v in times.items()}
+    return figures
 
 
 def main() -> None:
@@ -227,9 +465,32 @@ def main() -> None:
     parser.add_argument("--tags", type=int, default=10)
     parser.add_argument("--page", action="store_true", help="subscribe as the page does (batch)")
     parser.add_argument(
+        "--deflate", action="store_true", help="subscribers offer permessage-deflate (as browsers)"
+    )
+    parser.add_argument(
         "--window", type=int, help="the writers' in-flight window (default: attach's default)"
     )
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory (rows, log directory)"
+    )
+    parser.add_argument(
+        "--persist-only",
+        type=int,
+        metavar="POINTS",
+        help="only the broker's persistence, in process: batches of POINTS points at --rate",
+    )
+    parser.add_argument(
+        "--ingest-only",
+        type=int,
+        metavar="BATCHES",
+        help="only Broker.ingest, in process: BATCHES small batches to --subscribers queues",
+    )
+    parser.add_argument(
+        "--frame-costs",
+        action="store_true",
+        help="only what permessage-deflate costs per browser for frames of three sizes",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -238,6 +499,22 @@ def main() -> None:
     if args.writer is not None:
         url, run, rate, seconds, ntags, window = args.writer
         return _writer_main(url, run, int(rate), float(seconds), int(ntags), window)
+    if args.frame_costs:
+        print(f"permessage-deflate of one data frame ({args.tags} tags), zlib level 1:")
+        figures = frame_costs(args.tags)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return None
+    if args.ingest_only is not None:
+        figures = ingest_only(args.subscribers, args.ingest_only, args.tags)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return None
+    if args.persist_only is not None:
+        figures = persist_only(args.persist_only, args.rate, args.seconds, args.tags)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return None
 
     import threading
 
@@ -246,6 +523,7 @@ def main() -> None:
     me = [sys.executable, str(Path(__file__).resolve())]
     procs: list[subprocess.Popen] = []
     arrivals: list[tuple[int, float, float]] = []
+    sub_cpu: list[float] = []
     try:
         with open(tmp / "serve.err", "wb") as err:
             server = subprocess.Popen(
@@ -264,7 +542,16 @@ def main() -> None:
         started, stop = threading.Event(), threading.Event()
         subs = threading.Thread(
             target=_subscribers,
-            args=(ws_url, args.subscribers, args.page, started, stop, arrivals),
+            args=(
+                ws_url,
+                args.subscribers,
+                args.page,
+                started,
+                stop,
+                arrivals,
+                sub_cpu,
+                args.deflate,
+            ),
         )
         subs.start()
         if not started.wait(30):
@@ -298,19 +585,34 @@ def main() -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    report(tmp, args, arrivals)
+    try:
+        report(tmp, args, arrivals, sub_cpu)
+    finally:
+        if args.keep:
+            print(f"kept: {tmp} (the processes' rows, the run's log directory)")
+        else:  # the log directory of a 1M events/s run is about 100 MB
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
-def report(tmp: Path, args: argparse.Namespace, arrivals: list[tuple[int, float, float]]) -> None:
+def report(
+    tmp: Path,
+    args: argparse.Namespace,
+    arrivals: list[tuple[int, float, float]],
+    sub_cpu: list[float],
+) -> None:
     """Match the processes' rows and print one line per stage."""
     server = json.loads((tmp / "server.json").read_text())
     writers = [json.loads((tmp / f"writer{i}.json").read_text()) for i in range(args.writers)]
     ingest = {(r[1], r[2]): r for r in server if r[0] == "ingest"}
     written = {r[1]: r[2] for r in server if r[0] == "written"}
+    persisted = {seq: (r[2], r[3]) for r in server if r[0] == "persisted" for seq in r[1]}
     offered: dict[int, float] = {}
+    taken: dict[int, list[float]] = {}
     for r in server:
         if r[0] == "offer":
             offered.setdefault(r[1], r[2])
+        elif r[0] == "taken":
+            taken.setdefault(r[1], []).append(r[2])
     start = min((r[4] for r in ingest.values()), default=0.0) + 1.0  # the first second left out
     stages: dict[str, list[float]] = {
         k: []
@@ -320,10 +622,16 @@ def report(tmp: Path, args: argparse.Namespace, arrivals: list[tuple[int, float,
             "encoded -> ingest",
             "ingest",
             "ingest -> written",
+            "  ingest -> persist thread",
+            "  persist thread",
+            "  thread -> written",
             "written -> ack at writer",
+            "offer -> taken to send",
             "offer -> subscriber",
             "add_scalar -> subscriber",
             "fsync",
+            "compaction",
+            "segment rotation",
         )
     }
     for rows in writers:
@@ -342,29 +650,85 @@ def report(tmp: Path, args: argparse.Namespace, arrivals: list[tuple[int, float,
             stages["ingest"].append(got[5] - got[4])
             if got[3] in written:
                 stages["ingest -> written"].append(written[got[3]] - got[5])
+                if got[3] in persisted:
+                    begin, end = persisted[got[3]]
+                    stages["  ingest -> persist thread"].append(begin - got[5])
+                    stages["  persist thread"].append(end - begin)
+                    stages["  thread -> written"].append(written[got[3]] - end)
                 if key in acked:
                     stages["written -> ack at writer"].append(acked[key] - written[got[3]])
+    for seq, times in taken.items():
+        if seq in offered and offered[seq] >= start:
+            stages["offer -> taken to send"].extend(t - offered[seq] for t in times)
     for seq, now, oldest in arrivals:
         if now >= start:
             if seq in offered:
                 stages["offer -> subscriber"].append(now - offered[seq])
             stages["add_scalar -> subscriber"].append(now - oldest)
-    stages["fsync"] = [r[2] - r[1] for r in server if r[0] == "fsync"]
+    housekeeping = {"fsync": "fsync", "compaction": "compact", "segment rotation": "rotate"}
+    for name, kind in housekeeping.items():
+        stages[name] = [r[2] - r[1] for r in server if r[0] == kind]
+    # The slowest 1% of "ingest -> written": how many were written behind housekeeping.
+    spans = [(r[1], r[2]) for r in server if r[0] in housekeeping.values()]
+    slow = sorted(
+        ((written[r[3]] - r[5], r[5], written[r[3]]) for r in ingest.values() if r[3] in written),
+        reverse=True,
+    )[: max(1, len(ingest) // 100)]
+    behind = sum(any(a < w and b > i for a, b in spans) for _, i, w in slow)
+    calls = sum(r[1] for rows in writers for r in rows if r[0] == "calls")
+    points = sum(r[6] for r in ingest.values())
     load = Path("/proc/loadavg").read_text().split()[0]
     print(
         f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s), "
         f"{args.subscribers} subscribers{' (as the page)' if args.page else ''}"
+        f"{' (deflate)' if args.deflate else ''}"
         f"{'' if args.window is None else f', window {args.window}'}; load {load}"
     )
     for name, values in stages.items():
         print(f"  {name:28s} n={len(values):7d}  {_ms(values)}")
+    frames = next((r for r in server if r[0] == "frames"), None)
+    if frames is not None and frames[1]:
+        print(f"  frames messages encoded: {frames[1]:,}")
+    print(
+        f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
+        f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
+    )
+    cpu = _cpu_shares(server, writers, sub_cpu)
+    print(f"CPU in cores over the writers' {cpu.pop('wall'):.1f} s ({os.cpu_count()} cores here):")
+    for name, cores in cpu.items():
+        print(f"  {name:28s} {cores:5.2f}")
     if args.json:
         figures = {
             k: {q: float(np.percentile(v, q) * 1e3) for q in (50, 99)}
             for k, v in stages.items()
             if v
         }
-        Path(args.json).write_text(json.dumps({"load": load, "stages": figures}, indent=1))
+        figures_all = {"load": load, "stages": figures, "cpu": cpu, "behind": [behind, len(slow)]}
+        Path(args.json).write_text(json.dumps(figures_all, indent=1))
+
+
+def _cpu_shares(server: list, writers: list[list], sub_cpu: list[float]) -> dict[str, float]:
+    """CPU of each process (and of the server's event loop and threads) in cores: CPU seconds
+    per wall second of the writers' span (from their first call to their close). The server's
+    counts from its first batch to its exit, the subscribers' from subscribing to their stop
+    (both a second or so longer, mostly idle)."""
+
+    def row(rows: list, kind: str) -> list:
+        return next((r for r in rows if r[0] == kind), [kind, 0.0, 0.0, 0.0])
+
+    begin = min(row(w, "cpu0")[3] for w in writers)
+    wall = max(max(row(w, "end")[1] for w in writers) - begin, 1e-9)
+    s0, s1 = row(server, "cpu0"), row(server, "cpu")
+    loop = (s1[2] - s0[2]) / wall
+    shares = {"wall": wall, "server: event loop": loop}
+    shares["server: threads (persist)"] = (s1[1] - s0[1]) / wall - loop
+    for i, rows in enumerate(writers):
+        w0, w1 = row(rows, "cpu0"), row(rows, "cpu")
+        shares[f"writer {i}"] = (w1[1] - w0[1]) / wall
+    if len(sub_cpu) == 2:
+        shares["subscribers (one process)"] = (sub_cpu[1] - sub_cpu[0]) / wall
+    shares["all"] = sum(v for k, v in shares.items() if k != "wall")
+    return shares
 
 
 if __name__ == "__main__":

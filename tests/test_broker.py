@@ -268,3 +268,73 @@ async def test_the_dedup_record_names_only_batches_handed_to_disk(tmp_path):
     with recorder.RunReader(tmp_path / "r") as reader:
         (record,) = reader.read_records(kind="ingest")
     assert record.data == {"w": 1}
+
+
+async def test_lost_is_a_gap_of_every_run_and_depth_counts_what_is_queued(tmp_path):
+    """``Subscriber.lost`` follows from its gaps: a gap of one run leaves it False, a gap of every
+    run makes it True (and it stays True once the gap was sent); the queue depth it counts
+    itself (statistics' ``peak``) matches the channel's."""
+    sub = Subscriber(None, capacity=4)
+    for seq in (1, 2, 3):
+        sub.offer(seq, "a", b"x" * seq)
+    assert sub.statistics().depth == 3 and sub.statistics().peak == 3
+    assert sub.receive_nowait() == b"x"
+    sub.offer(4, "a", b"y")
+    assert sub.statistics().depth == 3 and sub.statistics().peak == 3
+    sub.mark_gap("a")
+    assert not sub.lost and sub.lost_runs == {"a"}
+    sub.mark_gap()
+    assert sub.lost
+    while True:  # the queue drains, then the gap of every run is sent
+        try:
+            frame = sub.receive_nowait()
+        except trio.WouldBlock:
+            break
+    assert codec.decode_message(frame)["type"] == "gap"
+    assert sub.lost and sub.statistics().depth == 0
+
+
+def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
+    """bench/latency_stages.py wraps the broker's and writer's functions by name; a short run
+    over loopback (a server, one writer, two subscribers) must still match batches at every stage
+    and report the persist thread's split, the housekeeping and CPU lines (a rename would leave
+    its rows empty), and its in-process modes must run."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "latency_stages.py"
+    env = {**os.environ, "PYTHONPATH": str(script.parent.parent)}
+    out = tmp_path / "stages.json"
+    argv = [sys.executable, str(script), "--seconds", "2.5", "--rate", "2000", "--subscribers", "2"]
+    done = subprocess.run(
+        [*argv, "--json", str(out)], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    for stage in (
+        "call -> batch",
+        "encoded -> ingest",
+        "ingest -> written",
+        "  persist thread",
+        "offer -> taken to send",
+        "offer -> subscriber",
+        "add_scalar -> subscriber",
+    ):
+        assert figures["stages"][stage]["50"] >= 0, stage
+    assert figures["cpu"]["server: event loop"] > 0 and figures["cpu"]["writer 0"] > 0
+    assert "waited for housekeeping" in done.stdout
+    for mode, shown in (
+        (["--ingest-only", "150"], "Broker.ingest with 10 subscribers"),
+        (["--persist-only", "30", "--seconds", "0.5"], "ingest -> written"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(script), *mode],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0 and shown in done.stdout, done.stderr[-2000:]

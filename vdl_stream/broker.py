@@ -37,10 +37,9 @@ from recorder.digest import data_files, load_digest
 
 from . import codec
 from .alerts import ALERTS_WRITER, AlertEngine
-from .codec import Batch, ScalarColumns
+from .codec import RESERVED_TAG_PREFIX, Batch, ScalarColumns
 from .errors import RefusedError
 from .run_summary import CRASH_AFTER, RunSummary, summaries_frame
-from .telemetry import TAG_PREFIX as TELEMETRY_PREFIX
 from .telemetry import legacy_view
 
 log = logging.getLogger("vdl_stream.broker")
@@ -237,8 +236,6 @@ class Subscriber:
         #: to the client (:data:`WHOLE`: it got the run whole, frame by frame): what a ``keep``
         #: re-subscription need not send again
         self.snapshots: dict[str, int] = {}
-        #: frames of every run were dropped (a gap of every run): nothing the client holds is kept
-        self.lost = False
         #: runs whose frames were dropped since the subscription last changed (per-run gaps):
         #: a ``keep`` re-subscription sends their snapshots again
         self.lost_runs: set[str] = set()
@@ -256,6 +253,9 @@ class Subscriber:
         self._gap = False
         self._gap_runs: set[str] = set()  # runs whose ``gap`` is still to be sent
         self._peak = self._sent = self._dropped = self._gaps = self._run_gaps = 0
+        # Items in the channel, counted here: offer() runs once per subscriber and batch, and
+        # the channel's statistics() builds a record each time (live block, h-live).
+        self._depth = 0
         # The coalesce policy: run -> [(seq, scalars, events, frame bytes)] offered while the
         # queue was full, their frames' bytes (and the side frames'), and the frames built from
         # them, to be sent next.
@@ -264,6 +264,12 @@ class Subscriber:
         self._side: list[bytes] = []  # frames about no run, held in order
         self._ready: list[bytes] = []
         self._coalesced = 0
+
+    @property
+    def lost(self) -> bool:
+        """Whether frames of every run were dropped (a gap of every run, not of named runs):
+        nothing the client holds is kept, and it re-syncs from a fresh subscription."""
+        return self._gaps > self._run_gaps
 
     def wants(self, run: str) -> bool:
         """Return whether this subscription covers ``run``."""
@@ -279,7 +285,7 @@ class Subscriber:
             return scalars, events
         search = self.tags.search
         return (
-            [c for c in scalars if c.tag.startswith(TELEMETRY_PREFIX) or search(c.tag)],
+            [c for c in scalars if c.tag.startswith(RESERVED_TAG_PREFIX) or search(c.tag)],
             [e for e in events if e.get("tag") is None or search(e["tag"])],
         )
 
@@ -317,8 +323,8 @@ class Subscriber:
             return
         self._bytes += len(frame)
         self._peak_bytes = max(self._peak_bytes, self._bytes)
-        depth = self._send.statistics().current_buffer_used
-        self._peak = max(self._peak, depth)
+        self._depth += 1
+        self._peak = max(self._peak, self._depth)
 
     def _hold(
         self,
@@ -381,7 +387,6 @@ class Subscriber:
                 self._run_gaps += 1
                 self._wake()
             return
-        self.lost = True
         self._held.clear()
         self._side.clear()
         self._held_bytes = 0
@@ -394,9 +399,10 @@ class Subscriber:
 
     def _wake(self) -> None:
         """Wake a consumer waiting on an empty queue, so that it takes the pending ``gap``."""
-        if self._send.statistics().current_buffer_used == 0:
+        if self._depth == 0:
             with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
                 self._send.send_nowait((0, None, b""))  # seq 0: skipped by _take
+                self._depth += 1
 
     def resynced(self, known: Iterable[str]) -> None:
         """The subscription changed in place (:meth:`Broker.resubscribe`), and every lost run
@@ -425,6 +431,7 @@ class Subscriber:
         """A dequeued frame, or None for one to skip: of a run the subscription no longer
         covers, or covered by that run's snapshot."""
         self._bytes -= len(frame)
+        self._depth -= 1
         if run is not None and not self.wants(run):
             return None
         if seq > self.covered.get(run, self.after_seq):  # type: ignore[arg-type]
