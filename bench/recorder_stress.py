@@ -12,6 +12,9 @@ there, contiguous, with no damage reported. The next trial appends after it.
 The writer compacts every ``--compact`` records (default 6, so kills land in compactions and
 merges), and a quarter of the trials make it kill itself at a chosen stage of a compaction's
 swap: the block written but not renamed, renamed but nothing removed, partly removed, all removed.
+With ``--defer`` the writer defers compaction as the broker's does (``defer_compaction=True``),
+doing one unit of it (``compact(budget_s=0)``) after half of its flushes, so kills land in
+deferred compactions and in those its flushes do past the bound.
 
 tests/recorder/test_recorder_crash.py imports :func:`run_trials` from this file.
 """
@@ -41,8 +44,11 @@ from recorder import RunWriter
 run, start, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 compact = int(sys.argv[4]) or None
 kill_at = sys.argv[5] if len(sys.argv) > 5 else ""
+defer = len(sys.argv) > 6 and sys.argv[6] == "defer"
 rng = random.Random(seed)
-w = RunWriter(run, sync="flush", segment_bytes=16384, compact_records=compact)
+w = RunWriter(
+    run, sync="flush", segment_bytes=16384, compact_records=compact, defer_compaction=defer
+)
 if kill_at:
     # Die at the n-th time compaction reaches a stage of its swap (see recorder/compaction.py).
     stage, nth = kill_at.split(":")
@@ -65,6 +71,8 @@ while True:
     i += n
     w.flush()
     print(i, flush=True)
+    if defer and rng.random() < 0.5:
+        w.compact(budget_s=0)  # an idle moment, as the broker's persist thread has them
 """
 
 
@@ -102,13 +110,17 @@ def verify(run_dir: str, acknowledged: int) -> int:
 
 
 def start_writer(
-    run_dir: str, n: int, seed: int, compact: int, kill_at: str = ""
+    run_dir: str, n: int, seed: int, compact: int, kill_at: str = "", defer: bool = False
 ) -> subprocess.Popen:
     """Start the writer child appending from step ``n`` (``compact``: its compact_records, 0 for
-    none; ``kill_at``: ``"stage:n"`` to die at the n-th such stage of a compaction)."""
+    none; ``kill_at``: ``"stage:n"`` to die at the n-th such stage of a compaction; ``defer``:
+    compaction deferred, done one unit at a time after half the flushes)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, run_dir, str(n), str(seed), str(compact), kill_at],
+        [
+            *(sys.executable, "-c", CHILD, run_dir, str(n), str(seed), str(compact), kill_at),
+            "defer" if defer else "",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -117,7 +129,12 @@ def start_writer(
 
 
 def run_trials(
-    run_dir: str, trials: int, seed: int, max_delay: float = 0.1, compact: int = 6
+    run_dir: str,
+    trials: int,
+    seed: int,
+    max_delay: float = 0.1,
+    compact: int = 6,
+    defer: bool = False,
 ) -> dict:
     """Run ``trials`` kill trials on ``run_dir``; raise CrashCheckError on a broken promise.
 
@@ -125,6 +142,7 @@ def run_trials(
     comes at a random moment of its start-up (possibly while it reopens and truncates). The
     writer compacts every ``compact`` records (0: never), so that kills land in compactions and
     merges too, and one trial in four kills it at a chosen stage of a compaction's swap.
+    ``defer``: the writer defers compaction (see :func:`start_writer`).
 
     Returns counters: trials, kills before the writer opened, reopens that truncated a torn tail,
     kills inside a compaction, blocks at the end, steps durable at the end.
@@ -137,7 +155,7 @@ def run_trials(
         if compact and rng.random() < 0.25:
             stage = rng.choice(["written", "renamed", "removing", "removed"])
             kill_at = f"{stage}:{rng.randint(1, 3)}"
-        child = start_writer(run_dir, n, rng.randrange(1 << 30), compact, kill_at)
+        child = start_writer(run_dir, n, rng.randrange(1 << 30), compact, kill_at, defer)
         if kill_at:
             out, err = child.communicate(timeout=60)  # it kills itself mid-compaction
             if child.returncode != -signal.SIGKILL:
@@ -193,11 +211,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-delay", type=float, default=0.1, help="seconds after open to kill")
     parser.add_argument("--compact", type=int, default=6, help="compact_records (0: never)")
+    parser.add_argument(
+        "--defer", action="store_true", help="defer compaction, as the broker's writers do"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         result = run_trials(
-            os.path.join(tmp, "run"), args.trials, args.seed, args.max_delay, args.compact
+            os.path.join(tmp, "run"),
+            args.trials,
+            args.seed,
+            args.max_delay,
+            args.compact,
+            args.defer,
         )
         result["seconds"] = round(time.perf_counter() - start, 1)
     print(result)

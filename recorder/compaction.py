@@ -135,7 +135,7 @@ class Compactor:
 
     def run(self) -> None:
         """Compact the queued sealed segments, then merge blocks while a level is full."""
-        if not self.pending:
+        if not self.pending and self._full_group() is None:
             return
         start = time.process_time()
         try:
@@ -149,9 +149,53 @@ class Compactor:
         finally:
             self.seconds += time.process_time() - start
 
-    def _summarise_one(self) -> None:
+    def step(self) -> bool:
+        """Do one unit of the queued work: compact one sealed segment, else merge one full group
+        of blocks, else give one block its summaries; return whether any work was done.
+
+        Each unit is one crash-safe swap (:meth:`_install`), the same as :meth:`run` makes, so
+        stopping between units leaves the run in a state :meth:`run` could have left too.
+        """
+        start = time.process_time()
+        try:
+            while self.pending:
+                number, size, records, capture = self.pending.pop(0)
+                if records < self.min_records or size > SMALL_RECORD * records:
+                    continue  # few or large records: left as they are
+                self._compact_segment(number, size, capture)
+                return True
+            group = self._full_group()
+            if group is not None:
+                self._merge(group)
+                return True
+            return self._summarise_one()
+        finally:
+            self.seconds += time.process_time() - start
+
+    def backlog(self) -> int:
+        """Units of work queued: sealed segments waiting, plus full groups of blocks waiting to
+        merge (counted without overlap, one level at a time)."""
+        groups = 0
+        run: list[list[int]] = []
+        for block in self.blocks:  # as _full_group scans, past each group it finds
+            if (
+                run
+                and run[-1][1] + 1 == block[0]
+                and run[-1][2] == block[2]
+                and (run[-1][0], run[-1][1]) not in self.unmergeable
+            ):
+                run.append(block)
+            else:
+                run = [block]
+            if len(run) == MERGE_FAN and block[2] < MAX_LEVEL:
+                groups += sum(b[3] for b in run) <= MERGE_MAX_BYTES
+                run = []
+        return len(self.pending) + groups
+
+    def _summarise_one(self) -> bool:
         """Give one block an older writer left its summaries (a resumed run catches up one block
-        per compaction, so no flush does more than one block's work for it)."""
+        per compaction, so no flush does more than one block's work for it); return whether one
+        was rewritten."""
         live = {blocks.block_name(b[0], b[1]) for b in self.blocks}
         while self.unsummarised:
             name = self.unsummarised.pop()
@@ -162,7 +206,8 @@ class Compactor:
                 for b in self.blocks:
                     if blocks.block_name(b[0], b[1]) == name:
                         b[3] = size
-            return
+            return True
+        return False
 
     def _compact_segment(self, number: int, size: int, capture: SegmentCapture | None) -> None:
         segments = [[number, self.created[number], size]]

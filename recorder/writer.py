@@ -36,6 +36,11 @@ BUFFER_BYTES = 32 << 20
 # Records in the current segment at which flush() seals it and compacts it into a block: at most
 # this many records are scanned by a reader opening the run (about 20 s of a live run).
 COMPACT_RECORDS = 2048
+# Units of compaction work (a sealed segment, a full group of blocks) a writer opened with
+# ``defer_compaction=True`` lets wait for :meth:`RunWriter.compact`; past it, flush() does the
+# excess itself, so a writer that is never given an idle moment still compacts and its run stays
+# quick to open (at most this many extra segments of small records to scan).
+DEFERRED_MAX = 4
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,12 @@ class WriterStatistics:
         compactions: segments compacted into blocks.
         merges: blocks merged into larger ones.
         compaction_seconds: CPU time spent compacting and merging.
+        compaction_backlog: units of compaction work waiting (sealed segments, full groups of
+            blocks to merge); only a writer opened with ``defer_compaction=True`` lets any wait
+            past a flush.
+        inline_compactions: units of compaction work (segments compacted, merges) done inside
+            :meth:`RunWriter.flush` or :meth:`RunWriter.sync` rather than :meth:`RunWriter.compact`
+            or :meth:`RunWriter.close`.
     """
 
     records: int
@@ -71,6 +82,8 @@ class WriterStatistics:
     compactions: int = 0
     merges: int = 0
     compaction_seconds: float = 0.0
+    compaction_backlog: int = 0
+    inline_compactions: int = 0
 
 
 class _PendingScalars:
@@ -218,6 +231,11 @@ class RunWriter:
             batches, an index with chunk summaries), so that opening the run reads block indexes
             and at most this many records; ``close()`` compacts the rest once the run has blocks.
             None: never compact (the run is then read as written).
+        defer_compaction: False (the default): ``flush()``/``sync()`` compact what they seal,
+            inline. True: they only seal and queue it, and the owner calls :meth:`compact` when
+            it has time (a server between writes), so a flush never waits for compaction,
+            unless more than ``DEFERRED_MAX`` units of work wait: then the flush does the
+            excess itself. ``close()`` compacts what waits either way.
 
     Raises:
         ValueError: a bad argument.
@@ -233,6 +251,7 @@ class RunWriter:
         sync_interval: float = 1.0,
         segment_bytes: int = 64 << 20,
         compact_records: int | None = COMPACT_RECORDS,
+        defer_compaction: bool = False,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
@@ -254,8 +273,12 @@ class RunWriter:
             raise ValueError(
                 f"compact_records must be None or an int >= 1, got {compact_records!r}"
             )
+        if not isinstance(defer_compaction, bool):
+            raise ValueError(f"defer_compaction must be a bool, got {defer_compaction!r}")
         self._dir = os.fspath(run_dir)
         self._compact_records = compact_records
+        self._defer = defer_compaction
+        self._inline = 0
         self._compaction: Compactor | None = None
         self._fresh: SegmentCapture | None = None
         self._seg_records = 0
@@ -597,15 +620,56 @@ class RunWriter:
     def _maybe_compact(self) -> None:
         """Seal the current segment once it holds ``compact_records`` records, and compact what
         is sealed (a few milliseconds every ``compact_records`` records; a merge of four blocks
-        now and then)."""
-        if self._compaction is None:
+        now and then); with ``defer_compaction``, only what waits past ``DEFERRED_MAX`` units."""
+        compaction = self._compaction
+        if compaction is None:
             return
         if self._seg_records >= self._compact_records:
             self._rotate()
-        if self._compaction.pending:
-            self._compaction.run()
-            if self._compaction.blocks:
+        before = compaction.compactions + compaction.merges
+        if self._defer:
+            # Bounded: the oldest work first, until no more than DEFERRED_MAX units wait.
+            while compaction.backlog() > DEFERRED_MAX and compaction.step():
+                pass
+        elif compaction.pending:
+            compaction.run()
+        self._inline += compaction.compactions + compaction.merges - before
+        if compaction.blocks:
+            self._entries = None
+
+    def compact(self, budget_s: float | None = None) -> bool:
+        """Do compaction work that waits (with ``defer_compaction=True``, what flushes sealed),
+        one unit at a time: a sealed segment compacted into a block, a group of blocks merged, or
+        a block of an older writer given its summaries. Each unit is a crash-safe swap (the new
+        file written whole and fsynced before the old ones go), so a crash between or inside
+        units loses nothing. Returns whether work is left.
+
+        Args:
+            budget_s: start no new unit once this many seconds (wall time) have passed; at least
+                one unit is done, and a unit is never split (a merge of large blocks can take
+                much longer than the budget). None: do everything that waits.
+
+        Raises:
+            ValueError: a bad ``budget_s``.
+            RecorderError: the writer is closed.
+        """
+        self._check_open()
+        if budget_s is not None and (
+            not isinstance(budget_s, numbers.Real)
+            or isinstance(budget_s, bool)
+            or not budget_s >= 0
+        ):
+            raise ValueError(f"budget_s must be None or a number >= 0, got {budget_s!r}")
+        compaction = self._compaction
+        if compaction is None:
+            return False
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        while compaction.step():
+            if compaction.blocks:
                 self._entries = None
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        return compaction.backlog() > 0 or bool(compaction.unsummarised)
 
     def position(self) -> Position:
         """The end of the flushed data (buffered appends are not included)."""
@@ -627,6 +691,8 @@ class RunWriter:
             compactions=0 if self._compaction is None else self._compaction.compactions,
             merges=0 if self._compaction is None else self._compaction.merges,
             compaction_seconds=0.0 if self._compaction is None else self._compaction.seconds,
+            compaction_backlog=0 if self._compaction is None else self._compaction.backlog(),
+            inline_compactions=self._inline,
         )
 
     def close(self) -> None:

@@ -761,6 +761,9 @@ class Broker:
         self._logged: dict[tuple[str, str], float] = {}  # (run, reason) -> when last logged
         self._open_writers: OrderedDict[str, _Run] = OrderedDict()  # LRU, persist thread only
         self._limiter = trio.CapacityLimiter(1)
+        # Runs whose writer has compaction waiting (persist thread only; read by the persist
+        # task between thread calls): compacted when no batch waits (:meth:`_compact_runs`).
+        self._compact_due: set[str] = set()
         self._closed = trio.Event()
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
@@ -1013,7 +1016,14 @@ class Broker:
         try:
             while not done:
                 items: list[tuple[int, Batch | None, bool]] = []
-                with trio.move_on_after(self._sync_interval):
+                wait = self._sync_interval
+                if self._compact_due:
+                    # Compaction off the write path: one unit per run, only while no batch
+                    # waits to be written; then look for batches without blocking.
+                    if not self._receive.statistics().current_buffer_used:
+                        await trio.to_thread.run_sync(self._compact_runs, limiter=self._limiter)
+                    wait = 0
+                with trio.move_on_after(wait):
                     try:
                         items.append(await self._receive.receive())
                     except trio.EndOfChannel:
@@ -1480,6 +1490,8 @@ class Broker:
         w.append_record(INGEST_KIND, None, None, time.time(), persisted)
         run.unsynced = True
         position = w.flush()
+        if w.statistics().compaction_backlog:
+            self._compact_due.add(run.name)
         run.persisted_seq = persisted
         if run.rotating:
             self._reopen(run, NO_ROTATION)
@@ -1503,7 +1515,9 @@ class Broker:
         writer.sync()
         run.unsynced = False
         writer.close()
-        run.writer = recorder.RunWriter(run.path, sync="never", segment_bytes=segment_bytes)
+        run.writer = recorder.RunWriter(
+            run.path, sync="never", segment_bytes=segment_bytes, defer_compaction=True
+        )
         run.rotating = segment_bytes != NO_ROTATION
         return run.writer
 
@@ -1519,7 +1533,10 @@ class Broker:
         try:
             # The broker schedules fsync itself (_sync_runs), off the acknowledgement path, and
             # starts segments itself (_write_part), between flushes.
-            run.writer = recorder.RunWriter(run.path, sync="never", segment_bytes=NO_ROTATION)
+            # Compaction, too, is off the acknowledgement path (_compact_runs).
+            run.writer = recorder.RunWriter(
+                run.path, sync="never", segment_bytes=NO_ROTATION, defer_compaction=True
+            )
             run.rotating = False
         except OSError as exc:
             if _out_of_files(exc):
@@ -1592,6 +1609,24 @@ class Broker:
                     run.unsynced = False  # never fsync again after a failed fsync
                     self._abandon(run)
         return ok
+
+    def _compact_runs(self) -> None:
+        """Do one unit of the compaction each run's writer has waiting (worker thread; called by
+        the persist task only while no batch waits, so writes are not held behind compaction
+        except by the one unit under way when a batch arrives). A failure is logged and leaves
+        the run's files as they were: compaction swaps files crash-safely."""
+        for name in list(self._compact_due):
+            run = self._runs.get(name)
+            writer = None if run is None else run.writer
+            if writer is None:  # closed meanwhile: its close() compacted what waited
+                self._compact_due.discard(name)
+                continue
+            try:
+                if not writer.compact(budget_s=0):
+                    self._compact_due.discard(name)
+            except Exception:  # a full disk: the flushes' bound still applies; retried later
+                log.warning("compaction of run %r failed", name, exc_info=True)
+                self._compact_due.discard(name)
 
     def _close_runs(self) -> None:
         for run in self._runs.values():

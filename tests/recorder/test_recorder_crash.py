@@ -37,16 +37,26 @@ def test_the_checker_catches_lost_data(tmp_path):
         stress.verify(str(tmp_path / "run"), 4)
 
 
+def test_sigkill_at_random_moments_with_deferred_compaction_30_trials(tmp_path):
+    # As the broker writes: flushes only seal, compact() does one unit now and then.
+    stress = load_stress()
+    result = stress.run_trials(str(tmp_path / "run"), trials=30, seed=99, defer=True)
+    assert result["trials"] == 30
+    assert result["killed_mid_compaction"] > 0
+    assert result["steps"] > 500
+
+
+@pytest.mark.parametrize("defer", [False, True])
 @pytest.mark.parametrize("stage", ["written", "renamed", "removing", "removed"])
 @pytest.mark.parametrize("nth", [1, 5])  # the 5th swap is the first merge of four blocks
-def test_a_writer_killed_mid_compaction_loses_nothing_and_recovers(tmp_path, stage, nth):
+def test_a_writer_killed_mid_compaction_loses_nothing_and_recovers(tmp_path, stage, nth, defer):
     stress = load_stress()
     from recorder import RunReader, RunWriter
     from recorder.blocks import parse_block_name
     from recorder.catalog import SEGMENT_RE
 
     run = str(tmp_path / "run")
-    child = stress.start_writer(run, 0, 7, 6, f"{stage}:{nth}")
+    child = stress.start_writer(run, 0, 7, 6, f"{stage}:{nth}", defer)
     out, err = child.communicate(timeout=120)
     assert child.returncode == -9, err
     acknowledged = stress._durable(out)
