@@ -1603,6 +1603,8 @@ class Broker:
                 try:
                     run.writer.sync()
                     run.unsynced = False
+                    if run.writer.statistics().compaction_backlog:  # sync() may seal too
+                        self._compact_due.add(run.name)
                 except Exception:  # one run's failure must not stop the others
                     log.warning("fsync of run %r failed", run.name, exc_info=True)
                     ok = False
