@@ -524,11 +524,7 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
     busy cores they only add GIL hand-offs (15-30% more CPU time, and no faster:
     docs/performance.md, "Export speed").
     """
-    if cores is None:
-        cores = os.cpu_count() or 1
-    if load is None:
-        load = _load()
-    threads = min(EXPORT_THREADS_MAX, int(cores - load + 0.5))
+    threads = min(EXPORT_THREADS_MAX, int(_idle(cores, load) + 0.5))
     return threads if threads >= 2 else 0
 
 
@@ -543,9 +539,17 @@ def export_in_child(cores: int | None = None, load: float | None = None) -> bool
     """
     if cores is None:
         cores = os.cpu_count() or 1
+    return cores >= 2 and _idle(cores, load) >= 1
+
+
+def _idle(cores: int | None, load: float | None) -> float:
+    """Idle cores: ``cores`` (default ``os.cpu_count()``) less ``load`` (default
+    :func:`_load`)."""
+    if cores is None:
+        cores = os.cpu_count() or 1
     if load is None:
         load = _load()
-    return cores >= 2 and cores - load >= 1
+    return cores - load
 
 
 def _load() -> float:
@@ -1086,12 +1090,19 @@ def _in_order() -> bool:
 _IN_ORDER = _in_order()
 
 
+def _fast() -> bool:
+    """Whether rows are laid out by numpy from orjson's digits (:func:`_layout`), not formatted
+    in Python. Asked at each block, not kept in a flag: ``_orjson`` can be switched off after
+    import (the tests compare both paths)."""
+    return _orjson is not None and _IN_ORDER
+
+
 def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
     """CSV rows ``cell,step,repr(wall),repr(value)``, laid out by numpy from orjson's digits."""
     n = len(walls)
     if not n:
         return b""
-    if _orjson is not None and _IN_ORDER:
+    if _fast():
         parts: list = [cell.encode() + (b",," if steps is None else b",")]
         if steps is not None:
             parts.append(_numbers(steps, b","))
@@ -1117,7 +1128,7 @@ def _json_rows(
     n = len(walls)
     if not n:
         return head
-    if _orjson is not None and _IN_ORDER:
+    if _fast():
         # Rows "[w," " s," " v], ", the last one's ", " trimmed.
         w = _numbers(walls, b",", pre=b"[")
         s = b" null," if steps is None else _numbers(steps, b",", pre=b" ")
@@ -1182,22 +1193,34 @@ async def stream_export_process(export: Export, slots: Any = None) -> AsyncItera
     """
     import trio
 
+    process = None
+    taken = False
     if slots is not None:
-        try:
+        with contextlib.suppress(trio.WouldBlock):
             slots.acquire_nowait()
-        except trio.WouldBlock:
-            async for chunk in stream_export(export):
-                yield chunk
-            return
+            taken = True
+    if slots is None or taken:
+        try:
+            process = await _start_child(export)
+        finally:
+            if process is None and taken:  # the slot is not held while formatting here
+                slots.release()
+    if process is None:  # no slot free, or no Python to start: formatted in this process
+        async for chunk in stream_export(export):
+            yield chunk
+        return
+    export.close()
     try:
-        async for chunk in _child_export(export):
+        async for chunk in _child_output(process):
             yield chunk
     finally:
-        if slots is not None:
+        if taken:
             slots.release()
 
 
-async def _child_export(export: Export) -> AsyncIterator[bytes]:
+async def _start_child(export: Export) -> Any:
+    """A ``vdl-stream export`` child process of ``export``'s run, format and pattern, its output
+    a pipe; None where no Python executable can start."""
     import subprocess
 
     import trio
@@ -1207,7 +1230,7 @@ async def _child_export(export: Export) -> AsyncIterator[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     try:
-        process = await trio.lowlevel.open_process(
+        return await trio.lowlevel.open_process(
             command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -1216,10 +1239,18 @@ async def _child_export(export: Export) -> AsyncIterator[bytes]:
         )
     except OSError as exc:  # no Python to start (an embedded interpreter): in this process
         log.warning("export: no child process (%s); formatting in the server", exc)
-        async for chunk in stream_export(export):
-            yield chunk
-        return
-    export.close()
+        return None
+
+
+async def _child_output(process: Any) -> AsyncIterator[bytes]:
+    """``process``'s output in chunks of about :data:`EXPORT_PIPE_CHUNK` bytes; kills it when the
+    consumer stops early or is cancelled.
+
+    Raises:
+        RuntimeError: the child failed (its last stderr lines are in the message).
+    """
+    import trio
+
     out, err = process.stdout, process.stderr
     assert out is not None and err is not None
     try:
@@ -1338,6 +1369,8 @@ def _export_kept(args: argparse.Namespace, path: str) -> int:
 
 #: mallopt(3) parameters (glibc's malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: glibc's default mmap and trim thresholds (its dynamic adjustment stays off once set).
+_DEFAULT_THRESHOLD = 128 << 10
 
 
 def _keep_freed_memory(keep: bool = True) -> None:
@@ -1365,7 +1398,3 @@ def _keep_freed_memory(keep: bool = True) -> None:
     mallopt(_M_TRIM_THRESHOLD, (64 << 20) if keep else _DEFAULT_THRESHOLD)
     if not keep:
         trim(0)
-
-
-#: glibc's default mmap and trim thresholds (its dynamic adjustment stays off once set).
-_DEFAULT_THRESHOLD = 128 << 10
