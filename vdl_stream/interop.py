@@ -528,18 +528,37 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
     return threads if threads >= 2 else 0
 
 
-def export_in_child(cores: int | None = None, load: float | None = None) -> bool:
+def export_in_child(cores: int | None = None) -> bool:
     """Whether ``GET /api/export`` formats a large export in a child process
-    (:func:`stream_export_process`): when there are two cores or more and one is idle, counted as
-    :func:`export_threads` counts (``cores`` less ``load``).
+    (:func:`stream_export_process`): wherever there are two cores or more (``cores``, default
+    ``os.cpu_count()``), however busy.
 
-    The child pays where it gets a core of its own: the formatting then runs beside the server's
-    sending. On busy cores it spends the same CPU time as formatting in the server, in one process
-    more (child, server and client hand every chunk on): there the server formats.
+    The formatting then runs on a core of its own, beside the server's sending and its client's
+    reading, and off the server's GIL and event loop. On a quiet 2-core machine that is the
+    difference between about 3M rows/s (the server formatting while the client reads) and the
+    CLI's rate; on busy cores the child spends about the CPU time the server would (the server
+    formats without the CLI's memory settings, the child's bytes cross one pipe more), so there
+    is nothing to gain from formatting in the server (docs/performance.md, "Export through the
+    server").
     """
     if cores is None:
         cores = os.cpu_count() or 1
-    return cores >= 2 and _idle(cores, load) >= 1
+    return cores >= 2
+
+
+def child_threads(cores: int | None = None) -> int:
+    """Formatting threads of ``/api/export``'s child process: one for every core (``cores``,
+    default ``os.cpu_count()``) beyond two, and one at least, at most
+    :data:`EXPORT_THREADS_MAX`.
+
+    One core is the server's and its client's, one the child's own thread (it reads the run and
+    writes the pipe); the formatting runs beside them. On 2 cores the one formatting thread takes
+    what the server and client leave of the other core, and keeps formatting while the child
+    waits on a full pipe.
+    """
+    if cores is None:
+        cores = os.cpu_count() or 1
+    return max(1, min(EXPORT_THREADS_MAX, cores - 2))
 
 
 def _idle(cores: int | None, load: float | None) -> float:
@@ -1164,7 +1183,7 @@ async def stream_export(export: Export) -> AsyncIterator[bytes]:
 #: Stored points from which ``GET /api/export`` formats in a child process (its start, about
 #: 0.3 s, is then a small part of the export).
 EXPORT_PROCESS_POINTS = 1_000_000
-#: Bytes a chunk read from the child's output holds at least (but at its end).
+#: Bytes read from the child's output at most (its pipe holds 1 MB: :func:`_widen_pipe`).
 EXPORT_PIPE_CHUNK = 1 << 20
 #: Longest the child may take to go once killed.
 EXPORT_KILL_WAIT = 5.0
@@ -1177,8 +1196,8 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 async def stream_export_process(export: Export, slots: Any = None) -> AsyncIterator[bytes]:
     """Yield ``export``'s bytes, formatted by a ``vdl-stream export`` child process of the same
-    run, format and pattern, read from its output in chunks of about :data:`EXPORT_PIPE_CHUNK`
-    bytes; ``export`` itself is closed. If ``slots`` (a ``trio.Semaphore``: how many such
+    run, format and pattern, passed on as read from its output (chunks of at most
+    :data:`EXPORT_PIPE_CHUNK` bytes); ``export`` itself is closed. If ``slots`` (a ``trio.Semaphore``: how many such
     children may run at once) has none free, ``export`` is streamed in this process instead, as
     :func:`stream_export` does.
 
@@ -1226,7 +1245,8 @@ async def _start_child(export: Export) -> Any:
     import trio
 
     command = [sys.executable, "-m", "vdl_stream.cli", "export", export.run_dir]
-    command += ["--format", export.fmt] + (["--tag", export.pattern] if export.pattern else [])
+    command += ["--format", export.fmt, "--threads", str(child_threads())]
+    command += ["--tag", export.pattern] if export.pattern else []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     try:
@@ -1243,8 +1263,8 @@ async def _start_child(export: Export) -> Any:
 
 
 async def _child_output(process: Any) -> AsyncIterator[bytes]:
-    """``process``'s output in chunks of about :data:`EXPORT_PIPE_CHUNK` bytes; kills it when the
-    consumer stops early or is cancelled.
+    """``process``'s output as read from its pipe (chunks of at most :data:`EXPORT_PIPE_CHUNK`
+    bytes); kills it when the consumer stops early or is cancelled.
 
     Raises:
         RuntimeError: the child failed (its last stderr lines are in the message).
@@ -1255,17 +1275,12 @@ async def _child_output(process: Any) -> AsyncIterator[bytes]:
     assert out is not None and err is not None
     try:
         _widen_pipe(out.fileno())
-        parts: list[bytes] = []
-        size = 0
+        # Each read is passed on as it is, not joined into larger chunks: a join is one more
+        # copy of every byte, and a read holds up to the pipe's 1 MB already (about 0.7 MB on
+        # average: the server's CPU per MB relayed fell by a fifth; docs/performance.md,
+        # "Export through the server").
         while data := await out.receive_some(EXPORT_PIPE_CHUNK):
-            parts.append(data)
-            size += len(data)
-            if size >= EXPORT_PIPE_CHUNK:
-                yield b"".join(parts)
-                parts.clear()
-                size = 0
-        if parts:
-            yield b"".join(parts)
+            yield data
         if await process.wait():
             tail = b""
             with trio.move_on_after(1):
