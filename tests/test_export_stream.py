@@ -268,6 +268,18 @@ def test_the_child_formats_in_a_thread_per_core_beyond_two():
     assert 1 <= child_threads() <= EXPORT_THREADS_MAX
 
 
+def test_the_child_threads_can_be_set_for_a_comparison(monkeypatch):
+    from vdl_stream.interop import CHILD_THREADS_ENV, child_threads
+
+    monkeypatch.setenv(CHILD_THREADS_ENV, "0")
+    assert child_threads(16) == 0
+    monkeypatch.setenv(CHILD_THREADS_ENV, "3")
+    assert child_threads(2) == 3
+    monkeypatch.setenv(CHILD_THREADS_ENV, "-1")
+    with pytest.raises(ValueError, match=r"VDL_STREAM_EXPORT_CHILD_THREADS .*'-1'"):
+        child_threads()
+
+
 def test_threads_by_default_are_the_idle_cores():
     """Formatting threads only where at least two cores are idle, at most EXPORT_THREADS_MAX."""
     from vdl_stream import interop

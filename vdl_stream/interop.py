@@ -546,16 +546,29 @@ def export_in_child(cores: int | None = None) -> bool:
     return cores >= 2
 
 
+#: Environment variable that sets :func:`child_threads` (an int >= 0), to compare settings.
+CHILD_THREADS_ENV = "VDL_STREAM_EXPORT_CHILD_THREADS"
+
+
 def child_threads(cores: int | None = None) -> int:
     """Formatting threads of ``/api/export``'s child process: one for every core (``cores``,
     default ``os.cpu_count()``) beyond two, and one at least, at most
-    :data:`EXPORT_THREADS_MAX`.
+    :data:`EXPORT_THREADS_MAX`; or the int in the environment variable
+    :data:`CHILD_THREADS_ENV`, if set.
 
     One core is the server's and its client's, one the child's own thread (it reads the run and
     writes the pipe); the formatting runs beside them. On 2 cores the one formatting thread takes
     what the server and client leave of the other core, and keeps formatting while the child
     waits on a full pipe.
+
+    Raises:
+        ValueError: :data:`CHILD_THREADS_ENV` is set to something else than an int >= 0.
     """
+    text = os.environ.get(CHILD_THREADS_ENV)
+    if text:
+        if not text.isdigit():
+            raise ValueError(f"{CHILD_THREADS_ENV} must be an int >= 0, got {text!r}")
+        return int(text)
     if cores is None:
         cores = os.cpu_count() or 1
     return max(1, min(EXPORT_THREADS_MAX, cores - 2))
