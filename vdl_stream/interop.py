@@ -1196,7 +1196,8 @@ async def stream_export(export: Export) -> AsyncIterator[bytes]:
 #: Stored points from which ``GET /api/export`` formats in a child process (its start, about
 #: 0.3 s, is then a small part of the export).
 EXPORT_PROCESS_POINTS = 1_000_000
-#: Bytes read from the child's output at most (its pipe holds 1 MB: :func:`_widen_pipe`).
+#: Bytes of each chunk passed on from the child's output (but the last): its pipe's size
+#: (:func:`_widen_pipe`). 4 MB took as much CPU and held 10 MB more.
 EXPORT_PIPE_CHUNK = 1 << 20
 #: Longest the child may take to go once killed.
 EXPORT_KILL_WAIT = 5.0
@@ -1209,8 +1210,8 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 async def stream_export_process(export: Export, slots: Any = None) -> AsyncIterator[bytes]:
     """Yield ``export``'s bytes, formatted by a ``vdl-stream export`` child process of the same
-    run, format and pattern, passed on as read from its output (chunks of at most
-    :data:`EXPORT_PIPE_CHUNK` bytes); ``export`` itself is closed. If ``slots`` (a ``trio.Semaphore``: how many such
+    run, format and pattern, read from its output in chunks of :data:`EXPORT_PIPE_CHUNK` bytes;
+    ``export`` itself is closed. If ``slots`` (a ``trio.Semaphore``: how many such
     children may run at once) has none free, ``export`` is streamed in this process instead, as
     :func:`stream_export` does.
 
@@ -1276,8 +1277,8 @@ async def _start_child(export: Export) -> Any:
 
 
 async def _child_output(process: Any) -> AsyncIterator[bytes]:
-    """``process``'s output as read from its pipe (chunks of at most :data:`EXPORT_PIPE_CHUNK`
-    bytes); kills it when the consumer stops early or is cancelled.
+    """``process``'s output in chunks of :data:`EXPORT_PIPE_CHUNK` bytes (the last one
+    shorter); kills it when the consumer stops early or is cancelled.
 
     Raises:
         RuntimeError: the child failed (its last stderr lines are in the message).
@@ -1287,13 +1288,31 @@ async def _child_output(process: Any) -> AsyncIterator[bytes]:
     out, err = process.stdout, process.stderr
     assert out is not None and err is not None
     try:
-        _widen_pipe(out.fileno())
-        # Each read is passed on as it is, not joined into larger chunks: a join is one more
-        # copy of every byte, and a read holds up to the pipe's 1 MB already (about 0.7 MB on
-        # average: the server's CPU per MB relayed fell by a fifth; docs/performance.md,
-        # "Export through the server").
-        while data := await out.receive_some(EXPORT_PIPE_CHUNK):
-            yield data
+        fd = out.fileno()
+        _widen_pipe(fd)
+        # The pipe is read into one buffer and passed on in chunks of exactly its size (but the
+        # last): the server then allocates the same sizes over and over (the chunk, and
+        # hypercorn's copy of it with the chunk header), which glibc's malloc reuses. Chunks of
+        # every size up to 1 MB (each read as it came) fragmented its heap: the server's RSS
+        # crept up by about 15 MB per GB relayed (docs/performance.md, "Export through the
+        # server").
+        buf = bytearray(EXPORT_PIPE_CHUNK)
+        view = memoryview(buf)
+        fill = 0
+        while True:
+            try:
+                n = os.readv(fd, [view[fill:]])
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            fill += n
+            if fill == len(buf) or (not n and fill):
+                yield bytes(view[:fill])  # the consumer's send is this loop's checkpoint
+                fill = 0
+            elif n:
+                await trio.lowlevel.checkpoint()
+            if not n:
+                break
         if await process.wait():
             tail = b""
             with trio.move_on_after(1):
