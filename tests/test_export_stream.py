@@ -598,6 +598,32 @@ async def test_a_failing_child_export_says_why(tricky, tmp_path):
     assert not export_children() and slots.value == 1
 
 
+async def test_the_childs_output_goes_on_in_chunks_of_one_size():
+    """Whatever sizes the child writes, the server passes on chunks of EXPORT_PIPE_CHUNK bytes
+    (but the last): buffers of one size, which malloc reuses (chunks of every size fragmented
+    the server's heap, and its memory crept up through a long export)."""
+    import subprocess
+
+    from vdl_stream.interop import EXPORT_PIPE_CHUNK, _child_output
+
+    sizes = (1, 70_000, EXPORT_PIPE_CHUNK, 300_001, 5, 3 * EXPORT_PIPE_CHUNK + 7)
+    script = (
+        "import os, sys\n"
+        f"for i, n in enumerate({sizes!r}):\n"
+        "    data = bytes([65 + i]) * n\n"
+        "    while data:\n"
+        "        data = data[os.write(1, data):]\n"
+    )
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    with trio.fail_after(60):
+        chunks = [chunk async for chunk in _child_output(process)]
+    assert b"".join(chunks) == b"".join(bytes([65 + i]) * n for i, n in enumerate(sizes))
+    assert {len(c) for c in chunks[:-1]} == {EXPORT_PIPE_CHUNK}
+    assert 0 < len(chunks[-1]) <= EXPORT_PIPE_CHUNK and process.returncode == 0
+
+
 async def test_exports_past_the_child_slots_are_formatted_in_process(tricky):
     from vdl_stream.interop import stream_export_process
 
