@@ -23,9 +23,11 @@ under test (``PYTHONPATH`` set to it), on 127.0.0.1, and stops it in ``finally``
 * export: a run of ``--points`` scalar points (10 tags, written in bulk, cached) exported in each
   of ``--export-formats`` by the CLI to /dev/null (wall time, rows/s, CPU time of the process, its
   peak RSS) and by ``GET /api/export`` from a fresh ``serve`` (the body read and counted; rows/s;
-  the server's peak RSS), while a second client asks ``/api/stats`` every 50 ms: its latencies
-  show how long the event loop was held. ``--export-repeats N``: the median of N of each.
-  ``--skip-pages --skip-many`` measures the export alone.
+  the server's peak RSS; the CPU time of the server, of its export child and of the client's
+  reading thread), while a second client asks ``/api/stats`` every 50 ms: its latencies show how
+  long the event loop was held. ``--export-repeats N``: the median of N of each;
+  ``--export-via cli`` or ``http``: one of the two. ``--skip-pages --skip-many`` measures the
+  export alone.
 
 ``--baseline TREE`` runs the same parts with TREE's code as well and prints ratios (the export
 part with ``--baseline-points``: the old export holds the whole run in memory).
@@ -308,6 +310,15 @@ def children_mb(pid: int) -> float:
     return total / 2**20
 
 
+def server_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process ``pid`` so far: its own, and its reaped
+    children's."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system, t.children_user + t.children_system
+
+
 def export_http(tree: Path, run: Path, fmt: str, work: Path) -> dict:
     server = Serve(tree, run.parent, work / "serve-export.log")
     latencies: list[float] = []
@@ -326,8 +337,9 @@ def export_http(tree: Path, run: Path, fmt: str, work: Path) -> dict:
 
     try:
         idle_mb = server.rss_mb()
+        cpu0 = server_cpu(server.proc.pid)
         poller = threading.Thread(target=poll, daemon=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         poller.start()
         size = 0
         with urllib.request.urlopen(
@@ -335,13 +347,19 @@ def export_http(tree: Path, run: Path, fmt: str, work: Path) -> dict:
         ) as response:
             while chunk := response.read(1 << 20):
                 size += len(chunk)
-        seconds = time.perf_counter() - t0
+        seconds, client_cpu = time.perf_counter() - t0, time.thread_time() - c0
         done.set()
         poller.join(60)
+        cpu1 = server_cpu(server.proc.pid)
         lat = np.array(latencies) * 1000
         return {
             "seconds": seconds,
             "bytes": size,
+            # CPU seconds during the export: the server's own (its /api/stats answers included),
+            # its export child's (reaped by then), the client's reading thread
+            "server_cpu_s": cpu1[0] - cpu0[0],
+            "child_cpu_s": cpu1[1] - cpu0[1],
+            "client_cpu_s": client_cpu,
             "idle_rss_mb": idle_mb,
             "peak_mb": server.peak_mb(),
             # sampled every 50 ms or so: a lower bound of the child's peak
@@ -363,27 +381,33 @@ def part_export(args, tree: Path, work: Path, points: int) -> dict:
     run = bulk_run(Path(args.cache), points)
     out: dict = {"points": points, "repeats": args.export_repeats}
     for fmt in args.export_formats:
-        clis = sorted(
-            (export_cli(tree, run, fmt) for _ in range(args.export_repeats)),
-            key=lambda r: r["seconds"],
-        )
-        https = sorted(
-            (export_http(tree, run, fmt, work) for _ in range(args.export_repeats)),
-            key=lambda r: r["seconds"],
-        )
-        cli, http = clis[len(clis) // 2], https[len(https) // 2]
-        out[fmt] = {
-            "cli_seconds": cli["seconds"],
-            "cli_rows_per_s": points / cli["seconds"],
-            "cli_cpu_s": cli["cpu_s"],
-            "cli_rows_per_cpu_s": points / cli["cpu_s"],
-            "cli_peak_mb": cli["peak_mb"],
-            "cli_all_seconds": [r["seconds"] for r in clis],
-            "http_seconds": http["seconds"],
-            "http_rows_per_s": points / http["seconds"],
-            "http": http,
-            "http_all_seconds": [r["seconds"] for r in https],
-        }
+        out[fmt] = {}
+        if "cli" in args.export_via:
+            clis = sorted(
+                (export_cli(tree, run, fmt) for _ in range(args.export_repeats)),
+                key=lambda r: r["seconds"],
+            )
+            cli = clis[len(clis) // 2]
+            out[fmt].update({
+                "cli_seconds": cli["seconds"],
+                "cli_rows_per_s": points / cli["seconds"],
+                "cli_cpu_s": cli["cpu_s"],
+                "cli_rows_per_cpu_s": points / cli["cpu_s"],
+                "cli_peak_mb": cli["peak_mb"],
+                "cli_all_seconds": [r["seconds"] for r in clis],
+            })  # fmt: skip
+        if "http" in args.export_via:
+            https = sorted(
+                (export_http(tree, run, fmt, work) for _ in range(args.export_repeats)),
+                key=lambda r: r["seconds"],
+            )
+            http = https[len(https) // 2]
+            out[fmt].update({
+                "http_seconds": http["seconds"],
+                "http_rows_per_s": points / http["seconds"],
+                "http": http,
+                "http_all_seconds": [r["seconds"] for r in https],
+            })  # fmt: skip
     out.update(out[args.export_formats[0]])
     return out
 
@@ -643,6 +667,9 @@ def report(result: dict) -> str:
             ("/api/export rows/s", "http_rows_per_s", ",.0f", True),
             ("/api/export: server peak RSS, MB", "http.peak_mb", ".0f", False),
             ("/api/export: its child's peak RSS (sampled), MB", "http.child_peak_mb", ".0f", False),
+            ("/api/export: the server's CPU, s", "http.server_cpu_s", ".2f", False),
+            ("/api/export: its child's CPU, s", "http.child_cpu_s", ".2f", False),
+            ("/api/export: the client's CPU, s", "http.client_cpu_s", ".2f", False),
             ("/api/export: /api/stats p99, ms", "http.stats_p99_ms", ".0f", False),
             ("/api/export: /api/stats max, ms", "http.stats_max_ms", ".0f", False),
         )
@@ -705,13 +732,24 @@ def main() -> None:
     parser.add_argument(
         "--export-repeats", type=int, default=1, help="export: runs of each, the median kept"
     )
+    parser.add_argument(
+        "--export-via",
+        type=lambda text: text.split(","),
+        default=["cli", "http"],
+        help="export: comma-separated, cli (vdl-stream export) and http (/api/export); default both",
+    )
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vdl-bench-serve"))
     parser.add_argument("--out", default=str(HERE / "out" / "serve.json"))
     args = parser.parse_args()
-    if not set(args.export_formats) <= {"csv", "json"} or args.export_repeats < 1:
+    if (
+        not set(args.export_formats) <= {"csv", "json"}
+        or not set(args.export_via) <= {"cli", "http"}
+        or args.export_repeats < 1
+    ):
         parser.error(
-            f"--export-formats takes csv and json, --export-repeats >= 1; got "
-            f"{','.join(args.export_formats)!r}, {args.export_repeats}"
+            f"--export-formats takes csv and json, --export-via cli and http, --export-repeats "
+            f">= 1; got {','.join(args.export_formats)!r}, {','.join(args.export_via)!r}, "
+            f"{args.export_repeats}"
         )
     args.hours = args.hours or (0.1 if args.quick else 1.0)
     args.runs = args.runs or (20 if args.quick else 100)
