@@ -304,8 +304,8 @@ def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
         # for values beyond 1e8, where ±0.5 would round away).
         pad = max(0.5, abs(lo) * 1e-9, abs(hi) * 1e-9)
         lo, hi = max(lo - pad, -_FLOAT_MAX), min(hi + pad, _FLOAT_MAX)
-    safe = max(-vmin, vmax) < _NO_OVERFLOW
     if math.isfinite(hi - lo):
+        safe = max(-vmin, vmax) < _NO_OVERFLOW  # (the wide range below always sets errstate)
         counts, total, total_sq = _count(arr, lo, n / (hi - lo), n, safe)
         step = (hi - lo) / n
         if n <= _FEW_EDGES:  # the same float operations as below, without four numpy calls
