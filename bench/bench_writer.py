@@ -12,7 +12,10 @@ subprocess:
   background encoding, persistence, close); the library's import, paid once per process
   whatever the number of events, is measured apart (``import_cpu_ms``), for every library alike;
 - add_histogram (2,000 histograms of 10,000 float32; ``--histogram-size`` for another size):
-  loop wall time and process CPU per call;
+  loop wall time and process CPU per call. With ``--histogram-rounds R`` the writer logs R
+  bursts of them, each followed by ``flush()``, and only the last is measured: a training loop
+  logs its histograms every so many steps, and from the second time on, a writer that keeps its
+  memory finds it warm (the first burst faults in fresh pages, docs/performance.md);
 - bytes on disk per scalar event.
 
 Besides, a "floor" writer that only does what any writer keeping the calls for a background
@@ -20,7 +23,7 @@ thread must do in the caller's thread (a dict lookup, the time and a list extend
 copy per histogram): the least a hot path can cost on this interpreter.
 
 Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-size N]
-                                    [--repeat R] [--before TREE]
+                                    [--histogram-rounds R] [--repeat R] [--before TREE]
        python bench/bench_writer.py --binning [--repeat R] [--before TREE]
 (the second: the histogram binning alone, CPU per histogram of 1k to 1M values).
 
@@ -57,6 +60,9 @@ class NullWriter:
     def add_histogram(self, tag, values, step):
         pass
 
+    def flush(self):
+        pass
+
     def close(self):
         pass
 
@@ -80,6 +86,9 @@ class FloorWriter:
 
     def add_histogram(self, tag, values, step):
         self._events.append((tag, step, _now(), values.copy()))
+
+    def flush(self):
+        self._events.clear()  # what a background thread would have taken meanwhile
 
     def close(self):
         pass
@@ -145,16 +154,20 @@ def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
     }
 
 
-def measure_histograms(lib: str, n: int, logdir: Path, size: int) -> dict:
+def measure_histograms(lib: str, n: int, logdir: Path, size: int, rounds: int = 1) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(0)
     data = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
     load(lib)
     writer = open_writer(lib, logdir)
+    for r in range(rounds - 1):  # earlier bursts, not measured (--histogram-rounds)
+        for i in range(n):
+            writer.add_histogram("weights", data[i % 20], r * n + i)
+        writer.flush()
     cpu0 = time.process_time()
     loop0 = time.perf_counter()
-    for i in range(n):
+    for i in range((rounds - 1) * n, rounds * n):
         writer.add_histogram("weights", data[i % 20], i)
     loop = time.perf_counter() - loop0
     loop_cpu = time.process_time() - cpu0
@@ -198,7 +211,7 @@ def measure_binning(lib: str) -> dict:
     return result
 
 
-def child(lib: str, what: str, n: int, size: int) -> None:
+def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
     if what == "binning":
         print(json.dumps(measure_binning(lib)))
         return
@@ -207,18 +220,20 @@ def child(lib: str, what: str, n: int, size: int) -> None:
         result = (
             measure_scalars(lib, n, logdir)
             if what == "scalars"
-            else measure_histograms(lib, n, logdir, size)
+            else measure_histograms(lib, n, logdir, size, rounds)
         )
     print(json.dumps(result))
 
 
-def run_child(lib: str, what: str, n: int, size: int, tree: str | None = None) -> dict:
+def run_child(
+    lib: str, what: str, n: int, size: int, tree: str | None = None, rounds: int = 1
+) -> dict:
     """Measure in a fresh process; ``tree``: import vdl_stream from that source tree."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     if tree is not None:
         env["PYTHONPATH"] = tree
     out = subprocess.run(
-        [sys.executable, __file__, "--child", lib, what, str(n), str(size)],
+        [sys.executable, __file__, "--child", lib, what, str(n), str(size), str(rounds)],
         capture_output=True,
         text=True,
         check=True,
@@ -234,6 +249,12 @@ def main() -> None:
     parser.add_argument(
         "--histogram-size", type=int, default=10_000, help="float32 values per histogram"
     )
+    parser.add_argument(
+        "--histogram-rounds",
+        type=int,
+        default=1,
+        help="bursts of --histograms histograms per writer, each flushed; the last is measured",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per library; medians reported")
     parser.add_argument(
         "--before",
@@ -247,11 +268,14 @@ def main() -> None:
         help="only the histogram binning: CPU per histogram of 1k to 1M float32 values, "
         "vdl-stream (and --before) against np.histogram",
     )
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
+    if args.child:  # lib what n size [rounds]
+        lib, what, n, size, *rounds = args.child
+        child(lib, what, int(n), int(size), int(rounds[0]) if rounds else 1)
         return
+    if args.histogram_rounds < 1:
+        parser.error(f"--histogram-rounds must be at least 1, got {args.histogram_rounds}")
     if args.binning:
         binning(args.before, args.repeat)
         return
@@ -266,7 +290,14 @@ def main() -> None:
             runs[name].append(
                 {
                     **run_child(lib, "scalars", args.scalars, 0, tree),
-                    **run_child(lib, "histograms", args.histograms, args.histogram_size, tree),
+                    **run_child(
+                        lib,
+                        "histograms",
+                        args.histograms,
+                        args.histogram_size,
+                        tree,
+                        args.histogram_rounds,
+                    ),
                 }
             )
     results = {
@@ -275,7 +306,9 @@ def main() -> None:
     ours, anchor = results["vdl-stream"], results["tensorboardX"]
     print(
         f"{args.scalars} scalars over {len(TAGS)} tags, {args.histograms} histograms of "
-        f"{args.histogram_size:,} float32; "
+        f"{args.histogram_size:,} float32"
+        + (f" (the last of {args.histogram_rounds} bursts)" if args.histogram_rounds > 1 else "")
+        + "; "
         f"median of {args.repeat} runs each; load average {os.getloadavg()[0]:.1f}"
     )
     names = [name for name, _, _ in columns]

@@ -1050,11 +1050,7 @@ class Writer:
             del self._events[:m]
             self._held_events = self._held_bytes = 0  # those _hold_back sized were all taken
             self._seq += 1
-            for event in events:
-                if _BIN in event:
-                    values, n = event.pop(_BIN)
-                    event.update(summaries.bin_histogram(values, n))
-                    self._spares.give_back(values)
+            self._bin(events)
             if self._status_due is not None or self._close_due:
                 events = self._stamp_status(columns, events)
             batch = Batch(self._id, self._seq, self.run, columns, events, sync)
@@ -1063,6 +1059,19 @@ class Writer:
                 self._report(problem)
             self._wake_sender()
         return self._seq
+
+    def _bin(self, events: list[dict[str, Any]]) -> None:
+        """Bin the histograms among ``events`` (all at once: summaries.bin_histograms) and give
+        their copies back to the spare arrays (background thread)."""
+        waiting = [event for event in events if _BIN in event]
+        if not waiting:
+            return
+        jobs = [event.pop(_BIN) for event in waiting]
+        for event, binned, (values, _) in zip(
+            waiting, summaries.bin_histograms(jobs), jobs, strict=True
+        ):
+            event.update(binned)
+            self._spares.give_back(values)
 
     def _stamp_status(
         self, columns: list[ScalarColumns], events: list[dict[str, Any]]
