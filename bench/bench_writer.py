@@ -179,17 +179,25 @@ def measure_histograms(lib: str, n: int, logdir: Path, size: int, rounds: int = 
     }
 
 
-BINNING_SIZES = (1_000, 10_000, 100_000, 1_000_000)
+BINNING_SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
+#: Histograms binned in one call of ``bin_histograms`` (the "together" column).
+TOGETHER = 64
 
 
 def measure_binning(lib: str) -> dict:
     """Process CPU (all threads) per histogram of float32 normal values into 10 bins, best of
     5 rounds: vdl-stream's ``bin_histogram`` (what the background thread runs per histogram),
-    or, for "numpy", ``np.histogram`` with the sum and sum of squares a histogram records."""
+    or, for "numpy", ``np.histogram`` with the sum and sum of squares a histogram records.
+    Where the tree has ``bin_histograms`` (what the background thread runs per batch), also
+    per histogram when ``TOGETHER`` of one size are binned in one call."""
     import numpy as np
 
+    together = None
     if lib == "vdl-stream":
+        from vdl_stream import summaries
         from vdl_stream.summaries import bin_histogram
+
+        together = getattr(summaries, "bin_histograms", None)
     else:
 
         def bin_histogram(values, buckets):
@@ -208,6 +216,15 @@ def measure_binning(lib: str) -> dict:
                 bin_histogram(values, 10)
             best = min(best, (time.process_time() - cpu0) / reps)
         result[f"bin_{size}_us"] = best * 1e6
+        if together is not None:
+            jobs = [(values, 10)] * TOGETHER
+            best = math.inf
+            for _ in range(5):
+                cpu0 = time.process_time()
+                for _ in range(max(1, reps // TOGETHER)):
+                    together(jobs)
+                best = min(best, (time.process_time() - cpu0) / max(1, reps // TOGETHER))
+            result[f"together_{size}_us"] = best / TOGETHER * 1e6
     return result
 
 
@@ -332,11 +349,17 @@ def binning(before: str | None, repeat: int) -> None:
         f"process CPU per histogram of float32 into 10 bins (best of 5 rounds, median of "
         f"{repeat} processes); load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'values':>10}" + "".join(f"{name:>14}" for name, _, _ in columns))
+    # (column, key prefix): each column's one-by-one figure, then its "together" figure if any.
+    cells_of = [(name, "bin") for name, _, _ in columns]
+    cells_of += [(name, "together") for name, _, _ in columns if "together_100_us" in runs[name][0]]
+    head = "".join(
+        f"{name if kind == 'bin' else name + f' x{TOGETHER}':>18}" for name, kind in cells_of
+    )
+    print(f"{'values':>10}{head}")
     for size in BINNING_SIZES:
-        key = f"bin_{size}_us"
         cells = "".join(
-            f"{statistics.median(r[key] for r in runs[name]):14.1f}" for name, _, _ in columns
+            f"{statistics.median(r[f'{kind}_{size}_us'] for r in runs[name]):18.1f}"
+            for name, kind in cells_of
         )
         print(f"{size:>10,}{cells}")
 
