@@ -376,9 +376,9 @@ def bin_histograms(jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, Any]]:
     ]
 
 
-#: Values binned at once by :func:`bin_histograms` (a group of rows), at most: 2.5 MB of pass
-#: arrays per thread that bins, reused.
-_GROUP_VALUES = 1 << 17
+#: Values binned at once by :func:`bin_histograms` (a group of rows), at most: 1.25 MB of pass
+#: arrays per thread that bins, reused (twice that was no faster: the passes leave the cache).
+_GROUP_VALUES = 1 << 16
 
 
 def _bin_rows(
