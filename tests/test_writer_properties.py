@@ -273,18 +273,20 @@ def test_histograms_binned_together_are_bit_for_bit_each_binned_alone(groups, rn
         assert _same_histogram(binned, summaries.bin_histogram(values, n)), (values, n)
 
 
-def test_histograms_of_the_benchmarks_size_binned_together_are_each_as_alone():
-    # Rows of 10,000 and of _CHUNK values (grouped), _CHUNK + 1 (alone); a NaN, a constant and
-    # an overflowing row among them; more rows than one group holds.
+def test_histograms_binned_in_groups_of_many_rows_are_each_as_alone():
+    # Rows of 1,000 and of _GROUP_ROW_MAX values (grouped), one more and the benchmark's 10,000
+    # (alone); a NaN, a constant and an overflowing row among the grouped ones; more rows than
+    # one group holds.
     rng = np.random.default_rng(6)
     jobs = []
-    for size in (10_000, summaries._CHUNK, summaries._CHUNK + 1):
+    limit = summaries._GROUP_ROW_MAX
+    for size in (1_000, limit, limit + 1, 10_000):
         for i in range(2 * summaries._GROUP_VALUES // size + 3):
             values = (rng.normal(size=size) * 10.0 ** rng.integers(-3, 4)).astype(np.float32)
             jobs.append((values, [10, 64, 65, 200][i % 4]))
     jobs[3][0][17] = np.nan
     jobs[5][0][:] = 2.5
-    jobs.append((np.full(10_000, 1e200), 10))
+    jobs.append((np.full(1_000, 1e200), 10))
     got = summaries.bin_histograms(jobs)
     for (values, n), binned in zip(jobs, got, strict=True):
         assert _same_histogram(binned, summaries.bin_histogram(values, n))

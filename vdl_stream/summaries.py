@@ -346,23 +346,23 @@ def _edge_bytes(lo: float, hi: float, n: int) -> bytes:
 
 def bin_histograms(jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, Any]]:
     """:func:`bin_histogram` of each ``(values, buckets)`` job, the results bit for bit the same,
-    with a few numpy calls per group of histograms rather than a dozen per histogram.
+    with a few numpy calls per group of small histograms rather than a dozen per histogram.
 
     The writer's background thread bins what the training loop logged since its last batch in
-    one go. Each numpy call gives up the GIL while it runs and needs it back to return, and
-    while the training loop runs Python it gets it back late: a dozen calls per histogram made
-    the binning trail the loop (and the loop's copies waited longer, in fresh memory). Here
-    histograms of the same size (up to ``_CHUNK`` values, the one-piece case of ``_count``) are
-    binned as the rows of one float64 array: per group one min, max, subtract, multiply, cast,
-    bincount and the two sums, each row's arithmetic the same as alone (docs/performance.md,
-    "Histogram hot path"). Other sizes, and rows that need the special cases of
-    :func:`_histogram` (NaN or Inf, one value, a range that overflows, values past 1e100), go
-    through :func:`bin_histogram`.
+    one go. For a small histogram (a bias, a norm's scale) the dozen numpy calls of
+    :func:`bin_histogram` cost more in Python than in arithmetic; so histograms of the same
+    size, up to ``_GROUP_ROW_MAX`` values, are binned as the rows of one float64 array: per
+    group one min, max, subtract, multiply, cast, bincount and the two sums, each row's
+    arithmetic the same as alone (about twice as fast for 100 to 1,000 values;
+    docs/performance.md, "Histogram hot path"). Larger histograms, where the arithmetic
+    dominates and grouping measured no faster in the writer, single ones, and rows that need
+    the special cases of :func:`_histogram` (NaN or Inf, one value, a range that overflows,
+    values past 1e100) go through :func:`bin_histogram`.
     """
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     by_size: dict[int, list[int]] = {}
     for j, (values, _) in enumerate(jobs):
-        if 0 < values.size <= _CHUNK:
+        if 0 < values.size <= _GROUP_ROW_MAX:
             by_size.setdefault(values.size, []).append(j)
     for size, members in by_size.items():
         if len(members) == 1:
@@ -376,9 +376,10 @@ def bin_histograms(jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, Any]]:
     ]
 
 
-#: Values binned at once by :func:`bin_histograms` (a group of rows), at most: 1.25 MB of pass
-#: arrays per thread that bins, reused (twice that was no faster: the passes leave the cache).
-_GROUP_VALUES = 1 << 16
+#: Values binned at once by :func:`bin_histograms` (a group of rows), at most: 640 KB of pass
+#: arrays per thread that bins, reused; and the largest histogram it groups.
+_GROUP_VALUES = 1 << 15
+_GROUP_ROW_MAX = 1 << 12
 
 
 def _bin_rows(
