@@ -267,8 +267,15 @@ _SAME_SIZE_JOBS = st.integers(1, 120).flatmap(
 def test_histograms_binned_together_are_bit_for_bit_each_binned_alone(groups, rnd):
     jobs = [job for group in groups for job in group]
     rnd.shuffle(jobs)  # the groups interleave, as tags do in a batch
-    got = summaries.bin_histograms([(values.copy(), n) for values, n in jobs])
+    finished: dict[int, dict] = {}
+
+    def done(j, result):  # called once per job, as soon as it is binned
+        assert j not in finished
+        finished[j] = result
+
+    got = summaries.bin_histograms([(values.copy(), n) for values, n in jobs], done)
     assert len(got) == len(jobs)
+    assert all(finished[j] is result for j, result in enumerate(got))
     for (values, n), binned in zip(jobs, got, strict=True):
         assert _same_histogram(binned, summaries.bin_histogram(values, n)), (values, n)
 

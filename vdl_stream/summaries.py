@@ -18,7 +18,7 @@ import struct
 import threading
 import wave
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -344,7 +344,10 @@ def _edge_bytes(lo: float, hi: float, n: int) -> bytes:
     return _f8(edges)
 
 
-def bin_histograms(jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, Any]]:
+def bin_histograms(
+    jobs: list[tuple[np.ndarray, int]],
+    done: Callable[[int, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     """:func:`bin_histogram` of each ``(values, buckets)`` job, the results bit for bit the same,
     with a few numpy calls per group of small histograms rather than a dozen per histogram.
 
@@ -358,6 +361,10 @@ def bin_histograms(jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, Any]]:
     dominates and grouping measured no faster in the writer, single ones, and rows that need
     the special cases of :func:`_histogram` (NaN or Inf, one value, a range that overflows,
     values past 1e100) go through :func:`bin_histogram`.
+
+    ``done(j, result)``, if given, is called as soon as job ``j`` is binned, once per job: the
+    writer gives each copy back to its spare arrays there, while the rest are still binned,
+    so that the training loop's next copies find them.
     """
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     by_size: dict[int, list[int]] = {}
@@ -369,11 +376,21 @@ def bin_histograms(jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, Any]]:
             continue
         rows = max(1, _GROUP_VALUES // size)
         for start in range(0, len(members), rows):
-            _bin_rows(jobs, members[start : start + rows], size, results)
-    return [
-        result if result is not None else bin_histogram(*jobs[j])
-        for j, result in enumerate(results)
-    ]
+            group = members[start : start + rows]
+            _bin_rows(jobs, group, size, results)
+            if done is not None:
+                for j in group:
+                    result = results[j]
+                    if result is not None:
+                        done(j, result)
+    binned = []
+    for j, result in enumerate(results):
+        if result is None:  # binned alone
+            result = bin_histogram(*jobs[j])
+            if done is not None:
+                done(j, result)
+        binned.append(result)
+    return binned
 
 
 #: Values binned at once by :func:`bin_histograms` (a group of rows), at most: 640 KB of pass

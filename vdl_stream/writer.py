@@ -1070,11 +1070,14 @@ class Writer:
         if not waiting:
             return
         jobs = [event.pop(_BIN) for event in waiting]
-        for event, binned, (values, _) in zip(
-            waiting, summaries.bin_histograms(jobs), jobs, strict=True
-        ):
-            event.update(binned)
-            self._spares.give_back(values)
+
+        def done(j: int, binned: dict[str, Any]) -> None:
+            # Each copy goes back as soon as it is binned, not after the whole batch: the
+            # loop, still logging meanwhile, copies into it instead of into fresh pages.
+            waiting[j].update(binned)
+            self._spares.give_back(jobs[j][0])
+
+        summaries.bin_histograms(jobs, done)
 
     def _stamp_status(
         self, columns: list[ScalarColumns], events: list[dict[str, Any]]
