@@ -8,6 +8,7 @@ Finished runs are given modification times an hour old, as a sweep written earli
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -257,3 +258,32 @@ async def test_a_new_segment_hidden_from_directory_mtimes_is_found_by_the_rechec
                 pytest.skip("this filesystem's directory size moved: the key changed anyway")
             assert await received_steps(sub, "r003", 5) == list(range(20, 25))
             nursery.cancel_scope.cancel()
+
+
+def test_discovery_finds_what_list_runs_finds_listing_only_changed_directories(tmp_path):
+    logdir = tmp_path / "logs"
+    for name in ["a", "exp1/train", "exp1/eval", "exp2/deep/run", "a/nested"]:
+        with recorder.RunWriter(logdir / name, sync="never") as w:
+            w.append_scalars(TAG, np.arange(3), 1.7e9 + np.arange(3), np.zeros(3))
+    (logdir / "empty" / "dir").mkdir(parents=True)
+    (logdir / "linked").symlink_to(logdir / "exp1")  # not entered, as os.walk does not
+    age(logdir)
+    state = following.FollowState(logdir)
+    assert state.find_runs() == recorder.list_runs(logdir)
+    assert state.find_runs() == ["a", "a/nested", "exp1/eval", "exp1/train", "exp2/deep/run"]
+    state.start_round()
+    state.find_runs()
+    state.start_round()
+    stats = state.statistics()
+    assert stats.dirs_statted == 11  # the root and the 10 directories under it, each once
+    assert stats.dirs_listed <= 2, stats  # (only those on their recheck turn)
+    # A run appears deep in an old directory; one goes; nothing else is listed for it.
+    with recorder.RunWriter(logdir / "exp2" / "deep" / "late", sync="never") as w:
+        w.append_scalars(TAG, np.arange(3), 1.7e9 + np.arange(3), np.zeros(3))
+    for path in (logdir / "exp1" / "eval").iterdir():
+        path.unlink()
+    (logdir / "exp1" / "eval").rmdir()
+    assert state.find_runs() == recorder.list_runs(logdir)
+    assert "exp2/deep/late" in state.find_runs() and "exp1/eval" not in state.find_runs()
+    shutil.rmtree(logdir)
+    assert state.find_runs() == [] == recorder.list_runs(logdir)
