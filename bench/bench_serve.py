@@ -20,6 +20,11 @@ under test (``PYTHONPATH`` set to it), on 127.0.0.1, and stops it in ``finally``
 * select 100 of 1,000 runs (``--sweep-selects N``, issue 12): the server alone sends the
   snapshots of 100 runs no page has read (split, 200 points a tag, as the page asks) to a
   WebSocket client, three selections on each of N fresh servers; seconds and server CPU.
+* idle follow loop over 1,000 runs (``--sweep-idle SECONDS``): a fresh ``serve`` over the same
+  sweep, no client; once it is up and ``--sweep-idle-settle`` seconds passed (discovery done), its
+  process CPU (user + system, from /proc) over SECONDS, as CPU seconds per second; median of
+  ``--sweep-idle-servers`` fresh servers. The same for ``--baseline``. ``--sweep-idle-no-foreign``
+  serves with ``--no-foreign`` (no walk for TensorBoard/VisualDL files).
 * export: a run of ``--points`` scalar points (10 tags, written in bulk, cached) exported in each
   of ``--export-formats`` by the CLI to /dev/null (wall time, rows/s, CPU time of the process, its
   peak RSS) and by ``GET /api/export`` from a fresh ``serve`` (the body read and counted; rows/s;
@@ -538,6 +543,32 @@ def part_sweep(args, tree: Path, work: Path) -> dict:
     return out
 
 
+def part_sweep_idle(args, tree: Path, work: Path) -> dict:
+    """The follow loop of a ``serve`` over the 1,000-run sweep with no client: its process CPU
+    over ``--sweep-idle`` seconds, after ``--sweep-idle-settle`` seconds (discovery of the runs
+    done), median of ``--sweep-idle-servers`` fresh servers. Every round of the loop checks
+    every run for what another process appended; a run nobody writes should cost next to
+    nothing. (The loop also opens one run's reader a round ahead of a page, as long as the
+    readers' budget has room: that part is the same in every tree.)"""
+    from runs_data import cached_runs
+
+    logdir = Path(cached_runs(n_runs=1000, tags=10, points=10_000))
+    samples = []
+    for _ in range(args.sweep_idle_servers):
+        extra = ["--no-foreign"] if args.sweep_idle_no_foreign else []
+        server = Serve(tree, logdir, work / "serve-idle.log", *extra)
+        try:
+            time.sleep(args.sweep_idle_settle)  # a duration to measure over, not a wait
+            cpu, t0 = process_cpu_s(server.proc.pid), time.perf_counter()
+            time.sleep(args.sweep_idle)
+            cpu = process_cpu_s(server.proc.pid) - cpu
+            samples.append(cpu / (time.perf_counter() - t0))
+        finally:
+            server.stop()
+    return {"cpu_per_s": statistics.median(samples), "samples": samples,
+            "loadavg": Path("/proc/loadavg").read_text().split()[:3]}  # fmt: skip
+
+
 def attempt(out: dict, key: str, part, *args) -> None:
     """Run one part; a part that fails (a page that never draws, say) is recorded, not fatal."""
     try:
@@ -557,6 +588,8 @@ def run_tree(args, tree: Path, browser, work: Path, points: int) -> dict:
             attempt(out, "many_runs", part_many_runs, args, tree, browser, work)
     if args.sweep_selects:
         attempt(out, "sweep", part_sweep, args, tree, work)
+    if args.sweep_idle:
+        attempt(out, "sweep_idle", part_sweep_idle, args, tree, work)
     if not args.skip_export:
         attempt(out, "export", part_export, args, tree, work, points)
     return out
@@ -624,6 +657,8 @@ def report(result: dict) -> str:
         row("select 100 of 1,000 runs, the server alone: subscribe to synced", "sweep",
             "select_s", ".2f", " s")  # fmt: skip
         row("select 100 of 1,000 runs: the server's CPU", "sweep", "select_cpu_s", ".2f", " s")
+    if "sweep_idle" in a:
+        row("1,000 runs, idle serve: its CPU (s per s)", "sweep_idle", "cpu_per_s", ".3f")
     if "snapshot_reads" in a:
         h = result["args"]["hours"]
         for what, label in (
@@ -713,6 +748,21 @@ def main() -> None:
         default=0,
         metavar="N",
         help="issue 12: 100 of 1,000 runs' snapshots, the server alone, N fresh servers",
+    )
+    parser.add_argument(
+        "--sweep-idle",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="1,000 runs: an idle serve's CPU over SECONDS (its follow loop), fresh servers",
+    )
+    parser.add_argument("--sweep-idle-settle", type=float, default=5.0, metavar="SECONDS")
+    parser.add_argument("--sweep-idle-servers", type=int, default=3, metavar="N")
+    parser.add_argument(
+        "--sweep-idle-no-foreign",
+        action="store_true",
+        help="serve --no-foreign: the native runs' follow loop without the walk of the log "
+        "directory for TensorBoard/VisualDL files (vdl_stream/foreign.py)",
     )
     parser.add_argument("--skip-many", action="store_true", help="no many-runs part")
     parser.add_argument(
