@@ -411,6 +411,8 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
             "every_browser_sees_every_run": all(len(m["runs"]) == writers for _, _, m in browsers),
             "other_broker_all": percentiles([other for _, other, _ in browsers]),
             "bus": [s["bus"] for s in stats],
+            # the persist queue's peak depth (of 64): ingest waits while it is full
+            "ingest_queue_peak": [s["broker"]["queue_peak"] for s in stats],
             "subscribers": [s["subscribers"] for s in stats],
             "broker_cpu_per_s": [round(c / elapsed, 2) for c in cpu],
             "load_average": [round(x, 1) for x in load],
