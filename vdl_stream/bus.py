@@ -523,16 +523,9 @@ class Bus:
                                 trim_operator=_token("APPROXIMATELY"),
                             )
                         for run, m, n, frame in entries:
-                            fields: dict[str, Any] = {"b": self.id, "p": written[run]}
-                            if n == 0:
-                                fields["r"] = 1  # a retraction: the batch before was refused
-                            else:
-                                fields.update(n=n, f=frame)
-                                if m != n:
-                                    fields["m"] = m
                             pipe.xadd(
                                 self._run_key(run),
-                                fields,
+                                _fields(self.id, m, n, frame, written[run]),
                                 trim_strategy=_token("MAXLEN"),
                                 threshold=self._maxlen,
                                 trim_operator=_token("APPROXIMATELY"),
@@ -805,6 +798,20 @@ def _coalesce(
         for m, n, batches in runs
     ]
     return registry, entries
+
+
+def _fields(broker: str, m: int, n: int, frame: bytes, written: int) -> dict[str, Any]:
+    """The fields of a run stream entry of ``broker``: batches ``m`` to ``n`` (``frame``), or a
+    retraction (``n`` 0: the batch before it was refused); ``written``: the number of the last
+    batch of the run that its persist task reported."""
+    fields: dict[str, Any] = {"b": broker, "p": written}
+    if n == 0:
+        fields["r"] = 1
+    else:
+        fields.update(n=n, f=frame)
+        if m != n:
+            fields["m"] = m
+    return fields
 
 
 def _merge(batches: list[Batch], n: int) -> Batch:
