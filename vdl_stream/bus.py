@@ -143,6 +143,8 @@ class BusStatistics:
         refused_leased: batches refused because another broker holds their run.
         leases_lost: leases found taken or expired while this broker thought it held them.
         entries: stream entries added (each holds one or more of the ``published`` batches).
+        stages: with ``VDL_STREAM_BUS_TRACE=1`` only, the ages of points at each stage of the
+            bus path and the event loop's stalls (vdl_stream/bus_trace.py); else None.
     """
 
     broker: str
@@ -286,8 +288,8 @@ class Bus:
         Raises:
             RefusedError: (retryable) another broker holds the run, or Redis cannot be reached.
         """
-        if bus_trace.ON and (w := bus_trace.first_wall(batch.scalars)) is not None:
-            bus_trace.age("A1_admit", w)
+        if bus_trace.ON and (w := bus_trace.walls_of(batch.scalars)) is not None:
+            bus_trace.age("1_admitted", w)
         await self._admit(batch.run)
 
     def check_order(self, batch: Batch, last_seq: dict[str, int]) -> None:
@@ -377,8 +379,8 @@ class Bus:
         """Queue an accepted batch for the other brokers, as it is fanned out to this broker's
         subscribers (at ingest, not once written: see :meth:`settled`); never blocks (drops when
         full)."""
-        if bus_trace.ON and (w := bus_trace.first_wall(batch.scalars)) is not None:
-            bus_trace.age("A3_persisted", w)
+        if bus_trace.ON and (w := bus_trace.walls_of(batch.scalars)) is not None:
+            bus_trace.age("2_published", w)
         n = self._counters.get(batch.run, 0) + 1
         self._counters[batch.run] = n  # a dropped entry still takes its number: receivers see it
         self._unwritten.setdefault(batch.run, collections.deque()).append(n)
@@ -448,9 +450,7 @@ class Bus:
             refused_leased=self._refused_leased,
             leases_lost=self._leases_lost,
             entries=self._entries,
-            stages={**bus_trace.summary(), "steps": bus_trace.steps_summary()}
-            if bus_trace.ON
-            else None,
+            stages=bus_trace.summary() if bus_trace.ON else None,
         )
 
     # -- tasks ----------------------------------------------------------------------------------
@@ -470,9 +470,8 @@ class Bus:
             nursery.start_soon(self._publish_loop)
             nursery.start_soon(self._read_loop)
             nursery.start_soon(self._lease_loop)
-            if bus_trace.ON:
-                nursery.start_soon(bus_trace.lag_task)
-                trio.lowlevel.add_instrument(bus_trace.instrument())
+            if bus_trace.ON:  # diagnostics (vdl_stream/bus_trace.py)
+                nursery.start_soon(bus_trace.watch_loop)
             task_status.started()
             await self.broker.wait_closed()
             # Clean close: the broker fsynced and closed its runs; publish them to the object
@@ -504,10 +503,10 @@ class Bus:
             walls = [
                 w
                 for _, n, b in items
-                if bus_trace.ON and n > 0 and (w := bus_trace.first_wall(b.scalars)) is not None
+                if bus_trace.ON and n > 0 and (w := bus_trace.walls_of(b.scalars)) is not None
             ]
             for w in walls:
-                bus_trace.age("A4_xadd_send", w)
+                bus_trace.age("3_xadd_sent", w)
             batches = sum(n - m + 1 for _, m, n, _ in entries if n)
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
@@ -539,7 +538,7 @@ class Bus:
             self._published += batches
             self._entries += len(entries)
             for w in walls:
-                bus_trace.age("A5_xadd_acked", w)
+                bus_trace.age("4_xadd_acked", w)
 
     async def _read_loop(self) -> None:
         """Fan out the other brokers' entries to this broker's subscribers; on losing Redis,
@@ -654,15 +653,15 @@ class Bus:
             batches.append((batch.scalars, batch.events))
             if n > written:
                 held.append((n, now, batch.scalars, batch.events))
-            if bus_trace.ON and (w := bus_trace.first_wall(batch.scalars)) is not None:
-                bus_trace.age("B6_xread", w, self._xread_at)
+            if bus_trace.ON and (w := bus_trace.walls_of(batch.scalars)) is not None:
+                bus_trace.age("6_xread", w, self._xread_at)
                 ms = int(entry.identifier.split(b"-")[0])
-                bus_trace.age("A5r_in_redis", w, ms / 1000)
+                bus_trace.age("5_in_redis", w, ms / 1000)
         scalars, events = codec.join_batches(batches)
         if scalars or events:
             self.broker._bus_fan_out(run, scalars, events)
-            if bus_trace.ON and (w := bus_trace.first_wall(scalars)) is not None:
-                bus_trace.age("B7_fanned", w)
+            if bus_trace.ON and (w := bus_trace.walls_of(scalars)) is not None:
+                bus_trace.age("7_fanned_out", w)
         if gap:
             self.broker._bus_gap(run)
 

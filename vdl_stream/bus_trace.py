@@ -1,107 +1,110 @@
-"""Diagnostics (temporary): how old a batch is at each stage of the bus path."""
+"""Diagnostics of the bus path: how old the points are at each stage, and the event loop's stalls.
+
+Off unless the environment has ``VDL_STREAM_BUS_TRACE=1`` when the broker starts (``bench/bench_bus.py
+--trace`` sets it for its brokers); then ``GET /api/stats`` reports, under ``bus.stages``, for each
+stage the age of every point that passed it (now minus the point's wall time, in ms, the last
+:data:`KEPT` arrays of points): p50, p90 and p99, weighted by points as a browser sees them. The
+ages compare clocks of the writer's host and the broker's, so they mean something only where the
+clocks agree (one host, as in the benchmark). Stages, in path order (A: the broker the writer
+writes to; B: another broker)::
+
+    1_admitted     A  the batch's lease is checked at ingest
+    2_published    A  queued for the bus, as it is fanned out to A's own subscribers
+    3_xadd_sent    A  its publish round starts (the XADD pipeline is sent)
+    4_xadd_acked   A  Redis answered that round
+    5_in_redis     B  the entry's id (Redis's clock when it added the entry)
+    6_xread        B  the XREAD that returned it came back
+    7_fanned_out   B  offered to B's subscribers
+
+plus ``loop_lag`` (how late a 5-ms sleep of the event loop wakes, ms) and ``steps``: the tasks whose
+steps ran longer than 5 ms, as ``[count, total ms, longest ms, CPU ms]`` (CPU far below wall time
+means the process waited for a core, not that the task computed).
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from collections import deque
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+#: Whether tracing is on (read once, at import).
 ON = os.environ.get("VDL_STREAM_BUS_TRACE") == "1"
-_ages: dict[str, deque] = {}
+#: Arrays of ages kept per stage (one per batch or entry).
+KEPT = 20_000
+#: Steps longer than this many ms are counted.
+LONG_STEP_MS = 5.0
+
+_ages: dict[str, deque[np.ndarray]] = {}
+_steps: dict[str, list[float]] = {}  # task name -> [count, total ms, longest ms, CPU ms]
 
 
-def age(stage: str, wall: float, now: float | None = None) -> None:
+def age(stage: str, walls: np.ndarray, now: float | None = None) -> None:
+    """Record the age of points with wall times ``walls`` at ``stage`` (``now``: the time they
+    passed it, default the present)."""
     if not ON:
         return
-    d = _ages.get(stage)
-    if d is None:
-        d = _ages[stage] = deque(maxlen=20000)
-    d.append(((time.time() if now is None else now) - np.asarray(wall, dtype=float)) * 1000)
+    kept = _ages.get(stage)
+    if kept is None:
+        kept = _ages[stage] = deque(maxlen=KEPT)
+    kept.append(((time.time() if now is None else now) - np.asarray(walls, dtype=float)) * 1000)
 
 
-def first_wall(scalars):
-    """Every point's wall time (the first tag's column): ages are weighted by points, as the
-    browser's are."""
-    for col in scalars:
-        if len(col.walls):
-            return col.walls
+def walls_of(scalars: Sequence[Any]) -> np.ndarray | None:
+    """The wall times of a batch's points (its first tag's column; None without scalars)."""
+    for column in scalars:
+        if len(column.walls):
+            return column.walls
     return None
 
 
-def summary() -> dict:
-    out = {}
-    for stage, d in _ages.items():
-        a = np.concatenate([np.atleast_1d(x) for x in d])
+def summary() -> dict[str, Any]:
+    """p50 / p90 / p99 of every stage's ages (and of ``loop_lag``), with the tasks' long steps."""
+    out: dict[str, Any] = {}
+    for stage, kept in sorted(_ages.items()):
+        ages = np.concatenate([np.atleast_1d(a) for a in kept])
         out[stage] = {
-            "n": len(a),
-            "p50": round(float(np.percentile(a, 50)), 2),
-            "p90": round(float(np.percentile(a, 90)), 2),
-            "p99": round(float(np.percentile(a, 99)), 2),
+            "points": len(ages),
+            **{f"p{q}": round(float(np.percentile(ages, q)), 2) for q in (50, 90, 99)},
         }
+    top = sorted(_steps.items(), key=lambda kv: -kv[1][1])[:12]
+    out["steps"] = {name[-70:]: [round(v) for v in s] for name, s in top}
     return out
 
 
-def clear() -> None:
-    _ages.clear()
-
-
-async def lag_task() -> None:
-    import trio
-
-    while True:
-        t = time.perf_counter()
-        await trio.sleep(0.005)
-        lag = (time.perf_counter() - t - 0.005) * 1000
-        d = _ages.setdefault("loop_lag", deque(maxlen=20000))
-        d.append(lag)
-
-
-_steps: dict[str, list] = {}  # task name -> [count>5ms, total wall ms, max wall ms, total cpu ms]
-
-
-_gaps: list = [0, 0.0, 0.0]  # count > 5 ms, total ms, max ms: between two task steps
-
-
-def instrument():
+async def watch_loop() -> None:
+    """Record how late the event loop wakes a 5-ms sleep (``loop_lag``) and the tasks' long
+    steps (``steps``), until cancelled."""
     import trio
 
     class Steps(trio.abc.Instrument):
-        _t = (time.perf_counter(), time.thread_time())
+        """Counts task steps longer than :data:`LONG_STEP_MS` (wall and CPU time)."""
 
-        _end = None
+        def __init__(self) -> None:
+            self._start = (time.perf_counter(), time.thread_time())
 
-        def before_task_step(self, task):
-            self._t = (time.perf_counter(), time.thread_time())
-            if self._end is not None:
-                gap = (self._t[0] - self._end) * 1000
-                self._end = None
-                if gap > 5:
-                    _gaps[0] += 1
-                    _gaps[1] += gap
-                    _gaps[2] = max(_gaps[2], gap)
+        def before_task_step(self, task: Any) -> None:
+            self._start = (time.perf_counter(), time.thread_time())
 
-        def after_task_step(self, task):
-            t0, c0 = self._t
-            self._end = time.perf_counter()
-            wall = (time.perf_counter() - t0) * 1000
-            cpu = (time.thread_time() - c0) * 1000
-            if wall > 5:
+        def after_task_step(self, task: Any) -> None:
+            wall = (time.perf_counter() - self._start[0]) * 1000
+            if wall > LONG_STEP_MS:
                 s = _steps.setdefault(task.name, [0, 0.0, 0.0, 0.0])
                 s[0] += 1
                 s[1] += wall
                 s[2] = max(s[2], wall)
-                s[3] += cpu
+                s[3] += (time.thread_time() - self._start[1]) * 1000
 
-    return Steps()
-
-
-def steps_summary() -> dict:
-    top = sorted(_steps.items(), key=lambda kv: -kv[1][1])[:12]
-    return {k[-70:]: [v[0], round(v[1]), round(v[2]), round(v[3])] for k, v in top}
-
-
-def dur(stage: str, seconds: float) -> None:
-    if ON:
-        _ages.setdefault(stage, deque(maxlen=20000)).append(seconds * 1000)
+    instrument = Steps()
+    trio.lowlevel.add_instrument(instrument)
+    lags = _ages.setdefault("loop_lag", deque(maxlen=KEPT))
+    try:
+        while True:
+            start = time.perf_counter()
+            await trio.sleep(0.005)
+            lags.append(np.array([(time.perf_counter() - start - 0.005) * 1000]))
+    finally:
+        trio.lowlevel.remove_instrument(instrument)
