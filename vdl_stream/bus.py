@@ -7,15 +7,33 @@ truth. Keys, under a prefix (``vdl`` by default)::
 
     vdl:lease:<run>   string   id of the broker that writes the run; SET NX PX, renewed
     vdl:run:<run>     stream   live batches of the run: one entry per publish round, holding
-                               every batch of the run written since the previous round
+                               every batch of the run accepted since the previous round
                                fields: b = broker id, n = per (broker, run) counter of the entry's
-                               last batch, m = that of its first (absent: n), f = batch frame
+                               last batch, m = that of its first (absent: n), f = batch frame,
+                               p = counter of the last batch its broker had written when it sent
+                               the entry; or (r = 1, no n, m, f) a retraction: a batch published
+                               before was refused, receivers re-sync the run
     vdl:runs          stream   one entry each time a broker takes a run's lease: run, b
 
 Data path of a batch, broker A (holding the run's lease) to a browser on broker B::
 
-    A: ingest -> persist (recorder) -> publish() -> bounded queue -> XADD vdl:run:<run> MAXLEN ~ N
+    A: ingest -> fan-out to A's subscribers, publish() -> bounded queue -> XADD vdl:run:<run> MAXLEN ~ N
+       (and persist (recorder) -> settled(): the next entries' p)
     B: XREAD BLOCK (every run stream it knows) -> Broker._bus_fan_out -> B's subscribers
+
+- **Published as it is accepted, not once written.** A batch goes to the bus when it is fanned
+  out to the broker's own subscribers (at ingest), so the persist task (its queue, its worker
+  thread, its once-a-second fsync) is not on the way to other brokers' browsers: on a busy 2-core
+  host that was a third of the cross-broker latency, and the fsync pauses its tail (docs/
+  performance.md, "Cross-broker latency"). What a receiver fanned out may thus be missing from
+  the files for a moment, so entries say how far their broker has written (``p``): a receiver
+  keeps the frames of entries past that (:meth:`Bus.unsettled`, at most ``UNSETTLED_KEPT`` a
+  run, ``UNSETTLED_SECONDS`` old) and sends them again after a snapshot of the run read from the
+  files (twice rather than not at all). A batch refused after it was published (its lease lost,
+  a disk error) is followed by a retraction entry, and a run whose entries come from a new
+  broker while the previous one's were unsettled (it died before writing them) is re-synced: in
+  both cases the receivers' subscribers get a ``gap`` naming the run and re-read it from the
+  files, the way a broker's own subscribers re-sync a batch refused after its fan-out.
 
 - **Coalesced while busy, at once when idle.** The publisher takes a batch as soon as one is
   queued; if its previous round began less than :data:`PUBLISH_TICK` ago it first waits for the
@@ -601,7 +619,9 @@ class Bus:
                     continue
                 if key.startswith(prefix):
                     self._fan_out(key[len(prefix) :].decode(), entries)
-            await trio.lowlevel.checkpoint()
+            # No checkpoint here: the next XREAD yields anyway (its request goes out through
+            # coredis's writer task), and on a busy host each extra pass of the scheduler
+            # before it is sent is time the next entries wait in Redis.
 
     def _fan_out(self, run: str, entries: Iterable[Any]) -> None:
         """Fan out the entries of ``run`` one XREAD returned as one ``data`` frame: the more
