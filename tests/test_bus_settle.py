@@ -137,3 +137,18 @@ async def test_another_broker_taking_a_run_over_resyncs_frames_the_previous_one_
     bus._fan_out("s", entries_of("A", [("s", 1, batch("s", 1))], 1))
     bus._fan_out("s", entries_of("C", [("s", 1, batch("s", 2))], 1))
     assert sub.statistics().run_gaps == 1
+
+
+async def test_unsettled_frames_are_forgotten_after_a_few_seconds(tmp_path: Path):
+    import time
+
+    from vdl_stream.bus import UNSETTLED_SECONDS
+
+    broker = Broker(tmp_path)
+    bus = Bus(broker, NOWHERE)
+    bus._fan_out("r", entries_of("A", [("r", 1, batch("r", 1))], 0))
+    assert steps_of(bus, "r") == list(range(10, 20))
+    bus._sweep(time.monotonic())
+    assert "r" in bus._unsettled  # still young
+    bus._sweep(time.monotonic() + UNSETTLED_SECONDS + 1)  # a run that went quiet
+    assert "r" not in bus._unsettled and bus.unsettled("r") == []

@@ -599,6 +599,7 @@ class Bus:
                 self._register(run)  # a restarted Redis knows none of this broker's runs
         self._seen.clear()
         prefix = f"{self._prefix}:run:".encode()
+        swept = time.monotonic()
         while True:
             result = await redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
             self._xread_at = time.time()
@@ -619,6 +620,9 @@ class Bus:
                     continue
                 if key.startswith(prefix):
                     self._fan_out(key[len(prefix) :].decode(), entries)
+            if time.monotonic() - swept >= 1.0:  # runs that went quiet keep nothing for long
+                swept = time.monotonic()
+                self._sweep(swept)
             # No checkpoint here: the next XREAD yields anyway (its request goes out through
             # coredis's writer task), and on a busy host each extra pass of the scheduler
             # before it is sent is time the next entries wait in Redis.
@@ -684,6 +688,14 @@ class Bus:
                 bus_trace.age("7_fanned_out", w)
         if gap:
             self.broker._bus_gap(run)
+
+    def _sweep(self, now: float) -> None:
+        """Forget unsettled frames older than :data:`UNSETTLED_SECONDS` of every run."""
+        for run, (_, held) in list(self._unsettled.items()):
+            while held and held[0][1] < now - UNSETTLED_SECONDS:
+                held.popleft()
+            if not held:
+                del self._unsettled[run]
 
     def _hold(
         self, run: str, source: bytes, now: float
