@@ -102,8 +102,6 @@ COMMAND_TIMEOUT = 1.0
 #: Entries one XREAD returns at most, and the ms it blocks.
 READ_COUNT = 1000
 READ_BLOCK_MS = 1000
-#: XREAD results the reader hands to the fan-out task at most before it waits for it.
-READ_AHEAD = 64
 #: Writers whose refused batch has not come again, remembered at most (oldest forgotten).
 PENDING_KEPT = 65_536
 #: Batches one publish round takes from the queue at most (merged into one entry per run).
@@ -601,52 +599,33 @@ class Bus:
                 self._register(run)  # a restarted Redis knows none of this broker's runs
         self._seen.clear()
         prefix = f"{self._prefix}:run:".encode()
-        # What each XREAD returned goes to the fan-out task, in order, and the next XREAD goes
-        # out at once: an entry that reaches Redis while this broker decodes and fans out the
-        # previous ones does not wait for that as well as for the next round trip.
-        send, receive = trio.open_memory_channel[tuple[str, Any, float]](READ_AHEAD)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._fan_out_loop, receive)
-            async with send:
-                while True:
-                    result = await redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
-                    at = time.time()
-                    for key, entries in (result or {}).items():
-                        name = key.decode()
-                        if entries:
-                            streams[name] = entries[-1].identifier.decode()
-                        if key == self._registry.encode():
-                            for entry in entries:
-                                run = _text(entry.field_values.get(b"run"))
-                                if run and self._run_key(run) not in streams:
-                                    # Read from this entry on. A run known here already (from
-                                    # its files) may have entries from before it (a broker that
-                                    # announces its runs again after a Redis restart): its
-                                    # subscribers re-sync (the fan-out task learns the run).
-                                    streams[self._run_key(run)] = entry.identifier.decode()
-                                    await _put(send, (run, None, at))
-                        elif key.startswith(prefix):
-                            await _put(send, (key[len(prefix) :].decode(), entries, at))
-                    # No checkpoint here: the next XREAD yields anyway (its request goes out
-                    # through coredis's writer task), and on a busy host each extra pass of the
-                    # scheduler before it is sent is time the next entries wait in Redis.
-
-    async def _fan_out_loop(
-        self, receive: trio.MemoryReceiveChannel[tuple[str, Any, float]]
-    ) -> None:
-        """Fan out what the reader hands over, in order: a run to learn (``entries`` None; its
-        subscribers re-sync if it was known), or the entries of a run one XREAD returned."""
         swept = time.monotonic()
-        async for run, entries, at in receive:
-            if entries is None:
-                if self.broker._bus_learn(run):
-                    self.broker._bus_gap(run)
-            else:
-                self._xread_at = at
-                self._fan_out(run, entries)
+        while True:
+            result = await redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
+            self._xread_at = time.time()
+            for key, entries in (result or {}).items():
+                name = key.decode()
+                if entries:
+                    streams[name] = entries[-1].identifier.decode()
+                if key == self._registry.encode():
+                    for entry in entries:
+                        run = _text(entry.field_values.get(b"run"))
+                        if run and self._run_key(run) not in streams:
+                            # Read from this entry on. A run known here already (from its files)
+                            # may have entries from before it (a broker that announces its runs
+                            # again after a Redis restart): its subscribers re-sync.
+                            streams[self._run_key(run)] = entry.identifier.decode()
+                            if self.broker._bus_learn(run):
+                                self.broker._bus_gap(run)
+                    continue
+                if key.startswith(prefix):
+                    self._fan_out(key[len(prefix) :].decode(), entries)
             if time.monotonic() - swept >= 1.0:  # runs that went quiet keep nothing for long
                 swept = time.monotonic()
                 self._sweep(swept)
+            # No checkpoint here: the next XREAD yields anyway (its request goes out through
+            # coredis's writer task), and on a busy host each extra pass of the scheduler
+            # before it is sent is time the next entries wait in Redis.
 
     def _fan_out(self, run: str, entries: Iterable[Any]) -> None:
         """Fan out the entries of ``run`` one XREAD returned as one ``data`` frame: the more
@@ -874,14 +853,6 @@ def _merge(batches: list[Batch], n: int) -> Batch:
     return Batch(
         writer=batches[0].writer, seq=n, run=batches[0].run, scalars=scalars, events=events
     )
-
-
-async def _put(send: trio.MemorySendChannel[Any], item: Any) -> None:
-    """Hand ``item`` over without a scheduler pass, unless the channel is full."""
-    try:
-        send.send_nowait(item)
-    except trio.WouldBlock:
-        await send.send(item)
 
 
 def _token(name: str) -> Any:
