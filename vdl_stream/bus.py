@@ -253,6 +253,7 @@ class Bus:
             int(queue)
         )
         self._redis: Any = None
+        self._publisher: Any = None  # the publish loop's client (connections of its own)
         # run -> monotonic time until which this broker may write it (read by the persist thread)
         self._held: dict[str, float] = {}
         self._used: dict[str, float] = {}  # run -> monotonic time of its last batch
@@ -484,7 +485,13 @@ class Bus:
         self._redis = coredis.Redis.from_url(
             self.url, stream_timeout=READ_BLOCK_MS / 1000 + 5, connect_timeout=COMMAND_TIMEOUT
         )
-        async with self._redis, trio.open_nursery() as nursery:
+        # The publisher's pipelines on connections of their own: a lease's renewal, queued on a
+        # connection behind a pipeline of large entries, waited for that pipeline's answers too
+        # (and a busy broker could lose every lease at once when two renewals timed out).
+        self._publisher = coredis.Redis.from_url(
+            self.url, stream_timeout=COMMAND_TIMEOUT * 2, connect_timeout=COMMAND_TIMEOUT
+        )
+        async with self._redis, self._publisher, trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_loop)
             nursery.start_soon(self._read_loop)
             nursery.start_soon(self._lease_loop)
@@ -528,7 +535,7 @@ class Bus:
             batches = sum(n - m + 1 for _, m, n, _ in entries if n)
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
-                    async with self._redis.pipeline(transaction=False) as pipe:
+                    async with self._publisher.pipeline(transaction=False) as pipe:
                         # Announcements first: a reader starts a run's stream at its
                         # announcement, so that must come before the run's entries.
                         for run in registry:
