@@ -99,6 +99,8 @@ PUBLISH_QUEUE = 4096
 IDLE_RELEASE = 30.0
 #: Bound on one Redis command of the ingest and lease paths, in seconds.
 COMMAND_TIMEOUT = 1.0
+#: Seconds before a failed lease renewal is tried again.
+RENEW_RETRY = 0.1
 #: Entries one XREAD returns at most, and the ms it blocks.
 READ_COUNT = 1000
 READ_BLOCK_MS = 1000
@@ -725,9 +727,16 @@ class Bus:
         return held
 
     async def _lease_loop(self) -> None:
-        """Renew held leases every third of the ttl; release idle ones; give up lost ones."""
+        """Renew held leases every third of the ttl; release idle ones; give up lost ones.
+
+        A renewal that failed (Redis slow or away) is tried again after :data:`RENEW_RETRY`, not
+        a third of the ttl later: on a starved host one renewal past its 1-s bound, then a
+        third of the ttl of waiting, let every hold of the broker lapse at once.
+        """
+        renewed = True
         while True:
-            await trio.sleep(self._ttl / 3)
+            await trio.sleep(self._ttl / 3 if renewed else min(RENEW_RETRY, self._ttl / 3))
+            renewed = True
             for run in [r for r in list(self._held) if not self.holds(r)]:
                 # Not confirmed in time (Redis away or slow): another broker may have it now.
                 self._leases_lost += 1
@@ -752,6 +761,7 @@ class Bus:
             except Exception as exc:
                 if not _redis_failure(exc):
                     raise
+                renewed = False
                 continue  # unknown: the leases stay held until their local deadline
             for i, run in enumerate(runs):
                 if int(kept[i]):
