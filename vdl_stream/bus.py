@@ -48,7 +48,8 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
   files; docs/protocol.md).
 - **Exactly one broker persists a run.** A broker takes a run's lease at its first batch (Lua:
   ``SET NX PX``, or extend it if it is already this broker's), renews every lease it holds every
-  ``lease_ttl / 3`` with a Lua check-and-extend (a broker never renews a lease it lost), and
+  ``lease_ttl / 3`` (a failed renewal again after ``RENEW_RETRY``) with a Lua
+  check-and-extend (a broker never renews a lease it lost), and
   releases it with a Lua check-and-delete when the run goes idle or the broker closes. Locally a
   lease counts as held until ``lease_ttl * 2 / 3`` after the command that last confirmed it was
   *sent*, so a broker stops writing before Redis could give the run to another. A batch of a run
