@@ -849,6 +849,8 @@ class Broker:
         # conversion, vdl_stream/telemetry.py): never training data to either.
         view = legacy_view(batch.scalars, batch.events)
         seq = self._fan_out(batch.run, batch.scalars, batch.events, view=view)
+        if self._bus is not None:  # bus: to the other brokers' browsers too, as fanned out here
+            self._bus.publish(batch)
         if self.alerts is not None and batch.writer != ALERTS_WRITER:  # alerts block, below
             self.alerts.observe(batch.run, *view)
         run.inflight[(batch.writer, batch.seq)] = seq
@@ -881,6 +883,8 @@ class Broker:
             for sub in self._subscribers:
                 if sub.wants(batch.run):
                     sub.mark_gap(batch.run)
+            if self._bus is not None:  # bus: and the other brokers' browsers re-sync it too
+                self._bus.settled(batch.run, refused=True)
             raise
         self._batches += 1
         self._events += batch.count()
@@ -1073,10 +1077,10 @@ class Broker:
                 if inflight.get((batch.writer, batch.seq)) == seq:  # not a newer copy's
                     del inflight[(batch.writer, batch.seq)]
         self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
-        if self._bus is not None:  # bus: what is written goes to the other brokers' browsers
+        if self._bus is not None:  # bus: published at ingest; now in the files, or refused
             for seq, batch, _ in items:
-                if batch is not None and seq not in refused:
-                    self._bus.publish(batch)
+                if batch is not None:
+                    self._bus.settled(batch.run, refused=seq in refused)
         self._wake_waiters()  # written: acknowledge writers that did not ask to sync
 
     def _refuse(self, seq: int, batch: Batch, refusal: RefusedError, root: bool) -> None:
@@ -1765,6 +1769,17 @@ class Broker:
         self._bus_learn(name)
         self._fan_out(name, scalars, events)
 
+    def _bus_resend(self, sub: Subscriber, name: str) -> None:
+        """Offer ``sub`` again the live frames of run ``name`` that came by the bus and that its
+        writing broker had not yet written when it last said (:meth:`Bus.unsettled`)."""
+        for scalars, events in self._bus.unsettled(name):
+            picked = sub.select(scalars, events)
+            if any(picked):
+                self._seq += 1
+                sub.offer(
+                    self._seq, name, codec.encode_live("data", self._seq, name, *picked), picked
+                )
+
     def _bus_gap(self, name: str | None) -> None:
         """Live frames of run ``name`` (None: of every run) were lost between brokers: the
         subscribers concerned are sent a ``gap`` (naming ``name``) and re-sync from snapshots."""
@@ -1943,6 +1958,11 @@ class Broker:
             # moves together with the written seq (both set at once on the event loop, so they
             # are taken together here, and both reads stop at that one position).
             covered = self._written_seq if run.local else self._seq
+            if self._bus is not None and not run.local:
+                # bus: frames fanned out before ``covered`` that the run's writing broker has
+                # not yet reported in its files may be missing from them: sent again after the
+                # snapshot (twice rather than not at all)
+                self._bus_resend(sub, name)
             try:
                 if self._bus is not None and not run.local and self._bus.carries(name):
                     # bus: live frames of this run come by the bus, and the files hold
