@@ -93,6 +93,19 @@ async def wait_rounds(broker: Broker, n: int) -> None:
     raise AssertionError(f"the follow loop did not complete {n} rounds")
 
 
+async def follow_and_read(broker: Broker, nursery: trio.Nursery, run: Path):
+    """Start ``broker`` following every 20 ms, subscribe, wait three rounds and read ``run``
+    once, as a page would: from then on what is appended to it is fanned out live. Returns the
+    subscription."""
+    await nursery.start(broker.run)
+    await nursery.start(partial(broker.follow, 0.02))
+    sub = broker.subscribe()
+    await wait_rounds(broker, 3)
+    series = await broker.read_scalars(run.name, TAG, start=None, end=None, max_points=None)
+    assert len(series.steps) == 20
+    return sub
+
+
 async def received_steps(sub, run: str, count: int) -> list[float]:
     """Steps of ``run`` in the data frames ``sub`` receives, until there are ``count``."""
     steps: list[float] = []
@@ -148,21 +161,7 @@ async def test_a_head_segment_grown_by_another_process_is_tailed_even_with_its_m
     (head,) = sorted(run.glob("segment-*.vdlr"))
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            await nursery.start(partial(broker.follow, 0.02))
-            sub = broker.subscribe()
-            await wait_rounds(broker, 3)
-            # Read once, as a page would: from here on what is appended is fanned out live.
-            assert (
-                len(
-                    (
-                        await broker.read_scalars(
-                            run.name, TAG, start=None, end=None, max_points=None
-                        )
-                    ).steps
-                )
-                == 20
-            )
+            sub = await follow_and_read(broker, nursery, run)
             old, old_dir = head.stat().st_mtime_ns, run.stat().st_mtime_ns
             # Written while the event loop waits (no round runs until the mtimes are put back).
             write_elsewhere(run, range(20, 35))
@@ -183,21 +182,7 @@ async def test_runs_rotated_and_compacted_by_another_process_are_read_whole(swee
     run = sweep / "r011"
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            await nursery.start(partial(broker.follow, 0.02))
-            sub = broker.subscribe()
-            await wait_rounds(broker, 3)
-            # Read once, as a page would: from here on what is appended is fanned out live.
-            assert (
-                len(
-                    (
-                        await broker.read_scalars(
-                            run.name, TAG, start=None, end=None, max_points=None
-                        )
-                    ).steps
-                )
-                == 20
-            )
+            sub = await follow_and_read(broker, nursery, run)
             before = sorted(p.name for p in run.iterdir())
             # Sealed every two records (a new segment), and compacted into blocks.
             await trio.to_thread.run_sync(partial(write_elsewhere, run, range(20, 60), compact=2))
@@ -225,21 +210,7 @@ async def test_a_new_segment_hidden_from_directory_mtimes_is_found_by_the_rechec
     (head,) = sorted(run.glob("segment-*.vdlr"))
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            await nursery.start(partial(broker.follow, 0.02))
-            sub = broker.subscribe()
-            await wait_rounds(broker, 3)
-            # Read once, as a page would: from here on what is appended is fanned out live.
-            assert (
-                len(
-                    (
-                        await broker.read_scalars(
-                            run.name, TAG, start=None, end=None, max_points=None
-                        )
-                    ).steps
-                )
-                == 20
-            )
+            sub = await follow_and_read(broker, nursery, run)
             head_before = head.stat()
             dir_before = run.stat()
             # The head is past segment_bytes: the writer starts segment 1 before writing.

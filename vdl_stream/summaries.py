@@ -408,7 +408,7 @@ def _bin_rows(
     """Bin ``jobs[members]``, all of ``size`` values, as the rows of one array; fill in
     ``results`` for the rows without special cases (the others stay None)."""
     k = len(members)
-    values, scaled, index = _group_arrays()
+    values, scaled, index = _pass_arrays(_GROUP_VALUES)
     a = values[: k * size].reshape(k, size)
     for r, j in enumerate(members):
         np.copyto(a[r], jobs[j][0].reshape(-1))  # the float64 that astype gives
@@ -462,17 +462,6 @@ def _bin_rows(
         }
 
 
-def _group_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    arrays = getattr(_scratch, "group", None)
-    if arrays is None:
-        arrays = _scratch.group = (
-            np.empty(_GROUP_VALUES),
-            np.empty(_GROUP_VALUES),
-            np.empty(_GROUP_VALUES, np.int32),
-        )
-    return arrays
-
-
 #: Values binned per pass: big arrays go through in pieces of this many, so that the pass's
 #: float64 and index arrays are the same few hundred kilobytes every time (reused, in cache),
 #: never a fresh array the size of the histogram (fresh memory is paid in page faults). Each
@@ -481,15 +470,15 @@ _CHUNK = 1 << 14
 _scratch = threading.local()  # each thread's pass arrays (bin_histogram runs in several threads)
 
 
-def _pass_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pass_arrays(size: int = _CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's float64, float64 and int32 pass arrays of ``size`` values (made once)."""
     arrays = getattr(_scratch, "arrays", None)
     if arrays is None:
-        arrays = _scratch.arrays = (
-            np.empty(_CHUNK),
-            np.empty(_CHUNK),
-            np.empty(_CHUNK, np.int32),
-        )
-    return arrays
+        arrays = _scratch.arrays = {}
+    kept = arrays.get(size)
+    if kept is None:
+        kept = arrays[size] = (np.empty(size), np.empty(size), np.empty(size, np.int32))
+    return kept
 
 
 def _count(
