@@ -410,7 +410,11 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
             ],
             "every_browser_sees_every_run": all(len(m["runs"]) == writers for _, _, m in browsers),
             "other_broker_all": percentiles([other for _, other, _ in browsers]),
-            "bus": [s["bus"] for s in stats],
+            "bus": [{k: v for k, v in s["bus"].items() if k != "stages"} for s in stats],
+            # --trace: per broker, the age of points at each stage of the bus path
+            "stages": [s["bus"].get("stages") for s in stats] if args.trace else None,
+            # the persist queue's peak depth (of 64): ingest waits while it is full
+            "ingest_queue_peak": [s["broker"]["queue_peak"] for s in stats],
             "subscribers": [s["subscribers"] for s in stats],
             "broker_cpu_per_s": [round(c / elapsed, 2) for c in cpu],
             "load_average": [round(x, 1) for x in load],
@@ -772,6 +776,12 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="brokers report the age of points at each stage of the bus path "
+        "(VDL_STREAM_BUS_TRACE=1; latency phase: 'stages' in the results)",
+    )
+    parser.add_argument(
         "--keep", type=Path, help="failover: copy the log directory and logs here on a loss"
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=PHASES)
@@ -790,6 +800,8 @@ def main() -> None:
     args.seconds = args.seconds or (4.0 if args.quick else 15.0)
     args.writers = args.writers or (12 if args.quick else 48)
     args.repeat = args.repeat or (3 if args.quick else 5)
+    if args.trace:  # inherited by the serve processes (bench/broker_clients.py)
+        os.environ["VDL_STREAM_BUS_TRACE"] = "1"
     chosen = args.only if args.only is not None else DEFAULT_PHASES
     results = {}
     try:

@@ -20,12 +20,19 @@ under test (``PYTHONPATH`` set to it), on 127.0.0.1, and stops it in ``finally``
 * select 100 of 1,000 runs (``--sweep-selects N``, issue 12): the server alone sends the
   snapshots of 100 runs no page has read (split, 200 points a tag, as the page asks) to a
   WebSocket client, three selections on each of N fresh servers; seconds and server CPU.
+* idle follow loop over 1,000 runs (``--sweep-idle SECONDS``): a fresh ``serve`` over the same
+  sweep, no client; once it is up and ``--sweep-idle-settle`` seconds passed (discovery done), its
+  process CPU (user + system, from /proc) over SECONDS, as CPU seconds per second; median of
+  ``--sweep-idle-servers`` fresh servers. The same for ``--baseline``. ``--sweep-idle-no-foreign``
+  serves with ``--no-foreign`` (no walk for TensorBoard/VisualDL files).
 * export: a run of ``--points`` scalar points (10 tags, written in bulk, cached) exported in each
   of ``--export-formats`` by the CLI to /dev/null (wall time, rows/s, CPU time of the process, its
   peak RSS) and by ``GET /api/export`` from a fresh ``serve`` (the body read and counted; rows/s;
-  the server's peak RSS), while a second client asks ``/api/stats`` every 50 ms: its latencies
-  show how long the event loop was held. ``--export-repeats N``: the median of N of each.
-  ``--skip-pages --skip-many`` measures the export alone.
+  the server's peak RSS; the CPU time of the server, of its export child and of the client's
+  reading thread), while a second client asks ``/api/stats`` every 50 ms: its latencies show how
+  long the event loop was held. ``--export-repeats N``: the median of N of each;
+  ``--export-via cli`` or ``http``: one of the two. ``--skip-pages --skip-many`` measures the
+  export alone.
 
 ``--baseline TREE`` runs the same parts with TREE's code as well and prints ratios (the export
 part with ``--baseline-points``: the old export holds the whole run in memory).
@@ -308,6 +315,15 @@ def children_mb(pid: int) -> float:
     return total / 2**20
 
 
+def server_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process ``pid`` so far: its own, and its reaped
+    children's."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system, t.children_user + t.children_system
+
+
 def export_http(tree: Path, run: Path, fmt: str, work: Path) -> dict:
     server = Serve(tree, run.parent, work / "serve-export.log")
     latencies: list[float] = []
@@ -326,8 +342,9 @@ def export_http(tree: Path, run: Path, fmt: str, work: Path) -> dict:
 
     try:
         idle_mb = server.rss_mb()
+        cpu0 = server_cpu(server.proc.pid)
         poller = threading.Thread(target=poll, daemon=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         poller.start()
         size = 0
         with urllib.request.urlopen(
@@ -335,13 +352,19 @@ def export_http(tree: Path, run: Path, fmt: str, work: Path) -> dict:
         ) as response:
             while chunk := response.read(1 << 20):
                 size += len(chunk)
-        seconds = time.perf_counter() - t0
+        seconds, client_cpu = time.perf_counter() - t0, time.thread_time() - c0
         done.set()
         poller.join(60)
+        cpu1 = server_cpu(server.proc.pid)
         lat = np.array(latencies) * 1000
         return {
             "seconds": seconds,
             "bytes": size,
+            # CPU seconds during the export: the server's own (its /api/stats answers included),
+            # its export child's (reaped by then), the client's reading thread
+            "server_cpu_s": cpu1[0] - cpu0[0],
+            "child_cpu_s": cpu1[1] - cpu0[1],
+            "client_cpu_s": client_cpu,
             "idle_rss_mb": idle_mb,
             "peak_mb": server.peak_mb(),
             # sampled every 50 ms or so: a lower bound of the child's peak
@@ -363,27 +386,33 @@ def part_export(args, tree: Path, work: Path, points: int) -> dict:
     run = bulk_run(Path(args.cache), points)
     out: dict = {"points": points, "repeats": args.export_repeats}
     for fmt in args.export_formats:
-        clis = sorted(
-            (export_cli(tree, run, fmt) for _ in range(args.export_repeats)),
-            key=lambda r: r["seconds"],
-        )
-        https = sorted(
-            (export_http(tree, run, fmt, work) for _ in range(args.export_repeats)),
-            key=lambda r: r["seconds"],
-        )
-        cli, http = clis[len(clis) // 2], https[len(https) // 2]
-        out[fmt] = {
-            "cli_seconds": cli["seconds"],
-            "cli_rows_per_s": points / cli["seconds"],
-            "cli_cpu_s": cli["cpu_s"],
-            "cli_rows_per_cpu_s": points / cli["cpu_s"],
-            "cli_peak_mb": cli["peak_mb"],
-            "cli_all_seconds": [r["seconds"] for r in clis],
-            "http_seconds": http["seconds"],
-            "http_rows_per_s": points / http["seconds"],
-            "http": http,
-            "http_all_seconds": [r["seconds"] for r in https],
-        }
+        out[fmt] = {}
+        if "cli" in args.export_via:
+            clis = sorted(
+                (export_cli(tree, run, fmt) for _ in range(args.export_repeats)),
+                key=lambda r: r["seconds"],
+            )
+            cli = clis[len(clis) // 2]
+            out[fmt].update({
+                "cli_seconds": cli["seconds"],
+                "cli_rows_per_s": points / cli["seconds"],
+                "cli_cpu_s": cli["cpu_s"],
+                "cli_rows_per_cpu_s": points / cli["cpu_s"],
+                "cli_peak_mb": cli["peak_mb"],
+                "cli_all_seconds": [r["seconds"] for r in clis],
+            })  # fmt: skip
+        if "http" in args.export_via:
+            https = sorted(
+                (export_http(tree, run, fmt, work) for _ in range(args.export_repeats)),
+                key=lambda r: r["seconds"],
+            )
+            http = https[len(https) // 2]
+            out[fmt].update({
+                "http_seconds": http["seconds"],
+                "http_rows_per_s": points / http["seconds"],
+                "http": http,
+                "http_all_seconds": [r["seconds"] for r in https],
+            })  # fmt: skip
     out.update(out[args.export_formats[0]])
     return out
 
@@ -514,6 +543,32 @@ def part_sweep(args, tree: Path, work: Path) -> dict:
     return out
 
 
+def part_sweep_idle(args, tree: Path, work: Path) -> dict:
+    """The follow loop of a ``serve`` over the 1,000-run sweep with no client: its process CPU
+    over ``--sweep-idle`` seconds, after ``--sweep-idle-settle`` seconds (discovery of the runs
+    done), median of ``--sweep-idle-servers`` fresh servers. Every round of the loop checks
+    every run for what another process appended; a run nobody writes should cost next to
+    nothing. (The loop also opens one run's reader a round ahead of a page, as long as the
+    readers' budget has room: that part is the same in every tree.)"""
+    from runs_data import cached_runs
+
+    logdir = Path(cached_runs(n_runs=1000, tags=10, points=10_000))
+    samples = []
+    for _ in range(args.sweep_idle_servers):
+        extra = ["--no-foreign"] if args.sweep_idle_no_foreign else []
+        server = Serve(tree, logdir, work / "serve-idle.log", *extra)
+        try:
+            time.sleep(args.sweep_idle_settle)  # a duration to measure over, not a wait
+            cpu, t0 = process_cpu_s(server.proc.pid), time.perf_counter()
+            time.sleep(args.sweep_idle)
+            cpu = process_cpu_s(server.proc.pid) - cpu
+            samples.append(cpu / (time.perf_counter() - t0))
+        finally:
+            server.stop()
+    return {"cpu_per_s": statistics.median(samples), "samples": samples,
+            "loadavg": Path("/proc/loadavg").read_text().split()[:3]}  # fmt: skip
+
+
 def attempt(out: dict, key: str, part, *args) -> None:
     """Run one part; a part that fails (a page that never draws, say) is recorded, not fatal."""
     try:
@@ -533,6 +588,8 @@ def run_tree(args, tree: Path, browser, work: Path, points: int) -> dict:
             attempt(out, "many_runs", part_many_runs, args, tree, browser, work)
     if args.sweep_selects:
         attempt(out, "sweep", part_sweep, args, tree, work)
+    if args.sweep_idle:
+        attempt(out, "sweep_idle", part_sweep_idle, args, tree, work)
     if not args.skip_export:
         attempt(out, "export", part_export, args, tree, work, points)
     return out
@@ -600,6 +657,8 @@ def report(result: dict) -> str:
         row("select 100 of 1,000 runs, the server alone: subscribe to synced", "sweep",
             "select_s", ".2f", " s")  # fmt: skip
         row("select 100 of 1,000 runs: the server's CPU", "sweep", "select_cpu_s", ".2f", " s")
+    if "sweep_idle" in a:
+        row("1,000 runs, idle serve: its CPU (s per s)", "sweep_idle", "cpu_per_s", ".3f")
     if "snapshot_reads" in a:
         h = result["args"]["hours"]
         for what, label in (
@@ -643,6 +702,9 @@ def report(result: dict) -> str:
             ("/api/export rows/s", "http_rows_per_s", ",.0f", True),
             ("/api/export: server peak RSS, MB", "http.peak_mb", ".0f", False),
             ("/api/export: its child's peak RSS (sampled), MB", "http.child_peak_mb", ".0f", False),
+            ("/api/export: the server's CPU, s", "http.server_cpu_s", ".2f", False),
+            ("/api/export: its child's CPU, s", "http.child_cpu_s", ".2f", False),
+            ("/api/export: the client's CPU, s", "http.client_cpu_s", ".2f", False),
             ("/api/export: /api/stats p99, ms", "http.stats_p99_ms", ".0f", False),
             ("/api/export: /api/stats max, ms", "http.stats_max_ms", ".0f", False),
         )
@@ -687,6 +749,21 @@ def main() -> None:
         metavar="N",
         help="issue 12: 100 of 1,000 runs' snapshots, the server alone, N fresh servers",
     )
+    parser.add_argument(
+        "--sweep-idle",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="1,000 runs: an idle serve's CPU over SECONDS (its follow loop), fresh servers",
+    )
+    parser.add_argument("--sweep-idle-settle", type=float, default=5.0, metavar="SECONDS")
+    parser.add_argument("--sweep-idle-servers", type=int, default=3, metavar="N")
+    parser.add_argument(
+        "--sweep-idle-no-foreign",
+        action="store_true",
+        help="serve --no-foreign: the native runs' follow loop without the walk of the log "
+        "directory for TensorBoard/VisualDL files (vdl_stream/foreign.py)",
+    )
     parser.add_argument("--skip-many", action="store_true", help="no many-runs part")
     parser.add_argument(
         "--ws-only",
@@ -705,13 +782,24 @@ def main() -> None:
     parser.add_argument(
         "--export-repeats", type=int, default=1, help="export: runs of each, the median kept"
     )
+    parser.add_argument(
+        "--export-via",
+        type=lambda text: text.split(","),
+        default=["cli", "http"],
+        help="export: comma-separated, cli (vdl-stream export) and http (/api/export); default both",
+    )
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vdl-bench-serve"))
     parser.add_argument("--out", default=str(HERE / "out" / "serve.json"))
     args = parser.parse_args()
-    if not set(args.export_formats) <= {"csv", "json"} or args.export_repeats < 1:
+    if (
+        not set(args.export_formats) <= {"csv", "json"}
+        or not set(args.export_via) <= {"cli", "http"}
+        or args.export_repeats < 1
+    ):
         parser.error(
-            f"--export-formats takes csv and json, --export-repeats >= 1; got "
-            f"{','.join(args.export_formats)!r}, {args.export_repeats}"
+            f"--export-formats takes csv and json, --export-via cli and http, --export-repeats "
+            f">= 1; got {','.join(args.export_formats)!r}, {','.join(args.export_via)!r}, "
+            f"{args.export_repeats}"
         )
     args.hours = args.hours or (0.1 if args.quick else 1.0)
     args.runs = args.runs or (20 if args.quick else 100)

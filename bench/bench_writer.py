@@ -12,7 +12,10 @@ subprocess:
   background encoding, persistence, close); the library's import, paid once per process
   whatever the number of events, is measured apart (``import_cpu_ms``), for every library alike;
 - add_histogram (2,000 histograms of 10,000 float32; ``--histogram-size`` for another size):
-  loop wall time and process CPU per call;
+  loop wall time and process CPU per call. With ``--histogram-rounds R`` the writer logs R
+  bursts of them, each followed by ``flush()``, and only the last is measured: a training loop
+  logs its histograms every so many steps, and from the second time on, a writer that keeps its
+  memory finds it warm (the first burst faults in fresh pages, docs/performance.md);
 - bytes on disk per scalar event.
 
 Besides, a "floor" writer that only does what any writer keeping the calls for a background
@@ -20,7 +23,7 @@ thread must do in the caller's thread (a dict lookup, the time and a list extend
 copy per histogram): the least a hot path can cost on this interpreter.
 
 Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-size N]
-                                    [--repeat R] [--before TREE]
+                                    [--histogram-rounds R] [--repeat R] [--before TREE]
        python bench/bench_writer.py --binning [--repeat R] [--before TREE]
 (the second: the histogram binning alone, CPU per histogram of 1k to 1M values).
 
@@ -57,6 +60,9 @@ class NullWriter:
     def add_histogram(self, tag, values, step):
         pass
 
+    def flush(self):
+        pass
+
     def close(self):
         pass
 
@@ -80,6 +86,9 @@ class FloorWriter:
 
     def add_histogram(self, tag, values, step):
         self._events.append((tag, step, _now(), values.copy()))
+
+    def flush(self):
+        self._events.clear()  # what a background thread would have taken meanwhile
 
     def close(self):
         pass
@@ -145,16 +154,20 @@ def measure_scalars(lib: str, n: int, logdir: Path) -> dict:
     }
 
 
-def measure_histograms(lib: str, n: int, logdir: Path, size: int) -> dict:
+def measure_histograms(lib: str, n: int, logdir: Path, size: int, rounds: int = 1) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(0)
     data = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
     load(lib)
     writer = open_writer(lib, logdir)
+    for r in range(rounds - 1):  # earlier bursts, not measured (--histogram-rounds)
+        for i in range(n):
+            writer.add_histogram("weights", data[i % 20], r * n + i)
+        writer.flush()
     cpu0 = time.process_time()
     loop0 = time.perf_counter()
-    for i in range(n):
+    for i in range((rounds - 1) * n, rounds * n):
         writer.add_histogram("weights", data[i % 20], i)
     loop = time.perf_counter() - loop0
     loop_cpu = time.process_time() - cpu0
@@ -166,17 +179,25 @@ def measure_histograms(lib: str, n: int, logdir: Path, size: int) -> dict:
     }
 
 
-BINNING_SIZES = (1_000, 10_000, 100_000, 1_000_000)
+BINNING_SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
+#: Histograms binned in one call of ``bin_histograms`` (the "together" column).
+TOGETHER = 64
 
 
 def measure_binning(lib: str) -> dict:
     """Process CPU (all threads) per histogram of float32 normal values into 10 bins, best of
     5 rounds: vdl-stream's ``bin_histogram`` (what the background thread runs per histogram),
-    or, for "numpy", ``np.histogram`` with the sum and sum of squares a histogram records."""
+    or, for "numpy", ``np.histogram`` with the sum and sum of squares a histogram records.
+    Where the tree has ``bin_histograms`` (what the background thread runs per batch), also
+    per histogram when ``TOGETHER`` of one size are binned in one call."""
     import numpy as np
 
+    together = None
     if lib == "vdl-stream":
+        from vdl_stream import summaries
         from vdl_stream.summaries import bin_histogram
+
+        together = getattr(summaries, "bin_histograms", None)
     else:
 
         def bin_histogram(values, buckets):
@@ -195,10 +216,19 @@ def measure_binning(lib: str) -> dict:
                 bin_histogram(values, 10)
             best = min(best, (time.process_time() - cpu0) / reps)
         result[f"bin_{size}_us"] = best * 1e6
+        if together is not None:
+            jobs = [(values, 10)] * TOGETHER
+            best = math.inf
+            for _ in range(5):
+                cpu0 = time.process_time()
+                for _ in range(max(1, reps // TOGETHER)):
+                    together(jobs)
+                best = min(best, (time.process_time() - cpu0) / max(1, reps // TOGETHER))
+            result[f"together_{size}_us"] = best / TOGETHER * 1e6
     return result
 
 
-def child(lib: str, what: str, n: int, size: int) -> None:
+def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
     if what == "binning":
         print(json.dumps(measure_binning(lib)))
         return
@@ -207,18 +237,20 @@ def child(lib: str, what: str, n: int, size: int) -> None:
         result = (
             measure_scalars(lib, n, logdir)
             if what == "scalars"
-            else measure_histograms(lib, n, logdir, size)
+            else measure_histograms(lib, n, logdir, size, rounds)
         )
     print(json.dumps(result))
 
 
-def run_child(lib: str, what: str, n: int, size: int, tree: str | None = None) -> dict:
+def run_child(
+    lib: str, what: str, n: int, size: int, tree: str | None = None, rounds: int = 1
+) -> dict:
     """Measure in a fresh process; ``tree``: import vdl_stream from that source tree."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     if tree is not None:
         env["PYTHONPATH"] = tree
     out = subprocess.run(
-        [sys.executable, __file__, "--child", lib, what, str(n), str(size)],
+        [sys.executable, __file__, "--child", lib, what, str(n), str(size), str(rounds)],
         capture_output=True,
         text=True,
         check=True,
@@ -234,6 +266,12 @@ def main() -> None:
     parser.add_argument(
         "--histogram-size", type=int, default=10_000, help="float32 values per histogram"
     )
+    parser.add_argument(
+        "--histogram-rounds",
+        type=int,
+        default=1,
+        help="bursts of --histograms histograms per writer, each flushed; the last is measured",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per library; medians reported")
     parser.add_argument(
         "--before",
@@ -247,11 +285,14 @@ def main() -> None:
         help="only the histogram binning: CPU per histogram of 1k to 1M float32 values, "
         "vdl-stream (and --before) against np.histogram",
     )
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
+    if args.child:  # lib what n size [rounds]
+        lib, what, n, size, *rounds = args.child
+        child(lib, what, int(n), int(size), int(rounds[0]) if rounds else 1)
         return
+    if args.histogram_rounds < 1:
+        parser.error(f"--histogram-rounds must be at least 1, got {args.histogram_rounds}")
     if args.binning:
         binning(args.before, args.repeat)
         return
@@ -266,7 +307,14 @@ def main() -> None:
             runs[name].append(
                 {
                     **run_child(lib, "scalars", args.scalars, 0, tree),
-                    **run_child(lib, "histograms", args.histograms, args.histogram_size, tree),
+                    **run_child(
+                        lib,
+                        "histograms",
+                        args.histograms,
+                        args.histogram_size,
+                        tree,
+                        args.histogram_rounds,
+                    ),
                 }
             )
     results = {
@@ -275,7 +323,9 @@ def main() -> None:
     ours, anchor = results["vdl-stream"], results["tensorboardX"]
     print(
         f"{args.scalars} scalars over {len(TAGS)} tags, {args.histograms} histograms of "
-        f"{args.histogram_size:,} float32; "
+        f"{args.histogram_size:,} float32"
+        + (f" (the last of {args.histogram_rounds} bursts)" if args.histogram_rounds > 1 else "")
+        + "; "
         f"median of {args.repeat} runs each; load average {os.getloadavg()[0]:.1f}"
     )
     names = [name for name, _, _ in columns]
@@ -299,11 +349,17 @@ def binning(before: str | None, repeat: int) -> None:
         f"process CPU per histogram of float32 into 10 bins (best of 5 rounds, median of "
         f"{repeat} processes); load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'values':>10}" + "".join(f"{name:>14}" for name, _, _ in columns))
+    # (column, key prefix): each column's one-by-one figure, then its "together" figure if any.
+    cells_of = [(name, "bin") for name, _, _ in columns]
+    cells_of += [(name, "together") for name, _, _ in columns if "together_100_us" in runs[name][0]]
+    head = "".join(
+        f"{name if kind == 'bin' else name + f' x{TOGETHER}':>18}" for name, kind in cells_of
+    )
+    print(f"{'values':>10}{head}")
     for size in BINNING_SIZES:
-        key = f"bin_{size}_us"
         cells = "".join(
-            f"{statistics.median(r[key] for r in runs[name]):14.1f}" for name, _, _ in columns
+            f"{statistics.median(r[f'{kind}_{size}_us'] for r in runs[name]):18.1f}"
+            for name, kind in cells_of
         )
         print(f"{size:>10,}{cells}")
 

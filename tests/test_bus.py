@@ -640,6 +640,10 @@ async def test_a_redis_restart_costs_live_frames_never_data(brokers, redis_serve
                 await trio.to_thread.run_sync(write, 1000, 2000)
                 await wait_until(lambda: view.gaps >= 1, 20, "a gap after losing Redis")
                 redis_server.start()  # empty: its streams and leases are gone
+                # Both brokers read the bus again before the rest is written: written while a
+                # reader still backs off (up to 2 s), it reached the browser by its re-sync
+                # snapshot alone, and no live frame was left to count (the test's flake).
+                await wait_bus_connected(group, 20)
                 frames = view.data_frames["rr"]
                 await trio.to_thread.run_sync(write, 2000, steps)
                 await trio.to_thread.run_sync(writer.flush)
@@ -654,6 +658,22 @@ async def test_a_redis_restart_costs_live_frames_never_data(brokers, redis_serve
         await trio.to_thread.run_sync(writer.close)
     group.stop()
     np.testing.assert_array_equal(disk_steps(group.logdir, "rr"), np.arange(steps))
+
+
+async def wait_bus_connected(group, deadline: float) -> None:
+    """Wait until every broker of ``group`` reads the bus (``bus.connected`` in its stats);
+    fail after ``deadline`` s."""
+    end = trio.current_time() + deadline
+    while True:
+        stats = [
+            (await trio.to_thread.run_sync(http_get, server.url + "/api/stats"))[1]
+            for server in group.servers
+        ]
+        if all(st.get("bus", {}).get("connected") for st in stats):
+            return
+        if trio.current_time() > end:
+            pytest.fail(f"timed out after {deadline} s waiting for the brokers to read the bus")
+        await trio.sleep(0.05)
 
 
 # -- the default path, start-up and clean close ---------------------------------------------------

@@ -250,12 +250,34 @@ def test_closing_an_export_early_stops_its_workers(long_run):
         Export(long_run, "csv", threads=-1)
 
 
-def test_a_child_formats_where_a_core_is_idle_besides_the_servers():
+def test_a_child_formats_wherever_there_are_two_cores():
+    """However busy the cores: on busy ones the child costs what formatting in the server would
+    (docs/performance.md, "Export through the server")."""
     from vdl_stream.interop import export_in_child
 
-    assert export_in_child(2, 0.3) and export_in_child(16, 9.0)
-    assert not export_in_child(2, 1.2) and not export_in_child(1, 0.0)
-    assert export_in_child() in (True, False)
+    assert export_in_child(2) and export_in_child(16)
+    assert not export_in_child(1)
+    assert export_in_child() == ((os.cpu_count() or 1) >= 2)
+
+
+def test_the_child_formats_in_a_thread_per_core_beyond_two():
+    from vdl_stream.interop import EXPORT_THREADS_MAX, child_threads
+
+    assert child_threads(1) == child_threads(2) == child_threads(3) == 1
+    assert child_threads(4) == 2 and child_threads(64) == EXPORT_THREADS_MAX
+    assert 1 <= child_threads() <= EXPORT_THREADS_MAX
+
+
+def test_the_child_threads_can_be_set_for_a_comparison(monkeypatch):
+    from vdl_stream.interop import CHILD_THREADS_ENV, child_threads
+
+    monkeypatch.setenv(CHILD_THREADS_ENV, "0")
+    assert child_threads(16) == 0
+    monkeypatch.setenv(CHILD_THREADS_ENV, "3")
+    assert child_threads(2) == 3
+    monkeypatch.setenv(CHILD_THREADS_ENV, "-1")
+    with pytest.raises(ValueError, match=r"VDL_STREAM_EXPORT_CHILD_THREADS .*'-1'"):
+        child_threads()
 
 
 def test_threads_by_default_are_the_idle_cores():
@@ -325,33 +347,66 @@ def test_cli_export_runs_in_constant_memory(long_run, tmp_path):
     assert last[:2] == ["loss", "2999999"] and float(last[3]) == math.sin(2999999 * 1e-3)
 
 
+def read_export(url: str, keep: int = 1 << 21) -> tuple[int, str, int, bytes]:
+    """GET an export ``url`` (blocking), read in 1 MB pieces: its status, content type, count
+    of newlines and first ``keep`` bytes. The body is never held whole: joining 150 MB would
+    hold this process's GIL (and so the server's event loop, in the same process) for a while."""
+    import urllib.request
+
+    lines, head = 0, b""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        while piece := response.read(1 << 20):
+            lines += piece.count(b"\n")
+            if len(head) < keep:
+                head += piece[: keep - len(head)]
+        return response.status, response.headers["Content-Type"], lines, head
+
+
 async def test_http_export_streams_without_stalling_the_loop(long_run, nursery):
+    """3M rows (through a child process where there are two cores, in worker threads
+    elsewhere): the server's event loop keeps its timers and answers /api/stats meanwhile.
+
+    The loop is this test's own (the server runs in its nursery): a task sleeping 10 ms at a time
+    measures how late each wake-up comes. The client reads the body in pieces, so nothing in this
+    process holds the GIL for long but what the test is about (the /api/stats latencies it used
+    to bound also counted the client's join of the whole body, and swung with the machine's
+    load)."""
     url = await nursery.start(partial(run_server, long_run.parent, "127.0.0.1", 0))
-    latencies: list[float] = []
+    statuses: list[int] = []
+    late: list[float] = []
     done = trio.Event()
 
     async def poll_stats() -> None:
         while not done.is_set():
-            t0 = time.perf_counter()
             status, _ = await trio.to_thread.run_sync(http_get, url + "/api/stats")
-            latencies.append(time.perf_counter() - t0)
-            assert status == 200
+            statuses.append(status)
             await trio.sleep(0.02)
+
+    async def tick() -> None:
+        while not done.is_set():
+            t0 = trio.current_time()
+            await trio.sleep(0.01)
+            late.append(trio.current_time() - t0 - 0.01)
 
     with trio.fail_after(120):
         async with trio.open_nursery() as inner:
             inner.start_soon(poll_stats)
-            status, kind, body = await trio.to_thread.run_sync(
-                http_request, url + "/api/export?run=long&format=csv"
+            inner.start_soon(tick)
+            status, kind, lines, head = await trio.to_thread.run_sync(
+                read_export, url + "/api/export?run=long&format=csv"
             )
             done.set()
     assert status == 200 and kind.startswith("text/csv")
-    assert body.count(b"\n") == 1 + 3_000_000
+    assert lines == 1 + 3_000_000
     with Export(long_run, "csv", chunk_rows=1 << 20) as export:
         chunks = iter(export)
         first = next(chunks) + next(chunks)
-    assert body.startswith(first)
-    assert len(latencies) >= 5 and max(latencies) < 0.5, latencies
+    assert len(first) < len(head) and head.startswith(first)
+    assert len(statuses) >= 5 and set(statuses) == {200}, statuses
+    # Wake-ups come 0.01-0.17 s late on these 2 shared cores at a load average of 9-11 (the
+    # process waits for a core, or for the GIL); an export formatted in the loop holds it for
+    # seconds.
+    assert len(late) >= 10 and max(late) < 1.0, sorted(late)[-5:]
 
 
 async def test_http_export_is_not_cut_by_the_response_timeout(long_run, nursery, monkeypatch):
@@ -541,6 +596,32 @@ async def test_a_failing_child_export_says_why(tricky, tmp_path):
         async for _ in stream_export_process(export, slots):
             pass
     assert not export_children() and slots.value == 1
+
+
+async def test_the_childs_output_goes_on_in_chunks_of_one_size():
+    """Whatever sizes the child writes, the server passes on chunks of EXPORT_PIPE_CHUNK bytes
+    (but the last): buffers of one size, which malloc reuses (chunks of every size fragmented
+    the server's heap, and its memory crept up through a long export)."""
+    import subprocess
+
+    from vdl_stream.interop import EXPORT_PIPE_CHUNK, _child_output
+
+    sizes = (1, 70_000, EXPORT_PIPE_CHUNK, 300_001, 5, 3 * EXPORT_PIPE_CHUNK + 7)
+    script = (
+        "import os, sys\n"
+        f"for i, n in enumerate({sizes!r}):\n"
+        "    data = bytes([65 + i]) * n\n"
+        "    while data:\n"
+        "        data = data[os.write(1, data):]\n"
+    )
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    with trio.fail_after(60):
+        chunks = [chunk async for chunk in _child_output(process)]
+    assert b"".join(chunks) == b"".join(bytes([65 + i]) * n for i, n in enumerate(sizes))
+    assert {len(c) for c in chunks[:-1]} == {EXPORT_PIPE_CHUNK}
+    assert 0 < len(chunks[-1]) <= EXPORT_PIPE_CHUNK and process.returncode == 0
 
 
 async def test_exports_past_the_child_slots_are_formatted_in_process(tricky):

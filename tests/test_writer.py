@@ -620,3 +620,21 @@ def test_tags_are_checked_once_and_every_tag_keeps_its_arrival_order(tmp_path):
             values[step % 7].append(float(step))
         for k in range(7):
             assert reader.read_scalars(f"t{k}").values.tolist() == values[k]
+
+
+def test_event_size_estimate_counts_payloads_and_waiting_copies():
+    # The bound on held and pending events rests on this estimate: str and bytes by length (str
+    # subclasses too), maps and lists by entries, a histogram's copy waiting to be binned by
+    # its bytes; numbers, bools and None cost nothing beyond the event's own 96.
+    from vdl_stream.writer import _BIN, _event_bytes
+
+    class Name(str):
+        pass
+
+    base = {"kind": "text", "tag": None, "step": 3, "wall": 1.5, "flag": True}
+    assert _event_bytes(base) == 96 + len("text")
+    assert _event_bytes({**base, "text": "x" * 1000}) == 96 + 4 + 1000
+    assert _event_bytes({**base, "blob": b"\0" * 500, "name": Name("abc")}) == 96 + 4 + 503
+    assert _event_bytes({**base, "meta": {"a": 1, "b": 2}, "rows": [1, 2, 3]}) == 96 + 4 + 320
+    waiting = {**base, _BIN: (np.zeros(10_000, np.float32), 10)}
+    assert _event_bytes(waiting) == 96 + 4 + 40_000

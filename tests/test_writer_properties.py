@@ -232,6 +232,74 @@ def test_histogram_sums_never_go_through_blas(monkeypatch):
     assert np.frombuffer(got["counts"], "<f8").sum() == 20_001
 
 
+def _same_histogram(got: dict, want: dict) -> bool:
+    """Equal bit for bit (NaN equal to NaN: an overflowing sum may be one)."""
+    return got.keys() == want.keys() and all(
+        got[k] == want[k] or (got[k] != got[k] and want[k] != want[k]) for k in want
+    )
+
+
+# Several histograms of one size (what bin_histograms bins as the rows of one array), with every
+# special case _histogram treats apart (NaN, Inf, constants, huge values) among them.
+_SAME_SIZE_JOBS = st.integers(1, 120).flatmap(
+    lambda size: st.lists(
+        st.tuples(
+            st.one_of(
+                hnp.arrays(
+                    st.sampled_from(
+                        [np.float16, np.float32, np.float64, np.int64, np.uint64, np.bool_]
+                    ),
+                    size,
+                ),
+                hnp.arrays(np.float64, size, elements=st.one_of(st.floats(), _EDGE_FLOATS)),
+                st.builds(lambda v: np.full(size, v), st.floats(allow_nan=False)),
+            ),
+            st.integers(1, 70),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_SAME_SIZE_JOBS, min_size=1, max_size=3), st.randoms(use_true_random=False))
+def test_histograms_binned_together_are_bit_for_bit_each_binned_alone(groups, rnd):
+    jobs = [job for group in groups for job in group]
+    rnd.shuffle(jobs)  # the groups interleave, as tags do in a batch
+    finished: dict[int, dict] = {}
+
+    def done(j, result):  # called once per job, as soon as it is binned
+        assert j not in finished
+        finished[j] = result
+
+    got = summaries.bin_histograms([(values.copy(), n) for values, n in jobs], done)
+    assert len(got) == len(jobs)
+    assert all(finished[j] is result for j, result in enumerate(got))
+    for (values, n), binned in zip(jobs, got, strict=True):
+        assert _same_histogram(binned, summaries.bin_histogram(values, n)), (values, n)
+
+
+def test_histograms_binned_in_groups_of_many_rows_are_each_as_alone():
+    # Rows of 1,000 and of _GROUP_ROW_MAX values (grouped), one more and the benchmark's 10,000
+    # (alone); a NaN, a constant and an overflowing row among the grouped ones; more rows than
+    # one group holds.
+    rng = np.random.default_rng(6)
+    jobs = []
+    limit = summaries._GROUP_ROW_MAX
+    for size in (1_000, limit, limit + 1, 10_000):
+        for i in range(2 * summaries._GROUP_VALUES // size + 3):
+            values = (rng.normal(size=size) * 10.0 ** rng.integers(-3, 4)).astype(np.float32)
+            jobs.append((values, [10, 64, 65, 200][i % 4]))
+    jobs[3][0][17] = np.nan
+    jobs[5][0][:] = 2.5
+    jobs.append((np.full(1_000, 1e200), 10))
+    got = summaries.bin_histograms(jobs)
+    for (values, n), binned in zip(jobs, got, strict=True):
+        assert _same_histogram(binned, summaries.bin_histogram(values, n))
+    assert got[3]["nan"] == 1 and got[5]["min"] == got[5]["max"] == 2.5
+
+
 # -- the writers and what they should hold ------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import functools
 import logging
+import operator
 import os
 import re
 import resource
@@ -35,7 +36,7 @@ from recorder.blocks import BLOCK_RE
 from recorder.catalog import INDEX_NAME, SEGMENT_RE
 from recorder.digest import data_files, load_digest
 
-from . import codec
+from . import codec, following
 from .alerts import ALERTS_WRITER, AlertEngine
 from .codec import RESERVED_TAG_PREFIX, Batch, ScalarColumns
 from .errors import RefusedError
@@ -564,6 +565,8 @@ class _Run:
         # Read side. One reader serves snapshots, HTTP reads and (for a followed run) the tail; it
         # is closed when idle and reopened at ``position`` (RunReader(limit=position)).
         self.signature: tuple | None = None  # the segment files' names, sizes and mtimes
+        # its directory's key read before ``signature`` was taken (following.py), or None
+        self.dir_key: following.DirKey | None = None
         self.used = 0.0  # time.monotonic() of the reader's last use
         self.cached = 0  # bytes of decoded data the reader holds, as of its last use
         self.base = 0  # bytes its in-memory index holds, estimated
@@ -778,6 +781,8 @@ class Broker:
         self._crash_after = float(crash_after)
         self._published: dict[str, tuple[int, str, int]] = {}
         self._summary_tick = 0
+        # The follow loop's memory of the log directory's files between rounds (following.py).
+        self._follow_state = following.FollowState(self.logdir)
 
     # -- ingest ---------------------------------------------------------------------------------
 
@@ -847,6 +852,8 @@ class Broker:
         # conversion, vdl_stream/telemetry.py): never training data to either.
         view = legacy_view(batch.scalars, batch.events)
         seq = self._fan_out(batch.run, batch.scalars, batch.events, view=view)
+        if self._bus is not None:  # bus: to the other brokers' browsers too, as fanned out here
+            self._bus.publish(batch)
         if self.alerts is not None and batch.writer != ALERTS_WRITER:  # alerts block, below
             self.alerts.observe(batch.run, *view)
         run.inflight[(batch.writer, batch.seq)] = seq
@@ -879,6 +886,8 @@ class Broker:
             for sub in self._subscribers:
                 if sub.wants(batch.run):
                     sub.mark_gap(batch.run)
+            if self._bus is not None:  # bus: and the other brokers' browsers re-sync it too
+                self._bus.settled(batch.run, refused=True)
             raise
         self._batches += 1
         self._events += batch.count()
@@ -1078,10 +1087,10 @@ class Broker:
                 if inflight.get((batch.writer, batch.seq)) == seq:  # not a newer copy's
                     del inflight[(batch.writer, batch.seq)]
         self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
-        if self._bus is not None:  # bus: what is written goes to the other brokers' browsers
+        if self._bus is not None:  # bus: published at ingest; now in the files, or refused
             for seq, batch, _ in items:
-                if batch is not None and seq not in refused:
-                    self._bus.publish(batch)
+                if batch is not None:
+                    self._bus.settled(batch.run, refused=seq in refused)
         self._wake_waiters()  # written: acknowledge writers that did not ask to sync
 
     def _refuse(self, seq: int, batch: Batch, refusal: RefusedError, root: bool) -> None:
@@ -1127,8 +1136,9 @@ class Broker:
         tried again only once its files change.
         """
         try:
+            # Lists only the directories whose entries changed (following.py).
             names = await trio.to_thread.run_sync(
-                recorder.list_runs, self.logdir, limiter=self._read_limiter
+                self._follow_state.find_runs, limiter=self._read_limiter
             )
         except OSError as exc:
             self._warn_once("", f"cannot list the log directory {self.logdir}: {exc}")
@@ -1192,6 +1202,7 @@ class Broker:
                     await self._closed.wait()
                 if self._closed.is_set():
                     break
+                self._follow_state.start_round()
                 await self._discover()
                 await self._tail_all()
                 await self._fill_summaries()
@@ -1199,17 +1210,31 @@ class Broker:
             nursery.cancel_scope.cancel()
 
     async def _tail_all(self) -> None:
-        """Poll the followed runs whose files changed; close readers that went idle."""
+        """Poll the followed runs whose files changed; close readers that went idle.
+
+        A run is listed file by file only when its directory or its head segment changed
+        (following.py), so an idle round costs two stats a run.
+        """
         runs = [r for r in self._runs.values() if not r.local]
-        signatures = await trio.to_thread.run_sync(
-            _signatures, [r.path for r in runs], limiter=self._read_limiter
+        checked = await trio.to_thread.run_sync(
+            self._follow_state.check_runs,
+            [(r.name, r.path, r.signature, r.dir_key) for r in runs],
+            _signature,
+            (UnreadableRunError,),
+            limiter=self._read_limiter,
         )
         now = time.monotonic()
-        for run, signature in zip(runs, signatures, strict=True):
+        for run, (listed, signature, key) in zip(runs, checked, strict=True):
             if self._closed.is_set():
                 return
+            if not listed:
+                continue
             if signature != run.signature:
                 await self._tail(run)
+            elif run.signature is not None:
+                # Nothing new in its files (an entry that is not data changed, or its turn to
+                # be listed): the key read before this listing vouches for them from now on.
+                run.dir_key = key
         for run in list(self._runs.values()):
             if run.reader is not None and now - run.used > self._idle_close:
                 async with run.lock:
@@ -1218,6 +1243,11 @@ class Broker:
                         run.reader = None
                         self._cache.forget(run.name)
         await self._trim()
+
+    def follow_statistics(self) -> following.FollowStatistics:
+        """What the follow loop's last round looked at: directories statted and listed, runs
+        checked and listed in full, files statted (:class:`following.FollowStatistics`)."""
+        return self._follow_state.statistics()
 
     async def _warm_up(self) -> None:
         """Open the reader of one followed run not opened yet, the most recently written first,
@@ -1233,7 +1263,7 @@ class Broker:
         ]
         if not waiting:
             return
-        run = max(waiting, key=lambda r: max((m for _, _, m in r.signature or ()), default=0))
+        run = max(waiting, key=lambda r: max(map(_MTIME, r.signature or ()), default=0))
         async with run.lock:
             if run.reader is not None or self._runs.get(run.name) is not run:
                 return
@@ -1776,6 +1806,17 @@ class Broker:
         self._bus_learn(name)
         self._fan_out(name, scalars, events)
 
+    def _bus_resend(self, sub: Subscriber, name: str) -> None:
+        """Offer ``sub`` again the live frames of run ``name`` that came by the bus and that its
+        writing broker had not yet written when it last said (:meth:`Bus.unsettled`)."""
+        for scalars, events in self._bus.unsettled(name):
+            picked = sub.select(scalars, events)
+            if any(picked):
+                self._seq += 1
+                sub.offer(
+                    self._seq, name, codec.encode_live("data", self._seq, name, *picked), picked
+                )
+
     def _bus_gap(self, name: str | None) -> None:
         """Live frames of run ``name`` (None: of every run) were lost between brokers: the
         subscribers concerned are sent a ``gap`` (naming ``name``) and re-sync from snapshots."""
@@ -1954,6 +1995,11 @@ class Broker:
             # moves together with the written seq (both set at once on the event loop, so they
             # are taken together here, and both reads stop at that one position).
             covered = self._written_seq if run.local else self._seq
+            if self._bus is not None and not run.local:
+                # bus: frames fanned out before ``covered`` that the run's writing broker has
+                # not yet reported in its files may be missing from them: sent again after the
+                # snapshot (twice rather than not at all)
+                self._bus_resend(sub, name)
             try:
                 if self._bus is not None and not run.local and self._bus.carries(name):
                     # bus: live frames of this run come by the bus, and the files hold
@@ -2341,6 +2387,9 @@ def _drop_cache(run: _Run) -> None:
     _measure(run)
 
 
+_MTIME = operator.itemgetter(2)  # of a signature's entry: its file's st_mtime_ns
+
+
 def _signature(path: Path) -> tuple:
     """What identifies the state of a run's files: each segment's, block's (compacted chunks)
     and the index's name, size and modification time. Reads no file, opens none.
@@ -2364,18 +2413,6 @@ def _signature(path: Path) -> tuple:
     return tuple(sorted(items))
 
 
-def _signatures(paths: list[Path]) -> list[tuple | None]:
-    """:func:`_signature` of each path; None where it cannot be taken (then the run is polled,
-    and its error reported there)."""
-    out: list[tuple | None] = []
-    for path in paths:
-        try:
-            out.append(_signature(path))
-        except (OSError, UnreadableRunError):
-            out.append(None)
-    return out
-
-
 def _open_follower(run: _Run, skipped: tuple | None) -> bool:
     """Check a run found on disk (blocking): its files' kinds and segment headers. Reads no
     record and keeps nothing open: its reader opens when a page reads it or its files change.
@@ -2387,9 +2424,9 @@ def _open_follower(run: _Run, skipped: tuple | None) -> bool:
         UnreadableRunError, recorder.FormatError: files the broker will not read.
     """
     try:
-        signature = _signature(run.path)
+        signature, run.dir_key = following.signed(run.path, _signature)
     except UnreadableRunError:
-        run.signature = None
+        run.signature = run.dir_key = None
         if skipped is None:
             return False  # skipped for this reason already: one warning is enough
         raise
@@ -2513,11 +2550,13 @@ def _open_primed(run: _Run, prime: bool) -> None:
 def _poll(run: _Run) -> list[recorder.Record]:
     """Read what was appended to a followed run since the last poll (blocking; hold
     ``run.lock``); reopens a reader closed while idle where it stopped."""
-    signature = _signature(run.path)
+    # Taken before reading: what is appended meanwhile changes the files again, and is read
+    # by the next poll; the directory's key before that (following.py).
+    signature, key = following.signed(run.path, _signature)
     reader = _open_reader(run)
     records = reader.poll()
     run.base += len(records) * READER_RECORD_BYTES
-    run.signature = signature
+    run.signature, run.dir_key = signature, key
     run.position = reader.position()
     _measure(run)
     return records

@@ -7,15 +7,33 @@ truth. Keys, under a prefix (``vdl`` by default)::
 
     vdl:lease:<run>   string   id of the broker that writes the run; SET NX PX, renewed
     vdl:run:<run>     stream   live batches of the run: one entry per publish round, holding
-                               every batch of the run written since the previous round
+                               every batch of the run accepted since the previous round
                                fields: b = broker id, n = per (broker, run) counter of the entry's
-                               last batch, m = that of its first (absent: n), f = batch frame
+                               last batch, m = that of its first (absent: n), f = batch frame,
+                               p = counter of the last batch its broker had written when it sent
+                               the entry; or (r = 1, no n, m, f) a retraction: a batch published
+                               before was refused, receivers re-sync the run
     vdl:runs          stream   one entry each time a broker takes a run's lease: run, b
 
 Data path of a batch, broker A (holding the run's lease) to a browser on broker B::
 
-    A: ingest -> persist (recorder) -> publish() -> bounded queue -> XADD vdl:run:<run> MAXLEN ~ N
+    A: ingest -> fan-out to A's subscribers, publish() -> bounded queue -> XADD vdl:run:<run> MAXLEN ~ N
+       (and persist (recorder) -> settled(): the next entries' p)
     B: XREAD BLOCK (every run stream it knows) -> Broker._bus_fan_out -> B's subscribers
+
+- **Published as it is accepted, not once written.** A batch goes to the bus when it is fanned
+  out to the broker's own subscribers (at ingest), so the persist task (its queue, its worker
+  thread, its once-a-second fsync) is not on the way to other brokers' browsers: on a busy 2-core
+  host that was a third of the cross-broker latency, and the fsync pauses its tail (docs/
+  performance.md, "Cross-broker latency"). What a receiver fanned out may thus be missing from
+  the files for a moment, so entries say how far their broker has written (``p``): a receiver
+  keeps the frames of entries past that (:meth:`Bus.unsettled`, at most ``UNSETTLED_KEPT`` a
+  run, ``UNSETTLED_SECONDS`` old) and sends them again after a snapshot of the run read from the
+  files (twice rather than not at all). A batch refused after it was published (its lease lost,
+  a disk error) is followed by a retraction entry, and a run whose entries come from a new
+  broker while the previous one's were unsettled (it died before writing them) is re-synced: in
+  both cases the receivers' subscribers get a ``gap`` naming the run and re-read it from the
+  files, the way a broker's own subscribers re-sync a batch refused after its fan-out.
 
 - **Coalesced while busy, at once when idle.** The publisher takes a batch as soon as one is
   queued; if its previous round began less than :data:`PUBLISH_TICK` ago it first waits for the
@@ -30,7 +48,8 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
   files; docs/protocol.md).
 - **Exactly one broker persists a run.** A broker takes a run's lease at its first batch (Lua:
   ``SET NX PX``, or extend it if it is already this broker's), renews every lease it holds every
-  ``lease_ttl / 3`` with a Lua check-and-extend (a broker never renews a lease it lost), and
+  ``lease_ttl / 3`` (a failed renewal again after ``RENEW_RETRY``) with a Lua
+  check-and-extend (a broker never renews a lease it lost), and
   releases it with a Lua check-and-delete when the run goes idle or the broker closes. Locally a
   lease counts as held until ``lease_ttl * 2 / 3`` after the command that last confirmed it was
   *sent*, so a broker stops writing before Redis could give the run to another. A batch of a run
@@ -49,6 +68,7 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 import uuid
@@ -59,7 +79,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from . import codec
+from . import bus_trace, codec
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
 
@@ -80,6 +100,8 @@ PUBLISH_QUEUE = 4096
 IDLE_RELEASE = 30.0
 #: Bound on one Redis command of the ingest and lease paths, in seconds.
 COMMAND_TIMEOUT = 1.0
+#: Seconds before a failed lease renewal is tried again.
+RENEW_RETRY = 0.1
 #: Entries one XREAD returns at most, and the ms it blocks.
 READ_COUNT = 1000
 READ_BLOCK_MS = 1000
@@ -91,6 +113,10 @@ PUBLISH_ROUND = 1024
 #: merges what a run's writers send in a tick into one stream entry (and the other brokers into
 #: one frame); a batch arriving after a quiet tick goes at once.
 PUBLISH_TICK = 0.005
+#: Frames of a run fanned out from another broker and not yet reported written by it, kept at
+#: most (per run, and seconds), to be sent again after a snapshot of that run.
+UNSETTLED_KEPT = 256
+UNSETTLED_SECONDS = 5.0
 #: Seconds a broker giving runs up (closing, or idle) waits for the object store to take their
 #: heads before it releases their leases anyway.
 PUBLISH_DEADLINE = 30.0
@@ -138,6 +164,8 @@ class BusStatistics:
         refused_leased: batches refused because another broker holds their run.
         leases_lost: leases found taken or expired while this broker thought it held them.
         entries: stream entries added (each holds one or more of the ``published`` batches).
+        stages: with ``VDL_STREAM_BUS_TRACE=1`` only, the ages of points at each stage of the
+            bus path and the event loop's stalls (vdl_stream/bus_trace.py); else None.
     """
 
     broker: str
@@ -152,6 +180,7 @@ class BusStatistics:
     refused_leased: int
     leases_lost: int
     entries: int = 0
+    stages: dict | None = None
 
 
 def check_bus_url(url: str) -> str:
@@ -227,6 +256,7 @@ class Bus:
             int(queue)
         )
         self._redis: Any = None
+        self._publisher: Any = None  # the publish loop's client (connections of its own)
         # run -> monotonic time until which this broker may write it (read by the persist thread)
         self._held: dict[str, float] = {}
         self._used: dict[str, float] = {}  # run -> monotonic time of its last batch
@@ -236,10 +266,20 @@ class Bus:
         # were refused before they reached their run
         self._pending: dict[tuple[str, str], tuple[int, RefusedError, int]] = {}
         self._seen: dict[tuple[bytes, str], int] = {}  # (broker, run) -> n of its last entry
+        # Publishing side: run -> numbers of its published batches not yet reported by the
+        # persist task (oldest first), and the number of the last one reported.
+        self._unwritten: dict[str, collections.deque[int]] = {}
+        self._written: dict[str, int] = {}
+        # Receiving side: run -> (broker, frames (n, monotonic time, scalars, events) of its
+        # entries not yet reported written), bounded by UNSETTLED_KEPT and UNSETTLED_SECONDS.
+        self._unsettled: dict[
+            str, tuple[bytes, collections.deque[tuple[int, float, Any, Any]]]
+        ] = {}
         self._connected = False
         self._published = self._dropped = self._received = self._gaps = 0
         self._refused_leased = self._leases_lost = self._queue_peak = 0
         self._entries = 0
+        self._xread_at = 0.0
         broker._bus = self
 
     # -- keys -----------------------------------------------------------------------------------
@@ -270,6 +310,8 @@ class Bus:
         Raises:
             RefusedError: (retryable) another broker holds the run, or Redis cannot be reached.
         """
+        if bus_trace.ON and (w := bus_trace.walls_of(batch.scalars)) is not None:
+            bus_trace.age("1_admitted", w)
         await self._admit(batch.run)
 
     def check_order(self, batch: Batch, last_seq: dict[str, int]) -> None:
@@ -346,20 +388,61 @@ class Bus:
                 self._leases_lost += 1
                 await self.broker._bus_release(run)
             if run not in self._held:
+                kept = self._unsettled.pop(run, None)
+                if kept is not None and [f for f in kept[1] if f[1] >= sent - UNSETTLED_SECONDS]:
+                    # Frames of the previous writing broker that it may never have written
+                    # (it died): this broker's subscribers re-sync the run from its files.
+                    self.broker._bus_gap(run)
                 self.broker._bus_took(run)  # read the writers' seqs back from the run's files
                 self._register(run)
             self._held[run] = sent + self._ttl * 2 / 3
 
     def publish(self, batch: Batch) -> None:
-        """Queue a written batch for the other brokers; never blocks (drops when full)."""
+        """Queue an accepted batch for the other brokers, as it is fanned out to this broker's
+        subscribers (at ingest, not once written: see :meth:`settled`); never blocks (drops when
+        full)."""
+        if bus_trace.ON and (w := bus_trace.walls_of(batch.scalars)) is not None:
+            bus_trace.age("2_published", w)
         n = self._counters.get(batch.run, 0) + 1
         self._counters[batch.run] = n  # a dropped entry still takes its number: receivers see it
+        self._unwritten.setdefault(batch.run, collections.deque()).append(n)
         try:
             self._send.send_nowait((batch.run, n, batch))
         except trio.WouldBlock:
             self._dropped += 1
             return
         self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
+
+    def settled(self, run: str, *, refused: bool = False) -> None:
+        """The persist task is done with the oldest published batch of ``run`` it had not yet
+        reported: it is in the files, or (``refused``) it never will be. Entries carry the number
+        of the last batch reported (``p``), so that a receiver knows which of the frames it
+        fanned out may still be missing from the files (:meth:`unsettled`); a refused one is
+        followed by a retraction entry, and the receivers' subscribers re-sync the run."""
+        pending = self._unwritten.get(run)
+        if not pending:
+            return
+        self._written[run] = pending.popleft()
+        if not pending:
+            del self._unwritten[run]
+        if refused:
+            try:
+                self._send.send_nowait((run, -1, b""))
+            except trio.WouldBlock:
+                # Lost too: a hole in the numbers instead, which the receivers treat alike.
+                self._counters[run] = self._counters.get(run, 0) + 1
+                self._dropped += 1
+
+    def unsettled(self, run: str) -> list[tuple[list[ScalarColumns], list[dict[str, Any]]]]:
+        """The columns and events of ``run`` fanned out here from another broker that it had not
+        reported written when it last said (at most :data:`UNSETTLED_SECONDS` old): a snapshot
+        read from the files now may lack them."""
+        held = self._unsettled.get(run)
+        if held is None:
+            return []
+        _, frames = held
+        horizon = time.monotonic() - UNSETTLED_SECONDS
+        return [(scalars, events) for _, at, scalars, events in frames if at >= horizon]
 
     def _register(self, run: str) -> None:
         """Announce run ``run`` in the registry stream (through the publish queue, never waits)."""
@@ -389,6 +472,7 @@ class Bus:
             refused_leased=self._refused_leased,
             leases_lost=self._leases_lost,
             entries=self._entries,
+            stages=bus_trace.summary() if bus_trace.ON else None,
         )
 
     # -- tasks ----------------------------------------------------------------------------------
@@ -404,10 +488,18 @@ class Bus:
         self._redis = coredis.Redis.from_url(
             self.url, stream_timeout=READ_BLOCK_MS / 1000 + 5, connect_timeout=COMMAND_TIMEOUT
         )
-        async with self._redis, trio.open_nursery() as nursery:
+        # The publisher's pipelines on connections of their own: a lease's renewal, queued on a
+        # connection behind a pipeline of large entries, waited for that pipeline's answers too
+        # (and a busy broker could lose every lease at once when two renewals timed out).
+        self._publisher = coredis.Redis.from_url(
+            self.url, stream_timeout=COMMAND_TIMEOUT * 2, connect_timeout=COMMAND_TIMEOUT
+        )
+        async with self._redis, self._publisher, trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_loop)
             nursery.start_soon(self._read_loop)
             nursery.start_soon(self._lease_loop)
+            if bus_trace.ON:  # diagnostics (vdl_stream/bus_trace.py)
+                nursery.start_soon(bus_trace.watch_loop)
             task_status.started()
             await self.broker.wait_closed()
             # Clean close: the broker fsynced and closed its runs; publish them to the object
@@ -435,10 +527,18 @@ class Bus:
                 except trio.WouldBlock:
                     break
             registry, entries = _coalesce(items)
-            batches = sum(n - m + 1 for _, m, n, _ in entries)
+            written = {run: self._written.get(run, 0) for run, _, _, _ in entries}
+            walls = [
+                w
+                for _, n, b in items
+                if bus_trace.ON and n > 0 and (w := bus_trace.walls_of(b.scalars)) is not None
+            ]
+            for w in walls:
+                bus_trace.age("3_xadd_sent", w)
+            batches = sum(n - m + 1 for _, m, n, _ in entries if n)
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
-                    async with self._redis.pipeline(transaction=False) as pipe:
+                    async with self._publisher.pipeline(transaction=False) as pipe:
                         # Announcements first: a reader starts a run's stream at its
                         # announcement, so that must come before the run's entries.
                         for run in registry:
@@ -450,12 +550,9 @@ class Bus:
                                 trim_operator=_token("APPROXIMATELY"),
                             )
                         for run, m, n, frame in entries:
-                            fields: dict[str, Any] = {"b": self.id, "n": n, "f": frame}
-                            if m != n:
-                                fields["m"] = m
                             pipe.xadd(
                                 self._run_key(run),
-                                fields,
+                                _fields(self.id, m, n, frame, written[run]),
                                 trim_strategy=_token("MAXLEN"),
                                 threshold=self._maxlen,
                                 trim_operator=_token("APPROXIMATELY"),
@@ -468,6 +565,8 @@ class Bus:
                 continue
             self._published += batches
             self._entries += len(entries)
+            for w in walls:
+                bus_trace.age("4_xadd_acked", w)
 
     async def _read_loop(self) -> None:
         """Fan out the other brokers' entries to this broker's subscribers; on losing Redis,
@@ -510,8 +609,10 @@ class Bus:
                 self._register(run)  # a restarted Redis knows none of this broker's runs
         self._seen.clear()
         prefix = f"{self._prefix}:run:".encode()
+        swept = time.monotonic()
         while True:
             result = await redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
+            self._xread_at = time.time()
             for key, entries in (result or {}).items():
                 name = key.decode()
                 if entries:
@@ -529,41 +630,114 @@ class Bus:
                     continue
                 if key.startswith(prefix):
                     self._fan_out(key[len(prefix) :].decode(), entries)
-            await trio.lowlevel.checkpoint()
+            if time.monotonic() - swept >= 1.0:  # runs that went quiet keep nothing for long
+                swept = time.monotonic()
+                self._sweep(swept)
+            # No checkpoint here: the next XREAD yields anyway (its request goes out through
+            # coredis's writer task), and on a busy host each extra pass of the scheduler
+            # before it is sent is time the next entries wait in Redis.
 
     def _fan_out(self, run: str, entries: Iterable[Any]) -> None:
         """Fan out the entries of ``run`` one XREAD returned as one ``data`` frame: the more
         a broker falls behind, the more each frame carries (columns of a tag concatenated), so
-        browsers get fewer, larger frames instead of overflowing their queues."""
+        browsers get fewer, larger frames instead of overflowing their queues.
+
+        Keeps the frames that the writing broker has not reported written yet
+        (:meth:`unsettled`). The subscribers re-sync the run (a ``gap``) after a hole in the
+        entries' numbers, after a retraction (a batch refused after it was published), and when
+        another broker starts writing the run while frames of the previous one were unsettled
+        (it may have died before writing them)."""
         batches: list[tuple[list[ScalarColumns], list[dict[str, Any]]]] = []
+        gap = False
+        now = time.monotonic()
         for entry in entries:
             fields = entry.field_values
             source = fields.get(b"b", b"")
             if source == self.id.encode():
                 continue  # this broker's own: its subscribers had it at ingest
             try:
-                n = int(fields[b"n"])
+                retraction = b"r" in fields
+                n = 0 if retraction else int(fields[b"n"])
                 m = int(fields.get(b"m", n))  # the entry holds batches m to n
-                batch = codec.decode_batch(codec.decode_message(fields[b"f"]))
+                # the last batch its broker had written (absent: a broker publishing written
+                # batches only)
+                written = int(fields.get(b"p", n))
+                batch = (
+                    None if retraction else codec.decode_batch(codec.decode_message(fields[b"f"]))
+                )
             except (KeyError, ValueError, codec.ProtocolError, codec.BatchError):
                 log.warning("vdl-stream: ignoring a malformed bus entry of run %r", run)
+                continue
+            held = self._hold(run, source, now)
+            if held is None:
+                gap = True  # a new writing broker, and the previous one's frames unsettled
+                held = self._hold(run, source, now)
+                assert held is not None
+            while held and held[0][0] <= written:
+                held.popleft()
+            if batch is None:
+                gap = True  # a batch fanned out before was refused: not in the files
                 continue
             last = self._seen.get((source, run))
             self._seen[(source, run)] = n
             if last is not None and m != last + 1:
                 self._gaps += 1
-                self.broker._bus_gap(run)
+                gap = True
             self._received += n - m + 1
             batches.append((batch.scalars, batch.events))
+            if n > written:
+                held.append((n, now, batch.scalars, batch.events))
+            if bus_trace.ON and (w := bus_trace.walls_of(batch.scalars)) is not None:
+                bus_trace.age("6_xread", w, self._xread_at)
+                ms = int(entry.identifier.split(b"-")[0])
+                bus_trace.age("5_in_redis", w, ms / 1000)
         scalars, events = codec.join_batches(batches)
-        if not scalars and not events:
-            return
-        self.broker._bus_fan_out(run, scalars, events)
+        if scalars or events:
+            self.broker._bus_fan_out(run, scalars, events)
+            if bus_trace.ON and (w := bus_trace.walls_of(scalars)) is not None:
+                bus_trace.age("7_fanned_out", w)
+        if gap:
+            self.broker._bus_gap(run)
+
+    def _sweep(self, now: float) -> None:
+        """Forget unsettled frames older than :data:`UNSETTLED_SECONDS` of every run."""
+        for run, (_, held) in list(self._unsettled.items()):
+            while held and held[0][1] < now - UNSETTLED_SECONDS:
+                held.popleft()
+            if not held:
+                del self._unsettled[run]
+
+    def _hold(
+        self, run: str, source: bytes, now: float
+    ) -> collections.deque[tuple[int, float, Any, Any]] | None:
+        """The unsettled frames of ``run`` kept for ``source``, its writing broker (expired ones
+        dropped); None (and a fresh list started on the next call) when another broker wrote
+        the run before and frames of it are still unsettled."""
+        kept = self._unsettled.get(run)
+        if kept is not None:
+            held = kept[1]
+            while held and held[0][1] < now - UNSETTLED_SECONDS:
+                held.popleft()
+            if kept[0] == source:
+                return held
+            if held:
+                del self._unsettled[run]
+                return None
+        held = collections.deque(maxlen=UNSETTLED_KEPT)
+        self._unsettled[run] = (source, held)
+        return held
 
     async def _lease_loop(self) -> None:
-        """Renew held leases every third of the ttl; release idle ones; give up lost ones."""
+        """Renew held leases every third of the ttl; release idle ones; give up lost ones.
+
+        A renewal that failed (Redis slow or away) is tried again after :data:`RENEW_RETRY`, not
+        a third of the ttl later: on a starved host one renewal past its 1-s bound, then a
+        third of the ttl of waiting, let every hold of the broker lapse at once.
+        """
+        renewed = True
         while True:
-            await trio.sleep(self._ttl / 3)
+            await trio.sleep(self._ttl / 3 if renewed else min(RENEW_RETRY, self._ttl / 3))
+            renewed = True
             for run in [r for r in list(self._held) if not self.holds(r)]:
                 # Not confirmed in time (Redis away or slow): another broker may have it now.
                 self._leases_lost += 1
@@ -588,6 +762,7 @@ class Bus:
             except Exception as exc:
                 if not _redis_failure(exc):
                     raise
+                renewed = False
                 continue  # unknown: the leases stay held until their local deadline
             for i, run in enumerate(runs):
                 if int(kept[i]):
@@ -656,19 +831,36 @@ def _coalesce(
         if n == 0:
             registry.append(run)
             continue
-        assert isinstance(batch, Batch)
         runs = spans.setdefault(run, [])
-        if runs and runs[-1][1] + 1 == n:
+        if n < 0:  # a retraction: its own entry, after the batches before it
+            runs.append((0, 0, []))
+            continue
+        assert isinstance(batch, Batch)
+        if runs and runs[-1][1] and runs[-1][1] + 1 == n:
             runs[-1] = (runs[-1][0], n, runs[-1][2])
             runs[-1][2].append(batch)
         else:
             runs.append((n, n, [batch]))
     entries = [
-        (run, m, n, codec.encode_batch(_merge(batches, n)))
+        (run, m, n, codec.encode_batch(_merge(batches, n)) if n else b"")
         for run, runs in spans.items()
         for m, n, batches in runs
     ]
     return registry, entries
+
+
+def _fields(broker: str, m: int, n: int, frame: bytes, written: int) -> dict[str, Any]:
+    """The fields of a run stream entry of ``broker``: batches ``m`` to ``n`` (``frame``), or a
+    retraction (``n`` 0: the batch before it was refused); ``written``: the number of the last
+    batch of the run that its persist task reported."""
+    fields: dict[str, Any] = {"b": broker, "p": written}
+    if n == 0:
+        fields["r"] = 1
+    else:
+        fields.update(n=n, f=frame)
+        if m != n:
+            fields["m"] = m
+    return fields
 
 
 def _merge(batches: list[Batch], n: int) -> Batch:

@@ -524,28 +524,64 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
     busy cores they only add GIL hand-offs (15-30% more CPU time, and no faster:
     docs/performance.md, "Export speed").
     """
-    if cores is None:
-        cores = os.cpu_count() or 1
-    if load is None:
-        load = _load()
-    threads = min(EXPORT_THREADS_MAX, int(cores - load + 0.5))
+    threads = min(EXPORT_THREADS_MAX, int(_idle(cores, load) + 0.5))
     return threads if threads >= 2 else 0
 
 
-def export_in_child(cores: int | None = None, load: float | None = None) -> bool:
+def export_in_child(cores: int | None = None) -> bool:
     """Whether ``GET /api/export`` formats a large export in a child process
-    (:func:`stream_export_process`): when there are two cores or more and one is idle, counted as
-    :func:`export_threads` counts (``cores`` less ``load``).
+    (:func:`stream_export_process`): wherever there are two cores or more (``cores``, default
+    ``os.cpu_count()``), however busy.
 
-    The child pays where it gets a core of its own: the formatting then runs beside the server's
-    sending. On busy cores it spends the same CPU time as formatting in the server, in one process
-    more (child, server and client hand every chunk on): there the server formats.
+    The formatting then runs on a core of its own, beside the server's sending and its client's
+    reading, and off the server's GIL and event loop. On a quiet 2-core machine that is the
+    difference between about 3M rows/s (the server formatting while the client reads) and the
+    CLI's rate; on busy cores the child spends about the CPU time the server would (the server
+    formats without the CLI's memory settings, the child's bytes cross one pipe more), so there
+    is nothing to gain from formatting in the server (docs/performance.md, "Export through the
+    server").
     """
+    if cores is None:
+        cores = os.cpu_count() or 1
+    return cores >= 2
+
+
+#: Environment variable that sets :func:`child_threads` (an int >= 0), to compare settings.
+CHILD_THREADS_ENV = "VDL_STREAM_EXPORT_CHILD_THREADS"
+
+
+def child_threads(cores: int | None = None) -> int:
+    """Formatting threads of ``/api/export``'s child process: one for every core (``cores``,
+    default ``os.cpu_count()``) beyond two, and one at least, at most
+    :data:`EXPORT_THREADS_MAX`; or the int in the environment variable
+    :data:`CHILD_THREADS_ENV`, if set.
+
+    One core is the server's and its client's, one the child's own thread (it reads the run and
+    writes the pipe); the formatting runs beside them. On 2 cores the one formatting thread takes
+    what the server and client leave of the other core, and keeps formatting while the child
+    waits on a full pipe.
+
+    Raises:
+        ValueError: :data:`CHILD_THREADS_ENV` is set to something else than an int >= 0.
+    """
+    text = os.environ.get(CHILD_THREADS_ENV)
+    if text:
+        if not text.isdigit():
+            raise ValueError(f"{CHILD_THREADS_ENV} must be an int >= 0, got {text!r}")
+        return int(text)
+    if cores is None:
+        cores = os.cpu_count() or 1
+    return max(1, min(EXPORT_THREADS_MAX, cores - 2))
+
+
+def _idle(cores: int | None, load: float | None) -> float:
+    """Idle cores: ``cores`` (default ``os.cpu_count()``) less ``load`` (default
+    :func:`_load`)."""
     if cores is None:
         cores = os.cpu_count() or 1
     if load is None:
         load = _load()
-    return cores >= 2 and cores - load >= 1
+    return cores - load
 
 
 def _load() -> float:
@@ -1086,12 +1122,19 @@ def _in_order() -> bool:
 _IN_ORDER = _in_order()
 
 
+def _fast() -> bool:
+    """Whether rows are laid out by numpy from orjson's digits (:func:`_layout`), not formatted
+    in Python. Asked at each block, not kept in a flag: ``_orjson`` can be switched off after
+    import (the tests compare both paths)."""
+    return _orjson is not None and _IN_ORDER
+
+
 def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
     """CSV rows ``cell,step,repr(wall),repr(value)``, laid out by numpy from orjson's digits."""
     n = len(walls)
     if not n:
         return b""
-    if _orjson is not None and _IN_ORDER:
+    if _fast():
         parts: list = [cell.encode() + (b",," if steps is None else b",")]
         if steps is not None:
             parts.append(_numbers(steps, b","))
@@ -1117,7 +1160,7 @@ def _json_rows(
     n = len(walls)
     if not n:
         return head
-    if _orjson is not None and _IN_ORDER:
+    if _fast():
         # Rows "[w," " s," " v], ", the last one's ", " trimmed.
         w = _numbers(walls, b",", pre=b"[")
         s = b" null," if steps is None else _numbers(steps, b",", pre=b" ")
@@ -1153,7 +1196,8 @@ async def stream_export(export: Export) -> AsyncIterator[bytes]:
 #: Stored points from which ``GET /api/export`` formats in a child process (its start, about
 #: 0.3 s, is then a small part of the export).
 EXPORT_PROCESS_POINTS = 1_000_000
-#: Bytes a chunk read from the child's output holds at least (but at its end).
+#: Bytes of each chunk passed on from the child's output (but the last): its pipe's size
+#: (:func:`_widen_pipe`). 4 MB took as much CPU and held 10 MB more.
 EXPORT_PIPE_CHUNK = 1 << 20
 #: Longest the child may take to go once killed.
 EXPORT_KILL_WAIT = 5.0
@@ -1166,8 +1210,8 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 async def stream_export_process(export: Export, slots: Any = None) -> AsyncIterator[bytes]:
     """Yield ``export``'s bytes, formatted by a ``vdl-stream export`` child process of the same
-    run, format and pattern, read from its output in chunks of about :data:`EXPORT_PIPE_CHUNK`
-    bytes; ``export`` itself is closed. If ``slots`` (a ``trio.Semaphore``: how many such
+    run, format and pattern, read from its output in chunks of :data:`EXPORT_PIPE_CHUNK` bytes;
+    ``export`` itself is closed. If ``slots`` (a ``trio.Semaphore``: how many such
     children may run at once) has none free, ``export`` is streamed in this process instead, as
     :func:`stream_export` does.
 
@@ -1182,32 +1226,45 @@ async def stream_export_process(export: Export, slots: Any = None) -> AsyncItera
     """
     import trio
 
+    process = None
+    taken = False
     if slots is not None:
-        try:
+        with contextlib.suppress(trio.WouldBlock):
             slots.acquire_nowait()
-        except trio.WouldBlock:
-            async for chunk in stream_export(export):
-                yield chunk
-            return
+            taken = True
+    if slots is None or taken:
+        try:
+            process = await _start_child(export)
+        finally:
+            if process is None and taken:  # the slot is not held while formatting here
+                slots.release()
+    if process is None:  # no slot free, or no Python to start: formatted in this process
+        async for chunk in stream_export(export):
+            yield chunk
+        return
+    export.close()
     try:
-        async for chunk in _child_export(export):
+        async for chunk in _child_output(process):
             yield chunk
     finally:
-        if slots is not None:
+        if taken:
             slots.release()
 
 
-async def _child_export(export: Export) -> AsyncIterator[bytes]:
+async def _start_child(export: Export) -> Any:
+    """A ``vdl-stream export`` child process of ``export``'s run, format and pattern, its output
+    a pipe; None where no Python executable can start."""
     import subprocess
 
     import trio
 
     command = [sys.executable, "-m", "vdl_stream.cli", "export", export.run_dir]
-    command += ["--format", export.fmt] + (["--tag", export.pattern] if export.pattern else [])
+    command += ["--format", export.fmt, "--threads", str(child_threads())]
+    command += ["--tag", export.pattern] if export.pattern else []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     try:
-        process = await trio.lowlevel.open_process(
+        return await trio.lowlevel.open_process(
             command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -1216,25 +1273,46 @@ async def _child_export(export: Export) -> AsyncIterator[bytes]:
         )
     except OSError as exc:  # no Python to start (an embedded interpreter): in this process
         log.warning("export: no child process (%s); formatting in the server", exc)
-        async for chunk in stream_export(export):
-            yield chunk
-        return
-    export.close()
+        return None
+
+
+async def _child_output(process: Any) -> AsyncIterator[bytes]:
+    """``process``'s output in chunks of :data:`EXPORT_PIPE_CHUNK` bytes (the last one
+    shorter); kills it when the consumer stops early or is cancelled.
+
+    Raises:
+        RuntimeError: the child failed (its last stderr lines are in the message).
+    """
+    import trio
+
     out, err = process.stdout, process.stderr
     assert out is not None and err is not None
     try:
-        _widen_pipe(out.fileno())
-        parts: list[bytes] = []
-        size = 0
-        while data := await out.receive_some(EXPORT_PIPE_CHUNK):
-            parts.append(data)
-            size += len(data)
-            if size >= EXPORT_PIPE_CHUNK:
-                yield b"".join(parts)
-                parts.clear()
-                size = 0
-        if parts:
-            yield b"".join(parts)
+        fd = out.fileno()
+        _widen_pipe(fd)
+        # The pipe is read into one buffer and passed on in chunks of exactly its size (but the
+        # last): the server then allocates the same sizes over and over (the chunk, and
+        # hypercorn's copy of it with the chunk header), which glibc's malloc reuses. Chunks of
+        # every size up to 1 MB (each read as it came) fragmented its heap: the server's RSS
+        # crept up by about 15 MB per GB relayed (docs/performance.md, "Export through the
+        # server").
+        buf = bytearray(EXPORT_PIPE_CHUNK)
+        view = memoryview(buf)
+        fill = 0
+        while True:
+            try:
+                n = os.readv(fd, [view[fill:]])
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            fill += n
+            if fill == len(buf) or (not n and fill):
+                yield bytes(view[:fill])  # the consumer's send is this loop's checkpoint
+                fill = 0
+            elif n:
+                await trio.lowlevel.checkpoint()
+            if not n:
+                break
         if await process.wait():
             tail = b""
             with trio.move_on_after(1):
@@ -1338,6 +1416,8 @@ def _export_kept(args: argparse.Namespace, path: str) -> int:
 
 #: mallopt(3) parameters (glibc's malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: glibc's default mmap and trim thresholds (its dynamic adjustment stays off once set).
+_DEFAULT_THRESHOLD = 128 << 10
 
 
 def _keep_freed_memory(keep: bool = True) -> None:
@@ -1365,7 +1445,3 @@ def _keep_freed_memory(keep: bool = True) -> None:
     mallopt(_M_TRIM_THRESHOLD, (64 << 20) if keep else _DEFAULT_THRESHOLD)
     if not keep:
         trim(0)
-
-
-#: glibc's default mmap and trim thresholds (its dynamic adjustment stays off once set).
-_DEFAULT_THRESHOLD = 128 << 10

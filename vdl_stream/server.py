@@ -778,10 +778,12 @@ def api_blueprint(broker: Broker) -> Blueprint:
             return jsonify(error=f"tag is not a valid regex: {exc}"), 400
         filename = name.replace("/", "_") + "." + fmt
         # Streamed chunk by chunk in constant memory; the event loop never formats a row. A
-        # large export is formatted by a child process where a core is idle for it (off this
-        # process's GIL), a small one in a worker thread (no process start).
-        points = await trio.to_thread.run_sync(export.stored_points)
-        if points >= EXPORT_PROCESS_POINTS and export_in_child():
+        # large export is formatted by a child process on another core (off this process's
+        # GIL), a small one in a worker thread (no process start). export_in_child() is cheap:
+        # the count of stored points (a thread hop) only when it could send the export there.
+        if export_in_child() and (
+            await trio.to_thread.run_sync(export.stored_points) >= EXPORT_PROCESS_POINTS
+        ):
             body = stream_export_process(export, export_slots)
         else:
             body = stream_export(export)

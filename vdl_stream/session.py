@@ -24,8 +24,8 @@ import recorder
 
 from . import codec, storage
 from .errors import RefusedError, describe
-from .transport import WINDOW, InProcessTransport, Transport, WebSocketTransport
-from .writer import Writer, check_window
+from .transport import MAX_WINDOW, WINDOW, InProcessTransport, Transport, WebSocketTransport
+from .writer import Writer
 
 JOB_ID_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PADDLE_JOB_ID", "MASTER_ADDR")
 
@@ -187,6 +187,20 @@ def _check_seconds(name: str, value: object, least: float, most: float) -> None:
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not least <= value <= most:
         raise ValueError(f"{name} must be from {least:g} to {most:g} s, got {value!r}")
+
+
+def check_window(window: object) -> int:
+    """Check an in-flight window (batches a writer keeps unacknowledged at most); return it.
+
+    Raises:
+        TypeError: ``window`` is not an int.
+        ValueError: it is not from 1 to :data:`~vdl_stream.transport.MAX_WINDOW`.
+    """
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"window must be an int number of batches, got {type(window).__name__}")
+    if not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be from 1 to {MAX_WINDOW} batches, got {window!r}")
+    return window
 
 
 def resolve_run(

@@ -33,7 +33,6 @@ import psutil
 from .codec import RESERVED_TAG_PREFIX, ScalarColumns
 
 __all__ = [
-    "TAG_PREFIX",
     "TelemetrySampler",
     "columns_from_events",
     "distributed_env",
@@ -530,14 +529,14 @@ def _shutdown_quietly(nvml: Any, errors: tuple[type[BaseException], ...]) -> Non
 
 # ---------------------------------------------------------------------- the scalar path (issue 16)
 
-#: The reserved tag namespace of telemetry scalars: ``@telemetry/<host>/rank<r>/<field>``. A
-#: user's tag cannot start with it (``codec.check_tag`` refuses it), so the two never clash.
-TAG_PREFIX = RESERVED_TAG_PREFIX
+# Telemetry scalars live in the reserved tag namespace (codec.RESERVED_TAG_PREFIX):
+# ``@telemetry/<host>/rank<r>/<field>``. A user's tag cannot start with it (``codec.check_tag``
+# refuses it), so the two never clash.
 
 
 def is_telemetry_tag(tag: str) -> bool:
     """Return whether ``tag`` is in the reserved telemetry namespace."""
-    return tag.startswith(TAG_PREFIX)
+    return tag.startswith(RESERVED_TAG_PREFIX)
 
 
 def scalar_tag(host: str, rank: int, field: str) -> str:
@@ -546,14 +545,14 @@ def scalar_tag(host: str, rank: int, field: str) -> str:
     A ``/`` in the host name (never in a real one) becomes ``_``, so that `parse_tag` can split the
     tag again.
     """
-    return f"{TAG_PREFIX}{host.replace('/', '_') or '?'}/rank{rank}/{field}"
+    return f"{RESERVED_TAG_PREFIX}{host.replace('/', '_') or '?'}/rank{rank}/{field}"
 
 
 def parse_tag(tag: str) -> tuple[str, int, str] | None:
     """Split a telemetry tag into ``(host, rank, field)``; None for any other tag."""
-    if not tag.startswith(TAG_PREFIX):
+    if not tag.startswith(RESERVED_TAG_PREFIX):
         return None
-    parts = tag[len(TAG_PREFIX) :].split("/", 2)
+    parts = tag[len(RESERVED_TAG_PREFIX) :].split("/", 2)
     if len(parts) != 3 or not parts[1].startswith("rank") or not parts[2]:
         return None
     try:
@@ -584,10 +583,10 @@ def sample_points(sample: dict[str, Any]) -> list[tuple[str, int, float, float]]
 
 def _split(scalars: list[ScalarColumns]) -> tuple[list[ScalarColumns], list[ScalarColumns]]:
     """``(other columns, telemetry columns)``, each in batch order."""
-    if not any(c.tag.startswith(TAG_PREFIX) for c in scalars):
+    if not any(c.tag.startswith(RESERVED_TAG_PREFIX) for c in scalars):
         return scalars, []
-    other = [c for c in scalars if not c.tag.startswith(TAG_PREFIX)]
-    return other, [c for c in scalars if c.tag.startswith(TAG_PREFIX)]
+    other = [c for c in scalars if not c.tag.startswith(RESERVED_TAG_PREFIX)]
+    return other, [c for c in scalars if c.tag.startswith(RESERVED_TAG_PREFIX)]
 
 
 def legacy_view(
@@ -664,8 +663,8 @@ def series(columns: list[ScalarColumns]) -> dict[str, dict[str, list[float]]]:
     one series from several columns merged in wall-time order."""
     merged: dict[str, list[ScalarColumns]] = {}
     for col in columns:
-        if col.tag.startswith(TAG_PREFIX) and len(col.walls):
-            merged.setdefault(col.tag[len(TAG_PREFIX) :], []).append(col)
+        if col.tag.startswith(RESERVED_TAG_PREFIX) and len(col.walls):
+            merged.setdefault(col.tag[len(RESERVED_TAG_PREFIX) :], []).append(col)
     out = {}
     for name, cols in merged.items():
         walls = np.concatenate([c.walls for c in cols])

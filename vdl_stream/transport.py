@@ -143,9 +143,6 @@ class Transport(Protocol):
         """Wait until every batch up to ``seq`` is durable or was refused for good; retryable
         refusals are re-sent meanwhile (bound the wait with a cancel scope)."""
 
-    async def wait_idle(self) -> None:
-        """Wait until no batch is in flight (``wait_window(1)``)."""
-
     def unacknowledged(self) -> int:
         """Return how many batches were taken and are not answered yet (never blocks)."""
 
@@ -311,10 +308,6 @@ class InProcessTransport:
                 continue
             await self._broker.wait_persisted(self._confirmed, durable=True)
             return
-
-    async def wait_idle(self) -> None:
-        """Return once every batch handed over is written or refused (``wait_window(1)``)."""
-        await self.wait_window(1)
 
     def unacknowledged(self) -> int:
         """Batches taken whose write is not known yet, and refused ones waiting to go again."""
@@ -630,10 +623,6 @@ class WebSocketTransport:
             if first is None or first > seq or self._acked >= seq:
                 return
             await self._changed.wait()
-
-    async def wait_idle(self) -> None:
-        """Return once every batch taken is answered (``wait_window(1)``)."""
-        await self.wait_window(1)
 
     def unacknowledged(self) -> int:
         """Batches taken and not answered yet: sent, waiting to be sent, or to be re-sent."""

@@ -64,7 +64,7 @@ from .codec import Batch, ScalarColumns
 from .errors import describe, unwrap
 from .run_summary import CLOSED, RUNNING, STATUS_KEY
 from .summaries import to_float, to_step
-from .transport import MAX_WINDOW, WINDOW, Spool, Transport, TransportStatistics
+from .transport import WINDOW, Spool, Transport, TransportStatistics
 
 log = logging.getLogger("vdl_stream.writer")
 
@@ -117,13 +117,20 @@ SPARE_BYTES = 64 << 20
 
 
 def _event_bytes(event: dict[str, Any]) -> int:
-    """A cheap estimate of an event's size in memory (its str/bytes payloads dominate)."""
+    """A cheap estimate of an event's size in memory (its str/bytes payloads dominate, or the
+    copy of a histogram's values waiting to be binned)."""
     size = 96
     for value in event.values():
-        if isinstance(value, (bytes, str)):
+        kind = type(value)
+        if kind is float or kind is int or value is None:  # most values: no isinstance calls
+            continue
+        if kind is bytes or kind is str or isinstance(value, (bytes, str)):
             size += len(value)
         elif isinstance(value, (dict, list)):
             size += 64 * len(value)
+    waiting = event.get(_BIN)
+    if waiting is not None:
+        size += waiting[0].nbytes
     return size
 
 
@@ -344,8 +351,9 @@ class Writer:
     ) -> None:
         self.run = codec.check_run_name(run)
         # The in-flight window: batches the writer keeps unacknowledged at most before it holds
-        # calls back to merge them (see _pace and _hold_back).
-        self._window = check_window(window)
+        # calls back to merge them (see _pace and _hold_back). Checked once, by attach(), before
+        # it creates anything (session.check_window).
+        self._window = window
         self.url: str | None = None  # the dashboard URL when this writer serves one
         self._id = uuid.uuid4().hex[:16]
         # Per-tag column buffers (see "The scalar path" in the module docstring): the hot path's
@@ -358,6 +366,10 @@ class Writer:
         # Every buffer with its tag, in order of first use: what the pump drains.
         self._buffers: list[tuple[str, list[int | float]]] = []
         self._events: list[dict[str, Any]] = []
+        # The first _held_events of _events and their estimated bytes, as _hold_back last sized
+        # them (background thread only: the hot path appends, only the pump cuts).
+        self._held_events = 0
+        self._held_bytes = 0
         self._spares = _SpareArrays(SPARE_BYTES)  # add_histogram's copies, reused
         self._closed = False
         # The hot path's only extra check: set when the writer is closed or has news to report.
@@ -995,15 +1007,22 @@ class Writer:
         in-flight window is full (``_pace`` wakes the pump when an answer frees a place), and
         what is held is within its bounds. Never while batches wait to be handed over (the
         transport is failing: they go to the bounded, spilling pending queue), nor on a flush."""
-        return (
-            not self._flushes
-            and not self._closing
-            and not len(self._pending)
-            and transport.unacknowledged() >= self._window
-            and self._queued_points() < MAX_HELD_POINTS
-            and len(self._events) < MAX_HELD_EVENTS
-            and sum(_event_bytes(e) for e in self._events) < MAX_HELD_BYTES
-        )
+        if (
+            self._flushes
+            or self._closing
+            or len(self._pending)
+            or transport.unacknowledged() < self._window
+        ):
+            return False
+        events = self._events
+        held = len(events)
+        if held >= MAX_HELD_EVENTS:
+            return False
+        if held > self._held_events:  # size only the events appended since the last tick
+            self._held_bytes += sum(_event_bytes(e) for e in events[self._held_events : held])
+            self._held_events = held
+        # Last, as it walks every tag's buffer.
+        return self._held_bytes < MAX_HELD_BYTES and self._queued_points() < MAX_HELD_POINTS
 
     async def _pace(self, transport: Transport) -> None:
         """Adaptive flushing: each time fewer than ``window`` batches are in flight, send what
@@ -1032,12 +1051,9 @@ class Writer:
             # Take a prefix and delete it: appends racing with us land after it and stay queued.
             events = self._events[:m]
             del self._events[:m]
+            self._held_events = self._held_bytes = 0  # those _hold_back sized were all taken
             self._seq += 1
-            for event in events:
-                if _BIN in event:
-                    values, n = event.pop(_BIN)
-                    event.update(summaries.bin_histogram(values, n))
-                    self._spares.give_back(values)
+            self._bin(events)
             if self._status_due is not None or self._close_due:
                 events = self._stamp_status(columns, events)
             batch = Batch(self._id, self._seq, self.run, columns, events, sync)
@@ -1046,6 +1062,22 @@ class Writer:
                 self._report(problem)
             self._wake_sender()
         return self._seq
+
+    def _bin(self, events: list[dict[str, Any]]) -> None:
+        """Bin the histograms among ``events`` (all at once: summaries.bin_histograms) and give
+        their copies back to the spare arrays (background thread)."""
+        waiting = [event for event in events if _BIN in event]
+        if not waiting:
+            return
+        jobs = [event.pop(_BIN) for event in waiting]
+
+        def done(j: int, binned: dict[str, Any]) -> None:
+            # Each copy goes back as soon as it is binned, not after the whole batch: the
+            # loop, still logging meanwhile, copies into it instead of into fresh pages.
+            waiting[j].update(binned)
+            self._spares.give_back(jobs[j][0])
+
+        summaries.bin_histograms(jobs, done)
 
     def _stamp_status(
         self, columns: list[ScalarColumns], events: list[dict[str, Any]]
@@ -1191,20 +1223,6 @@ class Writer:
 
 
 _now = time.time  # one global lookup on the hot path instead of two
-
-
-def check_window(window: object) -> int:
-    """Check an in-flight window (batches a writer keeps unacknowledged at most); return it.
-
-    Raises:
-        TypeError: ``window`` is not an int.
-        ValueError: it is not from 1 to :data:`~vdl_stream.transport.MAX_WINDOW`.
-    """
-    if isinstance(window, bool) or not isinstance(window, int):
-        raise TypeError(f"window must be an int number of batches, got {type(window).__name__}")
-    if not 1 <= window <= MAX_WINDOW:
-        raise ValueError(f"window must be from 1 to {MAX_WINDOW} batches, got {window!r}")
-    return window
 
 
 def _status_event(status: str, host: str | None, wall: float) -> dict[str, Any]:

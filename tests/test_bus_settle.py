@@ -1,0 +1,154 @@
+"""The bus publishes a batch at ingest, before it is written: what the receivers do about it.
+
+No Redis here: the publishing side's queue and the receiving side's fan-out are driven directly
+with the entries a publish round builds (``_coalesce`` and ``_fields``, the functions the publish
+loop uses), into a real in-process :class:`~vdl_stream.broker.Broker` and its subscriber.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import trio
+
+from vdl_stream import codec
+from vdl_stream.broker import Broker
+from vdl_stream.bus import Bus, _coalesce, _fields
+from vdl_stream.codec import Batch, ScalarColumns
+
+NOWHERE = "redis://127.0.0.1:1/0"  # never connected: these tests drive the bus by hand
+
+
+@dataclass
+class Entry:
+    """What coredis gives for a stream entry."""
+
+    identifier: bytes
+    field_values: dict[bytes, bytes]
+
+
+def batch(run: str, seq: int) -> Batch:
+    steps = np.arange(seq * 10, seq * 10 + 10, dtype=np.int64)
+    return Batch("w", seq, run, [ScalarColumns("loss", steps, steps * 1.0, steps * 2.0)], [])
+
+
+def entries_of(source: str, items: list, written: int) -> list[Entry]:
+    """The stream entries one publish round of broker ``source`` adds for ``items``."""
+    _, entries = _coalesce(items)
+    out = []
+    for i, (_, m, n, frame) in enumerate(entries):
+        fields = _fields(source, m, n, frame, written)
+        out.append(
+            Entry(
+                f"{1000 + i}-0".encode(),
+                {
+                    k.encode(): (v if isinstance(v, bytes) else str(v).encode())
+                    for k, v in fields.items()
+                },
+            )
+        )
+    return out
+
+
+def steps_of(bus: Bus, run: str) -> list[int]:
+    return [int(s) for scalars, _ in bus.unsettled(run) for c in scalars for s in c.steps]
+
+
+async def drain(sub) -> list[dict]:
+    """Every frame the subscriber has ready (decoded), without waiting."""
+    frames = []
+    while True:
+        try:
+            frames.append(codec.decode_message(sub.receive_nowait()))
+        except trio.WouldBlock:
+            return frames
+
+
+async def test_a_published_batch_is_settled_in_order_and_a_refused_one_is_retracted(
+    tmp_path: Path,
+):
+    broker = Broker(tmp_path)
+    bus = Bus(broker, NOWHERE)
+    for seq in (1, 2, 3):
+        bus.publish(batch("r", seq))
+    bus.settled("r")
+    bus.settled("r", refused=True)  # batch 2 was refused after its fan-out
+    items = []
+    while True:
+        try:
+            items.append(bus._receive.receive_nowait())
+        except trio.WouldBlock:
+            break
+    assert [(run, n) for run, n, _ in items] == [("r", 1), ("r", 2), ("r", 3), ("r", -1)]
+    assert bus._written["r"] == 2  # the last batch reported: refused, but done with
+    _, entries = _coalesce(items)
+    # the batches in one entry, then the retraction after them
+    assert [(run, m, n) for run, m, n, _ in entries] == [("r", 1, 3), ("r", 0, 0)]
+    assert _fields("A", 0, 0, b"", 2) == {"b": "A", "p": 2, "r": 1}
+
+
+async def test_receivers_keep_unwritten_frames_resend_them_after_a_snapshot_and_resync_a_retracted_run(
+    tmp_path: Path,
+):
+    broker = Broker(tmp_path)
+    bus = Bus(broker, NOWHERE)
+    sub = broker.subscribe()
+    # Broker A published batches 1 and 2 at ingest, in two rounds; when it added the second
+    # only batch 1 was written. (A round merging both would keep both: an entry is kept whole.)
+    one = entries_of("A", [("r", 1, batch("r", 1))], 0)
+    two = entries_of("A", [("r", 2, batch("r", 2))], 1)
+    bus._fan_out("r", one + two)
+    assert steps_of(bus, "r") == list(range(20, 30))  # batch 2 may not be in the files yet
+    live = [f for f in await drain(sub) if f["type"] == "data"]
+    assert [s for f in live for s in np.frombuffer(f["scalars"][0][1], "<f8")] == list(
+        range(10, 30)
+    )
+    # A snapshot read from the files now may lack batch 2: it is offered again after it.
+    broker._bus_resend(sub, "r")
+    again = [f for f in await drain(sub) if f["type"] == "data"]
+    assert [s for f in again for s in np.frombuffer(f["scalars"][0][1], "<f8")] == list(
+        range(20, 30)
+    )
+    # Batch 3 arrives with batch 2 written: only 3 is kept.
+    bus._fan_out("r", entries_of("A", [("r", 3, batch("r", 3))], 2))
+    assert steps_of(bus, "r") == list(range(30, 40))
+    assert sub.statistics().run_gaps == 0
+    # Batch 3 was refused after all: a retraction; the subscriber re-syncs the run, and
+    # nothing of it is sent again after that snapshot.
+    bus._fan_out("r", entries_of("A", [("r", -1, b"")], 3))
+    assert sub.statistics().run_gaps == 1
+    assert bus.unsettled("r") == []
+
+
+async def test_another_broker_taking_a_run_over_resyncs_frames_the_previous_one_never_wrote(
+    tmp_path: Path,
+):
+    broker = Broker(tmp_path)
+    bus = Bus(broker, NOWHERE)
+    sub = broker.subscribe()
+    bus._fan_out("r", entries_of("A", [("r", 1, batch("r", 1))], 0))  # A dies before writing it
+    assert sub.statistics().run_gaps == 0
+    bus._fan_out("r", entries_of("C", [("r", 1, batch("r", 1))], 0))  # C took the run over
+    assert sub.statistics().run_gaps == 1  # the page reads the run again from the files
+    assert steps_of(bus, "r") == list(range(10, 20))  # C's copy, kept until C writes it
+    # A run that changed brokers with everything written re-syncs nothing.
+    bus._fan_out("s", entries_of("A", [("s", 1, batch("s", 1))], 1))
+    bus._fan_out("s", entries_of("C", [("s", 1, batch("s", 2))], 1))
+    assert sub.statistics().run_gaps == 1
+
+
+async def test_unsettled_frames_are_forgotten_after_a_few_seconds(tmp_path: Path):
+    import time
+
+    from vdl_stream.bus import UNSETTLED_SECONDS
+
+    broker = Broker(tmp_path)
+    bus = Bus(broker, NOWHERE)
+    bus._fan_out("r", entries_of("A", [("r", 1, batch("r", 1))], 0))
+    assert steps_of(bus, "r") == list(range(10, 20))
+    bus._sweep(time.monotonic())
+    assert "r" in bus._unsettled  # still young
+    bus._sweep(time.monotonic() + UNSETTLED_SECONDS + 1)  # a run that went quiet
+    assert "r" not in bus._unsettled and bus.unsettled("r") == []
