@@ -372,7 +372,6 @@ def _decode_scalars_at(data: dict, n: int, at: np.ndarray) -> ScalarSeries:
     """:func:`decode_scalars` at the indices ``at`` only (the same arithmetic per point)."""
     try:
         s, w = data["s"], data["w"]
-        values = np.frombuffer(data["v"], dtype=_F8)
         if s[0] == "range" and len(s) == 3:
             steps = s[1] + s[2] * at.astype(np.int64)
         elif s[0] == "u4" and len(s[2]) == 4 * n:
@@ -393,9 +392,9 @@ def _decode_scalars_at(data: dict, n: int, at: np.ndarray) -> ScalarSeries:
             walls = np.frombuffer(w[1], dtype=_F8)[at]
         else:
             raise ValueError("the wall column is malformed")
-        if len(values) != n:
-            raise ValueError("the value column has the wrong length")
-        values = values[at]
+        values = scalar_values(data)[at]  # (checks the column's length)
+    except PayloadError:
+        raise
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise PayloadError(f"scalar chunk is malformed: {exc}") from None
     return ScalarSeries(steps, walls, values)

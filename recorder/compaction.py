@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -141,9 +141,7 @@ class Compactor:
         try:
             pending, self.pending = self.pending, []
             for number, size, records, capture in pending:
-                if records < self.min_records or size > SMALL_RECORD * records:
-                    continue  # few or large records: left as they are
-                self._compact_segment(number, size, capture)
+                self._compact_sealed(number, size, records, capture)
             self._merge_full_levels()
             self._summarise_one()
         finally:
@@ -158,11 +156,10 @@ class Compactor:
         """
         start = time.process_time()
         try:
-            while self.pending:
-                number, size, records, capture = self.pending.pop(0)
-                if records < self.min_records or size > SMALL_RECORD * records:
-                    continue  # few or large records: left as they are
-                self._compact_segment(number, size, capture)
+            if self.pending:
+                # One sealed segment, compacted or (few or large records) let be: either way a
+                # unit, so a flush over the deferred bound does no more than it must.
+                self._compact_sealed(*self.pending.pop(0))
                 return True
             group = self._full_group()
             if group is not None:
@@ -175,22 +172,7 @@ class Compactor:
     def backlog(self) -> int:
         """Units of work queued: sealed segments waiting, plus full groups of blocks waiting to
         merge (counted without overlap, one level at a time)."""
-        groups = 0
-        run: list[list[int]] = []
-        for block in self.blocks:  # as _full_group scans, past each group it finds
-            if (
-                run
-                and run[-1][1] + 1 == block[0]
-                and run[-1][2] == block[2]
-                and (run[-1][0], run[-1][1]) not in self.unmergeable
-            ):
-                run.append(block)
-            else:
-                run = [block]
-            if len(run) == MERGE_FAN and block[2] < MAX_LEVEL:
-                groups += sum(b[3] for b in run) <= MERGE_MAX_BYTES
-                run = []
-        return len(self.pending) + groups
+        return len(self.pending) + sum(1 for _ in self._full_groups())
 
     def _summarise_one(self) -> bool:
         """Give one block an older writer left its summaries (a resumed run catches up one block
@@ -208,6 +190,15 @@ class Compactor:
                         b[3] = size
             return True
         return False
+
+    def _compact_sealed(
+        self, number: int, size: int, records: int, capture: SegmentCapture | None
+    ) -> None:
+        """Compact a sealed segment taken from :attr:`pending`, unless it holds few or large
+        records (then it is left as it is)."""
+        if records < self.min_records or size > SMALL_RECORD * records:
+            return
+        self._compact_segment(number, size, capture)
 
     def _compact_segment(self, number: int, size: int, capture: SegmentCapture | None) -> None:
         segments = [[number, self.created[number], size]]
@@ -229,6 +220,12 @@ class Compactor:
             self._merge(group)
 
     def _full_group(self) -> list[list[int]] | None:
+        """The first group :meth:`_full_groups` finds, or None."""
+        return next(self._full_groups(), None)
+
+    def _full_groups(self) -> Iterator[list[list[int]]]:
+        """Groups of ``MERGE_FAN`` adjacent blocks of one level below ``MAX_LEVEL`` within
+        ``MERGE_MAX_BYTES``, in order and without overlap (a group too large is passed over)."""
         run: list[list[int]] = []
         for block in self.blocks:
             if (
@@ -242,9 +239,8 @@ class Compactor:
                 run = [block]
             if len(run) == MERGE_FAN and block[2] < MAX_LEVEL:
                 if sum(b[3] for b in run) <= MERGE_MAX_BYTES:
-                    return run
+                    yield run
                 run = []
-        return None
 
     def _merge(self, group: list[list[int]]) -> None:
         footers = []

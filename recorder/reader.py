@@ -648,9 +648,7 @@ class RunReader:
             if data is None:
                 raise codec.PayloadError("")  # reported by the catalog's load already
             values = codec.scalar_values(data)
-            keep = np.arange(len(values)) if len(values) <= max_points else None
-            if keep is None:
-                keep = extreme_indices(values, max_points)
+            keep = extreme_indices(values, max_points)  # every index when few enough
             return codec.decode_scalars(data, at=keep)
         except codec.PayloadError as exc:
             if data is not None:

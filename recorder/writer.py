@@ -665,10 +665,10 @@ class RunWriter:
             return False
         deadline = None if budget_s is None else time.monotonic() + budget_s
         while compaction.step():
-            if compaction.blocks:
-                self._entries = None
             if deadline is not None and time.monotonic() >= deadline:
                 break
+        if compaction.blocks:
+            self._entries = None
         return compaction.backlog() > 0 or bool(compaction.unsummarised)
 
     def position(self) -> Position:

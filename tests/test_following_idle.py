@@ -258,3 +258,23 @@ def test_discovery_finds_what_list_runs_finds_listing_only_changed_directories(t
     assert "exp2/deep/late" in state.find_runs() and "exp1/eval" not in state.find_runs()
     shutil.rmtree(logdir)
     assert state.find_runs() == [] == recorder.list_runs(logdir)
+
+
+def test_a_linked_log_directory_finds_a_run_created_in_its_target(tmp_path, monkeypatch):
+    """``--logdir`` may be a symbolic link: a run created in its target is found next round
+    (the link's own mtime never moves)."""
+    monkeypatch.setattr(following, "RECHECK_ROUNDS", 1 << 30)  # no safety net
+    target = tmp_path / "logs"
+    with recorder.RunWriter(target / "a", sync="never") as w:
+        w.append_scalars(TAG, np.arange(3), 1.7e9 + np.arange(3), np.zeros(3))
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    age(target)
+    old = time.time_ns() - 3600 * 10**9
+    os.utime(link, ns=(old, old), follow_symlinks=False)
+    state = following.FollowState(link)
+    assert state.find_runs() == ["a"]
+    state.start_round()
+    with recorder.RunWriter(target / "b", sync="never") as w:
+        w.append_scalars(TAG, np.arange(3), 1.7e9 + np.arange(3), np.zeros(3))
+    assert state.find_runs() == ["a", "b"]

@@ -84,7 +84,7 @@ SPIKE_MOVES = 0.1
 #: 1,024-point batches served); the wait adds 50 ms to an alert's latency on average.
 DETECT_INTERVAL = 0.1
 #: A round that took a long time (many tags) is followed by a longer pause, so that the
-#: detectors take about this share of one core at most ...
+#: detectors take about this share of one core at most (not while hurried: HURRY_SHARE) ...
 DETECT_SHARE = 0.05
 #: ... but rounds start at most this many seconds apart (an alert within 1 s of its point).
 DETECT_MAX_INTERVAL = 0.5
@@ -92,7 +92,10 @@ DETECT_MAX_INTERVAL = 0.5
 #: DETECT_INTERVAL: a writer fast enough to fill it within a round's interval (16M points/s
 #: in-process) would otherwise have batches dropped while the detectors wait.
 HURRY_SHARE = 0.5
-#: Seconds between warnings that the detectors dropped batches (each says how many since).
+#: Event kinds that are not training data: a batch of only these does not count as the run's
+#: activity (the stall rule's cadence).
+_NOT_DATA = frozenset({"alert", "hparams", "meta", "telemetry"})
+#: Seconds between warnings that the detectors dropped batches (each says how many so far).
 DROP_WARN_INTERVAL = 60.0
 #: Alerts kept in memory per followed run (runs another process writes: the server cannot
 #: record alerts in them), the oldest forgotten first; at most :data:`MAX_RUNS` runs.
@@ -833,7 +836,14 @@ class AlertEngine:
         unwatched = entry.unwatched
         for cols in scalars:
             if len(cols.values):
-                unwatched[cols.tag] = cols
+                # Only its last step is read (_judge): a copy of that one point, so the dropped
+                # column, uncounted in the queue's bounds, is not kept alive until the round.
+                unwatched[cols.tag] = ScalarColumns(
+                    cols.tag,
+                    cols.steps[-1:].copy(),
+                    cols.walls[-1:].copy(),
+                    cols.values[-1:].copy(),
+                )
         data = bool(scalars)
         for event in events:
             kind = event.get("kind")
@@ -841,7 +851,7 @@ class AlertEngine:
                 if "status" in event and self._kept < self._queue_size:
                     self._kept += 1
                     entry.events.append({"kind": "meta", "status": event["status"]})
-            elif kind not in ("alert", "hparams", "telemetry"):
+            elif kind not in _NOT_DATA:
                 data = True
         if data:
             entry.data = True
@@ -929,7 +939,7 @@ class AlertEngine:
         last = -math.inf
         interval = DETECT_INTERVAL
         while True:
-            if not self._depth:
+            if not self._depth and not self._pending:  # (a dropped batch leaves no depth)
                 self._queued = trio.Event()
                 await self._queued.wait()
             # Run at most every DETECT_INTERVAL, on everything queued meanwhile: the cost per
@@ -1105,7 +1115,7 @@ class AlertEngine:
                     state.lost_at = None
             elif kind == "telemetry":
                 self._telemetry(run, state, event)
-            elif kind not in ("alert", "hparams", "meta"):
+            elif kind not in _NOT_DATA:
                 data = True
                 if kind == "histogram" and event.get("tag") is not None:
                     self._histogram(run, state, event)

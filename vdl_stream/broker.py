@@ -1657,7 +1657,11 @@ class Broker:
                 if not writer.compact(budget_s=0):
                     self._compact_due.discard(name)
             except Exception:  # a full disk: the flushes' bound still applies; retried later
-                log.warning("compaction of run %r failed", name, exc_info=True)
+                # once per run every LOG_INTERVAL s: the next flush queues the run again
+                now = time.monotonic()
+                if now - self._logged.get((name, "compaction"), -LOG_INTERVAL) >= LOG_INTERVAL:
+                    self._logged[(name, "compaction")] = now
+                    log.warning("compaction of run %r failed", name, exc_info=True)
                 self._compact_due.discard(name)
 
     def _close_runs(self) -> None:
@@ -1779,10 +1783,10 @@ class Broker:
     def _bus_catch_up(run: _Run) -> None:
         """Move a followed run's reader to the end of its files without decoding what it skips
         (blocking; hold ``run.lock``): the bus fanned those records out already."""
-        signature = _signature(run.path)
+        signature, key = following.signed(run.path, _signature)
         reader = _open_reader(run)
         reader.refresh()
-        run.signature = signature
+        run.signature, run.dir_key = signature, key
         run.position = reader.position()
         _measure(run)
 

@@ -83,14 +83,15 @@ class FollowStatistics:
     files_statted: int
 
 
-def dir_key(path: str | os.PathLike[str]) -> DirKey:
-    """Stat directory ``path`` (following no symbolic link) and return its :data:`DirKey`.
+def dir_key(path: str | os.PathLike[str], follow: bool = False) -> DirKey:
+    """Stat directory ``path`` (following a symbolic link only if ``follow``) and return its
+    :data:`DirKey`.
 
     Raises:
         OSError: it cannot be statted.
     """
     now = time.time_ns()
-    st = os.stat(path, follow_symlinks=False)
+    st = os.stat(path, follow_symlinks=follow)
     return (st.st_ino, st.st_size, st.st_mtime_ns), now
 
 
@@ -174,7 +175,9 @@ class FollowState:
             rel = stack.pop()
             path = self.root if rel == "." else os.path.join(self.root, rel)
             try:
-                key = dir_key(path)
+                # The log directory itself may be a link (as os.walk, its target is walked):
+                # its key is the target's, whose mtime moves when a run is created there.
+                key = dir_key(path, follow=rel == ".")
             except OSError:
                 continue  # removed meanwhile, or unreadable: as os.walk, left out
             self._now[0] += 1

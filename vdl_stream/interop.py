@@ -524,7 +524,8 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
     busy cores they only add GIL hand-offs (15-30% more CPU time, and no faster:
     docs/performance.md, "Export speed").
     """
-    threads = min(EXPORT_THREADS_MAX, int(_idle(cores, load) + 0.5))
+    idle = _cores(cores) - (_load() if load is None else load)
+    threads = min(EXPORT_THREADS_MAX, int(idle + 0.5))
     return threads if threads >= 2 else 0
 
 
@@ -541,9 +542,7 @@ def export_in_child(cores: int | None = None) -> bool:
     is nothing to gain from formatting in the server (docs/performance.md, "Export through the
     server").
     """
-    if cores is None:
-        cores = os.cpu_count() or 1
-    return cores >= 2
+    return _cores(cores) >= 2
 
 
 #: Environment variable that sets :func:`child_threads` (an int >= 0), to compare settings.
@@ -566,22 +565,15 @@ def child_threads(cores: int | None = None) -> int:
     """
     text = os.environ.get(CHILD_THREADS_ENV)
     if text:
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):  # "²".isdigit() is True
             raise ValueError(f"{CHILD_THREADS_ENV} must be an int >= 0, got {text!r}")
         return int(text)
-    if cores is None:
-        cores = os.cpu_count() or 1
-    return max(1, min(EXPORT_THREADS_MAX, cores - 2))
+    return max(1, min(EXPORT_THREADS_MAX, _cores(cores) - 2))
 
 
-def _idle(cores: int | None, load: float | None) -> float:
-    """Idle cores: ``cores`` (default ``os.cpu_count()``) less ``load`` (default
-    :func:`_load`)."""
-    if cores is None:
-        cores = os.cpu_count() or 1
-    if load is None:
-        load = _load()
-    return cores - load
+def _cores(cores: int | None) -> int:
+    """``cores``, or ``os.cpu_count()`` where None."""
+    return (os.cpu_count() or 1) if cores is None else cores
 
 
 def _load() -> float:
@@ -1239,13 +1231,19 @@ async def stream_export_process(export: Export, slots: Any = None) -> AsyncItera
             if process is None and taken:  # the slot is not held while formatting here
                 slots.release()
     if process is None:  # no slot free, or no Python to start: formatted in this process
-        async for chunk in stream_export(export):
-            yield chunk
+        # aclosing: a client that leaves closes this generator, and with it the inner one now
+        # (not when the garbage collector finds it)
+        async with contextlib.aclosing(stream_export(export)) as chunks:
+            async for chunk in chunks:
+                yield chunk
         return
     export.close()
     try:
-        async for chunk in _child_output(process):
-            yield chunk
+        # closed with this generator, so the child is killed and reaped before its slot is
+        # given back (never more than EXPORT_PROCESSES children alive)
+        async with contextlib.aclosing(_child_output(process)) as chunks:
+            async for chunk in chunks:
+                yield chunk
     finally:
         if taken:
             slots.release()
@@ -1337,7 +1335,7 @@ def _widen_pipe(fd: int) -> None:
     try:
         import fcntl
 
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), EXPORT_PIPE_CHUNK)
     except (ImportError, OSError):
         pass
 

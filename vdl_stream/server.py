@@ -54,6 +54,7 @@ from .interop import (
     EXPORT_PROCESS_POINTS,
     EXPORT_PROCESSES,
     Export,
+    child_threads,
     export_in_child,
     stream_export,
     stream_export_process,
@@ -761,6 +762,9 @@ def api_blueprint(broker: Broker) -> Blueprint:
 
     # Export child processes at once (interop.stream_export_process); more go in threads.
     export_slots = trio.Semaphore(EXPORT_PROCESSES)
+    # A malformed VDL_STREAM_EXPORT_CHILD_THREADS fails here, at start, by name, rather than
+    # cutting every large export short after its headers went out.
+    child_threads()
 
     @bp.get("/api/export")
     async def api_export() -> Any:

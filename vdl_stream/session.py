@@ -103,7 +103,7 @@ def attach(
 
     _check_seconds("telemetry_interval", telemetry_interval, 0.1, 3600.0)
     _check_seconds("flush_interval", flush_interval, 1e-3, 60.0)
-    check_window(window)
+    _check_window(window)
     if isinstance(cache_mb, bool) or not isinstance(cache_mb, int) or cache_mb < 1:
         raise ValueError(f"cache_mb must be a positive int, got {cache_mb!r}")
     if serve and url is not None:
@@ -189,7 +189,7 @@ def _check_seconds(name: str, value: object, least: float, most: float) -> None:
         raise ValueError(f"{name} must be from {least:g} to {most:g} s, got {value!r}")
 
 
-def check_window(window: object) -> int:
+def _check_window(window: object) -> int:
     """Check an in-flight window (batches a writer keeps unacknowledged at most); return it.
 
     Raises:

@@ -367,14 +367,16 @@ def bin_histograms(
     so that the training loop's next copies find them.
     """
     results: list[dict[str, Any] | None] = [None] * len(jobs)
-    by_size: dict[int, list[int]] = {}
-    for j, (values, _) in enumerate(jobs):
+    # Grouped by size and bucket count: a group's bincount holds (buckets + 1) counts a row,
+    # so rows are bounded by both (2-value histograms of 10,000 buckets are not 1 GB of counts).
+    by_size: dict[tuple[int, int], list[int]] = {}
+    for j, (values, n) in enumerate(jobs):
         if 0 < values.size <= _GROUP_ROW_MAX:
-            by_size.setdefault(values.size, []).append(j)
-    for size, members in by_size.items():
+            by_size.setdefault((values.size, n), []).append(j)
+    for (size, n), members in by_size.items():
         if len(members) == 1:
             continue
-        rows = max(1, _GROUP_VALUES // size)
+        rows = max(1, _GROUP_VALUES // max(size, n + 1))
         for start in range(0, len(members), rows):
             group = members[start : start + rows]
             _bin_rows(jobs, group, size, results)
@@ -442,7 +444,7 @@ def _bin_rows(
     s *= scale_col
     i = index[: k * size].reshape(k, size)
     np.copyto(i, s, casting="unsafe")  # truncated as astype does (0 <= s <= n)
-    i += offsets  # each row's bins after the previous row's (zeroed rows: bin 0 of row 0)
+    i += offsets  # each row's bins after the previous row's (set-aside rows: one bin past all)
     counts = np.bincount(i.reshape(-1), minlength=offset + 1)
     totals = np.add.reduce(a, axis=1).tolist()
     squares = np.add.reduce(np.multiply(a, a, out=s), axis=1).tolist()

@@ -124,7 +124,7 @@ def _event_bytes(event: dict[str, Any]) -> int:
         kind = type(value)
         if kind is float or kind is int or value is None:  # most values: no isinstance calls
             continue
-        if kind is bytes or kind is str or isinstance(value, (bytes, str)):
+        if kind is bytes or kind is str or isinstance(value, (bytes, str)):  # exact types first
             size += len(value)
         elif isinstance(value, (dict, list)):
             size += 64 * len(value)
@@ -352,7 +352,7 @@ class Writer:
         self.run = codec.check_run_name(run)
         # The in-flight window: batches the writer keeps unacknowledged at most before it holds
         # calls back to merge them (see _pace and _hold_back). Checked once, by attach(), before
-        # it creates anything (session.check_window).
+        # it creates anything (session._check_window).
         self._window = window
         self.url: str | None = None  # the dashboard URL when this writer serves one
         self._id = uuid.uuid4().hex[:16]
