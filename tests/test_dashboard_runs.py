@@ -368,7 +368,7 @@ def test_groups_draw_a_mean_with_a_band_and_follow_new_points(sweep_server, brow
         )
         page.wait_for_function("() => window.vdl.state.smoothing === 0")
         page.select_option("select.run-group", "h:optimizer")
-        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy').bands.length === 2")
+        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy')?.bands?.length === 2")
         u_labels = drawn_lines(page)
         assert u_labels == ["optimizer=adam (mean of 3)", "optimizer=sgd (mean of 3)"]
         data = page.evaluate(
@@ -388,7 +388,7 @@ def test_groups_draw_a_mean_with_a_band_and_follow_new_points(sweep_server, brow
         # Group by a name pattern: the capture group is the key.
         page.select_option("select.run-group", "pattern")
         page.fill("input.run-group-pattern", r"-(\d)$")
-        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy').bands.length === 3")
+        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy')?.bands?.length === 3")
         assert drawn_lines(page) == ["1 (mean of 2)", "2 (mean of 2)", "3 (mean of 2)"]
         page.fill("input.run-group-pattern", "(")
         assert (
@@ -525,7 +525,7 @@ def test_groups_draw_a_std_band_around_the_mean(sweep_server, browser):
     try:
         set_smoothing(page, 0)
         page.select_option("select.run-group", "h:optimizer")
-        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy').bands.length === 2")
+        page.wait_for_function("() => window.vdl.charts.get('eval/accuracy')?.bands?.length === 2")
         assert page.is_visible("select.run-group-band")
         page.select_option("select.run-group-band", "std")
         page.wait_for_function(
