@@ -669,7 +669,16 @@ class RunWriter:
                 break
         if compaction.blocks:
             self._entries = None
-        return compaction.backlog() > 0 or bool(compaction.unsummarised)
+        return self.compaction_waiting
+
+    @property
+    def compaction_waiting(self) -> bool:
+        """Whether :meth:`compact` has work to do (cheaper than :meth:`statistics`, which an
+        owner would otherwise build after every flush to learn it)."""
+        compaction = self._compaction
+        return compaction is not None and (
+            compaction.backlog() > 0 or bool(compaction.unsummarised)
+        )
 
     def position(self) -> Position:
         """The end of the flushed data (buffered appends are not included)."""

@@ -1081,17 +1081,28 @@ class Broker:
             self._runs[name].position = position
         for seq, (batch, (refusal, root)) in refused.items():
             self._refuse(seq, batch, refusal, root)
+        bus = self._bus
         for seq, batch, _ in items:
             if batch is not None:
                 inflight = self._runs[batch.run].inflight
                 if inflight.get((batch.writer, batch.seq)) == seq:  # not a newer copy's
                     del inflight[(batch.writer, batch.seq)]
+                if bus is not None:  # bus: published at ingest; now in the files, or refused
+                    bus.settled(batch.run, refused=seq in refused)
         self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
-        if self._bus is not None:  # bus: published at ingest; now in the files, or refused
-            for seq, batch, _ in items:
-                if batch is not None:
-                    self._bus.settled(batch.run, refused=seq in refused)
         self._wake_waiters()  # written: acknowledge writers that did not ask to sync
+
+    def _log_due(self, run: str, reason: str) -> bool:
+        """Whether a warning about ``run`` for ``reason`` may be logged now: one line per run
+        and reason every LOG_INTERVAL s, so that a writer retrying into a full disk (or a
+        compaction failing at every idle moment) does not fill the log too."""
+        now = time.monotonic()
+        if now - self._logged.get((run, reason), -LOG_INTERVAL) < LOG_INTERVAL:
+            return False
+        self._logged[(run, reason)] = now
+        while len(self._logged) > 1024:
+            del self._logged[next(iter(self._logged))]
+        return True
 
     def _refuse(self, seq: int, batch: Batch, refusal: RefusedError, root: bool) -> None:
         """Record that the batch numbered ``seq`` was refused while persisting (event loop)."""
@@ -1110,16 +1121,7 @@ class Broker:
         for sub in self._subscribers:
             if sub.wants(batch.run):
                 sub.mark_gap(batch.run)
-        # One line per run and reason every LOG_INTERVAL s: a writer retrying into a full disk
-        # must not fill the log too.
-        now = time.monotonic()
-        if (
-            root
-            and now - self._logged.get((batch.run, refusal.reason), -LOG_INTERVAL) >= LOG_INTERVAL
-        ):
-            self._logged[(batch.run, refusal.reason)] = now
-            while len(self._logged) > 1024:
-                del self._logged[next(iter(self._logged))]
+        if root and self._log_due(batch.run, refusal.reason):
             log.warning(
                 "refusing batches of run %r: %s (%d refusals so far)",
                 batch.run,
@@ -1520,8 +1522,7 @@ class Broker:
         w.append_record(INGEST_KIND, None, None, time.time(), persisted)
         run.unsynced = True
         position = w.flush()
-        if w.statistics().compaction_backlog:
-            self._compact_due.add(run.name)
+        self._note_compaction(run.name, w)
         run.persisted_seq = persisted
         if run.rotating:
             self._reopen(run, NO_ROTATION)
@@ -1633,14 +1634,19 @@ class Broker:
                 try:
                     run.writer.sync()
                     run.unsynced = False
-                    if run.writer.statistics().compaction_backlog:  # sync() may seal too
-                        self._compact_due.add(run.name)
+                    self._note_compaction(run.name, run.writer)  # sync() may seal too
                 except Exception:  # one run's failure must not stop the others
                     log.warning("fsync of run %r failed", run.name, exc_info=True)
                     ok = False
                     run.unsynced = False  # never fsync again after a failed fsync
                     self._abandon(run)
         return ok
+
+    def _note_compaction(self, name: str, writer: recorder.RunWriter) -> None:
+        """Queue run ``name`` for :meth:`_compact_runs` if its writer has compaction waiting
+        (persist thread, after a flush or sync that may have sealed a segment)."""
+        if writer.compaction_waiting:
+            self._compact_due.add(name)
 
     def _compact_runs(self) -> None:
         """Do one unit of the compaction each run's writer has waiting (worker thread; called by
@@ -1657,10 +1663,7 @@ class Broker:
                 if not writer.compact(budget_s=0):
                     self._compact_due.discard(name)
             except Exception:  # a full disk: the flushes' bound still applies; retried later
-                # once per run every LOG_INTERVAL s: the next flush queues the run again
-                now = time.monotonic()
-                if now - self._logged.get((name, "compaction"), -LOG_INTERVAL) >= LOG_INTERVAL:
-                    self._logged[(name, "compaction")] = now
+                if self._log_due(name, "compaction"):  # the next flush queues the run again
                     log.warning("compaction of run %r failed", name, exc_info=True)
                 self._compact_due.discard(name)
 

@@ -180,7 +180,14 @@ class BusStatistics:
     refused_leased: int
     leases_lost: int
     entries: int = 0
-    stages: dict | None = None
+    stages: dict[str, Any] | None = None
+
+
+def _expire(held: collections.deque[tuple[int, float, Any, Any]], now: float) -> None:
+    """Drop the unsettled frames older than :data:`UNSETTLED_SECONDS` (oldest first)."""
+    horizon = now - UNSETTLED_SECONDS
+    while held and held[0][1] < horizon:
+        held.popleft()
 
 
 def check_bus_url(url: str) -> str:
@@ -389,7 +396,7 @@ class Bus:
                 await self.broker._bus_release(run)
             if run not in self._held:
                 kept = self._unsettled.pop(run, None)
-                if kept is not None and [f for f in kept[1] if f[1] >= sent - UNSETTLED_SECONDS]:
+                if kept is not None and any(f[1] >= sent - UNSETTLED_SECONDS for f in kept[1]):
                     # Frames of the previous writing broker that it may never have written
                     # (it died): this broker's subscribers re-sync the run from its files.
                     self.broker._bus_gap(run)
@@ -528,11 +535,15 @@ class Bus:
                     break
             registry, entries = _coalesce(items)
             written = {run: self._written.get(run, 0) for run, _, _, _ in entries}
-            walls = [
-                w
-                for _, n, b in items
-                if bus_trace.ON and n > 0 and (w := bus_trace.walls_of(b.scalars)) is not None
-            ]
+            walls = (  # diagnostics only: no pass over the items otherwise
+                [
+                    w
+                    for _, n, b in items
+                    if n > 0 and (w := bus_trace.walls_of(b.scalars)) is not None
+                ]
+                if bus_trace.ON
+                else []
+            )
             for w in walls:
                 bus_trace.age("3_xadd_sent", w)
             batches = sum(n - m + 1 for _, m, n, _ in entries if n)
@@ -702,8 +713,7 @@ class Bus:
     def _sweep(self, now: float) -> None:
         """Forget unsettled frames older than :data:`UNSETTLED_SECONDS` of every run."""
         for run, (_, held) in list(self._unsettled.items()):
-            while held and held[0][1] < now - UNSETTLED_SECONDS:
-                held.popleft()
+            _expire(held, now)
             if not held:
                 del self._unsettled[run]
 
@@ -716,8 +726,7 @@ class Bus:
         kept = self._unsettled.get(run)
         if kept is not None:
             held = kept[1]
-            while held and held[0][1] < now - UNSETTLED_SECONDS:
-                held.popleft()
+            _expire(held, now)
             if kept[0] == source:
                 return held
             if held:
