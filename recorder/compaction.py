@@ -11,12 +11,20 @@ under a temporary name, fsynced, renamed into place and the directory fsynced; o
 files it replaces deleted. Readers take the largest block and ignore files inside it, so at any
 moment the directory holds one complete state; a writer reopening the run finishes an interrupted
 swap (:meth:`Compactor.recover`).
+
+Threads: the work of a unit (reading, encoding, writing and fsyncing the new block, deleting the
+old files) may run in another thread than the writer's appends and flushes. Two locks keep them
+apart: :attr:`Compactor.lock` guards only the state the two share (the queue of sealed segments and
+the list of blocks), held for a queue operation or the swap of the list, never across I/O; units
+themselves are serialised among themselves by a second lock, so a flush that must do compaction work
+(past the deferred bound) and a compaction thread never run two units at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -57,6 +65,11 @@ class SegmentCapture:
 class Compactor:
     """Compaction state of one run directory, owned by its writer.
 
+    :meth:`seal` and :meth:`backlog` (the writer's side) and :meth:`step` (one unit, from any
+    thread) may be called concurrently; a unit holds :attr:`lock` only to take its work from the
+    queue and to publish its new block, so the writer never waits for a unit's I/O. :meth:`run`
+    and :meth:`shut` are the owner's.
+
     Args:
         run_dir: the run directory.
         dir_fd: a descriptor of it (for fsync).
@@ -82,6 +95,11 @@ class Compactor:
         # Test hook: called with a stage name at each step of a swap ("written", "renamed",
         # "removed"), so tests can kill the process between them.
         self.hook: Callable[[str], None] | None = None
+        # The state shared with the writer's thread (pending, blocks): held briefly, never
+        # across I/O. Units are serialised by _unit; past shut() no unit starts.
+        self.lock = threading.Lock()
+        self._unit = threading.Lock()
+        self.closed = False
 
     # -- recovery -------------------------------------------------------------------------------
 
@@ -129,50 +147,85 @@ class Compactor:
 
     def seal(self, number: int, size: int, records: int, capture: SegmentCapture | None) -> None:
         """Queue a sealed segment (no record will be appended to it) for compaction."""
-        self.pending.append((number, size, records, capture))
+        with self.lock:
+            self.pending.append((number, size, records, capture))
+
+    def shut(self) -> None:
+        """Wait for a unit under way in another thread, and let :meth:`step` start no more (the
+        owner is closing: its descriptors go next). :meth:`run` stays the owner's to call."""
+        with self._unit:
+            self.closed = True
 
     # -- running --------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Compact the queued sealed segments, then merge blocks while a level is full."""
-        if not self.pending and self._full_group() is None:
-            return
-        start = time.process_time()
-        try:
-            pending, self.pending = self.pending, []
-            for number, size, records, capture in pending:
-                self._compact_sealed(number, size, records, capture)
-            self._merge_full_levels()
-            self._summarise_one()
-        finally:
-            self.seconds += time.process_time() - start
+        """Compact the queued sealed segments, then merge blocks while a level is full (the
+        owner's thread; waits for a unit another thread has under way)."""
+        with self._unit:
+            if self._claim() is None:
+                return
+            start = time.thread_time()
+            try:
+                while (unit := self._claim(take=True)) is not None:
+                    self._do(unit)
+                self._summarise_one()
+            finally:
+                self.seconds += time.thread_time() - start
 
-    def step(self) -> bool:
+    def step(self, wait: bool = True) -> bool:
         """Do one unit of the queued work: compact one sealed segment, else merge one full group
         of blocks, else give one block its summaries; return whether any work was done.
 
-        Each unit is one crash-safe swap (:meth:`_install`), the same as :meth:`run` makes, so
-        stopping between units leaves the run in a state :meth:`run` could have left too.
+        Safe to call from another thread than the writer's while it appends and flushes: the
+        unit reads, encodes and fsyncs without :attr:`lock`, which it holds only to take its work
+        and to swap in its block. Each unit is one crash-safe swap (:meth:`_install`), the same
+        as :meth:`run` makes, so stopping between units leaves the run in a state :meth:`run`
+        could have left too.
+
+        Args:
+            wait: whether to wait for a unit another thread has under way; False: return False
+                at once then.
         """
-        start = time.process_time()
+        if not self._unit.acquire(blocking=wait):
+            return False
         try:
-            if self.pending:
-                # One sealed segment, compacted or (few or large records) let be: either way a
-                # unit, so a flush over the deferred bound does no more than it must.
-                self._compact_sealed(*self.pending.pop(0))
-                return True
-            group = self._full_group()
-            if group is not None:
-                self._merge(group)
-                return True
-            return self._summarise_one()
+            if self.closed:
+                return False
+            start = time.thread_time()  # this thread's CPU: another may be writing meanwhile
+            try:
+                unit = self._claim(take=True)
+                if unit is not None:
+                    self._do(unit)
+                    return True
+                return self._summarise_one()
+            finally:
+                self.seconds += time.thread_time() - start
         finally:
-            self.seconds += time.process_time() - start
+            self._unit.release()
+
+    def _claim(self, take: bool = False) -> tuple | None:
+        """The next unit, ``("sealed", (number, size, records, capture))`` (oldest first; taken
+        off the queue if ``take``) or ``("merge", group)``, or None (under :attr:`lock`)."""
+        with self.lock:
+            if self.pending:
+                return ("sealed", self.pending.pop(0) if take else self.pending[0])
+            group = self._full_group()
+            return None if group is None else ("merge", group)
+
+    def _do(self, unit: tuple) -> None:
+        kind, work = unit
+        if kind == "sealed":
+            # Compacted or (few or large records) let be: either way a unit, so a flush over the
+            # deferred bound does no more than it must.
+            self._compact_sealed(*work)
+        else:
+            self._merge(work)
 
     def backlog(self) -> int:
         """Units of work queued: sealed segments waiting, plus full groups of blocks waiting to
-        merge (counted without overlap, one level at a time)."""
-        return len(self.pending) + sum(1 for _ in self._full_groups())
+        merge (counted without overlap, one level at a time). A unit under way is not counted."""
+        with self.lock:
+            return len(self.pending) + sum(1 for _ in self._full_groups())
 
     def _summarise_one(self) -> bool:
         """Give one block an older writer left its summaries (a resumed run catches up one block
@@ -185,9 +238,11 @@ class Compactor:
                 continue  # merged meanwhile: the merged block has them
             size = rewrite_with_summaries(self.run_dir, name, self.dir_fd)
             if size is not None:
-                for b in self.blocks:
-                    if blocks.block_name(b[0], b[1]) == name:
-                        b[3] = size
+                with self.lock:
+                    self.blocks = [
+                        [*b[:3], size] if blocks.block_name(b[0], b[1]) == name else b
+                        for b in self.blocks
+                    ]
             return True
         return False
 
@@ -208,16 +263,9 @@ class Compactor:
         elif not _feed_segment(builder, os.path.join(self.run_dir, segment_name(number)), size):
             return  # damaged: left for readers to report
         nbytes = self._install(builder, number, number, 0, [segment_name(number)])
-        self.blocks.append([number, number, 0, nbytes])
-        self.blocks.sort()
+        with self.lock:  # a new list: the writer's thread may be reading the old one
+            self.blocks = sorted([*self.blocks, [number, number, 0, nbytes]])
         self.compactions += 1
-
-    def _merge_full_levels(self) -> None:
-        while True:
-            group = self._full_group()
-            if group is None:
-                return
-            self._merge(group)
 
     def _full_group(self) -> list[list[int]] | None:
         """The first group :meth:`_full_groups` finds, or None."""
@@ -265,8 +313,9 @@ class Compactor:
         first, last, level = group[0][0], group[-1][1], group[0][2] + 1
         old = [blocks.block_name(b[0], b[1]) for b in group]
         nbytes = self._install(builder, first, last, level, old)
-        self.blocks = [b for b in self.blocks if b not in group] + [[first, last, level, nbytes]]
-        self.blocks.sort()
+        with self.lock:
+            kept = [b for b in self.blocks if b not in group]
+            self.blocks = sorted([*kept, [first, last, level, nbytes]])
         self.merges += 1
 
     def _install(

@@ -60,7 +60,8 @@ class WriterStatistics:
         position: end of the flushed data.
         compactions: segments compacted into blocks.
         merges: blocks merged into larger ones.
-        compaction_seconds: CPU time spent compacting and merging.
+        compaction_seconds: CPU time spent compacting and merging (the CPU of the threads that
+            ran the units, whichever they were).
         compaction_backlog: units of compaction work waiting (sealed segments, full groups of
             blocks to merge); only a writer opened with ``defer_compaction=True`` lets any wait
             past a flush.
@@ -233,9 +234,14 @@ class RunWriter:
             None: never compact (the run is then read as written).
         defer_compaction: False (the default): ``flush()``/``sync()`` compact what they seal,
             inline. True: they only seal and queue it, and the owner calls :meth:`compact` when
-            it has time (a server between writes), so a flush never waits for compaction,
-            unless more than ``DEFERRED_MAX`` units of work wait: then the flush does the
-            excess itself. ``close()`` compacts what waits either way.
+            it has time (a server between writes, or a thread of its own: :meth:`compact` may
+            run beside appends and flushes), so a flush never waits for compaction, unless more
+            than ``DEFERRED_MAX`` units of work wait: then the flush does the excess itself
+            (while another thread runs a unit, only past ``2 * DEFERRED_MAX``). ``close()``
+            compacts what waits either way.
+
+    Threads: one thread at a time appends, flushes, syncs and closes; :meth:`compact` alone may
+    be called from another thread meanwhile (see there).
 
     Raises:
         ValueError: a bad argument.
@@ -626,14 +632,18 @@ class RunWriter:
             return
         if self._seg_records >= self._compact_records:
             self._rotate()
-        before = compaction.compactions + compaction.merges
         if self._defer:
-            # Bounded: the oldest work first, until no more than DEFERRED_MAX units wait.
-            while compaction.backlog() > DEFERRED_MAX and compaction.step():
-                pass
+            # Bounded: the oldest work first, until no more than DEFERRED_MAX units wait. While
+            # another thread runs a unit the flush leaves the excess to it (no wait), unless
+            # twice the bound waits: then compaction is falling behind and the flush takes turns.
+            while (waiting := compaction.backlog()) > DEFERRED_MAX and compaction.step(
+                wait=waiting > 2 * DEFERRED_MAX
+            ):
+                self._inline += 1
         elif compaction.pending:
+            before = compaction.compactions + compaction.merges
             compaction.run()
-        self._inline += compaction.compactions + compaction.merges - before
+            self._inline += compaction.compactions + compaction.merges - before
         if compaction.blocks:
             self._entries = None
 
@@ -643,6 +653,14 @@ class RunWriter:
         a block of an older writer given its summaries. Each unit is a crash-safe swap (the new
         file written whole and fsynced before the old ones go), so a crash between or inside
         units loses nothing. Returns whether work is left.
+
+        Thread safety: this is the one method that may be called from another thread than the
+        one appending and flushing, while they run (a compaction thread beside the writing
+        thread). A unit reads, encodes, writes and fsyncs without holding up the writer: appends
+        and flushes wait only for the brief swap of the compaction state (the queue of sealed
+        segments, the list of blocks), never for a unit's I/O, except a flush finding more than
+        ``2 * DEFERRED_MAX`` units waiting, and :meth:`close`, which waits for the unit under way.
+        Once :meth:`close` has begun, a call does no more work and returns False.
 
         Args:
             budget_s: start no new unit once this many seconds (wall time) have passed; at least
@@ -667,9 +685,9 @@ class RunWriter:
         while compaction.step():
             if deadline is not None and time.monotonic() >= deadline:
                 break
-        if compaction.blocks:
-            self._entries = None
-        return self.compaction_waiting
+        # The index rows (self._entries) are the writing thread's: its next flush drops them
+        # once blocks exist, never this thread.
+        return not compaction.closed and self.compaction_waiting
 
     @property
     def compaction_waiting(self) -> bool:
@@ -717,6 +735,9 @@ class RunWriter:
             self._write_pending()
             compaction = self._compaction
             if compaction is not None:
+                # No unit of another thread's compact() from here on: the rest is done here,
+                # and the index is not written behind a block swapped in meanwhile.
+                compaction.shut()
                 compaction.run()
                 if compaction.blocks and self._seg_records:
                     # A compacted run is left whole in blocks: opening reads their indexes only.
@@ -733,6 +754,8 @@ class RunWriter:
                     write_digest(self._dir, self._digest, durable)
         finally:
             self._closed = True
+            if self._compaction is not None:
+                self._compaction.shut()  # a unit under way elsewhere still uses the descriptors
             os.close(self._fd)
             os.close(self._dir_fd)
             unlock_run(self._lock_fd)
@@ -768,6 +791,8 @@ class RunWriter:
         # A writer dropped without close() still releases its descriptors (no index, no fsync).
         if not getattr(self, "_closed", True):
             self._closed = True
+            if self._compaction is not None:
+                self._compaction.shut()  # a unit under way in another thread uses the descriptors
             os.close(self._fd)
             os.close(self._dir_fd)
             unlock_run(self._lock_fd)
