@@ -690,6 +690,11 @@ class RunWriter:
         return not compaction.closed and self.compaction_waiting
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has begun (or the writer was dropped); safe from any thread."""
+        return self._closed or (self._compaction is not None and self._compaction.closed)
+
+    @property
     def compaction_waiting(self) -> bool:
         """Whether :meth:`compact` has work to do (cheaper than :meth:`statistics`, which an
         owner would otherwise build after every flush to learn it)."""

@@ -21,6 +21,7 @@ import operator
 import os
 import re
 import resource
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
@@ -83,6 +84,10 @@ FLUSH_BYTES = 16 << 20
 NO_ROTATION = 1 << 62
 #: A refusal of the same run for the same reason is logged at most once in this many seconds.
 LOG_INTERVAL = 10.0
+#: Seconds of compaction units the compaction thread does for one run before turning to the
+#: next (units are never split): one run's long backlog does not keep the others waiting, and a
+#: run's units follow one another in one thread call, so its flushes rarely find them paused.
+COMPACT_TURN = 0.25
 #: Refusals remembered for waiters that ask after the fact, by broker seq (oldest forgotten).
 REFUSALS_KEPT = 65536
 #: Changed run summaries are published to every subscriber at most this often, in seconds.
@@ -764,9 +769,14 @@ class Broker:
         self._logged: dict[tuple[str, str], float] = {}  # (run, reason) -> when last logged
         self._open_writers: OrderedDict[str, _Run] = OrderedDict()  # LRU, persist thread only
         self._limiter = trio.CapacityLimiter(1)
-        # Runs whose writer has compaction waiting (persist thread only; read by the persist
-        # task between thread calls): compacted when no batch waits (:meth:`_compact_runs`).
+        # Runs whose writer has compaction waiting: added by the persist thread after a flush,
+        # taken by the compaction thread (:meth:`_compact_runs`), under _compact_lock. The
+        # compaction task runs units in a thread of its own (its own limiter), beside the
+        # persist thread: a write waits only for the swap of a writer's compaction state.
         self._compact_due: set[str] = set()
+        self._compact_lock = threading.Lock()
+        self._compact_limiter = trio.CapacityLimiter(1)
+        self._compact_wanted = trio.Event()
         self._closed = trio.Event()
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
@@ -1016,23 +1026,27 @@ class Broker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the persist task until :meth:`close` closes ingest; then flush, fsync and close runs.
 
+        Beside it, a compaction task compacts the runs' sealed segments in a thread of its own
+        (:meth:`_compact`), so that no write waits for compaction.
+
         A failure to persist refuses the batches concerned (see :class:`Broker`); it never ends
         this task.
         """
         task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._compact)
+            try:
+                await self._persist_loop()
+            finally:
+                nursery.cancel_scope.cancel()  # a unit under way ends first (close waits for it)
+
+    async def _persist_loop(self) -> None:
         last_sync = time.monotonic()
         done = False
         try:
             while not done:
                 items: list[tuple[int, Batch | None, bool]] = []
-                wait = self._sync_interval
-                if self._compact_due:
-                    # Compaction off the write path: one unit per run, only while no batch
-                    # waits to be written; then look for batches without blocking.
-                    if not self._receive.statistics().current_buffer_used:
-                        await trio.to_thread.run_sync(self._compact_runs, limiter=self._limiter)
-                    wait = 0
-                with trio.move_on_after(wait):
+                with trio.move_on_after(self._sync_interval):
                     try:
                         items.append(await self._receive.receive())
                     except trio.EndOfChannel:
@@ -1053,6 +1067,8 @@ class Broker:
                     if synced:
                         self._durable_seq = written
                     self._wake_waiters()
+                if self._compact_due:
+                    self._compact_wanted.set()
         finally:
             # Cancelled or closed: what was accepted but not yet written is written now.
             leftovers = []
@@ -1069,6 +1085,17 @@ class Broker:
             for sub in self._subscribers:
                 sub.close()
             self._closed.set()
+
+    async def _compact(self) -> None:
+        """The compaction task: whenever the persist task finds compaction waiting, run units in
+        a worker thread of its own (its own limiter, so never in the persist thread's way) until
+        none waits. A unit shares the CPU (and the GIL) with the writes; they wait for it only
+        for the swap of a writer's compaction state (recorder.RunWriter.compact)."""
+        while True:
+            await self._compact_wanted.wait()
+            self._compact_wanted = trio.Event()
+            while await trio.to_thread.run_sync(self._compact_runs, limiter=self._compact_limiter):
+                pass
 
     async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
         """Persist ``items`` in a worker thread, then publish positions, refusals and progress."""
@@ -1646,26 +1673,34 @@ class Broker:
         """Queue run ``name`` for :meth:`_compact_runs` if its writer has compaction waiting
         (persist thread, after a flush or sync that may have sealed a segment)."""
         if writer.compaction_waiting:
-            self._compact_due.add(name)
+            with self._compact_lock:
+                self._compact_due.add(name)
 
-    def _compact_runs(self) -> None:
-        """Do one unit of the compaction each run's writer has waiting (worker thread; called by
-        the persist task only while no batch waits, so writes are not held behind compaction
-        except by the one unit under way when a batch arrives). A failure is logged and leaves
-        the run's files as they were: compaction swaps files crash-safely."""
-        for name in list(self._compact_due):
+    def _compact_runs(self) -> bool:
+        """Do up to COMPACT_TURN seconds of the compaction each run's writer has waiting (at
+        least one unit); return whether any is left (compaction thread, beside the persist
+        thread: ``RunWriter.compact`` is the one writer method safe to call from another
+        thread, and the persist thread may close or replace the writer meanwhile). A failure is
+        logged and leaves the run's files as they were: compaction swaps files crash-safely."""
+        with self._compact_lock:
+            due = list(self._compact_due)
+        for name in due:
             run = self._runs.get(name)
             writer = None if run is None else run.writer
-            if writer is None:  # closed meanwhile: its close() compacted what waited
-                self._compact_due.discard(name)
-                continue
+            left = failed = False
             try:
-                if not writer.compact(budget_s=0):
-                    self._compact_due.discard(name)
+                left = writer is not None and writer.compact(budget_s=COMPACT_TURN)
             except Exception:  # a full disk: the flushes' bound still applies; retried later
-                if self._log_due(name, "compaction"):  # the next flush queues the run again
+                failed = True  # not at once: the next flush queues the run again
+                # A writer closed meanwhile (retired, reopened) is no failure.
+                if not writer.closed and self._log_due(name, "compaction"):
                     log.warning("compaction of run %r failed", name, exc_info=True)
-                self._compact_due.discard(name)
+            if not left:
+                with self._compact_lock:
+                    # Unless a flush sealed more since: it queued the run again (or will).
+                    if failed or writer is None or not writer.compaction_waiting:
+                        self._compact_due.discard(name)
+        return bool(self._compact_due)
 
     def _close_runs(self) -> None:
         for run in self._runs.values():
