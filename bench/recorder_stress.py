@@ -12,9 +12,10 @@ there, contiguous, with no damage reported. The next trial appends after it.
 The writer compacts every ``--compact`` records (default 6, so kills land in compactions and
 merges), and a quarter of the trials make it kill itself at a chosen stage of a compaction's
 swap: the block written but not renamed, renamed but nothing removed, partly removed, all removed.
-With ``--defer`` the writer defers compaction as the broker's does (``defer_compaction=True``),
-doing one unit of it (``compact(budget_s=0)``) after half of its flushes, so kills land in
-deferred compactions and in those its flushes do past the bound.
+With ``--defer`` the writer defers compaction as the broker's does (``defer_compaction=True``)
+and runs it as the broker does, in a thread of its own beside the appends and flushes
+(``compact(budget_s=0)`` in a loop), so kills land anywhere in a unit running concurrently with a
+flush, and in the units a flush does past the bound.
 
 tests/recorder/test_recorder_crash.py imports :func:`run_trials` from this file.
 """
@@ -61,6 +62,15 @@ if kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     w._compaction.hook = hook
+if defer:
+    import threading
+
+    def compact_beside():  # the broker's compaction thread
+        while True:
+            if not w.compact(budget_s=0):
+                time.sleep(0.001)  # nothing waits: look again soon
+
+    threading.Thread(target=compact_beside, daemon=True).start()
 print("open", w.statistics().truncated_bytes, flush=True)
 i = start
 while True:
@@ -71,8 +81,6 @@ while True:
     i += n
     w.flush()
     print(i, flush=True)
-    if defer and rng.random() < 0.5:
-        w.compact(budget_s=0)  # an idle moment, as the broker's persist thread has them
 """
 
 
@@ -114,7 +122,7 @@ def start_writer(
 ) -> subprocess.Popen:
     """Start the writer child appending from step ``n`` (``compact``: its compact_records, 0 for
     none; ``kill_at``: ``"stage:n"`` to die at the n-th such stage of a compaction; ``defer``:
-    compaction deferred, done one unit at a time after half the flushes)."""
+    compaction deferred, done in a thread of its own beside the writes)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.Popen(
         [

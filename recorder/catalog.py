@@ -525,12 +525,18 @@ class Catalog:
                 self._update_block(name, limit, new)
                 continue
             state = self._open_segment(first)
-            size = os.fstat(state.fd).st_size
             limited = limit is not None and first == limit.segment
-            if limited:
-                size = min(size, limit.offset)
             sealed = i + 1 < len(layout) and not limited
-            if not self._read_header(state, sealed):
+            # The header first, the size after: a size taken before a header the writer
+            # completed meanwhile would look like a cut tail below, and the header would be
+            # rescanned as a damaged record.
+            header = self._read_header(state, sealed)
+            size = os.fstat(state.fd).st_size
+            if limited:
+                # A limit inside the header (a reader that saw the segment before its header
+                # was written) reads no record, but the header counts as read.
+                size = min(size, max(limit.offset, framing.HEADER_SIZE) if header else limit.offset)
+            if not header:
                 state.pending = size
                 self.end = max(self.end, Position(first, 0))
                 continue
