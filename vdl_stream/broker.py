@@ -4,6 +4,7 @@ One broker owns one log directory. Its data path::
 
     ingest()  --(bounded channel)-->  persist task  --(to_thread)-->  recorder.RunWriter
        \\--> offer() to every subscriber's own bounded channel (never awaited)
+    compaction task  --(to_thread, its own limiter)-->  RunWriter.compact()  (beside the writes)
 
 Ingest assigns each batch a broker sequence number and offers the encoded frame to every subscriber
 without waiting; a subscriber whose queue is full is marked with a gap and re-syncs from a snapshot.
@@ -1122,7 +1123,7 @@ class Broker:
     def _log_due(self, run: str, reason: str) -> bool:
         """Whether a warning about ``run`` for ``reason`` may be logged now: one line per run
         and reason every LOG_INTERVAL s, so that a writer retrying into a full disk (or a
-        compaction failing at every idle moment) does not fill the log too."""
+        compaction failing at every unit) does not fill the log too."""
         now = time.monotonic()
         if now - self._logged.get((run, reason), -LOG_INTERVAL) < LOG_INTERVAL:
             return False
