@@ -195,10 +195,15 @@ def test_non_finite_scalar_wall_times_are_refused():
         codec.decode_batch(_batch_message(scalars=[["t", b"\0" * 16, walls, b"\0" * 16]]))
 
 
-def test_each_tag_of_a_batch_gets_its_own_walls_quantized_and_the_bad_one_is_named():
+@pytest.mark.parametrize("joined_limit", [codec.JOINED_WALLS_BYTES, 0])
+def test_each_tag_of_a_batch_gets_its_own_walls_quantized_and_the_bad_one_is_named(
+    joined_limit, monkeypatch
+):
     # The walls of a batch are checked and quantized in one pass over all its tags (the server's
     # event loop decodes ~100 batches/s of 10 small tags): each tag must still get exactly its
-    # own walls, and a non-finite wall must name its tag, not the first one.
+    # own walls, and a non-finite wall must name its tag, not the first one (large batches: tag
+    # by tag, as with a limit of 0).
+    monkeypatch.setattr(codec, "JOINED_WALLS_BYTES", joined_limit)
     walls = {f"t{i}": 1.7e9 + np.arange(i + 1) / 3.0 + i + 1e-7 for i in range(4)}
     entries = [
         [tag, np.arange(len(w), dtype="<i8").tobytes(), w.tobytes(), w.tobytes()]

@@ -20,6 +20,9 @@ import numpy as np
 from recorder.codec import bytes_view, quantize_walls
 
 PROTOCOL_VERSION = 1
+#: A batch's walls up to this many bytes in all are checked and quantized joined, in one pass
+#: (:func:`decode_batch`); larger ones tag by tag.
+JOINED_WALLS_BYTES = 64 << 10
 #: Frames larger than this are refused before they are decoded.
 MAX_FRAME_BYTES = 32 << 20
 #: Tags longer than this are refused at the call site.
@@ -710,24 +713,30 @@ def _scalar_columns(
     checked: list[tuple[str, np.ndarray, bytes, np.ndarray]],
 ) -> list[ScalarColumns]:
     """The batch's scalar columns, with every tag's walls checked finite and quantized to the
-    microsecond (as the files keep them: live and on disk agree bit for bit) in one pass over
-    the batch's walls joined, not about ten numpy calls per tag: at 10k events/s a batch holds
-    10 tags of a few points, and the per-call cost was most of the decoding (0.2 ms a batch on
-    the server's event loop, docs/performance.md). Each tag's walls are a read-only view of the
-    joined array, as steps and values are of the frame: the recorder keeps them, no copy."""
-    if not checked:
-        return []
-    walls = np.frombuffer(b"".join(raw for _, _, raw, _ in checked), "<f8")
-    if not np.isfinite(walls).all():
-        for tag, _, raw, _ in checked:
-            if not np.isfinite(np.frombuffer(raw, "<f8")).all():
-                raise ProtocolError(f"walls of tag {tag!r:.80} must be finite")
-    walls = quantize_walls(walls)
-    walls.flags.writeable = False
+    microsecond (as the files keep them: live and on disk agree bit for bit).
+
+    A small batch's walls are joined and checked in one pass, not with about ten numpy calls per
+    tag: at 10k events/s a batch holds 10 tags of a few points, and the per-call cost was most of
+    its decoding (0.2 ms a batch on the server's event loop, docs/performance.md). Past
+    :data:`JOINED_WALLS_BYTES` each tag goes alone, as the join would only add a copy of large
+    columns. Walls are read-only views, as steps and values are of the frame: the recorder keeps
+    them, no copy."""
+    if sum(len(raw) for _, _, raw, _ in checked) <= JOINED_WALLS_BYTES:
+        groups = [checked] if checked else []
+    else:
+        groups = [[one] for one in checked]
     scalars = []
-    start = 0
-    for tag, steps, _, values in checked:
-        end = start + len(steps)
-        scalars.append(ScalarColumns(tag, steps, walls[start:end], values))
-        start = end
+    for group in groups:
+        walls = np.frombuffer(b"".join(raw for _, _, raw, _ in group), "<f8")
+        if not np.isfinite(walls).all():
+            for tag, _, raw, _ in group:
+                if not np.isfinite(np.frombuffer(raw, "<f8")).all():
+                    raise ProtocolError(f"walls of tag {tag!r:.80} must be finite")
+        walls = quantize_walls(walls)
+        walls.flags.writeable = False
+        start = 0
+        for tag, steps, _, values in group:
+            end = start + len(steps)
+            scalars.append(ScalarColumns(tag, steps, walls[start:end], values))
+            start = end
     return scalars
