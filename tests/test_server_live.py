@@ -101,3 +101,50 @@ async def test_browsers_with_deflate_both_get_a_live_frame_as_the_writer_sent_it
             for browser in browsers:
                 browser.sock.close()
             nursery.cancel_scope.cancel()
+
+
+def test_small_messages_go_uncompressed_and_large_ones_deflated_in_one_context():
+    """``QuickDeflate`` leaves a message under ``DEFLATE_FROM_BYTES`` uncompressed (RSV1 clear)
+    and deflates larger ones; a browser's inflater reads both, interleaved, in order (RFC 7692
+    lets a sender leave any message uncompressed; the compressor's context spans the others)."""
+    from wsproto.events import AcceptConnection as Accept
+
+    from vdl_stream.server import DEFLATE_FROM_BYTES, QuickDeflate
+
+    client = WSConnection(ConnectionType.CLIENT)
+    server = WSConnection(ConnectionType.SERVER)
+    server.receive_data(
+        client.send(Request(host="h", target="/ws/live", extensions=[PerMessageDeflate()]))
+    )
+    assert isinstance(next(server.events()), Request)
+    client.receive_data(server.send(Accept(extensions=[QuickDeflate()])))
+    assert isinstance(next(client.events()), Accept)
+    rng = np.random.default_rng(1)
+    small = rng.random(10).tobytes()  # 80 bytes
+    large = np.repeat(rng.random(50), 10).tobytes()  # 4 kB that deflate shrinks
+    assert len(small) < DEFLATE_FROM_BYTES <= len(large)
+    sent = [small, large, small, large, small]
+    for message in sent:
+        wire = server.send(Message(data=message))
+        compressed = bool(wire[0] & 0x40)  # RSV1: this message is deflated
+        assert compressed == (len(message) >= DEFLATE_FROM_BYTES)
+        if compressed:
+            assert len(wire) < len(message) / 2
+        client.receive_data(wire)
+    got = [e.data for e in client.events() if isinstance(e, BytesMessage)]
+    assert got == sent
+
+
+async def test_serve_puts_what_start_up_built_out_of_the_collectors_reach(tmp_path):
+    """A full collection walked the ~60,000 objects of a started server (tens of ms in the middle
+    of a live run); ``run_server`` freezes them once started."""
+    import gc
+
+    gc.unfreeze()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(run_server, tmp_path, "127.0.0.1", 0))
+            frozen = gc.get_freeze_count()
+            nursery.cancel_scope.cancel()
+    gc.unfreeze()
+    assert frozen > 10_000

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import hmac
 import ipaddress
 import json
@@ -43,6 +44,7 @@ from quart import Blueprint, Response, jsonify, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 from wsproto.extensions import PerMessageDeflate
+from wsproto.frame_protocol import Opcode
 
 from recorder import RecorderError
 
@@ -1343,8 +1345,15 @@ async def serve_dashboard(
         accept_log.removeFilter(once)
 
 
+#: Messages to a browser below this many bytes go uncompressed (:class:`QuickDeflate`): a live
+#: frame at 10k events/s (10 tags of 3 points, 972 bytes) cost each browser 10-20 us of deflate on
+#: the event loop to save 640 bytes that travel in the same single segment anyway.
+DEFLATE_FROM_BYTES = 1400
+
+
 class QuickDeflate(PerMessageDeflate):
-    """permessage-deflate at zlib level 1 instead of the default 6.
+    """permessage-deflate at zlib level 1 instead of the default 6, and none for a message under
+    :data:`DEFLATE_FROM_BYTES`.
 
     Frames are mostly packed float64 columns, which level 6 shrinks no further than level 1
     (a 0.96 MB snapshot frame: 511 kB against 517 kB) at three times the CPU (45 against 15 ms
@@ -1352,6 +1361,11 @@ class QuickDeflate(PerMessageDeflate):
     """
 
     def frame_outbound(self, proto: Any, opcode: Any, rsv: Any, data: bytes, fin: bool) -> Any:
+        if fin and opcode is not Opcode.CONTINUATION and len(data) < DEFLATE_FROM_BYTES:
+            # A whole message this small fits one TCP segment compressed or not: sent as it is
+            # (RSV1 clear, which RFC 7692 allows for any message; the browser's inflater keeps
+            # its context for the compressed ones), it costs neither side a deflate.
+            return rsv, data
         if self._compressor is None:  # made here, as the base class would, but at level 1
             bits = self.client_max_window_bits if proto.client else self.server_max_window_bits
             self._compressor = zlib.compressobj(1, zlib.DEFLATED, -int(bits))
@@ -1465,6 +1479,13 @@ async def run_server(
                     shutdown_trigger=web_stop.wait,
                 )
             )
+            # What start-up built (modules, the app, the broker's indexes: about 60,000 objects)
+            # lives as long as the server: out of the collector's reach, a full collection no
+            # longer walks it (one took 15-50 ms in the middle of a 10k events/s run, a pause
+            # every live frame queued behind; docs/performance.md, "10k events/s to the browser").
+            # Only here, the ``serve`` process's: a training process serving its own dashboard
+            # (session.py) keeps its heap as its program left it.
+            gc.freeze()
             task_status.started(url)
             await shutdown_trigger()
             with trio.move_on_after(SHUTDOWN_DEADLINE) as deadline:
