@@ -97,6 +97,11 @@ HURRY_SHARE = 0.75
 #: Event kinds that are not training data: a batch of only these does not count as the run's
 #: activity (the stall rule's cadence).
 _NOT_DATA = frozenset({"alert", "hparams", "meta", "telemetry"})
+#: Status changes of a run's dropped batches kept for a round (the newest always: past this it
+#: replaces the last one kept), so that a run whose writer flips its status in every batch
+#: cannot push out another run's close. All runs together keep at most the queue's batch bound
+#: of them before each keeps only its newest.
+KEPT_STATUS = 4
 #: Seconds between warnings that the detectors dropped batches (each says how many so far).
 DROP_WARN_INTERVAL = 60.0
 #: Alerts kept in memory per followed run (runs another process writes: the server cannot
@@ -630,9 +635,10 @@ class _Pending:
     instead of many, whose cost is mostly per column; a column that long is judged alone), the
     newest column of each tag no detector watches or whose points were dropped (only its last
     step is read), the events in order, whether any batch held training data, and the newest
-    batch's arrival (monotonic)."""
+    batch's arrival (monotonic); of the status changes of dropped batches past
+    :data:`KEPT_STATUS`, the newest (read after the events)."""
 
-    __slots__ = ("arrived", "data", "events", "full", "tags", "unwatched")
+    __slots__ = ("arrived", "data", "events", "full", "kept", "status", "tags", "unwatched")
 
     def __init__(self) -> None:
         # tag -> [its newest group, the group's points] (one lookup per column)
@@ -642,6 +648,8 @@ class _Pending:
         self.events: list[dict[str, Any]] = []
         self.data = False
         self.arrived = 0.0
+        self.kept = 0  # status changes of dropped batches in events
+        self.status: dict[str, Any] | None = None
 
 
 class _Parts:
@@ -850,9 +858,16 @@ class AlertEngine:
         for event in events:
             kind = event.get("kind")
             if kind == "meta":
-                if "status" in event and self._kept < self._queue_size:
-                    self._kept += 1
-                    entry.events.append({"kind": "meta", "status": event["status"]})
+                if "status" in event:
+                    # Per run, bounded in all: a noisy run's status changes cannot push out
+                    # another run's close (one cap for all runs did).
+                    status = {"kind": "meta", "status": event["status"]}
+                    if entry.kept < KEPT_STATUS - 1 and self._kept < self._queue_size:
+                        entry.kept += 1
+                        self._kept += 1
+                        entry.events.append(status)
+                    else:
+                        entry.status = status
             elif kind not in _NOT_DATA:
                 data = True
         if data:
@@ -891,6 +906,9 @@ class AlertEngine:
         if scalars:
             entry.data = True
         if events:
+            if entry.status is not None:  # a dropped batch's status, before this batch's
+                entry.events.append(entry.status)
+                entry.status = None
             entry.events.extend(events)
 
     def _watch(self, tag: str) -> bool:
@@ -1092,7 +1110,8 @@ class AlertEngine:
         """Run the detectors on what ``run``'s pending ``entry`` holds: its events, then each
         watched tag's groups of columns in order (each judged as one column), yielding after
         each group."""
-        state = self._begin(run, entry.events, entry.arrived, entry.data)
+        events = entry.events if entry.status is None else [*entry.events, entry.status]
+        state = self._begin(run, events, entry.arrived, entry.data)
         for cols in entry.unwatched.values():
             last = int(cols.steps[-1])
             if state.last_step is None or last > state.last_step:
