@@ -23,6 +23,7 @@ import fnmatch
 import itertools
 import logging
 import math
+import operator
 import statistics
 import time
 import tomllib
@@ -94,6 +95,8 @@ DETECT_MAX_INTERVAL = 0.5
 #: served writer at 3M events/s reaches half the points between rounds, and hurried rounds
 #: (each paying its per-tag cost again) cost it 4% of its ingest (docs/performance.md).
 HURRY_SHARE = 0.75
+#: A column's values (map() over a batch's columns in C, not a Python loop per column).
+_VALUES = operator.attrgetter("values")
 #: Event kinds that are not training data: a batch of only these does not count as the run's
 #: activity (the stall rule's cadence).
 _NOT_DATA = frozenset({"alert", "hparams", "meta", "telemetry"})
@@ -794,9 +797,10 @@ class AlertEngine:
                     not followed or event.get("rule", USER_RULE) == USER_RULE
                 ):
                     self._notify(run, event)
-        points = 0
-        for cols in scalars:
-            points += len(cols.values)
+        # Each column's length once (a batch of small columns costs its per-column work here,
+        # for every batch: docs/performance.md, "Alerts' cost on ingest").
+        sizes = list(map(len, map(_VALUES, scalars)))
+        points = sum(sizes)
         depth = self._depth
         entry = self._pending.get(run)
         if entry is None:
@@ -804,7 +808,7 @@ class AlertEngine:
         if depth >= self._queue_size or self._points + points > QUEUE_POINTS:
             self._drop(run, entry, scalars, events, points)
             return
-        self._add(entry, scalars, events)
+        self._add(entry, scalars, events, sizes)
         entry.arrived = self._clock()
         if not depth:
             self._queued.set()
@@ -875,26 +879,30 @@ class AlertEngine:
             entry.arrived = now
 
     def _add(
-        self, entry: _Pending, scalars: list[ScalarColumns], events: list[dict[str, Any]]
+        self,
+        entry: _Pending,
+        scalars: list[ScalarColumns],
+        events: list[dict[str, Any]],
+        sizes: list[int],
     ) -> None:
         """Group a batch into a run's pending entry (plain dicts and lists, no per-column method
-        calls: a round of small batches has tens of thousands of columns)."""
+        calls: a round of small batches has tens of thousands of columns); ``sizes``: each
+        column's points."""
         tags = entry.tags
-        for cols in scalars:
-            n = len(cols.values)
+        for cols, n in zip(scalars, sizes, strict=True):
             if not n:
                 continue
             tag = cols.tag
             slot = tags.get(tag)
             if slot is not None:
                 size = slot[1] + n
-                if size > JOIN_POINTS:
+                if size <= JOIN_POINTS:
+                    slot[0].append(cols)
+                    slot[1] = size
+                else:
                     entry.full.append((slot[0], slot[1]))
                     slot[0] = [cols]
                     slot[1] = n
-                else:
-                    slot[0].append(cols)
-                    slot[1] = size
                 continue
             watched = self._watched.get(tag)
             if watched is None:
@@ -1092,7 +1100,7 @@ class AlertEngine:
             Exception: a detector's bug (a round logs it and carries on with the next run).
         """
         entry = _Pending()
-        self._add(entry, scalars, events)
+        self._add(entry, scalars, events, list(map(len, map(_VALUES, scalars))))
         entry.arrived = now
         for _ in self._judge(run, entry):
             pass

@@ -1043,11 +1043,18 @@ class Broker:
                     if not self._receive.statistics().current_buffer_used:
                         await trio.to_thread.run_sync(self._compact_runs, limiter=self._limiter)
                     wait = 0
-                with trio.move_on_after(wait):
-                    try:
-                        items.append(await self._receive.receive())
-                    except trio.EndOfChannel:
-                        done = True
+                try:
+                    # A deadline's scope only when nothing waits (as in ingest, above): one per
+                    # flush otherwise stays in trio's deadline heap until its next prune.
+                    items.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    with trio.move_on_after(wait):
+                        try:
+                            items.append(await self._receive.receive())
+                        except trio.EndOfChannel:
+                            done = True
+                except trio.EndOfChannel:
+                    done = True
                 while not done:
                     try:
                         items.append(self._receive.receive_nowait())
