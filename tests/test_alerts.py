@@ -838,6 +838,33 @@ def test_a_dropped_batch_is_counted_and_logged_and_what_it_says_of_the_run_is_ke
     assert engine.pending() == []  # neither a NaN nor a stall alert
 
 
+def test_a_noisy_runs_dropped_status_changes_do_not_push_out_another_runs_close():
+    """The status changes of dropped batches are kept per run: a run that flips its status
+    in every dropped batch keeps at most KEPT_STATUS of them (the newest always), and another
+    run's close, dropped after all of them, is still read (one cap for all runs lost it)."""
+    from vdl_stream import alerts
+
+    engine = AlertEngine(queue_size=2)
+    ones = codec.ScalarColumns("train/loss", np.arange(3), np.arange(3) + 1.7e9, np.ones(3))
+    engine.observe("noisy", [ones], [])
+    engine.observe("quiet", [ones], [])  # the queue is full from here on: all below dropped
+
+    def meta(status: str) -> dict:
+        return {"kind": "meta", "tag": None, "step": None, "wall": 1.7e9, "status": status}
+
+    for i in range(50):
+        engine.observe("noisy", [], [meta("closed" if i % 2 else "running")])
+    engine.observe("quiet", [], [meta("closed")])
+    engine.observe("noisy", [], [meta("running")])  # its newest: the run is open again
+    pending, _ = engine._take()
+    kept = len(pending["noisy"].events)
+    engine._round(pending)
+    assert engine._runs["quiet"].closed
+    assert not engine._runs["noisy"].closed
+    assert kept <= alerts.KEPT_STATUS
+    assert engine.statistics().dropped == 52
+
+
 @pytest.mark.parametrize("cuts", [[], [30], [49], [50], [51], [30, 60], [600, 601]])
 def test_a_spike_and_a_nan_are_found_however_the_points_are_cut_into_columns(cuts):
     """Whether a run's points come in one column or many, and whatever the window holds when a

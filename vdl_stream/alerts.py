@@ -23,6 +23,7 @@ import fnmatch
 import itertools
 import logging
 import math
+import operator
 import statistics
 import time
 import tomllib
@@ -94,9 +95,16 @@ DETECT_MAX_INTERVAL = 0.5
 #: served writer at 3M events/s reaches half the points between rounds, and hurried rounds
 #: (each paying its per-tag cost again) cost it 4% of its ingest (docs/performance.md).
 HURRY_SHARE = 0.75
+#: A column's values (map() over a batch's columns in C, not a Python loop per column).
+_VALUES = operator.attrgetter("values")
 #: Event kinds that are not training data: a batch of only these does not count as the run's
 #: activity (the stall rule's cadence).
 _NOT_DATA = frozenset({"alert", "hparams", "meta", "telemetry"})
+#: Status changes of a run's dropped batches kept for a round (the newest always: past this it
+#: replaces the last one kept), so that a run whose writer flips its status in every batch
+#: cannot push out another run's close. All runs together keep at most the queue's batch bound
+#: of them before each keeps only its newest.
+KEPT_STATUS = 4
 #: Seconds between warnings that the detectors dropped batches (each says how many so far).
 DROP_WARN_INTERVAL = 60.0
 #: Alerts kept in memory per followed run (runs another process writes: the server cannot
@@ -630,9 +638,10 @@ class _Pending:
     instead of many, whose cost is mostly per column; a column that long is judged alone), the
     newest column of each tag no detector watches or whose points were dropped (only its last
     step is read), the events in order, whether any batch held training data, and the newest
-    batch's arrival (monotonic)."""
+    batch's arrival (monotonic); of the status changes of dropped batches past
+    :data:`KEPT_STATUS`, the newest (read after the events)."""
 
-    __slots__ = ("arrived", "data", "events", "full", "tags", "unwatched")
+    __slots__ = ("arrived", "data", "events", "full", "kept", "status", "tags", "unwatched")
 
     def __init__(self) -> None:
         # tag -> [its newest group, the group's points] (one lookup per column)
@@ -642,6 +651,8 @@ class _Pending:
         self.events: list[dict[str, Any]] = []
         self.data = False
         self.arrived = 0.0
+        self.kept = 0  # status changes of dropped batches in events
+        self.status: dict[str, Any] | None = None
 
 
 class _Parts:
@@ -786,9 +797,10 @@ class AlertEngine:
                     not followed or event.get("rule", USER_RULE) == USER_RULE
                 ):
                     self._notify(run, event)
-        points = 0
-        for cols in scalars:
-            points += len(cols.values)
+        # Each column's length once (a batch of small columns costs its per-column work here,
+        # for every batch: docs/performance.md, "Alerts' cost on ingest").
+        sizes = list(map(len, map(_VALUES, scalars)))
+        points = sum(sizes)
         depth = self._depth
         entry = self._pending.get(run)
         if entry is None:
@@ -796,7 +808,7 @@ class AlertEngine:
         if depth >= self._queue_size or self._points + points > QUEUE_POINTS:
             self._drop(run, entry, scalars, events, points)
             return
-        self._add(entry, scalars, events)
+        self._add(entry, scalars, events, sizes)
         entry.arrived = self._clock()
         if not depth:
             self._queued.set()
@@ -850,9 +862,16 @@ class AlertEngine:
         for event in events:
             kind = event.get("kind")
             if kind == "meta":
-                if "status" in event and self._kept < self._queue_size:
-                    self._kept += 1
-                    entry.events.append({"kind": "meta", "status": event["status"]})
+                if "status" in event:
+                    # Per run, bounded in all: a noisy run's status changes cannot push out
+                    # another run's close (one cap for all runs did).
+                    status = {"kind": "meta", "status": event["status"]}
+                    if entry.kept < KEPT_STATUS - 1 and self._kept < self._queue_size:
+                        entry.kept += 1
+                        self._kept += 1
+                        entry.events.append(status)
+                    else:
+                        entry.status = status
             elif kind not in _NOT_DATA:
                 data = True
         if data:
@@ -860,26 +879,30 @@ class AlertEngine:
             entry.arrived = now
 
     def _add(
-        self, entry: _Pending, scalars: list[ScalarColumns], events: list[dict[str, Any]]
+        self,
+        entry: _Pending,
+        scalars: list[ScalarColumns],
+        events: list[dict[str, Any]],
+        sizes: list[int],
     ) -> None:
         """Group a batch into a run's pending entry (plain dicts and lists, no per-column method
-        calls: a round of small batches has tens of thousands of columns)."""
+        calls: a round of small batches has tens of thousands of columns); ``sizes``: each
+        column's points."""
         tags = entry.tags
-        for cols in scalars:
-            n = len(cols.values)
+        for cols, n in zip(scalars, sizes, strict=True):
             if not n:
                 continue
             tag = cols.tag
             slot = tags.get(tag)
             if slot is not None:
                 size = slot[1] + n
-                if size > JOIN_POINTS:
+                if size <= JOIN_POINTS:
+                    slot[0].append(cols)
+                    slot[1] = size
+                else:
                     entry.full.append((slot[0], slot[1]))
                     slot[0] = [cols]
                     slot[1] = n
-                else:
-                    slot[0].append(cols)
-                    slot[1] = size
                 continue
             watched = self._watched.get(tag)
             if watched is None:
@@ -891,6 +914,9 @@ class AlertEngine:
         if scalars:
             entry.data = True
         if events:
+            if entry.status is not None:  # a dropped batch's status, before this batch's
+                entry.events.append(entry.status)
+                entry.status = None
             entry.events.extend(events)
 
     def _watch(self, tag: str) -> bool:
@@ -1074,7 +1100,7 @@ class AlertEngine:
             Exception: a detector's bug (a round logs it and carries on with the next run).
         """
         entry = _Pending()
-        self._add(entry, scalars, events)
+        self._add(entry, scalars, events, list(map(len, map(_VALUES, scalars))))
         entry.arrived = now
         for _ in self._judge(run, entry):
             pass
@@ -1092,7 +1118,8 @@ class AlertEngine:
         """Run the detectors on what ``run``'s pending ``entry`` holds: its events, then each
         watched tag's groups of columns in order (each judged as one column), yielding after
         each group."""
-        state = self._begin(run, entry.events, entry.arrived, entry.data)
+        events = entry.events if entry.status is None else [*entry.events, entry.status]
+        state = self._begin(run, events, entry.arrived, entry.data)
         for cols in entry.unwatched.values():
             last = int(cols.steps[-1])
             if state.last_step is None or last > state.last_step:

@@ -876,8 +876,19 @@ class Broker:
             # behind it, was written first, and the dropped one's re-sent copy then read as a
             # duplicate of what the files hold: lost (bench_bus.py failover, seed 15). Bounded,
             # should the persist task be gone without closing the queue.
-            with trio.fail_after(ENQUEUE_SHIELD, shield=True):
-                await self._send.send((seq, batch, batch.sync))
+            # The deadline's scope only when the queue is full: a scope per batch stayed in
+            # trio's deadline heap (and its cycle-free garbage in the collector's young
+            # generation) until the heap's next prune, 1,000 batches later whenever another
+            # task held an earlier deadline (the alert engine's rounds do): twice the young
+            # collections at small batches (docs/performance.md, "Alerts' cost on ingest").
+            item = (seq, batch, batch.sync)
+            try:
+                self._send.send_nowait(item)
+            except trio.WouldBlock:
+                with trio.fail_after(ENQUEUE_SHIELD, shield=True):
+                    await self._send.send(item)
+            else:
+                await trio.lowlevel.cancel_shielded_checkpoint()  # as send() does when not full
         except BaseException:
             # Closed (the broker shuts down) or stuck while the queue was full: the batch was not
             # taken, so its re-sent copy must not be dropped as a duplicate; browsers that saw
@@ -1047,11 +1058,18 @@ class Broker:
         try:
             while not done:
                 items: list[tuple[int, Batch | None, bool]] = []
-                with trio.move_on_after(self._sync_interval):
-                    try:
-                        items.append(await self._receive.receive())
-                    except trio.EndOfChannel:
-                        done = True
+                try:
+                    # A deadline's scope only when nothing waits (as in ingest, above): one per
+                    # flush otherwise stays in trio's deadline heap until its next prune.
+                    items.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    with trio.move_on_after(self._sync_interval):
+                        try:
+                            items.append(await self._receive.receive())
+                        except trio.EndOfChannel:
+                            done = True
+                except trio.EndOfChannel:
+                    done = True
                 while not done:
                     try:
                         items.append(self._receive.receive_nowait())
