@@ -211,3 +211,37 @@ async def test_the_trace_summary_is_computed_off_the_event_loop(monkeypatch, tmp
             nursery.cancel_scope.cancel()
     assert "2_published" in bus.statistics().stages
     assert threads and all(t is not loop for t in threads)
+
+
+def test_an_entry_frame_decodes_as_its_checked_batch_and_a_malformed_one_is_refused():
+    """Receivers decode entries with ``codec.decode_checked_batch`` (their shape only: the
+    publishing broker checked every value at ingest); it gives what ``decode_batch`` gives."""
+    import pytest
+
+    one = batch("r", 3)
+    one.scalars.append(
+        ScalarColumns("acc", one.scalars[0].steps, one.scalars[0].walls, -one.scalars[0].values)
+    )
+    one.events.append({"kind": "text", "tag": "t", "step": 3, "wall": 1.5, "text": "x"})
+    message = codec.decode_message(codec.encode_batch(one))
+    fast, full = codec.decode_checked_batch(message), codec.decode_batch(message)
+    assert (fast.writer, fast.seq, fast.run, fast.events) == (
+        full.writer,
+        full.seq,
+        full.run,
+        full.events,
+    )
+    for a, b in zip(fast.scalars, full.scalars, strict=True):
+        assert a.tag == b.tag
+        for x, y in ((a.steps, b.steps), (a.walls, b.walls), (a.values, b.values)):
+            assert x.dtype == y.dtype and x.tolist() == y.tolist()
+    bad = [
+        {**message, "scalars": [["loss", b"1234567", b"", b""]]},  # not 8-byte elements
+        {**message, "scalars": [["loss", b"", b""]]},  # a column missing
+        {**message, "scalars": [["loss", bytes(8), bytes(16), bytes(8)]]},  # lengths differ
+        {k: v for k, v in message.items() if k != "run"},
+        {**message, "events": [3]},
+    ]
+    for broken in bad:
+        with pytest.raises(codec.ProtocolError):
+            codec.decode_checked_batch(broken)

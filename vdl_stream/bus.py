@@ -118,8 +118,10 @@ PENDING_KEPT = 65_536
 PUBLISH_ROUND = 1024
 #: Seconds between the starts of two publish rounds while batches keep coming: a busy broker
 #: merges what a run's writers send in a tick into one stream entry (and the other brokers into
-#: one frame); a batch arriving after a quiet tick goes at once.
-PUBLISH_TICK = 0.005
+#: one frame); a batch arriving after a quiet tick goes at once. 2 ms, not 5: at 400 batches/s a
+#: broker (30,000 events/s on 3 brokers) every batch came within a tick of the previous round and
+#: waited about half a tick, while few were merged (a run sends one batch every 40 ms).
+PUBLISH_TICK = 0.002
 #: Frames of a run fanned out from another broker and not yet reported written by it, kept at
 #: most (per run, and seconds), to be sent again after a snapshot of that run.
 UNSETTLED_KEPT = 256
@@ -542,7 +544,8 @@ class Bus:
 
     async def _publish_loop(self) -> None:
         """Move queued batches to their run streams: one entry per run per round, every entry of
-        a round in one round trip (pipelined); rounds start at most once a :data:`PUBLISH_TICK`."""
+        a round in one round trip (pipelined; a lone entry as a plain ``XADD``); rounds start at
+        most once a :data:`PUBLISH_TICK`; settlement entries of quiet runs when due."""
         last = -float("inf")
         while True:
             items = []
@@ -582,25 +585,37 @@ class Bus:
             batches = sum(n - m + 1 for _, m, n, _ in entries if n > 0)
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
-                    async with self._publisher.pipeline(transaction=False) as pipe:
-                        # Announcements first: a reader starts a run's stream at its
-                        # announcement, so that must come before the run's entries.
-                        for run in registry:
-                            pipe.xadd(
-                                self._registry,
-                                {"run": run, "b": self.id},
-                                trim_strategy=_token("MAXLEN"),
-                                threshold=REGISTRY_MAXLEN,
-                                trim_operator=_token("APPROXIMATELY"),
-                            )
-                        for run, m, n, frame in entries:
-                            pipe.xadd(
-                                self._run_key(run),
-                                _fields(self.id, m, n, frame, written[run]),
-                                trim_strategy=_token("MAXLEN"),
-                                threshold=self._maxlen,
-                                trim_operator=_token("APPROXIMATELY"),
-                            )
+                    if len(entries) == 1 and not registry:
+                        # The common round of a broker that is not busy: one command, without
+                        # a pipeline's own cost.
+                        run, m, n, frame = entries[0]
+                        await self._publisher.xadd(
+                            self._run_key(run),
+                            _fields(self.id, m, n, frame, written[run]),
+                            trim_strategy=_token("MAXLEN"),
+                            threshold=self._maxlen,
+                            trim_operator=_token("APPROXIMATELY"),
+                        )
+                    else:
+                        async with self._publisher.pipeline(transaction=False) as pipe:
+                            # Announcements first: a reader starts a run's stream at its
+                            # announcement, so that must come before the run's entries.
+                            for run in registry:
+                                pipe.xadd(
+                                    self._registry,
+                                    {"run": run, "b": self.id},
+                                    trim_strategy=_token("MAXLEN"),
+                                    threshold=REGISTRY_MAXLEN,
+                                    trim_operator=_token("APPROXIMATELY"),
+                                )
+                            for run, m, n, frame in entries:
+                                pipe.xadd(
+                                    self._run_key(run),
+                                    _fields(self.id, m, n, frame, written[run]),
+                                    trim_strategy=_token("MAXLEN"),
+                                    threshold=self._maxlen,
+                                    trim_operator=_token("APPROXIMATELY"),
+                                )
             except Exception as exc:
                 if not _redis_failure(exc):
                     raise
@@ -724,7 +739,8 @@ class Bus:
                 batch = (
                     None
                     if retraction or settlement
-                    else codec.decode_batch(codec.decode_message(fields[b"f"]))
+                    # a broker's own frame of batches it checked at ingest: its shape only
+                    else codec.decode_checked_batch(codec.decode_message(fields[b"f"]))
                 )
             except (KeyError, ValueError, codec.ProtocolError, codec.BatchError):
                 log.warning("vdl-stream: ignoring a malformed bus entry of run %r", run)
