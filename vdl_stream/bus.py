@@ -36,11 +36,12 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
   per quiet spell, so a run that keeps sending never adds one). Frames pushed out unsettled
   (past ``UNSETTLED_KEPT`` or ``UNSETTLED_SECONDS``: their broker is far behind, or dead) can no
   longer be sent again after a snapshot: the receiver drops every unsettled frame of the run and
-  its subscribers re-sync it (a ``gap``), so that they show what the files hold. A batch refused after it was published (its lease lost,
-  a disk error) is followed by a retraction entry, and a run whose entries come from a new
-  broker while the previous one's were unsettled (it died before writing them) is re-synced: in
-  both cases the receivers' subscribers get a ``gap`` naming the run and re-read it from the
-  files, the way a broker's own subscribers re-sync a batch refused after its fan-out.
+  its subscribers re-sync it (a ``gap``), so that they show what the files hold. A batch
+  refused after it was published (its lease lost, a disk error) is followed by a retraction
+  entry, and a run whose entries come from a new broker while the previous one's were
+  unsettled (it died before writing them) is re-synced: in both cases the receivers'
+  subscribers get a ``gap`` naming the run and re-read it from the files, the way a broker's
+  own subscribers re-sync a batch refused after its fan-out.
 
 - **Coalesced while busy, at once when idle.** The publisher takes a batch as soon as one is
   queued; if its previous round began less than :data:`PUBLISH_TICK` ago it first waits for the
@@ -548,7 +549,7 @@ class Bus:
         most once a :data:`PUBLISH_TICK`; settlement entries of quiet runs when due."""
         last = -float("inf")
         while True:
-            items = []
+            items: list[tuple[str, int, bytes | Batch]] = []
             # Wake for the first batch, or when the oldest quiet run's settlement is due (the
             # quiet runs are in the order they went quiet).
             with trio.move_on_at(
