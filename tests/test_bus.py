@@ -834,3 +834,49 @@ def test_a_run_moves_between_brokers_with_their_own_disks_through_the_bucket(
                 stop_serve(server)
         restore_env(old_env)
         moto.stop()
+
+
+async def test_a_run_that_goes_quiet_is_settled_at_once_not_after_seconds(tmp_path, redis_server):
+    """The last batch of a run that goes quiet has no later entry to carry its ``p``: once it is
+    written, the publish loop adds a settlement (``b`` and ``p`` alone) after SETTLE_DELAY, and
+    a receiver stops keeping that batch's frames (it kept them for UNSETTLED_SECONDS)."""
+    import coredis
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.bus import SETTLE_DELAY, UNSETTLED_SECONDS
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    steps = np.arange(10, dtype=np.int64)
+    one = Batch("w", 1, "r", [ScalarColumns("loss", steps, steps * 1.0, steps * 2.0)], [])
+    writer = Bus(Broker(tmp_path / "a"), redis_server.url)
+    writer._held["r"] = float("inf")  # as if it held the run's lease
+    receiver = Bus(Broker(tmp_path / "b"), redis_server.url)
+    client = coredis.Redis.from_url(redis_server.url)
+    with trio.fail_after(10):
+        async with client, trio.open_nursery() as nursery:
+            writer._publisher = client
+            nursery.start_soon(writer._publish_loop)
+            writer.publish(one)  # at ingest
+            await wait_until(
+                lambda: writer.statistics().entries == 1, 5, "the batch's entry to be added"
+            )
+            (entry,) = await client.xrange("vdl:run:r")
+            receiver._fan_out("r", [entry])
+            assert len(receiver.unsettled("r")) == 1  # not yet written when it was published
+            writer.settled("r")  # the persist task wrote it; no batch follows
+            quiet = trio.current_time()
+            await wait_until(
+                lambda: writer.statistics().entries == 2, 5, "the run's settlement entry"
+            )
+            assert trio.current_time() - quiet >= SETTLE_DELAY * 0.9
+            assert trio.current_time() - quiet < UNSETTLED_SECONDS
+            settlement = (await client.xrange("vdl:run:r"))[-1]
+            assert settlement.field_values == {b"b": writer.id.encode(), b"p": b"1"}
+            sub = receiver.broker.subscribe()
+            receiver._fan_out("r", [settlement])
+            assert receiver.unsettled("r") == []
+            assert sub.statistics().run_gaps == 0
+            # One settlement per quiet spell: nothing more while the run stays quiet.
+            await trio.sleep(SETTLE_DELAY * 2)
+            assert writer.statistics().entries == 2
+            nursery.cancel_scope.cancel()

@@ -7,15 +7,17 @@ loop uses), into a real in-process :class:`~vdl_stream.broker.Broker` and its su
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import trio
 
+from tests.conftest import wait_until
 from vdl_stream import codec
 from vdl_stream.broker import Broker
-from vdl_stream.bus import Bus, _coalesce, _fields
+from vdl_stream.bus import UNSETTLED_SECONDS, Bus, _coalesce, _fields
 from vdl_stream.codec import Batch, ScalarColumns
 
 NOWHERE = "redis://127.0.0.1:1/0"  # never connected: these tests drive the bus by hand
@@ -140,15 +142,106 @@ async def test_another_broker_taking_a_run_over_resyncs_frames_the_previous_one_
 
 
 async def test_unsettled_frames_are_forgotten_after_a_few_seconds(tmp_path: Path):
-    import time
-
-    from vdl_stream.bus import UNSETTLED_SECONDS
-
     broker = Broker(tmp_path)
     bus = Bus(broker, NOWHERE)
     bus._fan_out("r", entries_of("A", [("r", 1, batch("r", 1))], 0))
     assert steps_of(bus, "r") == list(range(10, 20))
     bus._sweep(time.monotonic())
     assert "r" in bus._unsettled  # still young
-    bus._sweep(time.monotonic() + UNSETTLED_SECONDS + 1)  # a run that went quiet
+    sub = broker.subscribe()
+    bus._sweep(time.monotonic() + UNSETTLED_SECONDS + 1)  # its broker never said it wrote them
     assert "r" not in bus._unsettled and bus.unsettled("r") == []
+    # They can no longer be sent again after a snapshot: the subscribers re-sync the run now.
+    assert sub.statistics().run_gaps == 1
+
+
+async def test_frames_pushed_out_unsettled_resync_the_run(tmp_path: Path):
+    """Past UNSETTLED_KEPT frames, or past UNSETTLED_SECONDS on the next entry, unsettled frames
+    could no longer be offered after a snapshot: every one is dropped and the run re-synced."""
+    from vdl_stream.bus import UNSETTLED_KEPT
+
+    broker = Broker(tmp_path)
+    bus = Bus(broker, NOWHERE)
+    sub = broker.subscribe()
+    for seq in range(1, UNSETTLED_KEPT + 1):  # its broker is far behind: nothing written
+        bus._fan_out("r", entries_of("A", [("r", seq, batch("r", seq))], 0))
+    assert len(bus.unsettled("r")) == UNSETTLED_KEPT
+    await drain(sub)
+    assert sub.statistics().run_gaps == 0
+    more = UNSETTLED_KEPT + 1
+    bus._fan_out("r", entries_of("A", [("r", more, batch("r", more))], 0))
+    assert sub.statistics().run_gaps == 1
+    assert steps_of(bus, "r") == list(range(more * 10, more * 10 + 10))  # the new one alone
+    # Too old, found on the next entry (before the once-a-second sweep).
+    await drain(sub)  # the page re-synced
+    _source, held = bus._unsettled["r"]
+    n, at, scalars, events = held[0]
+    held[0] = (n, at - UNSETTLED_SECONDS - 1, scalars, events)
+    bus._fan_out("r", entries_of("A", [("r", more + 1, batch("r", more + 1))], 0))
+    assert sub.statistics().run_gaps == 2
+    assert steps_of(bus, "r") == list(range((more + 1) * 10, (more + 1) * 10 + 10))
+
+
+async def test_the_trace_summary_is_computed_off_the_event_loop(monkeypatch, tmp_path: Path):
+    """With tracing on, ``statistics()`` (what ``/api/stats`` reads) returns the last summary; the
+    numpy work runs in a worker thread, never on the event loop."""
+    import threading
+
+    from vdl_stream import bus_trace
+
+    threads: list[threading.Thread] = []
+    summarize = bus_trace.summary
+
+    def spy(*args):
+        threads.append(threading.current_thread())
+        return summarize(*args)
+
+    monkeypatch.setattr(bus_trace, "ON", True)
+    monkeypatch.setattr(bus_trace, "summary", spy)
+    monkeypatch.setattr(bus_trace, "SUMMARY_INTERVAL", 0.05, raising=False)
+    monkeypatch.setattr(bus_trace, "_latest", None, raising=False)
+    bus_trace.age("2_published", np.array([time.time()]))
+    bus = Bus(Broker(tmp_path), NOWHERE)
+    loop = threading.current_thread()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bus_trace.watch_loop)
+            assert bus.statistics().stages is None  # nothing summarized yet, nothing computed
+            await wait_until(lambda: bus.statistics().stages is not None, 5, "a summary")
+            nursery.cancel_scope.cancel()
+    assert "2_published" in bus.statistics().stages
+    assert threads and all(t is not loop for t in threads)
+
+
+def test_an_entry_frame_decodes_as_its_checked_batch_and_a_malformed_one_is_refused():
+    """Receivers decode entries with ``codec.decode_checked_batch`` (their shape only: the
+    publishing broker checked every value at ingest); it gives what ``decode_batch`` gives."""
+    import pytest
+
+    one = batch("r", 3)
+    one.scalars.append(
+        ScalarColumns("acc", one.scalars[0].steps, one.scalars[0].walls, -one.scalars[0].values)
+    )
+    one.events.append({"kind": "text", "tag": "t", "step": 3, "wall": 1.5, "text": "x"})
+    message = codec.decode_message(codec.encode_batch(one))
+    fast, full = codec.decode_checked_batch(message), codec.decode_batch(message)
+    assert (fast.writer, fast.seq, fast.run, fast.events) == (
+        full.writer,
+        full.seq,
+        full.run,
+        full.events,
+    )
+    for a, b in zip(fast.scalars, full.scalars, strict=True):
+        assert a.tag == b.tag
+        for x, y in ((a.steps, b.steps), (a.walls, b.walls), (a.values, b.values)):
+            assert x.dtype == y.dtype and x.tolist() == y.tolist()
+    bad = [
+        {**message, "scalars": [["loss", b"1234567", b"", b""]]},  # not 8-byte elements
+        {**message, "scalars": [["loss", b"", b""]]},  # a column missing
+        {**message, "scalars": [["loss", bytes(8), bytes(16), bytes(8)]]},  # lengths differ
+        {k: v for k, v in message.items() if k != "run"},
+        {**message, "events": [3]},
+    ]
+    for broken in bad:
+        with pytest.raises(codec.ProtocolError):
+            codec.decode_checked_batch(broken)

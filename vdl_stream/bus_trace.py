@@ -19,6 +19,11 @@ writes to; B: another broker)::
 plus ``loop_lag`` (how late a 5-ms sleep of the event loop wakes, ms) and ``steps``: the tasks whose
 steps ran longer than 5 ms, as ``[count, total ms, longest ms, CPU ms]`` (CPU far below wall time
 means the process waited for a core, not that the task computed).
+
+The percentiles are computed by :func:`watch_loop` once every :data:`SUMMARY_INTERVAL` in a
+worker thread (concatenating and sorting up to :data:`KEPT` arrays a stage is heavy numpy work
+that held the event loop, and so the bus path it measures, whenever ``/api/stats`` was read);
+``/api/stats`` returns the latest result (:func:`latest`).
 """
 
 from __future__ import annotations
@@ -37,9 +42,12 @@ ON = os.environ.get("VDL_STREAM_BUS_TRACE") == "1"
 KEPT = 20_000
 #: Steps longer than this many ms are counted.
 LONG_STEP_MS = 5.0
+#: Seconds between two summaries (computed in a worker thread).
+SUMMARY_INTERVAL = 1.0
 
 _ages: dict[str, deque[np.ndarray]] = {}
 _steps: dict[str, list[float]] = {}  # task name -> [count, total ms, longest ms, CPU ms]
+_latest: dict[str, Any] | None = None  # the last summary watch_loop computed
 
 
 def age(stage: str, walls: np.ndarray, now: float | None = None) -> None:
@@ -61,23 +69,61 @@ def walls_of(scalars: Sequence[Any]) -> np.ndarray | None:
     return None
 
 
-def summary() -> dict[str, Any]:
-    """p50 / p90 / p99 of every stage's ages (and of ``loop_lag``), with the tasks' long steps."""
+def latest() -> dict[str, Any] | None:
+    """The last summary :func:`watch_loop` computed (None before the first): never computes
+    one, so reading it costs the event loop nothing."""
+    return _latest
+
+
+def summary(
+    ages: dict[str, list[np.ndarray]] | None = None, steps: dict[str, list[float]] | None = None
+) -> dict[str, Any]:
+    """p50 / p90 / p99 of every stage's ages (and of ``loop_lag``), with the tasks' long steps.
+
+    Heavy numpy work: :func:`watch_loop` runs it in a worker thread, on copies (``ages``:
+    stage -> its arrays; ``steps``: the long steps; default: the live records)."""
     out: dict[str, Any] = {}
-    for stage, kept in sorted(_ages.items()):
-        ages = np.concatenate([np.atleast_1d(a) for a in kept])
+    kept_ages = _ages if ages is None else ages
+    for stage, kept in sorted(kept_ages.items()):
+        if not kept:
+            continue
+        joined = np.concatenate([np.atleast_1d(a) for a in kept])
         out[stage] = {
-            "points": len(ages),
-            **{f"p{q}": round(float(np.percentile(ages, q)), 2) for q in (50, 90, 99)},
+            "points": len(joined),
+            **{f"p{q}": round(float(np.percentile(joined, q)), 2) for q in (50, 90, 99)},
         }
-    top = sorted(_steps.items(), key=lambda kv: -kv[1][1])[:12]
+    top = sorted((_steps if steps is None else steps).items(), key=lambda kv: -kv[1][1])[:12]
     out["steps"] = {name[-70:]: [round(v) for v in s] for name, s in top}
     return out
 
 
+async def _summarize_loop() -> None:
+    """Every :data:`SUMMARY_INTERVAL`, copy the records (cheap: lists of references) and
+    summarize the copies in a worker thread (:func:`latest`), until cancelled."""
+    import trio
+
+    global _latest
+    limiter = trio.CapacityLimiter(1)
+    while True:
+        await trio.sleep(SUMMARY_INTERVAL)
+        ages = {stage: list(kept) for stage, kept in _ages.items()}
+        steps = {name: list(s) for name, s in _steps.items()}
+        _latest = await trio.to_thread.run_sync(summary, ages, steps, limiter=limiter)
+
+
 async def watch_loop() -> None:
     """Record how late the event loop wakes a 5-ms sleep (``loop_lag``) and the tasks' long
-    steps (``steps``), until cancelled."""
+    steps (``steps``), and summarize them with the stages' ages every :data:`SUMMARY_INTERVAL`
+    in a worker thread (:func:`latest`), until cancelled."""
+    import trio
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_summarize_loop)
+        await _watch_lag()
+
+
+async def _watch_lag() -> None:
+    """The ``loop_lag`` and ``steps`` records of :func:`watch_loop`."""
     import trio
 
     class Steps(trio.abc.Instrument):
