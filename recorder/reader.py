@@ -828,6 +828,20 @@ class RunReader:
         most ``SMALL_DOWNSAMPLE`` points in range is decoded whole and downsampled at once, unless
         the run is a mirror of one in an object store."""
         refs, firsts, smins, smaxs = self._pieces(tag)
+        # A mirror fetches what it decodes: there the slices' summaries cost fewer bytes.
+        small = 0 if self._catalog.remote else SMALL_DOWNSAMPLE
+        if (
+            start is None
+            and end is None
+            and len(refs) == 1
+            and not isinstance(refs[0], int)
+            and refs[0].count <= max(max_points, small)
+            and smaxs[0] < np.iinfo(np.int64).max
+        ):
+            # A tag of one chunk, read whole (a finished run written in bulk: 1,000 of them when
+            # 100 runs of a sweep are selected): nothing to cut, skip or bucket, so straight to
+            # the pick below, without the pieces' arithmetic (a fifth of such a read's CPU).
+            return self._chunk_downsampled(refs[0], max_points)
         ceil = self._ceilings(refs, firsts, smins, smaxs)
         cols = self._parts.cols
         counts = np.array(
@@ -855,8 +869,6 @@ class RunReader:
             points = kept(i)
             sizes[i] = 0 if points is None else len(points.steps)
         n = int(sizes.sum())
-        # A mirror fetches what it decodes: there the slices' summaries cost fewer bytes.
-        small = 0 if self._catalog.remote else SMALL_DOWNSAMPLE
         if n <= max(max_points, small):
             alone = np.flatnonzero(~skip).tolist()
             if len(alone) == 1 and whole[alone[0]] and not isinstance(refs[alone[0]], int):

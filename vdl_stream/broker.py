@@ -64,6 +64,12 @@ SNAPSHOT_AHEAD = 2
 #: reads overlap in the reader threads (``READ_THREADS``: file reads, numpy and zlib release the
 #: GIL) and with encoding and sending on the event loop.
 SNAPSHOT_RUNS = 3
+#: A subscription sending snapshots of more runs than this gets each of them whole (one frame,
+#: read in one reader-thread hand-off), even when it asked for ``split``: a page redraws at most
+#: once a second while that many runs load (ui/src/app.js, ``SELECT_ALL_UP_TO``), so a run's
+#: scalars going ahead of its events would not be drawn sooner, and the second hand-off, frame
+#: and message of each run cost the server and the page (docs/protocol.md, "split").
+SPLIT_RUNS_UP_TO = 20
 #: Default budget for decoded data kept by runs' readers between reads.
 DEFAULT_CACHE_BYTES = 128 << 20
 #: Default seconds after which an unused reader is closed.
@@ -1946,7 +1952,8 @@ class Broker:
                 covers.
             split: send each run as two frames, ``snapshot`` with its scalars (``events_follow``
                 true) and then ``snapshot_events`` with its events, so that a page draws its
-                charts before the histograms and images are read, sent and decoded.
+                charts before the histograms and images are read, sent and decoded; ignored
+                when more than ``SPLIT_RUNS_UP_TO`` runs are sent (each run then comes whole).
 
         Frames are sent by a task of their own while the next ones are read, up to
         ``SNAPSHOT_RUNS`` runs at a time, taken in the order of ``runs``: each run's frames go in
@@ -1958,6 +1965,7 @@ class Broker:
         # followed runs moved (what was fanned out of them was on disk already).
         await self.wait_persisted(min(sub.since, self._ingest_seq))
         names = sorted(self._runs) if runs is None else list(runs)
+        split = split and len(names) <= SPLIT_RUNS_UP_TO
         # (frame, the run it completes or None); a frame or two of read-ahead.
         to_send, to_sender = trio.open_memory_channel[tuple[bytes, str | None]](SNAPSHOT_AHEAD)
 
@@ -2016,9 +2024,14 @@ class Broker:
                         self._bus_catch_up, run, limiter=self._read_limiter
                     )
                 limit = run.position
-                scalars = await trio.to_thread.run_sync(
-                    _snapshot_scalars, run, limit, max_points, limiter=self._read_limiter
-                )
+                if not split:  # both parts in one hand-off: the frame waits for both anyway
+                    scalars, events = await trio.to_thread.run_sync(
+                        _read_snapshot, run, limit, max_points, limiter=self._read_limiter
+                    )
+                else:
+                    scalars = await trio.to_thread.run_sync(
+                        _snapshot_scalars, run, limit, max_points, limiter=self._read_limiter
+                    )
             except Exception as exc:  # one unreadable run never stops the snapshot
                 self._read_failed(run, exc)
                 return []
@@ -2029,15 +2042,13 @@ class Broker:
                     to_send.send_nowait((frame, None))
                 except trio.WouldBlock:
                     frames.append((frame, None))
-            try:
-                events = await trio.to_thread.run_sync(
-                    _snapshot_events, run, limit, limiter=self._read_limiter
-                )
-            except Exception as exc:
-                self._read_failed(run, exc)
-                if not split:
-                    return []
-                events = []  # the scalars went: the run stands without its events (logged once)
+                try:
+                    events = await trio.to_thread.run_sync(
+                        _snapshot_events, run, limit, limiter=self._read_limiter
+                    )
+                except Exception as exc:
+                    self._read_failed(run, exc)
+                    events = []  # the scalars went: the run stands without its events (logged once)
             sub.covered[name] = covered
             self._cache.update(run)
             if self.alerts is not None and self.alerts.held(name):  # alerts block: a
