@@ -29,6 +29,8 @@ from recorder.records import (
 )
 
 _T = TypeVar("_T")
+#: ``np.iinfo(np.int64).max`` (each ``np.iinfo`` call builds an object: 2 µs a tag read).
+_I64_MAX = int(np.iinfo(np.int64).max)
 # A read that compaction interrupted (it replaced files meanwhile) starts over at least
 # _RETRIES times, and for as long as RETRY_SECONDS allow: a writer that compacts small runs
 # every few milliseconds can interrupt many reads in a row, but not for seconds.
@@ -836,7 +838,7 @@ class RunReader:
             and len(refs) == 1
             and not isinstance(refs[0], int)
             and refs[0].count <= max(max_points, small)
-            and smaxs[0] < np.iinfo(np.int64).max
+            and smaxs[0] < _I64_MAX  # (else the chunk is skipped below)
         ):
             # A tag of one chunk, read whole (a finished run written in bulk: 1,000 of them when
             # 100 runs of a sweep are selected): nothing to cut, skip or bucket, so straight to
@@ -1029,8 +1031,10 @@ class RunReader:
         entries = [
             e for e in pool if e.length >= 0 and e.kind == kind and (tag is None or e.tag == tag)
         ]
-        counts = np.array([e.count if e.batch else 1 for e in entries], np.int64)
-        total = int(counts.sum())
+        # Python's sum: a kind absent or held by a record or two (a run's hparams) is the
+        # common case, four times per run of a snapshot.
+        counts = [e.count if e.batch else 1 for e in entries]
+        total = sum(counts)
         if total <= limit or any(e.window is not None for e in entries):
             records = self._read_records(kind, tag)  # cut batches count what they keep only
             return [records[i] for i in _spread(len(records), limit)]

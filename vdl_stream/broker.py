@@ -2583,8 +2583,17 @@ def _poll(run: _Run) -> list[recorder.Record]:
 def _read_snapshot(
     run: _Run, limit: Any, max_points: int
 ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
-    """Read a run up to ``limit``, downsampled for drawing (blocking; hold ``run.lock``)."""
-    return _snapshot_scalars(run, limit, max_points), _snapshot_events(run, limit)
+    """Read a run up to ``limit``, downsampled for drawing: :func:`_snapshot_scalars` and
+    :func:`_snapshot_events` at once, the reader opened, its tags listed and its memory measured
+    once (blocking; hold ``run.lock``)."""
+    try:
+        reader = _open_reader(run, limit)
+    except recorder.NotARunError:
+        return [], []
+    tags = reader.tags()
+    scalars, events = _scalars_of(reader, tags, max_points), _events_of(reader, tags)
+    _measure(run)
+    return scalars, events
 
 
 def _snapshot_scalars(run: _Run, limit: Any, max_points: int) -> list[ScalarColumns]:
@@ -2594,12 +2603,7 @@ def _snapshot_scalars(run: _Run, limit: Any, max_points: int) -> list[ScalarColu
         reader = _open_reader(run, limit)
     except recorder.NotARunError:
         return []
-    scalars = []
-    for tag, info in reader.tags().items():
-        if info.kind == "scalars":
-            # A tag not loaded is downsampled chunk by chunk, keeping nothing (bounded memory).
-            s = reader.read_scalars(tag, max_points=max_points)
-            scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
+    scalars = _scalars_of(reader, reader.tags(), max_points)
     _measure(run)
     return scalars
 
@@ -2612,8 +2616,30 @@ def _snapshot_events(run: _Run, limit: Any) -> list[dict[str, Any]]:
         reader = _open_reader(run, limit)
     except recorder.NotARunError:
         return []
+    events = _events_of(reader, reader.tags())
+    _measure(run)
+    return events
+
+
+def _scalars_of(
+    reader: recorder.RunReader, tags: dict[str, recorder.TagInfo], max_points: int
+) -> list[ScalarColumns]:
+    """Every scalar tag of ``tags`` (the reader's), downsampled to ``max_points`` (blocking)."""
+    scalars = []
+    for tag, info in tags.items():
+        if info.kind == "scalars":
+            # A tag not loaded is downsampled chunk by chunk, keeping nothing (bounded memory).
+            s = reader.read_scalars(tag, max_points=max_points)
+            scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
+    return scalars
+
+
+def _events_of(
+    reader: recorder.RunReader, tags: dict[str, recorder.TagInfo]
+) -> list[dict[str, Any]]:
+    """The events of a snapshot from ``reader`` (``tags``: its tags), in wall order (blocking)."""
     events = []
-    for tag, info in reader.tags().items():
+    for tag, info in tags.items():
         if info.kind in codec.EVENT_KINDS:
             # Thinned by the reader: only the picked events of a long run are decoded.
             count = SNAPSHOT_EMBEDDINGS if info.kind == "embedding" else SNAPSHOT_EVENTS
@@ -2623,7 +2649,6 @@ def _snapshot_events(run: _Run, limit: Any) -> list[dict[str, Any]]:
         records = reader.read_records(kind=kind, limit=count)
         events.extend(_record_event(r) for r in records if r.tag is None)
     events.sort(key=lambda e: e["wall"])
-    _measure(run)
     return events
 
 
