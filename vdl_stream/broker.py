@@ -1965,7 +1965,8 @@ class Broker:
         # followed runs moved (what was fanned out of them was on disk already).
         await self.wait_persisted(min(sub.since, self._ingest_seq))
         names = sorted(self._runs) if runs is None else list(runs)
-        split = split and len(names) <= SPLIT_RUNS_UP_TO
+        # Counted among the runs ``sub`` wants: a page's first subscription names 10 of 1,000.
+        split = split and sum(map(sub.wants, names)) <= SPLIT_RUNS_UP_TO
         # (frame, the run it completes or None); a frame or two of read-ahead.
         to_send, to_sender = trio.open_memory_channel[tuple[bytes, str | None]](SNAPSHOT_AHEAD)
 
