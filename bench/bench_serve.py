@@ -20,6 +20,9 @@ under test (``PYTHONPATH`` set to it), on 127.0.0.1, and stops it in ``finally``
 * select 100 of 1,000 runs (``--sweep-selects N``, issue 12): the server alone sends the
   snapshots of 100 runs no page has read (split, 200 points a tag, as the page asks) to a
   WebSocket client, three selections on each of N fresh servers; seconds and server CPU.
+* the same in process (``--sweep-in-process N``): a ``Broker`` over the sweep sends the same
+  snapshots into a list (no socket, reading and encoding only), three selections in each of N
+  fresh processes of the tree; CPU and wall seconds, frames.
 * idle follow loop over 1,000 runs (``--sweep-idle SECONDS``): a fresh ``serve`` over the same
   sweep, no client; once it is up and ``--sweep-idle-settle`` seconds passed (discovery done), its
   process CPU (user + system, from /proc) over SECONDS, as CPU seconds per second; median of
@@ -543,6 +546,68 @@ def part_sweep(args, tree: Path, work: Path) -> dict:
     return out
 
 
+# Issue 12's "select 100", the broker alone in process (no socket, no follow loop running
+# beside it): a Broker that found the 1,000 runs, then ``send_snapshot`` of the 100 runs of each
+# prefix given (none read yet), as the page subscribes (split asked, 200 points a tag), the
+# frames kept in a list; per prefix the process CPU and wall seconds, frames and bytes. JSON.
+SWEEP_IN_PROCESS = """
+import json, resource, sys, time
+import trio
+from vdl_stream.broker import Broker
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+async def main():
+    broker = Broker(sys.argv[1])
+    out = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        await nursery.start(broker.follow, 3600.0)  # one round: discovery, then quiet
+        for prefix in sys.argv[2:]:
+            names = sorted(n for n in broker._runs if n.startswith(prefix))
+            sub = broker.subscribe(set(names), None)
+            sizes = []
+            async def keep(frame):
+                sizes.append(len(frame))
+            c0, t0 = cpu(), time.perf_counter()
+            await broker.send_snapshot(sub, keep, 200, runs=names, split=True)
+            out.append([prefix, time.perf_counter() - t0, cpu() - c0, len(sizes), sum(sizes)])
+            broker.unsubscribe(sub)
+        nursery.cancel_scope.cancel()
+    print(json.dumps(out))
+trio.run(main)
+"""
+
+
+def part_sweep_in_process(args, tree: Path) -> dict:
+    """Issue 12's "select 100 of 1,000 runs", the broker alone in process: ``--sweep-in-process``
+    fresh processes of ``tree``, each sending the snapshots of the 100 runs of each of
+    ``SWEEP_PREFIXES`` (no socket: reading, encoding); the median CPU and wall seconds."""
+    from runs_data import cached_runs
+
+    logdir = Path(cached_runs(n_runs=1000, tags=10, points=10_000))
+    samples = []
+    for _ in range(args.sweep_in_process):
+        done = subprocess.run(
+            [sys.executable, "-c", SWEEP_IN_PROCESS, str(logdir), *SWEEP_PREFIXES],
+            env=env_for(tree),
+            cwd=tree,  # "-c" puts the working directory first on sys.path
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+        samples.extend(json.loads(done.stdout))
+    return {
+        "samples": samples,
+        "wall_s": statistics.median(x[1] for x in samples),
+        "cpu_s": statistics.median(x[2] for x in samples),
+        "frames": statistics.median(x[3] for x in samples),
+        "mb": statistics.median(x[4] for x in samples) / 1e6,
+    }
+
+
 def part_sweep_idle(args, tree: Path, work: Path) -> dict:
     """The follow loop of a ``serve`` over the 1,000-run sweep with no client: its process CPU
     over ``--sweep-idle`` seconds, after ``--sweep-idle-settle`` seconds (discovery of the runs
@@ -588,6 +653,8 @@ def run_tree(args, tree: Path, browser, work: Path, points: int) -> dict:
             attempt(out, "many_runs", part_many_runs, args, tree, browser, work)
     if args.sweep_selects:
         attempt(out, "sweep", part_sweep, args, tree, work)
+    if args.sweep_in_process:
+        attempt(out, "sweep_in_process", part_sweep_in_process, args, tree)
     if args.sweep_idle:
         attempt(out, "sweep_idle", part_sweep_idle, args, tree, work)
     if not args.skip_export:
@@ -657,6 +724,11 @@ def report(result: dict) -> str:
         row("select 100 of 1,000 runs, the server alone: subscribe to synced", "sweep",
             "select_s", ".2f", " s")  # fmt: skip
         row("select 100 of 1,000 runs: the server's CPU", "sweep", "select_cpu_s", ".2f", " s")
+    if "sweep_in_process" in a:
+        row("select 100 of 1,000 runs, the broker in process: CPU", "sweep_in_process", "cpu_s",
+            ".2f", " s")  # fmt: skip
+        row("the same: wall", "sweep_in_process", "wall_s", ".2f", " s")
+        row("the same: frames", "sweep_in_process", "frames", ".0f")
     if "sweep_idle" in a:
         row("1,000 runs, idle serve: its CPU (s per s)", "sweep_idle", "cpu_per_s", ".3f")
     if "snapshot_reads" in a:
@@ -748,6 +820,13 @@ def main() -> None:
         default=0,
         metavar="N",
         help="issue 12: 100 of 1,000 runs' snapshots, the server alone, N fresh servers",
+    )
+    parser.add_argument(
+        "--sweep-in-process",
+        type=int,
+        default=0,
+        metavar="N",
+        help="issue 12: 100 of 1,000 runs' snapshots, the broker in process, N fresh processes",
     )
     parser.add_argument(
         "--sweep-idle",

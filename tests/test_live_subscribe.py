@@ -452,3 +452,37 @@ async def test_runs_snapshots_are_read_several_at_once_each_run_in_order(tmp_pat
         assert [f["type"] for f in mine] == ["snapshot", "snapshot_events"], (name, mine)
         assert np.frombuffer(mine[0]["scalars"][0][3], "<f8")[0] == k
         assert [e["text"] for e in mine[1]["events"]] == [name]
+
+
+async def test_snapshots_of_many_runs_come_whole_even_when_split(tmp_path, nursery, monkeypatch):
+    """A ``subscribe`` bringing snapshots of more than ``SPLIT_RUNS_UP_TO`` runs gets each run as
+    one whole ``snapshot`` (its scalars and its events, no ``snapshot_events``) although it asked
+    for ``split``; one bringing that many or fewer (counted among the runs it names, not the
+    server's) still gets them split."""
+    from vdl_stream import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "SPLIT_RUNS_UP_TO", 2)
+    with trio.fail_after(30):
+        ws_url = await serve(nursery, tmp_path)
+        async with open_websocket_url(ws_url + "/ws/ingest") as w:
+            writer = Writer(w)
+            for k, run in enumerate("abcde"):
+                await writer.send(run, range(10), [text(k)])
+            async with open_websocket_url(ws_url + "/ws/live") as browser:
+                # Two of the five runs: split, the scalars first.
+                await subscribe(browser, ["a", "b"], keep=True, split=True, batch=True)
+                got = [f for f in await until_synced(browser) if f["type"].startswith("snap")]
+                assert sorted({f["run"] for f in got}) == ["a", "b"], got
+                for run in ("a", "b"):
+                    mine = [f for f in got if f["run"] == run]
+                    assert [f["type"] for f in mine] == ["snapshot", "snapshot_events"], mine
+                    assert mine[0]["events_follow"] is True and mine[0]["events"] == []
+                    assert [e["text"] for e in mine[1]["events"]] == [f"t{'abcde'.index(run)}"]
+                # Three runs added: each whole.
+                await subscribe(browser, list("abcde"), keep=True, split=True, batch=True)
+                got = [f for f in await until_synced(browser) if f["type"].startswith("snap")]
+                assert sorted(f["run"] for f in got) == ["c", "d", "e"], got
+                for f in got:
+                    assert f["type"] == "snapshot" and "events_follow" not in f, f
+                    assert steps_of(f) == list(range(10))
+                    assert [e["text"] for e in f["events"]] == [f"t{'abcde'.index(f['run'])}"]

@@ -66,6 +66,12 @@ SNAPSHOT_AHEAD = 2
 #: reads overlap in the reader threads (``READ_THREADS``: file reads, numpy and zlib release the
 #: GIL) and with encoding and sending on the event loop.
 SNAPSHOT_RUNS = 3
+#: A subscription sending snapshots of more runs than this gets each of them whole (one frame,
+#: read in one reader-thread hand-off), even when it asked for ``split``: a page redraws at most
+#: once a second while that many runs load (ui/src/app.js, ``SELECT_ALL_UP_TO``), so a run's
+#: scalars going ahead of its events would not be drawn sooner, and the second hand-off, frame
+#: and message of each run cost the server and the page (docs/protocol.md, "split").
+SPLIT_RUNS_UP_TO = 20
 #: Default budget for decoded data kept by runs' readers between reads.
 DEFAULT_CACHE_BYTES = 128 << 20
 #: Default seconds after which an unused reader is closed.
@@ -2000,7 +2006,8 @@ class Broker:
                 covers.
             split: send each run as two frames, ``snapshot`` with its scalars (``events_follow``
                 true) and then ``snapshot_events`` with its events, so that a page draws its
-                charts before the histograms and images are read, sent and decoded.
+                charts before the histograms and images are read, sent and decoded; ignored
+                when more than ``SPLIT_RUNS_UP_TO`` runs are sent (each run then comes whole).
 
         Frames are sent by a task of their own while the next ones are read, up to
         ``SNAPSHOT_RUNS`` runs at a time, taken in the order of ``runs``: each run's frames go in
@@ -2012,6 +2019,8 @@ class Broker:
         # followed runs moved (what was fanned out of them was on disk already).
         await self.wait_persisted(min(sub.since, self._ingest_seq))
         names = sorted(self._runs) if runs is None else list(runs)
+        # Counted among the runs ``sub`` wants: a page's first subscription names 10 of 1,000.
+        split = split and sum(map(sub.wants, names)) <= SPLIT_RUNS_UP_TO
         # (frame, the run it completes or None); a frame or two of read-ahead.
         to_send, to_sender = trio.open_memory_channel[tuple[bytes, str | None]](SNAPSHOT_AHEAD)
 
@@ -2070,9 +2079,14 @@ class Broker:
                         self._bus_catch_up, run, limiter=self._read_limiter
                     )
                 limit = run.position
-                scalars = await trio.to_thread.run_sync(
-                    _snapshot_scalars, run, limit, max_points, limiter=self._read_limiter
-                )
+                if not split:  # both parts in one hand-off: the frame waits for both anyway
+                    scalars, events = await trio.to_thread.run_sync(
+                        _read_snapshot, run, limit, max_points, limiter=self._read_limiter
+                    )
+                else:
+                    scalars = await trio.to_thread.run_sync(
+                        _snapshot_scalars, run, limit, max_points, limiter=self._read_limiter
+                    )
             except Exception as exc:  # one unreadable run never stops the snapshot
                 self._read_failed(run, exc)
                 return []
@@ -2083,15 +2097,13 @@ class Broker:
                     to_send.send_nowait((frame, None))
                 except trio.WouldBlock:
                     frames.append((frame, None))
-            try:
-                events = await trio.to_thread.run_sync(
-                    _snapshot_events, run, limit, limiter=self._read_limiter
-                )
-            except Exception as exc:
-                self._read_failed(run, exc)
-                if not split:
-                    return []
-                events = []  # the scalars went: the run stands without its events (logged once)
+                try:
+                    events = await trio.to_thread.run_sync(
+                        _snapshot_events, run, limit, limiter=self._read_limiter
+                    )
+                except Exception as exc:
+                    self._read_failed(run, exc)
+                    events = []  # the scalars went: the run stands without its events (logged once)
             sub.covered[name] = covered
             self._cache.update(run)
             if self.alerts is not None and self.alerts.held(name):  # alerts block: a
@@ -2626,8 +2638,17 @@ def _poll(run: _Run) -> list[recorder.Record]:
 def _read_snapshot(
     run: _Run, limit: Any, max_points: int
 ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
-    """Read a run up to ``limit``, downsampled for drawing (blocking; hold ``run.lock``)."""
-    return _snapshot_scalars(run, limit, max_points), _snapshot_events(run, limit)
+    """Read a run up to ``limit``, downsampled for drawing: :func:`_snapshot_scalars` and
+    :func:`_snapshot_events` at once, the reader opened, its tags listed and its memory measured
+    once (blocking; hold ``run.lock``)."""
+    try:
+        reader = _open_reader(run, limit)
+    except recorder.NotARunError:
+        return [], []
+    tags = reader.tags()
+    scalars, events = _scalars_of(reader, tags, max_points), _events_of(reader, tags)
+    _measure(run)
+    return scalars, events
 
 
 def _snapshot_scalars(run: _Run, limit: Any, max_points: int) -> list[ScalarColumns]:
@@ -2637,12 +2658,7 @@ def _snapshot_scalars(run: _Run, limit: Any, max_points: int) -> list[ScalarColu
         reader = _open_reader(run, limit)
     except recorder.NotARunError:
         return []
-    scalars = []
-    for tag, info in reader.tags().items():
-        if info.kind == "scalars":
-            # A tag not loaded is downsampled chunk by chunk, keeping nothing (bounded memory).
-            s = reader.read_scalars(tag, max_points=max_points)
-            scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
+    scalars = _scalars_of(reader, reader.tags(), max_points)
     _measure(run)
     return scalars
 
@@ -2655,8 +2671,30 @@ def _snapshot_events(run: _Run, limit: Any) -> list[dict[str, Any]]:
         reader = _open_reader(run, limit)
     except recorder.NotARunError:
         return []
+    events = _events_of(reader, reader.tags())
+    _measure(run)
+    return events
+
+
+def _scalars_of(
+    reader: recorder.RunReader, tags: dict[str, recorder.TagInfo], max_points: int
+) -> list[ScalarColumns]:
+    """Every scalar tag of ``tags`` (the reader's), downsampled to ``max_points`` (blocking)."""
+    scalars = []
+    for tag, info in tags.items():
+        if info.kind == "scalars":
+            # A tag not loaded is downsampled chunk by chunk, keeping nothing (bounded memory).
+            s = reader.read_scalars(tag, max_points=max_points)
+            scalars.append(ScalarColumns(tag, s.steps, s.walls, s.values))
+    return scalars
+
+
+def _events_of(
+    reader: recorder.RunReader, tags: dict[str, recorder.TagInfo]
+) -> list[dict[str, Any]]:
+    """The events of a snapshot from ``reader`` (``tags``: its tags), in wall order (blocking)."""
     events = []
-    for tag, info in reader.tags().items():
+    for tag, info in tags.items():
         if info.kind in codec.EVENT_KINDS:
             # Thinned by the reader: only the picked events of a long run are decoded.
             count = SNAPSHOT_EMBEDDINGS if info.kind == "embedding" else SNAPSHOT_EVENTS
@@ -2666,7 +2704,6 @@ def _snapshot_events(run: _Run, limit: Any) -> list[dict[str, Any]]:
         records = reader.read_records(kind=kind, limit=count)
         events.extend(_record_event(r) for r in records if r.tag is None)
     events.sort(key=lambda e: e["wall"])
-    _measure(run)
     return events
 
 
