@@ -1519,12 +1519,11 @@ _relay_buffers_kept = False
 
 def _keep_relay_buffers() -> None:
     """Have this process's malloc keep the buffers of a relayed export (once; process-wide, for
-    the server's life): each 1 MB chunk and h11's copy of it with its chunk header come from
-    the heap and go back to it, rather than being mapped afresh, or trimmed off the heap's top,
-    and faulted in again page by page. glibc's dynamic thresholds stopped at about one chunk,
-    so the pair of them at the heap's top was trimmed every time: 250 page faults per MB
-    relayed, a quarter of the server's CPU (docs/performance.md, "/api/export JSON
-    (2026-12-01, h2-json)"). Costs at most :data:`_RELAY_TRIM_THRESHOLD` of free heap kept."""
+    the server's life): each 1 MB chunk and h11's copy of it with its chunk header then come
+    from the heap and go back to it. With glibc's default, dynamic thresholds the server faulted
+    in about 260 pages per MB relayed, every buffer fresh: a fifth of its CPU through a large
+    export (docs/performance.md, "/api/export JSON (2026-12-01, h2-json)"). Costs at most
+    :data:`_RELAY_TRIM_THRESHOLD` of free heap kept; a no-op elsewhere than glibc."""
     global _relay_buffers_kept
     if not _relay_buffers_kept:
         _relay_buffers_kept = True
