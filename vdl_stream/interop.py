@@ -1514,17 +1514,11 @@ def _keep_freed_memory(
         trim(0)
 
 
-_relay_buffers_kept = False
-
-
 def _keep_relay_buffers() -> None:
-    """Have this process's malloc keep the buffers of a relayed export (once; process-wide, for
-    the server's life): each 1 MB chunk and h11's copy of it with its chunk header then come
+    """Have this process's malloc keep the buffers of a relayed export (process-wide, for the
+    server's life; set again at each such export, as nothing else in a server sets it): each 1 MB chunk and h11's copy of it with its chunk header then come
     from the heap and go back to it. With glibc's default, dynamic thresholds the server faulted
     in about 260 pages per MB relayed, every buffer fresh: a fifth of its CPU through a large
     export (docs/performance.md, "/api/export JSON (2026-12-01, h2-json)"). Costs at most
     :data:`_RELAY_TRIM_THRESHOLD` of free heap kept; a no-op elsewhere than glibc."""
-    global _relay_buffers_kept
-    if not _relay_buffers_kept:
-        _relay_buffers_kept = True
-        _keep_freed_memory(True, _RELAY_MMAP_THRESHOLD, _RELAY_TRIM_THRESHOLD)
+    _keep_freed_memory(True, _RELAY_MMAP_THRESHOLD, _RELAY_TRIM_THRESHOLD)
