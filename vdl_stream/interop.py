@@ -1477,7 +1477,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 #: glibc's default mmap and trim thresholds (its dynamic adjustment stays off once set).
 _DEFAULT_THRESHOLD = 128 << 10
 #: A server relaying a child's export: allocations up to this many bytes come from the heap
-#: (every chunk, and h11's copy of it with its header, is just over EXPORT_PIPE_CHUNK) ...
+#: (each chunk is EXPORT_PIPE_CHUNK bytes, h11's copy of it with its header a few more) ...
 _RELAY_MMAP_THRESHOLD = 4 * EXPORT_PIPE_CHUNK
 #: ... and up to this much free heap top is kept (a few chunks' worth).
 _RELAY_TRIM_THRESHOLD = 16 * EXPORT_PIPE_CHUNK
