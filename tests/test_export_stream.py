@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from functools import partial
 from pathlib import Path
 from unittest import mock
@@ -409,6 +410,42 @@ async def test_http_export_streams_without_stalling_the_loop(long_run, nursery):
     assert len(late) >= 10 and max(late) < 1.0, sorted(late)[-5:]
 
 
+@pytest.mark.skipif(
+    not hasattr(__import__("resource"), "RUSAGE_THREAD"), reason="per-thread page faults: Linux"
+)
+async def test_the_relay_reuses_its_buffers(long_run, nursery, monkeypatch):
+    """3M rows of JSON (150 MB) through a child: the server's event loop, which passes the
+    child's output on, faults few pages in. Each 1 MB chunk and h11's copy of it with its
+    header came fresh from the kernel with glibc's default thresholds (about 260 page faults
+    per MB, a fifth of the server's CPU through a long export); kept, they are reused."""
+    import resource
+
+    from vdl_stream.interop import _keep_freed_memory
+
+    monkeypatch.setattr("vdl_stream.server.export_in_child", lambda: True)
+    # glibc's starting thresholds, as in a fresh server: this test process has freed large
+    # arrays already (writing the run), which raised glibc's dynamic ones
+    _keep_freed_memory(False)
+    url = await nursery.start(partial(run_server, long_run.parent, "127.0.0.1", 0))
+
+    def read_body() -> int:
+        size = 0
+        buf = bytearray(1 << 20)
+        with urllib.request.urlopen(url + "/api/export?run=long&format=json", timeout=60) as r:
+            while n := r.readinto(buf):
+                size += n
+        return size
+
+    # this thread is the server's event loop: what it faults in is the relay's, and the loop's
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    with trio.fail_after(120):
+        size = await trio.to_thread.run_sync(read_body)
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+    _keep_freed_memory(False)  # the server's setting goes with it
+    assert size > 100 << 20
+    assert faults < 32 * size / 2**20, f"{faults} page faults relaying {size / 2**20:.0f} MB"
+
+
 async def test_http_export_is_not_cut_by_the_response_timeout(long_run, nursery, monkeypatch):
     """Quart ends a response after RESPONSE_TIMEOUT (60 s by default): an export of tens of
     millions of rows, or to a slow client, lasts longer. Here the limit is 0.2 s."""
@@ -602,9 +639,7 @@ async def test_the_childs_output_goes_on_in_chunks_of_one_size():
     """Whatever sizes the child writes, the server passes on chunks of EXPORT_PIPE_CHUNK bytes
     (but the last): buffers of one size, which malloc reuses (chunks of every size fragmented
     the server's heap, and its memory crept up through a long export)."""
-    import subprocess
-
-    from vdl_stream.interop import EXPORT_PIPE_CHUNK, _child_output
+    from vdl_stream.interop import EXPORT_PIPE_CHUNK, _child_output, _open_child
 
     sizes = (1, 70_000, EXPORT_PIPE_CHUNK, 300_001, 5, 3 * EXPORT_PIPE_CHUNK + 7)
     script = (
@@ -614,14 +649,43 @@ async def test_the_childs_output_goes_on_in_chunks_of_one_size():
         "    while data:\n"
         "        data = data[os.write(1, data):]\n"
     )
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    process, errors = await _open_child([sys.executable, "-c", script])
     with trio.fail_after(60):
-        chunks = [chunk async for chunk in _child_output(process)]
+        chunks = [chunk async for chunk in _child_output(process, errors)]
     assert b"".join(chunks) == b"".join(bytes([65 + i]) * n for i, n in enumerate(sizes))
     assert {len(c) for c in chunks[:-1]} == {EXPORT_PIPE_CHUNK}
     assert 0 < len(chunks[-1]) <= EXPORT_PIPE_CHUNK and process.returncode == 0
+
+
+#: A child that writes more to its stderr than a pipe holds (64 KB) before any output, then its
+#: output, and exits with the code given.
+NOISY_CHILD = (
+    "import os, sys\n"
+    "data = b''.join(b'warning %07d\\n' % i for i in range(20_000))  # 320 KB\n"
+    "while data:\n"
+    "    data = data[os.write(2, data):]\n"
+    "os.write(2, b'the last word')\n"
+    "os.write(1, b'rows')\n"
+    "sys.exit(int(sys.argv[1]))\n"
+)
+
+
+@pytest.mark.parametrize("code", [0, 3])
+async def test_a_child_writing_much_to_stderr_is_read_to_the_end(code):
+    """The child's stderr is read while its output is: 320 KB of warnings (five pipes' worth)
+    before the output neither hang the export (the child blocked on a full stderr pipe, and
+    its output never ended) nor fill the server's memory: a failure names the last of it."""
+    from vdl_stream.interop import _STDERR_TAIL, _child_output, _open_child
+
+    process, errors = await _open_child([sys.executable, "-c", NOISY_CHILD, str(code)])
+    with trio.fail_after(60):
+        if code:
+            with pytest.raises(RuntimeError, match=r"(?s)exited with 3: .*the last word$") as info:
+                [chunk async for chunk in _child_output(process, errors)]
+            assert len(str(info.value)) < _STDERR_TAIL + 100
+        else:
+            assert [chunk async for chunk in _child_output(process, errors)] == [b"rows"]
+    assert process.returncode == code
 
 
 async def test_exports_past_the_child_slots_are_formatted_in_process(tricky):

@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
@@ -937,14 +938,16 @@ def _numbers(
         buf[rows + 1 : size] = np.frombuffer(redone, np.uint8)
         starts[odd] = rows + 1 + _WIDTH * np.arange(len(odd))
     ends = starts + lengths
-    # Where orjson wrote no comma: after the last number and in the respelled rows.
-    fix = np.append(odd, len(x) - 1).astype(np.int64)
-    if sep[0] == _COMMA:
-        _put(buf, ends[fix], sep)
-        if len(sep) > 1:  # orjson's ",\n" after the others: the comma stays
-            _put(buf, ends + 1, sep[1:])
-    else:
-        _put(buf, ends, sep)
+    # After every number but the last orjson wrote a comma, and in its indented layout the next
+    # line's newline and indentation: only the bytes of ``sep`` that differ are written there,
+    # a byte at a time (one byte is one pass; a multi-byte item is one slower pass, and the
+    # rows' ", " and "], " keep orjson's space). Where orjson wrote none, after the last
+    # number and in the respelled rows, all of ``sep``.
+    after = b",\n  " if wide else b","
+    for j, byte in enumerate(sep):
+        if j >= len(after) or byte != after[j]:
+            buf[ends + j] = byte
+    _put(buf, ends[np.append(odd, len(x) - 1).astype(np.int64)], sep)
     lengths += len(sep)
     if pre:
         starts -= 1
@@ -1218,7 +1221,7 @@ async def stream_export_process(export: Export, slots: Any = None) -> AsyncItera
     """
     import trio
 
-    process = None
+    child = None
     taken = False
     if slots is not None:
         with contextlib.suppress(trio.WouldBlock):
@@ -1226,11 +1229,11 @@ async def stream_export_process(export: Export, slots: Any = None) -> AsyncItera
             taken = True
     if slots is None or taken:
         try:
-            process = await _start_child(export)
+            child = await _start_child(export)
         finally:
-            if process is None and taken:  # the slot is not held while formatting here
+            if child is None and taken:  # the slot is not held while formatting here
                 slots.release()
-    if process is None:  # no slot free, or no Python to start: formatted in this process
+    if child is None:  # no slot free, or no Python to start: formatted in this process
         # aclosing: a client that leaves closes this generator, and with it the inner one now
         # (not when the garbage collector finds it)
         async with contextlib.aclosing(stream_export(export)) as chunks:
@@ -1238,10 +1241,11 @@ async def stream_export_process(export: Export, slots: Any = None) -> AsyncItera
                 yield chunk
         return
     export.close()
+    _keep_relay_buffers()
     try:
         # closed with this generator, so the child is killed and reaped before its slot is
         # given back (never more than EXPORT_PROCESSES children alive)
-        async with contextlib.aclosing(_child_output(process)) as chunks:
+        async with contextlib.aclosing(_child_output(*child)) as chunks:
             async for chunk in chunks:
                 yield chunk
     finally:
@@ -1249,51 +1253,113 @@ async def stream_export_process(export: Export, slots: Any = None) -> AsyncItera
             slots.release()
 
 
-async def _start_child(export: Export) -> Any:
+async def _start_child(export: Export) -> tuple[Any, _StderrTail] | None:
     """A ``vdl-stream export`` child process of ``export``'s run, format and pattern, its output
-    a pipe; None where no Python executable can start."""
-    import subprocess
-
-    import trio
-
+    a pipe, and the tail of its stderr; None where no Python executable can start."""
     command = [sys.executable, "-m", "vdl_stream.cli", "export", export.run_dir]
     command += ["--format", export.fmt, "--threads", str(child_threads())]
     command += ["--tag", export.pattern] if export.pattern else []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     try:
-        return await trio.lowlevel.open_process(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
+        return await _open_child(command, env)
     except OSError as exc:  # no Python to start (an embedded interpreter): in this process
         log.warning("export: no child process (%s); formatting in the server", exc)
         return None
 
 
-async def _child_output(process: Any) -> AsyncIterator[bytes]:
+async def _open_child(
+    command: list[str], env: dict[str, str] | None = None
+) -> tuple[Any, _StderrTail]:
+    """``command`` started with its stdout a pipe (read by :func:`_child_output`) and its stderr
+    read to the end as it comes (:class:`_StderrTail`).
+
+    Raises:
+        OSError: the command could not start.
+    """
+    import subprocess
+
+    import trio
+
+    errors = _StderrTail()
+    try:
+        process = await trio.lowlevel.open_process(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors.fd, env=env
+        )
+    except BaseException:
+        errors.close()
+        raise
+    errors.start()
+    return process, errors
+
+
+#: Bytes of a child's stderr kept for its error message.
+_STDERR_TAIL = 2000
+#: Longest wait for the end of a failed child's stderr.
+_STDERR_WAIT = 1.0
+
+
+class _StderrTail:
+    """The last :data:`_STDERR_TAIL` bytes a child process writes to its stderr, read to the end
+    by a thread of its own as they come (memory bounded by the tail): a child that writes more
+    than a pipe holds (64 KB) never blocks on its stderr while its output is read.
+
+    Give the child :attr:`fd`, then call :meth:`start` (which closes this process's copy of
+    it); :meth:`text` once the child has gone.
+    """
+
+    def __init__(self) -> None:
+        self._read, self.fd = os.pipe()
+        self._tail = b""
+        self._thread = threading.Thread(target=self._drain, name="export-stderr", daemon=True)
+
+    def start(self) -> None:
+        """Start reading; the child holds its own copy of :attr:`fd` by now."""
+        os.close(self.fd)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Close both ends, for a child that never started."""
+        os.close(self.fd)
+        os.close(self._read)
+
+    def _drain(self) -> None:
+        try:
+            while data := os.read(self._read, 1 << 16):
+                self._tail = (self._tail + data)[-_STDERR_TAIL:]
+        finally:
+            os.close(self._read)
+
+    async def text(self) -> str:
+        """What was kept, once the pipe ended (the child and any process it shared its stderr
+        with gone), or after :data:`_STDERR_WAIT` seconds."""
+        import trio
+
+        await trio.to_thread.run_sync(self._thread.join, _STDERR_WAIT)
+        return self._tail.decode(errors="replace").strip()
+
+
+async def _child_output(process: Any, errors: _StderrTail) -> AsyncIterator[bytes]:
     """``process``'s output in chunks of :data:`EXPORT_PIPE_CHUNK` bytes (the last one
-    shorter); kills it when the consumer stops early or is cancelled.
+    shorter); kills it when the consumer stops early or is cancelled. ``errors`` reads its
+    stderr meanwhile.
 
     Raises:
         RuntimeError: the child failed (its last stderr lines are in the message).
     """
     import trio
 
-    out, err = process.stdout, process.stderr
-    assert out is not None and err is not None
+    out = process.stdout
+    assert out is not None
     try:
         fd = out.fileno()
         _widen_pipe(fd)
         # The pipe is read into one buffer and passed on in chunks of exactly its size (but the
         # last): the server then allocates the same sizes over and over (the chunk, and
-        # hypercorn's copy of it with the chunk header), which glibc's malloc reuses. Chunks of
-        # every size up to 1 MB (each read as it came) fragmented its heap: the server's RSS
-        # crept up by about 15 MB per GB relayed (docs/performance.md, "Export through the
-        # server").
+        # hypercorn's copy of it with the chunk header), which glibc's malloc reuses
+        # (_keep_relay_buffers). Chunks of every size up to 1 MB (each read as it came)
+        # fragmented its heap: the server's RSS crept up by about 15 MB per GB relayed
+        # (docs/performance.md, "Export through the server").
         buf = bytearray(EXPORT_PIPE_CHUNK)
         view = memoryview(buf)
         fill = 0
@@ -1312,13 +1378,8 @@ async def _child_output(process: Any) -> AsyncIterator[bytes]:
             if not n:
                 break
         if await process.wait():
-            tail = b""
-            with trio.move_on_after(1):
-                while data := await err.receive_some(1 << 16):
-                    tail = (tail + data)[-2000:]
             raise RuntimeError(
-                f"export child exited with {process.returncode}: "
-                f"{tail.decode(errors='replace').strip()}"
+                f"export child exited with {process.returncode}: {await errors.text()}"
             )
     finally:
         if process.returncode is None:
@@ -1326,7 +1387,6 @@ async def _child_output(process: Any) -> AsyncIterator[bytes]:
         with trio.move_on_after(EXPORT_KILL_WAIT, shield=True):
             await process.wait()
             await out.aclose()
-            await err.aclose()
 
 
 def _widen_pipe(fd: int) -> None:
@@ -1416,9 +1476,16 @@ def _export_kept(args: argparse.Namespace, path: str) -> int:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 #: glibc's default mmap and trim thresholds (its dynamic adjustment stays off once set).
 _DEFAULT_THRESHOLD = 128 << 10
+#: A server relaying a child's export: allocations up to this many bytes come from the heap
+#: (each chunk is EXPORT_PIPE_CHUNK bytes, h11's copy of it with its header a few more) ...
+_RELAY_MMAP_THRESHOLD = 4 * EXPORT_PIPE_CHUNK
+#: ... and up to this much free heap top is kept (a few chunks' worth).
+_RELAY_TRIM_THRESHOLD = 16 * EXPORT_PIPE_CHUNK
 
 
-def _keep_freed_memory(keep: bool = True) -> None:
+def _keep_freed_memory(
+    keep: bool = True, mmap_threshold: int = 32 << 20, trim_threshold: int = 64 << 20
+) -> None:
     """Have glibc's malloc keep freed memory for the next allocation (process-wide: meant for the
     ``vdl-stream export`` command's own process, and its child of ``/api/export``); with
     ``keep=False``, go back to glibc's default thresholds and hand the free memory back.
@@ -1426,9 +1493,11 @@ def _keep_freed_memory(keep: bool = True) -> None:
     An export allocates and frees a few MB a block (orjson's text, numpy's temporaries); by
     default glibc maps the large ones afresh and hands the heap's free top back, so every block
     faults its pages in again: about 1.7 us a page on this machine's VMs, a third of the export's
-    time (docs/performance.md, "Export at 50M points"). With allocations up to 32 MB served from
-    the heap and up to 64 MB of free top kept, they fault once. Memory stays bounded: what one
-    block uses. Elsewhere than glibc it does nothing.
+    time (docs/performance.md, "Export at 50M points"). With allocations up to
+    ``mmap_threshold`` bytes (default 32 MB) served from the heap and up to ``trim_threshold``
+    (default 64 MB) of free top kept, they fault once. Memory stays bounded: what one block
+    uses. A server relaying an export passes smaller thresholds (:func:`_keep_relay_buffers`).
+    Elsewhere than glibc it does nothing.
     """
     if not sys.platform.startswith("linux"):
         return
@@ -1439,7 +1508,17 @@ def _keep_freed_memory(keep: bool = True) -> None:
         mallopt, trim = libc.mallopt, libc.malloc_trim
     except (OSError, AttributeError):  # another libc (musl has no mallopt)
         return
-    mallopt(_M_MMAP_THRESHOLD, (32 << 20) if keep else _DEFAULT_THRESHOLD)
-    mallopt(_M_TRIM_THRESHOLD, (64 << 20) if keep else _DEFAULT_THRESHOLD)
+    mallopt(_M_MMAP_THRESHOLD, mmap_threshold if keep else _DEFAULT_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, trim_threshold if keep else _DEFAULT_THRESHOLD)
     if not keep:
         trim(0)
+
+
+def _keep_relay_buffers() -> None:
+    """Have this process's malloc keep the buffers of a relayed export (process-wide, for the
+    server's life; set again at each such export, as nothing else in a server sets it): each 1 MB chunk and h11's copy of it with its chunk header then come
+    from the heap and go back to it. With glibc's default, dynamic thresholds the server faulted
+    in about 260 pages per MB relayed, every buffer fresh: a fifth of its CPU through a large
+    export (docs/performance.md, "/api/export JSON (2026-12-01, h2-json)"). Costs at most
+    :data:`_RELAY_TRIM_THRESHOLD` of free heap kept; a no-op elsewhere than glibc."""
+    _keep_freed_memory(True, _RELAY_MMAP_THRESHOLD, _RELAY_TRIM_THRESHOLD)
