@@ -194,8 +194,19 @@ def test_spare_arrays_without_huge_pages_come_from_np_empty_within_their_bound(m
         np.array([True, False, True]),
         np.linspace(-1, 1, 7, dtype=np.float16),
         np.zeros((0, 3), np.float32),
+        np.arange(300_000, dtype=np.float32).reshape(600, 500),  # past HELD_COPY_BYTES
     ],
-    ids=["0d", "transposed", "fortran", "reversed", "big-endian", "bool", "float16", "empty"],
+    ids=[
+        "0d",
+        "transposed",
+        "fortran",
+        "reversed",
+        "big-endian",
+        "bool",
+        "float16",
+        "empty",
+        "large",
+    ],
 )
 def test_spare_array_copies_hold_the_values_in_c_order_whatever_the_layout(values):
     from vdl_stream.writer import _SpareArrays

@@ -115,6 +115,9 @@ MAX_WARNED_REASONS = 100
 #: Copies of ``add_histogram``'s values waiting to be binned, at most this many bytes (past
 #: that a call bins its values itself); and arrays kept for later copies, as many bytes at most.
 SPARE_BYTES = 64 << 20
+#: ``add_histogram`` copies values of up to this many bytes holding the GIL (a few tens of
+#: microseconds at most), larger ones with numpy, which releases it meanwhile.
+HELD_COPY_BYTES = 1 << 20
 
 
 def _event_bytes(event: dict[str, Any]) -> int:
@@ -185,14 +188,18 @@ class _SpareArrays:
             self._taken += flat.nbytes
         else:
             flat = self._new(arr.dtype, arr.size)
-        try:
+        self._copied += flat.nbytes
+        if flat.nbytes <= HELD_COPY_BYTES:
             # Bytes for bytes, holding the GIL: np.copyto releases it for the ~1 us of a 40 KB
             # copy, and each release is a chance for the background thread to take it and the
-            # loop to wait for it back (docs/performance.md, "Writer hot path (2026-12-01)").
-            memoryview(flat).cast("B")[:] = memoryview(arr).cast("B")
-        except (TypeError, ValueError):  # not C-contiguous, or a byte order memoryview refuses
-            np.copyto(flat.reshape(arr.shape), arr)
-        self._copied += flat.nbytes
+            # loop to wait for it back (docs/performance.md, "Writer hot path (2026-12-01,
+            # h2-hist)"). Larger copies release it: the background thread is not held up.
+            try:
+                memoryview(flat).cast("B")[:] = memoryview(arr).cast("B")
+                return flat
+            except (TypeError, ValueError):  # not C-contiguous, or a byte order it refuses
+                pass
+        np.copyto(flat.reshape(arr.shape), arr)
         return flat
 
     def _new(self, dtype: np.dtype[Any], size: int) -> np.ndarray:
