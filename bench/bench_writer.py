@@ -12,7 +12,9 @@ subprocess:
   background encoding, persistence, close); the library's import, paid once per process
   whatever the number of events, is measured apart (``import_cpu_ms``), for every library alike;
 - add_histogram (2,000 histograms of 10,000 float32; ``--histogram-size`` for another size):
-  loop wall time and process CPU per call. With ``--histogram-rounds R`` the writer logs R
+  loop wall time and process CPU per call, and the page faults per call over the loop (all
+  threads; fresh memory, paid in system time whichever thread faults it in; a count, so other
+  processes on the machine do not change it). With ``--histogram-rounds R`` the writer logs R
   bursts of them, each followed by ``flush()``, and only the last is measured: a training loop
   logs its histograms every so many steps, and from the second time on, a writer that keeps its
   memory finds it warm (the first burst faults in fresh pages, docs/performance.md);
@@ -36,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -165,16 +168,19 @@ def measure_histograms(lib: str, n: int, logdir: Path, size: int, rounds: int = 
         for i in range(n):
             writer.add_histogram("weights", data[i % 20], r * n + i)
         writer.flush()
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     cpu0 = time.process_time()
     loop0 = time.perf_counter()
     for i in range((rounds - 1) * n, rounds * n):
         writer.add_histogram("weights", data[i % 20], i)
     loop = time.perf_counter() - loop0
     loop_cpu = time.process_time() - cpu0
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
     writer.close()
     return {
         "add_histogram_loop_us": loop / n * 1e6,
         "add_histogram_loop_cpu_us": loop_cpu / n * 1e6,
+        "add_histogram_loop_faults": faults / n,
         "cpu_per_histogram_us": (time.process_time() - cpu0) / n * 1e6,
     }
 

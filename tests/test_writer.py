@@ -142,6 +142,83 @@ def test_spare_arrays_are_reused_by_dtype_and_size_within_their_bound():
     assert spares.nbytes() == 0
 
 
+def test_spare_arrays_are_cut_from_one_huge_page_arena_and_kept_within_it():
+    import mmap
+
+    from vdl_stream.writer import _SpareArrays
+
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        pytest.skip("no MADV_HUGEPAGE on this platform: the spare arrays come from np.empty")
+    spares = _SpareArrays(limit=1000)
+    taken = [spares.copy(np.full(25, i, np.float64)) for i in range(5)]  # 200 bytes each
+    arena = spares._arena
+    assert arena is not None and arena.size == 1000
+    assert arena.ctypes.data % (2 << 20) == 0  # aligned to a huge page
+    for i, flat in enumerate(taken[:4]):  # each on a cache line of its own, inside the arena
+        assert np.shares_memory(flat, arena) and (flat == i).all()
+        assert flat.ctypes.data % 64 == 0
+    assert not np.shares_memory(taken[4], arena)  # 4 x 256 + 200 bytes pass the arena's end
+    for flat in taken:
+        spares.give_back(flat)
+    # The arena's arrays are kept; one from np.empty is not: the arena is the bound.
+    assert spares.nbytes() == 4 * 200
+    again = [spares.copy(np.full((5, 5), 9.0)) for _ in range(4)]
+    assert all(np.shares_memory(flat, arena) for flat in again) and spares.nbytes() == 0
+    assert all(flat.shape == (25,) and (flat == 9.0).all() for flat in again)
+
+
+def test_spare_arrays_without_huge_pages_come_from_np_empty_within_their_bound(monkeypatch):
+    import mmap
+
+    from vdl_stream.writer import _SpareArrays
+
+    monkeypatch.delattr(mmap, "MADV_HUGEPAGE", raising=False)
+    spares = _SpareArrays(limit=100)
+    first = spares.copy(np.arange(8, dtype=np.float64))
+    assert spares._arena is not None and spares._arena.size == 0 and first.base is None
+    second = spares.copy(np.arange(8, dtype=np.float64))
+    spares.give_back(first)
+    spares.give_back(second)  # 128 bytes would pass the bound: dropped
+    assert spares.nbytes() == 64
+    assert np.shares_memory(spares.copy(np.zeros(8)), first)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array(3.5),  # 0-d
+        np.arange(12.0).reshape(3, 4).T,  # a transposed view
+        np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        np.arange(10, dtype=np.int64)[::-1],  # negative strides
+        np.arange(8, dtype=">i4"),  # a byte order memoryview refuses
+        np.array([True, False, True]),
+        np.linspace(-1, 1, 7, dtype=np.float16),
+        np.zeros((0, 3), np.float32),
+        np.arange(300_000, dtype=np.float32).reshape(600, 500),  # past HELD_COPY_BYTES
+    ],
+    ids=[
+        "0d",
+        "transposed",
+        "fortran",
+        "reversed",
+        "big-endian",
+        "bool",
+        "float16",
+        "empty",
+        "large",
+    ],
+)
+def test_spare_array_copies_hold_the_values_in_c_order_whatever_the_layout(values):
+    from vdl_stream.writer import _SpareArrays
+
+    spares = _SpareArrays(limit=1 << 20)
+    for _ in range(2):  # a new array, then the same array reused
+        flat = spares.copy(values)
+        assert flat.dtype == values.dtype and flat.shape == (values.size,)
+        assert flat.tolist() == values.reshape(-1).tolist()
+        spares.give_back(flat)
+
+
 def test_a_histogram_is_binned_in_the_call_when_the_copies_waiting_reach_their_bound(
     tmp_path, monkeypatch
 ):

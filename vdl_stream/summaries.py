@@ -255,9 +255,18 @@ def histogram_call(
         TypeError, ValueError: a bad argument, named in the message.
     """
     codec.check_tag(tag)
-    event = _common("histogram", tag, _step(step), check_wall(wall))
-    n = _positive_int(buckets, "buckets", MAX_BUCKETS)
+    # The common types pass without the general conversions (a hot path: the writer's
+    # add_histogram); anything else takes them, with their messages.
+    if type(step) is not int or not STEP_MIN <= step <= STEP_MAX:
+        step = to_step(step)
+    if type(wall) is not float or wall - wall != 0.0:  # not finite: NaN, ±Inf
+        wall = check_wall(wall)
+    if type(buckets) is int and 1 <= buckets <= MAX_BUCKETS:
+        n = buckets
+    else:
+        n = _positive_int(buckets, "buckets", MAX_BUCKETS)
     arr = as_numpy(values, "values")
+    event = {"kind": "histogram", "tag": tag, "step": step, "wall": wall}
     return event, (arr.copy() if copy else arr), n
 
 

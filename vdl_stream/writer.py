@@ -44,6 +44,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import mmap
 import socket
 import threading
 import time
@@ -114,6 +115,9 @@ MAX_WARNED_REASONS = 100
 #: Copies of ``add_histogram``'s values waiting to be binned, at most this many bytes (past
 #: that a call bins its values itself); and arrays kept for later copies, as many bytes at most.
 SPARE_BYTES = 64 << 20
+#: ``add_histogram`` copies values of up to this many bytes holding the GIL (a few tens of
+#: microseconds at most), larger ones with numpy, which releases it meanwhile.
+HELD_COPY_BYTES = 1 << 20
 
 
 def _event_bytes(event: dict[str, Any]) -> int:
@@ -145,13 +149,17 @@ class _SpareArrays:
     binned them: bounded, and their arrays reused.
 
     ``add_histogram`` copies its values (the caller may change its array once the call returned)
-    and the background thread bins them later. A fresh copy is fresh memory: the allocator hands
-    back pages it returned to the system after the last batch was binned, and faulting them in
-    again costs several times the copy itself (10k float32: ~20 us against ~1 us, measured in
-    docs/performance.md). So the copies go into arrays of the same dtype and size that earlier
-    calls used, as many as are in flight at once, up to ``limit`` bytes kept. And at most
+    and the background thread bins them later. A fresh copy is fresh memory, and faulting it in
+    costs several times the copy itself (10k float32: 25 to 35 us in 4 KB pages against ~1 us,
+    measured in docs/performance.md). So the copies go into arrays of the same dtype and size that
+    earlier calls used, as many as are in flight at once; and new arrays are cut from one arena
+    of ``limit`` bytes that asks the kernel for 2 MB pages (``MADV_HUGEPAGE``, Linux): a 40 KB
+    copy into fresh arena memory faults in its share of a huge page, 4 to 6 us here, not ten 4 KB
+    pages. The arena is mapped on the first copy and only what is touched becomes resident; its
+    arrays are kept for later copies. Past the arena (or without one), arrays come from
+    ``np.empty`` and are kept only within ``limit`` bytes when there is no arena. And at most
     ``limit`` bytes of copies wait to be binned: past that (the background thread is behind),
-    :meth:`waiting` tells the call to bin its values itself, so memory stays bounded.
+    :meth:`full` tells the call to bin its values itself, so memory stays bounded.
 
     Lock-free between its two threads: only the training thread takes (``copy``) and only the
     background thread gives back (``give_back``); each keeps its own byte counts, so no count is
@@ -165,6 +173,8 @@ class _SpareArrays:
         self._copied = 0  # bytes copied (training thread)
         self._given = 0  # bytes of arrays kept (background thread)
         self._binned = 0  # bytes of copies binned (background thread)
+        self._arena: np.ndarray | None = None  # uint8, mapped on the first copy
+        self._arena_used = 0  # bytes of the arena cut into arrays (training thread)
 
     def full(self) -> bool:
         """Whether the copies waiting to be binned have reached the bound."""
@@ -177,18 +187,45 @@ class _SpareArrays:
             flat = spares.pop()
             self._taken += flat.nbytes
         else:
-            flat = np.empty(arr.size, arr.dtype)
-        np.copyto(flat.reshape(arr.shape), arr)
+            flat = self._new(arr.dtype, arr.size)
         self._copied += flat.nbytes
+        if flat.nbytes <= HELD_COPY_BYTES:
+            # Bytes for bytes, holding the GIL: np.copyto releases it for the ~1 us of a 40 KB
+            # copy, and each release is a chance for the background thread to take it and the
+            # loop to wait for it back (docs/performance.md, "Writer hot path (2026-12-01,
+            # h2-hist)"). Larger copies release it: the background thread is not held up.
+            try:
+                memoryview(flat).cast("B")[:] = memoryview(arr).cast("B")
+                return flat
+            except (TypeError, ValueError):  # not C-contiguous, or a byte order it refuses
+                pass
+        np.copyto(flat.reshape(arr.shape), arr)
         return flat
 
+    def _new(self, dtype: np.dtype[Any], size: int) -> np.ndarray:
+        """A new array, cut from the arena while it lasts (training thread)."""
+        arena = self._arena
+        if arena is None:
+            arena = self._arena = _map_arena(self._limit)
+        start = -(-self._arena_used // 64) * 64  # each array on a cache line of its own
+        end = start + size * dtype.itemsize
+        if end > arena.size:
+            return np.empty(size, dtype)
+        self._arena_used = end
+        return arena[start:end].view(dtype)
+
     def give_back(self, flat: np.ndarray) -> None:
-        """Take back a copy once binned; keep its array for a later copy within the bound
-        (background thread)."""
+        """Take back a copy once binned; keep its array for a later copy: always one cut from
+        the arena, another within the bound while there is no arena (background thread)."""
         size = flat.nbytes
         self._binned += size
-        if not size or self._given - self._taken + size > self._limit:
+        if not size:
             return
+        if flat.base is None:  # from np.empty, not the arena
+            if self._arena is not None and self._arena.size:
+                return  # the arena is used up: its memory is the bound
+            if self._given - self._taken + size > self._limit:
+                return
         self._free.setdefault((flat.dtype, flat.size), []).append(flat)
         self._given += size
 
@@ -196,6 +233,27 @@ class _SpareArrays:
         """Bytes of arrays kept (approximately: the two threads' counts are read one after the
         other)."""
         return self._given - self._taken
+
+
+#: The size of a huge page, to which the spare arrays' arena is aligned.
+_HUGE_PAGE = 2 << 20
+
+
+def _map_arena(nbytes: int) -> np.ndarray:
+    """``nbytes`` of anonymous memory for the spare arrays, aligned to a huge page and marked for
+    huge pages where the platform has them; an empty array where it cannot be mapped."""
+    madvise = getattr(mmap, "MADV_HUGEPAGE", None)
+    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    if madvise is None or not flags:
+        return np.empty(0, np.uint8)  # no huge pages to ask for: np.empty does as well
+    try:
+        mapped = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=flags)
+        mapped.madvise(madvise)
+    except (OSError, ValueError):
+        return np.empty(0, np.uint8)
+    whole = np.frombuffer(mapped, np.uint8)
+    start = -whole.ctypes.data % _HUGE_PAGE
+    return whole[start : start + nbytes]
 
 
 @dataclass(frozen=True)
