@@ -456,23 +456,28 @@ print(json.dumps(out))
 """
 
 
+def run_script(tree: Path, script: str, *args: str):
+    """Run ``script`` (``python -c``) in a fresh process of ``tree``; its stdout, as JSON."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=env_for(tree),
+        cwd=tree,  # "-c" puts the working directory first on sys.path
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    return json.loads(done.stdout)
+
+
 def part_snapshot_reads(args, tree: Path) -> dict:
     """The reads of one run's snapshot in process, ``--snapshot-reads`` fresh processes; the
     median wall and CPU seconds of each kind of read."""
     run = live_run(Path(args.cache), args.hours) / "run"
     samples = []
     for _ in range(args.snapshot_reads):
-        done = subprocess.run(
-            [sys.executable, "-c", SNAPSHOT_READS, str(run)],
-            env=env_for(tree),
-            cwd=tree,  # "-c" puts the working directory first on sys.path
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr[-2000:])
-        samples.append(json.loads(done.stdout))
+        samples.append(run_script(tree, SNAPSHOT_READS, str(run)))
     out = {}
     for key in samples[0]:
         out[f"{key}_wall_s"] = statistics.median(s[key][0] for s in samples)
@@ -588,17 +593,7 @@ def part_sweep_in_process(args, tree: Path) -> dict:
     logdir = Path(cached_runs(n_runs=1000, tags=10, points=10_000))
     samples = []
     for _ in range(args.sweep_in_process):
-        done = subprocess.run(
-            [sys.executable, "-c", SWEEP_IN_PROCESS, str(logdir), *SWEEP_PREFIXES],
-            env=env_for(tree),
-            cwd=tree,  # "-c" puts the working directory first on sys.path
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr[-2000:])
-        samples.extend(json.loads(done.stdout))
+        samples.extend(run_script(tree, SWEEP_IN_PROCESS, str(logdir), *SWEEP_PREFIXES))
     return {
         "samples": samples,
         "wall_s": statistics.median(x[1] for x in samples),
