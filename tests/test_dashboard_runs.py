@@ -52,17 +52,29 @@ def wait_sorted_rows(page, expected: list[str]) -> None:  # type: ignore[no-unty
     )
 
 
-def wait_stable_box(page, selector: str) -> None:  # type: ignore[no-untyped-def]
-    """Wait until the element's box is the same over two animation frames (the page has laid
-    out what it was still adding), so a drag measured from it lands where it aims."""
-    page.wait_for_function(
+def wait_stable_box(page, selector: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Wait until the element's box is laid out and the same over two animation frames (the page
+    has laid out what it was still adding), so a drag measured from it lands where it aims; that
+    box, in viewport pixels. Measured in the page rather than by ``bounding_box()`` afterwards,
+    which answers None when a redraw replaced the element in between."""
+    box = page.wait_for_function(
         """(sel) => new Promise((done) => {
-          const box = () => JSON.stringify(document.querySelector(sel).getBoundingClientRect());
+          const box = () => {
+            const el = document.querySelector(sel);
+            if (!el) return null;
+            const r = el.getBoundingClientRect();
+            return r.width > 0 && r.height > 0
+              ? {x: r.x, y: r.y, width: r.width, height: r.height} : null;
+          };
           const first = box();
-          requestAnimationFrame(() => requestAnimationFrame(() => done(box() === first)));
+          requestAnimationFrame(() => requestAnimationFrame(() => {
+            const again = box();
+            done(first && again && JSON.stringify(first) === JSON.stringify(again) ? again : null);
+          }));
         })""",
         arg=selector,
     )
+    return box.json_value()
 
 
 def rows(page) -> list[str]:  # type: ignore[no-untyped-def]
@@ -420,12 +432,11 @@ def test_brushing_parallel_coordinates_filters_the_runs(sweep_server, browser):
     page = open_page(browser, sweep_server)
     try:
         page.locator(".view.hparams").scroll_into_view_if_needed()
-        axis = page.locator('svg.parallel .pc-axis[data-column="h:lr"] .pc-hit')
-        axis.wait_for()
+        lr_axis = 'svg.parallel .pc-axis[data-column="h:lr"] .pc-hit'
+        page.locator(lr_axis).wait_for()
         lines = page.locator("svg.parallel path.pc-line[data-run]")
         assert lines.count() == 6
-        wait_stable_box(page, 'svg.parallel .pc-axis[data-column="h:lr"] .pc-hit')
-        box = axis.bounding_box()
+        box = wait_stable_box(page, lr_axis)
         # lr is on a log axis from 5e-4 (bottom) to 0.1 (top); keep the upper part (lr >= ~0.005).
         x = box["x"] + box["width"] / 2
         page.mouse.move(x, box["y"] + 2)
@@ -435,7 +446,12 @@ def test_brushing_parallel_coordinates_filters_the_runs(sweep_server, browser):
         page.wait_for_function("() => window.vdl.runsModel.brushes.has('h:lr')")
         lo, hi = page.evaluate("() => window.vdl.runsModel.brushes.get('h:lr')")
         kept = sorted(name for name, lr, _ in SWEEP if lo <= lr <= hi)
-        assert 1 <= len(kept) < 6, (lo, hi, box, axis.bounding_box())  # a shift mid-drag?
+        assert 1 <= len(kept) < 6, (
+            lo,
+            hi,
+            box,
+            wait_stable_box(page, lr_axis),
+        )  # a shift mid-drag?
         page.wait_for_function(subscribed_to(kept))
         assert sorted(rows(page)) == kept
         assert drawn_lines(page) == kept
@@ -448,8 +464,7 @@ def test_brushing_parallel_coordinates_filters_the_runs(sweep_server, browser):
         page.locator(".view.hparams").screenshot(path=str(ARTIFACTS / "runs-parallel.png"))
         # A click on the axis clears its brush (measured again: the views above it shrink when
         # fewer runs are drawn, so the axis may have moved).
-        wait_stable_box(page, 'svg.parallel .pc-axis[data-column="h:lr"] .pc-hit')
-        box = axis.bounding_box()
+        box = wait_stable_box(page, lr_axis)
         page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] * 0.8)
         page.wait_for_function("() => window.vdl.connection.runs === null")
         assert page.locator("svg.parallel path.pc-line.out").count() == 0
