@@ -162,12 +162,14 @@ class Compactor:
         """Compact the queued sealed segments, then merge blocks while a level is full (the
         owner's thread; waits for a unit another thread has under way)."""
         with self._unit:
-            if self._claim() is None:
+            unit = self._claim(take=True)
+            if unit is None:
                 return
             start = time.thread_time()
             try:
-                while (unit := self._claim(take=True)) is not None:
+                while unit is not None:
                     self._do(unit)
+                    unit = self._claim(take=True)
                 self._summarise_one()
             finally:
                 self.seconds += time.thread_time() - start

@@ -29,8 +29,8 @@ from recorder.records import (
 )
 
 _T = TypeVar("_T")
-#: ``np.iinfo(np.int64).max`` (each ``np.iinfo`` call builds an object: 2 µs a tag read).
-_I64_MAX = int(np.iinfo(np.int64).max)
+#: ``np.iinfo(np.int64)``'s bounds (each ``np.iinfo`` call builds an object: 2 µs a tag read).
+_I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 # A read that compaction interrupted (it replaced files meanwhile) starts over at least
 # _RETRIES times, and for as long as RETRY_SECONDS allow: a writer that compacts small runs
 # every few milliseconds can interrupt many reads in a row, but not for seconds.
@@ -144,7 +144,7 @@ class _TagSeries:
             return
         offsets = np.cumsum(counts) - counts
         before = np.empty(len(counts), np.int64)
-        before[0] = np.iinfo(np.int64).min if self.smax is None else self.smax
+        before[0] = _I64_MIN if self.smax is None else self.smax
         before[1:] = np.maximum.accumulate(np.maximum.reduceat(pieces.steps, offsets))[:-1]
         before[1:] = np.maximum(before[1:], before[0])
         candidates = np.flatnonzero(firsts < before).tolist()
@@ -717,7 +717,7 @@ class RunReader:
         """Per piece, the step from which its points are superseded by a later restart (the
         rule of :meth:`read_scalars`), from the summaries, decoding only pieces a restart cuts."""
         n = len(refs)
-        ceil = np.full(n, np.iinfo(np.int64).max, np.int64)
+        ceil = np.full(n, _I64_MAX, np.int64)
         if n < 2:
             return ceil
         before = np.maximum.accumulate(smaxs)
@@ -787,8 +787,8 @@ class RunReader:
     ) -> Iterator[ScalarSeries]:
         refs, firsts, smins, smaxs = self._pieces(tag)
         ceil = self._ceilings(refs, firsts, smins, smaxs)
-        lo = np.iinfo(np.int64).min if start is None else start
-        hi = np.iinfo(np.int64).max if end is None else end
+        lo = _I64_MIN if start is None else start
+        hi = _I64_MAX if end is None else end
         pending: list[ScalarSeries] = []
         held = 0
         for i, ref in enumerate(refs):
@@ -849,8 +849,8 @@ class RunReader:
         counts = np.array(
             [cols["count"][r] if isinstance(r, int) else r.count for r in refs], np.int64
         )
-        lo = np.iinfo(np.int64).min if start is None else start
-        hi = np.iinfo(np.int64).max if end is None else end
+        lo = _I64_MIN if start is None else start
+        hi = _I64_MAX if end is None else end
         skip = (smaxs < lo) | (smins > hi) | (smins >= ceil)
         whole = ~skip & (smins >= lo) & (smaxs <= hi) & (smaxs < ceil)
         cut: dict[int, ScalarSeries | None] = {}  # pieces cut by the range or a restart

@@ -97,6 +97,14 @@ DETECT_MAX_INTERVAL = 0.5
 HURRY_SHARE = 0.75
 #: A column's values (map() over a batch's columns in C, not a Python loop per column).
 _VALUES = operator.attrgetter("values")
+
+
+def _column_sizes(scalars: list[ScalarColumns]) -> list[int]:
+    """Each column's number of points, in C (a batch of small columns pays its per-column work
+    for every batch: docs/performance.md, "Alerts' cost on ingest")."""
+    return list(map(len, map(_VALUES, scalars)))
+
+
 #: Event kinds that are not training data: a batch of only these does not count as the run's
 #: activity (the stall rule's cadence).
 _NOT_DATA = frozenset({"alert", "hparams", "meta", "telemetry"})
@@ -797,9 +805,7 @@ class AlertEngine:
                     not followed or event.get("rule", USER_RULE) == USER_RULE
                 ):
                     self._notify(run, event)
-        # Each column's length once (a batch of small columns costs its per-column work here,
-        # for every batch: docs/performance.md, "Alerts' cost on ingest").
-        sizes = list(map(len, map(_VALUES, scalars)))
+        sizes = _column_sizes(scalars)  # each column's length once
         points = sum(sizes)
         depth = self._depth
         entry = self._pending.get(run)
@@ -1100,7 +1106,7 @@ class AlertEngine:
             Exception: a detector's bug (a round logs it and carries on with the next run).
         """
         entry = _Pending()
-        self._add(entry, scalars, events, list(map(len, map(_VALUES, scalars))))
+        self._add(entry, scalars, events, _column_sizes(scalars))
         entry.arrived = now
         for _ in self._judge(run, entry):
             pass

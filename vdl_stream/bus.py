@@ -584,6 +584,11 @@ class Bus:
             for w in walls:
                 bus_trace.age("3_xadd_sent", w)
             batches = sum(n - m + 1 for _, m, n, _ in entries if n > 0)
+            trim = {  # each run's stream, bounded
+                "trim_strategy": _token("MAXLEN"),
+                "threshold": self._maxlen,
+                "trim_operator": _token("APPROXIMATELY"),
+            }
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
                     if len(entries) == 1 and not registry:
@@ -591,11 +596,7 @@ class Bus:
                         # a pipeline's own cost.
                         run, m, n, frame = entries[0]
                         await self._publisher.xadd(
-                            self._run_key(run),
-                            _fields(self.id, m, n, frame, written[run]),
-                            trim_strategy=_token("MAXLEN"),
-                            threshold=self._maxlen,
-                            trim_operator=_token("APPROXIMATELY"),
+                            self._run_key(run), _fields(self.id, m, n, frame, written[run]), **trim
                         )
                     else:
                         async with self._publisher.pipeline(transaction=False) as pipe:
@@ -613,9 +614,7 @@ class Bus:
                                 pipe.xadd(
                                     self._run_key(run),
                                     _fields(self.id, m, n, frame, written[run]),
-                                    trim_strategy=_token("MAXLEN"),
-                                    threshold=self._maxlen,
-                                    trim_operator=_token("APPROXIMATELY"),
+                                    **trim,
                                 )
             except Exception as exc:
                 if not _redis_failure(exc):

@@ -75,16 +75,13 @@ def latest() -> dict[str, Any] | None:
     return _latest
 
 
-def summary(
-    ages: dict[str, list[np.ndarray]] | None = None, steps: dict[str, list[float]] | None = None
-) -> dict[str, Any]:
+def summary(ages: dict[str, list[np.ndarray]], steps: dict[str, list[float]]) -> dict[str, Any]:
     """p50 / p90 / p99 of every stage's ages (and of ``loop_lag``), with the tasks' long steps.
 
     Heavy numpy work: :func:`watch_loop` runs it in a worker thread, on copies (``ages``:
-    stage -> its arrays; ``steps``: the long steps; default: the live records)."""
+    stage -> its arrays; ``steps``: the long steps), never the live records."""
     out: dict[str, Any] = {}
-    kept_ages = _ages if ages is None else ages
-    for stage, kept in sorted(kept_ages.items()):
+    for stage, kept in sorted(ages.items()):
         if not kept:
             continue
         joined = np.concatenate([np.atleast_1d(a) for a in kept])
@@ -92,7 +89,7 @@ def summary(
             "points": len(joined),
             **{f"p{q}": round(float(np.percentile(joined, q)), 2) for q in (50, 90, 99)},
         }
-    top = sorted((_steps if steps is None else steps).items(), key=lambda kv: -kv[1][1])[:12]
+    top = sorted(steps.items(), key=lambda kv: -kv[1][1])[:12]
     out["steps"] = {name[-70:]: [round(v) for v in s] for name, s in top}
     return out
 
@@ -103,12 +100,11 @@ async def _summarize_loop() -> None:
     import trio
 
     global _latest
-    limiter = trio.CapacityLimiter(1)
     while True:
         await trio.sleep(SUMMARY_INTERVAL)
         ages = {stage: list(kept) for stage, kept in _ages.items()}
         steps = {name: list(s) for name, s in _steps.items()}
-        _latest = await trio.to_thread.run_sync(summary, ages, steps, limiter=limiter)
+        _latest = await trio.to_thread.run_sync(summary, ages, steps)
 
 
 async def watch_loop() -> None:

@@ -1516,8 +1516,9 @@ def _keep_freed_memory(
 
 def _keep_relay_buffers() -> None:
     """Have this process's malloc keep the buffers of a relayed export (process-wide, for the
-    server's life; set again at each such export, as nothing else in a server sets it): each 1 MB chunk and h11's copy of it with its chunk header then come
-    from the heap and go back to it. With glibc's default, dynamic thresholds the server faulted
+    server's life; set again at each such export, as nothing else in a server sets it): each
+    1 MB chunk and h11's copy of it with its chunk header then come from the heap and go back
+    to it. With glibc's default, dynamic thresholds the server faulted
     in about 260 pages per MB relayed, every buffer fresh: a fifth of its CPU through a large
     export (docs/performance.md, "/api/export JSON (2026-12-01, h2-json)"). Costs at most
     :data:`_RELAY_TRIM_THRESHOLD` of free heap kept; a no-op elsewhere than glibc."""

@@ -223,7 +223,7 @@ class _SpareArrays:
             return
         if flat.base is None:  # from np.empty, not the arena
             if self._arena is not None and self._arena.size:
-                return  # the arena is used up: its memory is the bound
+                return  # an arena exists: it alone is the bound; arrays past it are not kept
             if self._given - self._taken + size > self._limit:
                 return
         self._free.setdefault((flat.dtype, flat.size), []).append(flat)
