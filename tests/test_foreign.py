@@ -557,3 +557,141 @@ async def test_a_quiet_foreign_run_is_finished_and_live_again_when_it_grows(tmp_
         append(path, scalar_record("loss", 1, 2.0))
         assert await collect(sub, "old", "loss", 1) == [2.0]
         await until_status(sub, "live")
+
+
+# -- the walk's listings (ForeignRuns._list) ------------------------------------------------------
+
+
+def _walk_reference(logdir: str, mirror: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """What ``_list`` finds, by the plain os.walk it replaced (without writer ids)."""
+    from recorder.catalog import SEGMENT_RE
+    from vdl_stream.interop import source_kind
+
+    out = []
+    for dirpath, dirnames, filenames in os.walk(logdir):
+        dirnames.sort()
+        dirnames[:] = [d for d in dirnames if os.path.abspath(os.path.join(dirpath, d)) != mirror]
+        if any(SEGMENT_RE.match(n) for n in filenames):
+            continue
+        files = []
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if source_kind(name) is not None and os.path.isfile(path) and not os.path.islink(path):
+                files.append((path, source_kind(name)))
+        if files:
+            out.append((dirpath, files))
+    return out
+
+
+def _found(follower: ForeignRuns) -> list[tuple[str, list[tuple[str, str]]]]:
+    return [(d, [(p, k) for p, k, _ in files]) for d, files in follower._list()]
+
+
+_TREE_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "a/b", "a/b/c", "d", "d/e", "mirror", "mirror/x", "."]),
+        st.sampled_from(
+            [
+                "events.out.tfevents.1.host",
+                "events.out.tfevents.2.host",
+                "vdlrecords.1.log",
+                "segment-000000.vdlr",
+                "notes.txt",
+                "events.out.tfevents.link",
+                "sub",
+            ]
+        ),
+        st.booleans(),  # add (or remove)
+        st.booleans(),  # put the directory's mtime back to what it was
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(first=_TREE_OPS, then=_TREE_OPS)
+def test_the_walk_finds_what_os_walk_finds_after_any_changes(
+    tmp_path_factory: pytest.TempPathFactory, first: list, then: list
+) -> None:
+    """Files and directories added and removed between walks, some with the directory's mtime
+    put back (a change inside one clock tick): every walk finds what os.walk finds."""
+    logdir = tmp_path_factory.mktemp("logdir")
+    mirror = logdir / "mirror"
+    follower = ForeignRuns(logdir, mirror, poll=0.01, scan=0.05)
+
+    def apply(ops: list) -> None:
+        for where, name, add, keep_mtime in ops:
+            d = logdir / where
+            d.mkdir(parents=True, exist_ok=True)
+            before = os.stat(d).st_mtime_ns
+            path = d / name
+            if add and not os.path.lexists(path):
+                if name == "sub":
+                    path.mkdir()
+                elif name.endswith(".link"):
+                    path.symlink_to(d)
+                else:
+                    path.write_bytes(b"")
+            elif not add and os.path.lexists(path):
+                if path.is_dir() and not path.is_symlink():
+                    if not any(path.iterdir()):
+                        path.rmdir()
+                else:
+                    path.unlink()
+            if keep_mtime:
+                os.utime(d, ns=(before, before))
+
+    apply(first)
+    assert _found(follower) == _walk_reference(str(logdir), str(mirror))
+    apply(then)
+    assert _found(follower) == _walk_reference(str(logdir), str(mirror))
+
+
+def test_an_unchanged_directory_is_not_listed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory whose mtime is unchanged (and old enough to trust) costs a stat, not a
+    listing; a file added to it is found at the next walk."""
+    import vdl_stream.foreign as foreign
+
+    runs = [tmp_path / f"run{i}" for i in range(5)]
+    old = time.time_ns() - 10 * foreign.RACY_NS
+    for d in runs:
+        d.mkdir()
+        (d / "events.out.tfevents.1.host").write_bytes(b"")
+        os.utime(d, ns=(old, old))
+    os.utime(tmp_path, ns=(old, old))
+    follower = ForeignRuns(tmp_path, tmp_path / "mirror", poll=0.01, scan=0.05)
+    assert len(follower._list()) == 5
+
+    listed: list[str] = []
+    scandir = os.scandir
+
+    def counting(path: Any) -> Any:
+        listed.append(os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(foreign.os, "scandir", counting)
+    assert len(follower._list()) == 5
+    assert listed == []
+    (runs[2] / "events.out.tfevents.2.host").write_bytes(b"")
+    found = dict(follower._list())
+    assert listed == [str(runs[2])]
+    assert [os.path.basename(p) for p, _, _ in found[str(runs[2])]] == [
+        "events.out.tfevents.1.host",
+        "events.out.tfevents.2.host",
+    ]
+
+
+def test_a_file_added_within_the_listings_clock_tick_is_found(tmp_path: Path) -> None:
+    """An entry added without changing the directory's mtime (the same clock tick as the
+    listing) is found at the next walk: a listing that recent is not trusted."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "events.out.tfevents.1.host").write_bytes(b"")
+    follower = ForeignRuns(tmp_path, tmp_path / "mirror", poll=0.01, scan=0.05)
+    assert [len(files) for _, files in follower._list()] == [1]
+    mtime = os.stat(run).st_mtime_ns
+    (run / "events.out.tfevents.2.host").write_bytes(b"")
+    os.utime(run, ns=(mtime, mtime))
+    assert [len(files) for _, files in follower._list()] == [2]
