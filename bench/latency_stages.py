@@ -38,7 +38,7 @@ With ``--frame-costs``, what permessage-deflate costs per browser for one frame 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
                                       [--writers 1] [--page] [--deflate] [--window N] [--json PATH]
                                       [--persist-only POINTS] [--ingest-only BATCHES]
-                                      [--frame-costs] [--keep]
+                                      [--frame-costs] [--no-compaction] [--keep]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
 directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
@@ -151,6 +151,18 @@ def _trace_server() -> None:
     if hasattr(compaction.Compactor, "step"):  # one unit of deferred compaction (h-compact)
         compaction.Compactor.step = timed("compact", compaction.Compactor.step)
     b.Broker._rotate = timed("rotate", b.Broker._rotate)
+    if os.environ.get("LATENCY_NO_COMPACTION"):
+        # --no-compaction: the ceiling of the live path with no compaction at all (the run is
+        # left as written, in small records), to tell compaction's share of the tail.
+        import recorder
+
+        init = recorder.RunWriter.__init__
+
+        def uncompacted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            kwargs["compact_records"] = None
+            init(self, *args, **kwargs)
+
+        recorder.RunWriter.__init__ = uncompacted
     persist = b.Broker._persist
 
     def traced_persist(self, items):  # type: ignore[no-untyped-def]
@@ -512,9 +524,16 @@ def main() -> None:
         action="store_true",
         help="only what permessage-deflate costs per browser for frames of three sizes",
     )
+    parser.add_argument(
+        "--no-compaction",
+        action="store_true",
+        help="the broker's run writers never compact (the ceiling without compaction)",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.no_compaction:  # read by _trace_server, here and in the server's process
+        os.environ["LATENCY_NO_COMPACTION"] = "1"
     if args.serve is not None:
         return _serve_main(args.serve)
     if args.writer is not None:

@@ -18,7 +18,13 @@ import numpy as np
 
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
-from recorder.compaction import MIN_RECORDS, SMALL_RECORD, Compactor, SegmentCapture
+from recorder.compaction import (
+    MIN_RECORDS,
+    SMALL_RECORD,
+    CompactionProcess,
+    Compactor,
+    SegmentCapture,
+)
 from recorder.digest import LATEST_MAX_BYTES, Digest, data_files, load_digest, write_digest
 from recorder.records import NotARunError, Position, RecorderError, RunLockedError, ScalarSeries
 
@@ -647,7 +653,9 @@ class RunWriter:
         if compaction.blocks:
             self._entries = None
 
-    def compact(self, budget_s: float | None = None) -> bool:
+    def compact(
+        self, budget_s: float | None = None, process: CompactionProcess | None = None
+    ) -> bool:
         """Do compaction work that waits (with ``defer_compaction=True``, what flushes sealed),
         one unit at a time: a sealed segment compacted into a block, a group of blocks merged, or
         a block of an older writer given its summaries. Each unit is a crash-safe swap (the new
@@ -666,10 +674,15 @@ class RunWriter:
             budget_s: start no new unit once this many seconds (wall time) have passed; at least
                 one unit is done, and a unit is never split (a merge of large blocks can take
                 much longer than the budget). None: do everything that waits.
+            process: build the new blocks in this compaction process (off this process's GIL;
+                it reads the sealed segments back from the files), while it is usable; this
+                thread waits for it and swaps each block in. None: build them in this thread.
 
         Raises:
             ValueError: a bad ``budget_s``.
             RecorderError: the writer is closed.
+            CompactionProcessLost: ``process`` ended before it finished a unit; the unit waits
+                again, the files are as before it, and the next call starts a fresh process.
         """
         self._check_open()
         if budget_s is not None and (
@@ -682,7 +695,7 @@ class RunWriter:
         if compaction is None:
             return False
         deadline = None if budget_s is None else time.monotonic() + budget_s
-        while compaction.step():
+        while compaction.step(process=process):
             if deadline is not None and time.monotonic() >= deadline:
                 break
         # The index rows (self._entries) are the writing thread's: its next flush drops them
