@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -106,6 +107,10 @@ class Compactor:
         self.lock = threading.Lock()
         self._unit = threading.Lock()
         self.closed = False
+        # Where units build their blocks: a process of its own (off this process's GIL; it
+        # reads its input from the files) while it is ready, else this thread (the owner's).
+        self.process: CompactionProcess | None = None
+        self.lost = 0  # units whose process ended before it answered (done again)
 
     # -- recovery -------------------------------------------------------------------------------
 
@@ -168,19 +173,13 @@ class Compactor:
         """Compact the queued sealed segments, then merge blocks while a level is full (the
         owner's thread; waits for a unit another thread has under way)."""
         with self._unit:
-            unit = self._claim(take=True)
-            if unit is None:
+            if self._claim() is None:
                 return
-            start = time.thread_time()
-            try:
-                while unit is not None:
-                    self._do(unit)
-                    unit = self._claim(take=True)
-                self._summarise_one()
-            finally:
-                self.seconds += time.thread_time() - start
+            while self._one_unit():
+                pass
+            self._summarise_one()
 
-    def step(self, wait: bool = True, process: CompactionProcess | None = None) -> bool:
+    def step(self, wait: bool = True) -> bool:
         """Do one unit of the queued work: compact one sealed segment, else merge one full group
         of blocks, else give one block its summaries; return whether any work was done.
 
@@ -193,39 +192,40 @@ class Compactor:
         Args:
             wait: whether to wait for a unit another thread has under way; False: return False
                 at once then.
-            process: build the unit's new block in this process of its own (off this process's
-                GIL: it reads its input from the files), when it is :attr:`~CompactionProcess.usable`;
-                this thread then only waits for it and swaps the block in. None: build it here.
-
-        Raises:
-            CompactionProcessLost: the process ended before it answered (killed, crashed). The
-                unit is queued again as it was and the files are as before it; the process is
-                started afresh for the next unit.
         """
         if not self._unit.acquire(blocking=wait):
             return False
         try:
             if self.closed:
                 return False
-            start = time.thread_time()  # this thread's CPU: another may be writing meanwhile
-            helper = process if process is not None and process.usable else None
-            cpu = 0.0 if helper is None else helper.cpu_seconds
-            try:
-                unit = self._claim(take=True)
-                if unit is not None:
-                    try:
-                        self._do(unit, helper)
-                    except CompactionProcessLost:
-                        self._requeue(unit)
-                        raise
-                    return True
-                return self._summarise_one()
-            finally:
-                # The process's CPU is compaction's too: counted, not hidden in another pid.
-                extra = 0.0 if helper is None else helper.cpu_seconds - cpu
-                self.seconds += time.thread_time() - start + extra
+            return self._one_unit() or self._summarise_one()
         finally:
             self._unit.release()
+
+    def _one_unit(self) -> bool:
+        """Do the next unit, if any (holding ``_unit``), in :attr:`process` when it is ready,
+        else here; return whether there was one. A unit whose process was lost is queued again
+        as it was (the files are as before it) and counts as done: the next call does it again,
+        here while a fresh process starts."""
+        start = time.thread_time()  # this thread's CPU: another may be writing meanwhile
+        # Until the process is up (its imports take a while), units are built here: no unit
+        # waits for its start.
+        process = self.process if self.process is not None and self.process.ready() else None
+        cpu = 0.0 if process is None else process.cpu_seconds
+        try:
+            unit = self._claim(take=True)
+            if unit is None:
+                return False
+            try:
+                self._do(unit, process)
+            except CompactionProcessLost:
+                self._requeue(unit)
+                self.lost += 1
+            return True
+        finally:
+            # The process's CPU is compaction's too: counted, not hidden in another pid.
+            extra = 0.0 if process is None else process.cpu_seconds - cpu
+            self.seconds += time.thread_time() - start + extra
 
     def _claim(self, take: bool = False) -> tuple | None:
         """The next unit, ``("sealed", (number, size, records, capture))`` (oldest first; taken
@@ -464,8 +464,9 @@ class CompactionProcess:
     plus, at worst, a temporary file that no reader looks at (the owner deletes it, and a writer
     reopening the run deletes every one).
 
-    The process is started at the first :meth:`build` and again at the next one after it ended
-    (:attr:`restarts`); a build it did not answer raises :class:`CompactionProcessLost`. After
+    The process is started by :meth:`ready` (which never waits for it: the owner builds in its
+    own thread meanwhile) and again by the next call after it ended (:attr:`restarts`); a build it
+    did not answer raises :class:`CompactionProcessLost`. After
     ``max_losses`` losses in a row without an answer between them it is no longer
     :attr:`usable` and units are built in the owner's thread instead. On Linux the process
     is killed when its owner dies (``PR_SET_PDEATHSIG``), so it never writes into a run another
@@ -485,10 +486,15 @@ class CompactionProcess:
         self.units = 0  # blocks built
         self.pid: int | None = None
         self._proc: subprocess.Popen | None = None
+        self._up = False  # the running process sent its "ready" message
         self._done_cpu = 0.0  # CPU of the processes that ended
         self._cpu = 0.0  # the running process's CPU as of its last answer
         self._lock = threading.Lock()
         self._closed = False
+        # Test hook: a path; the process then stops in every build with the block written and
+        # fsynced, not answered, after writing its pid into that file (so a test can kill it
+        # there). It stays stopped until its input closes.
+        self.hold: str | None = None
 
     @property
     def usable(self) -> bool:
@@ -500,6 +506,28 @@ class CompactionProcess:
         """CPU time (user + system) of every process started, from its start (its imports
         included) to its last answer."""
         return self._done_cpu + self._cpu
+
+    def ready(self, timeout: float = 0.0) -> bool:
+        """Start the process if none runs, and return whether it is ready for a :meth:`build`
+        (started and its imports done), waiting at most ``timeout`` seconds for that (by
+        default not at all). False once not :attr:`usable`."""
+        with self._lock:
+            if not self.usable:
+                return False
+            if self._proc is None:
+                self._start()
+            if self._up:
+                return True
+            proc = self._proc
+            if not select.select([proc.stdout], [], [], timeout)[0]:
+                return False
+            try:
+                self._cpu = _receive(proc.stdout)["cpu"]  # its "ready" message
+            except (OSError, ValueError, EOFError, KeyError):
+                self._lose(proc)  # ended as it started: the next call starts another
+                return False
+            self._up = True
+            return True
 
     def build(self, op: str, run_dir: str, name: str, **params: Any) -> tuple[str, int] | None:
         """Have the process build the block ``name`` of ``run_dir`` (``op``: ``"segment"`` with
@@ -515,9 +543,13 @@ class CompactionProcess:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the compaction process is closed")
-            proc = self._start()
+            proc = self._proc if self._up else None
+            if proc is None:
+                raise RuntimeError("the compaction process is not ready (see ready())")
             tmp = f"{os.path.join(run_dir, name)}.{proc.pid}{TMP_SUFFIX}"
             request = {"op": op, "run_dir": run_dir, "name": name, "tmp": tmp, **params}
+            if self.hold:
+                request["hold"] = self.hold
             try:
                 _send(proc.stdin, request)
                 reply = _receive(proc.stdout)
@@ -537,9 +569,7 @@ class CompactionProcess:
             self.units += 1
             return tmp, reply["size"]
 
-    def _start(self) -> subprocess.Popen:
-        if self._proc is not None:
-            return self._proc
+    def _start(self) -> None:
         # The same recorder as this process's, wherever it is imported from.
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
@@ -551,7 +581,7 @@ class CompactionProcess:
         )
         self.pid = self._proc.pid
         self._cpu = 0.0
-        return self._proc
+        self._up = False
 
     def _lose(self, proc: subprocess.Popen) -> None:
         """The process ended or broke its pipe: reap it, count it, start afresh next time."""
@@ -569,6 +599,7 @@ class CompactionProcess:
         self._done_cpu += self._cpu
         self._cpu = 0.0
         self._proc = None
+        self._up = False
 
     def close(self) -> None:
         """End the process (it exits when its input closes; killed after 5 s). Idempotent;
@@ -626,6 +657,8 @@ def serve_builds(owner: int) -> None:
         return  # the owner died before the signal was asked for
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write into the answers' pipe
+    times = os.times()
+    _send(stdout, {"cpu": times.user + times.system})  # ready: imports done
     while True:
         try:
             request = _receive(stdin)
@@ -646,10 +679,12 @@ def serve_builds(owner: int) -> None:
                 )
             reply: dict[str, Any] = {"size": None if built is None else built[1]}
             if request.get("hold"):
-                # Tests: stop with the block written and fsynced, not answered, until the
-                # named file can be read (a FIFO the test opens, or never: it kills us).
-                with open(request["hold"], "rb") as f:
-                    f.read(1)
+                # Tests (CompactionProcess.hold): stopped with the block written and fsynced,
+                # not answered, until killed or the owner closes our input.
+                with open(request["hold"] + ".part", "w") as f:
+                    f.write(str(os.getpid()))
+                os.replace(request["hold"] + ".part", request["hold"])
+                stdin.read(1)
         except Exception as exc:  # told to the owner, who decides; this process carries on
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         times = os.times()

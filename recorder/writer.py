@@ -245,6 +245,13 @@ class RunWriter:
             than ``DEFERRED_MAX`` units of work wait: then the flush does the excess itself
             (while another thread runs a unit, only past ``2 * DEFERRED_MAX``). ``close()``
             compacts what waits either way.
+        compaction_process: build compaction's new blocks in this process of its own (shared
+            by any number of writers; see :class:`~recorder.CompactionProcess`), wherever a
+            unit runs (:meth:`compact`, a flush past the bound, :meth:`close`), so that their
+            CPU is off this process's GIL: the process reads its input back from the files and
+            writes the block under a temporary name, and this writer swaps it in. Until the
+            process is ready, and if it dies (it is started again), units are built here.
+            None (the default): always here.
 
     Threads: one thread at a time appends, flushes, syncs and closes; :meth:`compact` alone may
     be called from another thread meanwhile (see there).
@@ -264,6 +271,7 @@ class RunWriter:
         segment_bytes: int = 64 << 20,
         compact_records: int | None = COMPACT_RECORDS,
         defer_compaction: bool = False,
+        compaction_process: CompactionProcess | None = None,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
@@ -290,6 +298,11 @@ class RunWriter:
         self._dir = os.fspath(run_dir)
         self._compact_records = compact_records
         self._defer = defer_compaction
+        if compaction_process is not None and not isinstance(compaction_process, CompactionProcess):
+            raise ValueError(
+                f"compaction_process must be None or a CompactionProcess, got {compaction_process!r}"
+            )
+        self._process = compaction_process
         self._inline = 0
         self._compaction: Compactor | None = None
         self._fresh: SegmentCapture | None = None
@@ -339,6 +352,7 @@ class RunWriter:
                 self._created,
                 min_records=min(MIN_RECORDS, self._compact_records),
             )
+            self._compaction.process = self._process
             self._compaction.recover()  # finish a swap a killed writer left half done
         catalog = Catalog(self._dir, keep_data=False)
         try:
@@ -653,9 +667,7 @@ class RunWriter:
         if compaction.blocks:
             self._entries = None
 
-    def compact(
-        self, budget_s: float | None = None, process: CompactionProcess | None = None
-    ) -> bool:
+    def compact(self, budget_s: float | None = None) -> bool:
         """Do compaction work that waits (with ``defer_compaction=True``, what flushes sealed),
         one unit at a time: a sealed segment compacted into a block, a group of blocks merged, or
         a block of an older writer given its summaries. Each unit is a crash-safe swap (the new
@@ -674,15 +686,10 @@ class RunWriter:
             budget_s: start no new unit once this many seconds (wall time) have passed; at least
                 one unit is done, and a unit is never split (a merge of large blocks can take
                 much longer than the budget). None: do everything that waits.
-            process: build the new blocks in this compaction process (off this process's GIL;
-                it reads the sealed segments back from the files), while it is usable; this
-                thread waits for it and swaps each block in. None: build them in this thread.
 
         Raises:
             ValueError: a bad ``budget_s``.
             RecorderError: the writer is closed.
-            CompactionProcessLost: ``process`` ended before it finished a unit; the unit waits
-                again, the files are as before it, and the next call starts a fresh process.
         """
         self._check_open()
         if budget_s is not None and (
@@ -695,7 +702,7 @@ class RunWriter:
         if compaction is None:
             return False
         deadline = None if budget_s is None else time.monotonic() + budget_s
-        while compaction.step(process=process):
+        while compaction.step():
             if deadline is not None and time.monotonic() >= deadline:
                 break
         # The index rows (self._entries) are the writing thread's: its next flush drops them
