@@ -799,13 +799,6 @@ def _feed_capture(builder: blocks.BlockBuilder, capture: SegmentCapture) -> None
         )
 
 
-def _add_pieces(builder: blocks.BlockBuilder, tag: str, pieces: list) -> None:
-    counts = np.array([len(p[0]) for p in pieces], np.int64)
-    origins = np.array([p[3] for p in pieces], np.int64)
-    series = ScalarSeries(*(np.concatenate([p[i] for p in pieces]) for i in range(3)))
-    builder.add_scalars(tag, series, counts, origins)
-
-
 def _feed_segment(builder: blocks.BlockBuilder, path: str, size: int) -> bool:
     """Feed the records of a sealed segment read from disk; False if any is damaged."""
     with open(path, "rb") as f:
@@ -817,7 +810,10 @@ def _feed_segment(builder: blocks.BlockBuilder, path: str, size: int) -> bool:
     scan = framing.scan_frames(data, framing.HEADER_SIZE, sealed=True)
     if scan.damaged or scan.end != len(data):
         return False
-    per_tag: dict[str, list] = {}
+    # Gathered as a writer's capture would hold them, then fed the same way: the points of every
+    # record joined once and split by tag with numpy, not sliced record by record.
+    capture = SegmentCapture(-1)
+    items = capture.items
     for offset, length in scan.frames:
         payload = framing.payload_of(data, offset, length)
         end = offset + framing.FRAME_OVERHEAD + length
@@ -825,19 +821,13 @@ def _feed_segment(builder: blocks.BlockBuilder, path: str, size: int) -> bool:
             kind, tag, step, wall, body = codec.decode_payload(payload)
             if kind == codec.SCALARS:
                 series = codec.decode_scalars(body)
-                if tag is None:
-                    bounds = np.cumsum([0, *body["c"]]).tolist()
-                    for t, lo, hi in zip(body["tags"], bounds[:-1], bounds[1:], strict=True):
-                        cols = (series.steps[lo:hi], series.walls[lo:hi], series.values[lo:hi])
-                        per_tag.setdefault(t, []).append((*cols, end))
-                else:
-                    per_tag.setdefault(tag, []).append((*series, end))
+                tags, counts = (body["tags"], body["c"]) if tag is None else ([tag], [len(series)])
+                items.append((end, None, (tags, counts, *series)))
             else:
-                builder.add_event(kind, tag, step, wall, bytes(payload), end)
+                items.append((end, (kind, tag, step, wall), bytes(payload)))
         except codec.PayloadError:
             return False
-    for tag, pieces in per_tag.items():
-        _add_pieces(builder, tag, pieces)
+    _feed_capture(builder, capture)
     return True
 
 
