@@ -18,6 +18,11 @@ apart: :attr:`Compactor.lock` guards only the state the two share (the queue of 
 the list of blocks), held for a queue operation or the swap of the list, never across I/O; units
 themselves are serialised among themselves by a second lock, so a flush that must do compaction work
 (past the deferred bound) and a compaction thread never run two units at once.
+
+Processes: a unit's new block may be built by a :class:`CompactionProcess` instead (the broker's
+are), off the owner's GIL: it reads its input back from the files and writes the block under a
+temporary name of its own; the owner swaps it in exactly as above. Losing that process at any
+moment loses nothing: the unit is queued again and done again (here while another starts).
 """
 
 from __future__ import annotations

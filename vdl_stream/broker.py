@@ -1123,8 +1123,9 @@ class Broker:
     async def _compact(self) -> None:
         """The compaction task: whenever the persist task finds compaction waiting, run units in
         a worker thread of its own (its own limiter, so never in the persist thread's way) until
-        none waits. A unit shares the CPU (and the GIL) with the writes; they wait for it only
-        for the swap of a writer's compaction state (recorder.RunWriter.compact)."""
+        none waits. The thread hands each unit's block to the compaction process (when there is
+        one and it is up) and waits for it off the GIL, then swaps the block in; the writes wait
+        for a unit only for the swap of a writer's compaction state (RunWriter.compact)."""
         try:
             while True:
                 await self._compact_wanted.wait()
