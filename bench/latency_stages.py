@@ -754,6 +754,11 @@ def report(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
     )
+    for row in (r for r in server if r[0] == "compaction process"):
+        print(
+            f"  compaction process: {row[2]} blocks built, {row[1]:.2f} s of CPU (start-up"
+            f" included), {row[3]} restarts"
+        )
     cpu = _cpu_shares(server, writers, sub_cpu)
     print(f"CPU in cores over the writers' {cpu.pop('wall'):.1f} s ({os.cpu_count()} cores here):")
     for name, cores in cpu.items():
