@@ -1136,8 +1136,9 @@ class Broker:
                     pass
         finally:
             if self._compaction_process is not None:
-                # No unit under way: the thread call above is not abandoned on cancel. The
-                # process exits as its pipe closes (the writers' close() builds the rest here).
+                # No unit under way: the thread call above is not abandoned on cancel, and the
+                # writers were closed before (the persist task's end; their last units went to
+                # the process too). It exits as its pipe closes.
                 self._compaction_process.close()
 
     async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
