@@ -38,7 +38,7 @@ With ``--frame-costs``, what permessage-deflate costs per browser for one frame 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
                                       [--writers 1] [--page] [--deflate] [--window N] [--json PATH]
                                       [--persist-only POINTS] [--ingest-only BATCHES]
-                                      [--frame-costs] [--keep]
+                                      [--frame-costs] [--no-compaction] [--keep]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
 directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
@@ -151,6 +151,27 @@ def _trace_server() -> None:
     if hasattr(compaction.Compactor, "step"):  # one unit of deferred compaction (h-compact)
         compaction.Compactor.step = timed("compact", compaction.Compactor.step)
     b.Broker._rotate = timed("rotate", b.Broker._rotate)
+    process = getattr(compaction, "CompactionProcess", None)
+    if process is not None:  # a compaction process of its own (h3-compact): its CPU counts
+        close = process.close
+
+        def counted_close(self):  # type: ignore[no-untyped-def]
+            close(self)
+            _record("compaction process", self.cpu_seconds, self.units, self.restarts)
+
+        process.close = counted_close
+    if os.environ.get("LATENCY_NO_COMPACTION"):
+        # --no-compaction: the ceiling of the live path with no compaction at all (the run is
+        # left as written, in small records), to tell compaction's share of the tail.
+        import recorder
+
+        init = recorder.RunWriter.__init__
+
+        def uncompacted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            kwargs["compact_records"] = None
+            init(self, *args, **kwargs)
+
+        recorder.RunWriter.__init__ = uncompacted
     persist = b.Broker._persist
 
     def traced_persist(self, items):  # type: ignore[no-untyped-def]
@@ -337,9 +358,11 @@ def persist_only(points: int, rate: int, seconds: float, ntags: int) -> dict[str
     tags = [f"train/metric{i}" for i in range(ntags)]
     per_tag = max(1, points // ntags)
     waits: list[float] = []
+    brokers: list[Broker] = []
 
     async def run(logdir: str) -> None:
         broker = Broker(logdir)
+        brokers.append(broker)
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
             t0, seq = time.perf_counter(), 0
@@ -374,9 +397,19 @@ def persist_only(points: int, rate: int, seconds: float, ntags: int) -> dict[str
         total = f"  total {sum(values) * 1e3:7.0f} ms" if values else ""
         print(f"  {name:28s} n={len(values):7d}  {_ms(values)}{total}")
     compaction_cpu = sum(r[3] for r in _rows if r[0] == "compact")
+    # A compaction process of its own (h3-compact): its CPU, start-up included, counts in both.
+    child = getattr(brokers[0], "_compaction_process", None) if brokers else None
+    child_cpu = 0.0 if child is None else child.cpu_seconds
+    if child is not None:
+        print(
+            f"  compaction process: {child.units} blocks built, {child_cpu:.2f} s CPU,"
+            f" {child.restarts} restarts"
+        )
+    total = process_cpu + child_cpu
+    compaction_cpu += child_cpu
     print(
-        f"  compaction CPU {compaction_cpu:.2f} s of the process's {process_cpu:.2f} s"
-        f" ({compaction_cpu / process_cpu:.1%}) in {seconds:g} s"
+        f"  compaction CPU {compaction_cpu:.2f} s (its process's included) of {total:.2f} s"
+        f" ({compaction_cpu / total:.1%}; this process {process_cpu:.2f} s) in {seconds:g} s"
     )
     return {
         f"{name} {q}": float(np.percentile(v, q) * 1e3)
@@ -512,9 +545,16 @@ def main() -> None:
         action="store_true",
         help="only what permessage-deflate costs per browser for frames of three sizes",
     )
+    parser.add_argument(
+        "--no-compaction",
+        action="store_true",
+        help="the broker's run writers never compact (the ceiling without compaction)",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.no_compaction:  # read by _trace_server, here and in the server's process
+        os.environ["LATENCY_NO_COMPACTION"] = "1"
     if args.serve is not None:
         return _serve_main(args.serve)
     if args.writer is not None:
@@ -714,6 +754,11 @@ def report(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
     )
+    for row in (r for r in server if r[0] == "compaction process"):
+        print(
+            f"  compaction process: {row[2]} blocks built, {row[1]:.2f} s of CPU (start-up"
+            f" included), {row[3]} restarts"
+        )
     cpu = _cpu_shares(server, writers, sub_cpu)
     print(f"CPU in cores over the writers' {cpu.pop('wall'):.1f} s ({os.cpu_count()} cores here):")
     for name, cores in cpu.items():
@@ -762,6 +807,12 @@ def _cpu_shares(server: list, writers: list[list], sub_cpu: list[float]) -> dict
     shares["all"] = sum(v for k, v in shares.items() if k != "wall")
     server_cpu = s1[1] - s0[1]
     compaction = sum(r[3] for r in server if r[0] == "compact" and len(r) > 3)
+    # The compaction process's CPU (its start-up included) is compaction's and the server's.
+    child = sum(r[1] for r in server if r[0] == "compaction process")
+    shares["server: compaction process"] = child / wall
+    shares["all"] += child / wall
+    compaction += child
+    server_cpu += child
     # Compaction's share of the server's CPU (issue 10: <= 10% under live ingest); units that
     # began before the first batch count too (a slight overestimate).
     shares["compaction, share of server"] = compaction / server_cpu if server_cpu > 0 else 0.0

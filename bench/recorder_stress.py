@@ -15,7 +15,10 @@ swap: the block written but not renamed, renamed but nothing removed, partly rem
 With ``--defer`` the writer defers compaction as the broker's does (``defer_compaction=True``)
 and runs it as the broker does, in a thread of its own beside the appends and flushes
 (``compact(budget_s=0)`` in a loop), so kills land anywhere in a unit running concurrently with a
-flush, and in the units a flush does past the bound.
+flush, and in the units a flush does past the bound. With ``--process`` too, the blocks are built
+in a compaction process (``RunWriter(compaction_process=...)``), as the broker's are; half the
+writers kill it once at a random moment after its first block (it is restarted), and every kill
+of a writer takes its compaction process with it, wherever that is in a unit.
 
 tests/recorder/test_recorder_crash.py imports :func:`run_trials` from this file.
 """
@@ -46,9 +49,20 @@ run, start, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 compact = int(sys.argv[4]) or None
 kill_at = sys.argv[5] if len(sys.argv) > 5 else ""
 defer = len(sys.argv) > 6 and sys.argv[6] == "defer"
+in_process = len(sys.argv) > 7 and sys.argv[7] == "process"
 rng = random.Random(seed)
+process = None
+if in_process:
+    from recorder import CompactionProcess
+
+    process = CompactionProcess()
 w = RunWriter(
-    run, sync="flush", segment_bytes=16384, compact_records=compact, defer_compaction=defer
+    run,
+    sync="flush",
+    segment_bytes=16384,
+    compact_records=compact,
+    defer_compaction=defer,
+    compaction_process=process,
 )
 if kill_at:
     # Die at the n-th time compaction reaches a stage of its swap (see recorder/compaction.py).
@@ -71,6 +85,24 @@ if defer:
                 time.sleep(0.001)  # nothing waits: look again soon
 
     threading.Thread(target=compact_beside, daemon=True).start()
+if process is not None and rng.random() < 0.5:
+    import threading
+
+    def kill_the_compaction_process():  # as a crash of it would, mid-unit or between units
+        deadline = time.monotonic() + 5
+        while not process.units and time.monotonic() < deadline:  # once it builds blocks
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.05))
+        if process.pid:
+            try:
+                os.kill(process.pid, signal.SIGKILL)
+                print("compaction process killed", flush=True)
+            except ProcessLookupError:
+                pass
+
+    threading.Thread(target=kill_the_compaction_process, daemon=True).start()
+if process is not None:
+    process.ready(timeout=60)  # so that the kills land while it builds, not while it starts
 print("open", w.statistics().truncated_bytes, flush=True)
 i = start
 while True:
@@ -81,6 +113,8 @@ while True:
     i += n
     w.flush()
     print(i, flush=True)
+    if process is not None:
+        print("built", process.units, flush=True)
 """
 
 
@@ -92,6 +126,12 @@ def _durable(out: str) -> int | None:
     """The last step count the child reported durable, or None if it never flushed."""
     done = [int(line) for line in out.splitlines() if line.isdigit()]
     return done[-1] if done else None
+
+
+def _built(out: str) -> int:
+    """Blocks the child's compaction process(es) built, as it last reported."""
+    counts = [int(line.split()[1]) for line in out.splitlines() if line.startswith("built ")]
+    return counts[-1] if counts else 0
 
 
 def verify(run_dir: str, acknowledged: int) -> int:
@@ -118,16 +158,24 @@ def verify(run_dir: str, acknowledged: int) -> int:
 
 
 def start_writer(
-    run_dir: str, n: int, seed: int, compact: int, kill_at: str = "", defer: bool = False
+    run_dir: str,
+    n: int,
+    seed: int,
+    compact: int,
+    kill_at: str = "",
+    defer: bool = False,
+    process: bool = False,
 ) -> subprocess.Popen:
     """Start the writer child appending from step ``n`` (``compact``: its compact_records, 0 for
     none; ``kill_at``: ``"stage:n"`` to die at the n-th such stage of a compaction; ``defer``:
-    compaction deferred, done in a thread of its own beside the writes)."""
+    compaction deferred, done in a thread of its own beside the writes; ``process``: blocks
+    built in a compaction process, which half the children kill once at a random moment)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.Popen(
         [
             *(sys.executable, "-c", CHILD, run_dir, str(n), str(seed), str(compact), kill_at),
             "defer" if defer else "",
+            "process" if process else "",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -143,6 +191,7 @@ def run_trials(
     max_delay: float = 0.1,
     compact: int = 6,
     defer: bool = False,
+    process: bool = False,
 ) -> dict:
     """Run ``trials`` kill trials on ``run_dir``; raise CrashCheckError on a broken promise.
 
@@ -150,25 +199,28 @@ def run_trials(
     comes at a random moment of its start-up (possibly while it reopens and truncates). The
     writer compacts every ``compact`` records (0: never), so that kills land in compactions and
     merges too, and one trial in four kills it at a chosen stage of a compaction's swap.
-    ``defer``: the writer defers compaction (see :func:`start_writer`).
+    ``defer``: the writer defers compaction; ``process``: it builds blocks in a compaction
+    process, killed now and then (see :func:`start_writer`).
 
     Returns counters: trials, kills before the writer opened, reopens that truncated a torn tail,
     kills inside a compaction, blocks at the end, steps durable at the end.
     """
     rng = random.Random(seed)
     n = 0
-    early = torn = staged = 0
+    early = torn = staged = built = process_kills = 0
     for trial in range(trials):
         kill_at = ""
         if compact and rng.random() < 0.25:
             stage = rng.choice(["written", "renamed", "removing", "removed"])
             kill_at = f"{stage}:{rng.randint(1, 3)}"
-        child = start_writer(run_dir, n, rng.randrange(1 << 30), compact, kill_at, defer)
+        child = start_writer(run_dir, n, rng.randrange(1 << 30), compact, kill_at, defer, process)
         if kill_at:
             out, err = child.communicate(timeout=60)  # it kills itself mid-compaction
             if child.returncode != -signal.SIGKILL:
                 raise CrashCheckError(f"trial {trial}: writer exited {child.returncode}: {err}")
             staged += 1
+            built += _built(out)
+            process_kills += out.count("compaction process killed")
             n = verify(run_dir, _durable(out) or 0)
             continue
         if rng.random() < 0.125:
@@ -182,6 +234,8 @@ def run_trials(
         out = head + out
         if child.returncode != -signal.SIGKILL:
             raise CrashCheckError(f"trial {trial}: writer exited {child.returncode}: {err[-2000:]}")
+        built += _built(out)
+        process_kills += out.count("compaction process killed")
         if "open" not in out:
             early += 1
         elif int(out.split()[1]) > 0:
@@ -207,6 +261,8 @@ def run_trials(
         "killed_before_open": early,
         "torn_tails_truncated": torn,
         "killed_mid_compaction": staged,
+        "blocks_built_by_compaction_processes": built,
+        "compaction_processes_killed": process_kills,
         "blocks": sum(name.startswith("block-") for name in names),
         "steps": n,
     }
@@ -222,6 +278,12 @@ def main() -> None:
     parser.add_argument(
         "--defer", action="store_true", help="defer compaction, as the broker's writers do"
     )
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="build blocks in a compaction process (killed at random in half the trials; "
+        "give --max-delay 1 or more: it takes a few tenths of a second to start)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
@@ -232,6 +294,7 @@ def main() -> None:
             args.max_delay,
             args.compact,
             args.defer,
+            args.process,
         )
         result["seconds"] = round(time.perf_counter() - start, 1)
     print(result)

@@ -8,7 +8,12 @@ and a bounded tail. The format is documented byte by byte in docs/record-format.
 NumPy and msgpack; no knowledge of dashboards.
 """
 
-from recorder.compaction import add_summaries
+from recorder.compaction import (
+    CompactionProcess,
+    CompactionProcessError,
+    CompactionProcessLost,
+    add_summaries,
+)
 from recorder.reader import ReaderStatistics, RunReader, list_runs
 from recorder.records import (
     CorruptionWarning,
@@ -24,6 +29,9 @@ from recorder.records import (
 from recorder.writer import RunWriter, WriterStatistics
 
 __all__ = [
+    "CompactionProcess",
+    "CompactionProcessError",
+    "CompactionProcessLost",
     "CorruptionWarning",
     "FormatError",
     "NotARunError",

@@ -18,16 +18,28 @@ apart: :attr:`Compactor.lock` guards only the state the two share (the queue of 
 the list of blocks), held for a queue operation or the swap of the list, never across I/O; units
 themselves are serialised among themselves by a second lock, so a flush that must do compaction work
 (past the deferred bound) and a compaction thread never run two units at once.
+
+Processes: a unit's new block may be built by a :class:`CompactionProcess` instead (the broker's
+are), off the owner's GIL: it reads its input back from the files and writes the block under a
+temporary name of its own; the owner swaps it in exactly as above. Losing that process at any
+moment loses nothing: the unit is queued again and done again (here while another starts).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
+import signal
+import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
+import msgpack
 import numpy as np
 
 from recorder import blocks, codec, framing
@@ -100,6 +112,10 @@ class Compactor:
         self.lock = threading.Lock()
         self._unit = threading.Lock()
         self.closed = False
+        # Where units build their blocks: a process of its own (off this process's GIL; it
+        # reads its input from the files) while it is ready, else this thread (the owner's).
+        self.process: CompactionProcess | None = None
+        self.lost = 0  # units whose process ended before it answered (done again)
 
     # -- recovery -------------------------------------------------------------------------------
 
@@ -162,17 +178,11 @@ class Compactor:
         """Compact the queued sealed segments, then merge blocks while a level is full (the
         owner's thread; waits for a unit another thread has under way)."""
         with self._unit:
-            unit = self._claim(take=True)
-            if unit is None:
+            if self._claim() is None:
                 return
-            start = time.thread_time()
-            try:
-                while unit is not None:
-                    self._do(unit)
-                    unit = self._claim(take=True)
-                self._summarise_one()
-            finally:
-                self.seconds += time.thread_time() - start
+            while self._one_unit():
+                pass
+            self._summarise_one()
 
     def step(self, wait: bool = True) -> bool:
         """Do one unit of the queued work: compact one sealed segment, else merge one full group
@@ -193,17 +203,34 @@ class Compactor:
         try:
             if self.closed:
                 return False
-            start = time.thread_time()  # this thread's CPU: another may be writing meanwhile
-            try:
-                unit = self._claim(take=True)
-                if unit is not None:
-                    self._do(unit)
-                    return True
-                return self._summarise_one()
-            finally:
-                self.seconds += time.thread_time() - start
+            return self._one_unit() or self._summarise_one()
         finally:
             self._unit.release()
+
+    def _one_unit(self) -> bool:
+        """Do the next unit, if any (holding ``_unit``), in :attr:`process` when it is ready,
+        else here; return whether there was one. A unit whose process was lost is queued again
+        as it was (the files are as before it) and counts as done: the next call does it again,
+        here while a fresh process starts."""
+        start = time.thread_time()  # this thread's CPU: another may be writing meanwhile
+        # Until the process is up (its imports take a while), units are built here: no unit
+        # waits for its start.
+        process = self.process if self.process is not None and self.process.ready() else None
+        cpu = 0.0 if process is None else process.cpu_seconds
+        try:
+            unit = self._claim(take=True)
+            if unit is None:
+                return False
+            try:
+                self._do(unit, process)
+            except CompactionProcessLost:
+                self._requeue(unit)
+                self.lost += 1
+            return True
+        finally:
+            # The process's CPU is compaction's too: counted, not hidden in another pid.
+            extra = 0.0 if process is None else process.cpu_seconds - cpu
+            self.seconds += time.thread_time() - start + extra
 
     def _claim(self, take: bool = False) -> tuple | None:
         """The next unit, ``("sealed", (number, size, records, capture))`` (oldest first; taken
@@ -214,14 +241,22 @@ class Compactor:
             group = self._full_group()
             return None if group is None else ("merge", group)
 
-    def _do(self, unit: tuple) -> None:
+    def _requeue(self, unit: tuple) -> None:
+        """Put a unit whose process was lost back where it was (a merge needs nothing: its
+        group is found again in the list of blocks, which did not change)."""
+        kind, work = unit
+        if kind == "sealed":
+            with self.lock:
+                self.pending.insert(0, work)
+
+    def _do(self, unit: tuple, process: CompactionProcess | None = None) -> None:
         kind, work = unit
         if kind == "sealed":
             # Compacted or (few or large records) let be: either way a unit, so a flush over the
             # deferred bound does no more than it must.
-            self._compact_sealed(*work)
+            self._compact_sealed(*work, process)
         else:
-            self._merge(work)
+            self._merge(work, process)
 
     def backlog(self) -> int:
         """Units of work queued: sealed segments waiting, plus full groups of blocks waiting to
@@ -249,22 +284,43 @@ class Compactor:
         return False
 
     def _compact_sealed(
-        self, number: int, size: int, records: int, capture: SegmentCapture | None
+        self,
+        number: int,
+        size: int,
+        records: int,
+        capture: SegmentCapture | None,
+        process: CompactionProcess | None = None,
     ) -> None:
         """Compact a sealed segment taken from :attr:`pending`, unless it holds few or large
         records (then it is left as it is)."""
         if records < self.min_records or size > SMALL_RECORD * records:
             return
-        self._compact_segment(number, size, capture)
+        self._compact_segment(number, size, capture, process)
 
-    def _compact_segment(self, number: int, size: int, capture: SegmentCapture | None) -> None:
+    def _compact_segment(
+        self,
+        number: int,
+        size: int,
+        capture: SegmentCapture | None,
+        process: CompactionProcess | None = None,
+    ) -> None:
         segments = [[number, self.created[number], size]]
-        builder = blocks.BlockBuilder(segments)
-        if capture is not None and capture.complete:
-            _feed_capture(builder, capture)
-        elif not _feed_segment(builder, os.path.join(self.run_dir, segment_name(number)), size):
+        name = blocks.block_name(number, number)
+        if process is not None:
+            # The process reads the sealed segment back from the files (it is complete on
+            # disk: sealed segments take no more appends), rather than this process's capture.
+            built = process.build("segment", self.run_dir, name, segments=segments)
+        else:
+            builder = blocks.BlockBuilder(segments)
+            path = os.path.join(self.run_dir, segment_name(number))
+            if capture is not None and capture.complete:
+                _feed_capture(builder, capture)
+            elif not _feed_segment(builder, path, size):
+                builder = None
+            built = None if builder is None else _write_new(builder, self.run_dir, name, 0)
+        if built is None:
             return  # damaged: left for readers to report
-        nbytes = self._install(builder, number, number, 0, [segment_name(number)])
+        nbytes = self._install(built, number, number, [segment_name(number)])
         with self.lock:  # a new list: the writer's thread may be reading the old one
             self.blocks = sorted([*self.blocks, [number, number, 0, nbytes]])
         self.compactions += 1
@@ -292,51 +348,31 @@ class Compactor:
                     yield run
                 run = []
 
-    def _merge(self, group: list[list[int]]) -> None:
-        footers = []
-        for first, last, _, _ in group:
-            path = os.path.join(self.run_dir, blocks.block_name(first, last))
-            fd = os.open(path, os.O_RDONLY)
-            footers.append((fd, blocks.read_footer(fd)))
-        try:
-            segments = [s for _, f in footers for s in f.segments]
-            builder = blocks.BlockBuilder(segments)
-            ok = all(
-                _feed_block(builder, fd, footer, int(builder.origins.bases[i]))
-                for (fd, footer), i in zip(footers, _first_indexes(footers), strict=True)
-            )
-        finally:
-            for fd, _ in footers:
-                os.close(fd)
-        if not ok:
-            for first, last, _, _ in group:
-                self.unmergeable.add((first, last))
+    def _merge(self, group: list[list[int]], process: CompactionProcess | None = None) -> None:
+        spans = [(b[0], b[1]) for b in group]
+        name = blocks.block_name(group[0][0], group[-1][1])
+        if process is not None:
+            built = process.build("merge", self.run_dir, name, spans=spans, level=group[0][2] + 1)
+        else:
+            built = _build_merge(self.run_dir, name, spans, group[0][2] + 1)
+        if built is None:
+            for span in spans:
+                self.unmergeable.add(span)
             return
-        first, last, level = group[0][0], group[-1][1], group[0][2] + 1
-        old = [blocks.block_name(b[0], b[1]) for b in group]
-        nbytes = self._install(builder, first, last, level, old)
+        first, last, level = spans[0][0], spans[-1][1], group[0][2] + 1
+        old = [blocks.block_name(a, b) for a, b in spans]
+        nbytes = self._install(built, first, last, old)
         with self.lock:
             kept = [b for b in self.blocks if b not in group]
             self.blocks = sorted([*kept, [first, last, level, nbytes]])
         self.merges += 1
 
-    def _install(
-        self, builder: blocks.BlockBuilder, first: int, last: int, level: int, old: list[str]
-    ) -> int:
-        """Write a block crash-safely, then delete the files it replaces; return its size."""
-        name = blocks.block_name(first, last)
-        path = os.path.join(self.run_dir, name)
-        tmp = path + TMP_SUFFIX
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            size = builder.write(fd, level, time.time())
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        os.close(fd)
+    def _install(self, built: tuple[str, int], first: int, last: int, old: list[str]) -> int:
+        """Swap in a block written whole and fsynced under a temporary name (``built``: that
+        name and the block's size; by this thread or a compaction process), then delete the
+        files it replaces; return its size."""
+        tmp, size = built
+        path = os.path.join(self.run_dir, blocks.block_name(first, last))
         self._stage("written")
         os.replace(tmp, path)
         os.fsync(self.dir_fd)  # the block is in place, durably, before anything goes
@@ -355,6 +391,310 @@ class Compactor:
     def _stage(self, name: str) -> None:
         if self.hook is not None:
             self.hook(name)
+
+
+def _write_new(
+    builder: blocks.BlockBuilder, run_dir: str, name: str, level: int, tmp: str | None = None
+) -> tuple[str, int]:
+    """Write the block ``name`` whole under a temporary name (``tmp``, or the block's name with
+    :data:`TMP_SUFFIX`) and fsync it; return that name and the block's size. Nothing is left
+    behind if this fails."""
+    tmp = tmp or os.path.join(run_dir, name) + TMP_SUFFIX
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        size = builder.write(fd, level, time.time())
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp, size
+
+
+def _build_segment(
+    run_dir: str, name: str, segments: list, tmp: str | None = None
+) -> tuple[str, int] | None:
+    """Write the level-0 block ``name`` of one sealed segment, read back from its file (see
+    :func:`_write_new`); None if a record of it is damaged (nothing is written)."""
+    number, _, size = segments[0]
+    builder = blocks.BlockBuilder(segments)
+    if not _feed_segment(builder, os.path.join(run_dir, segment_name(number)), size):
+        return None
+    return _write_new(builder, run_dir, name, 0, tmp)
+
+
+def _build_merge(
+    run_dir: str, name: str, spans: list, level: int, tmp: str | None = None
+) -> tuple[str, int] | None:
+    """Write the block ``name`` of level ``level`` merging the blocks of ``spans`` (their first
+    and last segments, in order; see :func:`_write_new`); None if one is damaged."""
+    fds: list[int] = []
+    try:
+        for first, last in spans:
+            fds.append(os.open(os.path.join(run_dir, blocks.block_name(first, last)), os.O_RDONLY))
+        footers = [(fd, blocks.read_footer(fd)) for fd in fds]
+        segments = [s for _, f in footers for s in f.segments]
+        builder = blocks.BlockBuilder(segments)
+        ok = all(
+            _feed_block(builder, fd, footer, int(builder.origins.bases[i]))
+            for (fd, footer), i in zip(footers, _first_indexes(footers), strict=True)
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return _write_new(builder, run_dir, name, level, tmp) if ok else None
+
+
+class CompactionProcessLost(RuntimeError):
+    """The compaction process ended (killed, crashed) before it answered; the unit it had was
+    not done and is queued again, and the files are as they were before it."""
+
+
+class CompactionProcessError(RuntimeError):
+    """The compaction process could not do a unit (a full disk, say): the message is its
+    error's. The unit is dropped, as a unit failing in the owner's thread is."""
+
+
+class CompactionProcess:
+    """A process of its own that builds compaction's new blocks, off its owner's GIL.
+
+    A unit of compaction (:meth:`Compactor.step`) asks it to build one block: a sealed segment
+    read back from its file, or a merge of blocks. The process writes the block whole under a
+    temporary name of its own (``<block>.<pid>.tmp``), fsyncs it and answers with its size; the
+    owner then swaps it in exactly as it swaps in a block it built itself (rename, directory
+    fsync, old files deleted, directory fsynced), holding the run's lock. The process never
+    renames or deletes anything, so whenever it dies the files hold the state before the unit
+    plus, at worst, a temporary file that no reader looks at (the owner deletes it, and a writer
+    reopening the run deletes every one).
+
+    The process is started by :meth:`ready` (which never waits for it: the owner builds in its
+    own thread meanwhile) and again by the next call after it ended (:attr:`restarts`); a build it
+    did not answer raises :class:`CompactionProcessLost`. After
+    ``max_losses`` losses in a row without an answer between them it is no longer
+    :attr:`usable` and units are built in the owner's thread instead. On Linux the process
+    is killed when its owner dies (``PR_SET_PDEATHSIG``), so it never writes into a run another
+    writer has reopened.
+
+    One build at a time (a lock serialises them); safe to call from any thread. :meth:`close`
+    ends the process (also as a context manager).
+
+    Args:
+        max_losses: losses in a row after which builds stay in the owner's thread.
+    """
+
+    def __init__(self, max_losses: int = 3) -> None:
+        self.max_losses = max_losses
+        self.restarts = 0  # processes started after a loss
+        self.losses = 0  # in a row, without an answer between
+        self.units = 0  # blocks built
+        self.pid: int | None = None
+        self._proc: subprocess.Popen | None = None
+        self._up = False  # the running process sent its "ready" message
+        self._done_cpu = 0.0  # CPU of the processes that ended
+        self._cpu = 0.0  # the running process's CPU as of its last answer
+        self._lock = threading.Lock()
+        self._closed = False
+        # Test hook: a path; the process then stops in every build with the block written and
+        # fsynced, not answered, after writing its pid into that file (so a test can kill it
+        # there). It stays stopped until its input closes.
+        self.hold: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        """Whether units should be built here (not closed, not lost ``max_losses`` in a row)."""
+        return not self._closed and self.losses < self.max_losses
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) of every process started, from its start (its imports
+        included) to its last answer."""
+        return self._done_cpu + self._cpu
+
+    def ready(self, timeout: float = 0.0) -> bool:
+        """Start the process if none runs, and return whether it is ready for a :meth:`build`
+        (started and its imports done), waiting at most ``timeout`` seconds for that (by
+        default not at all). False once not :attr:`usable`."""
+        with self._lock:
+            if not self.usable:
+                return False
+            if self._proc is None:
+                self._start()
+            if self._up:
+                return True
+            proc = self._proc
+            if not select.select([proc.stdout], [], [], timeout)[0]:
+                return False
+            try:
+                self._cpu = _receive(proc.stdout)["cpu"]  # its "ready" message
+            except (OSError, ValueError, EOFError, KeyError):
+                self._lose(proc)  # ended as it started: the next call starts another
+                return False
+            self._up = True
+            return True
+
+    def build(self, op: str, run_dir: str, name: str, **params: Any) -> tuple[str, int] | None:
+        """Have the process build the block ``name`` of ``run_dir`` (``op``: ``"segment"`` with
+        ``segments``, or ``"merge"`` with ``spans`` and ``level``); return its temporary name
+        and size, or None when its input is damaged (nothing written).
+
+        Raises:
+            CompactionProcessLost: the process ended before it answered (the next build starts
+                another).
+            CompactionProcessError: it could not build the block (its error's message).
+            RuntimeError: the process is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the compaction process is closed")
+            proc = self._proc if self._up else None
+            if proc is None:
+                raise RuntimeError("the compaction process is not ready (see ready())")
+            tmp = f"{os.path.join(run_dir, name)}.{proc.pid}{TMP_SUFFIX}"
+            request = {"op": op, "run_dir": run_dir, "name": name, "tmp": tmp, **params}
+            if self.hold:
+                request["hold"] = self.hold
+            try:
+                _send(proc.stdin, request)
+                reply = _receive(proc.stdout)
+            except (OSError, ValueError, EOFError) as exc:
+                self._lose(proc)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)  # complete or not, no block was swapped in from it
+                raise CompactionProcessLost(
+                    f"the compaction process {proc.pid} ended (exit status {proc.returncode})"
+                ) from exc
+            self.losses = 0
+            self._cpu = reply["cpu"]
+            if "error" in reply:
+                raise CompactionProcessError(reply["error"])
+            if reply["size"] is None:
+                return None
+            self.units += 1
+            return tmp, reply["size"]
+
+    def _start(self) -> None:
+        # The same recorder as this process's, wherever it is imported from.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        self.pid = self._proc.pid
+        self._cpu = 0.0
+        self._up = False
+
+    def _lose(self, proc: subprocess.Popen) -> None:
+        """The process ended or broke its pipe: reap it, count it, start afresh next time."""
+        with contextlib.suppress(OSError):
+            proc.kill()
+        self._reap(proc)
+        self.losses += 1
+        self.restarts += 1
+
+    def _reap(self, proc: subprocess.Popen) -> None:
+        for f in (proc.stdin, proc.stdout):
+            with contextlib.suppress(OSError):
+                f.close()
+        proc.wait()
+        self._done_cpu += self._cpu
+        self._cpu = 0.0
+        self._proc = None
+        self._up = False
+
+    def close(self) -> None:
+        """End the process (it exits when its input closes; killed after 5 s). Idempotent;
+        waits for a build under way."""
+        with self._lock:
+            self._closed = True
+            proc = self._proc
+            if proc is None:
+                return
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            self._reap(proc)
+
+    def __enter__(self) -> CompactionProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _send(f: Any, message: dict) -> None:
+    data = msgpack.packb(message, use_bin_type=True)
+    f.write(struct.pack("<I", len(data)) + data)
+    f.flush()
+
+
+def _receive(f: Any) -> dict:
+    head = f.read(4)
+    if len(head) < 4:
+        raise EOFError("the compaction process closed its pipe")
+    (n,) = struct.unpack("<I", head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError("the compaction process closed its pipe mid-answer")
+    return msgpack.unpackb(data, raw=False)
+
+
+# The compaction process: ``python -c _WORKER <owner pid>``; requests on stdin, answers on stdout.
+_WORKER = "import sys; from recorder.compaction import serve_builds; serve_builds(int(sys.argv[1]))"
+
+
+def serve_builds(owner: int) -> None:
+    """The compaction process's loop: build the blocks its owner asks for until its input
+    closes (see :class:`CompactionProcess`). Dies with its owner."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1  # <linux/prctl.h>
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != owner:
+        return  # the owner died before the signal was asked for
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write into the answers' pipe
+    times = os.times()
+    _send(stdout, {"cpu": times.user + times.system})  # ready: imports done
+    while True:
+        try:
+            request = _receive(stdin)
+        except EOFError:
+            return
+        try:
+            if request["op"] == "segment":
+                built = _build_segment(
+                    request["run_dir"], request["name"], request["segments"], request["tmp"]
+                )
+            else:
+                built = _build_merge(
+                    request["run_dir"],
+                    request["name"],
+                    request["spans"],
+                    request["level"],
+                    request["tmp"],
+                )
+            reply: dict[str, Any] = {"size": None if built is None else built[1]}
+            if request.get("hold"):
+                # Tests (CompactionProcess.hold): stopped with the block written and fsynced,
+                # not answered, until killed or the owner closes our input.
+                with open(request["hold"] + ".part", "w") as f:
+                    f.write(str(os.getpid()))
+                os.replace(request["hold"] + ".part", request["hold"])
+                stdin.read(1)
+        except Exception as exc:  # told to the owner, who decides; this process carries on
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        times = os.times()
+        reply["cpu"] = times.user + times.system
+        _send(stdout, reply)
 
 
 def rewrite_with_summaries(run_dir: str, name: str, dir_fd: int) -> int | None:
@@ -464,13 +804,6 @@ def _feed_capture(builder: blocks.BlockBuilder, capture: SegmentCapture) -> None
         )
 
 
-def _add_pieces(builder: blocks.BlockBuilder, tag: str, pieces: list) -> None:
-    counts = np.array([len(p[0]) for p in pieces], np.int64)
-    origins = np.array([p[3] for p in pieces], np.int64)
-    series = ScalarSeries(*(np.concatenate([p[i] for p in pieces]) for i in range(3)))
-    builder.add_scalars(tag, series, counts, origins)
-
-
 def _feed_segment(builder: blocks.BlockBuilder, path: str, size: int) -> bool:
     """Feed the records of a sealed segment read from disk; False if any is damaged."""
     with open(path, "rb") as f:
@@ -482,7 +815,10 @@ def _feed_segment(builder: blocks.BlockBuilder, path: str, size: int) -> bool:
     scan = framing.scan_frames(data, framing.HEADER_SIZE, sealed=True)
     if scan.damaged or scan.end != len(data):
         return False
-    per_tag: dict[str, list] = {}
+    # Gathered as a writer's capture would hold them, then fed the same way: the points of every
+    # record joined once and split by tag with numpy, not sliced record by record.
+    capture = SegmentCapture(-1)
+    items = capture.items
     for offset, length in scan.frames:
         payload = framing.payload_of(data, offset, length)
         end = offset + framing.FRAME_OVERHEAD + length
@@ -490,19 +826,13 @@ def _feed_segment(builder: blocks.BlockBuilder, path: str, size: int) -> bool:
             kind, tag, step, wall, body = codec.decode_payload(payload)
             if kind == codec.SCALARS:
                 series = codec.decode_scalars(body)
-                if tag is None:
-                    bounds = np.cumsum([0, *body["c"]]).tolist()
-                    for t, lo, hi in zip(body["tags"], bounds[:-1], bounds[1:], strict=True):
-                        cols = (series.steps[lo:hi], series.walls[lo:hi], series.values[lo:hi])
-                        per_tag.setdefault(t, []).append((*cols, end))
-                else:
-                    per_tag.setdefault(tag, []).append((*series, end))
+                tags, counts = (body["tags"], body["c"]) if tag is None else ([tag], [len(series)])
+                items.append((end, None, (tags, counts, *series)))
             else:
-                builder.add_event(kind, tag, step, wall, bytes(payload), end)
+                items.append((end, (kind, tag, step, wall), bytes(payload)))
         except codec.PayloadError:
             return False
-    for tag, pieces in per_tag.items():
-        _add_pieces(builder, tag, pieces)
+    _feed_capture(builder, capture)
     return True
 
 

@@ -18,7 +18,13 @@ import numpy as np
 
 from recorder import codec, framing
 from recorder.catalog import INDEX_NAME, Catalog, Entry, encode_index, list_segments, segment_name
-from recorder.compaction import MIN_RECORDS, SMALL_RECORD, Compactor, SegmentCapture
+from recorder.compaction import (
+    MIN_RECORDS,
+    SMALL_RECORD,
+    CompactionProcess,
+    Compactor,
+    SegmentCapture,
+)
 from recorder.digest import LATEST_MAX_BYTES, Digest, data_files, load_digest, write_digest
 from recorder.records import NotARunError, Position, RecorderError, RunLockedError, ScalarSeries
 
@@ -239,6 +245,13 @@ class RunWriter:
             than ``DEFERRED_MAX`` units of work wait: then the flush does the excess itself
             (while another thread runs a unit, only past ``2 * DEFERRED_MAX``). ``close()``
             compacts what waits either way.
+        compaction_process: build compaction's new blocks in this process of its own (shared
+            by any number of writers; see :class:`~recorder.CompactionProcess`), wherever a
+            unit runs (:meth:`compact`, a flush past the bound, :meth:`close`), so that their
+            CPU is off this process's GIL: the process reads its input back from the files and
+            writes the block under a temporary name, and this writer swaps it in. Until the
+            process is ready, and if it dies (it is started again), units are built here.
+            None (the default): always here.
 
     Threads: one thread at a time appends, flushes, syncs and closes; :meth:`compact` alone may
     be called from another thread meanwhile (see there).
@@ -258,6 +271,7 @@ class RunWriter:
         segment_bytes: int = 64 << 20,
         compact_records: int | None = COMPACT_RECORDS,
         defer_compaction: bool = False,
+        compaction_process: CompactionProcess | None = None,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {sync!r}")
@@ -284,6 +298,11 @@ class RunWriter:
         self._dir = os.fspath(run_dir)
         self._compact_records = compact_records
         self._defer = defer_compaction
+        if compaction_process is not None and not isinstance(compaction_process, CompactionProcess):
+            raise ValueError(
+                f"compaction_process must be None or a CompactionProcess, got {compaction_process!r}"
+            )
+        self._process = compaction_process
         self._inline = 0
         self._compaction: Compactor | None = None
         self._fresh: SegmentCapture | None = None
@@ -333,6 +352,7 @@ class RunWriter:
                 self._created,
                 min_records=min(MIN_RECORDS, self._compact_records),
             )
+            self._compaction.process = self._process
             self._compaction.recover()  # finish a swap a killed writer left half done
         catalog = Catalog(self._dir, keep_data=False)
         try:

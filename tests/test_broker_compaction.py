@@ -5,6 +5,8 @@ Counted with the recorder's statistics (which flush did compaction work), not wi
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from typing import ClassVar
 
@@ -122,3 +124,44 @@ async def test_a_broker_that_never_idles_still_compacts_within_the_bound(tmp_pat
     assert sum(1 for n in CountingWriter.flushes if n) < len(CountingWriter.flushes)
     with recorder.RunReader(tmp_path / "r") as reader:
         assert reader.read_scalars("b").steps.tolist() == list(range(200))
+
+
+async def test_a_killed_compaction_process_is_started_again_and_loses_nothing(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(recorder, "RunWriter", CountingWriter)
+    CountingWriter.flushes = []
+    with trio.fail_after(120):
+        broker = Broker(tmp_path)
+        process = broker._compaction_process
+        assert process is not None  # the default
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            i = 0
+
+            async def write_until(condition) -> None:  # bounded by the count and fail_after
+                nonlocal i
+                for _ in range(3000):
+                    if condition():
+                        return
+                    i += 1
+                    await broker.wait_written(
+                        await broker.ingest(Batch("w", i, "r", columns(i - 1)))
+                    )
+                raise AssertionError("the condition never held")
+
+            await write_until(lambda: process.units >= 2)  # started, and building blocks
+            first = process.pid
+            await trio.to_thread.run_sync(os.kill, first, signal.SIGKILL)
+            # The writes go on; the next unit notices, and a fresh process takes over.
+            await write_until(lambda: process.restarts == 1 and process.units >= 4)
+            assert process.pid != first and process.usable
+            stats = broker._runs["r"].writer.statistics()
+            broker.close()
+            await broker.wait_closed()
+    assert stats.compactions >= 4
+    assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path / "r"))
+    with recorder.RunReader(tmp_path / "r") as reader:
+        assert reader.read_scalars("a").steps.tolist() == list(range(i))
+        assert reader.statistics().corrupt_records == 0
+    assert process.cpu_seconds > 0 and not process.usable  # closed with the broker

@@ -5,6 +5,7 @@ One broker owns one log directory. Its data path::
     ingest()  --(bounded channel)-->  persist task  --(to_thread)-->  recorder.RunWriter
        \\--> offer() to every subscriber's own bounded channel (never awaited)
     compaction task  --(to_thread, its own limiter)-->  RunWriter.compact()  (beside the writes)
+                                   \\--(a pipe)-->  recorder.CompactionProcess (builds the blocks)
 
 Ingest assigns each batch a broker sequence number and offers the encoded frame to every subscriber
 without waiting; a subscriber whose queue is full is marked with a gap and re-syncs from a snapshot.
@@ -709,6 +710,11 @@ class Broker:
             first reads or writes it for ingest; an object store's sync uses it to fetch a run
             that so far exists only in the store (vdl_stream/storage.py). An OSError from it
             refuses the batch as retryable.
+        compaction_process: build compaction's blocks in a process of its own
+            (:class:`recorder.CompactionProcess`, started at the first unit and again whenever
+            it dies), so their CPU is off this process's GIL; the compaction thread only waits
+            for it and swaps the blocks in. False, or after it died three times in a row: the
+            compaction thread builds them itself.
 
     Raises:
         ValueError: a size, count or ``idle_close`` is not positive.
@@ -729,6 +735,7 @@ class Broker:
         idle_close: float = IDLE_CLOSE,
         crash_after: float = CRASH_AFTER,
         prepare_write: Callable[[Path], None] | None = None,
+        compaction_process: bool = True,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
@@ -784,6 +791,8 @@ class Broker:
         self._compact_lock = threading.Lock()
         self._compact_limiter = trio.CapacityLimiter(1)
         self._compact_wanted = trio.Event()
+        self._compaction_process = recorder.CompactionProcess() if compaction_process else None
+        self._compaction_restarts = 0  # restarts of the process already logged
         self._closed = trio.Event()
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
@@ -1114,13 +1123,23 @@ class Broker:
     async def _compact(self) -> None:
         """The compaction task: whenever the persist task finds compaction waiting, run units in
         a worker thread of its own (its own limiter, so never in the persist thread's way) until
-        none waits. A unit shares the CPU (and the GIL) with the writes; they wait for it only
-        for the swap of a writer's compaction state (recorder.RunWriter.compact)."""
-        while True:
-            await self._compact_wanted.wait()
-            self._compact_wanted = trio.Event()
-            while await trio.to_thread.run_sync(self._compact_runs, limiter=self._compact_limiter):
-                pass
+        none waits. The thread hands each unit's block to the compaction process (when there is
+        one and it is up) and waits for it off the GIL, then swaps the block in; the writes wait
+        for a unit only for the swap of a writer's compaction state (RunWriter.compact)."""
+        try:
+            while True:
+                await self._compact_wanted.wait()
+                self._compact_wanted = trio.Event()
+                while await trio.to_thread.run_sync(
+                    self._compact_runs, limiter=self._compact_limiter
+                ):
+                    pass
+        finally:
+            if self._compaction_process is not None:
+                # No unit under way: the thread call above is not abandoned on cancel, and the
+                # writers were closed before (the persist task's end; their last units went to
+                # the process too). It exits as its pipe closes.
+                self._compaction_process.close()
 
     async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
         """Persist ``items`` in a worker thread, then publish positions, refusals and progress."""
@@ -1599,7 +1618,11 @@ class Broker:
         run.unsynced = False
         writer.close()
         run.writer = recorder.RunWriter(
-            run.path, sync="never", segment_bytes=segment_bytes, defer_compaction=True
+            run.path,
+            sync="never",
+            segment_bytes=segment_bytes,
+            defer_compaction=True,
+            compaction_process=self._compaction_process,
         )
         run.rotating = segment_bytes != NO_ROTATION
         return run.writer
@@ -1618,7 +1641,11 @@ class Broker:
             # starts segments itself (_write_part), between flushes.
             # Compaction, too, is off the acknowledgement path (_compact_runs).
             run.writer = recorder.RunWriter(
-                run.path, sync="never", segment_bytes=NO_ROTATION, defer_compaction=True
+                run.path,
+                sync="never",
+                segment_bytes=NO_ROTATION,
+                defer_compaction=True,
+                compaction_process=self._compaction_process,
             )
             run.rotating = False
         except OSError as exc:
@@ -1725,6 +1752,16 @@ class Broker:
                     # Unless a flush sealed more since: it queued the run again (or will).
                     if failed or writer is None or not writer.compaction_waiting:
                         self._compact_due.discard(name)
+        process = self._compaction_process
+        if process is not None and process.restarts > self._compaction_restarts:
+            # Its unit was queued again, the files as before it, and done again (here while
+            # another process starts): nothing lost, but worth knowing.
+            self._compaction_restarts = process.restarts
+            log.warning(
+                "the compaction process ended and was started again (%d times in all)%s",
+                process.restarts,
+                "" if process.usable else "; compaction now runs in this process",
+            )
         return bool(self._compact_due)
 
     def _close_runs(self) -> None:
