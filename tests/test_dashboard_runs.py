@@ -797,3 +797,27 @@ def test_a_diverging_run_is_left_off_the_default_y_range_and_named(tmp_path, bro
     finally:
         page.close()
         stop_serve(server)
+
+
+def test_a_click_subscribes_within_its_own_task(sweep_server, browser):
+    # The page subscribes at the end of the click's task, before the frame the click dirtied is
+    # laid out and drawn (a timer ran after that frame: 50-200 ms later with 100 runs).
+    page = open_page(browser, sweep_server)
+    try:
+        page.click("button.runs-none")
+        page.wait_for_function(subscribed_to([]), timeout=10_000)
+        counts = page.evaluate(
+            """() => new Promise((resolve) => {
+              document.querySelector('button.runs-all').click();
+              const now = () => (window.vdl.connection.runs || []).length;
+              const inTask = [];
+              queueMicrotask(() => inTask.push(now()));  // after the page's own microtask
+              setTimeout(() => resolve({ inTask: inTask[0], later: now() }), 0);
+            })"""
+        )
+        assert counts == {"inTask": len(SWEEP), "later": len(SWEEP)}
+        page.wait_for_function(READY, timeout=20_000)
+        assert drawn_lines(page) == sorted(name for name, _, _ in SWEEP)
+        assert page.errors == []
+    finally:
+        page.close()

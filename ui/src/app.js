@@ -360,9 +360,13 @@ function applyRuns(always = true, immediate = false) {
   if (always || changed) refreshViews();
   rememberView();
   // Re-subscribe once the user pauses (typing a filter changes the set on every key); after a
-  // click (`immediate`) at once: the snapshots are what the user waits for.
+  // click (`immediate`) at once: the snapshots are what the user waits for. "At once" is the end
+  // of the click's task (a microtask), not a timer: a timer of 0 ms ran after the frame the click
+  // dirtied (the table's and the charts' layout: 50-200 ms before the server heard of 100 runs).
   clearTimeout(subscribeTimer);
-  if (!awaitingSubscribe) subscribeTimer = setTimeout(resubscribe, immediate ? 0 : 150);
+  if (awaitingSubscribe) return;
+  if (immediate) queueMicrotask(resubscribe);
+  else subscribeTimer = setTimeout(resubscribe, 150);
 }
 
 function resubscribe() {
