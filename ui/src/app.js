@@ -40,7 +40,7 @@ const LOADING_REDRAW_MS = 1000;
 // A redraw while many snapshots load strokes every line as the final one does (150-350 ms of the
 // main thread for 100 runs on five charts): when the rest is due within this, it waits for them
 // (the redraw at 1 s of a selection that ends at 1.1 s only put the final one off by its cost),
-// but never past twice LOADING_REDRAW_MS from the selection.
+// but never past twice LOADING_REDRAW_MS from the last redraw.
 const LOADING_WAIT_MS = 500;
 // Drawing takes at most a quarter of the time: with many live runs, a frame that took 60 ms to
 // draw is followed by 240 ms without drawing (frames.js), however slow the machine.
@@ -473,12 +473,11 @@ showSync();
 // (a rebuild): redraw at most once a second until the last one is in, then at once.
 let lastPhase = "connecting";
 let loadingSince = -Infinity; // when the selection being loaded began
-scheduler.defer = () => {
+scheduler.defer = (sinceDraw) => {
   const sync = store.syncState();
   if (sync.phase !== "loading" || sync.total <= SELECT_ALL_UP_TO) return 0;
-  const now = performance.now();
-  const due = remainingMs(sync.done, sync.total, now - loadingSince);
-  return due <= LOADING_WAIT_MS ? Math.min(due, loadingSince + 2 * LOADING_REDRAW_MS - now) : 0;
+  const due = remainingMs(sync.done, sync.total, performance.now() - loadingSince);
+  return due <= LOADING_WAIT_MS ? Math.min(due, 2 * LOADING_REDRAW_MS - sinceDraw) : 0;
 };
 store.subscribe((change) => {
   if (change.kind !== "sync") return;

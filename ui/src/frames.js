@@ -28,8 +28,9 @@ export class FrameScheduler {
    * @param {() => number} [opts.now] clock, injectable for tests
    * @param {number} [opts.budget] most share of the time spent drawing (0 < budget <= 1): a frame
    *   that took `d` ms to draw is followed by at least `d / budget` ms without drawing
-   * @param {() => number} [opts.defer] asked before a paced frame draws: milliseconds to put it
-   *   off by (0 or less: draw now); `flush` and `drawAll` never wait for it
+   * @param {(sinceDrawMs: number) => number} [opts.defer] asked before a paced frame draws, with
+   *   the milliseconds since the last drawing frame (or `restart`): milliseconds to put it off by
+   *   (0 or less: draw now); `flush` and `drawAll` never wait for it
    */
   constructor({
     requestFrame = (cb) => requestAnimationFrame(cb),
@@ -156,7 +157,7 @@ export class FrameScheduler {
       this._schedule(); // asked for before a restart: wait until its interval is over
       return;
     }
-    const later = timed ? this.defer() : 0;
+    const later = timed ? this.defer(this._now() - this._lastDraw) : 0;
     if (later > 0 && this._dirty.size) {
       // Put off (a partial redraw while the rest of a batch is due soon): asked again then.
       this._pending = true;

@@ -240,10 +240,15 @@ test("remainingMs: the rest of a batch at the rate so far", () => {
 
 test("defer puts a paced frame off; flush and drawAll do not wait for it", async () => {
   let wait = 30;
-  const { scheduler, frames, runFrame } = timed({ defer: () => wait });
+  const asked = [];
+  const { scheduler, frames, runFrame, clock } = timed({ defer: (since) => (asked.push(since), wait) });
   const a = { element: {}, renders: 0, render() { this.renders++; } };
   scheduler.observe(a);
+  clock.now = 500;
+  scheduler.restart(); // the time since the last draw counts from here
+  clock.now = 620;
   runFrame(); // put off: nothing drawn, no frame asked for until the wait is over
+  assert.deepEqual(asked, [120]);
   assert.equal(a.renders, 0);
   assert.equal(frames.length, 0);
   scheduler.mark(a); // a mark meanwhile asks for no second frame
