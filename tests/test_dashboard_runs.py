@@ -793,6 +793,15 @@ def test_a_diverging_run_is_left_off_the_default_y_range_and_named(tmp_path, bro
             timeout=10_000,
         )
         assert button.get_attribute("aria-pressed") == "false"
+        # "Ignore outliers" (percentiles) replaces the robust range: the button goes.
+        chart.locator("button.yrange-btn").click()
+        chart.locator("input.clip").check()
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); return document.querySelector("
+            "'[data-tag=\"train/loss\"]').dataset.offscale === '0'; }",
+            timeout=10_000,
+        )
+        assert not button.is_visible()
         assert errors == []
     finally:
         page.close()

@@ -516,6 +516,7 @@ export class Chart {
       if (this.clip) {
         const q = quantileRange(u.data.slice(1), CLIP_QUANTILES[0], CLIP_QUANTILES[1], this.logY);
         if (q) [lo, hi] = q;
+        if (this.offScale.length) this._showOffScale([]); // the percentiles replace the robust range
       } else if (this.robust) {
         // Only the rows in the x window count (uPlot's auto range does the same).
         const [i0, i1] = u.series[0].idxs ?? [];
