@@ -114,9 +114,17 @@ SELECT_JS = """(n) => new Promise((resolve) => {
   const H = window.innerHeight;
   const t0 = performance.now();
   let subscribed = null, synced = null;
+  // The drawing frames over the selection: [ms since the click, ms in its drawing calls].
+  const draws = [], stats = () => window.vdl.stats;
+  let frames = stats().frames, drawMs = stats().drawMs;
   document.querySelector('button.runs-all').click();
   const tick = () => {
     const now = performance.now();
+    if (stats().frames !== frames) {
+      draws.push([now - t0, stats().drawMs - drawMs]);
+      frames = stats().frames;
+      drawMs = stats().drawMs;
+    }
     const runs = window.vdl.connection.runs;
     if (subscribed === null && Array.isArray(runs) && runs.length === n) subscribed = now - t0;
     if (subscribed !== null && synced === null && window.vdl.sync.phase === 'ready') synced = now - t0;
@@ -124,8 +132,8 @@ SELECT_JS = """(n) => new Promise((resolve) => {
       const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < H; });
     const done = charts.length > 0 && charts.every(e => { const u = window.vdl.charts.get(e.dataset.tag);
       return u && u.series.slice(1).filter(s => !String(s.label).endsWith(' (raw)')).length === n; });
-    if (done) resolve({ ms: now - t0, charts: charts.length, subscribed_ms: subscribed, synced_ms: synced });
-    else if (now - t0 > 60000) resolve({ ms: null, charts: charts.length });
+    if (done) resolve({ ms: now - t0, charts: charts.length, subscribed_ms: subscribed, synced_ms: synced, draws });
+    else if (now - t0 > 60000) resolve({ ms: null, charts: charts.length, draws });
     else requestAnimationFrame(tick);
   };
   requestAnimationFrame(tick);
@@ -581,6 +589,14 @@ def _profile_lines(over: str, top: list[dict]) -> list[str]:
     return lines
 
 
+def _draws(sel: dict) -> str:
+    """The drawing frames of a selection, as "at ms (drawing calls ms)"."""
+    draws = sel.get("draws")
+    if draws is None:
+        return "not recorded"
+    return ", ".join(f"at {at:.0f} ms ({ms:.0f} ms)" for at, ms in draws) or "none"
+
+
 def fmt_ms(x: float | None) -> str:
     """``x`` milliseconds, or "—" when not measured."""
     return "—" if x is None else f"{x:.0f} ms"
@@ -650,6 +666,9 @@ def report(result: dict) -> str:
                 f" 100 runs no page read yet: {sel['server_alone_cold_s']:.2f} s;"
                 f" lines per chart: {sel['lines']})"
             )
+            out.append("")
+            out.append(f"Drawing frames over it: {_draws(sel)}; over the same 100 again: "
+                       f"{_draws(sel.get('again') or {})}")  # fmt: skip
             again = sel.get("again")
             if again and again.get("ms") is not None:
                 out.append("")

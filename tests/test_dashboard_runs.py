@@ -733,3 +733,100 @@ def test_the_drawn_runs_lead_the_table_and_the_header_is_one_row(sweep_server, b
         assert page.errors == []
     finally:
         page.close()
+
+
+Y_SCALE_JS = "(tag) => { const s = window.vdl.charts.get(tag).scales.y; return [s.min, s.max]; }"
+
+
+def test_a_diverging_run_is_left_off_the_default_y_range_and_named(tmp_path, browser):
+    # Of the sweep's 40 runs the page draws the newest ten, s00-r0030..39; two of them (31 and
+    # 32, sgd with a large learning rate) diverge: their losses reach 5e11, then NaN.
+    write_runs(tmp_path / "logs", n_runs=40, tags=2, points=400)
+    diverged = ["s00-r0031-sgd", "s00-r0032-sgd"]
+    server = start_serve(tmp_path / "logs")
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=30_000,
+        )
+        assert set(diverged) <= set(page.evaluate("() => window.vdl.connection.runs"))
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('train/loss');"
+            " return u && u.series.slice(1).filter(s => s.alpha === 1).length === 10; }",
+            timeout=15_000,
+        )
+        chart = page.locator('[data-tag="train/loss"]')
+        button = chart.locator("button.offscale")
+        # The default range is the eight healthy runs' (losses from 2.5 down), the two named.
+        lo, hi = page.evaluate(Y_SCALE_JS, "train/loss")
+        assert 2.5 < hi < 5 and lo < 0.5
+        assert button.is_visible() and "2" in button.inner_text()
+        assert all(name in button.get_attribute("title") for name in diverged)
+        assert chart.get_attribute("data-offscale") == "2"
+        assert button.get_attribute("aria-pressed") == "false"
+        # A chart without such a run shows its whole range and no button.
+        assert page.locator('[data-tag="train/acc"]').get_attribute("data-offscale") == "0"
+        assert not page.locator('[data-tag="train/acc"] button.offscale').is_visible()
+        page.evaluate(
+            "() => document.querySelector('[data-tag=\"train/loss\"]').scrollIntoView({block: 'center'})"
+        )
+        page.evaluate("() => window.vdl.drawAll()")
+        ARTIFACTS.mkdir(exist_ok=True)
+        chart.screenshot(path=str(ARTIFACTS / "runs-offscale.png"))
+        # The toggle: the full range, then the robust one again.
+        button.click()
+        page.wait_for_function(
+            f"() => {{ window.vdl.drawAll(); return ({Y_SCALE_JS})('train/loss')[1] > 1e11; }}",
+            timeout=10_000,
+        )
+        assert button.get_attribute("aria-pressed") == "true"
+        assert chart.get_attribute("data-offscale") == "2"
+        chart.screenshot(path=str(ARTIFACTS / "runs-offscale-full.png"))
+        button.click()
+        page.wait_for_function(
+            f"() => {{ window.vdl.drawAll(); return ({Y_SCALE_JS})('train/loss')[1] < 5; }}",
+            timeout=10_000,
+        )
+        assert button.get_attribute("aria-pressed") == "false"
+        # "Ignore outliers" (percentiles) replaces the robust range: the button goes.
+        chart.locator("button.yrange-btn").click()
+        chart.locator("input.clip").check()
+        page.wait_for_function(
+            "() => { window.vdl.drawAll(); return document.querySelector("
+            "'[data-tag=\"train/loss\"]').dataset.offscale === '0'; }",
+            timeout=10_000,
+        )
+        assert not button.is_visible()
+        assert errors == []
+    finally:
+        page.close()
+        stop_serve(server)
+
+
+def test_a_click_subscribes_within_its_own_task(sweep_server, browser):
+    # The page subscribes at the end of the click's task, before the frame the click dirtied is
+    # laid out and drawn (a timer ran after that frame: 50-200 ms later with 100 runs).
+    page = open_page(browser, sweep_server)
+    try:
+        page.click("button.runs-none")
+        page.wait_for_function(subscribed_to([]), timeout=10_000)
+        counts = page.evaluate(
+            """() => new Promise((resolve) => {
+              document.querySelector('button.runs-all').click();
+              const now = () => (window.vdl.connection.runs || []).length;
+              const inTask = [];
+              queueMicrotask(() => inTask.push(now()));  // after the page's own microtask
+              setTimeout(() => resolve({ inTask: inTask[0], later: now() }), 0);
+            })"""
+        )
+        assert counts == {"inTask": len(SWEEP), "later": len(SWEEP)}
+        page.wait_for_function(READY, timeout=20_000)
+        assert drawn_lines(page) == sorted(name for name, _, _ in SWEEP)
+        assert page.errors == []
+    finally:
+        page.close()

@@ -3,9 +3,9 @@
 // the floating tooltip of the values under the cursor, click-to-pin shared with its sync group, and
 // its tools: CSV/JSON/PNG downloads, fullscreen, a manual y range and outlier clipping.
 import uPlot from "uplot";
-import { parseBound, quantileRange, saveText, seriesCsv, seriesJson } from "./chartdata.js";
+import { parseBound, quantileRange, robustRange, saveText, seriesCsv, seriesJson } from "./chartdata.js";
 import { el, fileName } from "./dom.js";
-import { onLanguage, t } from "./i18n.js";
+import { onLanguage, t, tf } from "./i18n.js";
 import { icon } from "./icons.js";
 import { hideTooltip, showTooltip, sortRows } from "./tooltip.js";
 
@@ -109,6 +109,8 @@ export class Chart {
    * @param {() => string} [opts.xTitle] the x axis title (default: step, relative time or wall time)
    * @param {() => string} [opts.yTitle] the y axis title (default: the chart's title)
    * @param {[number, number]} [opts.yRange] fixed y range instead of auto
+   * @param {boolean} [opts.robust] the automatic y range leaves out the few lines that run far off
+   *   (chartdata.js, robustRange), names them in a button, which toggles the full range
    * @param {[number, number]} [opts.xRange] fixed x range instead of the data's
    * @param {(x: number) => ({x: number, values: {label: string, color: string, value: number, raw?: number, smoothed?: number, cells?: (number|string)[]}[], head?: string[]}|null)} [opts.lookup]
    *   the values to read out at an x (default: the drawn points nearest the cursor); values with
@@ -138,6 +140,7 @@ export class Chart {
     xTitle = null,
     yTitle = null,
     yRange = null,
+    robust = false,
     xRange = null,
     lookup = null,
     exportData = null,
@@ -164,6 +167,11 @@ export class Chart {
     this.yMin = null;
     this.yMax = null;
     this.clip = false;
+    /** Whether lines far off are left out of the automatic y range (`robust`), unless `fullRange`. */
+    this.robust = robust;
+    this.fullRange = false;
+    /** The lines left out of the y range at the last draw (their labels), or that would be. */
+    this.offScale = [];
     /** Whether the chart fills the window. */
     this.fullscreen = false;
     /** @type {uPlot|null} */
@@ -189,6 +197,7 @@ export class Chart {
     this.jsonBtn = tool("dl-json", "JSON", () => this.saveJson());
     this.pngBtn = tool("dl-png", "PNG", () => this.savePng());
     this.fullBtn = tool("fullscreen-btn", icon("fullscreen"), () => this.setFullscreen(!this.fullscreen));
+    this.offScaleBtn = el("button", { class: "offscale", type: "button", hidden: true, on: { click: () => this.setFullRange(!this.fullRange) } });
     const bound = (cls) =>
       el("input", { type: "text", inputmode: "decimal", class: cls, size: "7", spellcheck: "false", on: { input: () => this._onYInput() } });
     this.yMinInput = bound("ymin");
@@ -210,7 +219,7 @@ export class Chart {
     this.element = el(
       "section",
       { class: "chart", dataset, "aria-label": title },
-      el("header", {}, this.titleEl, el("span", { class: "chart-tools" }, this.resetBtn, this.yBtn, this.csvBtn, this.jsonBtn, this.pngBtn, this.fullBtn)),
+      el("header", {}, this.titleEl, el("span", { class: "chart-tools" }, this.offScaleBtn, this.resetBtn, this.yBtn, this.csvBtn, this.jsonBtn, this.pngBtn, this.fullBtn)),
       this.yPanel,
       this.plotBox,
       this.legendEl,
@@ -323,6 +332,17 @@ export class Chart {
     this.yMaxInput.value = max === null ? "" : String(max);
     this.clipInput.checked = this.clip;
     this.yError.textContent = "";
+    this._yChanged();
+  }
+
+  /**
+   * Show every line in the automatic y range (true), or leave the few far off out of it (false,
+   * the default of a `robust` chart).
+   * @param {boolean} on
+   */
+  setFullRange(on) {
+    this.fullRange = Boolean(on);
+    this._showOffScale(this.offScale);
     this._yChanged();
   }
 
@@ -441,6 +461,7 @@ export class Chart {
   }
 
   _relabelTools() {
+    this._showOffScale(this.offScale, true);
     this.resetBtn.title = t("reset");
     this.yBtn.title = t("yRange");
     this.csvBtn.title = t("saveCsv");
@@ -495,6 +516,15 @@ export class Chart {
       if (this.clip) {
         const q = quantileRange(u.data.slice(1), CLIP_QUANTILES[0], CLIP_QUANTILES[1], this.logY);
         if (q) [lo, hi] = q;
+        if (this.offScale.length) this._showOffScale([]); // the percentiles replace the robust range
+      } else if (this.robust) {
+        // Only the rows in the x window count (uPlot's auto range does the same).
+        const [i0, i1] = u.series[0].idxs ?? [];
+        const r = robustRange(u.data.slice(1), { i0: i0 ?? 0, i1: i1 ?? Infinity, log: this.logY });
+        const off = new Set();
+        for (const c of r ? [...r.above, ...r.below] : []) off.add(String(u.series[c + 1].label).replace(/ \(raw\)$/, ""));
+        this._showOffScale([...off]);
+        if (r && !this.fullRange) [lo, hi] = r.range;
       }
       if (lo === null || hi === null || !Number.isFinite(lo) || !Number.isFinite(hi)) [lo, hi] = this.logY ? [1, 10] : [0, 1];
       auto = this.logY ? uPlot.rangeLog(lo, hi, 10, true) : uPlot.rangeNum(lo, hi, 0.1, true);
@@ -508,6 +538,20 @@ export class Chart {
       else min = max - span;
     }
     return [min, max];
+  }
+
+  // The button naming the lines left out of the y range (or that would be, under the full range).
+  _showOffScale(labels, relabel = false) {
+    const same = labels.length === this.offScale.length && labels.every((l, i) => l === this.offScale[i]);
+    if (same && !relabel && this.offScaleBtn.getAttribute("aria-pressed") === String(this.fullRange)) return;
+    this.offScale = labels;
+    const b = this.offScaleBtn;
+    b.hidden = labels.length === 0;
+    b.textContent = tf("offScale", { n: labels.length });
+    b.title = `${tf("offScaleRuns", { runs: labels.join(", ") })} ${t(this.fullRange ? "offScaleClip" : "offScaleShow")}`;
+    b.setAttribute("aria-pressed", String(this.fullRange));
+    b.classList.toggle("active", this.fullRange);
+    this.element.dataset.offscale = String(labels.length);
   }
 
   _axisTitles() {

@@ -127,6 +127,78 @@ export function quantileRange(columns, lo = 0.01, hi = 0.99, positive = false) {
   return [at(lo), at(hi)];
 }
 
+/** How far out a line's top (bottom) must lie to be off the default scale: this many times the
+ * lines' spread (the larger of the tops' interquartile range and a typical line's own span). */
+export const ROBUST_FENCE = 3;
+/** The default scale leaves lines out only when that narrows it at least this many times: a
+ * diverging run whose loss reaches 1e11 squashes every other line flat; a run a little above the
+ * rest does not. */
+export const ROBUST_GAIN = 5;
+
+/**
+ * The default y range of many lines, robust to a few that run off (a diverging run, one spike):
+ * each column's finite extremes (between rows `i0` and `i1`) are compared with the others'; a
+ * column whose top lies more than ROBUST_FENCE spreads above the third quartile of the tops (or
+ * whose bottom as far below the first quartile of the bottoms) is left out of the range, when at
+ * least four columns have values, at most a quarter of them are left out, and the range narrows
+ * at least ROBUST_GAIN times. With `log`, only values > 0 count, compared in decades.
+ * @param {ArrayLike<number|null>[]} columns
+ * @param {{i0?: number, i1?: number, log?: boolean}} [opts]
+ * @returns {{range: [number, number], above: number[], below: number[]}|null} the range and the
+ *   indices of the columns left out above and below it; null when no column has a value
+ */
+export function robustRange(columns, { i0 = 0, i1 = Infinity, log = false } = {}) {
+  const ids = [];
+  const tops = [];
+  const bottoms = [];
+  columns.forEach((col, c) => {
+    let lo = Infinity;
+    let hi = -Infinity;
+    const end = Math.min(col.length - 1, i1);
+    for (let i = Math.max(0, i0); i <= end; i++) {
+      const v = col[i];
+      if (v === null || !Number.isFinite(v) || (log && !(v > 0))) continue;
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    if (hi < lo) return;
+    ids.push(c);
+    tops.push(log ? Math.log10(hi) : hi);
+    bottoms.push(log ? Math.log10(lo) : lo);
+  });
+  const n = ids.length;
+  if (n === 0) return null;
+  const back = (v) => (log ? 10 ** v : v);
+  const whole = () => [back(Math.min(...bottoms)), back(Math.max(...tops))];
+  if (n < 4) return { range: whole(), above: [], below: [] };
+  const quantile = (sorted, q) => {
+    const pos = q * (sorted.length - 1);
+    const i = Math.floor(pos);
+    return i + 1 < sorted.length ? sorted[i] + (sorted[i + 1] - sorted[i]) * (pos - i) : sorted[i];
+  };
+  const byValue = (a, b) => a - b;
+  const t = [...tops].sort(byValue);
+  const b = [...bottoms].sort(byValue);
+  const span = quantile(tops.map((top, k) => top - bottoms[k]).sort(byValue), 0.5);
+  const fenceHi = quantile(t, 0.75) + ROBUST_FENCE * Math.max(quantile(t, 0.75) - quantile(t, 0.25), span);
+  const fenceLo = quantile(b, 0.25) - ROBUST_FENCE * Math.max(quantile(b, 0.75) - quantile(b, 0.25), span);
+  const above = [];
+  const below = [];
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (let k = 0; k < n; k++) {
+    if (tops[k] > fenceHi) above.push(ids[k]);
+    else hi = Math.max(hi, tops[k]);
+    if (bottoms[k] < fenceLo) below.push(ids[k]);
+    else lo = Math.min(lo, bottoms[k]);
+  }
+  const [allLo, allHi] = [Math.min(...bottoms), Math.max(...tops)];
+  const narrowed = hi >= lo && (allHi - allLo) >= ROBUST_GAIN * Math.max(hi - lo, Number.MIN_VALUE);
+  const out = new Set([...above, ...below]).size;
+  if (!(above.length + below.length > 0 && out <= n / 4 && narrowed)) return { range: whole(), above: [], below: [] };
+  return { range: [back(lo), back(hi)], above, below };
+}
+
 /**
  * Parse a y-range input: "" means automatic (null); anything else must be a finite number.
  * @param {string} text

@@ -7,6 +7,19 @@ export const MAX_BUDGET_WAIT_MS = 1000;
 /** One display frame at 60 Hz: what a frame after a drawing one waits anyway. */
 export const FRAME_MS = 1000 / 60;
 
+/**
+ * Milliseconds until the rest of a batch is in, at the rate it came so far: `done` of `total`
+ * items arrived in `elapsedMs` (Infinity before the first one, 0 once all are in).
+ * @param {number} done
+ * @param {number} total
+ * @param {number} elapsedMs
+ */
+export function remainingMs(done, total, elapsedMs) {
+  if (done >= total) return 0;
+  if (done <= 0) return Infinity;
+  return (Math.max(0, elapsedMs) * (total - done)) / done;
+}
+
 export class FrameScheduler {
   /**
    * @param {object} [opts]
@@ -15,13 +28,23 @@ export class FrameScheduler {
    * @param {() => number} [opts.now] clock, injectable for tests
    * @param {number} [opts.budget] most share of the time spent drawing (0 < budget <= 1): a frame
    *   that took `d` ms to draw is followed by at least `d / budget` ms without drawing
+   * @param {(sinceDrawMs: number) => number} [opts.defer] asked before a paced frame draws, with
+   *   the milliseconds since the last drawing frame (or `restart`): milliseconds to put it off by
+   *   (0 or less: draw now); `flush` and `drawAll` never wait for it
    */
-  constructor({ requestFrame = (cb) => requestAnimationFrame(cb), minInterval = 0, now = () => performance.now(), budget = 1 } = {}) {
+  constructor({
+    requestFrame = (cb) => requestAnimationFrame(cb),
+    minInterval = 0,
+    now = () => performance.now(),
+    budget = 1,
+    defer = () => 0,
+  } = {}) {
     if (!(budget > 0 && budget <= 1)) throw new RangeError(`budget must be in (0, 1], got ${budget}`);
     this._requestFrame = requestFrame;
     this.minInterval = minInterval;
     this.budget = budget;
     this._now = now;
+    this.defer = defer;
     this._lastDraw = -Infinity;
     this._holdUntil = -Infinity;
     /**
@@ -132,6 +155,13 @@ export class FrameScheduler {
     if (this.paused) return;
     if (timed && this._now() < this._holdUntil) {
       this._schedule(); // asked for before a restart: wait until its interval is over
+      return;
+    }
+    const later = timed ? this.defer(this._now() - this._lastDraw) : 0;
+    if (later > 0 && this._dirty.size) {
+      // Put off (a partial redraw while the rest of a batch is due soon): asked again then.
+      this._pending = true;
+      setTimeout(() => this._requestFrame(() => this._frame(false, true)), later);
       return;
     }
     const t0 = this._now();

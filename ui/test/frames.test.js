@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { FRAME_MS, FrameScheduler, MAX_BUDGET_WAIT_MS } from "../src/frames.js";
+import { FRAME_MS, FrameScheduler, MAX_BUDGET_WAIT_MS, remainingMs } from "../src/frames.js";
 
 function setup() {
   const frames = [];
@@ -226,5 +226,43 @@ test("restart counts the interval from now", async () => {
   scheduler.restart();
   scheduler.mark(a);
   scheduler.flush();
+  assert.equal(a.renders, 3);
+});
+
+test("remainingMs: the rest of a batch at the rate so far", () => {
+  assert.equal(remainingMs(0, 100, 500), Infinity);
+  assert.equal(remainingMs(50, 100, 800), 800);
+  assert.equal(remainingMs(80, 100, 800), 200);
+  assert.equal(remainingMs(100, 100, 800), 0);
+  assert.equal(remainingMs(120, 100, 800), 0);
+  assert.equal(remainingMs(10, 100, -5), 0);
+});
+
+test("defer puts a paced frame off; flush and drawAll do not wait for it", async () => {
+  let wait = 30;
+  const asked = [];
+  const { scheduler, frames, runFrame, clock } = timed({ defer: (since) => (asked.push(since), wait) });
+  const a = { element: {}, renders: 0, render() { this.renders++; } };
+  scheduler.observe(a);
+  clock.now = 500;
+  scheduler.restart(); // the time since the last draw counts from here
+  clock.now = 620;
+  runFrame(); // put off: nothing drawn, no frame asked for until the wait is over
+  assert.deepEqual(asked, [120]);
+  assert.equal(a.renders, 0);
+  assert.equal(frames.length, 0);
+  scheduler.mark(a); // a mark meanwhile asks for no second frame
+  assert.equal(frames.length, 0);
+  await new Promise((r) => setTimeout(r, 45));
+  assert.equal(frames.length, 1);
+  wait = 0;
+  runFrame();
+  assert.equal(a.renders, 1);
+  wait = 1000;
+  scheduler.mark(a);
+  scheduler.flush();
+  assert.equal(a.renders, 2);
+  scheduler.mark(a);
+  scheduler.drawAll();
   assert.equal(a.renders, 3);
 });

@@ -1,7 +1,7 @@
 // Chart tools, histograms' step placement, badges and the report layout (issue 12, items 5-7).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { histogramSeries, parseBound, quantileRange, seriesCsv, seriesJson } from "../src/chartdata.js";
+import { histogramSeries, parseBound, quantileRange, robustRange, seriesCsv, seriesJson } from "../src/chartdata.js";
 import { columnEdges, labelledRidges, ridgeBases } from "../src/histogram.js";
 import { gridLayout, stamp } from "../src/report.js";
 import { placeBox, sortRows } from "../src/tooltip.js";
@@ -132,4 +132,64 @@ test("gridLayout makes rows as tall as their tallest box", () => {
   assert.equal(height, 190);
   assert.equal(gridLayout([], 2, 300, 10).height, 0);
   assert.equal(stamp(new Date(2026, 10, 30, 9, 5, 7)), "20261130-090507");
+});
+
+// Loss curves of `n` runs (2.5 down to 0.05-0.3), 200 points each; `diverge` of them blow up to 4e11.
+function losses(n, diverge = []) {
+  return Array.from({ length: n }, (_, r) =>
+    Array.from({ length: 200 }, (_, i) => {
+      const floor = 0.05 + (0.25 * r) / n;
+      const v = floor + (2.5 - floor) * Math.exp((-i / 200) * 8);
+      return diverge.includes(r) && i > 150 ? 2.5 * 10 ** ((i - 150) / 4.5) : v;
+    }),
+  );
+}
+
+test("robustRange leaves a diverging run out of the default scale, and names it", () => {
+  const cols = losses(10, [3]);
+  const r = robustRange(cols);
+  assert.deepEqual(r.above, [3]);
+  assert.deepEqual(r.below, []);
+  assert.equal(r.range[0], Math.min(...cols[0]));
+  assert.ok(Math.abs(r.range[1] - 2.5) < 1e-9);
+  // 100 runs, two diverged (as in the sweep); nulls and NaN (a run ending in NaN) are skipped.
+  const many = losses(100, [7, 42]);
+  many[42][199] = NaN;
+  many[5][10] = null;
+  assert.deepEqual(robustRange(many).above, [7, 42]);
+  // On a log scale too, in decades.
+  assert.deepEqual(robustRange(cols, { log: true }).above, [3]);
+});
+
+test("robustRange keeps every line when none runs off far, or too many would be left out", () => {
+  // Healthy curves: the whole range.
+  const healthy = robustRange(losses(10));
+  assert.deepEqual([healthy.above, healthy.below], [[], []]);
+  assert.equal(healthy.range[1], 2.5);
+  // Fewer than four lines: nothing is called an outlier.
+  assert.deepEqual(robustRange(losses(3, [1])).above, []);
+  // A third of the runs diverge: that is the data, not a few outliers.
+  assert.deepEqual(robustRange(losses(9, [0, 1, 2])).above, []);
+  // A run a little above the rest stays in; far above, it is left out.
+  const cols = losses(8);
+  cols[2] = cols[2].map((v) => v + 5);
+  assert.deepEqual(robustRange(cols).above, []);
+  cols[2] = cols[2].map((v) => v + 50);
+  assert.deepEqual(robustRange(cols).above, [2]);
+  // Beyond the fence but narrowing the scale less than ROBUST_GAIN times: kept.
+  const ramps = Array.from({ length: 8 }, () => [0, 0.5, 1]);
+  ramps[1] = [0, 2, 4.5];
+  assert.deepEqual(robustRange(ramps).above, []);
+  ramps[1] = [0, 2, 5.5];
+  assert.deepEqual(robustRange(ramps).above, [1]);
+  // A spike far below (a bad reading) is left out below.
+  const low = losses(8);
+  low[4][100] = -1e9;
+  const r = robustRange(low);
+  assert.deepEqual([r.above, r.below], [[], [4]]);
+  assert.ok(r.range[0] > 0);
+  // Only the rows in view count (a zoom), and a column without values is skipped.
+  const zoomed = losses(10, [3]);
+  assert.deepEqual(robustRange(zoomed, { i0: 0, i1: 100 }).above, []);
+  assert.equal(robustRange([[null, NaN], []]), null);
 });

@@ -122,6 +122,8 @@ export class ScalarsView {
       group: this.ctx.syncGroup(syncKey),
       xKind: state.xKind,
       logY: state.logY,
+      // One diverging run among many would squash every other line flat at the bottom.
+      robust: true,
       source: (c) => this._lines(c, tag),
       lookup: (x) => this._lookup(tag, x),
       exportData: () => scalarSeries(this.ctx.store, this.ctx.state, tag),
