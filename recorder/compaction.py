@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
 import struct
 import subprocess
 import sys
@@ -473,9 +472,12 @@ class CompactionProcess:
     own thread meanwhile) and again by the next call after it ended (:attr:`restarts`); a build it
     did not answer raises :class:`CompactionProcessLost`. After
     ``max_losses`` losses in a row without an answer between them it is no longer
-    :attr:`usable` and units are built in the owner's thread instead. On Linux the process
-    is killed when its owner dies (``PR_SET_PDEATHSIG``), so it never writes into a run another
-    writer has reopened.
+    :attr:`usable` and units are built in the owner's thread instead. The process exits the
+    moment its owner dies, mid-build too: it holds the read end of a pipe (its *lifeline*) whose
+    only write end the owner keeps, and a thread of its own waits for that end to close, so it
+    never writes into a run another writer has reopened. (Not ``PR_SET_PDEATHSIG``: that signal
+    follows the *thread* that started the process, and a worker thread that retires would take
+    the process with it.)
 
     One build at a time (a lock serialises them); safe to call from any thread. :meth:`close`
     ends the process (also as a context manager).
@@ -491,6 +493,7 @@ class CompactionProcess:
         self.units = 0  # blocks built
         self.pid: int | None = None
         self._proc: subprocess.Popen | None = None
+        self._lifeline: int | None = None  # the write end of the running process's lifeline
         self._up = False  # the running process sent its "ready" message
         self._done_cpu = 0.0  # CPU of the processes that ended
         self._cpu = 0.0  # the running process's CPU as of its last answer
@@ -578,12 +581,23 @@ class CompactionProcess:
         # The same recorder as this process's, wherever it is imported from.
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER, str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": path},
-        )
+        # Both ends non-inheritable (os.pipe's default): the read end goes to this process only
+        # (pass_fds), and no other child keeps the write end, so it closes exactly when we do.
+        lifeline, self._lifeline = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _WORKER, str(lifeline)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": path},
+                pass_fds=(lifeline,),
+            )
+        except BaseException:
+            os.close(self._lifeline)
+            self._lifeline = None
+            raise
+        finally:
+            os.close(lifeline)
         self.pid = self._proc.pid
         self._cpu = 0.0
         self._up = False
@@ -601,6 +615,9 @@ class CompactionProcess:
             with contextlib.suppress(OSError):
                 f.close()
         proc.wait()
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
         self._done_cpu += self._cpu
         self._cpu = 0.0
         self._proc = None
@@ -646,20 +663,30 @@ def _receive(f: Any) -> dict:
     return msgpack.unpackb(data, raw=False)
 
 
-# The compaction process: ``python -c _WORKER <owner pid>``; requests on stdin, answers on stdout.
+# The compaction process: ``python -c _WORKER <lifeline fd>``; requests on stdin, answers on
+# stdout.
 _WORKER = "import sys; from recorder.compaction import serve_builds; serve_builds(int(sys.argv[1]))"
 
 
-def serve_builds(owner: int) -> None:
-    """The compaction process's loop: build the blocks its owner asks for until its input
-    closes (see :class:`CompactionProcess`). Dies with its owner."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _exit_with_owner(lifeline: int) -> None:
+    """Wait for the owner's end of the lifeline to close (its death, or close()), then exit at
+    once, whatever the process is doing."""
+    while True:
+        try:
+            if not os.read(lifeline, 1):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    os._exit(0)
 
-        pr_set_pdeathsig = 1  # <linux/prctl.h>
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != owner:
-        return  # the owner died before the signal was asked for
+
+def serve_builds(lifeline: int) -> None:
+    """The compaction process's loop: build the blocks its owner asks for until its input
+    closes (see :class:`CompactionProcess`). Exits as soon as the ``lifeline`` pipe's write
+    end, held by the owner alone, closes."""
+    threading.Thread(target=_exit_with_owner, args=(lifeline,), daemon=True).start()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write into the answers' pipe
     times = os.times()

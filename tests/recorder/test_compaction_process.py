@@ -138,6 +138,29 @@ def test_a_killed_process_loses_nothing_and_another_takes_over(tmp_path, process
     assert contents(run)[0] == list(range(39))
 
 
+def test_the_process_outlives_the_thread_that_started_it(tmp_path):
+    """A process started from a worker thread that then ends (a trio worker thread retires
+    after a while idle) keeps serving: its life follows its owner process, not that thread."""
+    with CompactionProcess() as process:
+        starter = threading.Thread(target=process.ready, args=(60,))
+        starter.start()
+        starter.join(90)
+        assert process.ready(timeout=60)
+        pid = process.pid
+        w = RunWriter(
+            tmp_path / "r",
+            sync="never",
+            compact_records=4,
+            defer_compaction=True,
+            compaction_process=process,
+        )
+        write(w, 0, 9)
+        assert w.compact() is False
+        w.close()
+        assert process.units > 0 and process.restarts == 0 and process.pid == pid
+    assert contents(tmp_path / "r")[3] == list(range(9))
+
+
 def test_the_process_dies_with_its_owner_and_the_run_recovers(tmp_path):
     run, held = tmp_path / "r", tmp_path / "held"
     owner = subprocess.Popen(
