@@ -854,7 +854,6 @@ async def test_a_run_that_goes_quiet_is_settled_at_once_not_after_seconds(tmp_pa
     client = coredis.Redis.from_url(redis_server.url)
     with trio.fail_after(10):
         async with client, trio.open_nursery() as nursery:
-            writer._publisher = client
             nursery.start_soon(writer._publish_loop)
             writer.publish(one)  # at ingest
             await wait_until(
@@ -901,41 +900,25 @@ async def test_a_round_of_several_runs_reaches_a_blocked_reader_in_one_xread(
     from vdl_stream.broker import Broker
     from vdl_stream.codec import Batch, ScalarColumns
 
-    class Counting:
-        """The reader's client, counting the XREADs that returned entries."""
-
-        def __init__(self, client: coredis.Redis) -> None:
-            self.client, self.returned = client, 0
-
-        def __getattr__(self, name: str):
-            return getattr(self.client, name)
-
-        async def xread(self, *args, **kwargs):
-            result = await self.client.xread(*args, **kwargs)
-            self.returned += bool(result)
-            return result
-
     runs = ["r1", "r2", "r3"]
     steps = np.arange(10, dtype=np.int64)
     writer = Bus(Broker(tmp_path / "a"), redis_server.url)
     receiver = Bus(Broker(tmp_path / "b"), redis_server.url)
-    fanned: list[tuple[int, str]] = []  # (XREADs returned so far, run) of each fan-out
+    fanned: list[tuple[int, str]] = []  # (XREADs that returned so far, run) of each fan-out
     fan_out = receiver.broker._bus_fan_out
 
     def recording(run, scalars, events):
-        fanned.append((reader.returned, run))
+        fanned.append((receiver.statistics().reads, run))
         fan_out(run, scalars, events)
 
     receiver.broker._bus_fan_out = recording
-    publishing, reading, probe = (coredis.Redis.from_url(redis_server.url) for _ in range(3))
-    reader = Counting(reading)
+    probe = coredis.Redis.from_url(redis_server.url)
 
     async def blocked() -> bool:
         return int((await probe.info("clients"))["blocked_clients"]) == 1
 
     with trio.fail_after(15):
-        async with publishing, reading, probe, trio.open_nursery() as nursery:
-            writer._publisher, receiver._redis = publishing, reader
+        async with probe, trio.open_nursery() as nursery:
             nursery.start_soon(writer._publish_loop)
             nursery.start_soon(receiver._read_from_now)
             await wait_until(lambda: receiver._connected, 5, "the reader to start")
@@ -949,7 +932,7 @@ async def test_a_round_of_several_runs_reaches_a_blocked_reader_in_one_xread(
             while not await blocked():  # the reader waits in XREAD BLOCK again
                 assert trio.current_time() < end, "the reader never blocked"
                 await trio.sleep(0.01)
-            woken = reader.returned + 1  # the number of the XREAD the round wakes
+            woken = receiver.statistics().reads + 1  # the number of the XREAD the round wakes
             for run in runs:  # one publish round: queued together, before the loop runs
                 writer.publish(Batch("w", 1, run, [ScalarColumns("loss", steps, steps, steps)], []))
             await wait_until(lambda: len(fanned) == len(runs), 5, "every run fanned out")

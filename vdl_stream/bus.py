@@ -98,7 +98,7 @@ from urllib.parse import urlsplit
 import msgpack
 import trio
 
-from . import bus_trace, codec
+from . import bus_resp, bus_trace, codec
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
 
@@ -189,6 +189,8 @@ class BusStatistics:
         gaps: holes found in other brokers' entries (their subscribers were sent a gap).
         refused_leased: batches refused because another broker holds their run.
         leases_lost: leases found taken or expired while this broker thought it held them.
+        reads: XREADs that returned entries of other brokers or announcements (each round
+            of another broker costs one when this broker's reader waits for it).
         entries: stream entries added (one per publish round; each holds one or more of the
             ``published`` batches of one or more runs).
         stages: with ``VDL_STREAM_BUS_TRACE=1`` only, the ages of points at each stage of the
@@ -208,6 +210,7 @@ class BusStatistics:
     refused_leased: int
     leases_lost: int
     entries: int = 0
+    reads: int = 0
     stages: dict[str, Any] | None = None
 
 
@@ -289,7 +292,8 @@ class Bus:
             int(queue)
         )
         self._redis: Any = None
-        self._publisher: Any = None  # the publish loop's client (connections of its own)
+        # The publish loop's connection (vdl_stream/bus_resp.py; opened again after a failure).
+        self._publisher: bus_resp.Connection | None = None
         # run -> monotonic time until which this broker may write it (read by the persist thread)
         self._held: dict[str, float] = {}
         self._used: dict[str, float] = {}  # run -> monotonic time of its last batch
@@ -316,7 +320,7 @@ class Bus:
         self._connected = False
         self._published = self._dropped = self._received = self._gaps = 0
         self._refused_leased = self._leases_lost = self._queue_peak = 0
-        self._entries = 0
+        self._entries = self._reads = 0
         self._xread_at = 0.0
         broker._bus = self
 
@@ -517,6 +521,7 @@ class Bus:
             refused_leased=self._refused_leased,
             leases_lost=self._leases_lost,
             entries=self._entries,
+            reads=self._reads,
             stages=bus_trace.latest() if bus_trace.ON else None,
         )
 
@@ -530,16 +535,15 @@ class Bus:
         """
         import coredis  # the bus extra: the default single-machine path never imports it
 
+        # Leases through coredis; the hot commands (the publish loop's XADDs, the read loop's
+        # XREADs) on connections of their own (vdl_stream/bus_resp.py), each used by its loop's
+        # task alone: no hand-off to a writer task and back from a reader task per command, and
+        # a lease's renewal never waits behind a round of large entries (a busy broker could
+        # lose every lease at once when two renewals timed out).
         self._redis = coredis.Redis.from_url(
-            self.url, stream_timeout=READ_BLOCK_MS / 1000 + 5, connect_timeout=COMMAND_TIMEOUT
-        )
-        # The publisher's pipelines on connections of their own: a lease's renewal, queued on a
-        # connection behind a pipeline of large entries, waited for that pipeline's answers too
-        # (and a busy broker could lose every lease at once when two renewals timed out).
-        self._publisher = coredis.Redis.from_url(
             self.url, stream_timeout=COMMAND_TIMEOUT * 2, connect_timeout=COMMAND_TIMEOUT
         )
-        async with self._redis, self._publisher, trio.open_nursery() as nursery:
+        async with self._redis, trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_loop)
             nursery.start_soon(self._read_loop)
             nursery.start_soon(self._lease_loop)
@@ -563,11 +567,6 @@ class Bus:
         :data:`PUBLISH_TICK`; settlement records of quiet runs when due."""
         last = -float("inf")
         stream = self._bus_key(self.id)
-        trim = {  # the stream, bounded
-            "trim_strategy": _token("MAXLEN"),
-            "threshold": self._maxlen,
-            "trim_operator": _token("APPROXIMATELY"),
-        }
         while True:
             items: list[tuple[str, int, bytes | Batch]] = []
             # Wake for the first batch, or when the oldest quiet run's settlement is due (the
@@ -604,30 +603,39 @@ class Bus:
             for w in walls:
                 bus_trace.age("3_xadd_sent", w)
             batches = sum(n - m + 1 for _, m, n, _ in entries if n > 0)
+            # Announcements first: a reader learns a broker's stream from its first announcement,
+            # and a run's from its own. All in one write, the answers read in one go.
+            commands: list[tuple[bytes | str | int, ...]] = [
+                (
+                    "XADD",
+                    self._registry,
+                    "MAXLEN",
+                    "~",
+                    REGISTRY_MAXLEN,
+                    "*",
+                    "run",
+                    run,
+                    "b",
+                    self.id,
+                )
+                for run in registry
+            ]
+            if entries:
+                fields = _round_fields(self.id, entries, written)
+                commands.append(("XADD", stream, "MAXLEN", "~", self._maxlen, "*", *_flat(fields)))
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
-                    if not registry:
-                        # The common round: one command, without a pipeline's own cost.
-                        await self._publisher.xadd(
-                            stream, _round_fields(self.id, entries, written), **trim
-                        )
-                    else:
-                        async with self._publisher.pipeline(transaction=False) as pipe:
-                            # Announcements first: a reader learns a broker's stream from its
-                            # first announcement, and a run's from its own.
-                            for run in registry:
-                                pipe.xadd(
-                                    self._registry,
-                                    {"run": run, "b": self.id},
-                                    trim_strategy=_token("MAXLEN"),
-                                    threshold=REGISTRY_MAXLEN,
-                                    trim_operator=_token("APPROXIMATELY"),
-                                )
-                            if entries:
-                                pipe.xadd(stream, _round_fields(self.id, entries, written), **trim)
+                    if self._publisher is None:
+                        self._publisher = await bus_resp.open_connection(self.url)
+                    for reply in await self._publisher.pipeline(commands):
+                        if isinstance(reply, bus_resp.ReplyError):
+                            raise reply
             except Exception as exc:
                 if not _redis_failure(exc):
                     raise
+                if self._publisher is not None:
+                    await self._publisher.aclose()
+                    self._publisher = None
                 self._dropped += batches
                 log.debug("publishing to the bus failed: %s", exc)
                 continue
@@ -670,22 +678,31 @@ class Bus:
 
     async def _read_from_now(self) -> None:
         """Read every other broker's stream from the present on (returns only by raising)."""
-        redis = self._redis
         with trio.fail_after(COMMAND_TIMEOUT):
-            now = await redis.time()
-        start = f"{int(now.timestamp() * 1000)}-0"
+            redis = await bus_resp.open_connection(self.url)
+        try:
+            await self._read(redis)
+        finally:
+            await redis.aclose()
+
+    async def _read(self, redis: bus_resp.Connection) -> None:
+        with trio.fail_after(COMMAND_TIMEOUT):
+            seconds, micros = await redis.call("TIME")
+        start = f"{int(seconds) * 1000 + int(micros) // 1000}-0"
         # The registry, and each broker's stream once the registry names it. Runs and brokers
         # already registered are read from now: what they hold before is in the files.
         streams: dict[str, str] = {self._registry: start}
         followed: set[str] = set()  # runs announced (the reader fans out their records)
         with trio.fail_after(COMMAND_TIMEOUT * 5):
-            entries = await redis.xrevrange(self._registry, count=REGISTRY_MAXLEN)
-        for entry in entries:
-            run = _text(entry.field_values.get(b"run"))
+            announced = bus_resp.entries(
+                await redis.call("XREVRANGE", self._registry, "+", "-", "COUNT", REGISTRY_MAXLEN)
+            )
+        for _, fields in announced:
+            run = _text(fields.get(b"run"))
             if run and run not in followed:
                 followed.add(run)
                 self.broker._bus_learn(run)
-            self._follow(streams, entry.field_values.get(b"b"), start)
+            self._follow(streams, fields.get(b"b"), start)
         if not self._connected:
             self._connected = True
             self.broker._bus_gap(None)  # frames were lost while away: re-sync from snapshots
@@ -695,15 +712,28 @@ class Bus:
         registry = self._registry.encode()
         swept = time.monotonic()
         while True:
-            result = await redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS) or {}
+            with trio.fail_after(READ_BLOCK_MS / 1000 + 5):
+                result = bus_resp.streams(
+                    await redis.call(
+                        "XREAD",
+                        "COUNT",
+                        READ_COUNT,
+                        "BLOCK",
+                        READ_BLOCK_MS,
+                        "STREAMS",
+                        *streams,
+                        *streams.values(),
+                    )
+                )
             self._xread_at = time.time()
+            self._reads += bool(result)
             for key, entries in result.items():
                 if entries:
-                    streams[key.decode()] = entries[-1].identifier.decode()
+                    streams[key.decode()] = entries[-1][0].decode()
             # Announcements first: a run announced in the rounds' reply is followed before its
             # records are fanned out, and a new broker's stream is read from its announcement.
-            for entry in result.get(registry, ()):
-                run = _text(entry.field_values.get(b"run"))
+            for identifier, fields in result.get(registry, ()):
+                run = _text(fields.get(b"run"))
                 if run and run not in followed:
                     followed.add(run)
                     # A run known here already (from its files) may have records from before
@@ -711,16 +741,16 @@ class Bus:
                     # restart): its subscribers re-sync.
                     if self.broker._bus_learn(run):
                         self.broker._bus_gap(run)
-                ms = int(entry.identifier.split(b"-")[0])
+                ms = _entry_id(identifier)[0]
                 # Its broker's next round may get an id of the same millisecond below this
                 # entry's: read that stream from the millisecond before.
-                self._follow(streams, entry.field_values.get(b"b"), f"{ms - 1}-{2**64 - 1}")
+                self._follow(streams, fields.get(b"b"), f"{ms - 1}-{2**64 - 1}")
             runs: dict[str, list[Record]] = {}
             for at, source, fields in sorted(  # the rounds of every broker in Redis's order
-                (_entry_id(entry.identifier), key, entry.field_values)
+                (_entry_id(identifier), key, fields)
                 for key, entries in result.items()
                 if key != registry
-                for entry in entries
+                for identifier, fields in entries
             ):
                 try:
                     for run, record in _records(fields, at[0] / 1000):
@@ -732,9 +762,9 @@ class Bus:
             if time.monotonic() - swept >= 1.0:  # runs that went quiet keep nothing for long
                 swept = time.monotonic()
                 self._sweep(swept)
-            # No checkpoint here: the next XREAD yields anyway (its request goes out through
-            # coredis's writer task), and on a busy host each extra pass of the scheduler
-            # before it is sent is time the next entries wait in Redis.
+            # No checkpoint here: the next XREAD's send and receive yield anyway, and on a
+            # busy host each extra pass of the scheduler before it is sent is time the next
+            # entries wait in Redis.
 
     def _follow(self, streams: dict[str, str], broker: Any, start: str) -> None:
         """Read ``broker``'s stream from ``start`` on, unless it is read already or this one's."""
@@ -1026,10 +1056,9 @@ def _merge(batches: list[Batch], n: int) -> Batch:
     )
 
 
-def _token(name: str) -> Any:
-    from coredis import PureToken
-
-    return getattr(PureToken, name)
+def _flat(fields: dict[str, Any]) -> list[Any]:
+    """A stream entry's fields as XADD's arguments: name, value, name, value..."""
+    return [x for pair in fields.items() for x in pair]
 
 
 def _text(value: Any) -> str | None:
@@ -1047,7 +1076,9 @@ def _redis_failure(exc: BaseException) -> bool:
 
     if isinstance(exc, BaseExceptionGroup):
         return all(_redis_failure(e) for e in exc.exceptions)
-    return isinstance(exc, (RedisError, OSError, TimeoutError, trio.TooSlowError))
+    return isinstance(
+        exc, (RedisError, bus_resp.ReplyError, OSError, TimeoutError, trio.TooSlowError)
+    )
 
 
 def _describe(exc: BaseException) -> str:
