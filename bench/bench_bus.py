@@ -16,9 +16,11 @@ not counted); without it, what ``PYTHONDONTWRITEBYTECODE=1`` gives: every module
 The other three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
 the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing one log directory:
 
-0. ``hop``: Redis alone, through coredis on trio as the bus uses it: one pipelined ``XADD`` of a
-   600-byte entry every 4 ms, read back by a blocked ``XREAD`` in the same process; latency from
-   before the XADD to the XREAD's return (500 entries).
+0. ``hop``: Redis alone: one ``XADD`` of a 600-byte entry every 4 ms, read back by a blocked
+   ``XREAD`` in the same process; latency from before the XADD to the XREAD's return (500
+   entries), through coredis on trio (a pipeline of one, as the bus used it before) and through
+   the bus's own RESP connections (``vdl_stream/bus_resp.py``, as it uses them now), alternated
+   ``--repeat`` times; with each round's CPU time.
 1. ``latency``: 48 raw ``/ws/ingest`` writers, 16 per broker (a process of writers per broker),
    each in its own run and paced so that together they send ``--rate`` events/s (batches of 25
    points); one ``/ws/live`` client per broker (each its own process) subscribed to every run
