@@ -939,3 +939,44 @@ async def test_a_round_of_several_runs_reaches_a_blocked_reader_in_one_xread(
             nursery.cancel_scope.cancel()
     assert sorted(fanned) == [(woken, run) for run in runs]
     assert writer.statistics().entries == 1  # the round: one entry
+
+
+async def test_a_publish_round_goes_without_waiting_for_the_previous_rounds_answer(
+    tmp_path, redis_server
+):
+    """The publish loop writes a round and goes on; the ack loop reads the answers. While Redis
+    holds every write (``CLIENT PAUSE ... WRITE``), a second round is still sent; both are
+    counted published once Redis answers; and a round left unanswered past the command timeout
+    is counted dropped, its connection closed, the next round sent on a new one."""
+    import coredis
+    from coredis import PureToken
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.bus import COMMAND_TIMEOUT
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    steps = np.arange(10, dtype=np.int64)
+    writer = Bus(Broker(tmp_path / "a"), redis_server.url)
+
+    def batch(seq: int) -> Batch:
+        return Batch("w", seq, "r", [ScalarColumns("loss", steps, steps, steps)], [])
+
+    admin = coredis.Redis.from_url(redis_server.url)
+    with trio.fail_after(20):
+        async with admin, trio.open_nursery() as nursery:
+            nursery.start_soon(writer._publish_loop)
+            await admin.client_pause(int(COMMAND_TIMEOUT * 1000), PureToken.WRITE)
+            writer.publish(batch(1))
+            await wait_until(lambda: writer.statistics().entries == 1, 5, "the first round sent")
+            writer.publish(batch(2))
+            await wait_until(lambda: writer.statistics().entries == 2, 5, "the second round sent")
+            assert writer.statistics().published == 0  # Redis has answered neither yet
+            await wait_until(lambda: writer.statistics().published == 2, 5, "both answered")
+            # Unanswered past the command timeout: dropped, and the next round goes on anew.
+            await admin.client_pause(int(COMMAND_TIMEOUT * 4000), PureToken.WRITE)
+            writer.publish(batch(3))
+            await wait_until(lambda: writer.statistics().dropped == 1, 10, "the round dropped")
+            await admin.client_unpause()
+            writer.publish(batch(4))
+            await wait_until(lambda: writer.statistics().published == 3, 5, "a round on anew")
+            nursery.cancel_scope.cancel()

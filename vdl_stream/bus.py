@@ -135,6 +135,9 @@ PUBLISH_ROUND = 1024
 #: broker (30,000 events/s on 3 brokers) every batch came within a tick of the previous round and
 #: waited about half a tick, while few were merged (a run sends one batch every 40 ms).
 PUBLISH_TICK = 0.002
+#: Publish rounds sent and not yet answered, at most: past it the publish loop waits (and the
+#: batches queued meanwhile go in one larger round).
+IN_FLIGHT = 64
 #: Frames of a run fanned out from another broker and not yet reported written by it, kept at
 #: most (per run, and seconds), to be sent again after a snapshot of that run.
 UNSETTLED_KEPT = 256
@@ -562,9 +565,15 @@ class Bus:
 
     async def _publish_loop(self) -> None:
         """Move queued batches to this broker's stream: one entry per round, holding a record per
-        run (:func:`_round_fields`); the round's run announcements go before it in one round
-        trip (pipelined; a round without any as a plain ``XADD``); rounds start at most once a
-        :data:`PUBLISH_TICK`; settlement records of quiet runs when due."""
+        run (:func:`_round_fields`), after the round's run announcements, in one write; rounds
+        start at most once a :data:`PUBLISH_TICK`, without waiting for the previous round's
+        answers (:meth:`_ack_loop` reads them); settlement records of quiet runs when due."""
+        sent, answers = trio.open_memory_channel[_Sent](IN_FLIGHT)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._ack_loop, answers)
+            await self._publish_rounds(sent)
+
+    async def _publish_rounds(self, sent: trio.MemorySendChannel[_Sent]) -> None:
         last = -float("inf")
         stream = self._bus_key(self.id)
         while True:
@@ -625,11 +634,9 @@ class Bus:
                 commands.append(("XADD", stream, "MAXLEN", "~", self._maxlen, "*", *_flat(fields)))
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
-                    if self._publisher is None:
+                    if self._publisher is None or self._publisher.closed:
                         self._publisher = await bus_resp.open_connection(self.url)
-                    for reply in await self._publisher.pipeline(commands):
-                        if isinstance(reply, bus_resp.ReplyError):
-                            raise reply
+                    await self._publisher.send(commands)
             except Exception as exc:
                 if not _redis_failure(exc):
                     raise
@@ -639,8 +646,30 @@ class Bus:
                 self._dropped += batches
                 log.debug("publishing to the bus failed: %s", exc)
                 continue
-            self._published += batches
             self._entries += bool(entries)
+            # Its answers are the ack loop's: the next round goes without waiting for them. At
+            # most IN_FLIGHT rounds unanswered (each is answered, or its connection closed,
+            # within COMMAND_TIMEOUT * 2 of its send).
+            await sent.send((self._publisher, len(commands), batches, walls, trio.current_time()))
+
+    async def _ack_loop(self, sent: trio.MemoryReceiveChannel[_Sent]) -> None:
+        """Read the answers of the rounds the publish loop sent, in order: count their batches
+        published, or dropped (an error answer, or none within ``COMMAND_TIMEOUT * 2`` of the
+        send: the connection is closed, and the publish loop opens another)."""
+        async for connection, count, batches, walls, at in sent:
+            try:
+                with trio.fail_at(at + COMMAND_TIMEOUT * 2):
+                    for reply in await connection.receive(count):
+                        if isinstance(reply, bus_resp.ReplyError):
+                            raise reply
+            except Exception as exc:
+                if not _redis_failure(exc):
+                    raise
+                await connection.aclose()
+                self._dropped += batches
+                log.debug("publishing to the bus failed: %s", exc)
+                continue
+            self._published += batches
             for w in walls:
                 bus_trace.age("4_xadd_acked", w)
 
@@ -1054,6 +1083,11 @@ def _merge(batches: list[Batch], n: int) -> Batch:
     return Batch(
         writer=batches[0].writer, seq=n, run=batches[0].run, scalars=scalars, events=events
     )
+
+
+#: A publish round sent, for the ack loop: the connection, its number of commands, the batches
+#: it carries, their points' wall times (tracing only) and when it was sent (trio's clock).
+_Sent = tuple[bus_resp.Connection, int, int, list[Any], float]
 
 
 def _flat(fields: dict[str, Any]) -> list[Any]:

@@ -4,8 +4,9 @@ coredis (which the bus keeps for leases and everything else) sends each command 
 writer task of its connection and hands each answer back through a reader task: two extra
 passes of the broker's scheduler per command on top of the socket's, and on a busy 2-core host
 each pass is time a live point waits (docs/performance.md, "Cross-broker latency"). The bus's
-publish loop and read loop each own a :class:`Connection` here and use it from their own task
-alone: the task writes its command to the socket and reads the answer itself.
+read loop owns a :class:`Connection` here: its task writes each XREAD to the socket and reads
+the answer itself. Its publish loop writes each round's XADD to another, and an ack task reads
+those answers, so that a round never waits for the previous one's answer.
 
 The codec is I/O-free (:func:`encode`, :func:`parse`), tested without sockets; the connection is
 a thin trio shell around it. Only what the bus sends is supported: commands of bytes, str and
@@ -128,17 +129,26 @@ def streams(reply: Any) -> dict[bytes, list[tuple[bytes, dict[bytes, bytes]]]]:
 
 
 class Connection:
-    """One connection to Redis, for one task at a time: each call writes its commands and reads
-    their answers itself. Open it with :func:`open_connection`.
+    """One connection to Redis. Open it with :func:`open_connection`.
 
-    A call that fails or is cancelled midway leaves the connection unusable (an answer may be
-    half read): it is closed, and every later call raises :class:`ConnectionError`.
+    Either one task calls :meth:`call` or :meth:`pipeline` (it writes the commands and reads
+    their answers itself), or one task sends with :meth:`send` while another reads the answers,
+    in order, with :meth:`receive` (so that a sender never waits for an answer).
+
+    A send or a receive that fails or is cancelled midway leaves the connection unusable (a
+    command may be half written, an answer half read): it is closed, and every later call
+    raises :class:`ConnectionError`.
     """
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self._stream = stream
         self._buffer = b""
         self._broken = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is closed (lost, or by :meth:`aclose`)."""
+        return self._broken
 
     async def call(self, *args: bytes | str | int) -> Any:
         """Send one command and return its answer.
@@ -159,14 +169,38 @@ class Connection:
         Raises:
             ConnectionError: the connection was lost (now or by an earlier call).
         """
+        await self.send(commands)
+        return await self.receive(len(commands))
+
+    async def send(self, commands: Sequence[Sequence[bytes | str | int]]) -> None:
+        """Send ``commands`` in one write; their answers are for :meth:`receive`.
+
+        Raises:
+            ConnectionError: the connection was lost (now or by an earlier call).
+        """
+        data = b"".join(encode(*command) for command in commands)
         if self._broken:
             raise ConnectionError("the Redis connection was lost by an earlier command")
-        self._broken = True  # until every answer is read: a cancellation leaves it so
         try:
-            await self._stream.send_all(b"".join(encode(*command) for command in commands))
+            await self._stream.send_all(data)
+        except BaseException as exc:
+            await self.aclose()
+            if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
+                raise ConnectionError(f"the Redis connection was lost: {exc}") from None
+            raise
+
+    async def receive(self, count: int) -> list[Any]:
+        """The next ``count`` answers, in order (an error answer as a :class:`ReplyError`).
+
+        Raises:
+            ConnectionError: the connection was lost (now or by an earlier call).
+        """
+        if self._broken:
+            raise ConnectionError("the Redis connection was lost by an earlier command")
+        try:
             replies = []
             pos = 0
-            while len(replies) < len(commands):
+            while len(replies) < count:
                 try:
                     reply, pos = parse(self._buffer, pos)
                 except Incomplete:
@@ -183,8 +217,9 @@ class Connection:
             await self.aclose()
             if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
                 raise ConnectionError(f"the Redis connection was lost: {exc}") from None
+            if isinstance(exc, ValueError):  # not RESP2: nothing more can be read from it
+                raise ConnectionError(f"Redis answered out of protocol: {exc}") from None
             raise
-        self._broken = False
         return replies
 
     async def aclose(self) -> None:
