@@ -898,6 +898,7 @@ async def test_a_round_of_several_runs_reaches_a_blocked_reader_in_one_xread(
     import coredis
 
     from vdl_stream.broker import Broker
+    from vdl_stream.bus import STREAM_EXPIRY
     from vdl_stream.codec import Batch, ScalarColumns
 
     runs = ["r1", "r2", "r3"]
@@ -936,9 +937,12 @@ async def test_a_round_of_several_runs_reaches_a_blocked_reader_in_one_xread(
             for run in runs:  # one publish round: queued together, before the loop runs
                 writer.publish(Batch("w", 1, run, [ScalarColumns("loss", steps, steps, steps)], []))
             await wait_until(lambda: len(fanned) == len(runs), 5, "every run fanned out")
+            # A stopped broker's stream goes by itself, STREAM_EXPIRY after its last round.
+            ttl = await probe.pttl(f"vdl:bus:{writer.id}")
             nursery.cancel_scope.cancel()
     assert sorted(fanned) == [(woken, run) for run in runs]
     assert writer.statistics().entries == 1  # the round: one entry
+    assert STREAM_EXPIRY * 1000 - 10_000 < ttl <= STREAM_EXPIRY * 1000
 
 
 async def test_a_publish_round_goes_without_waiting_for_the_previous_rounds_answer(

@@ -14,7 +14,8 @@ truth. Keys, under a prefix (``vdl`` by default)::
                                 the last batch of the run its broker had written when it sent
                                 the round; n = 0: a retraction (a batch published before was
                                 refused, receivers re-sync the run); n = -1: a settlement (the
-                                run went quiet with everything written: p alone)
+                                run went quiet with everything written: p alone); expires
+                                STREAM_EXPIRY after the broker's last round
     vdl:runs           stream   one entry each time a broker takes a run's lease: run, b (a
                                 reader learns the broker's stream from it)
 
@@ -112,6 +113,9 @@ LEASE_TTL = 3.0
 #: Default bound of each broker's stream (``XADD MAXLEN ~``), in publish rounds: a receiver this
 #: far behind finds holes in the runs' numbers and re-syncs them (a gap).
 STREAM_MAXLEN = 10_000
+#: Seconds after its last round a broker's stream expires (a stopped broker's goes by itself;
+#: the broker's last rounds are long in the runs' files by then).
+STREAM_EXPIRY = 3600.0
 #: Bound of the run registry stream.
 REGISTRY_MAXLEN = 100_000
 #: Default capacity of the publish queue, in batches; past it entries are dropped (and counted).
@@ -576,6 +580,7 @@ class Bus:
     async def _publish_rounds(self, sent: trio.MemorySendChannel[_Sent]) -> None:
         last = -float("inf")
         stream = self._bus_key(self.id)
+        expiry_due = -float("inf")  # when the stream's expiry is to be pushed back again
         while True:
             items: list[tuple[str, int, bytes | Batch]] = []
             # Wake for the first batch, or when the oldest quiet run's settlement is due (the
@@ -632,6 +637,11 @@ class Bus:
             if entries:
                 fields = _round_fields(self.id, entries, written)
                 commands.append(("XADD", stream, "MAXLEN", "~", self._maxlen, "*", *_flat(fields)))
+                if trio.current_time() >= expiry_due:
+                    # A stopped or killed broker's stream goes by itself, STREAM_EXPIRY after its
+                    # last round (pushed back once a minute at most while it publishes).
+                    commands.append(("PEXPIRE", stream, int(STREAM_EXPIRY * 1000)))
+                    expiry_due = trio.current_time() + STREAM_EXPIRY / 60
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
                     if self._publisher is None or self._publisher.closed:
