@@ -56,10 +56,11 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
 
 - **Coalesced while busy, at once when idle.** The publisher takes a batch as soon as one is
   queued; if its previous round began less than :data:`PUBLISH_TICK` ago it first waits for the
-  rest of that tick, then puts every queued batch of a run into one entry (their columns
-  concatenated per tag), so a busy broker sends a run at most one entry a tick, however many
-  writers and batches, and an idle one adds no delay. The reader turns what one ``XREAD``
-  returns of a run into one ``data`` frame, however many entries.
+  rest of that tick, then puts every queued batch of a run into one record of the round's
+  entry (their columns concatenated per tag), so a busy broker sends at most one entry a tick,
+  however many runs, writers and batches, and an idle one adds no delay. A round goes without
+  waiting for the previous round's answer (an ack task reads the answers). The reader turns what
+  one ``XREAD`` returns of a run into one ``data`` frame, however many rounds.
 
 - **Ingest never waits on Redis for data.** ``publish`` is ``send_nowait`` into a bounded queue;
   a full queue or a failed XADD drops the entry. Receivers see the hole in ``n`` and send their
