@@ -579,6 +579,7 @@ class Bus:
             await self._publish_rounds(sent)
 
     async def _publish_rounds(self, sent: trio.MemorySendChannel[_Sent]) -> None:
+        """Send the rounds (see :meth:`_publish_loop`); each goes to ``sent`` for its answers."""
         last = -float("inf")
         stream = self._bus_key(self.id)
         expiry_due = -float("inf")  # when the stream's expiry is to be pushed back again
@@ -726,6 +727,7 @@ class Bus:
             await redis.aclose()
 
     async def _read(self, redis: bus_resp.Connection) -> None:
+        """The read loop over one connection: announcements, then every other broker's rounds."""
         with trio.fail_after(COMMAND_TIMEOUT):
             seconds, micros = await redis.call("TIME")
         start = f"{int(seconds) * 1000 + int(micros) // 1000}-0"
