@@ -16,9 +16,11 @@ not counted); without it, what ``PYTHONDONTWRITEBYTECODE=1`` gives: every module
 The other three phases, each against a fresh ``redis-server`` (127.0.0.1, a free port, no persistence),
 the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing one log directory:
 
-0. ``hop``: Redis alone, through coredis on trio as the bus uses it: one pipelined ``XADD`` of a
-   600-byte entry every 4 ms, read back by a blocked ``XREAD`` in the same process; latency from
-   before the XADD to the XREAD's return (500 entries).
+0. ``hop``: Redis alone: one ``XADD`` of a 600-byte entry every 4 ms, read back by a blocked
+   ``XREAD`` in the same process; latency from before the XADD to the XREAD's return (500
+   entries), through coredis on trio (a pipeline of one, as the bus used it before) and through
+   the bus's own RESP connections (``vdl_stream/bus_resp.py``, as it uses them now), alternated
+   ``--repeat`` times; with each round's CPU time.
 1. ``latency``: 48 raw ``/ws/ingest`` writers, 16 per broker (a process of writers per broker),
    each in its own run and paced so that together they send ``--rate`` events/s (batches of 25
    points); one ``/ws/live`` client per broker (each its own process) subscribed to every run
@@ -164,36 +166,89 @@ def start_brokers(
 
 
 def phase_hop(args: argparse.Namespace, workdir: Path) -> dict:
+    """The Redis hop alone, through coredis and through the bus's own RESP connections
+    (``vdl_stream/bus_resp.py``, what its publish and read loops use), alternated ``--repeat``
+    times in one process: p50/p99 of each, and the CPU time of each round."""
     import coredis
 
+    from vdl_stream import bus_resp
+
     redis = RedisProcess(workdir)
-    latencies: list[float] = []
     count = 500
 
-    async def read(client: coredis.Redis) -> None:
-        last = "0-0"
-        while len(latencies) < count:
-            result = await client.xread({"hop": last}, count=100, block=1000)
-            now = time.perf_counter()
-            for entry in (result or {}).get(b"hop", ()):
-                last = entry.identifier.decode()
-                latencies.append(now - float(entry.field_values[b"t"]))
+    async def hop_coredis(key: str, latencies: list[float]) -> None:
+        client = coredis.Redis.from_url(redis.url)
+
+        async def read() -> None:
+            last = "0-0"
+            while len(latencies) < count:
+                result = await client.xread({key: last}, count=100, block=1000)
+                now = time.perf_counter()
+                for entry in (result or {}).get(key.encode(), ()):
+                    last = entry.identifier.decode()
+                    latencies.append(now - float(entry.field_values[b"t"]))
+
+        async with client, trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            for _ in range(count):
+                async with client.pipeline(transaction=False) as pipe:
+                    pipe.xadd(key, {"t": repr(time.perf_counter()), "f": b"x" * 600})
+                await trio.sleep(0.004)
+
+    async def hop_raw(key: str, latencies: list[float]) -> None:
+        publisher = await bus_resp.open_connection(redis.url)
+        reader = await bus_resp.open_connection(redis.url)
+
+        async def read() -> None:
+            last = b"0-0"
+            while len(latencies) < count:
+                reply = await reader.call(
+                    "XREAD", "COUNT", 100, "BLOCK", 1000, "STREAMS", key, last
+                )
+                now = time.perf_counter()
+                for identifier, fields in bus_resp.streams(reply).get(key.encode(), ()):
+                    last = identifier
+                    latencies.append(now - float(fields[b"t"]))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            for _ in range(count):
+                await publisher.call(
+                    "XADD", key, "*", "t", repr(time.perf_counter()), "f", b"x" * 600
+                )
+                await trio.sleep(0.004)
+        await publisher.aclose()
+        await reader.aclose()
+
+    results: dict[str, list] = {"coredis": [], "raw": []}
 
     async def main() -> None:
-        client = coredis.Redis.from_url(redis.url)
-        with trio.fail_after(60):
-            async with client, trio.open_nursery() as nursery:
-                nursery.start_soon(read, client)
-                for _ in range(count):
-                    async with client.pipeline(transaction=False) as pipe:
-                        pipe.xadd("hop", {"t": repr(time.perf_counter()), "f": b"x" * 600})
-                    await trio.sleep(0.004)
+        with trio.fail_after(60 * args.repeat):
+            for i in range(args.repeat):
+                for name, hop in (("coredis", hop_coredis), ("raw", hop_raw)):
+                    latencies: list[float] = []
+                    cpu = time.process_time()
+                    await hop(f"hop-{name}-{i}", latencies)
+                    results[name].append(
+                        {
+                            **percentiles([np.array(latencies)]),
+                            "cpu_s": round(time.process_time() - cpu, 3),
+                        }
+                    )
 
     try:
         trio.run(main)
     finally:
         redis.stop()
-    return percentiles([np.array(latencies)])
+    return {
+        name: {
+            "rounds": rounds,
+            "p50_ms_median": float(np.median([r["p50_ms"] for r in rounds])),
+            "p99_ms_median": float(np.median([r["p99_ms"] for r in rounds])),
+            "cpu_s_median": float(np.median([r["cpu_s"] for r in rounds])),
+        }
+        for name, rounds in results.items()
+    }
 
 
 # -- phase 1: latency across brokers ------------------------------------------------------------

@@ -843,7 +843,7 @@ async def test_a_run_that_goes_quiet_is_settled_at_once_not_after_seconds(tmp_pa
     import coredis
 
     from vdl_stream.broker import Broker
-    from vdl_stream.bus import SETTLE_DELAY, UNSETTLED_SECONDS
+    from vdl_stream.bus import SETTLE_DELAY, UNSETTLED_SECONDS, _records
     from vdl_stream.codec import Batch, ScalarColumns
 
     steps = np.arange(10, dtype=np.int64)
@@ -854,14 +854,14 @@ async def test_a_run_that_goes_quiet_is_settled_at_once_not_after_seconds(tmp_pa
     client = coredis.Redis.from_url(redis_server.url)
     with trio.fail_after(10):
         async with client, trio.open_nursery() as nursery:
-            writer._publisher = client
             nursery.start_soon(writer._publish_loop)
             writer.publish(one)  # at ingest
             await wait_until(
                 lambda: writer.statistics().entries == 1, 5, "the batch's entry to be added"
             )
-            (entry,) = await client.xrange("vdl:run:r")
-            receiver._fan_out("r", [entry])
+            stream = f"vdl:bus:{writer.id}"
+            (entry,) = await client.xrange(stream)
+            receiver._fan_out("r", [r for _, r in _records(entry.field_values, 0.0)])
             assert len(receiver.unsettled("r")) == 1  # not yet written when it was published
             writer.settled("r")  # the persist task wrote it; no batch follows
             quiet = trio.current_time()
@@ -870,8 +870,14 @@ async def test_a_run_that_goes_quiet_is_settled_at_once_not_after_seconds(tmp_pa
             )
             assert trio.current_time() - quiet >= SETTLE_DELAY * 0.9
             assert trio.current_time() - quiet < UNSETTLED_SECONDS
-            settlement = (await client.xrange("vdl:run:r"))[-1]
-            assert settlement.field_values == {b"b": writer.id.encode(), b"p": b"1"}
+            entry = (await client.xrange(stream))[-1]
+            ((run, settlement),) = _records(entry.field_values, 0.0)
+            assert (run, settlement.source, settlement.n, settlement.written) == (
+                "r",
+                writer.id.encode(),
+                -1,
+                1,
+            )
             sub = receiver.broker.subscribe()
             receiver._fan_out("r", [settlement])
             assert receiver.unsettled("r") == []
@@ -879,4 +885,102 @@ async def test_a_run_that_goes_quiet_is_settled_at_once_not_after_seconds(tmp_pa
             # One settlement per quiet spell: nothing more while the run stays quiet.
             await trio.sleep(SETTLE_DELAY * 2)
             assert writer.statistics().entries == 2
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_round_of_several_runs_reaches_a_blocked_reader_in_one_xread(
+    tmp_path, redis_server
+):
+    """Redis 7.0 answers a blocked multi-stream XREAD with only the stream that woke it. A
+    publish round is one entry of its broker's stream, so a receiver blocked in XREAD gets
+    every run of the round from the one XREAD that wakes (with a stream per run it got the
+    first run alone, and the others only from its next XREAD, one request/answer later)."""
+    import coredis
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.bus import STREAM_EXPIRY
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    runs = ["r1", "r2", "r3"]
+    steps = np.arange(10, dtype=np.int64)
+    writer = Bus(Broker(tmp_path / "a"), redis_server.url)
+    receiver = Bus(Broker(tmp_path / "b"), redis_server.url)
+    fanned: list[tuple[int, str]] = []  # (XREADs that returned so far, run) of each fan-out
+    fan_out = receiver.broker._bus_fan_out
+
+    def recording(run, scalars, events):
+        fanned.append((receiver.statistics().reads, run))
+        fan_out(run, scalars, events)
+
+    receiver.broker._bus_fan_out = recording
+    probe = coredis.Redis.from_url(redis_server.url)
+
+    async def blocked() -> bool:
+        return int((await probe.info("clients"))["blocked_clients"]) == 1
+
+    with trio.fail_after(15):
+        async with probe, trio.open_nursery() as nursery:
+            nursery.start_soon(writer._publish_loop)
+            nursery.start_soon(receiver._read_from_now)
+            await wait_until(lambda: receiver._connected, 5, "the reader to start")
+            for run in runs:
+                writer._held[run] = float("inf")  # as if it held the runs' leases
+                writer._register(run)
+            await wait_until(
+                lambda: all(run in receiver.broker._runs for run in runs), 5, "the announcements"
+            )
+            end = trio.current_time() + 5
+            while not await blocked():  # the reader waits in XREAD BLOCK again
+                assert trio.current_time() < end, "the reader never blocked"
+                await trio.sleep(0.01)
+            woken = receiver.statistics().reads + 1  # the number of the XREAD the round wakes
+            for run in runs:  # one publish round: queued together, before the loop runs
+                writer.publish(Batch("w", 1, run, [ScalarColumns("loss", steps, steps, steps)], []))
+            await wait_until(lambda: len(fanned) == len(runs), 5, "every run fanned out")
+            # A stopped broker's stream goes by itself, STREAM_EXPIRY after its last round.
+            ttl = await probe.pttl(f"vdl:bus:{writer.id}")
+            nursery.cancel_scope.cancel()
+    assert sorted(fanned) == [(woken, run) for run in runs]
+    assert writer.statistics().entries == 1  # the round: one entry
+    assert STREAM_EXPIRY * 1000 - 10_000 < ttl <= STREAM_EXPIRY * 1000
+
+
+async def test_a_publish_round_goes_without_waiting_for_the_previous_rounds_answer(
+    tmp_path, redis_server
+):
+    """The publish loop writes a round and goes on; the ack loop reads the answers. While Redis
+    holds every write (``CLIENT PAUSE ... WRITE``), a second round is still sent; both are
+    counted published once Redis answers; and a round left unanswered past the command timeout
+    is counted dropped, its connection closed, the next round sent on a new one."""
+    import coredis
+    from coredis import PureToken
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.bus import COMMAND_TIMEOUT
+    from vdl_stream.codec import Batch, ScalarColumns
+
+    steps = np.arange(10, dtype=np.int64)
+    writer = Bus(Broker(tmp_path / "a"), redis_server.url)
+
+    def batch(seq: int) -> Batch:
+        return Batch("w", seq, "r", [ScalarColumns("loss", steps, steps, steps)], [])
+
+    admin = coredis.Redis.from_url(redis_server.url)
+    with trio.fail_after(20):
+        async with admin, trio.open_nursery() as nursery:
+            nursery.start_soon(writer._publish_loop)
+            await admin.client_pause(int(COMMAND_TIMEOUT * 1000), PureToken.WRITE)
+            writer.publish(batch(1))
+            await wait_until(lambda: writer.statistics().entries == 1, 5, "the first round sent")
+            writer.publish(batch(2))
+            await wait_until(lambda: writer.statistics().entries == 2, 5, "the second round sent")
+            assert writer.statistics().published == 0  # Redis has answered neither yet
+            await wait_until(lambda: writer.statistics().published == 2, 5, "both answered")
+            # Unanswered past the command timeout: dropped, and the next round goes on anew.
+            await admin.client_pause(int(COMMAND_TIMEOUT * 4000), PureToken.WRITE)
+            writer.publish(batch(3))
+            await wait_until(lambda: writer.statistics().dropped == 1, 10, "the round dropped")
+            await admin.client_unpause()
+            writer.publish(batch(4))
+            await wait_until(lambda: writer.statistics().published == 3, 5, "a round on anew")
             nursery.cancel_scope.cancel()

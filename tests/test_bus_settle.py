@@ -1,14 +1,14 @@
 """The bus publishes a batch at ingest, before it is written: what the receivers do about it.
 
 No Redis here: the publishing side's queue and the receiving side's fan-out are driven directly
-with the entries a publish round builds (``_coalesce`` and ``_fields``, the functions the publish
-loop uses), into a real in-process :class:`~vdl_stream.broker.Broker` and its subscriber.
+with the records a publish round builds (``_coalesce``, ``_round_fields`` and ``_records``, the
+functions the publish and read loops use), into a real in-process
+:class:`~vdl_stream.broker.Broker` and its subscriber.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,18 +17,10 @@ import trio
 from tests.conftest import wait_until
 from vdl_stream import codec
 from vdl_stream.broker import Broker
-from vdl_stream.bus import UNSETTLED_SECONDS, Bus, _coalesce, _fields
+from vdl_stream.bus import UNSETTLED_SECONDS, Bus, Record, _coalesce, _records, _round_fields
 from vdl_stream.codec import Batch, ScalarColumns
 
 NOWHERE = "redis://127.0.0.1:1/0"  # never connected: these tests drive the bus by hand
-
-
-@dataclass
-class Entry:
-    """What coredis gives for a stream entry."""
-
-    identifier: bytes
-    field_values: dict[bytes, bytes]
 
 
 def batch(run: str, seq: int) -> Batch:
@@ -36,22 +28,17 @@ def batch(run: str, seq: int) -> Batch:
     return Batch("w", seq, run, [ScalarColumns("loss", steps, steps * 1.0, steps * 2.0)], [])
 
 
-def entries_of(source: str, items: list, written: int) -> list[Entry]:
-    """The stream entries one publish round of broker ``source`` adds for ``items``."""
+def entries_of(source: str, items: list, written: int) -> list[Record]:
+    """The records one publish round of broker ``source`` adds for ``items``, as a receiver
+    reads them back from the round's entry (bytes fields, as Redis returns them)."""
     _, entries = _coalesce(items)
-    out = []
-    for i, (_, m, n, frame) in enumerate(entries):
-        fields = _fields(source, m, n, frame, written)
-        out.append(
-            Entry(
-                f"{1000 + i}-0".encode(),
-                {
-                    k.encode(): (v if isinstance(v, bytes) else str(v).encode())
-                    for k, v in fields.items()
-                },
-            )
-        )
-    return out
+    fields = _round_fields(source, entries, {run: written for run, _, _, _ in entries})
+    return [record for _, record in _records(as_read(fields), 1.0)]
+
+
+def as_read(fields: dict) -> dict[bytes, bytes]:
+    """A stream entry's fields as coredis returns them."""
+    return {k.encode(): (v if isinstance(v, bytes) else str(v).encode()) for k, v in fields.items()}
 
 
 def steps_of(bus: Bus, run: str) -> list[int]:
@@ -88,7 +75,11 @@ async def test_a_published_batch_is_settled_in_order_and_a_refused_one_is_retrac
     _, entries = _coalesce(items)
     # the batches in one entry, then the retraction after them
     assert [(run, m, n) for run, m, n, _ in entries] == [("r", 1, 3), ("r", 0, 0)]
-    assert _fields("A", 0, 0, b"", 2) == {"b": "A", "p": 2, "r": 1}
+    fields = _round_fields("A", entries, {"r": 2})
+    assert [(run, r.source, r.m, r.n, r.written) for run, r in _records(as_read(fields), 1.0)] == [
+        ("r", b"A", 1, 3, 2),
+        ("r", b"A", 0, 0, 2),
+    ]
 
 
 async def test_receivers_keep_unwritten_frames_resend_them_after_a_snapshot_and_resync_a_retracted_run(

@@ -5,22 +5,33 @@
 files (a log directory the brokers share on one host, or the object store across hosts) are the
 truth. Keys, under a prefix (``vdl`` by default)::
 
-    vdl:lease:<run>   string   id of the broker that writes the run; SET NX PX, renewed
-    vdl:run:<run>     stream   live batches of the run: one entry per publish round, holding
-                               every batch of the run accepted since the previous round
-                               fields: b = broker id, n = per (broker, run) counter of the entry's
-                               last batch, m = that of its first (absent: n), f = batch frame,
-                               p = counter of the last batch its broker had written when it sent
-                               the entry; or (r = 1, no n, m, f) a retraction: a batch published
-                               before was refused, receivers re-sync the run; or (b and p alone)
-                               a settlement: the run went quiet with everything written
-    vdl:runs          stream   one entry each time a broker takes a run's lease: run, b
+    vdl:lease:<run>    string   id of the broker that writes the run; SET NX PX, renewed
+    vdl:bus:<broker>   stream   live batches a broker accepted: one entry per publish round,
+                                XADD MAXLEN ~ N; fields: b = broker id, r = msgpack array of
+                                one record per run (several when a run's numbers have a hole):
+                                [run, m, n, p, f]: batches m to n of the run (n = a per
+                                (broker, run) counter), f their batch frame, p the counter of
+                                the last batch of the run its broker had written when it sent
+                                the round; n = 0: a retraction (a batch published before was
+                                refused, receivers re-sync the run); n = -1: a settlement (the
+                                run went quiet with everything written: p alone); expires
+                                STREAM_EXPIRY after the broker's last round
+    vdl:runs           stream   one entry each time a broker takes a run's lease: run, b (a
+                                reader learns the broker's stream from it)
+
+One stream per publishing broker, not per run: Redis 7.0 answers a blocked multi-stream ``XREAD``
+with only the stream that woke it, so with a stream per run every run after the first of a
+publish round waited for the receiver's next ``XREAD`` cycle; a round is one entry now, carried
+whole by one wake-up, and a receiver's ``XREAD`` names the few brokers, not every run (and never
+its own stream). The per-run semantics are kept in the records: each run's batches are numbered
+per (broker, run), so a receiver that falls more than N rounds behind (trimmed) still sees a
+hole in a run's numbers and re-syncs that run alone.
 
 Data path of a batch, broker A (holding the run's lease) to a browser on broker B::
 
-    A: ingest -> fan-out to A's subscribers, publish() -> bounded queue -> XADD vdl:run:<run> MAXLEN ~ N
-       (and persist (recorder) -> settled(): the next entries' p)
-    B: XREAD BLOCK (every run stream it knows) -> Broker._bus_fan_out -> B's subscribers
+    A: ingest -> fan-out to A's subscribers, publish() -> bounded queue -> XADD vdl:bus:<A> MAXLEN ~ N
+       (and persist (recorder) -> settled(): the next rounds' p)
+    B: XREAD BLOCK (the registry and every other broker's stream) -> Broker._bus_fan_out -> B's subscribers
 
 - **Published as it is accepted, not once written.** A batch goes to the bus when it is fanned
   out to the broker's own subscribers (at ingest), so the persist task (its queue, its worker
@@ -45,10 +56,11 @@ Data path of a batch, broker A (holding the run's lease) to a browser on broker 
 
 - **Coalesced while busy, at once when idle.** The publisher takes a batch as soon as one is
   queued; if its previous round began less than :data:`PUBLISH_TICK` ago it first waits for the
-  rest of that tick, then puts every queued batch of a run into one entry (their columns
-  concatenated per tag), so a busy broker sends a run at most one entry a tick, however many
-  writers and batches, and an idle one adds no delay. The reader turns what one ``XREAD``
-  returns of a run into one ``data`` frame, however many entries.
+  rest of that tick, then puts every queued batch of a run into one record of the round's
+  entry (their columns concatenated per tag), so a busy broker sends at most one entry a tick,
+  however many runs, writers and batches, and an idle one adds no delay. A round goes without
+  waiting for the previous round's answer (an ack task reads the answers). The reader turns what
+  one ``XREAD`` returns of a run into one ``data`` frame, however many rounds.
 
 - **Ingest never waits on Redis for data.** ``publish`` is ``send_nowait`` into a bounded queue;
   a full queue or a failed XADD drops the entry. Receivers see the hole in ``n`` and send their
@@ -82,12 +94,13 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
+import msgpack
 import trio
 
-from . import bus_trace, codec
+from . import bus_resp, bus_trace, codec
 from .codec import Batch, ScalarColumns
 from .errors import RefusedError
 
@@ -98,8 +111,12 @@ log = logging.getLogger("vdl_stream.bus")
 
 #: Default lease time to live in seconds: how long a killed broker's runs wait for another broker.
 LEASE_TTL = 3.0
-#: Default bound of each run's stream (``XADD MAXLEN ~``): a receiver this far behind gets a gap.
+#: Default bound of each broker's stream (``XADD MAXLEN ~``), in publish rounds: a receiver this
+#: far behind finds holes in the runs' numbers and re-syncs them (a gap).
 STREAM_MAXLEN = 10_000
+#: Seconds after its last round a broker's stream expires (a stopped broker's goes by itself;
+#: the broker's last rounds are long in the runs' files by then).
+STREAM_EXPIRY = 3600.0
 #: Bound of the run registry stream.
 REGISTRY_MAXLEN = 100_000
 #: Default capacity of the publish queue, in batches; past it entries are dropped (and counted).
@@ -123,6 +140,9 @@ PUBLISH_ROUND = 1024
 #: broker (30,000 events/s on 3 brokers) every batch came within a tick of the previous round and
 #: waited about half a tick, while few were merged (a run sends one batch every 40 ms).
 PUBLISH_TICK = 0.002
+#: Publish rounds sent and not yet answered, at most: past it the publish loop waits (and the
+#: batches queued meanwhile go in one larger round).
+IN_FLIGHT = 64
 #: Frames of a run fanned out from another broker and not yet reported written by it, kept at
 #: most (per run, and seconds), to be sent again after a snapshot of that run.
 UNSETTLED_KEPT = 256
@@ -170,14 +190,17 @@ class BusStatistics:
         broker: this broker's id on the bus.
         connected: whether the reader reaches Redis now (live frames of other brokers flow).
         leases: runs this broker holds the lease of.
-        published: batches added to run streams.
+        published: batches added to this broker's stream.
         dropped: batches not published (queue full, or Redis slow or down).
         queue_depth: batches waiting to be published; queue_peak: the most that waited.
         received: batches of other brokers fanned out here.
         gaps: holes found in other brokers' entries (their subscribers were sent a gap).
         refused_leased: batches refused because another broker holds their run.
         leases_lost: leases found taken or expired while this broker thought it held them.
-        entries: stream entries added (each holds one or more of the ``published`` batches).
+        reads: XREADs that returned entries of other brokers or announcements (each round
+            of another broker costs one when this broker's reader waits for it).
+        entries: stream entries added (one per publish round; each holds one or more of the
+            ``published`` batches of one or more runs).
         stages: with ``VDL_STREAM_BUS_TRACE=1`` only, the ages of points at each stage of the
             bus path and the event loop's stalls (vdl_stream/bus_trace.py; summarized once a
             second in a worker thread, None before the first); else None.
@@ -195,6 +218,7 @@ class BusStatistics:
     refused_leased: int
     leases_lost: int
     entries: int = 0
+    reads: int = 0
     stages: dict[str, Any] | None = None
 
 
@@ -228,7 +252,7 @@ class Bus:
         url: ``redis://host:port/db`` (``rediss://`` for TLS).
         prefix: the keys' prefix, so that several dashboards can share one Redis.
         lease_ttl: lease time to live in seconds (renewed every third of it).
-        maxlen: approximate bound of each run's stream.
+        maxlen: approximate bound of this broker's stream, in publish rounds.
         queue: capacity of the publish queue, in batches.
         idle_release: release a run's lease after this many seconds without a batch.
 
@@ -276,7 +300,8 @@ class Bus:
             int(queue)
         )
         self._redis: Any = None
-        self._publisher: Any = None  # the publish loop's client (connections of its own)
+        # The publish loop's connection (vdl_stream/bus_resp.py; opened again after a failure).
+        self._publisher: bus_resp.Connection | None = None
         # run -> monotonic time until which this broker may write it (read by the persist thread)
         self._held: dict[str, float] = {}
         self._used: dict[str, float] = {}  # run -> monotonic time of its last batch
@@ -303,7 +328,7 @@ class Bus:
         self._connected = False
         self._published = self._dropped = self._received = self._gaps = 0
         self._refused_leased = self._leases_lost = self._queue_peak = 0
-        self._entries = 0
+        self._entries = self._reads = 0
         self._xread_at = 0.0
         broker._bus = self
 
@@ -312,8 +337,8 @@ class Bus:
     def _lease_key(self, run: str) -> str:
         return f"{self._prefix}:lease:{run}"
 
-    def _run_key(self, run: str) -> str:
-        return f"{self._prefix}:run:{run}"
+    def _bus_key(self, broker: str) -> str:
+        return f"{self._prefix}:bus:{broker}"
 
     # -- hooks the broker calls -----------------------------------------------------------------
 
@@ -504,6 +529,7 @@ class Bus:
             refused_leased=self._refused_leased,
             leases_lost=self._leases_lost,
             entries=self._entries,
+            reads=self._reads,
             stages=bus_trace.latest() if bus_trace.ON else None,
         )
 
@@ -517,16 +543,15 @@ class Bus:
         """
         import coredis  # the bus extra: the default single-machine path never imports it
 
+        # Leases through coredis; the hot commands (the publish loop's XADDs, the read loop's
+        # XREADs) on connections of their own (vdl_stream/bus_resp.py), each used by its loop's
+        # task alone: no hand-off to a writer task and back from a reader task per command, and
+        # a lease's renewal never waits behind a round of large entries (a busy broker could
+        # lose every lease at once when two renewals timed out).
         self._redis = coredis.Redis.from_url(
-            self.url, stream_timeout=READ_BLOCK_MS / 1000 + 5, connect_timeout=COMMAND_TIMEOUT
-        )
-        # The publisher's pipelines on connections of their own: a lease's renewal, queued on a
-        # connection behind a pipeline of large entries, waited for that pipeline's answers too
-        # (and a busy broker could lose every lease at once when two renewals timed out).
-        self._publisher = coredis.Redis.from_url(
             self.url, stream_timeout=COMMAND_TIMEOUT * 2, connect_timeout=COMMAND_TIMEOUT
         )
-        async with self._redis, self._publisher, trio.open_nursery() as nursery:
+        async with self._redis, trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_loop)
             nursery.start_soon(self._read_loop)
             nursery.start_soon(self._lease_loop)
@@ -544,10 +569,20 @@ class Bus:
             nursery.cancel_scope.cancel()
 
     async def _publish_loop(self) -> None:
-        """Move queued batches to their run streams: one entry per run per round, every entry of
-        a round in one round trip (pipelined; a lone entry as a plain ``XADD``); rounds start at
-        most once a :data:`PUBLISH_TICK`; settlement entries of quiet runs when due."""
+        """Move queued batches to this broker's stream: one entry per round, holding a record per
+        run (:func:`_round_fields`), after the round's run announcements, in one write; rounds
+        start at most once a :data:`PUBLISH_TICK`, without waiting for the previous round's
+        answers (:meth:`_ack_loop` reads them); settlement records of quiet runs when due."""
+        sent, answers = trio.open_memory_channel[_Sent](IN_FLIGHT)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._ack_loop, answers)
+            await self._publish_rounds(sent)
+
+    async def _publish_rounds(self, sent: trio.MemorySendChannel[_Sent]) -> None:
+        """Send the rounds (see :meth:`_publish_loop`); each goes to ``sent`` for its answers."""
         last = -float("inf")
+        stream = self._bus_key(self.id)
+        expiry_due = -float("inf")  # when the stream's expiry is to be pushed back again
         while True:
             items: list[tuple[str, int, bytes | Batch]] = []
             # Wake for the first batch, or when the oldest quiet run's settlement is due (the
@@ -584,46 +619,69 @@ class Bus:
             for w in walls:
                 bus_trace.age("3_xadd_sent", w)
             batches = sum(n - m + 1 for _, m, n, _ in entries if n > 0)
-            trim = {  # each run's stream, bounded
-                "trim_strategy": _token("MAXLEN"),
-                "threshold": self._maxlen,
-                "trim_operator": _token("APPROXIMATELY"),
-            }
+            # Announcements first: a reader learns a broker's stream from its first announcement,
+            # and a run's from its own. All in one write, the answers read in one go.
+            commands: list[tuple[bytes | str | int, ...]] = [
+                (
+                    "XADD",
+                    self._registry,
+                    "MAXLEN",
+                    "~",
+                    REGISTRY_MAXLEN,
+                    "*",
+                    "run",
+                    run,
+                    "b",
+                    self.id,
+                )
+                for run in registry
+            ]
+            if entries:
+                fields = _round_fields(self.id, entries, written)
+                commands.append(("XADD", stream, "MAXLEN", "~", self._maxlen, "*", *_flat(fields)))
+                if trio.current_time() >= expiry_due:
+                    # A stopped or killed broker's stream goes by itself, STREAM_EXPIRY after its
+                    # last round (pushed back once a minute at most while it publishes).
+                    commands.append(("PEXPIRE", stream, int(STREAM_EXPIRY * 1000)))
+                    expiry_due = trio.current_time() + STREAM_EXPIRY / 60
             try:
                 with trio.fail_after(COMMAND_TIMEOUT * 2):
-                    if len(entries) == 1 and not registry:
-                        # The common round of a broker that is not busy: one command, without
-                        # a pipeline's own cost.
-                        run, m, n, frame = entries[0]
-                        await self._publisher.xadd(
-                            self._run_key(run), _fields(self.id, m, n, frame, written[run]), **trim
-                        )
-                    else:
-                        async with self._publisher.pipeline(transaction=False) as pipe:
-                            # Announcements first: a reader starts a run's stream at its
-                            # announcement, so that must come before the run's entries.
-                            for run in registry:
-                                pipe.xadd(
-                                    self._registry,
-                                    {"run": run, "b": self.id},
-                                    trim_strategy=_token("MAXLEN"),
-                                    threshold=REGISTRY_MAXLEN,
-                                    trim_operator=_token("APPROXIMATELY"),
-                                )
-                            for run, m, n, frame in entries:
-                                pipe.xadd(
-                                    self._run_key(run),
-                                    _fields(self.id, m, n, frame, written[run]),
-                                    **trim,
-                                )
+                    if self._publisher is None or self._publisher.closed:
+                        self._publisher = await bus_resp.open_connection(self.url)
+                    await self._publisher.send(commands)
             except Exception as exc:
                 if not _redis_failure(exc):
                     raise
+                if self._publisher is not None:
+                    await self._publisher.aclose()
+                    self._publisher = None
+                self._dropped += batches
+                log.debug("publishing to the bus failed: %s", exc)
+                continue
+            self._entries += bool(entries)
+            # Its answers are the ack loop's: the next round goes without waiting for them. At
+            # most IN_FLIGHT rounds unanswered (each is answered, or its connection closed,
+            # within COMMAND_TIMEOUT * 2 of its send).
+            await sent.send((self._publisher, len(commands), batches, walls, trio.current_time()))
+
+    async def _ack_loop(self, sent: trio.MemoryReceiveChannel[_Sent]) -> None:
+        """Read the answers of the rounds the publish loop sent, in order: count their batches
+        published, or dropped (an error answer, or none within ``COMMAND_TIMEOUT * 2`` of the
+        send: the connection is closed, and the publish loop opens another)."""
+        async for connection, count, batches, walls, at in sent:
+            try:
+                with trio.fail_at(at + COMMAND_TIMEOUT * 2):
+                    for reply in await connection.receive(count):
+                        if isinstance(reply, bus_resp.ReplyError):
+                            raise reply
+            except Exception as exc:
+                if not _redis_failure(exc):
+                    raise
+                await connection.aclose()
                 self._dropped += batches
                 log.debug("publishing to the bus failed: %s", exc)
                 continue
             self._published += batches
-            self._entries += len(entries)
             for w in walls:
                 bus_trace.age("4_xadd_acked", w)
 
@@ -660,99 +718,138 @@ class Bus:
             delay = 0.1
 
     async def _read_from_now(self) -> None:
-        """Read every run stream from the present on (returns only by raising)."""
-        redis = self._redis
+        """Read every other broker's stream from the present on (returns only by raising)."""
         with trio.fail_after(COMMAND_TIMEOUT):
-            now = await redis.time()
-        start = f"{int(now.timestamp() * 1000)}-0"
-        # Runs already registered are read from now: what they hold before is in the files.
+            redis = await bus_resp.open_connection(self.url)
+        try:
+            await self._read(redis)
+        finally:
+            await redis.aclose()
+
+    async def _read(self, redis: bus_resp.Connection) -> None:
+        """The read loop over one connection: announcements, then every other broker's rounds."""
+        with trio.fail_after(COMMAND_TIMEOUT):
+            seconds, micros = await redis.call("TIME")
+        start = f"{int(seconds) * 1000 + int(micros) // 1000}-0"
+        # The registry, and each broker's stream once the registry names it. Runs and brokers
+        # already registered are read from now: what they hold before is in the files.
         streams: dict[str, str] = {self._registry: start}
+        followed: set[str] = set()  # runs announced (the reader fans out their records)
         with trio.fail_after(COMMAND_TIMEOUT * 5):
-            entries = await redis.xrevrange(self._registry, count=REGISTRY_MAXLEN)
-        for entry in entries:
-            run = _text(entry.field_values.get(b"run"))
-            if run and self._run_key(run) not in streams:
-                streams[self._run_key(run)] = start
+            announced = bus_resp.entries(
+                await redis.call("XREVRANGE", self._registry, "+", "-", "COUNT", REGISTRY_MAXLEN)
+            )
+        for _, fields in announced:
+            run = _text(fields.get(b"run"))
+            if run and run not in followed:
+                followed.add(run)
                 self.broker._bus_learn(run)
+            self._follow(streams, fields.get(b"b"), start)
         if not self._connected:
             self._connected = True
             self.broker._bus_gap(None)  # frames were lost while away: re-sync from snapshots
             for run in list(self._held):
                 self._register(run)  # a restarted Redis knows none of this broker's runs
         self._seen.clear()
-        prefix = f"{self._prefix}:run:".encode()
+        registry = self._registry.encode()
         swept = time.monotonic()
         while True:
-            result = await redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
+            with trio.fail_after(READ_BLOCK_MS / 1000 + 5):
+                result = bus_resp.streams(
+                    await redis.call(
+                        "XREAD",
+                        "COUNT",
+                        READ_COUNT,
+                        "BLOCK",
+                        READ_BLOCK_MS,
+                        "STREAMS",
+                        *streams,
+                        *streams.values(),
+                    )
+                )
             self._xread_at = time.time()
-            for key, entries in (result or {}).items():
-                name = key.decode()
+            self._reads += bool(result)
+            for key, entries in result.items():
                 if entries:
-                    streams[name] = entries[-1].identifier.decode()
-                if key == self._registry.encode():
-                    for entry in entries:
-                        run = _text(entry.field_values.get(b"run"))
-                        if run and self._run_key(run) not in streams:
-                            # Read from this entry on. A run known here already (from its files)
-                            # may have entries from before it (a broker that announces its runs
-                            # again after a Redis restart): its subscribers re-sync.
-                            streams[self._run_key(run)] = entry.identifier.decode()
-                            if self.broker._bus_learn(run):
-                                self.broker._bus_gap(run)
-                    continue
-                if key.startswith(prefix):
-                    self._fan_out(key[len(prefix) :].decode(), entries)
+                    streams[key.decode()] = entries[-1][0].decode()
+            # Announcements first: a run announced in the rounds' reply is followed before its
+            # records are fanned out, and a new broker's stream is read from its announcement.
+            for identifier, fields in result.get(registry, ()):
+                run = _text(fields.get(b"run"))
+                if run and run not in followed:
+                    followed.add(run)
+                    # A run known here already (from its files) may have records from before
+                    # its announcement (a broker that announces its runs again after a Redis
+                    # restart): its subscribers re-sync.
+                    if self.broker._bus_learn(run):
+                        self.broker._bus_gap(run)
+                ms = _entry_id(identifier)[0]
+                # Its broker's next round may get an id of the same millisecond below this
+                # entry's: read that stream from the millisecond before.
+                self._follow(streams, fields.get(b"b"), f"{ms - 1}-{2**64 - 1}")
+            runs: dict[str, list[Record]] = {}
+            for at, source, fields in sorted(  # the rounds of every broker in Redis's order
+                (_entry_id(identifier), key, fields)
+                for key, entries in result.items()
+                if key != registry
+                for identifier, fields in entries
+            ):
+                try:
+                    for run, record in _records(fields, at[0] / 1000):
+                        runs.setdefault(run, []).append(record)
+                except (KeyError, TypeError, ValueError):
+                    log.warning("vdl-stream: ignoring a malformed bus entry of %r", source)
+            for run, records in runs.items():
+                self._fan_out(run, records)
             if time.monotonic() - swept >= 1.0:  # runs that went quiet keep nothing for long
                 swept = time.monotonic()
                 self._sweep(swept)
-            # No checkpoint here: the next XREAD yields anyway (its request goes out through
-            # coredis's writer task), and on a busy host each extra pass of the scheduler
-            # before it is sent is time the next entries wait in Redis.
+            # No checkpoint here: the next XREAD's send and receive yield anyway, and on a
+            # busy host each extra pass of the scheduler before it is sent is time the next
+            # entries wait in Redis.
 
-    def _fan_out(self, run: str, entries: Iterable[Any]) -> None:
-        """Fan out the entries of ``run`` one XREAD returned as one ``data`` frame: the more
+    def _follow(self, streams: dict[str, str], broker: Any, start: str) -> None:
+        """Read ``broker``'s stream from ``start`` on, unless it is read already or this one's."""
+        source = _text(broker)
+        if source and source != self.id:
+            streams.setdefault(self._bus_key(source), start)
+
+    def _fan_out(self, run: str, records: Iterable[Record]) -> None:
+        """Fan out the records of ``run`` one XREAD returned as one ``data`` frame: the more
         a broker falls behind, the more each frame carries (columns of a tag concatenated), so
         browsers get fewer, larger frames instead of overflowing their queues.
 
         Keeps the frames that the writing broker has not reported written yet
         (:meth:`unsettled`). The subscribers re-sync the run (a ``gap``) after a hole in the
-        entries' numbers, after a retraction (a batch refused after it was published), and when
+        records' numbers, after a retraction (a batch refused after it was published), and when
         another broker starts writing the run while frames of the previous one were unsettled
         (it may have died before writing them)."""
         batches: list[tuple[list[ScalarColumns], list[dict[str, Any]]]] = []
         gap = False
         now = time.monotonic()
-        for entry in entries:
-            fields = entry.field_values
-            source = fields.get(b"b", b"")
-            if source == self.id.encode():
+        own = self.id.encode()
+        for record in records:
+            source, m, n, written = record.source, record.m, record.n, record.written
+            if source == own:
                 continue  # this broker's own: its subscribers had it at ingest
             try:
-                retraction = b"r" in fields
-                # neither a retraction nor data: a settlement (b and p alone)
-                settlement = not retraction and b"n" not in fields
-                n = 0 if retraction or settlement else int(fields[b"n"])
-                m = int(fields.get(b"m", n))  # the entry holds batches m to n
-                # the last batch its broker had written (absent: a broker publishing written
-                # batches only)
-                written = int(fields[b"p"] if settlement else fields.get(b"p", n))
+                # a broker's own frame of batches it checked at ingest: its shape only
                 batch = (
-                    None
-                    if retraction or settlement
-                    # a broker's own frame of batches it checked at ingest: its shape only
-                    else codec.decode_checked_batch(codec.decode_message(fields[b"f"]))
+                    codec.decode_checked_batch(codec.decode_message(record.frame))
+                    if n > 0
+                    else None
                 )
-            except (KeyError, ValueError, codec.ProtocolError, codec.BatchError):
+            except (ValueError, codec.ProtocolError, codec.BatchError):
                 log.warning("vdl-stream: ignoring a malformed bus entry of run %r", run)
                 continue
             held, resync = self._hold(run, source, now)
             gap = gap or resync
             while held and held[0][0] <= written:
                 held.popleft()
-            if settlement:
-                continue
+            if n < 0:
+                continue  # a settlement
             if batch is None:
-                gap = True  # a batch fanned out before was refused: not in the files
+                gap = True  # a retraction: a batch fanned out before was refused
                 continue
             last = self._seen.get((source, run))
             self._seen[(source, run)] = n
@@ -771,8 +868,7 @@ class Bus:
                 held.append((n, now, batch.scalars, batch.events))
             if bus_trace.ON and (w := bus_trace.walls_of(batch.scalars)) is not None:
                 bus_trace.age("6_xread", w, self._xread_at)
-                ms = int(entry.identifier.split(b"-")[0])
-                bus_trace.age("5_in_redis", w, ms / 1000)
+                bus_trace.age("5_in_redis", w, record.at)
         scalars, events = codec.join_batches(batches)
         if scalars or events:
             self.broker._bus_fan_out(run, scalars, events)
@@ -933,19 +1029,63 @@ def _coalesce(
     return registry, entries
 
 
-def _fields(broker: str, m: int, n: int, frame: bytes, written: int) -> dict[str, Any]:
-    """The fields of a run stream entry of ``broker``: batches ``m`` to ``n`` (``frame``), a
-    retraction (``n`` 0: the batch before it was refused), or a settlement (``n`` -1: ``p``
-    alone); ``written``: the number of the last batch of the run that its persist task
-    reported."""
-    fields: dict[str, Any] = {"b": broker, "p": written}
-    if n == 0:
-        fields["r"] = 1
-    elif n > 0:
-        fields.update(n=n, f=frame)
-        if m != n:
-            fields["m"] = m
-    return fields
+class Record(NamedTuple):
+    """One run's record in a publish round's entry, as a receiver reads it (:func:`_records`)."""
+
+    #: The publishing broker's id.
+    source: bytes
+    #: The round holds batches ``m`` to ``n`` of the run (``n`` > 0), a retraction (``n`` 0: a
+    #: batch published before was refused) or a settlement (``n`` -1: ``written`` alone).
+    m: int
+    n: int
+    #: The number of the last batch of the run that its broker had written (``p``).
+    written: int
+    #: The batches' frame (``b""`` unless ``n`` > 0).
+    frame: bytes
+    #: Redis's clock when it added the round (its id), in seconds.
+    at: float
+
+
+def _round_fields(
+    broker: str, entries: list[tuple[str, int, int, bytes]], written: dict[str, int]
+) -> dict[str, Any]:
+    """The fields of one publish round's entry of ``broker`` (see the module's layout):
+    ``entries`` are ``(run, m, n, frame)``, batches ``m`` to ``n`` of a run, a retraction (``n``
+    0) or a settlement (``n`` -1); ``written[run]``: the number of the last batch of the run that
+    its persist task reported."""
+    return {
+        "b": broker,
+        "r": msgpack.packb(
+            [[run, m, n, written[run], frame] for run, m, n, frame in entries], use_bin_type=True
+        ),
+    }
+
+
+def _records(fields: dict[bytes, bytes], at: float) -> list[tuple[str, Record]]:
+    """The ``(run, record)`` pairs of a round's entry ``fields`` added at ``at`` (Redis's clock).
+
+    Raises:
+        KeyError, TypeError, ValueError: a malformed entry.
+    """
+    source = fields[b"b"]
+    try:
+        records = msgpack.unpackb(fields[b"r"], raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise ValueError(f"malformed round: {type(exc).__name__}") from None
+    out = []
+    for run, m, n, written, frame in records:
+        if type(run) is not str or not all(type(x) is int for x in (m, n, written)):
+            raise ValueError("malformed record")
+        if type(frame) is not bytes:
+            raise TypeError("malformed record")
+        out.append((run, Record(source, m, n, written, frame, at)))
+    return out
+
+
+def _entry_id(identifier: bytes) -> tuple[int, int]:
+    """A stream entry id ``b"ms-seq"`` as numbers (ids of different streams compare by these)."""
+    ms, _, seq = identifier.partition(b"-")
+    return int(ms), int(seq or 0)
 
 
 def _merge(batches: list[Batch], n: int) -> Batch:
@@ -958,10 +1098,14 @@ def _merge(batches: list[Batch], n: int) -> Batch:
     )
 
 
-def _token(name: str) -> Any:
-    from coredis import PureToken
+#: A publish round sent, for the ack loop: the connection, its number of commands, the batches
+#: it carries, their points' wall times (tracing only) and when it was sent (trio's clock).
+_Sent = tuple[bus_resp.Connection, int, int, list[Any], float]
 
-    return getattr(PureToken, name)
+
+def _flat(fields: dict[str, Any]) -> list[Any]:
+    """A stream entry's fields as XADD's arguments: name, value, name, value..."""
+    return [x for pair in fields.items() for x in pair]
 
 
 def _text(value: Any) -> str | None:
@@ -979,7 +1123,9 @@ def _redis_failure(exc: BaseException) -> bool:
 
     if isinstance(exc, BaseExceptionGroup):
         return all(_redis_failure(e) for e in exc.exceptions)
-    return isinstance(exc, (RedisError, OSError, TimeoutError, trio.TooSlowError))
+    return isinstance(
+        exc, (RedisError, bus_resp.ReplyError, OSError, TimeoutError, trio.TooSlowError)
+    )
 
 
 def _describe(exc: BaseException) -> str:
