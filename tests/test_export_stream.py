@@ -200,6 +200,51 @@ def test_fast_rows_are_repr_rows_for_any_f8(rows, with_steps, tag):
             assert interop._json_rows(s, w, v, b"head") == json_rows
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    digits=st.integers(1, 19),
+    negative=st.booleans(),
+    picks=st.lists(st.floats(0, 1), min_size=1, max_size=60),
+    walls=st.lists(F8, min_size=60, max_size=60),
+    values=st.lists(F8, min_size=60, max_size=60),
+)
+def test_steps_of_one_width_are_laid_out_in_slots_as_repr(digits, negative, picks, walls, values):
+    """Steps all of one width (a block of a counter) go through the slot rows (_json_slots):
+    every width 1 to 20 with the sign, the ends of each width, any floats beside them."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+    if negative:
+        low, high = -min(high, 2**63 - 1), -max(low, 1)
+    high = min(high, 2**63 - 1)
+    steps = [low, high] + [low + int(p * (high - low)) for p in picks]
+    n = len(steps)
+    s, w, v = np.array(steps, np.int64), np.array(walls[:n]), np.array(values[:n])
+    assert interop._step_width(s) == len(str(low))  # the slot path is taken
+    expected = reference_rows("json", "t", steps, walls[:n], values[:n])
+    assert interop._json_rows(s, w, v, b"head") == b"head" + expected.encode()
+    assert interop._json_rows(None, w, v) == reference_rows("json", "t", None, w.tolist(),
+                                                             v.tolist()).encode()  # fmt: skip
+
+
+def test_steps_of_mixed_widths_take_the_field_layout():
+    """Steps whose widths differ (a block crossing a power of ten, signs mixed, the int64
+    minimum) are laid out field by field, with the same bytes."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    for steps in ([9, 10], [-1, 1], [-5, 0], [99_999, 100_000], [-(2**63), -(2**63) + 1]):
+        assert interop._step_width(np.array(steps, np.int64)) is None
+        w = np.array([1.5, 1790001638.42])
+        expected = reference_rows("json", "t", steps, w.tolist(), [0.1, math.nan])
+        assert interop._json_rows(np.array(steps), w, np.array([0.1, math.nan])) == (
+            expected.encode()
+        )
+
+
 def test_columns_of_small_and_huge_values_are_respelled_as_repr(formatter):
     """Whole columns in exponent notation (a learning rate below 1e-4, counters from 1e16):
     orjson's spelling rewritten in numpy, every kind at once, signs and exponent widths mixed."""
