@@ -229,6 +229,48 @@ def test_steps_of_one_width_are_laid_out_in_slots_as_repr(digits, negative, pick
                                                              v.tolist()).encode()  # fmt: skip
 
 
+#: Microseconds of walls at the edges of :func:`_micro_walls`: 1 s, powers of ten, fractions with
+#: every count of trailing zeros, the last microsecond below 2**33 s.
+MICRO_EDGES = [10**6, 10**6 + 1, 10**7, 10**12, 9_999_999_999, 1_790_001_638_420_000,
+               1_790_001_638_000_000, 1_790_001_638_100_000, 1_790_001_638_999_999,
+               1_790_001_638_000_001, 8_589_934_591_999_999, 8_589_934_590_000_000]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    digits=st.integers(1, 10),
+    picks=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 6)), min_size=1, max_size=60),
+    edges=st.lists(st.sampled_from(MICRO_EDGES), max_size=3),
+)
+def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges):
+    """Wall times as the recorder stores them (whole microseconds, ``us / 1e6``) are formatted
+    from digit tables (_micro_walls): any integer width from 1 to 10 digits, fractions with 0 to 6
+    places, the edges; walls of mixed widths or not whole microseconds take orjson's digits."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    low = max(10 ** (digits - 1), 1)
+    high = min(10**digits, int(interop._MICRO_WALLS_BELOW))
+    us = [
+        int(low + p * (high - low - 1)) * 10**6 + int(p * 999_999) // 10**places * 10**places
+        for p, places in picks
+    ]
+    w = np.array(us, np.int64) / 1e6
+    assert interop._micro_walls(w) is not None
+    for walls in (w, np.array(us + edges, np.int64) / 1e6, w + 1e-7, w - 0.5):
+        n = len(walls)
+        fields = interop._micro_walls(walls)
+        if fields is not None:
+            text, starts, lengths = fields
+            got = [bytes(text[a : a + k]) for a, k in zip(starts, lengths, strict=True)]
+            assert got == [b"[%s," % repr(x).encode() for x in walls.tolist()]
+        steps = np.arange(n, dtype=np.int64) + 10**6
+        values = np.linspace(-1, 1, n)
+        expected = reference_rows("json", "t", steps.tolist(), walls.tolist(), values.tolist())
+        assert interop._json_rows(steps, walls, values) == expected.encode()
+
+
 def test_steps_of_mixed_widths_take_the_field_layout():
     """Steps whose widths differ (a block crossing a power of ten, signs mixed, the int64
     minimum) are laid out field by field, with the same bytes."""

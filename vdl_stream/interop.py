@@ -1190,6 +1190,70 @@ _NULL4 = np.frombuffer(b"null", np.uint32)[0]
 _STEP_AT = _UNIT + 4
 
 
+#: The last three digits of an integer part and the decimal point ("000." ... "999."), and the
+#: last two digits of a fraction's six (two bytes after them unused), as uint32 words.
+_DIGITS3_DOT = np.frombuffer(b"".join(b"%03d." % i for i in range(1000)), np.uint32)
+_DIGITS2 = np.frombuffer(b"".join(b"%02d\0\0" % i for i in range(100)), np.uint32)
+#: How many of a fraction's first four digits (of six) and of its last two repr() writes: up to
+#: the last that is not zero.
+_KEPT4 = np.array([len((b"%04d" % i).rstrip(b"0")) for i in range(10_000)], np.int64)
+_KEPT2 = np.array([len((b"%02d" % i).rstrip(b"0")) for i in range(100)], np.int64)
+#: Below this many seconds (the year 2242) neighbouring float64s are at most 2**-20 s apart, less
+#: than a microsecond: one decimal of at most six places rounds to each (:func:`_micro_walls`).
+_MICRO_WALLS_BELOW = 2.0**33
+
+
+def _micro_walls(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The fields ``[w,`` of wall times that are whole microseconds (as the recorder stores
+    them, ``us / 1e6``), as :func:`_numbers` gives them with ``pre=b"["``, ``sep=b","`` and
+    ``room=_UNIT``, formatted in numpy from digit tables (no orjson, no newline search); None
+    where any is not a whole microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
+    their integer parts' widths differ.
+
+    Why it is repr(): a wall ``w == u / 1e6`` (u an integer, the division correctly rounded)
+    is the float64 nearest the decimal ``u / 10**6``; below 2**33 the float64s around ``w`` are
+    less than 1e-6 apart, so no other decimal of at most six places rounds to ``w`` and that one,
+    written with its trailing zeros dropped (one kept: ``5.0``), is the shortest that does:
+    repr()'s digits, in its positional notation (1e-4 <= w < 1e16).
+    """
+    low, high = walls.min(), walls.max()
+    if not (low >= 1.0 and high < _MICRO_WALLS_BELOW):  # NaN compares False
+        return None
+    u = np.rint(walls * 1e6)
+    if not (u / 1e6 == walls).all():
+        return None
+    u = u.astype(np.int64)
+    whole = u // 1_000_000
+    width = len(str(int(whole[0])))
+    if len(str(int(whole.min()))) != width or len(str(int(whole.max()))) != width:
+        return None
+    fraction = u - whole * 1_000_000
+    n = len(walls)
+    head = -(-(width + 1) // 4)  # words of the integer part and its point
+    cols = 4 * (head + 3)  # a word before them for the "[", two words of fraction
+    buf = np.empty(_UNIT + n * cols + _UNIT, np.uint8)
+    quads = buf[_UNIT : _UNIT + n * cols].view(np.uint32).reshape(n, cols // 4)
+    q = whole // 1000
+    quads[:, head] = _DIGITS3_DOT[whole - q * 1000]
+    for k in range(head - 1, 0, -1):
+        high = q // 10_000
+        quads[:, k] = _DIGITS4[q - high * 10_000]
+        q = high
+    first4 = fraction // 100
+    last2 = fraction - first4 * 100
+    quads[:, head + 1] = _DIGITS4[first4]
+    quads[:, head + 2] = _DIGITS2[last2]
+    kept = np.where(last2 != 0, _KEPT2[last2] + 4, _KEPT4[first4])
+    np.maximum(kept, 1, out=kept)  # "5.0"
+    rows = buf[_UNIT : _UNIT + n * cols].reshape(n, cols)
+    start = 4 * (head + 1) - width - 2  # the "["
+    rows[:, start] = ord("[")
+    starts = np.arange(_UNIT + start, _UNIT + n * cols, cols)
+    lengths = kept + (width + 3)  # "[", the integer part, ".", the fraction, ","
+    buf[starts + lengths - 1] = _COMMA
+    return buf, starts, lengths
+
+
 def _step_width(steps: np.ndarray | None) -> int | None:
     """The width of every step of ``steps`` as text (4 for None: ``null``), or None where they
     differ (signs or digit counts mixed), are not int64 or hold its minimum."""
@@ -1220,7 +1284,10 @@ def _json_slots(
     orjson call, newline search or separators for the steps.
     """
     n = len(walls)
-    w, w_at, w_len = _numbers(walls, b",", pre=b"[", room=_UNIT)
+    fields = _micro_walls(walls)
+    if fields is None:
+        fields = _numbers(walls, b",", pre=b"[", room=_UNIT)
+    w, w_at, w_len = fields
     v, v_at, v_len = _numbers(values, b"], ", pre=b" ", null_nonfinite=True)
     negative = steps is not None and int(steps[0]) < 0
     words = -(-(width - negative) // 4)
