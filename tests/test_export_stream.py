@@ -219,7 +219,7 @@ def test_steps_of_one_width_are_laid_out_in_slots_as_repr(digits, negative, pick
     if negative:
         low, high = -min(high, 2**63 - 1), -max(low, 1)
     high = min(high, 2**63 - 1)
-    steps = [low, high] + [low + int(p * (high - low)) for p in picks]
+    steps = [low, high] + [min(high, low + int(p * (high - low))) for p in picks]
     n = len(steps)
     s, w, v = np.array(steps, np.int64), np.array(walls[:n]), np.array(values[:n])
     assert interop._step_width(s) == len(str(low))  # the slot path is taken
