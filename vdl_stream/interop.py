@@ -1184,6 +1184,7 @@ def _json_rows(
 
 #: ASCII digits of 0 to 9999, four bytes each ("0000", "0001", ...), as one uint32 an entry.
 _DIGITS4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10_000)), np.uint32)
+#: ``null`` as one such word: the step of a row without one.
 _NULL4 = np.frombuffer(b"null", np.uint32)[0]
 #: Column of a slot row where a step's words start (:func:`_json_slots`): a multiple of 4, and
 #: past the :data:`_UNIT` bytes of a wall's field that end right before the step.
@@ -1281,7 +1282,8 @@ def _json_slots(
     slot, and one gather and one assignment of items as wide as the widest row put the rows side
     by side (in order: an item's bytes past its row's end are overwritten by the next row's).
     Four fancy-indexed copies a row, against six for :func:`_layout`'s three fields, and no
-    orjson call, newline search or separators for the steps.
+    orjson call, newline search or separators for the steps; nor for the walls where they are
+    whole microseconds, as the recorder stores them (:func:`_micro_walls`).
     """
     n = len(walls)
     fields = _micro_walls(walls)
