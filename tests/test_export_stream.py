@@ -258,7 +258,8 @@ def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges)
     ]
     w = np.array(us, np.int64) / 1e6
     assert interop._micro_walls(w) is not None
-    for walls in (w, np.array(us + edges, np.int64) / 1e6, w + 1e-7, w - 0.5):
+    within = (np.array(us, np.int64) % 10**9 + 1_790_000_000 * 10**6) / 1e6  # 1,000 s at most
+    for walls in (w, within, np.array(us + edges, np.int64) / 1e6, w + 1e-7, w - 0.5):
         n = len(walls)
         fields = interop._micro_walls(walls)
         if fields is not None:

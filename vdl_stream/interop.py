@@ -1223,25 +1223,21 @@ def _micro_walls(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     u = np.rint(walls * 1e6)
     if not (u / 1e6 == walls).all():
         return None
-    u = u.astype(np.int64)
-    whole = u // 1_000_000
+    whole, fraction = np.divmod(u.astype(np.int64), 1_000_000)
     width = len(str(int(whole[0])))
     if len(str(int(whole.min()))) != width or len(str(int(whole.max()))) != width:
         return None
-    fraction = u - whole * 1_000_000
     n = len(walls)
     head = -(-(width + 1) // 4)  # words of the integer part and its point
     cols = 4 * (head + 3)  # a word before them for the "[", two words of fraction
     buf = np.empty(_UNIT + n * cols + _UNIT, np.uint8)
     quads = buf[_UNIT : _UNIT + n * cols].view(np.uint32).reshape(n, cols // 4)
-    q = whole // 1000
-    quads[:, head] = _DIGITS3_DOT[whole - q * 1000]
+    q, last3 = np.divmod(whole, 1000)
+    quads[:, head] = _DIGITS3_DOT[last3]
     for k in range(head - 1, 0, -1):
-        high = q // 10_000
-        quads[:, k] = _DIGITS4[q - high * 10_000]
-        q = high
-    first4 = fraction // 100
-    last2 = fraction - first4 * 100
+        q, low = np.divmod(q, 10_000)
+        quads[:, k] = _DIGITS4[low]
+    first4, last2 = np.divmod(fraction, 100)
     quads[:, head + 1] = _DIGITS4[first4]
     quads[:, head + 2] = _DIGITS2[last2]
     kept = np.where(last2 != 0, _KEPT2[last2] + 4, _KEPT4[first4])
@@ -1308,9 +1304,8 @@ def _json_slots(
     else:
         q = np.negative(steps) if negative else steps
         for k in range(first + words - 1, first, -1):
-            high = q // 10_000
-            quads[:, k] = _DIGITS4[q - high * 10_000]
-            q = high
+            q, low = np.divmod(q, 10_000)
+            quads[:, k] = _DIGITS4[low]
         quads[:, first] = _DIGITS4[q]
     # over the leading zeros of the step's first word
     np.ndarray((n,), f"V{_UNIT}", slots, space - _UNIT, (cols,))[...] = _items(w, _UNIT)[
