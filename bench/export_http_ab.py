@@ -10,14 +10,18 @@ the CPU time of its export child process if one ran (sampled every 50 ms: a lowe
 client's (this process's), and the server's minor page faults. ``--tag`` exports the tags it
 matches only; ``--settle S`` starts the export S seconds after the server's readiness, its
 start-up reads then left out of its CPU time. The trees take turns, so the machine's load falls on all alike; on a
-shared machine compare the CPU times.
+shared machine compare the CPU times (the last lines give each tree's medians). ``--digest``
+also prints the body's size and SHA-256, to check that the trees send the same bytes (it costs
+the client about a second of CPU per GB).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
+import statistics
 import sys
 import threading
 import time
@@ -43,10 +47,17 @@ def minor_faults(pid: int) -> int:
 
 
 def export_once(
-    tree: Path, run: Path, fmt: str, work: Path, tag: str | None = None, settle: float = 0.0
+    tree: Path,
+    run: Path,
+    fmt: str,
+    work: Path,
+    tag: str | None = None,
+    settle: float = 0.0,
+    digest: bool = False,
 ) -> dict:
     """One export of ``run`` (``tag``: the tags matched only) from a fresh server of ``tree``,
-    ``settle`` seconds after its readiness; its times."""
+    ``settle`` seconds after its readiness; its times (and the body's size and SHA-256 if
+    ``digest``)."""
     server = Serve(tree, run.parent, work / "serve-ab.log")
     try:
         proc = psutil.Process(server.proc.pid)
@@ -69,9 +80,13 @@ def export_once(
         url = f"{server.url}/api/export?run={run.name}&format={fmt}"
         if tag:
             url += "&tag=" + urllib.parse.quote(tag)
+        body = hashlib.sha256() if digest else None
+        size = 0
         with urllib.request.urlopen(url, timeout=1800) as response:
-            while response.read(1 << 20):
-                pass
+            while chunk := response.read(1 << 20):
+                size += len(chunk)
+                if body is not None:
+                    body.update(chunk)
         wall, client = time.perf_counter() - t0, time.process_time() - c0
         done.set()
         sampler.join(10)
@@ -82,6 +97,8 @@ def export_once(
             "child_cpu_s": sum(children.values()),
             "client_cpu_s": client,
             "load": os.getloadavg()[0],
+            "bytes": size,
+            "sha256": body.hexdigest() if body is not None else None,
         }
     finally:
         server.stop()
@@ -98,6 +115,7 @@ def main() -> None:
     parser.add_argument(
         "--settle", type=float, default=0.0, help="seconds from readiness to the export"
     )
+    parser.add_argument("--digest", action="store_true", help="print the body's SHA-256")
     args = parser.parse_args()
     if args.repeats < 1 or args.settle < 0 or not args.run.is_dir():
         parser.error(
@@ -105,15 +123,25 @@ def main() -> None:
             f"{args.repeats}, {args.settle}, {args.run}"
         )
     work = Path(os.environ.get("TMPDIR", "/tmp"))
+    trees = args.trees.split(",")
+    tries: dict[str, list[dict]] = {tree: [] for tree in trees}
     for _ in range(args.repeats):
-        for tree in args.trees.split(","):
+        for tree in trees:
             r = export_once(
-                Path(tree).resolve(), args.run.resolve(), args.format, work, args.tag, args.settle
-            )
+                Path(tree).resolve(), args.run.resolve(), args.format, work, args.tag,
+                args.settle, args.digest,
+            )  # fmt: skip
+            tries[tree].append(r)
             print(f"{tree}: wall {r['wall_s']:.2f} s, server CPU {r['server_cpu_s']:.2f} s, "
                   f"server faults {r['server_faults']:,}, "
                   f"child CPU >= {r['child_cpu_s']:.2f} s, client CPU {r['client_cpu_s']:.2f} s, "
-                  f"load average {r['load']:.1f}", flush=True)  # fmt: skip
+                  f"load average {r['load']:.1f}, {r['bytes']:,} bytes"
+                  + (f", sha256 {r['sha256'][:16]}" if args.digest else ""), flush=True)  # fmt: skip
+    for tree, rs in tries.items():
+        medians = {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "server_cpu_s")}
+        child = statistics.median(r["child_cpu_s"] for r in rs)
+        print(f"{tree}: median of {len(rs)}: wall {medians['wall_s']:.2f} s, server CPU "
+              f"{medians['server_cpu_s']:.2f} s, child CPU >= {child:.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -200,6 +200,94 @@ def test_fast_rows_are_repr_rows_for_any_f8(rows, with_steps, tag):
             assert interop._json_rows(s, w, v, b"head") == json_rows
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    digits=st.integers(1, 19),
+    negative=st.booleans(),
+    picks=st.lists(st.floats(0, 1), min_size=1, max_size=60),
+    walls=st.lists(F8, min_size=60, max_size=60),
+    values=st.lists(F8, min_size=60, max_size=60),
+)
+def test_steps_of_one_width_are_laid_out_in_slots_as_repr(digits, negative, picks, walls, values):
+    """Steps all of one width (a block of a counter) go through the slot rows (_json_slots):
+    every width 1 to 20 with the sign, the ends of each width, any floats beside them."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+    if negative:
+        low, high = -min(high, 2**63 - 1), -max(low, 1)
+    high = min(high, 2**63 - 1)
+    steps = [low, high] + [min(high, low + int(p * (high - low))) for p in picks]
+    n = len(steps)
+    s, w, v = np.array(steps, np.int64), np.array(walls[:n]), np.array(values[:n])
+    assert interop._step_width(s) == len(str(low))  # the slot path is taken
+    expected = reference_rows("json", "t", steps, walls[:n], values[:n])
+    assert interop._json_rows(s, w, v, b"head") == b"head" + expected.encode()
+    assert interop._json_rows(None, w, v) == reference_rows("json", "t", None, w.tolist(),
+                                                             v.tolist()).encode()  # fmt: skip
+
+
+#: Microseconds of walls at the edges of :func:`_micro_walls`: 1 s, powers of ten, fractions with
+#: every count of trailing zeros, the last microsecond below 2**33 s.
+MICRO_EDGES = [10**6, 10**6 + 1, 10**7, 10**12, 9_999_999_999, 1_790_001_638_420_000,
+               1_790_001_638_000_000, 1_790_001_638_100_000, 1_790_001_638_999_999,
+               1_790_001_638_000_001, 8_589_934_591_999_999, 8_589_934_590_000_000]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    digits=st.integers(1, 10),
+    picks=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 6)), min_size=1, max_size=60),
+    edges=st.lists(st.sampled_from(MICRO_EDGES), max_size=3),
+)
+def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges):
+    """Wall times as the recorder stores them (whole microseconds, ``us / 1e6``) are formatted
+    from digit tables (_micro_walls): any integer width from 1 to 10 digits, fractions with 0 to 6
+    places, the edges; walls of mixed widths or not whole microseconds take orjson's digits."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    low = max(10 ** (digits - 1), 1)
+    high = min(10**digits, int(interop._MICRO_WALLS_BELOW))
+    us = [
+        int(low + p * (high - low - 1)) * 10**6 + int(p * 999_999) // 10**places * 10**places
+        for p, places in picks
+    ]
+    w = np.array(us, np.int64) / 1e6
+    assert interop._micro_walls(w) is not None
+    within = (np.array(us, np.int64) % 10**9 + 1_790_000_000 * 10**6) / 1e6  # 1,000 s at most
+    for walls in (w, within, np.array(us + edges, np.int64) / 1e6, w + 1e-7, w - 0.5):
+        n = len(walls)
+        fields = interop._micro_walls(walls)
+        if fields is not None:
+            text, starts, lengths = fields
+            got = [bytes(text[a : a + k]) for a, k in zip(starts, lengths, strict=True)]
+            assert got == [b"[%s," % repr(x).encode() for x in walls.tolist()]
+        steps = np.arange(n, dtype=np.int64) + 10**6
+        values = np.linspace(-1, 1, n)
+        expected = reference_rows("json", "t", steps.tolist(), walls.tolist(), values.tolist())
+        assert interop._json_rows(steps, walls, values) == expected.encode()
+
+
+def test_steps_of_mixed_widths_take_the_field_layout():
+    """Steps whose widths differ (a block crossing a power of ten, signs mixed, the int64
+    minimum) are laid out field by field, with the same bytes."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    for steps in ([9, 10], [-1, 1], [-5, 0], [99_999, 100_000], [-(2**63), -(2**63) + 1]):
+        assert interop._step_width(np.array(steps, np.int64)) is None
+        w = np.array([1.5, 1790001638.42])
+        expected = reference_rows("json", "t", steps, w.tolist(), [0.1, math.nan])
+        assert interop._json_rows(np.array(steps), w, np.array([0.1, math.nan])) == (
+            expected.encode()
+        )
+
+
 def test_columns_of_small_and_huge_values_are_respelled_as_repr(formatter):
     """Whole columns in exponent notation (a learning rate below 1e-4, counters from 1e16):
     orjson's spelling rewritten in numpy, every kind at once, signs and exponent widths mixed."""

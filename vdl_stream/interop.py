@@ -858,7 +858,7 @@ try:  # an optional accelerator: shortest round-trip floats formatted in compile
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
-_COMMA, _NEWLINE = b",\n"
+_COMMA, _NEWLINE, _SPACE = b",\n "
 _NUMPY = 0 if _orjson is None else _orjson.OPT_SERIALIZE_NUMPY
 #: Bytes :func:`_layout` copies per field: a number as repr() writes it (at most 24 bytes) and its
 #: separator (at most 4), or a constant's piece, fits in one.
@@ -884,12 +884,18 @@ def _put(buf: np.ndarray, at: np.ndarray, sep: bytes) -> None:
 
 
 def _numbers(
-    x: np.ndarray, sep: bytes, *, pre: bytes = b"", null_nonfinite: bool = False
+    x: np.ndarray,
+    sep: bytes,
+    *,
+    pre: bytes = b"",
+    null_nonfinite: bool = False,
+    room: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each number of ``x`` as ``repr()`` writes it, after ``pre`` (none or one byte) and followed
     by ``sep`` (at most ``4 - len(pre)`` bytes), as a column for :func:`_layout`:
     ``(text, starts, lengths)``, field i being ``text[starts[i] : starts[i] + lengths[i]]``,
-    with at least :data:`_UNIT` bytes of ``text`` from each start.
+    with at least :data:`_UNIT` bytes of ``text`` from each start, and ``room`` bytes before the
+    first (so an item of ``room`` bytes may end where a field ends: :func:`_json_slots`).
 
     The digits come from one orjson call: its shortest round-trip digits are repr's, and so is its
     layout except in exponent notation (below 1e-4 and from 1e16) and for non-finite values: those
@@ -930,10 +936,12 @@ def _numbers(
             lengths[odd] = sizes
     # The respelled rows go after the room the last number's separator takes (2 bytes past
     # orjson's "\n]"), each a byte in: the byte before is ``pre``.
-    rows = len(text) + 4
+    rows = room + len(text) + 4
     size = rows + 1 + len(redone)
     buf = np.empty(size + _UNIT, np.uint8)  # and the room after the last field's start
-    buf[: len(text)] = raw
+    buf[room : room + len(text)] = raw
+    if room:
+        starts += room
     if len(odd):
         buf[rows + 1 : size] = np.frombuffer(redone, np.uint8)
         starts[odd] = rows + 1 + _WIDTH * np.arange(len(odd))
@@ -1156,6 +1164,9 @@ def _json_rows(
     if not n:
         return head
     if _fast():
+        width = _step_width(steps)
+        if width is not None:
+            return _json_slots(steps, walls, values, head, width)
         # Rows "[w," " s," " v], ", the last one's ", " trimmed.
         w = _numbers(walls, b",", pre=b"[")
         s = b" null," if steps is None else _numbers(steps, b",", pre=b" ")
@@ -1169,6 +1180,152 @@ def _json_rows(
     else:
         text = ("[%r, %d, %s], " * n)[:-2] % _interleave(walls.tolist(), steps.tolist(), vals)
     return head + text.encode()
+
+
+#: ASCII digits of 0 to 9999, four bytes each ("0000", "0001", ...), as one uint32 an entry.
+_DIGITS4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10_000)), np.uint32)
+#: ``null`` as one such word: the step of a row without one.
+_NULL4 = np.frombuffer(b"null", np.uint32)[0]
+#: Column of a slot row where a step's words start (:func:`_json_slots`): a multiple of 4, and
+#: past the :data:`_UNIT` bytes of a wall's field that end right before the step.
+_STEP_AT = _UNIT + 4
+
+
+#: The last three digits of an integer part and the decimal point ("000." ... "999."), and the
+#: last two digits of a fraction's six (two bytes after them unused), as uint32 words.
+_DIGITS3_DOT = np.frombuffer(b"".join(b"%03d." % i for i in range(1000)), np.uint32)
+_DIGITS2 = np.frombuffer(b"".join(b"%02d\0\0" % i for i in range(100)), np.uint32)
+#: How many of a fraction's first four digits (of six) and of its last two repr() writes: up to
+#: the last that is not zero.
+_KEPT4 = np.array([len((b"%04d" % i).rstrip(b"0")) for i in range(10_000)], np.int64)
+_KEPT2 = np.array([len((b"%02d" % i).rstrip(b"0")) for i in range(100)], np.int64)
+#: Below this many seconds (the year 2242) neighbouring float64s are at most 2**-20 s apart, less
+#: than a microsecond: one decimal of at most six places rounds to each (:func:`_micro_walls`).
+_MICRO_WALLS_BELOW = 2.0**33
+
+
+def _micro_walls(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The fields ``[w,`` of wall times that are whole microseconds (as the recorder stores
+    them, ``us / 1e6``), as :func:`_numbers` gives them with ``pre=b"["``, ``sep=b","`` and
+    ``room=_UNIT``, formatted in numpy from digit tables (no orjson, no newline search); None
+    where any is not a whole microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
+    their integer parts' widths differ.
+
+    Why it is repr(): a wall ``w == u / 1e6`` (u an integer, the division correctly rounded)
+    is the float64 nearest the decimal ``u / 10**6``; below 2**33 the float64s around ``w`` are
+    less than 1e-6 apart, so no other decimal of at most six places rounds to ``w`` and that one,
+    written with its trailing zeros dropped (one kept: ``5.0``), is the shortest that does:
+    repr()'s digits, in its positional notation (1e-4 <= w < 1e16).
+    """
+    low, high = walls.min(), walls.max()
+    if not (low >= 1.0 and high < _MICRO_WALLS_BELOW):  # NaN compares False
+        return None
+    u = np.rint(walls * 1e6)
+    if not (u / 1e6 == walls).all():
+        return None
+    whole, fraction = np.divmod(u.astype(np.int64), 1_000_000)
+    width = len(str(int(whole[0])))
+    if len(str(int(whole.min()))) != width or len(str(int(whole.max()))) != width:
+        return None
+    n = len(walls)
+    head = -(-(width + 1) // 4)  # words of the integer part and its point
+    cols = 4 * (head + 3)  # a word before them for the "[", two words of fraction
+    buf = np.empty(_UNIT + n * cols + _UNIT, np.uint8)
+    quads = buf[_UNIT : _UNIT + n * cols].view(np.uint32).reshape(n, cols // 4)
+    q, last3 = np.divmod(whole, 1000)
+    quads[:, head] = _DIGITS3_DOT[last3]
+    for k in range(head - 1, 0, -1):
+        q, low = np.divmod(q, 10_000)
+        quads[:, k] = _DIGITS4[low]
+    first4, last2 = np.divmod(fraction, 100)
+    quads[:, head + 1] = _DIGITS4[first4]
+    quads[:, head + 2] = _DIGITS2[last2]
+    kept = np.where(last2 != 0, _KEPT2[last2] + 4, _KEPT4[first4])
+    np.maximum(kept, 1, out=kept)  # "5.0"
+    rows = buf[_UNIT : _UNIT + n * cols].reshape(n, cols)
+    start = 4 * (head + 1) - width - 2  # the "["
+    rows[:, start] = ord("[")
+    starts = np.arange(_UNIT + start, _UNIT + n * cols, cols)
+    lengths = kept + (width + 3)  # "[", the integer part, ".", the fraction, ","
+    buf[starts + lengths - 1] = _COMMA
+    return buf, starts, lengths
+
+
+def _step_width(steps: np.ndarray | None) -> int | None:
+    """The width of every step of ``steps`` as text (4 for None: ``null``), or None where they
+    differ (signs or digit counts mixed), are not int64 or hold its minimum."""
+    if steps is None:
+        return 4
+    if steps.dtype != np.int64:
+        return None
+    low, high = int(steps.min()), int(steps.max())
+    if (low < 0) != (high < 0) or len(str(low)) != len(str(high)) or low == -(2**63):
+        return None
+    return len(str(low))  # the same for every step between: the width grows with |step|
+
+
+def _json_slots(
+    steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray, head: bytes, width: int
+) -> bytes:
+    """What :func:`_json_rows` gives, for steps all ``width`` bytes wide: each row built whole in
+    a slot row of its own, then moved into place in one piece.
+
+    A row ``[w, s, v], `` has one field of fixed width, the step, between two of any width. In
+    its slot row the step's digits are written right-aligned in whole words from
+    :data:`_DIGITS4` (four digits a word, no orjson), the wall's field ``[w,`` is put
+    right-aligned to end one byte before them (a space then written there), and the value's field
+    `` v], `` left-aligned after the step's comma: strided copies, so the row lies whole in its
+    slot, and one gather and one assignment of items as wide as the widest row put the rows side
+    by side (in order: an item's bytes past its row's end are overwritten by the next row's).
+    Four fancy-indexed copies a row, against six for :func:`_layout`'s three fields, and no
+    orjson call, newline search or separators for the steps; nor for the walls where they are
+    whole microseconds, as the recorder stores them (:func:`_micro_walls`).
+    """
+    n = len(walls)
+    fields = _micro_walls(walls)
+    if fields is None:
+        fields = _numbers(walls, b",", pre=b"[", room=_UNIT)
+    w, w_at, w_len = fields
+    v, v_at, v_len = _numbers(values, b"], ", pre=b" ", null_nonfinite=True)
+    negative = steps is not None and int(steps[0]) < 0
+    words = -(-(width - negative) // 4)
+    comma = _STEP_AT + 4 * words  # after the step's last digit
+    space = comma - width - 1  # before its first character; the wall's field ends here
+    cols = (comma + 1 + _UNIT + 3) // 4 * 4
+    row_len = w_len + v_len
+    row_len += width + 2
+    size = -(-int(row_len.max()) // 16) * 16
+    slots = np.empty(n * cols + size, np.uint8)
+    rows = slots[: n * cols].reshape(n, cols)
+    quads = rows.view(np.uint32)
+    first = _STEP_AT // 4
+    if steps is None:
+        quads[:, first] = _NULL4
+    else:
+        q = np.negative(steps) if negative else steps
+        for k in range(first + words - 1, first, -1):
+            q, low = np.divmod(q, 10_000)
+            quads[:, k] = _DIGITS4[low]
+        quads[:, first] = _DIGITS4[q]
+    # over the leading zeros of the step's first word
+    np.ndarray((n,), f"V{_UNIT}", slots, space - _UNIT, (cols,))[...] = _items(w, _UNIT)[
+        w_at + w_len - _UNIT
+    ]
+    rows[:, space] = _SPACE
+    if negative:
+        rows[:, space + 1] = _MINUS
+    rows[:, comma] = _COMMA
+    np.ndarray((n,), f"V{_UNIT}", slots, comma + 1, (cols,))[...] = _items(v, _UNIT)[v_at]
+    at = np.cumsum(row_len)
+    total = len(head) + int(at[-1])
+    at -= row_len
+    at += len(head)
+    out = np.empty(total + size, np.uint8)
+    out[: len(head)] = np.frombuffer(head, np.uint8)
+    _items(out, size, total + 1)[at] = _items(slots, size)[
+        np.arange(space, n * cols, cols) - w_len  # each row's "["
+    ]
+    return out[: total - 2].tobytes()  # the last row's ", "
 
 
 async def stream_export(export: Export) -> AsyncIterator[bytes]:
