@@ -864,8 +864,14 @@ class WebSocketSession:
 
     async def send(self, data: bytes) -> None:
         """Send one binary message (dropped by the server once the connection is closed)."""
-        if self._wire is None or not await self._wire.send(data):
+        if self._wire is None or not await self._wire.send((data,)):
             await self._send({"type": "websocket.send", "bytes": data})
+
+    async def send_many(self, messages: Sequence[bytes]) -> None:
+        """Send binary messages in order (on the socket with one system call where it can)."""
+        if self._wire is None or not await self._wire.send(messages):
+            for data in messages:
+                await self._send({"type": "websocket.send", "bytes": data})
 
     async def receive(self) -> bytes | str | None:
         """Return the next message, or None once the peer is gone."""
@@ -951,9 +957,10 @@ class _Wire:
             return None
         return cls(ws, stream, lock)
 
-    async def send(self, data: bytes) -> bool:
-        """Write one binary message; return False where the ASGI path must send it instead
-        (the connection is closing, or the lock is held: the message then queues behind)."""
+    async def send(self, messages: Sequence[bytes]) -> bool:
+        """Write binary messages, in order, with one ``writev``; return False where the ASGI
+        path must send them instead (the connection is closing, or the lock is held: they then
+        queue behind what holds it)."""
         ws = self.ws
         connection = ws.connection
         if ws.closed or connection.state is not ConnectionState.OPEN:
@@ -963,10 +970,12 @@ class _Wire:
         except trio.WouldBlock:
             return False
         try:
-            if self.deflate and len(data) >= DEFLATE_FROM_BYTES:
-                parts = [connection.send(BytesMessage(data=data))]
-            else:  # what wsproto would write: a header and the bytes as they are
-                parts = [_frame_header(len(data)), data]
+            parts: list[bytes] = []
+            for data in messages:
+                if self.deflate and len(data) >= DEFLATE_FROM_BYTES:
+                    parts.append(connection.send(BytesMessage(data=data)))
+                else:  # what wsproto would write: a header and the bytes as they are
+                    parts += (_frame_header(len(data)), data)
             size = sum(map(len, parts))
             try:
                 written = os.writev(self.fd, parts)
@@ -1099,6 +1108,9 @@ LIVE_BURST = 20
 #: Bounds of one ``frames`` message: frames, and bytes (a frame over it still goes, alone).
 LIVE_BATCH_FRAMES = 512
 LIVE_BATCH_BYTES = 4 << 20
+#: Frames queued for a browser without ``batch`` written with one system call at most (each
+#: frame two parts of a ``writev``, whose limit is 1,024 parts here).
+LIVE_WRITE_FRAMES = 256
 
 
 @dataclass(frozen=True)
@@ -1134,27 +1146,35 @@ def _parse_subscribe(message: dict[str, Any]) -> _Subscribe:
     )
 
 
-async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: bool) -> None:
+async def _send_live(
+    sub: Any,
+    send: Callable[[bytes], Awaitable[None]],
+    batch: bool,
+    send_many: Callable[[list[bytes]], Awaitable[None]] | None = None,
+) -> None:
     """Send ``sub``'s live frames as they come; with ``batch``, at most :data:`LIVE_RATE`
     messages a second (bursts of :data:`LIVE_BURST`), each holding every frame queued by then (a
-    lone frame goes as itself)."""
-    take = getattr(sub, "receive_nowait", None) if batch else None
+    lone frame goes as itself). Without ``batch``, the frames queued by then go as one message
+    each, together through ``send_many`` when given (one system call for a backlog)."""
+    take = getattr(sub, "receive_nowait", None)
     tokens, stamp = float(LIVE_BURST), trio.current_time()
     while True:
-        if take is not None:
+        if batch:
             # A token bucket: waited for before a frame is taken, as a re-subscribe cancels
-            # this task at any wait, and a frame taken must be sent (``send`` is shielded).
+            # this task at any wait, and a frame taken must be sent (a re-subscription waits
+            # for the frame going out).
             now = trio.current_time()
             tokens, stamp = min(float(LIVE_BURST), tokens + (now - stamp) * LIVE_RATE), now
             if tokens < 1.0:
                 await trio.sleep((1.0 - tokens) / LIVE_RATE)
                 continue
         frame = await sub.receive()
-        if take is None:
+        if take is None or (not batch and send_many is None):
             await send(frame)
             continue
         frames, size, ended = [frame], len(frame), False
-        while len(frames) < LIVE_BATCH_FRAMES and size < LIVE_BATCH_BYTES:
+        most = LIVE_BATCH_FRAMES if batch else LIVE_WRITE_FRAMES
+        while len(frames) < most and size < LIVE_BATCH_BYTES:
             try:
                 frame = take()
             except trio.WouldBlock:
@@ -1164,8 +1184,11 @@ async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: 
                 break
             frames.append(frame)
             size += len(frame)
-        tokens -= 1.0
-        await send(frames[0] if len(frames) == 1 else codec.encode_frames(frames))
+        if not batch:
+            await send_many(frames)  # type: ignore[misc]
+        else:
+            tokens -= 1.0
+            await send(frames[0] if len(frames) == 1 else codec.encode_frames(frames))
         if ended:
             raise trio.EndOfChannel
 
@@ -1221,6 +1244,9 @@ async def _live_session(
         nonlocal sent
 
         async def send_whole(frame: bytes) -> None:
+            await send_all_whole([frame])
+
+        async def send_all_whole(frames: list[bytes]) -> None:
             # A frame is never cut off by a re-subscription (``_Stream.end``): no cancel scope
             # and deadline a frame, which cost the event loop as much as the send's own
             # framing. Only the connection's end cancels a send, and nothing follows it then.
@@ -1228,7 +1254,7 @@ async def _live_session(
                 me.scope.cancel()
                 await trio.lowlevel.checkpoint()  # raises Cancelled
             me.sending = True
-            await ws.send(frame)
+            await ws.send_many(frames)
             me.sending = False
 
         try:
@@ -1247,7 +1273,7 @@ async def _live_session(
                 await broker.send_snapshot(sub, send_whole, ask.max_points)
             # Runs that could not be read were left out: the page stops waiting for them.
             await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
-            await _send_live(sub, send_whole, ask.batch)
+            await _send_live(sub, send_whole, ask.batch, send_all_whole)
         except trio.EndOfChannel:
             await ws.close(1001, "server shutting down")
         finally:
