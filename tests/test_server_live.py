@@ -7,6 +7,7 @@ import socket
 from functools import partial
 
 import numpy as np
+import pytest
 import trio
 from trio_websocket import open_websocket_url
 from wsproto import ConnectionType, WSConnection
@@ -14,7 +15,7 @@ from wsproto.events import AcceptConnection, BytesMessage, Message, Request
 from wsproto.extensions import PerMessageDeflate
 
 from tests.conftest import wait_until
-from vdl_stream import codec
+from vdl_stream import codec, server
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
 from vdl_stream.server import _frame_header, run_server, serve_dashboard
@@ -169,12 +170,16 @@ def test_a_frame_header_before_the_bytes_is_what_wsproto_writes():
         assert _frame_header(size) + data == server.send(Message(data=data)), size
 
 
-async def test_a_browser_that_stops_reading_gets_every_frame_whole_across_a_resubscribe(tmp_path):
+@pytest.mark.parametrize("direct", [False, True], ids=["asgi", "direct"])
+async def test_a_browser_that_stops_reading_gets_every_frame_whole_across_a_resubscribe(
+    tmp_path, monkeypatch, direct
+):
     """A browser whose socket is full holds a frame halfway written; a re-subscription then
     waits for that frame rather than cutting it (a cut frame would leave the browser's
     permessage-deflate state out of step: nothing after it would decode). Every message the
     browser reads afterwards decodes, through the new subscription's ``synced`` and a later
-    batch's frame."""
+    batch's frame. Through hypercorn's send path, and written directly (``WRITE_DIRECT``)."""
+    monkeypatch.setattr(server, "WRITE_DIRECT", direct)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             broker = Broker(tmp_path)

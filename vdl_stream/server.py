@@ -860,7 +860,7 @@ class WebSocketSession:
         if not self.accepted:
             self.accepted = True
             await self._send({"type": "websocket.accept"})
-            self._wire = _Wire.find(self._send)
+            self._wire = _Wire.find(self._send) if WRITE_DIRECT else None
 
     async def send(self, data: bytes) -> None:
         """Send one binary message (dropped by the server once the connection is closed)."""
@@ -903,6 +903,13 @@ class WebSocketSession:
         await self._send({"type": "websocket.http.response.body", "body": body, "more_body": False})
         self.closed = True
 
+
+#: Write WebSocket messages straight to hypercorn's socket (:class:`_Wire`). Off: it cut the
+#: event loop's CPU for the sends to about a third, but under this machine's load the subscribers
+#: of a 10k events/s run then fell behind where they kept up with hypercorn's own send path (the
+#: frames waiting in their receive buffers, their process getting half the CPU), for a reason
+#: not found yet (docs/performance.md, "The live path below quart").
+WRITE_DIRECT = False
 
 #: Header of an unmasked, final, binary WebSocket frame (RFC 6455 5.2), by payload size.
 _BINARY = 0x80 | Opcode.BINARY.value
