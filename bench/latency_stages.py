@@ -33,12 +33,15 @@ With ``--persist-only POINTS`` it measures the broker's persistence alone, in th
 of POINTS points at ``--rate`` points/s, each ingested once the previous one is written (no
 sockets, no subscribers), with the persist thread's fsync, compaction and rotation times. With
 ``--ingest-only BATCHES``, ``Broker.ingest`` alone (fan-out to ``--subscribers`` queues included).
+With ``--fanout-only BATCHES``, the event loop's CPU a batch for the fan-out to ``--subscribers``
+browsers and their WebSocket sends (broker and web server in process, subscribers in a child).
 With ``--frame-costs``, what permessage-deflate costs per browser for one frame of three sizes.
 
 Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscribers 10]
                                       [--writers 1] [--page] [--deflate] [--window N] [--json PATH]
                                       [--persist-only POINTS] [--ingest-only BATCHES]
-                                      [--frame-costs] [--no-compaction] [--keep]
+                                       [--fanout-only BATCHES]
+                                       [--frame-costs] [--no-compaction] [--keep]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
 directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
@@ -465,6 +468,97 @@ def ingest_only(subscribers: int, batches: int, ntags: int) -> dict[str, float]:
     return {"median_us": float(np.median(a)), "mean_us": float(a.mean())}
 
 
+_FANOUT_CHILD = r"""
+import sys, trio
+from trio_websocket import open_websocket_url
+from vdl_stream import codec
+
+async def one(url, ready):
+    async with open_websocket_url(url, max_message_size=64 << 20) as ws:
+        await ws.send_message(codec.encode_message({"type": "subscribe", "runs": ["live"]}))
+        while codec.decode_message(await ws.get_message())["type"] != "synced":
+            pass
+        ready.release()
+        while True:
+            await ws.get_message()
+
+async def main():
+    ready = trio.Semaphore(0)
+    async with trio.open_nursery() as nursery:
+        for _ in range(int(sys.argv[2])):
+            nursery.start_soon(one, sys.argv[1], ready)
+        for _ in range(int(sys.argv[2])):
+            await ready.acquire()
+        print("ready", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read)  # until the parent closes it
+        nursery.cancel_scope.cancel()
+
+trio.run(main)
+"""
+
+
+def fanout_only(subscribers: int, batches: int, ntags: int) -> dict[str, float]:
+    """The event loop's CPU a batch for the fan-out to ``subscribers`` browsers and their
+    WebSocket sends: a broker and its web server in this process, the subscribers (raw
+    ``/ws/live`` clients) in a child process, ``batches`` batches of 3 points per tag ingested
+    in process at 200 a second. No writer, no socket on the way in: what the live path's send
+    side costs the server, measured as the loop thread's CPU (which the machine's load changes
+    far less than wall times). Print and return it in microseconds."""
+    from functools import partial
+
+    import trio
+
+    import vdl_stream
+    from vdl_stream.broker import Broker
+    from vdl_stream.codec import Batch, ScalarColumns
+    from vdl_stream.server import serve_dashboard
+
+    tags = [f"train/metric{i}" for i in range(ntags)]
+    tree = str(Path(vdl_stream.__file__).resolve().parent.parent)  # the child imports the same
+    result: dict[str, float] = {}
+
+    async def run(logdir: str) -> None:
+        broker = Broker(logdir)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            live = "ws" + url.removeprefix("http").split("/?")[0].rstrip("/") + "/ws/live"
+            child = subprocess.Popen(  # noqa: ASYNC220 (a start, before anything is measured)
+                [sys.executable, "-c", _FANOUT_CHILD, live, str(subscribers)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": tree},
+            )
+            try:
+                with trio.fail_after(60):
+                    line = await trio.to_thread.run_sync(child.stdout.readline)
+                if not line.startswith(b"ready"):
+                    raise SystemExit(f"the subscribers did not subscribe: {line!r}")
+                cpu0, t0 = time.thread_time(), trio.current_time()
+                for seq in range(1, batches + 1):
+                    steps = np.arange(3 * seq, 3 * seq + 3, dtype=np.int64)
+                    walls, values = np.full(3, time.time()), steps * 0.5
+                    columns = [ScalarColumns(t, steps, walls, values) for t in tags]
+                    await broker.ingest(Batch("w", seq, "live", columns))
+                    await trio.sleep_until(t0 + seq / 200)
+                await trio.sleep(0.2)  # the last sends
+                result["loop us a batch"] = (time.thread_time() - cpu0) / batches * 1e6
+            finally:
+                child.stdin.close()
+                child.wait(10)
+            broker.close()
+            nursery.cancel_scope.cancel()
+
+    with tempfile.TemporaryDirectory(prefix="vdl-fanout-") as logdir:
+        trio.run(run, logdir)
+    print(
+        f"fan-out and sends to {subscribers} subscribers: {result['loop us a batch']:.0f} us of "
+        f"event-loop CPU a batch ({batches} batches of {ntags} x 3 points, 200/s); load "
+        f"{Path('/proc/loadavg').read_text().split()[0]}"
+    )
+    return result
+
+
 def frame_costs(ntags: int, frames: int = 100) -> dict[str, float]:
     """What one ``data`` frame costs per browser in permessage-deflate (the fastest of 5 rounds), as the server compresses
     (zlib level 1, each browser's own compressor keeping its context), against compressing it
@@ -541,6 +635,12 @@ def main() -> None:
         help="only Broker.ingest, in process: BATCHES small batches to --subscribers queues",
     )
     parser.add_argument(
+        "--fanout-only",
+        type=int,
+        metavar="BATCHES",
+        help="only the fan-out and WebSocket sends, in process: event-loop CPU a batch",
+    )
+    parser.add_argument(
         "--frame-costs",
         action="store_true",
         help="only what permessage-deflate costs per browser for frames of three sizes",
@@ -563,6 +663,11 @@ def main() -> None:
     if args.frame_costs:
         print(f"permessage-deflate of one data frame ({args.tags} tags), zlib level 1:")
         figures = frame_costs(args.tags)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return None
+    if args.fanout_only is not None:
+        figures = fanout_only(args.subscribers, args.fanout_only, args.tags)
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1))
         return None

@@ -3,18 +3,22 @@ docs/performance.md "Live latency")."""
 
 from __future__ import annotations
 
+import socket
 from functools import partial
 
 import numpy as np
+import pytest
 import trio
 from trio_websocket import open_websocket_url
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Message, Request
 from wsproto.extensions import PerMessageDeflate
 
-from vdl_stream import codec
+from tests.conftest import wait_until
+from vdl_stream import codec, server
+from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
-from vdl_stream.server import run_server
+from vdl_stream.server import _frame_header, run_server, serve_dashboard
 
 
 class DeflateClient:
@@ -28,8 +32,10 @@ class DeflateClient:
         self.deflate: PerMessageDeflate | None = None
 
     @classmethod
-    async def connect(cls, host: str, port: int) -> DeflateClient:
+    async def connect(cls, host: str, port: int, rcvbuf: int | None = None) -> DeflateClient:
         sock = trio.socket.socket()
+        if rcvbuf is not None:  # set before connecting: the window is agreed at the handshake
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         await sock.connect((host, port))
         client = cls(sock)
         request = Request(
@@ -148,3 +154,80 @@ async def test_serve_puts_what_start_up_built_out_of_the_collectors_reach(tmp_pa
             nursery.cancel_scope.cancel()
     gc.unfreeze()
     assert frozen > 10_000
+
+
+def test_a_frame_header_before_the_bytes_is_what_wsproto_writes():
+    """Live frames that go uncompressed are written as a header before the frame's own bytes
+    (``_Wire``), the same for every browser: the very bytes wsproto's server framing writes,
+    at each size where the length's encoding changes (RFC 6455 5.2)."""
+    server = WSConnection(ConnectionType.SERVER)
+    client = WSConnection(ConnectionType.CLIENT)
+    server.receive_data(client.send(Request(host="h", target="/ws/live")))
+    assert isinstance(next(server.events()), Request)
+    client.receive_data(server.send(AcceptConnection()))
+    for size in (0, 1, 125, 126, 127, 65535, 65536, 70000):
+        data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+        assert _frame_header(size) + data == server.send(Message(data=data)), size
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["asgi", "direct"])
+async def test_a_browser_that_stops_reading_gets_every_frame_whole_across_a_resubscribe(
+    tmp_path, monkeypatch, direct
+):
+    """A browser whose socket is full holds a frame halfway written; a re-subscription then
+    waits for that frame rather than cutting it (a cut frame would leave the browser's
+    permessage-deflate state out of step: nothing after it would decode). Every message the
+    browser reads afterwards decodes, through the new subscription's ``synced`` and a later
+    batch's frame. Through hypercorn's send path, and written directly (``WRITE_DIRECT``)."""
+    monkeypatch.setattr(server, "WRITE_DIRECT", direct)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker = Broker(tmp_path)
+            await nursery.start(broker.run)
+            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            host, port = url.removeprefix("http://").split("/")[0].split(":")
+            browser = await DeflateClient.connect(host, int(port), rcvbuf=4096)
+            # Closed whatever happens: a server send stuck on its full socket would hold the
+            # test's teardown (a frame once begun goes whole).
+            nursery.start_soon(_close_at_exit, browser.sock)
+            await browser.send({"type": "subscribe", "runs": ["r"]})
+            while (await browser.frame())["type"] != "synced":
+                pass
+            rng = np.random.default_rng(7)
+            steps = np.arange(20_000, dtype=np.int64)
+            async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
+                for seq in range(1, 9):  # about 1.4 MB a data frame, little of it compressible
+                    columns = [
+                        ScalarColumns(
+                            f"t{i}", steps + seq * 20_000, 1.7e9 + steps, rng.random(20_000)
+                        )
+                        for i in range(3)
+                    ]
+                    await ws.send_message(codec.encode_batch(Batch("w", seq, "r", columns)))
+                    assert codec.decode_message(await ws.get_message())["type"] == "ack"
+                # The browser reads nothing meanwhile: its stream is stuck in a frame.
+                await wait_until(
+                    lambda: any(s.depth for s in broker.subscriber_statistics()),
+                    30,
+                    "the browser's stream to be stuck in a frame",
+                )
+                await browser.send({"type": "subscribe", "runs": ["r"]})
+                kinds = []
+                while "synced" not in kinds:
+                    kinds.append((await browser.frame())["type"])
+                assert "data" in kinds or "snapshot" in kinds, kinds
+                last = [ScalarColumns("t0", np.array([10**6]), np.array([1.8e9]), np.array([0.5]))]
+                await ws.send_message(codec.encode_batch(Batch("w", 9, "r", last)))
+                assert codec.decode_message(await ws.get_message())["type"] == "ack"
+                while (frame := await browser.frame())["type"] != "data" or frame["seq"] < 9:
+                    pass
+                assert np.frombuffer(frame["scalars"][0][3], "<f8").tolist() == [0.5]
+            broker.close()
+            nursery.cancel_scope.cancel()
+
+
+async def _close_at_exit(sock: trio.socket.SocketType) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        sock.close()

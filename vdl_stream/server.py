@@ -4,16 +4,15 @@
 ``serve_dashboard`` serves an existing broker, which is how ``attach(serve=True)`` uses it. The
 broker is started by the caller's nursery, never in quart-trio's ``app.nursery``.
 
-The app is three blueprints (:func:`pages_blueprint`, :func:`api_blueprint`,
-:func:`websocket_blueprint`) behind one gate, :class:`Access`: every request and every WebSocket
-handshake, including those of blueprints mounted later (``vdl-stream replay``'s), is checked for
+The app is two blueprints (:func:`pages_blueprint`, :func:`api_blueprint`) and the two WebSocket
+endpoints, served below quart (:class:`WebSocketEndpoints`), behind one gate, :class:`Access`:
+every request and every WebSocket handshake, including those of blueprints mounted later (``vdl-stream replay``'s), is checked for
 its Host, its Origin and, on everything but the page itself, the token before any route sees it.
 docs/security.md describes the model.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import gc
 import hmac
@@ -21,13 +20,15 @@ import ipaddress
 import json
 import logging
 import math
+import os
 import re
 import resource
 import socket
+import struct
 import time
 import unicodedata
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
@@ -40,9 +41,11 @@ import trio
 from hypercorn.config import Config
 from hypercorn.protocol import ws_stream
 from hypercorn.trio import serve as hypercorn_serve
-from quart import Blueprint, Response, jsonify, request, websocket
+from quart import Blueprint, Response, jsonify, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
+from wsproto.connection import ConnectionState
+from wsproto.events import BytesMessage
 from wsproto.extensions import PerMessageDeflate
 from wsproto.frame_protocol import Opcode
 
@@ -588,7 +591,9 @@ def create_app(
     """
     app = QuartTrio("vdl_stream")
     # Quart's documented place for middleware: everything app() serves passes the gate first.
-    app.asgi_app = AccessGate(app.asgi_app, Access(token, allowed_hosts, bind_host))  # type: ignore[method-assign]
+    # /ws/live and /ws/ingest are served below quart (WebSocketEndpoints), behind the same gate.
+    endpoints = WebSocketEndpoints(app.asgi_app, broker, limits or Limits())
+    app.asgi_app = AccessGate(endpoints, Access(token, allowed_hosts, bind_host))  # type: ignore[method-assign]
 
     @app.after_request
     async def security_headers(response: Response) -> Response:
@@ -613,7 +618,6 @@ def create_app(
 
     app.register_blueprint(pages_blueprint())
     app.register_blueprint(api_blueprint(broker))
-    app.register_blueprint(websocket_blueprint(broker, limits or Limits()))
     return app
 
 
@@ -828,68 +832,232 @@ def _bus_statistics(broker: Any) -> dict | None:
     return None if bus is None else bus.statistics().__dict__
 
 
-def websocket_blueprint(broker: Broker, limits: Limits) -> Blueprint:
-    """``/ws/live`` (browsers) and ``/ws/ingest`` (writers), each within its pool of ``limits``.
+class WebSocketSession:
+    """One WebSocket, spoken in ASGI messages straight to the web server (hypercorn).
 
-    Past its pool a browser is accepted and closed at once with 1013 (try again later): a page
-    cannot read the status of a refused handshake, but it shows a close reason and reconnects
-    with backoff. A writer is refused before the upgrade with 503 and ``Retry-After``; the
-    transport reports that as an unreachable broker and backs off, where a close right after
-    connecting would have it reconnect at once.
+    ``/ws/live`` and ``/ws/ingest`` carry a message per batch and per browser, so they skip
+    quart: no task and queue of its own between the server's receive and the handler, no signal
+    sent per message, no request context (docs/performance.md, "(2026-12-01, h3-send)").
+
+    Args:
+        scope: the handshake's ASGI scope.
+        receive, send: the server's ASGI callables for this connection.
     """
-    bp = Blueprint("websockets", __name__)
-    caps = dict(zip(("browsers", "writers"), limits.pools(), strict=True))
-    open_now = {"browsers": 0, "writers": 0}
 
-    def full(pool: str) -> str | None:
-        if open_now[pool] < caps[pool]:
+    __slots__ = ("_receive", "_send", "_wire", "accepted", "closed", "query")
+
+    def __init__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self._receive = receive
+        self._send = send
+        self._wire: _Wire | None = None
+        self.accepted = self.closed = False
+        query = scope.get("query_string", b"").decode("latin-1")
+        #: the handshake's query arguments (the first of a repeated name)
+        self.query = dict(reversed(parse_qsl(query, keep_blank_values=True, errors="replace")))
+
+    async def accept(self) -> None:
+        """Complete the handshake (once)."""
+        if not self.accepted:
+            self.accepted = True
+            await self._send({"type": "websocket.accept"})
+            self._wire = _Wire.find(self._send) if WRITE_DIRECT else None
+
+    async def send(self, data: bytes) -> None:
+        """Send one binary message (dropped by the server once the connection is closed)."""
+        if self._wire is None or not await self._wire.send((data,)):
+            await self._send({"type": "websocket.send", "bytes": data})
+
+    async def send_many(self, messages: Sequence[bytes]) -> None:
+        """Send binary messages in order (on the socket with one system call where it can)."""
+        if self._wire is None or not await self._wire.send(messages):
+            for data in messages:
+                await self._send({"type": "websocket.send", "bytes": data})
+
+    async def receive(self) -> bytes | str | None:
+        """Return the next message, or None once the peer is gone."""
+        while True:
+            message = await self._receive()
+            kind = message["type"]
+            if kind == "websocket.receive":
+                data = message.get("bytes")
+                return message.get("text") if data is None else data
+            if kind == "websocket.disconnect":
+                self.closed = True
+                return None
+
+    async def close(self, code: int, reason: str = "") -> None:
+        """Close with ``code`` and ``reason`` (once; a closed connection is left as it is)."""
+        if not self.closed:
+            self.closed = True
+            await self._send({"type": "websocket.close", "code": code, "reason": reason})
+
+    async def refuse(self, status: int, message: str, headers: Sequence[tuple[str, str]]) -> None:
+        """Refuse the handshake with an HTTP ``status`` and ``{"error": message}``."""
+        await self._receive()  # websocket.connect
+        body = json.dumps({"error": message}).encode()
+        fields = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        fields += [(name.lower().encode(), value.encode()) for name, value in headers]
+        await self._send(
+            {"type": "websocket.http.response.start", "status": status, "headers": fields}
+        )
+        await self._send({"type": "websocket.http.response.body", "body": body, "more_body": False})
+        self.closed = True
+
+
+#: Write WebSocket messages straight to hypercorn's socket (:class:`_Wire`). Off: it cut the
+#: event loop's CPU for the sends to about a third, but under this machine's load the subscribers
+#: of a 10k events/s run then fell behind where they kept up with hypercorn's own send path (the
+#: frames waiting in their receive buffers, their process getting half the CPU), for a reason
+#: not found yet (docs/performance.md, "The live path below quart").
+WRITE_DIRECT = False
+
+#: Header of an unmasked, final, binary WebSocket frame (RFC 6455 5.2), by payload size.
+_BINARY = 0x80 | Opcode.BINARY.value
+
+
+def _frame_header(size: int) -> bytes:
+    if size < 126:
+        return bytes((_BINARY, size))
+    if size < 1 << 16:
+        return struct.pack("!BBH", _BINARY, 126, size)
+    return struct.pack("!BBQ", _BINARY, 127, size)
+
+
+class _Wire:
+    """The socket under one of hypercorn's HTTP/1.1 WebSockets, written without its send chain.
+
+    Through ASGI, each message goes ``app_send`` -> wsproto -> the HTTP/1.1 protocol -> the
+    connection's send lock and a shielded cancel scope -> ``send_all``, with three scheduler
+    passes; at 10k events/s that chain, ten browsers and an ``ack`` a batch, was half of the
+    event loop's CPU. Here a message is framed once, by wsproto's connection (so that its
+    permessage-deflate context stays the server's), or for a message that goes uncompressed by a
+    header put before the caller's bytes (the same ``bytes`` for every browser, not copied),
+    and written with one ``writev`` while holding hypercorn's send lock, so that nothing it sends
+    (a pong, a close) can come between; a part the socket did not take is sent with the lock
+    still held. Found only on the shape it was written for (hypercorn's ``WSStream`` over
+    HTTP/1.1 on a plain trio socket); anything else keeps the ASGI path.
+    """
+
+    __slots__ = ("deflate", "fd", "lock", "stream", "ws")
+
+    def __init__(self, ws: Any, stream: trio.SocketStream, lock: trio.Lock) -> None:
+        self.ws = ws
+        self.stream = stream
+        self.lock = lock
+        self.fd = stream.socket.fileno()
+        #: the client offered an extension (browsers offer permessage-deflate): a message of
+        #: DEFLATE_FROM_BYTES or more goes to wsproto's connection, whose extension holds the
+        #: compression context; smaller ones go uncompressed either way (QuickDeflate)
+        self.deflate = bool(ws.handshake.extensions)
+
+    @classmethod
+    def find(cls, send: Any) -> _Wire | None:
+        """Return the wire under an accepted WebSocket's ASGI ``send``, or None."""
+        ws = getattr(send, "__self__", None)
+        if type(ws) is not ws_stream.WSStream or not hasattr(ws, "connection"):
             return None
-        return f"too many {pool} connected ({caps[pool]}); try again later"
+        protocol = getattr(ws.send, "__self__", None)
+        server = getattr(getattr(protocol, "send", None), "__self__", None)
+        stream = getattr(server, "stream", None)
+        lock = getattr(server, "send_lock", None)
+        if type(stream) is not trio.SocketStream or type(lock) is not trio.Lock:
+            return None
+        return cls(ws, stream, lock)
 
-    @contextlib.contextmanager
-    def holding(pool: str) -> Iterator[None]:
-        open_now[pool] += 1
+    async def send(self, messages: Sequence[bytes]) -> bool:
+        """Write binary messages, in order, with one ``writev``; return False where the ASGI
+        path must send them instead (the connection is closing, or the lock is held: they then
+        queue behind what holds it)."""
+        ws = self.ws
+        connection = ws.connection
+        if ws.closed or connection.state is not ConnectionState.OPEN:
+            return False
         try:
-            yield
+            self.lock.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        try:
+            parts: list[bytes] = []
+            for data in messages:
+                if self.deflate and len(data) >= DEFLATE_FROM_BYTES:
+                    parts.append(connection.send(BytesMessage(data=data)))
+                else:  # what wsproto would write: a header and the bytes as they are
+                    parts += (_frame_header(len(data)), data)
+            size = sum(map(len, parts))
+            try:
+                written = os.writev(self.fd, parts)
+            except BlockingIOError:
+                written = 0
+            except OSError:  # the peer is gone: the read side sees it and ends the connection
+                return True
+            if written < size:
+                rest = b"".join(parts)[written:]
+                try:
+                    with trio.CancelScope(shield=True):  # a frame goes whole, or not at all
+                        await self.stream.send_all(rest)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
         finally:
-            open_now[pool] -= 1
+            self.lock.release()
+        return True
 
-    @bp.websocket("/ws/live")
-    async def ws_live() -> Any:
-        if (reason := full("browsers")) is not None:
-            await websocket.accept()
-            await websocket.close(CLOSE_TRY_AGAIN_LATER, reason)
-            return None
-        with holding("browsers"):
-            await websocket.accept()
-            await websocket.send(
-                codec.encode_message(
-                    {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
-                )
-            )
-            await websocket.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
-            # Every run's summary now; later ones come with each subscription (see stream()).
-            since = broker.summary_tick
-            await websocket.send(_first_summaries(broker, websocket.args.get("summaries")))
-            await _live_session(broker, limits.subscribe_timeout, since)
-        return None
 
-    @bp.websocket("/ws/ingest")
-    async def ws_ingest() -> Any:
-        if (reason := full("writers")) is not None:
-            # A response returned before accept() refuses the handshake with it.
-            return Response(
-                json.dumps({"error": reason}),
-                503,
-                {"Retry-After": str(WRITER_RETRY_AFTER)},
-                content_type="application/json",
-            )
-        with holding("writers"):
-            await websocket.accept()
-            await _until_idle(partial(_ingest_session, broker), limits.ingest_idle_timeout)
-        return None
+class WebSocketEndpoints:
+    """ASGI middleware serving ``/ws/live`` (browsers) and ``/ws/ingest`` (writers) itself, each
+    within its pool of ``limits``; every other scope goes on to ``app`` (quart).
 
-    return bp
+    It sits inside :class:`AccessGate`, so a handshake it sees passed the Host, Origin and token
+    checks. Past its pool a browser is accepted and closed at once with 1013 (try again later): a
+    page cannot read the status of a refused handshake, but it shows a close reason and
+    reconnects with backoff. A writer is refused before the upgrade with 503 and ``Retry-After``;
+    the transport reports that as an unreachable broker and backs off, where a close right after
+    connecting would have it reconnect at once. A session that ends without closing closes with
+    1000; one that fails is logged and closed by the server with 1011.
+    """
+
+    PATHS = ("/ws/live", "/ws/ingest")
+
+    def __init__(self, app: Callable[..., Awaitable[None]], broker: Broker, limits: Limits) -> None:
+        self.app = app
+        self.broker = broker
+        self.limits = limits
+        self.caps = dict(zip(("browsers", "writers"), limits.pools(), strict=True))
+        self.open_now = {"browsers": 0, "writers": 0}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket" or scope["path"] not in self.PATHS:
+            await self.app(scope, receive, send)
+            return
+        ws = WebSocketSession(scope, receive, send)
+        pool = "browsers" if scope["path"] == "/ws/live" else "writers"
+        if self.open_now[pool] >= self.caps[pool]:
+            reason = f"too many {pool} connected ({self.caps[pool]}); try again later"
+            if pool == "writers":
+                await ws.refuse(503, reason, [("Retry-After", str(WRITER_RETRY_AFTER))])
+            else:
+                await ws.accept()
+                await ws.close(CLOSE_TRY_AGAIN_LATER, reason)
+            return
+        self.open_now[pool] += 1
+        try:
+            await ws.accept()
+            if pool == "browsers":
+                await self._live(ws)
+            else:
+                await _ingest_session(ws, self.broker, self.limits.ingest_idle_timeout)
+            await ws.close(1000)
+        finally:
+            self.open_now[pool] -= 1
+
+    async def _live(self, ws: WebSocketSession) -> None:
+        broker = self.broker
+        hello = {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
+        await ws.send(codec.encode_message(hello))
+        await ws.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
+        # Every run's summary now; later ones come with each subscription (see stream()).
+        since = broker.summary_tick
+        await ws.send(_first_summaries(broker, ws.query.get("summaries")))
+        await _live_session(ws, broker, self.limits.subscribe_timeout, since)
 
 
 class _TableCache:
@@ -925,36 +1093,6 @@ def _first_summaries(broker: Any, form: str | None) -> bytes:
     return cache.frame
 
 
-async def _until_idle(session: Callable[[], Awaitable[None]], idle_after: float) -> None:
-    """Run a WebSocket ``session``; close it with 1008 if no message arrives within ``idle_after`` s.
-
-    The session reads through quart's ``websocket.receive``; the first message is seen by
-    wrapping the connection's receive callable, so the session itself needs no timeout logic.
-    """
-    ws = websocket._get_current_object()  # type: ignore[attr-defined]
-    first = trio.Event()
-    receive = ws._receive
-
-    async def watched() -> bytes | str:
-        data = await receive()
-        first.set()
-        return data
-
-    ws._receive = watched
-    async with trio.open_nursery() as nursery:
-
-        async def watchdog() -> None:
-            with trio.move_on_after(idle_after):
-                await first.wait()
-                return
-            await websocket.close(CLOSE_POLICY, f"nothing received within {idle_after:g} s")
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(watchdog)
-        await session()
-        nursery.cancel_scope.cancel()
-
-
 def _export(path: Path, fmt: str, pattern: str | None) -> Export:
     """Open a run's export (blocking): the pattern is checked and the run opened here, so errors
     are answered before the response starts."""
@@ -967,10 +1105,6 @@ def _static_response(static: Any, name: str) -> Response:
     return response
 
 
-#: Longest a frame to a browser may take to send once started (a stalled browser is closed).
-SEND_WHOLE_TIMEOUT = 30.0
-
-
 #: Live frames go to a browser whose subscription has ``batch`` at once while it gets fewer than
 #: LIVE_RATE messages a second (with bursts of LIVE_BURST); past that, the frames queued meanwhile
 #: wait for the next message, at most 1 / LIVE_RATE s, and travel in one ``frames`` message
@@ -981,6 +1115,9 @@ LIVE_BURST = 20
 #: Bounds of one ``frames`` message: frames, and bytes (a frame over it still goes, alone).
 LIVE_BATCH_FRAMES = 512
 LIVE_BATCH_BYTES = 4 << 20
+#: Frames queued for a browser without ``batch`` written with one system call at most (each
+#: frame two parts of a ``writev``, whose limit is 1,024 parts here).
+LIVE_WRITE_FRAMES = 256
 
 
 @dataclass(frozen=True)
@@ -1016,27 +1153,35 @@ def _parse_subscribe(message: dict[str, Any]) -> _Subscribe:
     )
 
 
-async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: bool) -> None:
+async def _send_live(
+    sub: Any,
+    send: Callable[[bytes], Awaitable[None]],
+    batch: bool,
+    send_many: Callable[[list[bytes]], Awaitable[None]] | None = None,
+) -> None:
     """Send ``sub``'s live frames as they come; with ``batch``, at most :data:`LIVE_RATE`
     messages a second (bursts of :data:`LIVE_BURST`), each holding every frame queued by then (a
-    lone frame goes as itself)."""
-    take = getattr(sub, "receive_nowait", None) if batch else None
+    lone frame goes as itself). Without ``batch``, the frames queued by then go as one message
+    each, together through ``send_many`` when given (one system call for a backlog)."""
+    take = getattr(sub, "receive_nowait", None)
     tokens, stamp = float(LIVE_BURST), trio.current_time()
     while True:
-        if take is not None:
+        if batch:
             # A token bucket: waited for before a frame is taken, as a re-subscribe cancels
-            # this task at any wait, and a frame taken must be sent (``send`` is shielded).
+            # this task at any wait, and a frame taken must be sent (a re-subscription waits
+            # for the frame going out).
             now = trio.current_time()
             tokens, stamp = min(float(LIVE_BURST), tokens + (now - stamp) * LIVE_RATE), now
             if tokens < 1.0:
                 await trio.sleep((1.0 - tokens) / LIVE_RATE)
                 continue
         frame = await sub.receive()
-        if take is None:
+        if take is None or (not batch and send_many is None):
             await send(frame)
             continue
         frames, size, ended = [frame], len(frame), False
-        while len(frames) < LIVE_BATCH_FRAMES and size < LIVE_BATCH_BYTES:
+        most = LIVE_BATCH_FRAMES if batch else LIVE_WRITE_FRAMES
+        while len(frames) < most and size < LIVE_BATCH_BYTES:
             try:
                 frame = take()
             except trio.WouldBlock:
@@ -1046,14 +1191,41 @@ async def _send_live(sub: Any, send: Callable[[bytes], Awaitable[None]], batch: 
                 break
             frames.append(frame)
             size += len(frame)
-        tokens -= 1.0
-        await send(frames[0] if len(frames) == 1 else codec.encode_frames(frames))
+        if not batch:
+            await send_many(frames)  # type: ignore[misc]
+        else:
+            tokens -= 1.0
+            await send(frames[0] if len(frames) == 1 else codec.encode_frames(frames))
         if ended:
             raise trio.EndOfChannel
 
 
+@dataclass
+class _Stream:
+    """One subscription's stream task, as its connection's receive loop sees it."""
+
+    scope: trio.CancelScope
+    done: trio.Event
+    #: a frame is going out (handed to the server, not yet written)
+    sending: bool = False
+    #: a re-subscription asked the stream to end once its frame is out
+    stop: bool = False
+
+    def end(self) -> None:
+        """End the stream now, or after the frame going out (a frame cut off halfway would leave
+        the browser's permessage-deflate state out of step with the server's: every later frame
+        would fail to decode)."""
+        if self.sending:
+            self.stop = True
+        else:
+            self.scope.cancel()
+
+
 async def _live_session(
-    broker: Broker, subscribe_timeout: float = 5.0, summaries_since: int | None = None
+    ws: WebSocketSession,
+    broker: Broker,
+    subscribe_timeout: float = 5.0,
+    summaries_since: int | None = None,
 ) -> None:
     """Serve one browser: (re)subscribe on request, stream snapshot then live frames.
 
@@ -1066,16 +1238,6 @@ async def _live_session(
     ``keep`` changes the connection's subscription in place: only the runs the browser lacks get
     snapshots (:meth:`Broker.resubscribe`).
     """
-
-    async def send_whole(frame: bytes) -> None:
-        # A re-subscribe cancels the previous stream; a send cancelled halfway leaves the browser's
-        # permessage-deflate state out of step with the server's (every later frame then fails to
-        # decode), so each frame is sent whole, or the connection is closed.
-        with trio.move_on_after(SEND_WHOLE_TIMEOUT, shield=True) as guard:
-            await websocket.send(frame)
-        if guard.cancelled_caught:
-            raise ConnectionError("a frame could not be sent in time")
-
     # The summaries the browser may lack are those published after publication
     # ``summaries_since``. A subscriber's queue gets every summary published after it subscribed
     # (publication ``sub_tick``), so once a stream sent the older ones, a ``keep``
@@ -1085,10 +1247,23 @@ async def _live_session(
     sub_tick = 0
     sent: tuple[Any, int] | None = None  # (subscriber, publication) the summaries went up to
 
-    async def stream(
-        sub: Any, ask: _Subscribe, missing: list[str] | None, done: trio.Event
-    ) -> None:
+    async def stream(sub: Any, ask: _Subscribe, missing: list[str] | None, me: _Stream) -> None:
         nonlocal sent
+
+        async def send_whole(frame: bytes) -> None:
+            await send_all_whole([frame])
+
+        async def send_all_whole(frames: list[bytes]) -> None:
+            # A frame is never cut off by a re-subscription (``_Stream.end``): no cancel scope
+            # and deadline a frame, which cost the event loop as much as the send's own
+            # framing. Only the connection's end cancels a send, and nothing follows it then.
+            if me.stop:
+                me.scope.cancel()
+                await trio.lowlevel.checkpoint()  # raises Cancelled
+            me.sending = True
+            await ws.send_many(frames)
+            me.sending = False
+
         try:
             since = summaries_since
             if sent is not None and sent[0] is sub and not sub.lost:
@@ -1105,34 +1280,37 @@ async def _live_session(
                 await broker.send_snapshot(sub, send_whole, ask.max_points)
             # Runs that could not be read were left out: the page stops waiting for them.
             await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
-            await _send_live(sub, send_whole, ask.batch)
+            await _send_live(sub, send_whole, ask.batch, send_all_whole)
         except trio.EndOfChannel:
-            await websocket.close(1001, "server shutting down")
+            await ws.close(1001, "server shutting down")
         finally:
-            done.set()
+            me.done.set()
 
     sub: Any = None
     try:
         async with trio.open_nursery() as nursery:
-            current: trio.CancelScope | None = None
-            finished = trio.Event()
+            current: _Stream | None = None
             while True:
                 try:
-                    data: bytes | str | None = None
                     # Only the first subscribe has a deadline; a subscribed browser is busy.
-                    with trio.move_on_after(subscribe_timeout if current is None else math.inf):
-                        data = await websocket.receive()
-                    if data is None:
+                    with trio.move_on_after(
+                        subscribe_timeout if current is None else math.inf
+                    ) as waiting:
+                        data = await ws.receive()
+                    if waiting.cancelled_caught:
                         raise codec.ProtocolError(f"no subscribe within {subscribe_timeout:g} s")
+                    if data is None:  # the browser is gone
+                        nursery.cancel_scope.cancel()
+                        return
                     ask = _parse_subscribe(codec.decode_message(data))
                 except codec.ProtocolError as exc:
-                    await websocket.close(CLOSE_POLICY, str(exc)[:120])
+                    await ws.close(CLOSE_POLICY, str(exc)[:120])
                     nursery.cancel_scope.cancel()
                     return
                 if current is not None:
                     # The previous stream ends (each frame is sent whole) before ``sub`` changes.
-                    current.cancel()
-                    await finished.wait()
+                    current.end()
+                    await current.done.wait()
                 missing = None
                 if (
                     ask.keep
@@ -1149,11 +1327,11 @@ async def _live_session(
                         sub = broker.subscribe(ask.runs, ask.tags)  # type: ignore[arg-type]
                         sub_tick = broker.summary_tick
                     except SubscriberLimitError as exc:
-                        await websocket.close(1013, str(exc)[:120])  # 1013: try again later
+                        await ws.close(1013, str(exc)[:120])  # 1013: try again later
                         nursery.cancel_scope.cancel()
                         return
-                current, finished = trio.CancelScope(), trio.Event()
-                nursery.start_soon(_in_scope, current, stream, sub, ask, missing, finished)
+                current = _Stream(trio.CancelScope(), trio.Event())
+                nursery.start_soon(_in_scope, current.scope, stream, sub, ask, missing, current)
     finally:
         if sub is not None:
             broker.unsubscribe(sub)
@@ -1171,19 +1349,20 @@ def _same_tags(a: Any, b: TagFilter | None) -> bool:
     return getattr(a, "pattern", None) == getattr(b, "pattern", None)
 
 
-async def _ingest_session(broker: Broker) -> None:
+async def _ingest_session(ws: WebSocketSession, broker: Broker, idle_after: float) -> None:
     """Serve one writer: ingest its batches in order, answer each once persisted or refused.
 
     Every batch gets exactly one answer, in the order the batches came: ``ack`` once it is
     written (and fsynced when it asked to sync), or ``refused`` with the reason and whether
     sending it again may succeed. A frame that is not a batch, or whose ``writer``/``seq`` is
-    broken, closes the connection with 1008 (there is no batch to answer).
+    broken, closes the connection with 1008 (there is no batch to answer), and so does a writer
+    that sends nothing within ``idle_after`` seconds of connecting.
     """
     send, receive = trio.open_memory_channel[tuple[str, int, int, bool, RefusedError | None]](1024)
     # Runs this connection wrote: when it ends, those without a close marker read as crashed.
     runs: set[str] = set()
     try:
-        await _ingest_batches(broker, send, receive, runs)
+        await _ingest_batches(ws, broker, send, receive, runs, idle_after)
     finally:
         broker.writer_lost(runs)
         if broker.alerts is not None:  # the crash rule (docs/alerts.md)
@@ -1191,10 +1370,12 @@ async def _ingest_session(broker: Broker) -> None:
 
 
 async def _ingest_batches(
+    ws: WebSocketSession,
     broker: Broker,
     send: trio.MemorySendChannel[tuple[str, int, int, bool, RefusedError | None]],
     receive: trio.MemoryReceiveChannel[tuple[str, int, int, bool, RefusedError | None]],
     runs: set[str],
+    idle_after: float,
 ) -> None:
 
     async def answer() -> None:
@@ -1205,17 +1386,19 @@ async def _ingest_batches(
                 except RefusedError as exc:
                     refusal = exc
             if refusal is None:
-                await websocket.send(codec.encode_ack(writer, seq))
+                await ws.send(codec.encode_ack(writer, seq))
             else:
-                await websocket.send(
-                    codec.encode_refused(writer, seq, refusal.reason, refusal.retryable)
-                )
+                await ws.send(codec.encode_refused(writer, seq, refusal.reason, refusal.retryable))
 
+    with trio.move_on_after(idle_after) as waiting:
+        data = await ws.receive()
+    if waiting.cancelled_caught:
+        await ws.close(CLOSE_POLICY, f"nothing received within {idle_after:g} s")
+        return
     async with trio.open_nursery() as nursery:
         nursery.start_soon(answer)
         async with send:
-            while True:
-                data = await websocket.receive()
+            while data is not None:  # None: the writer is gone
                 try:
                     message = codec.decode_message(data)
                     if message["type"] != "batch":
@@ -1226,23 +1409,25 @@ async def _ingest_batches(
                 except codec.BatchError as exc:
                     refusal = RefusedError(f"bad batch: {exc}"[:200], retryable=False)
                     await send.send((exc.writer, exc.seq, 0, False, refusal))
+                    data = await ws.receive()
                     continue
                 except codec.ProtocolError as exc:
-                    await websocket.close(1008, str(exc)[:120])
-                    nursery.cancel_scope.cancel()
-                    return
+                    await ws.close(CLOSE_POLICY, str(exc)[:120])
+                    break
                 if len(runs) < MAX_RUNS_PER_WRITER:
                     runs.add(batch.run)
                 try:
                     broker_seq = await broker.ingest(batch)
                 except RefusedError as exc:
                     await send.send((batch.writer, batch.seq, 0, False, exc))
+                    data = await ws.receive()
                     continue
                 except trio.ClosedResourceError:
-                    await websocket.close(1001, "server shutting down")
-                    nursery.cancel_scope.cancel()
-                    return
+                    await ws.close(1001, "server shutting down")
+                    break
                 await send.send((batch.writer, batch.seq, broker_seq, batch.sync, None))
+                data = await ws.receive()
+        nursery.cancel_scope.cancel()
 
 
 def _url(host: str, port: int) -> str:
