@@ -14,7 +14,9 @@ subprocess:
 - add_histogram (2,000 histograms of 10,000 float32; ``--histogram-size`` for another size):
   loop wall time and process CPU per call, and the page faults per call over the loop (all
   threads; fresh memory, paid in system time whichever thread faults it in; a count, so other
-  processes on the machine do not change it). With ``--histogram-rounds R`` the writer logs R
+  processes on the machine do not change it), and the CPU time of each role's threads from the
+  loop's start through ``flush()`` (``add_histogram_{main,writer,other}_cpu_us``: the training
+  thread, the writer's background thread, the rest). With ``--histogram-rounds R`` the writer logs R
   bursts of them, each followed by ``flush()``, and only the last is measured: a training loop
   logs its histograms every so many steps, and from the second time on, a writer that keeps its
   memory finds it warm (the first burst faults in fresh pages, docs/performance.md);
@@ -169,6 +171,7 @@ def measure_histograms(lib: str, n: int, logdir: Path, size: int, rounds: int = 
             writer.add_histogram("weights", data[i % 20], r * n + i)
         writer.flush()
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    threads0 = thread_cpu()
     cpu0 = time.process_time()
     loop0 = time.perf_counter()
     for i in range((rounds - 1) * n, rounds * n):
@@ -176,13 +179,44 @@ def measure_histograms(lib: str, n: int, logdir: Path, size: int, rounds: int = 
     loop = time.perf_counter() - loop0
     loop_cpu = time.process_time() - cpu0
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    writer.flush()  # before close, while the threads that did the work are still alive
+    threads = thread_cpu()
     writer.close()
     return {
         "add_histogram_loop_us": loop / n * 1e6,
         "add_histogram_loop_cpu_us": loop_cpu / n * 1e6,
         "add_histogram_loop_faults": faults / n,
         "cpu_per_histogram_us": (time.process_time() - cpu0) / n * 1e6,
+        **{
+            f"add_histogram_{role}_cpu_us": (threads[role] - threads0.get(role, 0.0)) / n * 1e6
+            for role in THREAD_ROLES
+        },
     }
+
+
+#: How ``thread_cpu`` groups a process's threads: the training loop's, the writer's background
+#: thread (vdl-stream's is named so; tensorboardX's falls under "other"), and the rest (the
+#: in-process broker's persist, fsync and compaction threads, tensorboardX's writer thread).
+THREAD_ROLES = ("main", "writer", "other")
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds each role's live threads have used (``THREAD_ROLES``; the thread's own
+    clock, so other processes on the machine do not change it, as they do wall times)."""
+    import threading
+
+    used = dict.fromkeys(THREAD_ROLES, 0.0)
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # ended meanwhile
+            continue
+        role = "main" if thread is main else "writer" if thread.name == "vdl-stream" else "other"
+        used[role] += seconds
+    return used
 
 
 BINNING_SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
