@@ -767,8 +767,8 @@ def test_each_batch_is_sized_once_and_as_the_estimate_sizes_it(tmp_path, monkeyp
 
 def test_the_persist_path_sizes_each_batch_once(tmp_path, monkeypatch):
     # The broker sizes every batch it persists once (the part it joins and the segment its
-    # part must fit are decided from that one figure); it used to size each two or three
-    # times, a third of the persist thread's time for histograms.
+    # part must fit are decided from that one figure); it used to size each twice, a fifth
+    # of the persist thread's samples for histograms.
     from tests.test_broker import scalars
     from vdl_stream import broker as broker_module
     from vdl_stream.codec import Batch

@@ -655,9 +655,9 @@ def _batch_bytes(batch: Batch) -> int:
     """About how many bytes ``batch`` takes in the recorder's buffer.
 
     Sized once per batch on the persist path (the part it joins and the segment it fits are
-    both decided from that one figure), with no generator or isinstance call per value: it
-    was a third of the persist thread's time for batches of histograms (docs/performance.md,
-    "Writer hot path (2026-12-01, h3-hist)")."""
+    both decided from that one figure), with no generator or isinstance call per value: sized
+    twice with them, it was a fifth of the persist thread's samples for batches of histograms
+    (docs/performance.md, "Writer hot path (2026-12-01, h3-hist)")."""
     size = 24 * sum(len(c) for c in batch.scalars) + 64 * len(batch.events)
     for event in batch.events:
         for value in event.values():
