@@ -322,7 +322,9 @@ class _Pending:
 
     def put(self, batch: Batch, events_bytes: int | None = None) -> str | None:
         """Keep ``batch``; return a problem to report (spilling failed), or None.
-        ``events_bytes``: its events' estimated size, when the caller has it (else sized here)."""
+
+        ``events_bytes``: its events' estimated size, when the caller has it (else sized here).
+        """
         size = _batch_bytes(batch, events_bytes)
         fits = self._memory_bytes + size <= self._memory_limit or not self._head
         if fits and not len(self._spool) and not self._tail:
