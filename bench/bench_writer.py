@@ -343,8 +343,12 @@ def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
 def run_child(
     lib: str, what: str, n: int, size: int, tree: str | None = None, rounds: int = 1
 ) -> dict:
-    """Measure in a fresh process; ``tree``: import vdl_stream from that source tree."""
+    """Measure in a fresh process; ``tree``: import vdl_stream from that source tree (by
+    default the one on ``PYTHONPATH``, else this script's own checkout, never whichever
+    vdl_stream happens to be installed)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    if tree is None and not env.get("PYTHONPATH"):
+        tree = str(Path(__file__).resolve().parent.parent)
     if tree is not None:
         env["PYTHONPATH"] = tree
     out = subprocess.run(
