@@ -14,7 +14,9 @@ subprocess:
 - add_histogram (2,000 histograms of 10,000 float32; ``--histogram-size`` for another size):
   loop wall time and process CPU per call, and the page faults per call over the loop (all
   threads; fresh memory, paid in system time whichever thread faults it in; a count, so other
-  processes on the machine do not change it). With ``--histogram-rounds R`` the writer logs R
+  processes on the machine do not change it), and the CPU time of each role's threads from the
+  loop's start through ``flush()`` (``add_histogram_{main,writer,other}_cpu_us``: the training
+  thread, the writer's background thread, the rest). With ``--histogram-rounds R`` the writer logs R
   bursts of them, each followed by ``flush()``, and only the last is measured: a training loop
   logs its histograms every so many steps, and from the second time on, a writer that keeps its
   memory finds it warm (the first burst faults in fresh pages, docs/performance.md);
@@ -27,7 +29,9 @@ copy per histogram): the least a hot path can cost on this interpreter.
 Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-size N]
                                     [--histogram-rounds R] [--repeat R] [--before TREE]
        python bench/bench_writer.py --binning [--repeat R] [--before TREE]
-(the second: the histogram binning alone, CPU per histogram of 1k to 1M values).
+       python bench/bench_writer.py --persist [--repeat R] [--before TREE]
+(the second: the histogram binning alone, CPU per histogram of 1k to 1M values; the third: the
+in-process broker's persist path alone, thread CPU per binned histogram event).
 
 The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 """
@@ -169,6 +173,7 @@ def measure_histograms(lib: str, n: int, logdir: Path, size: int, rounds: int = 
             writer.add_histogram("weights", data[i % 20], r * n + i)
         writer.flush()
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    threads0 = thread_cpu()
     cpu0 = time.process_time()
     loop0 = time.perf_counter()
     for i in range((rounds - 1) * n, rounds * n):
@@ -176,13 +181,44 @@ def measure_histograms(lib: str, n: int, logdir: Path, size: int, rounds: int = 
     loop = time.perf_counter() - loop0
     loop_cpu = time.process_time() - cpu0
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    writer.flush()  # before close, while the threads that did the work are still alive
+    threads = thread_cpu()
     writer.close()
     return {
         "add_histogram_loop_us": loop / n * 1e6,
         "add_histogram_loop_cpu_us": loop_cpu / n * 1e6,
         "add_histogram_loop_faults": faults / n,
         "cpu_per_histogram_us": (time.process_time() - cpu0) / n * 1e6,
+        **{
+            f"add_histogram_{role}_cpu_us": (threads[role] - threads0.get(role, 0.0)) / n * 1e6
+            for role in THREAD_ROLES
+        },
     }
+
+
+#: How ``thread_cpu`` groups a process's threads: the training loop's, the writer's background
+#: thread (vdl-stream's is named so; tensorboardX's falls under "other"), and the rest (the
+#: in-process broker's persist, fsync and compaction threads, tensorboardX's writer thread).
+THREAD_ROLES = ("main", "writer", "other")
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds each role's live threads have used (``THREAD_ROLES``; the thread's own
+    clock, so other processes on the machine do not change it, as they do wall times)."""
+    import threading
+
+    used = dict.fromkeys(THREAD_ROLES, 0.0)
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # ended meanwhile
+            continue
+        role = "main" if thread is main else "writer" if thread.name == "vdl-stream" else "other"
+        used[role] += seconds
+    return used
 
 
 BINNING_SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
@@ -234,9 +270,65 @@ def measure_binning(lib: str) -> dict:
     return result
 
 
+def measure_persist(size: int, events: int = 200, batches: int = 10, rounds: int = 6) -> dict:
+    """The in-process broker's persist path alone: the thread CPU of ``Broker._persist`` per
+    event, for batches of ``events`` binned histograms of ``size`` float32 values fed to a
+    broker by ``ingest``, ``batches`` a round; the best and the median of ``rounds`` rounds
+    (the persist thread's work without the writer's binning beside it)."""
+    import numpy as np
+    import trio
+
+    from vdl_stream import broker as broker_module
+    from vdl_stream.codec import Batch
+    from vdl_stream.summaries import histogram_event
+
+    used = [0.0]
+    persist = broker_module.Broker._persist
+
+    def timed(self, items):
+        start = time.thread_time()
+        try:
+            return persist(self, items)
+        finally:
+            used[0] += time.thread_time() - start
+
+    broker_module.Broker._persist = timed
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=size).astype(np.float32)
+    binned = [histogram_event("weights", values, i, 1.0e9 + i) for i in range(events)]
+    per_round: list[float] = []
+
+    async def run(logdir: Path) -> None:
+        broker = broker_module.Broker(logdir)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            seq = 0
+            for _ in range(rounds):
+                used[0] = 0.0
+                for _ in range(batches):
+                    seq += 1
+                    batch_events = [{**e, "step": seq * events + j} for j, e in enumerate(binned)]
+                    await broker.wait_written(
+                        await broker.ingest(Batch("w", seq, "bench", [], batch_events))
+                    )
+                per_round.append(used[0] / (batches * events))
+            broker.close()
+            await broker.wait_closed()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trio.run(run, Path(tmp))
+    return {
+        "persist_best_us": min(per_round) * 1e6,
+        "persist_median_us": statistics.median(per_round) * 1e6,
+    }
+
+
 def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
     if what == "binning":
         print(json.dumps(measure_binning(lib)))
+        return
+    if what == "persist":
+        print(json.dumps(measure_persist(size)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         logdir = Path(tmp)
@@ -251,8 +343,12 @@ def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
 def run_child(
     lib: str, what: str, n: int, size: int, tree: str | None = None, rounds: int = 1
 ) -> dict:
-    """Measure in a fresh process; ``tree``: import vdl_stream from that source tree."""
+    """Measure in a fresh process; ``tree``: import vdl_stream from that source tree (by
+    default the one on ``PYTHONPATH``, else this script's own checkout, never whichever
+    vdl_stream happens to be installed)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    if tree is None and not env.get("PYTHONPATH"):
+        tree = str(Path(__file__).resolve().parent.parent)
     if tree is not None:
         env["PYTHONPATH"] = tree
     out = subprocess.run(
@@ -291,6 +387,12 @@ def main() -> None:
         help="only the histogram binning: CPU per histogram of 1k to 1M float32 values, "
         "vdl-stream (and --before) against np.histogram",
     )
+    parser.add_argument(
+        "--persist",
+        action="store_true",
+        help="only the in-process broker's persist path: thread CPU of Broker._persist per "
+        "binned histogram event, vdl-stream (and --before), processes in turn",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # lib what n size [rounds]
@@ -301,6 +403,9 @@ def main() -> None:
         parser.error(f"--histogram-rounds must be at least 1, got {args.histogram_rounds}")
     if args.binning:
         binning(args.before, args.repeat)
+        return
+    if args.persist:
+        persist(args.before, args.repeat, args.histogram_size)
         return
     # (column, library, source tree); each repeat runs every column once, in turn.
     columns = [("null", "null", None), ("floor", "floor", None), ("vdl-stream", "vdl-stream", None)]
@@ -340,6 +445,25 @@ def main() -> None:
         ratio = anchor[key] / ours[key] if ours[key] else float("inf")
         cells = "".join(f"{results[name][key]:14.3f}" for name in names)
         print(f"{key:28}{cells}{ratio:8.1f}x")
+
+
+def persist(before: str | None, repeat: int, size: int) -> None:
+    """Print the persist path's figures: every process's best and median round, per column."""
+    columns = [("vdl-stream", None)]
+    if before:
+        columns.insert(0, ("before", before))
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in columns}
+    for _ in range(repeat):
+        for name, tree in columns:
+            runs[name].append(run_child("vdl-stream", "persist", 0, size, tree))
+    print(
+        f"Broker._persist thread CPU per binned histogram event ({size:,} float32 values, "
+        f"batches of 200); load average {os.getloadavg()[0]:.1f}"
+    )
+    for name, _ in columns:
+        for key in ("persist_best_us", "persist_median_us"):
+            cells = ", ".join(f"{r[key]:.1f}" for r in runs[name])
+            print(f"{name:12} {key:18} {cells}")
 
 
 def binning(before: str | None, repeat: int) -> None:

@@ -715,3 +715,88 @@ def test_event_size_estimate_counts_payloads_and_waiting_copies():
     assert _event_bytes({**base, "meta": {"a": 1, "b": 2}, "rows": [1, 2, 3]}) == 96 + 4 + 320
     waiting = {**base, _BIN: (np.zeros(10_000, np.float32), 10)}
     assert _event_bytes(waiting) == 96 + 4 + 40_000
+
+
+@pytest.mark.parametrize(
+    ("values", "buckets"),
+    [
+        (np.arange(10_000, dtype=np.float32), 10),
+        (np.array([], np.float64), 3),  # empty: min and max None
+        (np.array([np.nan, np.inf, 1.0]), 1),
+        (np.full(7, 2.5), 64),  # one value
+        (np.arange(100, dtype=np.int16), 100),  # past the edges computed in Python floats
+    ],
+)
+def test_a_binned_histogram_is_sized_as_the_general_estimate_sizes_it(values, buckets):
+    # The background thread sizes binned histograms from four of their values (_binned_bytes)
+    # instead of walking all thirteen: the two must agree, whatever the bins hold.
+    from vdl_stream.summaries import histogram_event
+    from vdl_stream.writer import _binned_bytes, _event_bytes
+
+    for tag in ("w", "layer.1/weights/" + "x" * 200):
+        event = histogram_event(tag, values, 3, 1.5, buckets)
+        assert _binned_bytes(event) == _event_bytes(event)
+
+
+def test_each_batch_is_sized_once_and_as_the_estimate_sizes_it(tmp_path, monkeypatch):
+    # The pump sizes a batch's events as it bins them and hands that size to the pending queue,
+    # which otherwise walks every event again: the size handed over must be the estimate's.
+    from vdl_stream import writer as writer_module
+
+    put = writer_module._Pending.put
+    seen: list[tuple[int | None, int]] = []
+
+    def checked_put(self, batch, events_bytes=None):
+        seen.append((events_bytes, sum(map(writer_module._event_bytes, batch.events))))
+        return put(self, batch, events_bytes)
+
+    monkeypatch.setattr(writer_module._Pending, "put", checked_put)
+    values = np.random.default_rng(1).normal(size=1000).astype(np.float32)
+    with attach(tmp_path, run="r", telemetry=False) as w:
+        for step in range(200):
+            w.add_histogram("weights", values, step)
+            w.add_text("note", f"step {step}", step)
+            w.add_scalar("loss", 1.0, step)
+        assert w.flush()
+    carried = [(given, walked) for given, walked in seen if given is not None]
+    assert carried, "no batch carried its size"
+    assert all(given == walked for given, walked in carried), carried
+    with recorder.RunReader(tmp_path / "r") as reader:
+        assert len(reader.read_records(kind="histogram")) == 200
+
+
+def test_the_persist_path_sizes_each_batch_once(tmp_path, monkeypatch):
+    # The broker sizes every batch it persists once (the part it joins and the segment its
+    # part must fit are decided from that one figure); it used to size each twice, a fifth
+    # of the persist thread's samples for histograms.
+    from tests.test_broker import scalars
+    from vdl_stream import broker as broker_module
+    from vdl_stream.codec import Batch
+
+    sized: list[int] = []
+    batch_bytes = broker_module._batch_bytes
+
+    def counted(batch):
+        sized.append(batch.seq)
+        return batch_bytes(batch)
+
+    monkeypatch.setattr(broker_module, "_batch_bytes", counted)
+    values = np.random.default_rng(2).normal(size=100)
+    with attach(tmp_path, run="r", telemetry=False) as w:
+        for step in range(300):
+            w.add_histogram("weights", values, step)
+            if step % 7 == 0:
+                assert w.flush()
+    assert sized and len(sized) == len(set(sized)), sized
+    with recorder.RunReader(tmp_path / "r") as reader:
+        assert [r.step for r in reader.read_records(kind="histogram")] == list(range(300))
+
+    class Text(str):
+        pass
+
+    # The estimate itself: 24 bytes a point, 64 an event, str and bytes (subclasses too) by
+    # length, numbers, bools, None, maps and lists nothing.
+    event = {"kind": "text", "tag": "t", "step": 1, "wall": 2.0, "text": Text("abc")}
+    event |= {"blob": b"\0" * 10, "flag": True, "none": None, "map": {"a": "xx"}, "list": [1]}
+    batch = Batch("w", 1, "r", [scalars("x", range(5))], [event, {**event, "text": "z" * 100}])
+    assert batch_bytes(batch) == 24 * 5 + 2 * 64 + 2 * (4 + 1 + 10) + 3 + 100

@@ -138,10 +138,19 @@ def _event_bytes(event: dict[str, Any]) -> int:
     return size
 
 
-def _batch_bytes(batch: Batch) -> int:
-    """A cheap estimate of a batch's size in memory."""
+def _binned_bytes(event: dict[str, Any]) -> int:
+    """:func:`_event_bytes` of a binned histogram event, from the four of its thirteen values
+    that are not numbers or None (its kind, tag, edges and counts), without walking them all."""
+    return 96 + len(event["kind"]) + len(event["tag"]) + len(event["edges"]) + len(event["counts"])
+
+
+def _batch_bytes(batch: Batch, events_bytes: int | None = None) -> int:
+    """A cheap estimate of a batch's size in memory; ``events_bytes``: its events' share, when
+    the caller sized them already."""
     size = 128 + sum(24 * len(c) + len(c.tag) for c in batch.scalars)
-    return size + sum(_event_bytes(e) for e in batch.events)
+    if events_bytes is None:
+        events_bytes = sum(_event_bytes(e) for e in batch.events)
+    return size + events_bytes
 
 
 class _SpareArrays:
@@ -311,9 +320,12 @@ class _Pending:
     def __len__(self) -> int:
         return len(self._head) + len(self._spool) + len(self._tail)
 
-    def put(self, batch: Batch) -> str | None:
-        """Keep ``batch``; return a problem to report (spilling failed), or None."""
-        size = _batch_bytes(batch)
+    def put(self, batch: Batch, events_bytes: int | None = None) -> str | None:
+        """Keep ``batch``; return a problem to report (spilling failed), or None.
+
+        ``events_bytes``: its events' estimated size, when the caller has it (else sized here).
+        """
+        size = _batch_bytes(batch, events_bytes)
         fits = self._memory_bytes + size <= self._memory_limit or not self._head
         if fits and not len(self._spool) and not self._tail:
             self._head[batch.seq] = (batch, size)
@@ -1111,22 +1123,30 @@ class Writer:
             del self._events[:m]
             self._held_events = self._held_bytes = 0  # those _hold_back sized were all taken
             self._seq += 1
-            self._bin(events)
+            events_bytes: int | None = self._bin(events)
             if self._status_due is not None or self._close_due:
                 events = self._stamp_status(columns, events)
+                events_bytes = None  # the first and the last batch: sized whole, status included
             batch = Batch(self._id, self._seq, self.run, columns, events, sync)
-            problem = self._pending.put(batch)
+            problem = self._pending.put(batch, events_bytes)
             if problem is not None:
                 self._report(problem)
             self._wake_sender()
         return self._seq
 
-    def _bin(self, events: list[dict[str, Any]]) -> None:
+    def _bin(self, events: list[dict[str, Any]]) -> int:
         """Bin the histograms among ``events`` (all at once: summaries.bin_histograms) and give
-        their copies back to the spare arrays (background thread)."""
-        waiting = [event for event in events if _BIN in event]
+        their copies back to the spare arrays; return the events' estimated size once binned
+        (:func:`_event_bytes`), each sized once, here (background thread)."""
+        size = 0
+        waiting = []
+        for event in events:
+            if _BIN in event:
+                waiting.append(event)
+            else:
+                size += _event_bytes(event)
         if not waiting:
-            return
+            return size
         jobs = [event.pop(_BIN) for event in waiting]
 
         def done(j: int, binned: dict[str, Any]) -> None:
@@ -1136,6 +1156,7 @@ class Writer:
             self._spares.give_back(jobs[j][0])
 
         summaries.bin_histograms(jobs, done)
+        return size + sum(map(_binned_bytes, waiting))
 
     def _stamp_status(
         self, columns: list[ScalarColumns], events: list[dict[str, Any]]
