@@ -910,8 +910,7 @@ def test_a_round_judges_a_tags_groups_in_order_and_reports_each_point(join, monk
             ],
             [],
         )
-    pending = engine._pending["r"]
-    groups = [g for g, _ in pending.full] + [g for g, _ in pending.tags.values()]
+    groups = [g for g, _ in engine._groups(engine._pending["r"])]
     assert sum(len(g) for g in groups) == 2 * n // size
     assert all(sum(len(c.values) for c in g) <= max(join, size) for g in groups)
     engine._round(engine._pending)
@@ -931,7 +930,7 @@ def test_columns_of_a_tag_no_detector_watches_are_not_judged_but_are_data():
     engine = AlertEngine(rules_from_dict({"nan": False, "spike": False}))
     lr = codec.ScalarColumns("lr", np.arange(5), np.full(5, 1.7e9), np.full(5, np.nan))
     engine.observe("r", [lr], [])
-    assert engine._pending["r"].tags == {} and engine._pending["r"].data
+    assert engine._groups(engine._pending["r"]) == [] and engine._pending["r"].data
     engine._round(engine._pending)
     state = engine._runs["r"]
     assert "lr" not in state.tags and state.last_step == 4 and state.last_data is not None

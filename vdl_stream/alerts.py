@@ -99,10 +99,8 @@ HURRY_SHARE = 0.75
 _VALUES = operator.attrgetter("values")
 
 
-def _column_sizes(scalars: list[ScalarColumns]) -> list[int]:
-    """Each column's number of points, in C (a batch of small columns pays its per-column work
-    for every batch: docs/performance.md, "Alerts' cost on ingest")."""
-    return list(map(len, map(_VALUES, scalars)))
+#: A column's tag (the same, for the tags of a round's batches).
+_TAG = operator.attrgetter("tag")
 
 
 #: Event kinds that are not training data: a batch of only these does not count as the run's
@@ -640,21 +638,17 @@ class AlertStatistics:
 
 
 class _Pending:
-    """What a run's batches queued since the last round hold, grouped as they arrive (so that a
-    round has no per-batch work left): each watched tag's columns in arrival order, in groups
-    of up to :data:`JOIN_POINTS` points (each judged as one column: one pass of the detectors
-    instead of many, whose cost is mostly per column; a column that long is judged alone), the
-    newest column of each tag no detector watches or whose points were dropped (only its last
-    step is read), the events in order, whether any batch held training data, and the newest
-    batch's arrival (monotonic); of the status changes of dropped batches past
-    :data:`KEPT_STATUS`, the newest (read after the events)."""
+    """What a run's batches queued since the last round hold: each batch's scalar columns as
+    ingest gave them (grouped per tag only by the round, in C where every batch has the same
+    tags in the same order: :meth:`AlertEngine._groups`), the newest column of each tag whose
+    points were dropped (only its last step is read), the events in order, whether any batch
+    held training data, and the newest batch's arrival (monotonic); of the status changes of
+    dropped batches past :data:`KEPT_STATUS`, the newest (read after the events)."""
 
-    __slots__ = ("arrived", "data", "events", "full", "kept", "status", "tags", "unwatched")
+    __slots__ = ("arrived", "batches", "data", "events", "kept", "status", "unwatched")
 
     def __init__(self) -> None:
-        # tag -> [its newest group, the group's points] (one lookup per column)
-        self.tags: dict[str, list[Any]] = {}
-        self.full: list[tuple[list[ScalarColumns], int]] = []  # older groups, oldest first
+        self.batches: list[list[ScalarColumns]] = []  # each batch's columns, in arrival order
         self.unwatched: dict[str, ScalarColumns] = {}
         self.events: list[dict[str, Any]] = []
         self.data = False
@@ -805,8 +799,7 @@ class AlertEngine:
                     not followed or event.get("rule", USER_RULE) == USER_RULE
                 ):
                     self._notify(run, event)
-        sizes = _column_sizes(scalars)  # each column's length once
-        points = sum(sizes)
+        points = sum(map(len, map(_VALUES, scalars)))  # in C: no Python loop per column
         depth = self._depth
         entry = self._pending.get(run)
         if entry is None:
@@ -814,7 +807,15 @@ class AlertEngine:
         if depth >= self._queue_size or self._points + points > QUEUE_POINTS:
             self._drop(run, entry, scalars, events, points)
             return
-        self._add(entry, scalars, events, sizes)
+        # The batch as it came: grouping its columns per tag here cost the ingest path a
+        # Python loop per column (4 to 5 µs a batch of four small columns, more than the
+        # round's judging of them); the round groups a run's batches at once, in C
+        # (docs/performance.md, "(2026-12-01, h3-alerts)").
+        if scalars:
+            entry.batches.append(scalars)
+            entry.data = True
+        if events:
+            self._add_events(entry, events)
         entry.arrived = self._clock()
         if not depth:
             self._queued.set()
@@ -884,46 +885,99 @@ class AlertEngine:
             entry.data = True
             entry.arrived = now
 
-    def _add(
-        self,
-        entry: _Pending,
-        scalars: list[ScalarColumns],
-        events: list[dict[str, Any]],
+    def _add_events(self, entry: _Pending, events: list[dict[str, Any]]) -> None:
+        """Queue a batch's events in a run's pending ``entry``, after a dropped batch's status
+        change still held back."""
+        if entry.status is not None:  # a dropped batch's status, before this batch's
+            entry.events.append(entry.status)
+            entry.status = None
+        entry.events.extend(events)
+
+    def _groups(self, entry: _Pending) -> list[tuple[list[ScalarColumns], int]]:
+        """The watched tags' columns of a run's queued batches, per tag in arrival order, in
+        groups of up to :data:`JOIN_POINTS` points (a longer column alone) with their points;
+        the newest column of each tag no detector watches goes to ``entry.unwatched`` (only
+        its last step is read).
+
+        When every batch has the same tags in the same order (a writer's batches usually do),
+        the columns are transposed per tag in C (``zip(*batches)``), their lengths read in C,
+        and only a tag whose columns are empty or pass :data:`JOIN_POINTS` together takes
+        the loop per column that the others need.
+        """
+        batches = entry.batches
+        if not batches:
+            return []
+        tags = tuple(map(_TAG, batches[0]))
+        if len(batches) > 1 and (
+            len(set(tags)) != len(tags)
+            or list(map(tuple, map(map, itertools.repeat(_TAG), batches))).count(tags)
+            != len(batches)
+        ):
+            return self._groups_by_column(entry)
+        watched = self._watched
+        groups: list[tuple[list[ScalarColumns], int]] = []
+        for tag, cols in zip(tags, zip(*batches, strict=True), strict=True):
+            sizes = list(map(len, map(_VALUES, cols)))
+            flag = watched.get(tag)
+            if flag is None:
+                flag = self._watch(tag)
+            if not flag:
+                for c, n in zip(reversed(cols), reversed(sizes), strict=True):
+                    if n:
+                        entry.unwatched[tag] = c
+                        break
+                continue
+            size = sum(sizes)
+            if size <= JOIN_POINTS and 0 not in sizes:
+                groups.append((list(cols), size))
+            elif size:
+                self._cut(cols, sizes, groups)
+        return groups
+
+    def _groups_by_column(self, entry: _Pending) -> list[tuple[list[ScalarColumns], int]]:
+        """:meth:`_groups` for batches whose tags differ: a loop per column."""
+        tags: dict[str, tuple[list[ScalarColumns], list[int]]] = {}
+        watched = self._watched
+        for scalars in entry.batches:
+            for cols in scalars:
+                tag = cols.tag
+                slot = tags.get(tag)
+                if slot is None:
+                    flag = watched.get(tag)
+                    if flag is None:
+                        flag = self._watch(tag)
+                    if not flag:
+                        if len(cols.values):
+                            entry.unwatched[tag] = cols
+                        continue
+                    slot = tags[tag] = ([], [])
+                slot[0].append(cols)
+                slot[1].append(len(cols.values))
+        groups: list[tuple[list[ScalarColumns], int]] = []
+        for cols, sizes in tags.values():
+            self._cut(cols, sizes, groups)
+        return groups
+
+    @staticmethod
+    def _cut(
+        cols: Iterable[ScalarColumns],
         sizes: list[int],
+        groups: list[tuple[list[ScalarColumns], int]],
     ) -> None:
-        """Group a batch into a run's pending entry (plain dicts and lists, no per-column method
-        calls: a round of small batches has tens of thousands of columns); ``sizes``: each
-        column's points."""
-        tags = entry.tags
-        for cols, n in zip(scalars, sizes, strict=True):
+        """Append the non-empty ``cols`` (``sizes``: their points) to ``groups`` in groups of
+        up to :data:`JOIN_POINTS` points, in order (a longer column alone)."""
+        group: list[ScalarColumns] = []
+        size = 0
+        for c, n in zip(cols, sizes, strict=True):
             if not n:
                 continue
-            tag = cols.tag
-            slot = tags.get(tag)
-            if slot is not None:
-                size = slot[1] + n
-                if size <= JOIN_POINTS:
-                    slot[0].append(cols)
-                    slot[1] = size
-                else:
-                    entry.full.append((slot[0], slot[1]))
-                    slot[0] = [cols]
-                    slot[1] = n
-                continue
-            watched = self._watched.get(tag)
-            if watched is None:
-                watched = self._watch(tag)
-            if watched:
-                tags[tag] = [[cols], n]
-            else:
-                entry.unwatched[tag] = cols
-        if scalars:
-            entry.data = True
-        if events:
-            if entry.status is not None:  # a dropped batch's status, before this batch's
-                entry.events.append(entry.status)
-                entry.status = None
-            entry.events.extend(events)
+            if group and size + n > JOIN_POINTS:
+                groups.append((group, size))
+                group, size = [], 0
+            group.append(c)
+            size += n
+        if group:
+            groups.append((group, size))
 
     def _watch(self, tag: str) -> bool:
         """Whether any tag detector applies to ``tag`` (remembered, for a bounded number of
@@ -1106,7 +1160,11 @@ class AlertEngine:
             Exception: a detector's bug (a round logs it and carries on with the next run).
         """
         entry = _Pending()
-        self._add(entry, scalars, events, _column_sizes(scalars))
+        if scalars:
+            entry.batches.append(scalars)
+            entry.data = True
+        if events:
+            self._add_events(entry, events)
         entry.arrived = now
         for _ in self._judge(run, entry):
             pass
@@ -1126,13 +1184,13 @@ class AlertEngine:
         each group."""
         events = entry.events if entry.status is None else [*entry.events, entry.status]
         state = self._begin(run, events, entry.arrived, entry.data)
+        groups = self._groups(entry)
         for cols in entry.unwatched.values():
             last = int(cols.steps[-1])
             if state.last_step is None or last > state.last_step:
                 state.last_step = last
         scratch = self._scratch
-        # A tag's older groups (full) come before its newest one (tags).
-        for group, size in itertools.chain(entry.full, entry.tags.values()):
+        for group, size in groups:
             self._scalars(
                 run, state, group[0] if len(group) == 1 else _joined(group, size, scratch)
             )
