@@ -679,7 +679,9 @@ class _Parts:
             return np.concatenate([getattr(c, field) for c in self.group])[key]
         i = int(key)
         if i == -1:
-            return getattr(self.group[-1], field)[-1]
+            last = getattr(self.group[-1], field)
+            if len(last):  # (the group's last column may be empty: _groups keeps those)
+                return last[-1]
         ends = self.ends
         if ends is None:
             ends = self.ends = list(itertools.accumulate(len(c.values) for c in self.group))
@@ -785,21 +787,25 @@ class AlertEngine:
         events: list[dict[str, Any]],
         *,
         followed: bool = False,
+        points: int | None = None,
     ) -> None:
         """Queue an ingested batch for the detectors; drop it (counted) when the queue is full.
 
         Alert events in it (from ``Writer.alert``) go straight to ``notify``. ``followed``: the
         batch was read from a run another process writes; of the alerts recorded in it only
         training code's own (rule ``"user"``) are notified, since alerts raised by the writing
-        process's own detectors are that process's to post.
+        process's own detectors are that process's to post. ``points``: the batch's points
+        (at least those of ``scalars``) when the caller counted them already, for the queue's
+        bound (counting them again cost a batch of four small columns a quarter of this call).
         """
-        if self._notify is not None:
+        if events and self._notify is not None:
             for event in events:
                 if event.get("kind") == "alert" and (
                     not followed or event.get("rule", USER_RULE) == USER_RULE
                 ):
                     self._notify(run, event)
-        points = sum(map(len, map(_VALUES, scalars)))  # in C: no Python loop per column
+        if points is None:
+            points = sum(map(len, map(_VALUES, scalars)))  # in C: no Python loop per column
         depth = self._depth
         entry = self._pending.get(run)
         if entry is None:
@@ -820,9 +826,7 @@ class AlertEngine:
         if not depth:
             self._queued.set()
         self._points = queued = self._points + points
-        self._depth = depth = depth + 1
-        if depth > self._peak:
-            self._peak = depth
+        self._depth = depth = depth + 1  # (its peak is taken by _take and statistics)
         if depth >= self._hurry_depth or queued >= self._hurry_points:
             self._hurry.set()
 
@@ -908,30 +912,31 @@ class AlertEngine:
         if not batches:
             return []
         tags = tuple(map(_TAG, batches[0]))
-        if len(batches) > 1 and (
-            len(set(tags)) != len(tags)
-            or list(map(tuple, map(map, itertools.repeat(_TAG), batches))).count(tags)
-            != len(batches)
-        ):
+        if len(batches) > 1 and (len(set(tags)) != len(tags) or len(set(map(len, batches))) != 1):
             return self._groups_by_column(entry)
         watched = self._watched
         groups: list[tuple[list[ScalarColumns], int]] = []
+        unwatched: list[tuple[str, tuple[ScalarColumns, ...]]] = []
         for tag, cols in zip(tags, zip(*batches, strict=True), strict=True):
-            sizes = list(map(len, map(_VALUES, cols)))
+            if len(cols) > 1 and set(map(_TAG, cols)) != {tag}:  # (a set of one: in C)
+                return self._groups_by_column(entry)
             flag = watched.get(tag)
             if flag is None:
                 flag = self._watch(tag)
             if not flag:
-                for c, n in zip(reversed(cols), reversed(sizes), strict=True):
-                    if n:
-                        entry.unwatched[tag] = c
-                        break
+                unwatched.append((tag, cols))
                 continue
-            size = sum(sizes)
-            if size <= JOIN_POINTS and 0 not in sizes:
-                groups.append((list(cols), size))
-            elif size:
-                self._cut(cols, sizes, groups)
+            size = sum(map(len, map(_VALUES, cols)))
+            if size <= JOIN_POINTS:
+                if size:  # (empty columns among others are harmless: _Parts, _joined)
+                    groups.append((list(cols), size))
+            else:
+                self._cut(cols, list(map(len, map(_VALUES, cols))), groups)
+        for tag, cols in unwatched:
+            for c in reversed(cols):
+                if len(c.values):
+                    entry.unwatched[tag] = c
+                    break
         return groups
 
     def _groups_by_column(self, entry: _Pending) -> list[tuple[list[ScalarColumns], int]]:
@@ -1065,6 +1070,8 @@ class AlertEngine:
         """Take everything queued for a round, and how many batches it holds."""
         pending, self._pending = self._pending, {}
         taken = self._depth
+        if taken > self._peak:  # the depth only grows between two rounds
+            self._peak = taken
         self._depth = self._points = self._kept = 0
         if self._hurry.is_set():
             self._hurry = trio.Event()
@@ -1748,7 +1755,7 @@ class AlertEngine:
             observed=self._observed,
             dropped=self._dropped,
             queue_depth=self._depth,
-            queue_peak=self._peak,
+            queue_peak=max(self._peak, self._depth),
             raised=self._raised,
             suppressed=self._suppressed,
             failed=self._failed,
