@@ -28,7 +28,7 @@ import statistics
 import time
 import tomllib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,13 @@ _VALUES = operator.attrgetter("values")
 
 #: A column's tag (the same, for the tags of a round's batches).
 _TAG = operator.attrgetter("tag")
+_DTYPE = operator.attrgetter("dtype")
+_ONLY_FLOAT64 = frozenset({np.dtype(np.float64)})
+#: A tag's columns joined for a round when there are at least this many: their bytes are
+#: joined (one copy each, none of np.concatenate's set-up per array, which cost a round of
+#: small batches more than the detectors' passes); fewer (large batches) are concatenated into
+#: the engine's reused buffer, which spares allocating and faulting in a fresh one per round.
+JOIN_BYTES_COLUMNS = 32
 
 
 #: Event kinds that are not training data: a batch of only these does not count as the run's
@@ -637,6 +644,11 @@ class AlertStatistics:
 # -- the engine --------------------------------------------------------------------------------
 
 
+#: A tag's columns to judge as one in a round, their points, and their values arrays when
+#: read already (:meth:`AlertEngine._groups`).
+_Group = tuple[Sequence[ScalarColumns], int, list[np.ndarray] | None]
+
+
 class _Pending:
     """What a run's batches queued since the last round hold: each batch's scalar columns as
     ingest gave them (grouped per tag only by the round, in C where every batch has the same
@@ -664,7 +676,7 @@ class _Parts:
 
     __slots__ = ("ends", "field", "group", "size")
 
-    def __init__(self, group: list[ScalarColumns], field: str, size: int) -> None:
+    def __init__(self, group: Sequence[ScalarColumns], field: str, size: int) -> None:
         self.group = group
         self.field = field  # "steps" or "walls"
         self.size = size  # the group's points, which _joined knows already
@@ -693,14 +705,30 @@ class _Parts:
         return getattr(self.group[j], field)[i - (ends[j - 1] if j else 0)]
 
 
-def _joined(group: list[ScalarColumns], size: int, scratch: np.ndarray) -> ScalarColumns:
-    """One column from the columns of one tag in ``group`` (``size`` points in all): their
-    values copied into the start of ``scratch`` (which must hold them all; the column is valid
-    until it is reused), their steps and walls left in their columns."""
+def _joined(
+    group: Sequence[ScalarColumns],
+    size: int,
+    scratch: np.ndarray,
+    values: list[np.ndarray] | None = None,
+) -> ScalarColumns:
+    """One column from the columns of one tag in ``group`` (``size`` points in all; ``values``:
+    their values arrays, when the caller has them): their values copied into the start of
+    ``scratch`` (which must hold them all; the column is valid until it is reused), or for
+    :data:`JOIN_BYTES_COLUMNS` columns or more of contiguous float64, into a fresh array; their
+    steps and walls left in their columns."""
     if len(group) == 1:
         return group[0]
-    out = scratch[:size]
-    np.concatenate([c.values for c in group], out=out)
+    if values is None:
+        values = [c.values for c in group]
+    out = None
+    if len(values) >= JOIN_BYTES_COLUMNS and set(map(_DTYPE, values)) == _ONLY_FLOAT64:
+        try:
+            out = np.frombuffer(b"".join(values), np.float64)
+        except TypeError:  # a column not contiguous (no plain buffer)
+            out = None
+    if out is None:
+        out = scratch[:size]
+        np.concatenate(values, out=out)
     return ScalarColumns(
         group[0].tag,
         _Parts(group, "steps", size),  # type: ignore[arg-type]
@@ -897,7 +925,7 @@ class AlertEngine:
             entry.status = None
         entry.events.extend(events)
 
-    def _groups(self, entry: _Pending) -> list[tuple[list[ScalarColumns], int]]:
+    def _groups(self, entry: _Pending) -> list[_Group]:
         """The watched tags' columns of a run's queued batches, per tag in arrival order, in
         groups of up to :data:`JOIN_POINTS` points (a longer column alone) with their points;
         the newest column of each tag no detector watches goes to ``entry.unwatched`` (only
@@ -915,7 +943,7 @@ class AlertEngine:
         if len(batches) > 1 and (len(set(tags)) != len(tags) or len(set(map(len, batches))) != 1):
             return self._groups_by_column(entry)
         watched = self._watched
-        groups: list[tuple[list[ScalarColumns], int]] = []
+        groups: list[_Group] = []
         unwatched: list[tuple[str, tuple[ScalarColumns, ...]]] = []
         for tag, cols in zip(tags, zip(*batches, strict=True), strict=True):
             if len(cols) > 1 and set(map(_TAG, cols)) != {tag}:  # (a set of one: in C)
@@ -926,12 +954,13 @@ class AlertEngine:
             if not flag:
                 unwatched.append((tag, cols))
                 continue
-            size = sum(map(len, map(_VALUES, cols)))
+            values = list(map(_VALUES, cols))  # read once: for the sizes and the join
+            size = sum(map(len, values))
             if size <= JOIN_POINTS:
                 if size:  # (empty columns among others are harmless: _Parts, _joined)
-                    groups.append((list(cols), size))
+                    groups.append((cols, size, values))
             else:
-                self._cut(cols, list(map(len, map(_VALUES, cols))), groups)
+                self._cut(cols, list(map(len, values)), groups)
         for tag, cols in unwatched:
             for c in reversed(cols):
                 if len(c.values):
@@ -939,7 +968,7 @@ class AlertEngine:
                     break
         return groups
 
-    def _groups_by_column(self, entry: _Pending) -> list[tuple[list[ScalarColumns], int]]:
+    def _groups_by_column(self, entry: _Pending) -> list[_Group]:
         """:meth:`_groups` for batches whose tags differ: a loop per column."""
         tags: dict[str, tuple[list[ScalarColumns], list[int]]] = {}
         watched = self._watched
@@ -958,7 +987,7 @@ class AlertEngine:
                     slot = tags[tag] = ([], [])
                 slot[0].append(cols)
                 slot[1].append(len(cols.values))
-        groups: list[tuple[list[ScalarColumns], int]] = []
+        groups: list[_Group] = []
         for cols, sizes in tags.values():
             self._cut(cols, sizes, groups)
         return groups
@@ -967,7 +996,7 @@ class AlertEngine:
     def _cut(
         cols: Iterable[ScalarColumns],
         sizes: list[int],
-        groups: list[tuple[list[ScalarColumns], int]],
+        groups: list[_Group],
     ) -> None:
         """Append the non-empty ``cols`` (``sizes``: their points) to ``groups`` in groups of
         up to :data:`JOIN_POINTS` points, in order (a longer column alone)."""
@@ -977,12 +1006,12 @@ class AlertEngine:
             if not n:
                 continue
             if group and size + n > JOIN_POINTS:
-                groups.append((group, size))
+                groups.append((group, size, None))
                 group, size = [], 0
             group.append(c)
             size += n
         if group:
-            groups.append((group, size))
+            groups.append((group, size, None))
 
     def _watch(self, tag: str) -> bool:
         """Whether any tag detector applies to ``tag`` (remembered, for a bounded number of
@@ -1197,9 +1226,11 @@ class AlertEngine:
             if state.last_step is None or last > state.last_step:
                 state.last_step = last
         scratch = self._scratch
-        for group, size in groups:
+        for group, size, values in groups:
             self._scalars(
-                run, state, group[0] if len(group) == 1 else _joined(group, size, scratch)
+                run,
+                state,
+                group[0] if len(group) == 1 else _joined(group, size, scratch, values),
             )
             yield
 
