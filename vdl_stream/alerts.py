@@ -1,8 +1,8 @@
 """Live alerts: detectors that watch every run as it is ingested, and the ``alert`` event.
 
-The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only files its
-columns under their run and tag for the next round (bounded; a full queue drops the batch and
-counts it), so the ingest path never waits for a detector. The engine's own task runs the
+The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only queues it
+under its run for the next round (bounded; a full queue drops the batch and counts it), so the
+ingest path never waits for a detector. The engine's own task runs the
 detectors in rounds (at most every 0.1 s, and further apart after an expensive one, on
 everything queued meanwhile, each tag's columns joined into one, on the event loop in slices of
 at most 2 ms), per run and tag, with state bounded per tag (a rolling window, a few numbers),
