@@ -252,7 +252,7 @@ def phase_detectors(args: argparse.Namespace, results: dict) -> None:
         # The broker counts each batch for its statistics and hands observe() that count (a
         # --tree from before it took one counts the columns itself).
         counted = "points" in inspect.signature(AlertEngine.observe).parameters
-        counts = [{"points": b.count()} if counted else {} for b in batches]
+        counts = [b.count() for b in batches]
         events = sum(b.count() for b in batches[per_round:])
         runs = []
         for _ in range(args.repeat):
@@ -261,8 +261,12 @@ def phase_detectors(args: argparse.Namespace, results: dict) -> None:
             for r in range(rounds):
                 cut = slice(r * per_round, (r + 1) * per_round)
                 t0 = time.thread_time()
-                for batch, view, count in zip(batches[cut], views[cut], counts[cut], strict=True):
-                    engine.observe(batch.run, *view, **count)
+                if counted:
+                    for batch, view, n in zip(batches[cut], views[cut], counts[cut], strict=True):
+                        engine.observe(batch.run, *view, points=n)
+                else:
+                    for batch, view in zip(batches[cut], views[cut], strict=True):
+                        engine.observe(batch.run, *view)
                 t1 = time.thread_time()
                 engine._round(_take(engine))
                 if r:
