@@ -102,7 +102,7 @@ _VALUES = operator.attrgetter("values")
 #: A column's tag (the same, for the tags of a round's batches).
 _TAG = operator.attrgetter("tag")
 _DTYPE = operator.attrgetter("dtype")
-_ONLY_FLOAT64 = frozenset({np.dtype(np.float64)})
+_FLOAT64 = np.dtype(np.float64)
 #: A tag's columns joined for a round when there are at least this many: their bytes are
 #: joined (one copy each, none of np.concatenate's set-up per array, which cost a round of
 #: small batches more than the detectors' passes); fewer (large batches) are concatenated into
@@ -721,7 +721,8 @@ def _joined(
     if values is None:
         values = [c.values for c in group]
     out = None
-    if len(values) >= JOIN_BYTES_COLUMNS and set(map(_DTYPE, values)) == _ONLY_FLOAT64:
+    n = len(values)
+    if n >= JOIN_BYTES_COLUMNS and operator.countOf(map(_DTYPE, values), _FLOAT64) == n:
         try:
             out = np.frombuffer(b"".join(values), np.float64)
         except TypeError:  # a column not contiguous (no plain buffer)
@@ -946,7 +947,7 @@ class AlertEngine:
         groups: list[_Group] = []
         unwatched: list[tuple[str, tuple[ScalarColumns, ...]]] = []
         for tag, cols in zip(tags, zip(*batches, strict=True), strict=True):
-            if len(cols) > 1 and set(map(_TAG, cols)) != {tag}:  # (a set of one: in C)
+            if len(cols) > 1 and operator.countOf(map(_TAG, cols), tag) != len(cols):  # (in C)
                 return self._groups_by_column(entry)
             flag = watched.get(tag)
             if flag is None:
