@@ -883,36 +883,46 @@ def test_a_spike_and_a_nan_are_found_however_the_points_are_cut_into_columns(cut
     assert alerts == [("nan", 937, walls[937]), ("spike", 761, walls[761])]
 
 
+@pytest.mark.parametrize("layout", ["same", "empty", "shuffled", "strided", "float32"])
 @pytest.mark.parametrize("join", [30, 100, 1 << 16])
-def test_a_round_judges_a_tags_groups_in_order_and_reports_each_point(join, monkeypatch):
-    """observe() groups a run's columns per tag as they are queued, cut at JOIN_POINTS points
-    (a column longer than that alone); a round then judges every group in order: each point
-    reaches the smoothing once, and a NaN and a spike in different groups are reported at
-    their own steps and walls."""
+def test_a_round_judges_a_tags_groups_in_order_and_reports_each_point(join, layout, monkeypatch):
+    """observe() queues each batch as it came; a round groups a run's columns per tag, cut at
+    JOIN_POINTS points (a column longer than that alone), and judges every group in order:
+    each point reaches the smoothing once, and a NaN and a spike in different groups are
+    reported at their own steps and walls. The same whether every batch has the same tags in
+    the same order (grouped in C; 60 columns of a tag are joined as bytes), some columns are
+    empty (the last batch's among them), the tags' order changes from batch to batch (grouped
+    column by column), or values are not contiguous or not float64 (not joined as bytes)."""
     from vdl_stream import alerts
 
     monkeypatch.setattr(alerts, "JOIN_POINTS", join)
     rng = np.random.default_rng(3)
-    n, size = 1200, 40
+    n, size = 1200, 20
     values = np.exp(rng.normal(0, 0.1, n))
     values[937], values[761] = np.nan, 1e4
     steps, walls = np.arange(n), 1.7e9 + np.arange(n) * 0.25
     engine = AlertEngine()
     engine._scratch = np.empty(join)  # as the engine makes it, for the patched size
     loss = np.linspace(2.0, 1.5, n) * np.exp(rng.normal(0, 0.1, n))  # noisy, falling
-    for a in range(0, n, size):
+    if layout == "strided":
+        loss = np.repeat(loss, 2)[::2]  # the same values, every other one of an array
+    elif layout == "float32":
+        loss = loss.astype(np.float32)
+    none = np.arange(0)
+    for i, a in enumerate(range(0, n, size)):
         cut = slice(a, a + size)
-        engine.observe(
-            "r",
-            [
-                codec.ScalarColumns("val/score", steps[cut], walls[cut], values[cut]),
-                codec.ScalarColumns("train/loss", steps[cut], walls[cut], loss[cut]),
-            ],
-            [],
-        )
-    pending = engine._pending["r"]
-    groups = [g for g, _ in pending.full] + [g for g, _ in pending.tags.values()]
-    assert sum(len(g) for g in groups) == 2 * n // size
+        cols = [
+            codec.ScalarColumns("val/score", steps[cut], walls[cut], values[cut]),
+            codec.ScalarColumns("train/loss", steps[cut], walls[cut], loss[cut]),
+        ]
+        if layout == "shuffled" and i % 3 == 1:
+            cols.reverse()
+        engine.observe("r", cols, [])
+        if layout == "empty" and (i % 7 == 3 or a + size >= n):
+            empty = [codec.ScalarColumns(c.tag, none, none * 1.0, none * 1.0) for c in cols]
+            engine.observe("r", empty, [])
+    groups = [g[0] for g in engine._groups(engine._pending["r"])]
+    assert sum(1 for g in groups for c in g if len(c.values)) == 2 * n // size
     assert all(sum(len(c.values) for c in g) <= max(join, size) for g in groups)
     engine._round(engine._pending)
     alerts_ = sorted((e["rule"], e["step"], e["wall"]) for _, e in engine.pending())
@@ -924,6 +934,17 @@ def test_a_round_judges_a_tags_groups_in_order_and_reports_each_point(join, monk
     assert engine._runs["r"].last_step == n - 1
 
 
+def test_a_batch_counted_by_the_broker_is_not_counted_again():
+    """observe() takes the points the broker counted (Batch.count) for the queue's bound, and
+    counts the columns itself only when not given them."""
+    engine = AlertEngine()
+    cols = [codec.ScalarColumns("loss", np.arange(5), np.full(5, 1.7e9), np.ones(5))]
+    engine.observe("r", cols, [])
+    assert engine._points == 5
+    engine.observe("r", cols, [], points=7)
+    assert engine._points == 12
+
+
 def test_columns_of_a_tag_no_detector_watches_are_not_judged_but_are_data():
     """A tag that no per-tag detector applies to (here: NaN and spike off, and not a loss) is
     not queued for the detectors: no state, no alert even for NaN; its batches still count as
@@ -931,7 +952,7 @@ def test_columns_of_a_tag_no_detector_watches_are_not_judged_but_are_data():
     engine = AlertEngine(rules_from_dict({"nan": False, "spike": False}))
     lr = codec.ScalarColumns("lr", np.arange(5), np.full(5, 1.7e9), np.full(5, np.nan))
     engine.observe("r", [lr], [])
-    assert engine._pending["r"].tags == {} and engine._pending["r"].data
+    assert engine._groups(engine._pending["r"]) == [] and engine._pending["r"].data
     engine._round(engine._pending)
     state = engine._runs["r"]
     assert "lr" not in state.tags and state.last_step == 4 and state.last_data is not None

@@ -1,8 +1,8 @@
 """Live alerts: detectors that watch every run as it is ingested, and the ``alert`` event.
 
-The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only files its
-columns under their run and tag for the next round (bounded; a full queue drops the batch and
-counts it), so the ingest path never waits for a detector. The engine's own task runs the
+The broker hands each batch it ingests to :meth:`AlertEngine.observe`, which only queues it
+under its run for the next round (bounded; a full queue drops the batch and counts it), so the
+ingest path never waits for a detector. The engine's own task runs the
 detectors in rounds (at most every 0.1 s, and further apart after an expensive one, on
 everything queued meanwhile, each tag's columns joined into one, on the event loop in slices of
 at most 2 ms), per run and tag, with state bounded per tag (a rolling window, a few numbers),
@@ -28,7 +28,7 @@ import statistics
 import time
 import tomllib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,10 +99,15 @@ HURRY_SHARE = 0.75
 _VALUES = operator.attrgetter("values")
 
 
-def _column_sizes(scalars: list[ScalarColumns]) -> list[int]:
-    """Each column's number of points, in C (a batch of small columns pays its per-column work
-    for every batch: docs/performance.md, "Alerts' cost on ingest")."""
-    return list(map(len, map(_VALUES, scalars)))
+#: A column's tag (the same, for the tags of a round's batches).
+_TAG = operator.attrgetter("tag")
+_DTYPE = operator.attrgetter("dtype")
+_FLOAT64 = np.dtype(np.float64)
+#: A tag's columns joined for a round when there are at least this many: their bytes are
+#: joined (one copy each, none of np.concatenate's set-up per array, which cost a round of
+#: small batches more than the detectors' passes); fewer (large batches) are concatenated into
+#: the engine's reused buffer, which spares allocating and faulting in a fresh one per round.
+JOIN_BYTES_COLUMNS = 32
 
 
 #: Event kinds that are not training data: a batch of only these does not count as the run's
@@ -639,22 +644,23 @@ class AlertStatistics:
 # -- the engine --------------------------------------------------------------------------------
 
 
-class _Pending:
-    """What a run's batches queued since the last round hold, grouped as they arrive (so that a
-    round has no per-batch work left): each watched tag's columns in arrival order, in groups
-    of up to :data:`JOIN_POINTS` points (each judged as one column: one pass of the detectors
-    instead of many, whose cost is mostly per column; a column that long is judged alone), the
-    newest column of each tag no detector watches or whose points were dropped (only its last
-    step is read), the events in order, whether any batch held training data, and the newest
-    batch's arrival (monotonic); of the status changes of dropped batches past
-    :data:`KEPT_STATUS`, the newest (read after the events)."""
+#: A tag's columns to judge as one in a round, their points, and their values arrays when
+#: read already (:meth:`AlertEngine._groups`).
+_Group = tuple[Sequence[ScalarColumns], int, list[np.ndarray] | None]
 
-    __slots__ = ("arrived", "data", "events", "full", "kept", "status", "tags", "unwatched")
+
+class _Pending:
+    """What a run's batches queued since the last round hold: each batch's scalar columns as
+    ingest gave them (grouped per tag only by the round, in C where every batch has the same
+    tags in the same order: :meth:`AlertEngine._groups`), the newest column of each tag whose
+    points were dropped (only its last step is read), the events in order, whether any batch
+    held training data, and the newest batch's arrival (monotonic); of the status changes of
+    dropped batches past :data:`KEPT_STATUS`, the newest (read after the events)."""
+
+    __slots__ = ("arrived", "batches", "data", "events", "kept", "status", "unwatched")
 
     def __init__(self) -> None:
-        # tag -> [its newest group, the group's points] (one lookup per column)
-        self.tags: dict[str, list[Any]] = {}
-        self.full: list[tuple[list[ScalarColumns], int]] = []  # older groups, oldest first
+        self.batches: list[list[ScalarColumns]] = []  # each batch's columns, in arrival order
         self.unwatched: dict[str, ScalarColumns] = {}
         self.events: list[dict[str, Any]] = []
         self.data = False
@@ -670,7 +676,7 @@ class _Parts:
 
     __slots__ = ("ends", "field", "group", "size")
 
-    def __init__(self, group: list[ScalarColumns], field: str, size: int) -> None:
+    def __init__(self, group: Sequence[ScalarColumns], field: str, size: int) -> None:
         self.group = group
         self.field = field  # "steps" or "walls"
         self.size = size  # the group's points, which _joined knows already
@@ -685,7 +691,9 @@ class _Parts:
             return np.concatenate([getattr(c, field) for c in self.group])[key]
         i = int(key)
         if i == -1:
-            return getattr(self.group[-1], field)[-1]
+            last = getattr(self.group[-1], field)
+            if len(last):  # (the group's last column may be empty: _groups keeps those)
+                return last[-1]
         ends = self.ends
         if ends is None:
             ends = self.ends = list(itertools.accumulate(len(c.values) for c in self.group))
@@ -697,14 +705,31 @@ class _Parts:
         return getattr(self.group[j], field)[i - (ends[j - 1] if j else 0)]
 
 
-def _joined(group: list[ScalarColumns], size: int, scratch: np.ndarray) -> ScalarColumns:
-    """One column from the columns of one tag in ``group`` (``size`` points in all): their
-    values copied into the start of ``scratch`` (which must hold them all; the column is valid
-    until it is reused), their steps and walls left in their columns."""
+def _joined(
+    group: Sequence[ScalarColumns],
+    size: int,
+    scratch: np.ndarray,
+    values: list[np.ndarray] | None = None,
+) -> ScalarColumns:
+    """One column from the columns of one tag in ``group`` (``size`` points in all; ``values``:
+    their values arrays, when the caller has them): their values copied into the start of
+    ``scratch`` (which must hold them all; the column is valid until it is reused), or for
+    :data:`JOIN_BYTES_COLUMNS` columns or more of contiguous float64, into a fresh array; their
+    steps and walls left in their columns."""
     if len(group) == 1:
         return group[0]
-    out = scratch[:size]
-    np.concatenate([c.values for c in group], out=out)
+    if values is None:
+        values = [c.values for c in group]
+    out = None
+    n = len(values)
+    if n >= JOIN_BYTES_COLUMNS and operator.countOf(map(_DTYPE, values), _FLOAT64) == n:
+        try:
+            out = np.frombuffer(b"".join(values), np.float64)
+        except TypeError:  # a column not contiguous (no plain buffer)
+            out = None
+    if out is None:
+        out = scratch[:size]
+        np.concatenate(values, out=out)
     return ScalarColumns(
         group[0].tag,
         _Parts(group, "steps", size),  # type: ignore[arg-type]
@@ -791,22 +816,25 @@ class AlertEngine:
         events: list[dict[str, Any]],
         *,
         followed: bool = False,
+        points: int | None = None,
     ) -> None:
         """Queue an ingested batch for the detectors; drop it (counted) when the queue is full.
 
         Alert events in it (from ``Writer.alert``) go straight to ``notify``. ``followed``: the
         batch was read from a run another process writes; of the alerts recorded in it only
         training code's own (rule ``"user"``) are notified, since alerts raised by the writing
-        process's own detectors are that process's to post.
+        process's own detectors are that process's to post. ``points``: the batch's points
+        (at least those of ``scalars``) when the caller counted them already, for the queue's
+        bound (counting them again cost a batch of four small columns a quarter of this call).
         """
-        if self._notify is not None:
+        if events and self._notify is not None:
             for event in events:
                 if event.get("kind") == "alert" and (
                     not followed or event.get("rule", USER_RULE) == USER_RULE
                 ):
                     self._notify(run, event)
-        sizes = _column_sizes(scalars)  # each column's length once
-        points = sum(sizes)
+        if points is None:
+            points = sum(map(len, map(_VALUES, scalars)))  # in C: no Python loop per column
         depth = self._depth
         entry = self._pending.get(run)
         if entry is None:
@@ -814,14 +842,20 @@ class AlertEngine:
         if depth >= self._queue_size or self._points + points > QUEUE_POINTS:
             self._drop(run, entry, scalars, events, points)
             return
-        self._add(entry, scalars, events, sizes)
+        # The batch as it came: grouping its columns per tag here cost the ingest path a
+        # Python loop per column (4 to 5 µs a batch of four small columns, more than the
+        # round's judging of them); the round groups a run's batches at once, in C
+        # (docs/performance.md, "(2026-12-01, h3-alerts)").
+        if scalars:
+            entry.batches.append(scalars)
+            entry.data = True
+        if events:
+            self._add_events(entry, events)
         entry.arrived = self._clock()
         if not depth:
             self._queued.set()
         self._points = queued = self._points + points
-        self._depth = depth = depth + 1
-        if depth > self._peak:
-            self._peak = depth
+        self._depth = depth = depth + 1  # (its peak is taken by _take and statistics)
         if depth >= self._hurry_depth or queued >= self._hurry_points:
             self._hurry.set()
 
@@ -884,46 +918,101 @@ class AlertEngine:
             entry.data = True
             entry.arrived = now
 
-    def _add(
-        self,
-        entry: _Pending,
-        scalars: list[ScalarColumns],
-        events: list[dict[str, Any]],
+    def _add_events(self, entry: _Pending, events: list[dict[str, Any]]) -> None:
+        """Queue a batch's events in a run's pending ``entry``, after a dropped batch's status
+        change still held back."""
+        if entry.status is not None:  # a dropped batch's status, before this batch's
+            entry.events.append(entry.status)
+            entry.status = None
+        entry.events.extend(events)
+
+    def _groups(self, entry: _Pending) -> list[_Group]:
+        """The watched tags' columns of a run's queued batches, per tag in arrival order, in
+        groups of up to :data:`JOIN_POINTS` points (a longer column alone) with their points;
+        the newest column of each tag no detector watches goes to ``entry.unwatched`` (only
+        its last step is read).
+
+        When every batch has the same tags in the same order (a writer's batches usually do),
+        the columns are transposed per tag in C (``zip(*batches)``), their lengths read in C,
+        and only a tag whose columns are empty or pass :data:`JOIN_POINTS` together takes
+        the loop per column that the others need.
+        """
+        batches = entry.batches
+        if not batches:
+            return []
+        tags = tuple(map(_TAG, batches[0]))
+        if len(batches) > 1 and (len(set(tags)) != len(tags) or len(set(map(len, batches))) != 1):
+            return self._groups_by_column(entry)
+        watched = self._watched
+        groups: list[_Group] = []
+        unwatched: list[tuple[str, tuple[ScalarColumns, ...]]] = []
+        for tag, cols in zip(tags, zip(*batches, strict=True), strict=True):
+            if len(cols) > 1 and operator.countOf(map(_TAG, cols), tag) != len(cols):  # (in C)
+                return self._groups_by_column(entry)
+            flag = watched.get(tag)
+            if flag is None:
+                flag = self._watch(tag)
+            if not flag:
+                unwatched.append((tag, cols))
+                continue
+            values = list(map(_VALUES, cols))  # read once: for the sizes and the join
+            size = sum(map(len, values))
+            if size <= JOIN_POINTS:
+                if size:  # (empty columns among others are harmless: _Parts, _joined)
+                    groups.append((cols, size, values))
+            else:
+                self._cut(cols, list(map(len, values)), groups)
+        for tag, cols in unwatched:
+            for c in reversed(cols):
+                if len(c.values):
+                    entry.unwatched[tag] = c
+                    break
+        return groups
+
+    def _groups_by_column(self, entry: _Pending) -> list[_Group]:
+        """:meth:`_groups` for batches whose tags differ: a loop per column."""
+        tags: dict[str, tuple[list[ScalarColumns], list[int]]] = {}
+        watched = self._watched
+        for scalars in entry.batches:
+            for cols in scalars:
+                tag = cols.tag
+                slot = tags.get(tag)
+                if slot is None:
+                    flag = watched.get(tag)
+                    if flag is None:
+                        flag = self._watch(tag)
+                    if not flag:
+                        if len(cols.values):
+                            entry.unwatched[tag] = cols
+                        continue
+                    slot = tags[tag] = ([], [])
+                slot[0].append(cols)
+                slot[1].append(len(cols.values))
+        groups: list[_Group] = []
+        for cols, sizes in tags.values():
+            self._cut(cols, sizes, groups)
+        return groups
+
+    @staticmethod
+    def _cut(
+        cols: Iterable[ScalarColumns],
         sizes: list[int],
+        groups: list[_Group],
     ) -> None:
-        """Group a batch into a run's pending entry (plain dicts and lists, no per-column method
-        calls: a round of small batches has tens of thousands of columns); ``sizes``: each
-        column's points."""
-        tags = entry.tags
-        for cols, n in zip(scalars, sizes, strict=True):
+        """Append the non-empty ``cols`` (``sizes``: their points) to ``groups`` in groups of
+        up to :data:`JOIN_POINTS` points, in order (a longer column alone)."""
+        group: list[ScalarColumns] = []
+        size = 0
+        for c, n in zip(cols, sizes, strict=True):
             if not n:
                 continue
-            tag = cols.tag
-            slot = tags.get(tag)
-            if slot is not None:
-                size = slot[1] + n
-                if size <= JOIN_POINTS:
-                    slot[0].append(cols)
-                    slot[1] = size
-                else:
-                    entry.full.append((slot[0], slot[1]))
-                    slot[0] = [cols]
-                    slot[1] = n
-                continue
-            watched = self._watched.get(tag)
-            if watched is None:
-                watched = self._watch(tag)
-            if watched:
-                tags[tag] = [[cols], n]
-            else:
-                entry.unwatched[tag] = cols
-        if scalars:
-            entry.data = True
-        if events:
-            if entry.status is not None:  # a dropped batch's status, before this batch's
-                entry.events.append(entry.status)
-                entry.status = None
-            entry.events.extend(events)
+            if group and size + n > JOIN_POINTS:
+                groups.append((group, size, None))
+                group, size = [], 0
+            group.append(c)
+            size += n
+        if group:
+            groups.append((group, size, None))
 
     def _watch(self, tag: str) -> bool:
         """Whether any tag detector applies to ``tag`` (remembered, for a bounded number of
@@ -1011,6 +1100,8 @@ class AlertEngine:
         """Take everything queued for a round, and how many batches it holds."""
         pending, self._pending = self._pending, {}
         taken = self._depth
+        if taken > self._peak:  # the depth only grows between two rounds
+            self._peak = taken
         self._depth = self._points = self._kept = 0
         if self._hurry.is_set():
             self._hurry = trio.Event()
@@ -1106,7 +1197,11 @@ class AlertEngine:
             Exception: a detector's bug (a round logs it and carries on with the next run).
         """
         entry = _Pending()
-        self._add(entry, scalars, events, _column_sizes(scalars))
+        if scalars:
+            entry.batches.append(scalars)
+            entry.data = True
+        if events:
+            self._add_events(entry, events)
         entry.arrived = now
         for _ in self._judge(run, entry):
             pass
@@ -1126,15 +1221,17 @@ class AlertEngine:
         each group."""
         events = entry.events if entry.status is None else [*entry.events, entry.status]
         state = self._begin(run, events, entry.arrived, entry.data)
+        groups = self._groups(entry)
         for cols in entry.unwatched.values():
             last = int(cols.steps[-1])
             if state.last_step is None or last > state.last_step:
                 state.last_step = last
         scratch = self._scratch
-        # A tag's older groups (full) come before its newest one (tags).
-        for group, size in itertools.chain(entry.full, entry.tags.values()):
+        for group, size, values in groups:
             self._scalars(
-                run, state, group[0] if len(group) == 1 else _joined(group, size, scratch)
+                run,
+                state,
+                group[0] if len(group) == 1 else _joined(group, size, scratch, values),
             )
             yield
 
@@ -1690,7 +1787,7 @@ class AlertEngine:
             observed=self._observed,
             dropped=self._dropped,
             queue_depth=self._depth,
-            queue_peak=self._peak,
+            queue_peak=max(self._peak, self._depth),
             raised=self._raised,
             suppressed=self._suppressed,
             failed=self._failed,

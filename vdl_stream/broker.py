@@ -881,8 +881,9 @@ class Broker:
         seq = self._fan_out(batch.run, batch.scalars, batch.events, view=view)
         if self._bus is not None:  # bus: to the other brokers' browsers too, as fanned out here
             self._bus.publish(batch)
+        count = batch.count()
         if self.alerts is not None and batch.writer != ALERTS_WRITER:  # alerts block, below
-            self.alerts.observe(batch.run, *view)
+            self.alerts.observe(batch.run, *view, points=count)  # (counted once, for both)
         run.inflight[(batch.writer, batch.seq)] = seq
         ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
@@ -928,7 +929,7 @@ class Broker:
                 self._bus.settled(batch.run, refused=True)
             raise
         self._batches += 1
-        self._events += batch.count()
+        self._events += count
         self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
         return seq
 
