@@ -1221,7 +1221,18 @@ def _micro_walls(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     if not (low >= 1.0 and high < _MICRO_WALLS_BELOW):  # NaN compares False
         return None
     u = np.rint(walls * 1e6)
-    if not (u / 1e6 == walls).all():
+    # Above about 2**32 s the product's own rounding can land it past the nearer half, one
+    # microsecond off: the neighbours are tried (below 2**33 at most one of them divides back
+    # to the wall, see above).
+    off = np.flatnonzero(u / 1e6 != walls)
+    for step in (-1.0, 1.0):
+        if len(off) == 0:
+            break
+        near = u[off] + step
+        found = near / 1e6 == walls[off]
+        u[off[found]] = near[found]
+        off = off[~found]
+    if len(off):
         return None
     whole, fraction = np.divmod(u.astype(np.int64), 1_000_000)
     width = len(str(int(whole[0])))
