@@ -393,15 +393,20 @@ class Compactor:
 
 
 def _write_new(
-    builder: blocks.BlockBuilder, run_dir: str, name: str, level: int, tmp: str | None = None
+    builder: blocks.BlockBuilder,
+    run_dir: str,
+    name: str,
+    level: int,
+    tmp: str | None = None,
+    created: float | None = None,
 ) -> tuple[str, int]:
     """Write the block ``name`` whole under a temporary name (``tmp``, or the block's name with
-    :data:`TMP_SUFFIX`) and fsync it; return that name and the block's size. Nothing is left
-    behind if this fails."""
+    :data:`TMP_SUFFIX`) and fsync it; return that name and the block's size. ``created`` is the
+    footer's creation time (now by default). Nothing is left behind if this fails."""
     tmp = tmp or os.path.join(run_dir, name) + TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        size = builder.write(fd, level, time.time())
+        size = builder.write(fd, level, time.time() if created is None else created)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -743,17 +748,7 @@ def rewrite_with_summaries(run_dir: str, name: str, dir_fd: int) -> int | None:
         return None
     finally:
         os.close(fd)
-    tmp = path + TMP_SUFFIX
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        size = builder.write(out, footer.level, footer.created)
-        os.fsync(out)
-    except BaseException:
-        os.close(out)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    os.close(out)
+    tmp, size = _write_new(builder, run_dir, name, footer.level, created=footer.created)
     os.replace(tmp, path)
     os.fsync(dir_fd)
     return size
