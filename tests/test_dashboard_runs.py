@@ -126,6 +126,22 @@ def open_page(browser, server: ServeProcess, width: int = 1500):  # type: ignore
     return page
 
 
+def open_newest_ten(browser, server: ServeProcess):  # type: ignore[no-untyped-def]
+    """The page of a log directory of many runs, once it drew its default ten and is synced;
+    ``page.errors`` collects its uncaught errors."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.errors = errors
+    page.goto(server.url + "/")
+    page.wait_for_function(
+        "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
+        " && window.vdl.sync.phase === 'ready'",
+        timeout=30_000,
+    )
+    return page
+
+
 def test_the_runs_table_sorts_filters_and_selects(sweep_server, browser):
     page = open_page(browser, sweep_server)
     try:
@@ -622,16 +638,9 @@ def test_groups_draw_a_std_band_around_the_mean(sweep_server, browser):
 def test_many_runs_join_a_chart_in_place_on_one_shared_grid(tmp_path, browser):
     write_runs(tmp_path / "logs", n_runs=40, tags=2, points=3000)
     server = start_serve(tmp_path / "logs")
-    page = browser.new_page(viewport={"width": 1500, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page = open_newest_ten(browser, server)
+    errors = page.errors
     try:
-        page.goto(server.url + "/")
-        page.wait_for_function(
-            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
-            " && window.vdl.sync.phase === 'ready'",
-            timeout=30_000,
-        )
         set_smoothing(page, 0)
         page.wait_for_function(
             "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('train/acc');"
@@ -744,16 +753,9 @@ def test_a_diverging_run_is_left_off_the_default_y_range_and_named(tmp_path, bro
     write_runs(tmp_path / "logs", n_runs=40, tags=2, points=400)
     diverged = ["s00-r0031-sgd", "s00-r0032-sgd"]
     server = start_serve(tmp_path / "logs")
-    page = browser.new_page(viewport={"width": 1500, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page = open_newest_ten(browser, server)
+    errors = page.errors
     try:
-        page.goto(server.url + "/")
-        page.wait_for_function(
-            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
-            " && window.vdl.sync.phase === 'ready'",
-            timeout=30_000,
-        )
         assert set(diverged) <= set(page.evaluate("() => window.vdl.connection.runs"))
         page.wait_for_function(
             "() => { window.vdl.drawAll(); const u = window.vdl.charts.get('train/loss');"

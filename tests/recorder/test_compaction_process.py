@@ -34,6 +34,13 @@ def write(w: RunWriter, first: int, flushes: int) -> None:
         w.flush()
 
 
+def process_writer(path, process: CompactionProcess) -> RunWriter:
+    """A writer whose compaction is deferred and built in ``process`` (4 records a segment)."""
+    return RunWriter(
+        path, sync="never", compact_records=4, defer_compaction=True, compaction_process=process
+    )
+
+
 def contents(path) -> tuple:
     with RunReader(path) as r:
         assert r.statistics().corrupt_records == 0
@@ -74,13 +81,7 @@ def test_the_process_builds_the_blocks_this_thread_would(tmp_path, process, monk
     monkeypatch.setattr(compaction, "_feed_capture", refuse)
     monkeypatch.setattr(compaction, "_feed_segment", refuse)
     monkeypatch.setattr(compaction, "_feed_block", refuse)
-    there = RunWriter(
-        tmp_path / "there",
-        sync="never",
-        compact_records=4,
-        defer_compaction=True,
-        compaction_process=process,
-    )
+    there = process_writer(tmp_path / "there", process)
     write(there, 0, 90)  # flushes past the bound build in the process too
     assert there.compact() is False
     there.close()  # its last segment too
@@ -99,9 +100,7 @@ def test_the_process_builds_the_blocks_this_thread_would(tmp_path, process, monk
 
 def test_a_killed_process_loses_nothing_and_another_takes_over(tmp_path, process):
     run = tmp_path / "r"
-    w = RunWriter(
-        run, sync="never", compact_records=4, defer_compaction=True, compaction_process=process
-    )
+    w = process_writer(run, process)
     write(w, 0, 9)  # sealed segments waiting (a seal every two flushes)
     sealed = w.statistics().compaction_backlog
     assert sealed >= 2
@@ -147,13 +146,7 @@ def test_the_process_outlives_the_thread_that_started_it(tmp_path):
         starter.join(90)
         assert process.ready(timeout=60)
         pid = process.pid
-        w = RunWriter(
-            tmp_path / "r",
-            sync="never",
-            compact_records=4,
-            defer_compaction=True,
-            compaction_process=process,
-        )
+        w = process_writer(tmp_path / "r", process)
         write(w, 0, 9)
         assert w.compact() is False
         w.close()
@@ -219,13 +212,7 @@ w.compact()
 
 def test_a_process_lost_again_and_again_leaves_the_units_to_this_thread(tmp_path):
     process = CompactionProcess(max_losses=2)
-    w = RunWriter(
-        tmp_path / "r",
-        sync="never",
-        compact_records=4,
-        defer_compaction=True,
-        compaction_process=process,
-    )
+    w = process_writer(tmp_path / "r", process)
     write(w, 0, 13)  # sealed segments (a seal every two flushes; past the bound, some done)
     done, waiting = w.statistics().compactions, w.statistics().compaction_backlog
     try:
