@@ -193,6 +193,33 @@ def _trace_server() -> None:
         return take(self, seq, run, frame)
 
     b.Subscriber._take = traced_take
+    # The writers' answers: how many acks each send to a writer carried (h4-live sends the
+    # answers due together in one send).
+    encode_ack = codec.encode_ack
+    acks: set[int] = set()
+
+    def traced_encode_ack(writer, seq):  # type: ignore[no-untyped-def]
+        frame = encode_ack(writer, seq)
+        acks.add(id(frame))
+        return frame
+
+    def counted_sends(name: str) -> None:
+        send = getattr(s.WebSocketSession, name)
+
+        async def traced(self, data):  # type: ignore[no-untyped-def]
+            messages = (data,) if name == "send" else data
+            n = sum(id(m) in acks for m in messages)
+            if n:
+                acks.difference_update(id(m) for m in messages)
+                _record("answers", n)
+            return await send(self, data)
+
+        setattr(s.WebSocketSession, name, traced)
+
+    if hasattr(s, "WebSocketSession"):  # served below quart (h3-send)
+        codec.encode_ack = traced_encode_ack
+        counted_sends("send")
+        counted_sends("send_many")
     b.Broker.ingest = traced_ingest
     b.Broker._write = traced_write
     b.Broker._sync_runs = timed("fsync", sync)
@@ -871,6 +898,12 @@ def report(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
     )
+    answers = [r[1] for r in server if r[0] == "answers"]
+    if answers:
+        print(
+            f"  writers' acks: {sum(answers):,} in {len(answers):,} sends"
+            f" ({sum(n > 1 for n in answers):,} sends of two or more)"
+        )
     for row in (r for r in server if r[0] == "compaction process"):
         print(
             f"  compaction process: {row[2]} blocks built, {row[1]:.2f} s of CPU (start-up"
@@ -901,6 +934,7 @@ def report(
             "cpu": cpu,
             "loop_us_per_batch": per_batch,
             "subscriber_us_per_frame": per_frame,
+            "acks": [sum(answers), len(answers)],
             "behind": [behind, len(slow)],
         }
         Path(args.json).write_text(json.dumps(figures_all, indent=1))

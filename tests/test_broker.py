@@ -331,6 +331,8 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
     )
     assert first <= every
     assert figures["subscriber_us_per_frame"] > 0
+    acks, sends = figures["acks"]  # every batch answered, in at most as many sends
+    assert acks >= sends >= 1
     assert figures["cpu"]["server: event loop"] > 0 and figures["cpu"]["writer 0"] > 0
     assert "waited for housekeeping" in done.stdout
     for mode, shown in (
