@@ -908,7 +908,7 @@ class WebSocketSession:
 #: event loop's CPU for the sends to about a third (a batch's whole loop to about 0.7x), but
 #: under this machine's load the subscribers of a 10k events/s run then fell behind where they
 #: kept up with hypercorn's own send path (the frames waiting in their receive buffers, their
-#: process getting half the CPU), in 9 of 14 runs at load 1-12 against 4 of 15 without; on a
+#: process getting half the CPU), in 9 of 15 runs at load 1-15 against 5 of 17 without; on a
 #: quiet machine (load under 1.2) they did not (docs/performance.md, "The live path below
 #: quart" and "(2026-12-01, h4-live)").
 WRITE_DIRECT = False
