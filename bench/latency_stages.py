@@ -193,6 +193,33 @@ def _trace_server() -> None:
         return take(self, seq, run, frame)
 
     b.Subscriber._take = traced_take
+    # The writers' answers: how many acks each send to a writer carried (h4-live sends the
+    # answers due together in one send).
+    encode_ack = codec.encode_ack
+    acks: set[int] = set()
+
+    def traced_encode_ack(writer, seq):  # type: ignore[no-untyped-def]
+        frame = encode_ack(writer, seq)
+        acks.add(id(frame))
+        return frame
+
+    def counted_sends(name: str) -> None:
+        send = getattr(s.WebSocketSession, name)
+
+        async def traced(self, data):  # type: ignore[no-untyped-def]
+            messages = (data,) if name == "send" else data
+            n = sum(id(m) in acks for m in messages)
+            if n:
+                acks.difference_update(id(m) for m in messages)
+                _record("answers", n)
+            return await send(self, data)
+
+        setattr(s.WebSocketSession, name, traced)
+
+    if hasattr(s, "WebSocketSession"):  # served below quart (h3-send)
+        codec.encode_ack = traced_encode_ack
+        counted_sends("send")
+        counted_sends("send_many")
     b.Broker.ingest = traced_ingest
     b.Broker._write = traced_write
     b.Broker._sync_runs = timed("fsync", sync)
@@ -795,6 +822,8 @@ def report(
             "offer -> taken to send",
             "offer -> subscriber",
             "add_scalar -> subscriber",
+            "offer -> first subscriber",
+            "add_scalar -> first subscriber",
             "fsync",
             "compaction",
             "segment rotation",
@@ -826,11 +855,21 @@ def report(
     for seq, times in taken.items():
         if seq in offered and offered[seq] >= start:
             stages["offer -> taken to send"].extend(t - offered[seq] for t in times)
+    # The subscribers are one Python process reading their sockets one after another, so the
+    # tenth arrival of a frame includes nine decodes before it; a browser is a process of its
+    # own. The first arrival of each frame is the nearest this process comes to that.
+    first: dict[int, tuple[float, float]] = {}
     for seq, now, oldest in arrivals:
         if now >= start:
             if seq in offered:
                 stages["offer -> subscriber"].append(now - offered[seq])
             stages["add_scalar -> subscriber"].append(now - oldest)
+            if seq not in first or now < first[seq][0]:
+                first[seq] = (now, oldest)
+    for seq, (now, oldest) in first.items():
+        if seq in offered:
+            stages["offer -> first subscriber"].append(now - offered[seq])
+        stages["add_scalar -> first subscriber"].append(now - oldest)
     housekeeping = {"fsync": "fsync", "compaction": "compact", "segment rotation": "rotate"}
     for name, kind in housekeeping.items():
         stages[name] = [r[2] - r[1] for r in server if r[0] == kind]
@@ -859,11 +898,21 @@ def report(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
     )
+    answers = [r[1] for r in server if r[0] == "answers"]
+    if answers:
+        print(
+            f"  writers' acks: {sum(answers):,} in {len(answers):,} sends"
+            f" ({sum(n > 1 for n in answers):,} sends of two or more)"
+        )
     for row in (r for r in server if r[0] == "compaction process"):
         print(
             f"  compaction process: {row[2]} blocks built, {row[1]:.2f} s of CPU (start-up"
             f" included), {row[3]} restarts"
         )
+    per_frame = None
+    if len(sub_cpu) == 2 and arrivals:
+        per_frame = (sub_cpu[1] - sub_cpu[0]) / len(arrivals) * 1e6
+        print(f"  subscribers' CPU a data frame received: {per_frame:6.0f} us (one process)")
     cpu = _cpu_shares(server, writers, sub_cpu)
     print(f"CPU in cores over the writers' {cpu.pop('wall'):.1f} s ({os.cpu_count()} cores here):")
     for name, cores in cpu.items():
@@ -884,6 +933,8 @@ def report(
             "stages": figures,
             "cpu": cpu,
             "loop_us_per_batch": per_batch,
+            "subscriber_us_per_frame": per_frame,
+            "acks": [sum(answers), len(answers)],
             "behind": [behind, len(slow)],
         }
         Path(args.json).write_text(json.dumps(figures_all, indent=1))

@@ -322,8 +322,17 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
         "offer -> taken to send",
         "offer -> subscriber",
         "add_scalar -> subscriber",
+        "add_scalar -> first subscriber",
     ):
         assert figures["stages"][stage]["50"] >= 0, stage
+    # The first of two subscribers to get a frame got it no later than the two's median.
+    first, every = (
+        figures["stages"][f"add_scalar -> {s}"]["50"] for s in ("first subscriber", "subscriber")
+    )
+    assert first <= every
+    assert figures["subscriber_us_per_frame"] > 0
+    acks, sends = figures["acks"]  # every batch answered, in at most as many sends
+    assert acks >= sends >= 1
     assert figures["cpu"]["server: event loop"] > 0 and figures["cpu"]["writer 0"] > 0
     assert "waited for housekeeping" in done.stdout
     for mode, shown in (

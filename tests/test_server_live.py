@@ -231,3 +231,53 @@ async def _close_at_exit(sock: trio.socket.SocketType) -> None:
         await trio.sleep_forever()
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["asgi", "direct"])
+async def test_answers_written_in_one_round_go_to_the_writer_in_one_send(
+    tmp_path, monkeypatch, direct
+):
+    """The broker's first write is held while two more batches come: the next persist round
+    writes both, and their two ``ack``s go to the writer together, in one send (one ``writev``
+    with the direct writes), in order; every batch still gets its own answer."""
+    import threading
+
+    monkeypatch.setattr(server, "WRITE_DIRECT", direct)
+    release, rounds = threading.Event(), []
+    persist = Broker._persist
+
+    def held(broker: Broker, items):  # type: ignore[no-untyped-def]
+        rounds.append(len(items))
+        assert release.wait(30), "the test never released the writes"
+        return persist(broker, items)
+
+    monkeypatch.setattr(Broker, "_persist", held)
+    sends: list[int] = []
+    send_many = server.WebSocketSession.send_many
+
+    async def counted(self, messages):  # type: ignore[no-untyped-def]
+        if all(codec.decode_message(m)["type"] == "ack" for m in messages):
+            sends.append(len(messages))
+        await send_many(self, messages)
+
+    monkeypatch.setattr(server.WebSocketSession, "send_many", counted)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker = Broker(tmp_path)
+            await nursery.start(broker.run)
+            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
+                for seq in (1, 2, 3):
+                    steps = np.array([seq], dtype=np.int64)
+                    columns = [ScalarColumns("loss", steps, 1.7e9 + steps, steps * 0.5)]
+                    await ws.send_message(codec.encode_batch(Batch("w", seq, "r", columns)))
+                    if seq == 1:  # the first round holds batch 1 alone
+                        await wait_until(lambda: rounds, 10, "the first write")
+                await wait_until(lambda: broker.statistics().batches == 3, 10, "three batches")
+                release.set()
+                acks = [codec.decode_message(await ws.get_message()) for _ in range(3)]
+            assert [(a["type"], a["seq"]) for a in acks] == [("ack", 1), ("ack", 2), ("ack", 3)]
+            assert rounds[:2] == [1, 2]
+            assert sends == [1, 2]
+            broker.close()
+            nursery.cancel_scope.cancel()

@@ -905,10 +905,12 @@ class WebSocketSession:
 
 
 #: Write WebSocket messages straight to hypercorn's socket (:class:`_Wire`). Off: it cut the
-#: event loop's CPU for the sends to about a third, but under this machine's load the subscribers
-#: of a 10k events/s run then fell behind where they kept up with hypercorn's own send path (the
-#: frames waiting in their receive buffers, their process getting half the CPU), for a reason
-#: not found yet (docs/performance.md, "The live path below quart").
+#: event loop's CPU for the sends to about a third (a batch's whole loop to about 0.7x), but
+#: under this machine's load the subscribers of a 10k events/s run then fell behind where they
+#: kept up with hypercorn's own send path (the frames waiting in their receive buffers, their
+#: process getting half the CPU), in 9 of 15 runs at load 1-15 against 5 of 17 without; on a
+#: quiet machine (load under 1.2) they did not (docs/performance.md, "The live path below
+#: quart" and "(2026-12-01, h4-live)").
 WRITE_DIRECT = False
 
 #: Header of an unmasked, final, binary WebSocket frame (RFC 6455 5.2), by payload size.
@@ -1349,6 +1351,15 @@ def _same_tags(a: Any, b: TagFilter | None) -> bool:
     return getattr(a, "pattern", None) == getattr(b, "pattern", None)
 
 
+#: The most answers (``ack``, ``refused``) one send takes to a writer: a bound on one
+#: ``writev``; more wait for the next.
+MAX_ANSWERS_A_SEND = 64
+
+#: A batch waiting for its answer: writer, its seq, the broker's seq, durable, and the refusal
+#: if it was refused before it was written.
+_Unanswered = tuple[str, int, int, bool, RefusedError | None]
+
+
 async def _ingest_session(ws: WebSocketSession, broker: Broker, idle_after: float) -> None:
     """Serve one writer: ingest its batches in order, answer each once persisted or refused.
 
@@ -1378,17 +1389,45 @@ async def _ingest_batches(
     idle_after: float,
 ) -> None:
 
+    async def answer_of(item: _Unanswered) -> bytes:
+        writer, seq, broker_seq, durable, refusal = item
+        if refusal is None:
+            try:
+                await broker.wait_written(broker_seq, durable=durable)
+            except RefusedError as exc:
+                refusal = exc
+        if refusal is None:
+            return codec.encode_ack(writer, seq)
+        return codec.encode_refused(writer, seq, refusal.reason, refusal.retryable)
+
+    def due(item: _Unanswered) -> bool:
+        """Whether ``item``'s answer is known now (answer_of would not wait)."""
+        _, _, broker_seq, durable, refusal = item
+        return refusal is not None or (not durable and broker.written(broker_seq))
+
     async def answer() -> None:
-        async for writer, seq, broker_seq, durable, refusal in receive:
-            if refusal is None:
+        # The answers that are due together go together, in order, in one send (one system
+        # call with the direct writes): a persist round writes every batch queued behind the
+        # one it was writing, and the writer's window frees its places at once.
+        later: _Unanswered | None = None
+        while True:
+            if later is None:
                 try:
-                    await broker.wait_written(broker_seq, durable=durable)
-                except RefusedError as exc:
-                    refusal = exc
-            if refusal is None:
-                await ws.send(codec.encode_ack(writer, seq))
-            else:
-                await ws.send(codec.encode_refused(writer, seq, refusal.reason, refusal.retryable))
+                    later = await receive.receive()
+                except trio.EndOfChannel:
+                    return
+            answers = [await answer_of(later)]
+            later = None
+            while len(answers) < MAX_ANSWERS_A_SEND:
+                try:
+                    item = receive.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                if not due(item):
+                    later = item
+                    break
+                answers.append(await answer_of(item))
+            await ws.send_many(answers)
 
     with trio.move_on_after(idle_after) as waiting:
         data = await ws.receive()
