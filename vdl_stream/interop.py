@@ -12,12 +12,14 @@ import argparse
 import array
 import contextlib
 import csv
+import errno
 import io
 import json
 import logging
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -572,6 +574,36 @@ def child_threads(cores: int | None = None) -> int:
     return max(1, min(EXPORT_THREADS_MAX, _cores(cores) - 2))
 
 
+#: Environment variable that sets :func:`child_processes` (an int >= 1), to compare settings.
+CHILD_PROCESSES_ENV = "VDL_STREAM_EXPORT_CHILD_PROCESSES"
+
+
+def child_processes(cores: int | None = None) -> int:
+    """Processes ``/api/export``'s child formats in (:func:`write_export`): two where there are
+    two cores or more (``cores``, default ``os.cpu_count()``) and the platform forks and splices
+    (Linux), else one; or the int in the environment variable :data:`CHILD_PROCESSES_ENV`.
+
+    One process formats on one core at most (its GIL), and on a quiet 2-core machine that core
+    was the limit of a 50M-row JSON export (docs/performance.md, "(2026-12-01, h4-json)"): two
+    processes format alternate blocks on both cores, beside the server's relay.
+
+    Raises:
+        ValueError: :data:`CHILD_PROCESSES_ENV` is set to something else than an int >= 1.
+    """
+    text = os.environ.get(CHILD_PROCESSES_ENV)
+    if text:
+        if not (text.isascii() and text.isdigit() and int(text) >= 1):
+            raise ValueError(f"{CHILD_PROCESSES_ENV} must be an int >= 1, got {text!r}")
+        return int(text)
+    return 2 if _cores(cores) >= 2 and _can_split() else 1
+
+
+def _can_split() -> bool:
+    """Whether :func:`write_export` can split an export over processes here (fork and splice:
+    Linux)."""
+    return hasattr(os, "fork") and hasattr(os, "splice")
+
+
 def _cores(cores: int | None) -> int:
     """``cores``, or ``os.cpu_count()`` where None."""
     return (os.cpu_count() or 1) if cores is None else cores
@@ -808,6 +840,149 @@ def _run_ahead(
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         jobs.close()  # lets go of the reader's pinned files now
+
+
+#: Bytes of the length that leads each block a helper process writes (little-endian).
+_FRAME_HEAD = 8
+
+
+def write_export(export: Export, out: Any, processes: int = 1) -> None:
+    """Write ``export``'s whole document to ``out`` (a binary file with a descriptor: stdout, a
+    file, a pipe); with ``processes`` above 1 (Linux), format it in that many processes at once.
+
+    The extra processes are forks of this one, taken once ``export`` has opened its run, so all
+    read the same state of it (preads only: no shared file offsets). Block ``j`` of the rows is
+    formatted by process ``j % processes`` (this one for 0), each helper writing its blocks,
+    each led by its length, into a pipe of its own; this process writes its own blocks to
+    ``out`` and moves each helper's on in order with ``os.splice`` (no copy through this
+    process). Every process reads the whole run (about a tenth of a block's time), formats in
+    its main thread (``export``'s threads are not used) and holds about what one export does.
+    The bytes are those of iterating ``export``. A helper ends when it has written its last
+    block, or when this process goes (its pipe broken); this process kills and reaps the helpers
+    on any error.
+
+    Raises:
+        ValueError: ``processes`` is below 1.
+        RuntimeError: a helper process failed (its error is on stderr, which it shares).
+        OSError: writing ``out`` failed (``BrokenPipeError`` where its reader went).
+    """
+    if not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be an int >= 1, got {processes!r}")
+    if processes == 1 or not _can_split():
+        for chunk in export:
+            out.write(chunk)
+        out.flush()
+        return
+    out.flush()  # a helper starts with a copy of what is buffered here
+    pipes: list[int] = []  # the read end of each helper's pipe
+    running: list[int] = []  # helpers not reaped yet
+    try:
+        for k in range(1, processes):
+            read, write = os.pipe()
+            _widen_pipe(write)
+            pid = os.fork()
+            if not pid:
+                os.close(read)
+                for fd in pipes:
+                    os.close(fd)
+                _format_share(export, write, k, processes)  # never returns
+            os.close(write)
+            pipes.append(read)
+            running.append(pid)
+        dst = out.fileno()
+        j = 0
+        for job in export._jobs():
+            if isinstance(job, bytes):
+                out.write(job)
+                continue
+            k = j % processes
+            j += 1
+            if not k:
+                out.write(job())
+                continue
+            out.flush()
+            _move_frame(pipes[k - 1], dst)
+        out.flush()
+        while running:
+            pid = running[0]
+            status = os.waitpid(pid, 0)[1]
+            running.pop(0)
+            if status:
+                raise RuntimeError(f"an export helper process ended with status {status}")
+    finally:
+        for fd in pipes:
+            os.close(fd)  # a helper blocked on its pipe now sees it broken
+        for pid in running:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
+    """A helper process of :func:`write_export`: formats blocks ``k``, ``k + processes``, ...
+    of ``export`` into the pipe ``fd``, each led by its length; exits, never returns."""
+    code = 0
+    try:
+        # The document's other bytes are the parent's: this process must not hold its output
+        # open (the reader would wait for it) nor write there.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        j = 0
+        for job in export._jobs():
+            if isinstance(job, bytes):
+                continue
+            if j % processes == k:
+                data = job()
+                _write_all(fd, len(data).to_bytes(_FRAME_HEAD, "little") + data)
+            j += 1
+    except BrokenPipeError:  # the parent went: nobody wants the rest
+        code = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stderr.flush()
+        os._exit(code)  # no parent's cleanup (its open files, atexit) runs here
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a blocking pipe)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _move_frame(src: int, dst: int) -> None:
+    """Move one block from the helper pipe ``src`` (its length, then its bytes) to ``dst``,
+    spliced (no copy through this process) where ``dst`` takes it, read and written elsewhere.
+
+    Raises:
+        RuntimeError: the pipe ended before the block did (the helper failed).
+    """
+    head = b""
+    while len(head) < _FRAME_HEAD:
+        more = os.read(src, _FRAME_HEAD - len(head))
+        if not more:
+            raise RuntimeError("an export helper process ended before its blocks did")
+        head += more
+    left = int.from_bytes(head, "little")
+    while left:
+        try:
+            moved = os.splice(src, dst, left)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            # dst does not take a splice (a terminal, a file opened to append)
+            moved = len(data := os.read(src, min(left, EXPORT_PIPE_CHUNK)))
+            _write_all(dst, data)
+        if not moved:
+            raise RuntimeError("an export helper process ended before its blocks did")
+        left -= moved
 
 
 def _scalar_chunks(
@@ -1425,7 +1600,12 @@ async def _start_child(export: Export) -> tuple[Any, _StderrTail] | None:
     """A ``vdl-stream export`` child process of ``export``'s run, format and pattern, its output
     a pipe, and the tail of its stderr; None where no Python executable can start."""
     command = [sys.executable, "-m", "vdl_stream.cli", "export", export.run_dir]
-    command += ["--format", export.fmt, "--threads", str(child_threads())]
+    command += ["--format", export.fmt]
+    processes = child_processes()
+    if processes > 1:
+        command += ["--processes", str(processes)]
+    else:
+        command += ["--threads", str(child_threads())]
     command += ["--tag", export.pattern] if export.pattern else []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
@@ -1582,6 +1762,14 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="worker threads formatting rows (default: one per idle core, none if under two)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes formatting alternate blocks of rows, forked (Linux; default: 1); "
+        "with N above 1 each formats in its own main thread (no --threads)",
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -1606,8 +1794,19 @@ def _export(args: argparse.Namespace, path: str) -> int:
 
 
 def _export_kept(args: argparse.Namespace, path: str) -> int:
+    processes = getattr(args, "processes", 1)
+    if not isinstance(processes, int) or processes < 1:
+        print(f"vdl-stream export: --processes must be >= 1, got {processes}", file=sys.stderr)
+        return 2
+    if processes > 1 and args.threads:
+        print(
+            "vdl-stream export: --threads and --processes above 1 exclude each other",
+            file=sys.stderr,
+        )
+        return 2
+    threads = 0 if processes > 1 else args.threads
     try:
-        export = Export(path, args.format, args.tag, threads=args.threads)
+        export = Export(path, args.format, args.tag, threads=threads)
     except re.error as exc:
         print(f"vdl-stream export: --tag is not a valid regular expression: {exc}", file=sys.stderr)
         return 2
@@ -1621,15 +1820,11 @@ def _export_kept(args: argparse.Namespace, path: str) -> int:
         if args.output:
             tmp = args.output + ".tmp"
             with open(tmp, "wb") as f:
-                for chunk in export:
-                    f.write(chunk)
+                write_export(export, f, processes)
             os.replace(tmp, args.output)
         else:
-            out = sys.stdout.buffer
             try:
-                for chunk in export:
-                    out.write(chunk)
-                out.flush()
+                write_export(export, sys.stdout.buffer, processes)
             except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 return 0
