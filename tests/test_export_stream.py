@@ -710,6 +710,14 @@ def test_a_failing_helper_process_fails_the_export(tricky, tmp_path, monkeypatch
         interop.write_export(export, f, 2)
     assert "MemoryError: helper out of memory" in capfd.readouterr().err
     assert not [c for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE]
+    from vdl_stream.cli import main
+
+    out = tmp_path / "cli.json"
+    command = ["export", str(tricky), "--format", "json", "--processes", "2", "-o", str(out)]
+    assert main(command) == 1  # the helper fails on its first block (one a tag here)
+    err = capfd.readouterr().err
+    assert "vdl-stream export: an export helper process ended" in err
+    assert not out.exists() and not (tmp_path / "cli.json.tmp").exists()
     with pytest.raises(ValueError, match="processes must be an int >= 1, got 0"):
         interop.write_export(export, f, 0)
 

@@ -1817,17 +1817,25 @@ def _export_kept(args: argparse.Namespace, path: str) -> int:
         print(f"vdl-stream export: {exc}", file=sys.stderr)
         return 2
     with export:
-        if args.output:
-            tmp = args.output + ".tmp"
-            with open(tmp, "wb") as f:
-                write_export(export, f, processes)
-            os.replace(tmp, args.output)
-        else:
-            try:
-                write_export(export, sys.stdout.buffer, processes)
-            except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return 0
+        try:
+            if args.output:
+                tmp = args.output + ".tmp"
+                try:
+                    with open(tmp, "wb") as f:
+                        write_export(export, f, processes)
+                except RuntimeError:
+                    os.unlink(tmp)
+                    raise
+                os.replace(tmp, args.output)
+            else:
+                try:
+                    write_export(export, sys.stdout.buffer, processes)
+                except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                    return 0
+        except RuntimeError as exc:  # a helper process failed (its error is on stderr)
+            print(f"vdl-stream export: {exc}", file=sys.stderr)
+            return 1
     if not export.tags:
         print(f"vdl-stream export: no scalar tags in {args.run} match", file=sys.stderr)
     else:
