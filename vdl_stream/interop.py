@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import queue
 import re
 import signal
 import sys
@@ -876,6 +877,7 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
     out.flush()  # a helper starts with a copy of what is buffered here
     pipes: list[int] = []  # the read end of each helper's pipe
     running: list[int] = []  # helpers not reaped yet
+    writer = None
     try:
         for k in range(1, processes):
             read, write = os.pipe()
@@ -889,34 +891,31 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
             os.close(write)
             pipes.append(read)
             running.append(pid)
-        dst = out.fileno()
+        writer = _WriteBehind(out.fileno())  # a thread: started after the forks
         j = 0
         for job in export._jobs():
             if isinstance(job, bytes):
-                out.write(job)
+                writer.put(job)
                 continue
             k = j % processes
             j += 1
-            if not k:
-                out.write(job())
-                continue
-            out.flush()
-            _move_frame(pipes[k - 1], dst)
-        out.flush()
+            writer.put(job() if not k else pipes[k - 1])
+        writer.close()
         while running:
-            pid = running[0]
-            status = os.waitpid(pid, 0)[1]
+            status = os.waitpid(running[0], 0)[1]
             running.pop(0)
             if status:
                 raise RuntimeError(f"an export helper process ended with status {status}")
     finally:
-        for fd in pipes:
-            os.close(fd)  # a helper blocked on its pipe now sees it broken
         for pid in running:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        if writer is not None:
+            writer.abandon()  # its pipes ended with their helpers: it is not blocked for long
+        for fd in pipes:
+            os.close(fd)
 
 
 def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
@@ -929,14 +928,17 @@ def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.close(devnull)
+        writer = _WriteBehind(fd)
         j = 0
         for job in export._jobs():
             if isinstance(job, bytes):
                 continue
             if j % processes == k:
                 data = job()
-                _write_all(fd, len(data).to_bytes(_FRAME_HEAD, "little") + data)
+                writer.put(len(data).to_bytes(_FRAME_HEAD, "little"))
+                writer.put(data)
             j += 1
+        writer.close()
     except BrokenPipeError:  # the parent went: nobody wants the rest
         code = 1
     except BaseException:
@@ -948,6 +950,61 @@ def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
         with contextlib.suppress(BaseException):
             sys.stderr.flush()
         os._exit(code)  # no parent's cleanup (its open files, atexit) runs here
+
+
+#: Items a process of a split export formats ahead of its writes: a block of JSON rows is about
+#: 0.75 MB (a helper's block is two items, its length and its bytes).
+_WRITE_AHEAD = 4
+
+
+class _WriteBehind:
+    """The writes of one process of a split export (:func:`write_export`), made by a thread of
+    its own, at most :data:`_WRITE_AHEAD` items behind: the process formats on while its output
+    pipe is full or a helper's block is not there yet (the waits release the GIL). Items are
+    bytes to write, or the read end of a helper's pipe to move one block from
+    (:func:`_move_frame`). The thread's error is raised by the next :meth:`put` or by
+    :meth:`close`; after one, it takes items and drops them."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._queue: queue.Queue[bytes | int | None] = queue.Queue(_WRITE_AHEAD)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="vdl-export-write", daemon=True)
+        self._thread.start()
+
+    def put(self, item: bytes | int) -> None:
+        """Queue ``item`` (blocks while :data:`_WRITE_AHEAD` are queued)."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put(item)
+
+    def close(self) -> None:
+        """Wait until everything queued is written; raise the thread's error, if any."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def abandon(self) -> None:
+        """Drop what is queued and end the thread (after an error elsewhere); waits at most a
+        few seconds for a write under way."""
+        if self._error is None:
+            self._error = RuntimeError("abandoned")
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+        self._thread.join(EXPORT_KILL_WAIT)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is not None:
+                continue
+            try:
+                if isinstance(item, int):
+                    _move_frame(item, self._fd)
+                else:
+                    _write_all(self._fd, item)
+            except BaseException as exc:  # raised in the formatting thread
+                self._error = exc
 
 
 def _write_all(fd: int, data: bytes) -> None:
