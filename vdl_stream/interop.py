@@ -1667,10 +1667,32 @@ async def _start_child(export: Export) -> tuple[Any, _StderrTail] | None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     try:
-        return await _open_child(command, env)
+        child = await _open_child(command, env)
     except OSError as exc:  # no Python to start (an embedded interpreter): in this process
         log.warning("export: no child process (%s); formatting in the server", exc)
         return None
+    if processes > 1:
+        _lower_priority(child[0].pid)
+    return child
+
+
+#: How much lower (in nice steps) than the server's the priority of an export child formatting
+#: in several processes is.
+EXPORT_CHILD_NICE = 5
+
+
+def _lower_priority(pid: int) -> None:
+    """Give process ``pid`` a priority :data:`EXPORT_CHILD_NICE` steps below this process's
+    (nice, at most 19); nothing where refused or not POSIX.
+
+    A child formatting in two processes can keep both cores busy: the server's event loop (its
+    relay of this very export, every other page and request) must then come first. Called as
+    soon as the child starts, long before it forks its helpers (after its imports and the
+    opening of the run), which inherit it. On idle cores it costs the export nothing.
+    """
+    with contextlib.suppress(AttributeError, OSError):
+        nice = os.getpriority(os.PRIO_PROCESS, 0) + EXPORT_CHILD_NICE
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, nice))
 
 
 async def _open_child(
