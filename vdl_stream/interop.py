@@ -585,8 +585,9 @@ def child_processes(cores: int | None = None) -> int:
     (Linux), else one; or the int in the environment variable :data:`CHILD_PROCESSES_ENV`.
 
     One process formats on one core at most (its GIL), and on a quiet 2-core machine that core
-    was the limit of a 50M-row JSON export (docs/performance.md, "(2026-12-01, h4-json)"): two
-    processes format alternate blocks on both cores, beside the server's relay.
+    was the limit of a 50M-row JSON export (docs/performance.md, "/api/export JSON: two
+    processes"): two processes format alternate blocks on both cores, beside the server's relay.
+    On busy cores the split showed no gain (each process waits on the other every block).
 
     Raises:
         ValueError: :data:`CHILD_PROCESSES_ENV` is set to something else than an int >= 1.
@@ -856,7 +857,7 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
     formatted by process ``j % processes`` (this one for 0), each helper writing its blocks,
     each led by its length, into a pipe of its own; this process writes its own blocks to
     ``out`` and moves each helper's on in order with ``os.splice`` (no copy through this
-    process). Every process reads the whole run (about a tenth of a block's time), formats in
+    process). Every process reads the whole run (under a tenth of the formatting's time), formats in
     its main thread (``export``'s threads are not used) and holds about what one export does.
     The bytes are those of iterating ``export``. A helper ends when it has written its last
     block, or when this process goes (its pipe broken); this process kills and reaps the helpers
