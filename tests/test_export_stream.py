@@ -645,16 +645,139 @@ def test_cli_export_threads_change_nothing_but_speed(tricky, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+split_only = pytest.mark.skipif(
+    not (hasattr(os, "fork") and hasattr(os, "splice")), reason="splitting needs fork and splice"
+)
+
+
+def read_pipe(fd: int, into: list) -> None:
+    """Read the pipe ``fd`` to its end into ``into`` (a reading thread's target), then close it."""
+    with os.fdopen(fd, "rb") as f:
+        into.append(f.read())
+
+
+@split_only
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+@pytest.mark.parametrize("processes", [2, 3])
+def test_an_export_split_over_processes_is_byte_identical(tricky, tmp_path, fmt, processes):
+    """Blocks of 7 rows (about 600 of them), dealt out in turn to 2 or 3 processes: the helpers'
+    blocks come back in order, spliced into a file and into a pipe, between this process's own
+    and its unformatted heads (`{`, `]`): the row writer's bytes."""
+    from vdl_stream.interop import write_export
+
+    with Export(tricky, fmt) as whole:
+        counts = (len(b"".join(whole)) and whole.rows, whole.tags)
+    out = tmp_path / "out"
+    with Export(tricky, fmt, chunk_rows=7, threads=0) as export, open(out, "wb") as f:
+        f.write(b"kept before: ")  # a file's offset carries on across writes and splices
+        write_export(export, f, processes)
+        assert (export.rows, export.tags) == counts  # counted in this process too
+    assert out.read_bytes() == b"kept before: " + reference(tricky, fmt)
+    read, write = os.pipe()
+    got: list[bytes] = []
+    reader = threading.Thread(target=read_pipe, args=(read, got))
+    reader.start()
+    try:
+        with Export(tricky, fmt, chunk_rows=7, threads=0) as export, open(write, "wb") as f:
+            write_export(export, f, processes)
+    finally:
+        reader.join(60)
+    assert got == [reference(tricky, fmt)]
+
+
+@split_only
+def test_a_failing_helper_process_fails_the_export(tricky, tmp_path, monkeypatch, capfd):
+    """A helper that fails mid-way: the export raises (not a short document), the helper's
+    error is on the shared stderr, and no process is left behind."""
+    import psutil
+
+    from vdl_stream import interop
+
+    parent = os.getpid()
+    rows = interop._json_rows
+
+    def failing_in_helpers(*args, **kwargs):
+        if os.getpid() != parent:
+            raise MemoryError("helper out of memory")
+        return rows(*args, **kwargs)
+
+    monkeypatch.setattr(interop, "_json_rows", failing_in_helpers)
+    with (
+        Export(tricky, "json", chunk_rows=7, threads=0) as export,
+        open(tmp_path / "out", "wb") as f,
+        pytest.raises(RuntimeError, match="helper process ended before its blocks did"),
+    ):
+        interop.write_export(export, f, 2)
+    assert "MemoryError: helper out of memory" in capfd.readouterr().err
+    assert not [c for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE]
+    from vdl_stream.cli import main
+
+    out = tmp_path / "cli.json"
+    command = ["export", str(tricky), "--format", "json", "--processes", "2", "-o", str(out)]
+    assert main(command) == 1  # the helper fails on its first block (one a tag here)
+    err = capfd.readouterr().err
+    assert "vdl-stream export: an export helper process ended" in err
+    assert not out.exists() and not (tmp_path / "cli.json.tmp").exists()
+    with pytest.raises(ValueError, match="processes must be an int >= 1, got 0"):
+        interop.write_export(export, f, 0)
+
+
+@split_only
+def test_cli_export_processes_change_nothing_but_speed(tricky, tmp_path):
+    """The command, its output a pipe (what /api/export reads) or a file."""
+    command = [sys.executable, "-m", "vdl_stream.cli", "export", str(tricky), "--format", "json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [*command, "--processes", "3"], capture_output=True, timeout=120, cwd=REPO, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == reference(tricky, "json")
+    assert b"exported 3,690 rows" in done.stderr
+    out = tmp_path / "out.csv"
+    done = subprocess.run(
+        [*command[:-2], "--processes", "2", "-o", str(out)], timeout=120, cwd=REPO, env=env
+    )
+    assert done.returncode == 0 and out.read_bytes() == reference(tricky, "csv")
+    for bad, says in (
+        (["--processes", "0"], "--processes must be >= 1, got 0"),
+        (["--processes", "2", "--threads", "1"], "--threads and --processes above 1 exclude"),
+    ):
+        done = subprocess.run(
+            [*command, *bad], capture_output=True, text=True, timeout=120, cwd=REPO, env=env
+        )
+        assert done.returncode == 2 and says in done.stderr and not done.stdout
+
+
+def test_the_child_formats_in_two_processes_where_there_are_two_cores(monkeypatch):
+    from vdl_stream import interop
+    from vdl_stream.interop import CHILD_PROCESSES_ENV, child_processes
+
+    monkeypatch.delenv(CHILD_PROCESSES_ENV, raising=False)
+    split = interop._can_split()
+    assert child_processes(1) == 1
+    assert child_processes(2) == child_processes(16) == (2 if split else 1)
+    monkeypatch.setenv(CHILD_PROCESSES_ENV, "3")
+    assert child_processes(1) == 3
+    for bad in ("0", "-1", "x"):
+        monkeypatch.setenv(CHILD_PROCESSES_ENV, bad)
+        with pytest.raises(ValueError, match=rf"VDL_STREAM_EXPORT_CHILD_PROCESSES .*'{bad}'"):
+            child_processes()
+
+
 @pytest.mark.parametrize(
-    ("fmt", "pattern"), [("csv", None), ("json", None), ("json", "^loss$|gpu")]
+    ("fmt", "pattern", "processes"),
+    [("csv", None, "1"), ("json", None, "1"), ("json", "^loss$|gpu", "1"), ("json", None, "3")],
 )
 async def test_http_export_from_a_child_process_is_byte_identical(
-    tricky, nursery, monkeypatch, fmt, pattern
+    tricky, nursery, monkeypatch, fmt, pattern, processes
 ):
-    """A large export (here: any) is formatted by a `vdl-stream export` child process: the
-    same bytes as the row-by-row writer."""
+    """A large export (here: any) is formatted by a `vdl-stream export` child process (in one
+    process, or split over three): the same bytes as the row-by-row writer."""
     from urllib.parse import quote
 
+    from vdl_stream.interop import CHILD_PROCESSES_ENV
+
+    monkeypatch.setenv(CHILD_PROCESSES_ENV, processes)
     monkeypatch.setattr("vdl_stream.server.EXPORT_PROCESS_POINTS", 0)
     monkeypatch.setattr("vdl_stream.server.export_in_child", lambda: True)
     url = await nursery.start(partial(run_server, tricky.parent, "127.0.0.1", 0))
@@ -693,7 +816,16 @@ async def test_a_client_leaving_mid_export_ends_its_child_process(long_run, nurs
         while len(got) < 1 << 16:  # the child is formatting: rows have come
             got += await stream.receive_some(1 << 16)
         assert got.startswith(b"HTTP/1.1 200") and b'"loss": [[' in got
-        assert export_children(), "no child process formats this export"
+        from vdl_stream.interop import child_processes
+
+        # the child and its helper processes (where it splits the export), the server first
+        children = export_children()
+        assert len(children) == child_processes(), "no child process formats this export"
+        if len(children) > 1:
+            from vdl_stream.interop import EXPORT_CHILD_NICE
+
+            nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + EXPORT_CHILD_NICE)
+            assert [c.nice() for c in children] == [nice] * len(children)
         await stream.aclose()
         for _ in range(1500):  # polling a condition, 30 s at most
             if not export_children():

@@ -12,12 +12,15 @@ import argparse
 import array
 import contextlib
 import csv
+import errno
 import io
 import json
 import logging
 import math
 import os
+import queue
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -572,6 +575,37 @@ def child_threads(cores: int | None = None) -> int:
     return max(1, min(EXPORT_THREADS_MAX, _cores(cores) - 2))
 
 
+#: Environment variable that sets :func:`child_processes` (an int >= 1), to compare settings.
+CHILD_PROCESSES_ENV = "VDL_STREAM_EXPORT_CHILD_PROCESSES"
+
+
+def child_processes(cores: int | None = None) -> int:
+    """Processes ``/api/export``'s child formats in (:func:`write_export`): two where there are
+    two cores or more (``cores``, default ``os.cpu_count()``) and the platform forks and splices
+    (Linux), else one; or the int in the environment variable :data:`CHILD_PROCESSES_ENV`.
+
+    One process formats on one core at most (its GIL), and on a quiet 2-core machine that core
+    was the limit of a 50M-row JSON export (docs/performance.md, "/api/export JSON: two
+    processes"): two processes format alternate blocks on both cores, beside the server's relay.
+    On busy cores the split showed no gain (each process waits on the other every block).
+
+    Raises:
+        ValueError: :data:`CHILD_PROCESSES_ENV` is set to something else than an int >= 1.
+    """
+    text = os.environ.get(CHILD_PROCESSES_ENV)
+    if text:
+        if not (text.isascii() and text.isdigit() and int(text) >= 1):
+            raise ValueError(f"{CHILD_PROCESSES_ENV} must be an int >= 1, got {text!r}")
+        return int(text)
+    return 2 if _cores(cores) >= 2 and _can_split() else 1
+
+
+def _can_split() -> bool:
+    """Whether :func:`write_export` can split an export over processes here (fork and splice:
+    Linux)."""
+    return hasattr(os, "fork") and hasattr(os, "splice")
+
+
 def _cores(cores: int | None) -> int:
     """``cores``, or ``os.cpu_count()`` where None."""
     return (os.cpu_count() or 1) if cores is None else cores
@@ -808,6 +842,205 @@ def _run_ahead(
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         jobs.close()  # lets go of the reader's pinned files now
+
+
+#: Bytes of the length that leads each block a helper process writes (little-endian).
+_FRAME_HEAD = 8
+
+
+def write_export(export: Export, out: Any, processes: int = 1) -> None:
+    """Write ``export``'s whole document to ``out`` (a binary file with a descriptor: stdout, a
+    file, a pipe); with ``processes`` above 1 (Linux), format it in that many processes at once.
+
+    The extra processes are forks of this one, taken once ``export`` has opened its run, so all
+    read the same state of it (preads only: no shared file offsets). Block ``j`` of the rows is
+    formatted by process ``j % processes`` (this one for 0), each helper writing its blocks,
+    each led by its length, into a pipe of its own; this process writes its own blocks to
+    ``out`` and moves each helper's on in order with ``os.splice`` (no copy through this
+    process). Every process reads the whole run (under a tenth of the formatting's time), formats in
+    its main thread (``export``'s threads are not used) and holds about what one export does.
+    The bytes are those of iterating ``export``. A helper ends when it has written its last
+    block, or when this process goes (its pipe broken); this process kills and reaps the helpers
+    on any error.
+
+    Raises:
+        ValueError: ``processes`` is below 1.
+        RuntimeError: a helper process failed (its error is on stderr, which it shares).
+        OSError: writing ``out`` failed (``BrokenPipeError`` where its reader went).
+    """
+    if not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be an int >= 1, got {processes!r}")
+    if processes == 1 or not _can_split():
+        for chunk in export:
+            out.write(chunk)
+        out.flush()
+        return
+    out.flush()  # a helper starts with a copy of what is buffered here
+    pipes: list[int] = []  # the read end of each helper's pipe
+    running: list[int] = []  # helpers not reaped yet
+    writer = None
+    try:
+        for k in range(1, processes):
+            read, write = os.pipe()
+            _widen_pipe(write)
+            pid = os.fork()
+            if not pid:
+                os.close(read)
+                for fd in pipes:
+                    os.close(fd)
+                _format_share(export, write, k, processes)  # never returns
+            os.close(write)
+            pipes.append(read)
+            running.append(pid)
+        writer = _WriteBehind(out.fileno())  # a thread: started after the forks
+        j = 0
+        for job in export._jobs():
+            if isinstance(job, bytes):
+                writer.put(job)
+                continue
+            k = j % processes
+            j += 1
+            writer.put(job() if not k else pipes[k - 1])
+        writer.close()
+        while running:
+            status = os.waitpid(running[0], 0)[1]
+            running.pop(0)
+            if status:
+                raise RuntimeError(f"an export helper process ended with status {status}")
+    finally:
+        for pid in running:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        if writer is not None:
+            writer.abandon()  # its pipes ended with their helpers: it is not blocked for long
+        for fd in pipes:
+            os.close(fd)
+
+
+def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
+    """A helper process of :func:`write_export`: formats blocks ``k``, ``k + processes``, ...
+    of ``export`` into the pipe ``fd``, each led by its length; exits, never returns."""
+    code = 0
+    try:
+        # The document's other bytes are the parent's: this process must not hold its output
+        # open (the reader would wait for it) nor write there.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        writer = _WriteBehind(fd)
+        j = 0
+        for job in export._jobs():
+            if isinstance(job, bytes):
+                continue
+            if j % processes == k:
+                data = job()
+                writer.put(len(data).to_bytes(_FRAME_HEAD, "little"))
+                writer.put(data)
+            j += 1
+        writer.close()
+    except BrokenPipeError:  # the parent went: nobody wants the rest
+        code = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stderr.flush()
+        os._exit(code)  # no parent's cleanup (its open files, atexit) runs here
+
+
+#: Items a process of a split export formats ahead of its writes: a block of JSON rows is about
+#: 0.75 MB (a helper's block is two items, its length and its bytes).
+_WRITE_AHEAD = 4
+
+
+class _WriteBehind:
+    """The writes of one process of a split export (:func:`write_export`), made by a thread of
+    its own, at most :data:`_WRITE_AHEAD` items behind: the process formats on while its output
+    pipe is full or a helper's block is not there yet (the waits release the GIL). Items are
+    bytes to write, or the read end of a helper's pipe to move one block from
+    (:func:`_move_frame`). The thread's error is raised by the next :meth:`put` or by
+    :meth:`close`; after one, it takes items and drops them."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._queue: queue.Queue[bytes | int | None] = queue.Queue(_WRITE_AHEAD)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="vdl-export-write", daemon=True)
+        self._thread.start()
+
+    def put(self, item: bytes | int) -> None:
+        """Queue ``item`` (blocks while :data:`_WRITE_AHEAD` are queued)."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put(item)
+
+    def close(self) -> None:
+        """Wait until everything queued is written; raise the thread's error, if any."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def abandon(self) -> None:
+        """Drop what is queued and end the thread (after an error elsewhere); waits at most a
+        few seconds for a write under way."""
+        if self._error is None:
+            self._error = RuntimeError("abandoned")
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+        self._thread.join(EXPORT_KILL_WAIT)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is not None:
+                continue
+            try:
+                if isinstance(item, int):
+                    _move_frame(item, self._fd)
+                else:
+                    _write_all(self._fd, item)
+            except BaseException as exc:  # raised in the formatting thread
+                self._error = exc
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a blocking pipe)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _move_frame(src: int, dst: int) -> None:
+    """Move one block from the helper pipe ``src`` (its length, then its bytes) to ``dst``,
+    spliced (no copy through this process) where ``dst`` takes it, read and written elsewhere.
+
+    Raises:
+        RuntimeError: the pipe ended before the block did (the helper failed).
+    """
+    head = b""
+    while len(head) < _FRAME_HEAD:
+        more = os.read(src, _FRAME_HEAD - len(head))
+        if not more:
+            raise RuntimeError("an export helper process ended before its blocks did")
+        head += more
+    left = int.from_bytes(head, "little")
+    while left:
+        try:
+            moved = os.splice(src, dst, left)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            # dst does not take a splice (a terminal, a file opened to append)
+            moved = len(data := os.read(src, min(left, EXPORT_PIPE_CHUNK)))
+            _write_all(dst, data)
+        if not moved:
+            raise RuntimeError("an export helper process ended before its blocks did")
+        left -= moved
 
 
 def _scalar_chunks(
@@ -1425,15 +1658,42 @@ async def _start_child(export: Export) -> tuple[Any, _StderrTail] | None:
     """A ``vdl-stream export`` child process of ``export``'s run, format and pattern, its output
     a pipe, and the tail of its stderr; None where no Python executable can start."""
     command = [sys.executable, "-m", "vdl_stream.cli", "export", export.run_dir]
-    command += ["--format", export.fmt, "--threads", str(child_threads())]
+    command += ["--format", export.fmt]
+    processes = child_processes()
+    if processes > 1:
+        command += ["--processes", str(processes)]
+    else:
+        command += ["--threads", str(child_threads())]
     command += ["--tag", export.pattern] if export.pattern else []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     try:
-        return await _open_child(command, env)
+        child = await _open_child(command, env)
     except OSError as exc:  # no Python to start (an embedded interpreter): in this process
         log.warning("export: no child process (%s); formatting in the server", exc)
         return None
+    if processes > 1:
+        _lower_priority(child[0].pid)
+    return child
+
+
+#: How much lower (in nice steps) than the server's the priority of an export child formatting
+#: in several processes is.
+EXPORT_CHILD_NICE = 5
+
+
+def _lower_priority(pid: int) -> None:
+    """Give process ``pid`` a priority :data:`EXPORT_CHILD_NICE` steps below this process's
+    (nice, at most 19); nothing where refused or not POSIX.
+
+    A child formatting in two processes can keep both cores busy: the server's event loop (its
+    relay of this very export, every other page and request) must then come first. Called as
+    soon as the child starts, long before it forks its helpers (after its imports and the
+    opening of the run), which inherit it. On idle cores it costs the export nothing.
+    """
+    with contextlib.suppress(AttributeError, OSError):
+        nice = os.getpriority(os.PRIO_PROCESS, 0) + EXPORT_CHILD_NICE
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, nice))
 
 
 async def _open_child(
@@ -1582,6 +1842,14 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="worker threads formatting rows (default: one per idle core, none if under two)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes formatting alternate blocks of rows, forked (Linux; default: 1); "
+        "with N above 1 each formats in its own main thread (no --threads)",
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -1606,8 +1874,19 @@ def _export(args: argparse.Namespace, path: str) -> int:
 
 
 def _export_kept(args: argparse.Namespace, path: str) -> int:
+    processes = getattr(args, "processes", 1)
+    if not isinstance(processes, int) or processes < 1:
+        print(f"vdl-stream export: --processes must be >= 1, got {processes}", file=sys.stderr)
+        return 2
+    if processes > 1 and args.threads:
+        print(
+            "vdl-stream export: --threads and --processes above 1 exclude each other",
+            file=sys.stderr,
+        )
+        return 2
+    threads = 0 if processes > 1 else args.threads
     try:
-        export = Export(path, args.format, args.tag, threads=args.threads)
+        export = Export(path, args.format, args.tag, threads=threads)
     except re.error as exc:
         print(f"vdl-stream export: --tag is not a valid regular expression: {exc}", file=sys.stderr)
         return 2
@@ -1618,21 +1897,25 @@ def _export_kept(args: argparse.Namespace, path: str) -> int:
         print(f"vdl-stream export: {exc}", file=sys.stderr)
         return 2
     with export:
-        if args.output:
-            tmp = args.output + ".tmp"
-            with open(tmp, "wb") as f:
-                for chunk in export:
-                    f.write(chunk)
-            os.replace(tmp, args.output)
-        else:
-            out = sys.stdout.buffer
-            try:
-                for chunk in export:
-                    out.write(chunk)
-                out.flush()
-            except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return 0
+        try:
+            if args.output:
+                tmp = args.output + ".tmp"
+                try:
+                    with open(tmp, "wb") as f:
+                        write_export(export, f, processes)
+                except RuntimeError:
+                    os.unlink(tmp)
+                    raise
+                os.replace(tmp, args.output)
+            else:
+                try:
+                    write_export(export, sys.stdout.buffer, processes)
+                except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                    return 0
+        except RuntimeError as exc:  # a helper process failed (its error is on stderr)
+            print(f"vdl-stream export: {exc}", file=sys.stderr)
+            return 1
     if not export.tags:
         print(f"vdl-stream export: no scalar tags in {args.run} match", file=sys.stderr)
     else:
