@@ -83,6 +83,9 @@ IDLE_CLOSE = 30.0
 READER_RECORD_BYTES = 2048
 #: Reader threads at a time: reads of different runs overlap, and memory stays bounded.
 READ_THREADS = 2
+#: Processes ``serve`` reads the scalars of snapshots sent whole with (``Broker``'s
+#: ``read_processes``): with the event loop's process, as many as the development machine's cores.
+READ_PROCESSES = 2
 #: A persist flush of one run is cut after this many bytes of batches, each part with its own
 #: bookkeeping record, so the recorder never writes a part of a flush on its own (its buffer
 #: writes itself out past 32 MiB).
@@ -716,6 +719,12 @@ class Broker:
             it dies), so their CPU is off this process's GIL; the compaction thread only waits
             for it and swaps the blocks in. False, or after it died three times in a row: the
             compaction thread builds them itself.
+        read_processes: processes that read the scalars of snapshots sent whole (a page
+            selecting more than ``SPLIT_RUNS_UP_TO`` runs) beside this one
+            (:class:`recorder.ReaderPool`: those reads hold the GIL, so threads take turns on
+            one core). Started once the first snapshot of a subscription was sent, so that
+            they never compete with a page's first load; until they are up, and with 0, the
+            reader threads read everything.
 
     Raises:
         ValueError: a size, count or ``idle_close`` is not positive.
@@ -737,6 +746,7 @@ class Broker:
         crash_after: float = CRASH_AFTER,
         prepare_write: Callable[[Path], None] | None = None,
         compaction_process: bool = True,
+        read_processes: int = 0,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
@@ -748,6 +758,8 @@ class Broker:
         ):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if type(read_processes) is not int or read_processes < 0:
+            raise ValueError(f"read_processes must be an int >= 0, got {read_processes!r}")
         if not isinstance(cache_bytes, int) or cache_bytes <= 0:
             raise ValueError(f"cache_bytes must be a positive int, got {cache_bytes!r}")
         if not idle_close > 0:
@@ -797,6 +809,8 @@ class Broker:
         self._closed = trio.Event()
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
+        self._reader_pool = recorder.ReaderPool(read_processes) if read_processes else None
+        self._snapshot_sent = trio.Event()  # starts the reader pool
         self._cache = _ReadCache(cache_bytes)
         self._idle_close = idle_close
         self._ingest_seq = 0  # broker seq of the newest batch ingested (not followed)
@@ -1064,6 +1078,8 @@ class Broker:
         task_status.started()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._compact)
+            if self._reader_pool is not None:
+                nursery.start_soon(self._start_reader_pool, self._reader_pool)
             try:
                 await self._persist_loop()
             finally:
@@ -1142,6 +1158,20 @@ class Broker:
                 # writers were closed before (the persist task's end; their last units went to
                 # the process too). It exits as its pipe closes.
                 self._compaction_process.close()
+
+    async def _start_reader_pool(self, pool: recorder.ReaderPool) -> None:
+        """Start the reader processes once a first snapshot was sent; close them at the end."""
+        try:
+            await self._snapshot_sent.wait()
+            try:
+                # Abandoned on cancel: close() below stops the processes being started.
+                await trio.to_thread.run_sync(pool.start, abandon_on_cancel=True)
+            except Exception as exc:  # the reader threads go on reading everything
+                log.warning("reader processes not started (%s: %s)", type(exc).__name__, exc)
+                pool.close()
+            await trio.sleep_forever()
+        finally:
+            pool.close()
 
     async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
         """Persist ``items`` in a worker thread, then publish positions, refusals and progress."""
@@ -2085,6 +2115,7 @@ class Broker:
             async with to_send, trio.open_nursery() as readers:
                 for _ in range(min(SNAPSHOT_RUNS, len(names))):
                     readers.start_soon(reader)
+        self._snapshot_sent.set()
 
     async def _snapshot_frames(
         self,
@@ -2121,7 +2152,10 @@ class Broker:
                         self._bus_catch_up, run, limiter=self._read_limiter
                     )
                 limit = run.position
-                if not split:  # both parts in one hand-off: the frame waits for both anyway
+                pool = self._reader_pool
+                if not split and pool is not None and pool.ready:
+                    scalars, events = await self._read_snapshot_beside(pool, run, limit, max_points)
+                elif not split:  # both parts in one hand-off: the frame waits for both anyway
                     scalars, events = await trio.to_thread.run_sync(
                         _read_snapshot, run, limit, max_points, limiter=self._read_limiter
                     )
@@ -2161,6 +2195,45 @@ class Broker:
             frame = codec.encode_live("snapshot", covered, name, *sub.select(scalars, events))
         frames.append((frame, name))
         return frames
+
+    async def _read_snapshot_beside(
+        self, pool: recorder.ReaderPool, run: _Run, limit: Any, max_points: int
+    ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+        """:func:`_read_snapshot`, its scalars not already kept by the run's reader read by
+        ``pool``'s processes (hold ``run.lock``): the reader is opened, its tags listed and its
+        events read in a reader thread, as before; the scalars are then read in a process up to
+        the reader's position, and kept by the reader as if it had read them. A run the pool
+        cannot answer for (damaged, changed, unreadable) is read in a reader thread, as before."""
+        opened = await trio.to_thread.run_sync(
+            _open_snapshot, run, limit, max_points, limiter=self._read_limiter
+        )
+        if opened is None:
+            return [], []
+        position, kept, missing, events = opened
+        if missing:
+            future = pool.submit(str(run.path), position, missing, max_points)
+            done = trio.Event()
+            future.add_done_callback(
+                functools.partial(_wake, trio.lowlevel.current_trio_token(), done)
+            )
+            try:
+                await done.wait()
+            finally:
+                future.cancel()  # (a no-op once it runs: its answer is then dropped)
+            try:
+                series = future.result()
+            except Exception:  # reported by the reader thread's read below, if it fails there
+                series = None
+            reader = run.reader
+            if series is None or reader is None or reader.position() != position:
+                return await trio.to_thread.run_sync(
+                    _read_snapshot, run, limit, max_points, limiter=self._read_limiter
+                )
+            for tag, s in zip(missing, series, strict=True):
+                reader.keep_scalars(tag, max_points, s)
+                kept[tag] = ScalarColumns(tag, s.steps, s.walls, s.values)
+            _measure(run)
+        return list(kept.values()), events
 
     async def _read(self, name: str, fn: Any, *args: Any) -> Any:
         """Run ``fn(run, *args)`` on run ``name`` in a reader thread; KeyError for an unknown or
@@ -2691,6 +2764,36 @@ def _read_snapshot(
     scalars, events = _scalars_of(reader, tags, max_points), _events_of(reader, tags)
     _measure(run)
     return scalars, events
+
+
+def _wake(token: trio.lowlevel.TrioToken, event: trio.Event, _: object) -> None:
+    """Set ``event`` on ``token``'s event loop (a future's done callback, in any thread)."""
+    with contextlib.suppress(trio.RunFinishedError):  # the loop ended: nobody waits any more
+        token.run_sync_soon(event.set)
+
+
+def _open_snapshot(
+    run: _Run, limit: Any, max_points: int
+) -> tuple[Any, dict[str, ScalarColumns | None], list[str], list[dict[str, Any]]] | None:
+    """:func:`_read_snapshot` but for the scalars its reader has not kept (blocking; hold
+    ``run.lock``): the reader's position, every scalar tag in order with what is kept (None for
+    the others), the tags to read, and the events; None for a run with nothing to read."""
+    try:
+        reader = _open_reader(run, limit)
+    except recorder.NotARunError:
+        return None
+    tags = reader.tags()
+    kept: dict[str, ScalarColumns | None] = {}
+    missing = []
+    for tag, info in tags.items():
+        if info.kind == "scalars":
+            s = reader.read_scalars_kept(tag, max_points)
+            kept[tag] = None if s is None else ScalarColumns(tag, s.steps, s.walls, s.values)
+            if s is None:
+                missing.append(tag)
+    events = _events_of(reader, tags)
+    _measure(run)
+    return reader.position(), kept, missing, events
 
 
 def _snapshot_scalars(run: _Run, limit: Any, max_points: int) -> list[ScalarColumns]:

@@ -53,7 +53,7 @@ from recorder import RecorderError
 
 from . import __version__, codec, embeddings, storage, telemetry
 from .alerts import AlertEngine
-from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError
+from .broker import DEFAULT_CACHE_BYTES, READ_PROCESSES, Broker, SubscriberLimitError
 from .errors import InsecureBindError, PortInUseError, RefusedError
 from .interop import (
     EXPORT_PROCESS_POINTS,
@@ -1629,6 +1629,7 @@ async def run_server(
             logdir,
             cache_bytes=cache_bytes,
             prepare_write=None if sync is None else sync.prepare_write,
+            read_processes=READ_PROCESSES,
         )
         web_stop = trio.Event()
         async with trio.open_nursery() as nursery:
