@@ -8,30 +8,41 @@ the run up to the position the asking reader has read (the same records, so the 
 and hands back the columns. The asking process keeps its own reader (and what it has read) as
 before: it stores the answer with :meth:`RunReader.keep_scalars`.
 
-No trio, no web: the calls block; a caller on an event loop runs them in a thread or waits on
-the future :meth:`ReaderPool.submit` returns.
+No trio, no web: the calls block; a caller on an event loop runs them in a thread.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
 import os
+import queue
+import subprocess
+import sys
 import threading
 import warnings
-from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
 
 import numpy as np
 
+from recorder.compaction import _receive, _send
 from recorder.reader import RunReader
-from recorder.records import CorruptionWarning, Position, ScalarSeries
+from recorder.records import CorruptionWarning, Position, RecorderError, ScalarSeries
+
+# A reader process: ``python -c _WORKER``; requests on stdin, answers on stdout (each a msgpack
+# map after its length, as the compaction process's). Not multiprocessing: its spawn imports
+# the owner's main script again in every process (for ``vdl-stream serve``, the whole server),
+# and its fork copies an event loop's threads' state.
+_WORKER = "from recorder.reader_pool import serve_reads; serve_reads()"
 
 
 class ReaderPool:
     """Worker processes that read runs' downsampled scalars (:func:`read_downsampled`).
 
     The processes are started by :meth:`start` (blocking: a process imports NumPy and this
-    package, about 0.3-0.9 s of CPU each), so a caller starts them ahead of the reads that need
-    them, and reads in its own process until :attr:`ready`.
+    package, 0.2-0.5 s of CPU each), so a caller starts them ahead of the reads that need them,
+    and reads in its own process until :attr:`ready`. Each ends when its input closes
+    (:meth:`close`, or the owner's death). :meth:`read` is safe from any thread: as many reads
+    run at once as there are processes, the others wait for one.
 
     Args:
         processes: worker processes, at least 1.
@@ -44,55 +55,113 @@ class ReaderPool:
         if type(processes) is not int or processes < 1:
             raise ValueError(f"processes must be a positive int, got {processes!r}")
         self.processes = processes
-        self._executor: ProcessPoolExecutor | None = None
-        self._ready = threading.Event()
+        self._procs: list[subprocess.Popen] = []
+        self._idle: queue.SimpleQueue[subprocess.Popen] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._ready = False
         self._closed = False
 
     @property
     def ready(self) -> bool:
-        """Whether every process has started and :meth:`submit` may be called."""
-        return self._ready.is_set() and not self._closed
+        """Whether every process has started and none was lost: :meth:`read` may be called."""
+        return self._ready and not self._closed
 
     def start(self) -> None:
         """Start the processes and wait until each has imported what it reads with (blocking).
 
         Idempotent; does nothing once :meth:`close` was called.
-        """
-        with self._lock:
-            if self._closed or self._executor is not None:
-                return
-            # spawn, not fork: the asking process may run threads (an event loop's workers).
-            self._executor = ProcessPoolExecutor(
-                self.processes, mp_context=multiprocessing.get_context("spawn")
-            )
-            executor = self._executor
-        # One task per process, all at once: a process is started for each while none is idle.
-        pids = [executor.submit(os.getpid) for _ in range(self.processes)]
-        for f in pids:
-            f.result()
-        self._ready.set()
-
-    def submit(
-        self, run_dir: str, limit: Position, tags: list[str], max_points: int
-    ) -> Future[list[ScalarSeries] | None]:
-        """Read ``tags`` of the run at ``run_dir`` up to ``limit``, each downsampled to
-        ``max_points``, in a worker process: a future of :func:`read_downsampled`'s answer.
 
         Raises:
-            RuntimeError: the pool is not :attr:`ready` (or was closed).
+            OSError, EOFError: a process could not be started, or ended before it was ready
+                (the pool is then closed).
         """
-        if not self.ready or self._executor is None:
+        with self._lock:
+            if self._closed or self._procs:
+                return
+            # The same recorder as this process's, wherever it is imported from.
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+            for _ in range(self.processes):
+                self._procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", _WORKER],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        env={**os.environ, "PYTHONPATH": path},
+                    )
+                )
+            procs = list(self._procs)
+        try:
+            for proc in procs:
+                _receive(proc.stdout)  # "ready": its imports are done
+        except BaseException:
+            self.close()
+            raise
+        with self._lock:
+            if not self._closed:
+                for proc in procs:
+                    self._idle.put(proc)
+                self._ready = True
+
+    def read(
+        self, run_dir: str, limit: Position, tags: list[str], max_points: int
+    ) -> list[ScalarSeries] | None:
+        """:func:`read_downsampled` in one of the processes (blocking, until one is free).
+
+        Raises:
+            RuntimeError: the pool is not :attr:`ready`, or a process was lost (the pool is
+                then closed: the caller reads in its own process from then on).
+            RecorderError: the process's reader raised it (a run that is not readable).
+        """
+        if not self.ready:
             raise RuntimeError("the reader pool is not started")
-        return self._executor.submit(read_downsampled, run_dir, limit, tags, max_points)
+        proc = self._idle.get()
+        try:
+            _send(
+                proc.stdin,
+                {"run_dir": run_dir, "limit": list(limit), "tags": tags, "max_points": max_points},
+            )
+            reply = _receive(proc.stdout)
+        except (OSError, ValueError, EOFError) as exc:
+            self.close()
+            raise RuntimeError(f"the reader process {proc.pid} was lost ({exc})") from exc
+        self._idle.put(proc)
+        if "error" in reply:
+            raise RecorderError(reply["error"])
+        if reply["series"] is None:
+            return None
+        return [
+            ScalarSeries(
+                np.frombuffer(s, np.int64),
+                np.frombuffer(w, np.float64),
+                np.frombuffer(v, np.float64),
+            )
+            for s, w, v in reply["series"]
+        ]
 
     def close(self) -> None:
-        """Stop the processes (reads under way are abandoned). Idempotent; does not block."""
+        """End the processes (each exits as its input closes; killed after 5 s). Idempotent;
+        a read under way fails."""
         with self._lock:
             self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            procs, self._procs = self._procs, []
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            with contextlib.suppress(OSError):
+                proc.stdout.close()
+
+    def __enter__(self) -> ReaderPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def read_downsampled(
@@ -115,5 +184,29 @@ def read_downsampled(
             out = [reader.read_scalars(tag, max_points=max_points) for tag in tags]
             if reader.position() != limit or reader.statistics().corrupt_records:
                 return None
-    # Plain arrays: a read-only view pickles as a copy anyway; the asking side marks them.
-    return [ScalarSeries(*(np.asarray(c) for c in s)) for s in out]
+    return out
+
+
+def serve_reads() -> None:
+    """A reader process's loop: answer its owner's reads until its input closes."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write into the answers' pipe
+    _send(stdout, {"ready": True})
+    while True:
+        try:
+            request: dict[str, Any] = _receive(stdin)
+        except (EOFError, OSError):
+            return
+        try:
+            series = read_downsampled(
+                request["run_dir"],
+                Position(*request["limit"]),
+                request["tags"],
+                request["max_points"],
+            )
+            reply: dict[str, Any] = {"series": None}
+            if series is not None:
+                reply["series"] = [[c.tobytes() for c in s] for s in series]
+        except Exception as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        _send(stdout, reply)

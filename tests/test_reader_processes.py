@@ -55,13 +55,13 @@ async def snapshot_frames(logdir, names: list[str], processes: int, used: list[s
             await broker.send_snapshot(sub, drop, 200, runs=[names[0]], split=True)
             broker.unsubscribe(sub)
             await wait_until(lambda: broker._reader_pool.ready, 60, "the reader processes")
-            submit = broker._reader_pool.submit
+            read = broker._reader_pool.read
 
             def counted(run_dir, *args):  # (every run but the first: its reads are kept)
                 used.append(run_dir)
-                return submit(run_dir, *args)
+                return read(run_dir, *args)
 
-            broker._reader_pool.submit = counted
+            broker._reader_pool.read = counted
         sub = broker.subscribe(set(names), None)
         await broker.send_snapshot(sub, keep, 200, runs=names, split=True)
         broker.unsubscribe(sub)

@@ -810,6 +810,7 @@ class Broker:
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._reader_pool = recorder.ReaderPool(read_processes) if read_processes else None
+        self._pool_limiter = trio.CapacityLimiter(max(read_processes, 1))
         self._snapshot_sent = trio.Event()  # starts the reader pool
         self._cache = _ReadCache(cache_bytes)
         self._idle_close = idle_close
@@ -2211,18 +2212,20 @@ class Broker:
             return [], []
         position, kept, missing, events = opened
         if missing:
-            future = pool.submit(str(run.path), position, missing, max_points)
-            done = trio.Event()
-            future.add_done_callback(
-                functools.partial(_wake, trio.lowlevel.current_trio_token(), done)
-            )
             try:
-                await done.wait()
-            finally:
-                future.cancel()  # (a no-op once it runs: its answer is then dropped)
-            try:
-                series = future.result()
-            except Exception:  # reported by the reader thread's read below, if it fails there
+                series = await trio.to_thread.run_sync(
+                    pool.read,
+                    str(run.path),
+                    position,
+                    missing,
+                    max_points,
+                    limiter=self._pool_limiter,
+                )
+            except (
+                Exception
+            ) as exc:  # reported by the reader thread's read below, if it fails there
+                if not pool.ready:  # a process was lost: the reader threads read from now on
+                    log.warning("reader processes closed (%s)", exc)
                 series = None
             reader = run.reader
             if series is None or reader is None or reader.position() != position:
@@ -2764,12 +2767,6 @@ def _read_snapshot(
     scalars, events = _scalars_of(reader, tags, max_points), _events_of(reader, tags)
     _measure(run)
     return scalars, events
-
-
-def _wake(token: trio.lowlevel.TrioToken, event: trio.Event, _: object) -> None:
-    """Set ``event`` on ``token``'s event loop (a future's done callback, in any thread)."""
-    with contextlib.suppress(trio.RunFinishedError):  # the loop ended: nobody waits any more
-        token.run_sync_soon(event.set)
 
 
 def _open_snapshot(

@@ -49,7 +49,7 @@ def test_a_pool_process_reads_the_points_the_asking_reader_reads(tmp_path):
         assert pool.ready
         with RunReader(run) as reader:
             position = reader.position()
-            got = pool.submit(str(run), position, tags, 200).result(timeout=60)
+            got = pool.read(str(run), position, tags, 200)
             assert got is not None
             for max_points in (200, 2):
                 got_here = read_downsampled(str(run), position, tags, max_points)
@@ -63,7 +63,7 @@ def test_a_pool_process_reads_the_points_the_asking_reader_reads(tmp_path):
         pool.close()
     assert not pool.ready
     with pytest.raises(RuntimeError, match="the reader pool is not started"):
-        pool.submit(str(run), position, tags, 200)
+        pool.read(str(run), position, tags, 200)
 
 
 def test_a_read_kept_from_elsewhere_answers_the_reader_until_it_reads_more(tmp_path):
@@ -103,3 +103,16 @@ def test_reader_pool_arguments_are_checked():
     for bad in (0, -1, 1.5, True, None):
         with pytest.raises(ValueError, match=f"processes must be a positive int, got {bad!r}"):
             ReaderPool(bad)
+
+
+def test_a_lost_process_closes_the_pool(tmp_path):
+    run = tmp_path / "run"
+    write_sweep_run(run)
+    with ReaderPool(1) as pool, RunReader(run) as reader:
+        pool.start()
+        (proc,) = pool._procs
+        proc.kill()
+        proc.wait()
+        with pytest.raises(RuntimeError, match=f"the reader process {proc.pid} was lost"):
+            pool.read(str(run), reader.position(), ["loss"], 200)
+        assert not pool.ready
