@@ -20,19 +20,22 @@ import subprocess
 import sys
 import threading
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from recorder.compaction import _receive, _send
 from recorder.reader import RunReader
-from recorder.records import CorruptionWarning, Position, RecorderError, ScalarSeries
+from recorder.records import CorruptionWarning, Position, ScalarSeries
 
 # A reader process: ``python -c _WORKER``; requests on stdin, answers on stdout (each a msgpack
 # map after its length, as the compaction process's). Not multiprocessing: its spawn imports
 # the owner's main script again in every process (for ``vdl-stream serve``, the whole server),
 # and its fork copies an event loop's threads' state.
 _WORKER = "from recorder.reader_pool import serve_reads; serve_reads()"
+
+_T = TypeVar("_T")
 
 
 class ReaderPool:
@@ -104,33 +107,49 @@ class ReaderPool:
                 self._ready = True
 
     def read(
-        self, run_dir: str, limit: Position, tags: list[str], max_points: int
-    ) -> list[ScalarSeries] | None:
-        """:func:`read_downsampled` in one of the processes (blocking, until one is free).
+        self,
+        run_dir: str,
+        limit: Position,
+        tags: list[str],
+        max_points: int,
+        meanwhile: Callable[[], _T],
+    ) -> tuple[list[ScalarSeries] | None, _T]:
+        """:func:`read_downsampled` in one of the processes (blocking, until one is free), and
+        ``meanwhile()`` in this thread while that process reads: both answers. The first is
+        None also when the process's reader raised an error (a run that is not readable): the
+        caller reads the run itself, and reports what it finds.
 
         Raises:
             RuntimeError: the pool is not :attr:`ready`, or a process was lost (the pool is
                 then closed: the caller reads in its own process from then on).
-            RecorderError: the process's reader raised it (a run that is not readable).
+            Whatever ``meanwhile`` raises (the process's answer is then read and dropped).
         """
         if not self.ready:
             raise RuntimeError("the reader pool is not started")
         proc = self._idle.get()
         try:
-            _send(
-                proc.stdin,
-                {"run_dir": run_dir, "limit": list(limit), "tags": tags, "max_points": max_points},
-            )
-            reply = _receive(proc.stdout)
-        except (OSError, ValueError, EOFError) as exc:
+            request = {
+                "run_dir": run_dir,
+                "limit": list(limit),
+                "tags": tags,
+                "max_points": max_points,
+            }
+            _send(proc.stdin, request)
+        except (OSError, ValueError) as exc:
             self.close()
             raise RuntimeError(f"the reader process {proc.pid} was lost ({exc})") from exc
-        self._idle.put(proc)
-        if "error" in reply:
-            raise RecorderError(reply["error"])
-        if reply["series"] is None:
-            return None
-        return [
+        try:
+            other = meanwhile()
+        finally:
+            try:
+                reply = _receive(proc.stdout)
+            except (OSError, ValueError, EOFError) as exc:
+                self.close()
+                raise RuntimeError(f"the reader process {proc.pid} was lost ({exc})") from exc
+            self._idle.put(proc)
+        if reply.get("series") is None:  # damaged, changed or unreadable: read it yourself
+            return None, other
+        series = [
             ScalarSeries(
                 np.frombuffer(s, np.int64),
                 np.frombuffer(w, np.float64),
@@ -138,6 +157,7 @@ class ReaderPool:
             )
             for s, w, v in reply["series"]
         ]
+        return series, other
 
     def close(self) -> None:
         """End the processes (each exits as its input closes; killed after 5 s). Idempotent;

@@ -810,7 +810,6 @@ class Broker:
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._reader_pool = recorder.ReaderPool(read_processes) if read_processes else None
-        self._pool_limiter = trio.CapacityLimiter(max(read_processes, 1))
         self._snapshot_sent = trio.Event()  # starts the reader pool
         self._cache = _ReadCache(cache_bytes)
         self._idle_close = idle_close
@@ -2155,7 +2154,9 @@ class Broker:
                 limit = run.position
                 pool = self._reader_pool
                 if not split and pool is not None and pool.ready:
-                    scalars, events = await self._read_snapshot_beside(pool, run, limit, max_points)
+                    scalars, events = await trio.to_thread.run_sync(
+                        _read_snapshot_by, pool, run, limit, max_points, limiter=self._read_limiter
+                    )
                 elif not split:  # both parts in one hand-off: the frame waits for both anyway
                     scalars, events = await trio.to_thread.run_sync(
                         _read_snapshot, run, limit, max_points, limiter=self._read_limiter
@@ -2196,47 +2197,6 @@ class Broker:
             frame = codec.encode_live("snapshot", covered, name, *sub.select(scalars, events))
         frames.append((frame, name))
         return frames
-
-    async def _read_snapshot_beside(
-        self, pool: recorder.ReaderPool, run: _Run, limit: Any, max_points: int
-    ) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
-        """:func:`_read_snapshot`, its scalars not already kept by the run's reader read by
-        ``pool``'s processes (hold ``run.lock``): the reader is opened, its tags listed and its
-        events read in a reader thread, as before; the scalars are then read in a process up to
-        the reader's position, and kept by the reader as if it had read them. A run the pool
-        cannot answer for (damaged, changed, unreadable) is read in a reader thread, as before."""
-        opened = await trio.to_thread.run_sync(
-            _open_snapshot, run, limit, max_points, limiter=self._read_limiter
-        )
-        if opened is None:
-            return [], []
-        position, kept, missing, events = opened
-        if missing:
-            try:
-                series = await trio.to_thread.run_sync(
-                    pool.read,
-                    str(run.path),
-                    position,
-                    missing,
-                    max_points,
-                    limiter=self._pool_limiter,
-                )
-            except (
-                Exception
-            ) as exc:  # reported by the reader thread's read below, if it fails there
-                if not pool.ready:  # a process was lost: the reader threads read from now on
-                    log.warning("reader processes closed (%s)", exc)
-                series = None
-            reader = run.reader
-            if series is None or reader is None or reader.position() != position:
-                return await trio.to_thread.run_sync(
-                    _read_snapshot, run, limit, max_points, limiter=self._read_limiter
-                )
-            for tag, s in zip(missing, series, strict=True):
-                reader.keep_scalars(tag, max_points, s)
-                kept[tag] = ScalarColumns(tag, s.steps, s.walls, s.values)
-            _measure(run)
-        return list(kept.values()), events
 
     async def _read(self, name: str, fn: Any, *args: Any) -> Any:
         """Run ``fn(run, *args)`` on run ``name`` in a reader thread; KeyError for an unknown or
@@ -2769,28 +2729,44 @@ def _read_snapshot(
     return scalars, events
 
 
-def _open_snapshot(
-    run: _Run, limit: Any, max_points: int
-) -> tuple[Any, dict[str, ScalarColumns | None], list[str], list[dict[str, Any]]] | None:
-    """:func:`_read_snapshot` but for the scalars its reader has not kept (blocking; hold
-    ``run.lock``): the reader's position, every scalar tag in order with what is kept (None for
-    the others), the tags to read, and the events; None for a run with nothing to read."""
+def _read_snapshot_by(
+    pool: recorder.ReaderPool, run: _Run, limit: Any, max_points: int
+) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+    """:func:`_read_snapshot`, the scalars the run's reader has not kept read by one of
+    ``pool``'s processes up to the reader's position while this thread reads the events, then
+    kept by the reader as if it had read them (blocking; hold ``run.lock``). A run the pool
+    cannot answer for (damaged, changed, unreadable; a process lost) is read here, as before."""
     try:
         reader = _open_reader(run, limit)
     except recorder.NotARunError:
-        return None
+        return [], []
     tags = reader.tags()
-    kept: dict[str, ScalarColumns | None] = {}
-    missing = []
+    kept: dict[str, recorder.ScalarSeries | None] = {}
     for tag, info in tags.items():
         if info.kind == "scalars":
-            s = reader.read_scalars_kept(tag, max_points)
-            kept[tag] = None if s is None else ScalarColumns(tag, s.steps, s.walls, s.values)
-            if s is None:
-                missing.append(tag)
-    events = _events_of(reader, tags)
+            kept[tag] = reader.read_scalars_kept(tag, max_points)
+    missing = [tag for tag, s in kept.items() if s is None]
+    if not missing:
+        events = _events_of(reader, tags)
+    else:
+        position = reader.position()
+        try:
+            series, events = pool.read(
+                str(run.path), position, missing, max_points, lambda: _events_of(reader, tags)
+            )
+        except RuntimeError as exc:
+            if pool.ready:
+                raise  # the events' read
+            log.warning("reader processes closed (%s)", exc)
+            series = None
+        if series is None:
+            return _read_snapshot(run, limit, max_points)
+        for tag, s in zip(missing, series, strict=True):
+            reader.keep_scalars(tag, max_points, s)
+            kept[tag] = s
     _measure(run)
-    return reader.position(), kept, missing, events
+    scalars = [ScalarColumns(tag, *s) for tag, s in kept.items() if s is not None]
+    return scalars, events
 
 
 def _snapshot_scalars(run: _Run, limit: Any, max_points: int) -> list[ScalarColumns]:

@@ -49,7 +49,8 @@ def test_a_pool_process_reads_the_points_the_asking_reader_reads(tmp_path):
         assert pool.ready
         with RunReader(run) as reader:
             position = reader.position()
-            got = pool.read(str(run), position, tags, 200)
+            got, other = pool.read(str(run), position, tags, 200, lambda: 7)
+            assert other == 7
             assert got is not None
             for max_points in (200, 2):
                 got_here = read_downsampled(str(run), position, tags, max_points)
@@ -63,7 +64,7 @@ def test_a_pool_process_reads_the_points_the_asking_reader_reads(tmp_path):
         pool.close()
     assert not pool.ready
     with pytest.raises(RuntimeError, match="the reader pool is not started"):
-        pool.read(str(run), position, tags, 200)
+        pool.read(str(run), position, tags, 200, lambda: None)
 
 
 def test_a_read_kept_from_elsewhere_answers_the_reader_until_it_reads_more(tmp_path):
@@ -114,5 +115,24 @@ def test_a_lost_process_closes_the_pool(tmp_path):
         proc.kill()
         proc.wait()
         with pytest.raises(RuntimeError, match=f"the reader process {proc.pid} was lost"):
-            pool.read(str(run), reader.position(), ["loss"], 200)
+            pool.read(str(run), reader.position(), ["loss"], 200, lambda: None)
         assert not pool.ready
+
+
+def test_an_unreadable_run_or_a_failing_meanwhile_leaves_the_process_usable(tmp_path):
+    run = tmp_path / "run"
+    write_sweep_run(run)
+    with ReaderPool(1) as pool, RunReader(run) as reader:
+        pool.start()
+        position = reader.position()
+        # The process's reader raised NotARunError: the asking side reads it (and reports).
+        assert pool.read(str(tmp_path / "nope"), position, ["loss"], 200, lambda: 1) == (None, 1)
+
+        def fail() -> None:
+            raise ValueError("the events")
+
+        with pytest.raises(ValueError, match="the events"):
+            pool.read(str(run), position, ["loss"], 200, fail)
+        assert pool.ready
+        got, _ = pool.read(str(run), position, ["loss"], 200, lambda: None)
+        assert same_bits(got[0], reader.read_scalars("loss", max_points=200))
