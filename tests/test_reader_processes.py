@@ -110,3 +110,24 @@ async def test_a_pool_that_cannot_start_leaves_the_reads_to_the_threads(tmp_path
             assert not broker._reader_pool.ready
             nursery.cancel_scope.cancel()
     assert sorted(frames) == sorted(want)
+
+
+async def test_a_broker_of_few_runs_starts_no_reader_process(tmp_path):
+    names = write_sweep(tmp_path, 3)  # SPLIT_RUNS_UP_TO (20) or fewer: never sent whole
+    frames: list[bytes] = []
+
+    async def keep(frame: bytes) -> None:
+        frames.append(frame)
+
+    with trio.fail_after(60):
+        broker = Broker(tmp_path, read_processes=2)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(broker.follow, 3600.0)
+            sub = broker.subscribe(set(names), None)
+            await broker.send_snapshot(sub, keep, 200, runs=names, split=True)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not broker._pool_wanted.is_set()
+            assert broker._reader_pool._procs == [] and not broker._reader_pool.ready
+            nursery.cancel_scope.cancel()
+    assert len(frames) == 2 * len(names)  # split: the scalars, then the events

@@ -722,9 +722,10 @@ class Broker:
         read_processes: processes that read the scalars of snapshots sent whole (a page
             selecting more than ``SPLIT_RUNS_UP_TO`` runs) beside this one
             (:class:`recorder.ReaderPool`: those reads hold the GIL, so threads take turns on
-            one core). Started once the first snapshot of a subscription was sent, so that
-            they never compete with a page's first load; until they are up, and with 0, the
-            reader threads read everything.
+            one core). Started once a subscription's snapshot was sent while the broker knew
+            of more than ``SPLIT_RUNS_UP_TO`` runs (a page's first load over a sweep): a server
+            over a few runs never starts them, and a first subscription does not wait for
+            them. Until they are up, and with 0, the reader threads read everything.
 
     Raises:
         ValueError: a size, count or ``idle_close`` is not positive.
@@ -810,7 +811,7 @@ class Broker:
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._reader_pool = recorder.ReaderPool(read_processes) if read_processes else None
-        self._snapshot_sent = trio.Event()  # starts the reader pool
+        self._pool_wanted = trio.Event()  # starts the reader pool
         self._cache = _ReadCache(cache_bytes)
         self._idle_close = idle_close
         self._ingest_seq = 0  # broker seq of the newest batch ingested (not followed)
@@ -1160,9 +1161,10 @@ class Broker:
                 self._compaction_process.close()
 
     async def _start_reader_pool(self, pool: recorder.ReaderPool) -> None:
-        """Start the reader processes once a first snapshot was sent; close them at the end."""
+        """Start the reader processes once a snapshot was sent while the broker knew of more runs
+        than ``SPLIT_RUNS_UP_TO`` (fewer are never sent whole); close them at the end."""
         try:
-            await self._snapshot_sent.wait()
+            await self._pool_wanted.wait()
             try:
                 # Abandoned on cancel: close() below stops the processes being started.
                 await trio.to_thread.run_sync(pool.start, abandon_on_cancel=True)
@@ -2115,7 +2117,8 @@ class Broker:
             async with to_send, trio.open_nursery() as readers:
                 for _ in range(min(SNAPSHOT_RUNS, len(names))):
                     readers.start_soon(reader)
-        self._snapshot_sent.set()
+        if len(self._runs) > SPLIT_RUNS_UP_TO:
+            self._pool_wanted.set()
 
     async def _snapshot_frames(
         self,
