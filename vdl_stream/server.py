@@ -1629,7 +1629,8 @@ async def run_server(
             logdir,
             cache_bytes=cache_bytes,
             prepare_write=None if sync is None else sync.prepare_write,
-            read_processes=READ_PROCESSES,
+            # Not over an object store: its runs' bytes are fetched by this process's readers.
+            read_processes=READ_PROCESSES if sync is None else 0,
         )
         web_stop = trio.Event()
         async with trio.open_nursery() as nursery:
