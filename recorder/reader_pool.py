@@ -59,7 +59,8 @@ class ReaderPool:
             raise ValueError(f"processes must be a positive int, got {processes!r}")
         self.processes = processes
         self._procs: list[subprocess.Popen] = []
-        self._idle: queue.SimpleQueue[subprocess.Popen] = queue.SimpleQueue()
+        # Processes free for a read; None once closed (passed on: it wakes every waiting read).
+        self._idle: queue.SimpleQueue[subprocess.Popen | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._ready = False
         self._closed = False
@@ -127,6 +128,9 @@ class ReaderPool:
         if not self.ready:
             raise RuntimeError("the reader pool is not started")
         proc = self._idle.get()
+        if proc is None:
+            self._idle.put(None)
+            raise RuntimeError("the reader pool is closed")
         try:
             request = {
                 "run_dir": run_dir,
@@ -165,6 +169,7 @@ class ReaderPool:
         with self._lock:
             self._closed = True
             procs, self._procs = self._procs, []
+        self._idle.put(None)
         for proc in procs:
             with contextlib.suppress(OSError):
                 proc.stdin.close()

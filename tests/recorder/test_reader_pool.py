@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from recorder_testing import BASE_WALL
@@ -136,3 +138,36 @@ def test_an_unreadable_run_or_a_failing_meanwhile_leaves_the_process_usable(tmp_
         assert pool.ready
         got, _ = pool.read(str(run), position, ["loss"], 200, lambda: None)
         assert same_bits(got[0], reader.read_scalars("loss", max_points=200))
+
+
+def test_a_read_waiting_for_a_process_is_woken_when_the_pool_closes(tmp_path):
+    run = tmp_path / "run"
+    write_sweep_run(run)
+    pool = ReaderPool(1)
+    pool.start()
+    with RunReader(run) as reader:
+        position = reader.position()
+        started, failed = threading.Event(), []
+
+        def second_read() -> None:  # waits for the one process, busy in the first read
+            started.set()
+            try:
+                pool.read(str(run), position, ["loss"], 200, lambda: None)
+            except RuntimeError as exc:
+                failed.append(str(exc))
+
+        thread = threading.Thread(target=second_read)
+
+        def meanwhile() -> None:
+            thread.start()
+            assert started.wait(10)
+            pool.close()  # both reads fail: the one under way, and the one waiting for it
+
+        with pytest.raises(RuntimeError, match=r"the reader process \d+ was lost"):
+            pool.read(str(run), position, ["loss"], 200, meanwhile)
+        thread.join(10)
+        assert not thread.is_alive()
+    assert failed in (
+        ["the reader pool is closed"],
+        ["the reader pool is not started"],  # (it had not reached the queue yet)
+    )
