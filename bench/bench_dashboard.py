@@ -122,9 +122,17 @@ class Serve(ServeProcess):
         return psutil.Process(self.proc.pid).memory_info().rss / 1e6
 
     def cpu_s(self) -> float:
-        """CPU seconds the server process has used so far."""
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
+        """CPU seconds the server process and its live child processes (reader processes read
+        for it) have used so far."""
+        proc = psutil.Process(self.proc.pid)
+        total = 0.0
+        for p in (proc, *proc.children()):
+            try:
+                t = p.cpu_times()
+            except psutil.NoSuchProcess:  # ended meanwhile
+                continue
+            total += t.user + t.system
+        return total
 
 
 def chromium_cpu_s(browser_pid: int | None) -> float:

@@ -15,6 +15,7 @@ from recorder.compaction import (
     add_summaries,
 )
 from recorder.reader import ReaderStatistics, RunReader, list_runs
+from recorder.reader_pool import ReaderPool
 from recorder.records import (
     CorruptionWarning,
     FormatError,
@@ -36,6 +37,7 @@ __all__ = [
     "FormatError",
     "NotARunError",
     "Position",
+    "ReaderPool",
     "ReaderStatistics",
     "Record",
     "RecorderError",

@@ -579,6 +579,28 @@ class RunReader:
             col.flags.writeable = False  # they may be views of the cache
         return series
 
+    def read_scalars_kept(self, tag: str, max_points: int) -> ScalarSeries | None:
+        """``read_scalars(tag, max_points=max_points)`` if it needs no file read: the same read
+        kept from before (nothing read since), or ``tag`` loaded whole; None otherwise.
+
+        Raises:
+            ValueError: as :meth:`read_scalars`.
+        """
+        self._check_open()
+        if tag in self._tag_series or (tag, None, None, max_points) in self._downsampled:
+            return self.read_scalars(tag, max_points=max_points)
+        return None
+
+    def keep_scalars(self, tag: str, max_points: int, series: ScalarSeries) -> None:
+        """Keep ``series`` as the answer to ``read_scalars(tag, max_points=max_points)``, so
+        that asking again reads nothing: for a read done elsewhere (a :class:`ReaderPool`
+        process's reader of the same run up to this reader's :meth:`position`), which gives the
+        same points. Dropped, as every kept read, once the reader reads more."""
+        self._check_open()
+        for col in series:
+            col.flags.writeable = False
+        self._keep_downsampled((tag, None, None, max_points), series)
+
     def _keep_downsampled(self, key: tuple, series: ScalarSeries) -> None:
         """Keep a downsampled read for asking again, within ``DOWNSAMPLED_POINTS``."""
         n = len(series.steps)

@@ -83,6 +83,9 @@ IDLE_CLOSE = 30.0
 READER_RECORD_BYTES = 2048
 #: Reader threads at a time: reads of different runs overlap, and memory stays bounded.
 READ_THREADS = 2
+#: Processes ``serve`` reads the scalars of snapshots sent whole with (``Broker``'s
+#: ``read_processes``): with the event loop's process, as many as the development machine's cores.
+READ_PROCESSES = 2
 #: A persist flush of one run is cut after this many bytes of batches, each part with its own
 #: bookkeeping record, so the recorder never writes a part of a flush on its own (its buffer
 #: writes itself out past 32 MiB).
@@ -716,6 +719,13 @@ class Broker:
             it dies), so their CPU is off this process's GIL; the compaction thread only waits
             for it and swaps the blocks in. False, or after it died three times in a row: the
             compaction thread builds them itself.
+        read_processes: processes that read the scalars of snapshots sent whole (a page
+            selecting more than ``SPLIT_RUNS_UP_TO`` runs) beside this one
+            (:class:`recorder.ReaderPool`: those reads hold the GIL, so threads take turns on
+            one core). Started once a subscription's snapshot was sent while the broker knew
+            of more than ``SPLIT_RUNS_UP_TO`` runs (a page's first load over a sweep): a server
+            over a few runs never starts them, and a first subscription does not wait for
+            them. Until they are up, and with 0, the reader threads read everything.
 
     Raises:
         ValueError: a size, count or ``idle_close`` is not positive.
@@ -737,6 +747,7 @@ class Broker:
         crash_after: float = CRASH_AFTER,
         prepare_write: Callable[[Path], None] | None = None,
         compaction_process: bool = True,
+        read_processes: int = 0,
     ) -> None:
         for name, value in (
             ("subscriber_queue", subscriber_queue),
@@ -748,6 +759,8 @@ class Broker:
         ):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if type(read_processes) is not int or read_processes < 0:
+            raise ValueError(f"read_processes must be an int >= 0, got {read_processes!r}")
         if not isinstance(cache_bytes, int) or cache_bytes <= 0:
             raise ValueError(f"cache_bytes must be a positive int, got {cache_bytes!r}")
         if not idle_close > 0:
@@ -797,6 +810,8 @@ class Broker:
         self._closed = trio.Event()
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
+        self._reader_pool = recorder.ReaderPool(read_processes) if read_processes else None
+        self._pool_wanted = trio.Event()  # starts the reader pool
         self._cache = _ReadCache(cache_bytes)
         self._idle_close = idle_close
         self._ingest_seq = 0  # broker seq of the newest batch ingested (not followed)
@@ -1064,6 +1079,8 @@ class Broker:
         task_status.started()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._compact)
+            if self._reader_pool is not None:
+                nursery.start_soon(self._start_reader_pool, self._reader_pool)
             try:
                 await self._persist_loop()
             finally:
@@ -1142,6 +1159,21 @@ class Broker:
                 # writers were closed before (the persist task's end; their last units went to
                 # the process too). It exits as its pipe closes.
                 self._compaction_process.close()
+
+    async def _start_reader_pool(self, pool: recorder.ReaderPool) -> None:
+        """Start the reader processes once a snapshot was sent while the broker knew of more runs
+        than ``SPLIT_RUNS_UP_TO`` (fewer are never sent whole); close them at the end."""
+        try:
+            await self._pool_wanted.wait()
+            try:
+                # Abandoned on cancel: close() below stops the processes being started.
+                await trio.to_thread.run_sync(pool.start, abandon_on_cancel=True)
+            except Exception as exc:  # the reader threads go on reading everything
+                log.warning("reader processes not started (%s: %s)", type(exc).__name__, exc)
+                pool.close()
+            await trio.sleep_forever()
+        finally:
+            pool.close()
 
     async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
         """Persist ``items`` in a worker thread, then publish positions, refusals and progress."""
@@ -2085,6 +2117,8 @@ class Broker:
             async with to_send, trio.open_nursery() as readers:
                 for _ in range(min(SNAPSHOT_RUNS, len(names))):
                     readers.start_soon(reader)
+        if len(self._runs) > SPLIT_RUNS_UP_TO:
+            self._pool_wanted.set()
 
     async def _snapshot_frames(
         self,
@@ -2121,7 +2155,12 @@ class Broker:
                         self._bus_catch_up, run, limiter=self._read_limiter
                     )
                 limit = run.position
-                if not split:  # both parts in one hand-off: the frame waits for both anyway
+                pool = self._reader_pool
+                if not split and pool is not None and pool.ready:
+                    scalars, events = await trio.to_thread.run_sync(
+                        _read_snapshot_by, pool, run, limit, max_points, limiter=self._read_limiter
+                    )
+                elif not split:  # both parts in one hand-off: the frame waits for both anyway
                     scalars, events = await trio.to_thread.run_sync(
                         _read_snapshot, run, limit, max_points, limiter=self._read_limiter
                     )
@@ -2690,6 +2729,46 @@ def _read_snapshot(
     tags = reader.tags()
     scalars, events = _scalars_of(reader, tags, max_points), _events_of(reader, tags)
     _measure(run)
+    return scalars, events
+
+
+def _read_snapshot_by(
+    pool: recorder.ReaderPool, run: _Run, limit: Any, max_points: int
+) -> tuple[list[ScalarColumns], list[dict[str, Any]]]:
+    """:func:`_read_snapshot`, the scalars the run's reader has not kept read by one of
+    ``pool``'s processes up to the reader's position while this thread reads the events, then
+    kept by the reader as if it had read them (blocking; hold ``run.lock``). A run the pool
+    cannot answer for (damaged, changed, unreadable; a process lost) is read here, as before."""
+    try:
+        reader = _open_reader(run, limit)
+    except recorder.NotARunError:
+        return [], []
+    tags = reader.tags()
+    kept: dict[str, recorder.ScalarSeries | None] = {}
+    for tag, info in tags.items():
+        if info.kind == "scalars":
+            kept[tag] = reader.read_scalars_kept(tag, max_points)
+    missing = [tag for tag, s in kept.items() if s is None]
+    if not missing:
+        events = _events_of(reader, tags)
+    else:
+        position = reader.position()
+        try:
+            series, events = pool.read(
+                str(run.path), position, missing, max_points, lambda: _events_of(reader, tags)
+            )
+        except RuntimeError as exc:
+            if pool.ready:
+                raise  # the events' read
+            log.warning("reader processes closed (%s)", exc)
+            series = None
+        if series is None:
+            return _read_snapshot(run, limit, max_points)
+        for tag, s in zip(missing, series, strict=True):
+            reader.keep_scalars(tag, max_points, s)
+            kept[tag] = s
+    _measure(run)
+    scalars = [ScalarColumns(tag, *s) for tag, s in kept.items() if s is not None]
     return scalars, events
 
 
