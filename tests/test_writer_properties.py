@@ -239,6 +239,120 @@ def _same_histogram(got: dict, want: dict) -> bool:
     )
 
 
+# -- the recorded histogram, pinned ----------------------------------------------------------
+
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
+def _recorded_histogram(values: np.ndarray, n: int) -> dict:
+    """What the recorder stores for ``add_histogram(values, buckets=n)``, stated plainly: one
+    numpy operation after another on a float64 copy, as the binning did on 2026-12-01
+    (``8a15e44``). A faster binning must give these edges, counts, min, max and sums bit for
+    bit, or the same run would chart differently live, replayed and exported."""
+    a = values.astype(np.float64).ravel()
+    finite = a[np.isfinite(a)]
+    nan = int(np.isnan(a).sum())
+    out = {"num": a.size, "nan": nan, "inf": a.size - nan - finite.size}
+    if not finite.size:
+        zeros = {"edges": bytes(8 * (n + 1)), "counts": bytes(8 * n), "min": None, "max": None}
+        return {**out, **zeros, "sum": 0.0, "sum_sq": 0.0}
+    vmin = lo = float(finite.min())
+    vmax = hi = float(finite.max())
+    if not (hi > lo and math.isfinite(n / (hi - lo))):  # widened: ±0.5, relatively past 1e8
+        pad = max(0.5, abs(lo) * 1e-9, abs(hi) * 1e-9)
+        lo, hi = max(lo - pad, -_FLOAT_MAX), min(hi + pad, _FLOAT_MAX)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if math.isfinite(hi - lo):
+            # Each value's bin: (value - lo) * (n / (hi - lo)), truncated; the maximum's (n)
+            # counted in the last bin. Edges: i * ((hi - lo) / n) + lo, the last one hi.
+            index = ((finite - lo) * (n / (hi - lo))).astype(np.int64)
+            edges = np.append(np.arange(n, dtype=np.float64) * ((hi - lo) / n) + lo, hi)
+        else:  # the range overflows: edges interpolated, each value's bin searched
+            t = np.arange(n + 1) / n
+            edges = lo * (1 - t) + hi * t
+            edges[n] = hi
+            index = np.clip(np.searchsorted(edges, finite, side="right") - 1, 0, n - 1)
+        counts = np.bincount(index, minlength=n + 1)
+        counts[n - 1] += counts[n]
+        # numpy's pairwise sums, piece by piece (summaries._CHUNK values) past one piece.
+        pieces = [finite[i : i + summaries._CHUNK] for i in range(0, finite.size, summaries._CHUNK)]
+        total = total_sq = 0.0
+        for piece in pieces:
+            total += float(np.add.reduce(piece))
+            total_sq += float(np.add.reduce(piece * piece))
+    return {
+        **out,
+        "edges": edges.astype("<f8").tobytes(),
+        "counts": counts[:n].astype("<f8").tobytes(),
+        "min": vmin,
+        "max": vmax,
+        "sum": total,
+        "sum_sq": total_sq,
+    }
+
+
+def _seeded_values(dtype: type, size: int, shape: str, seed: int) -> np.ndarray:
+    """``size`` values of ``dtype`` from ``seed``: normal at a random scale and offset, integers,
+    a constant or a symmetric range (an edge at 0), some NaN and Inf where the dtype has them."""
+    rng = np.random.default_rng(seed)
+    if shape == "normal":
+        values = rng.normal(size=size) * 10.0 ** rng.integers(-8, 9) + rng.normal() * 100
+    elif shape == "integers":
+        values = rng.integers(-50, 50, size=size).astype(np.float64)
+    elif shape == "constant":
+        values = np.full(size, rng.normal() * 1e3)
+    else:  # symmetric: -a and a both present, the middle edge exactly at 0
+        values = rng.uniform(-1, 1, size=size)
+        values[:2] = (-1.0, 1.0)[: min(2, size)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = values.astype(dtype)
+    if size and np.dtype(dtype).kind == "f" and rng.random() < 0.3:
+        values[rng.integers(0, size, size=3)] = rng.choice([np.nan, np.inf, -np.inf], size=3)
+    return values
+
+
+# Past summaries._CHUNK (16,384) values the sums go piece by piece; past _GROUP_ROW_MAX
+# histograms are binned alone; 64 edges is where the edges leave Python floats for numpy.
+_PINNED_VALUES = st.one_of(
+    adversarial_arrays,
+    st.builds(
+        _seeded_values,
+        st.sampled_from([np.float32, np.float32, np.float64, np.float16, np.int32, np.uint8]),
+        st.one_of(
+            st.integers(0, 5_000),
+            st.sampled_from([10_000, summaries._CHUNK, summaries._CHUNK + 1]),
+            st.integers(2 * summaries._CHUNK - 3, 2 * summaries._CHUNK + 3),
+        ),
+        st.sampled_from(["normal", "integers", "constant", "symmetric"]),
+        st.integers(0, 2**32 - 1),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PINNED_VALUES, st.sampled_from([1, 2, 3, 10, 10, 16, 30, 64, 65, 200]))
+def test_the_recorded_histogram_is_pinned_bit_for_bit(values, buckets):
+    want = _recorded_histogram(values, buckets)
+    assert _same_histogram(summaries.bin_histogram(values, buckets), want)
+    # The writer's background thread bins through bin_histograms (same-size rows grouped).
+    for binned in summaries.bin_histograms([(values.copy(), buckets)] * 3):
+        assert _same_histogram(binned, want)
+
+
+def test_the_pin_refuses_a_binning_in_float32_arithmetic():
+    # The tempting shortcut for float32 values (half the memory traffic: no float64 copy)
+    # moves values at the edges to the neighbouring bin, which the pin above would catch.
+    values = np.linspace(-1.0, 1.0, 1_001, dtype=np.float32)
+    want = _recorded_histogram(values, 10)
+    assert _same_histogram(summaries.bin_histogram(values, 10), want)
+    lo, hi = float(values.min()), float(values.max())
+    index = ((values - np.float32(lo)) * np.float32(10 / (hi - lo))).astype(np.int64)
+    counts = np.bincount(index, minlength=11)
+    counts[9] += counts[10]
+    shortcut = {**want, "counts": counts[:10].astype("<f8").tobytes()}
+    assert not _same_histogram(shortcut, want)
+
+
 # Several histograms of one size (what bin_histograms bins as the rows of one array), with every
 # special case _histogram treats apart (NaN, Inf, constants, huge values) among them.
 _SAME_SIZE_JOBS = st.integers(1, 120).flatmap(
