@@ -3,6 +3,7 @@
 One broker owns one log directory. Its data path::
 
     ingest()  --(bounded channel)-->  persist task  --(to_thread)-->  recorder.RunWriter
+                                         \--(a small round, the writers open: itself)--/
        \\--> offer() to every subscriber's own bounded channel (never awaited)
     compaction task  --(to_thread, its own limiter)-->  RunWriter.compact()  (beside the writes)
                                    \\--(a pipe)-->  recorder.CompactionProcess (builds the blocks)
@@ -90,6 +91,14 @@ FLUSH_BYTES = 16 << 20
 #: The recorder's own segment limit for the broker's writers: never reached; the broker starts
 #: new segments itself, between flushes.
 NO_ROTATION = 1 << 62
+#: A persist round of at most this many bytes of batches (:func:`_batch_bytes`), to runs whose
+#: writers are open, with no segment to start and no compaction waiting, is written by the
+#: persist task itself rather than in a worker thread: a write of a few kB to the page cache
+#: costs 0.1-0.3 ms of CPU, the hop to a worker thread and back 1.5-2.5 ms of wall time on the
+#: acknowledgement path (docs/performance.md, "(2026-12-01, h4-persist)"). Anything that may
+#: block longer (opening a run, starting a segment, fsync, compaction, bus leases) stays in
+#: the thread.
+INLINE_WRITE_BYTES = 64 << 10
 #: A refusal of the same run for the same reason is logged at most once in this many seconds.
 LOG_INTERVAL = 10.0
 #: Seconds of compaction units the compaction thread does for one run before turning to the
@@ -1144,12 +1153,20 @@ class Broker:
                 self._compaction_process.close()
 
     async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
-        """Persist ``items`` in a worker thread, then publish positions, refusals and progress."""
+        """Persist ``items`` (in a worker thread unless :meth:`_write_here` says the round is
+        small and cheap), then publish positions, refusals and progress."""
         if not items:
             return
-        positions, refused = await trio.to_thread.run_sync(
-            self._persist, items, limiter=self._limiter
-        )
+        inline = self._write_here(items)
+        if inline:
+            try:
+                positions, refused = self._persist(items)
+            finally:
+                self._limiter.release()
+        else:
+            positions, refused = await trio.to_thread.run_sync(
+                self._persist, items, limiter=self._limiter
+            )
         for name, position in positions.items():
             self._runs[name].position = position
         for seq, (batch, (refusal, root)) in refused.items():
@@ -1164,6 +1181,38 @@ class Broker:
                     bus.settled(batch.run, refused=seq in refused)
         self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
         self._wake_waiters()  # written: acknowledge writers that did not ask to sync
+        if inline:
+            # Published first, so a cancellation here loses no acknowledgement; then the other
+            # tasks get their turn, as the thread call would have given them.
+            await trio.lowlevel.checkpoint()
+
+    def _write_here(self, items: list[tuple[int, Batch | None, bool]]) -> bool:
+        """Whether the persist task writes ``items`` itself (taking the persist limiter, which
+        the caller releases): at most INLINE_WRITE_BYTES of batches, no bus, and every run's
+        writer open, far from its segment's end and with no compaction waiting (so the flush
+        neither opens files, nor starts a segment, nor waits for a compaction unit). False
+        when the limiter is busy (a run being opened or retired in a thread)."""
+        if self._bus is not None:
+            return False
+        size = 0
+        for _, batch, _ in items:
+            if batch is None:
+                continue
+            run = self._runs[batch.run]
+            writer = run.writer
+            if writer is None or run.rotating or writer.compaction_waiting:
+                return False
+            size += _batch_bytes(batch)
+            if size > INLINE_WRITE_BYTES:
+                return False
+            # _write_part starts a segment when a flush of about twice its size would not fit.
+            if writer.position().offset + 2 * INLINE_WRITE_BYTES + 4096 > self._segment_bytes:
+                return False
+        try:
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        return True
 
     def _log_due(self, run: str, reason: str) -> bool:
         """Whether a warning about ``run`` for ``reason`` may be logged now: one line per run
