@@ -46,6 +46,9 @@ class _HeldWrites:
             return persist(broker, items)
 
         monkeypatch.setattr(Broker, "_persist", held)
+        # Every round in the worker thread: one the persist task wrote itself (a small round)
+        # would hold the event loop, not just the writes.
+        monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
 
 
 @pytest.mark.parametrize("window", [1, 2])

@@ -3,7 +3,7 @@
 One broker owns one log directory. Its data path::
 
     ingest()  --(bounded channel)-->  persist task  --(to_thread)-->  recorder.RunWriter
-                                         \--(a small round, the writers open: itself)--/
+                                         \\--(a small round, its writers open: itself)--/
        \\--> offer() to every subscriber's own bounded channel (never awaited)
     compaction task  --(to_thread, its own limiter)-->  RunWriter.compact()  (beside the writes)
                                    \\--(a pipe)-->  recorder.CompactionProcess (builds the blocks)
