@@ -122,11 +122,24 @@ def _trace_server() -> None:
 
     write = b.Broker._write
 
-    async def traced_write(self, items):  # type: ignore[no-untyped-def]
-        await write(self, items)
+    wake = b.Broker._wake_waiters
+    writing: list[int] = []  # the seqs of the round under way, until its waiters are woken
+
+    def traced_wake(self):  # type: ignore[no-untyped-def]
+        # "written" when the waiters are woken (h4-persist: a round the persist task writes
+        # itself then yields once more before _write returns; the acknowledgement does not
+        # wait for that).
         t = time.time()
-        for seq, _batch, _sync in items:
+        for seq in writing:
             _record("written", seq, t)
+        writing.clear()
+        wake(self)
+
+    async def traced_write(self, items):  # type: ignore[no-untyped-def]
+        writing[:] = [seq for seq, _batch, _sync in items]
+        await write(self, items)
+
+    b.Broker._wake_waiters = traced_wake
 
     sync = b.Broker._sync_runs
 
