@@ -263,46 +263,54 @@ async def test_snapshots_carry_untagged_events(tmp_path):
     assert events[0]["hparams"] == {"lr": 0.1} and events[-1]["fields"] == {"cpu/percent": 2}
 
 
-async def test_small_rounds_to_open_runs_are_written_without_a_thread_hop(tmp_path, monkeypatch):
-    """A small round to a run whose writer is open is written by the persist task itself (no
-    worker thread and back on the acknowledgement path); the first batch of a run (its files
-    opened), a round over INLINE_WRITE_BYTES and a round while the persist limiter is busy go
-    through the worker thread. Everything lands on disk in ingest order either way."""
+async def test_small_batches_are_written_by_ingest_itself_in_order(tmp_path, monkeypatch):
+    """A small batch to a run whose writer is open, with nothing queued before it unwritten, is
+    written by ``ingest`` itself (no persist task and worker thread on the acknowledgement
+    path); the first batch of a run (its files opened), a batch over INLINE_WRITE_BYTES, a
+    ``sync`` batch and a batch behind one still queued go through the worker thread, as does
+    any batch while the persist limiter is busy. Everything lands on disk in ingest order."""
     broker = Broker(tmp_path)
-    threads: list[bool] = []  # per _persist call: whether it ran in the event loop's thread
+    where: dict[int, bool] = {}  # writer seq -> written in the event loop's thread
     persist = broker._persist
 
     def traced(items):  # type: ignore[no-untyped-def]
-        threads.append(threading.current_thread() is threading.main_thread())
+        for _, batch, _ in items:
+            if batch is not None:
+                where[batch.seq] = threading.current_thread() is threading.main_thread()
         return persist(items)
 
     monkeypatch.setattr(broker, "_persist", traced)
     per_tag = INLINE_WRITE_BYTES // (24 * 10) + 1  # ten tags: just over the bound
-    sizes = [3, 3, per_tag, 3]
+    sizes = [3, 3, per_tag, 3, 3, 3]
     steps = [0]
     for n in sizes:
         steps.append(steps[-1] + n)
+
+    def batch(i: int) -> Batch:
+        columns = [scalars(f"t{k}", range(steps[i], steps[i] + sizes[i])) for k in range(10)]
+        return Batch("w", i + 1, "r", columns, sync=i == 4)
+
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
-            for i, n in enumerate(sizes):
-                columns = [scalars(f"t{k}", range(steps[i], steps[i] + n)) for k in range(10)]
-                await broker.wait_written(await broker.ingest(Batch("w", i + 1, "r", columns)))
-            # The limiter busy (a run opened or retired in a thread meanwhile): no write here.
-            item = (99, Batch("w", 5, "r", [scalars("t0", range(steps[-1], steps[-1] + 1))]), 0)
+            for i in range(4):
+                await broker.wait_written(await broker.ingest(batch(i)))
+            queued = await broker.ingest(batch(4))  # sync: queued for the persist task
+            await broker.wait_written(await broker.ingest(batch(5)), durable=True)
+            assert broker.written(queued)
+            # The limiter busy (a run opened or retired in a thread meanwhile): not here.
+            item = (99, Batch("w", 7, "r", [scalars("t0", range(steps[-1], steps[-1] + 1))]), 0)
             other = object()  # as a worker thread's call holds it
             await broker._limiter.acquire_on_behalf_of(other)
             assert not broker._write_here([item])
             broker._limiter.release_on_behalf_of(other)
-            assert broker._write_here([item])  # and free again: here, holding the limiter
-            broker._limiter.release()
             broker.close()
             await broker.wait_closed()
-    assert threads == [False, True, False, True]
+    assert where == {1: False, 2: True, 3: False, 4: True, 5: False, 6: False}
     with recorder.RunReader(tmp_path / "r") as reader:
         for k in range(10):
             assert reader.read_scalars(f"t{k}").steps.tolist() == list(range(steps[-1]))
-        assert reader.read_records(kind="ingest")[-1].data == {"w": 4}
+        assert reader.read_records(kind="ingest")[-1].data == {"w": 6}
 
 
 _ROOT = str(Path(__file__).resolve().parents[1])  # this checkout, for a child process
@@ -327,7 +335,7 @@ trio.run(main)
 
 async def test_a_sigkilled_broker_loses_no_acknowledged_batch(tmp_path):
     """Acknowledged means written: SIGKILL the broker's process (small batches, each waited
-    for, so written by the persist task itself) after a few hundred acknowledgements; every
+    for, so written by ``ingest`` itself) after a few hundred acknowledgements; every
     batch acknowledged is on disk after reopening, in order, with nothing after a gap."""
     env = {**os.environ, "PYTHONPATH": _ROOT}
     proc = await trio.lowlevel.open_process(

@@ -46,7 +46,7 @@ class _HeldWrites:
             return persist(broker, items)
 
         monkeypatch.setattr(Broker, "_persist", held)
-        # Every round in the worker thread: one the persist task wrote itself (a small round)
+        # Every batch through the worker thread: one that ingest wrote itself (a small batch)
         # would hold the event loop, not just the writes.
         monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
 

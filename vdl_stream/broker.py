@@ -3,7 +3,7 @@
 One broker owns one log directory. Its data path::
 
     ingest()  --(bounded channel)-->  persist task  --(to_thread)-->  recorder.RunWriter
-                                         \\--(a small round, its writers open: itself)--/
+       \\--(a small batch, nothing queued: ingest writes it itself)--/
        \\--> offer() to every subscriber's own bounded channel (never awaited)
     compaction task  --(to_thread, its own limiter)-->  RunWriter.compact()  (beside the writes)
                                    \\--(a pipe)-->  recorder.CompactionProcess (builds the blocks)
@@ -91,13 +91,11 @@ FLUSH_BYTES = 16 << 20
 #: The recorder's own segment limit for the broker's writers: never reached; the broker starts
 #: new segments itself, between flushes.
 NO_ROTATION = 1 << 62
-#: A persist round of at most this many bytes of batches (:func:`_batch_bytes`), to runs whose
-#: writers are open, with no segment to start and no compaction waiting, is written by the
-#: persist task itself rather than in a worker thread: a write of a few kB to the page cache
-#: costs 0.1-0.3 ms of CPU, the hop to a worker thread and back 1.5-2.5 ms of wall time on the
-#: acknowledgement path (docs/performance.md, "(2026-12-01, h4-persist)"). Anything that may
-#: block longer (opening a run, starting a segment, fsync, compaction, bus leases) stays in
-#: the thread.
+#: A batch of at most this many bytes (:func:`_batch_bytes`), to a run whose writer is open,
+#: with no segment to start and no compaction waiting, is written by ``ingest`` itself when
+#: nothing queued before it is unwritten, rather than through the persist task's worker
+#: thread (Broker._write_now). Anything that may block longer (opening a run, starting a
+#: segment, fsync, compaction, bus leases) stays in the thread.
 INLINE_WRITE_BYTES = 64 << 10
 #: A refusal of the same run for the same reason is logged at most once in this many seconds.
 LOG_INTERVAL = 10.0
@@ -785,6 +783,9 @@ class Broker:
             queue_size
         )
         self._seq = self._written_seq = self._durable_seq = 0
+        # Items in the persist queue or in the persist task's hands, not yet written: while
+        # any is, ingest queues every batch behind them (_write_now), to keep ingest order.
+        self._unwritten = 0
         self._progress = trio.Event()
         self._open_lock = trio.Lock()
         self._queue_peak = self._batches = self._events = self._duplicates = 0
@@ -874,6 +875,7 @@ class Broker:
             if original is not None:
                 if batch.sync:
                     await self._send.send((original, None, True))
+                    self._unwritten += 1
                 return original
             if not batch.sync:
                 return 0  # written before: nothing to wait for
@@ -881,6 +883,7 @@ class Broker:
             # fsync, and its number is never one of a refused batch.
             self._seq += 1
             await self._send.send((self._seq, None, True))
+            self._unwritten += 1
             return self._seq
         run.last_seq[batch.writer] = batch.seq
         run.local = True
@@ -908,13 +911,18 @@ class Broker:
             # task held an earlier deadline (the alert engine's rounds do): twice the young
             # collections at small batches (docs/performance.md, "Alerts' cost on ingest").
             item = (seq, batch, batch.sync)
-            try:
-                self._send.send_nowait(item)
-            except trio.WouldBlock:
-                with trio.fail_after(ENQUEUE_SHIELD, shield=True):
-                    await self._send.send(item)
+            if self._write_now(item):
+                await trio.lowlevel.cancel_shielded_checkpoint()  # written (or refused) here
             else:
-                await trio.lowlevel.cancel_shielded_checkpoint()  # as send() does when not full
+                try:
+                    self._send.send_nowait(item)
+                except trio.WouldBlock:
+                    with trio.fail_after(ENQUEUE_SHIELD, shield=True):
+                        await self._send.send(item)
+                    self._unwritten += 1
+                else:
+                    self._unwritten += 1
+                    await trio.lowlevel.cancel_shielded_checkpoint()  # as send() does
         except BaseException:
             # Closed (the broker shuts down) or stuck while the queue was full: the batch was not
             # taken, so its re-sent copy must not be dropped as a duplicate; browsers that saw
@@ -1153,20 +1161,44 @@ class Broker:
                 self._compaction_process.close()
 
     async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
-        """Persist ``items`` (in a worker thread unless :meth:`_write_here` says the round is
-        small and cheap), then publish positions, refusals and progress."""
+        """Persist ``items`` in a worker thread, then publish positions, refusals and progress."""
         if not items:
             return
-        inline = self._write_here(items)
-        if inline:
-            try:
-                positions, refused = self._persist(items)
-            finally:
-                self._limiter.release()
-        else:
-            positions, refused = await trio.to_thread.run_sync(
-                self._persist, items, limiter=self._limiter
-            )
+        positions, refused = await trio.to_thread.run_sync(
+            self._persist, items, limiter=self._limiter
+        )
+        self._unwritten -= len(items)
+        self._publish(items, positions, refused)
+
+    def _write_now(self, item: tuple[int, Batch, bool]) -> bool:
+        """Write a batch that :meth:`ingest` just took, here and now, if that is cheap and
+        keeps the order: nothing queued for the persist task is unwritten, the batch asks for
+        no fsync, and :meth:`_write_here` allows it. Returns whether it was written (or
+        refused); False: the caller queues it for the persist task.
+
+        The acknowledgement then needs no round through the persist task and its worker
+        thread, which on the event loop of a served broker costs 1.5-2.5 ms of wall time (and
+        the ack went out only behind the batch's fan-out sends): a write of a few kB to the
+        page cache costs 0.1-0.3 ms of CPU (docs/performance.md, "(2026-12-01, h4-persist)").
+        """
+        if item[2] or self._unwritten or not self._write_here([item]):
+            return False
+        try:
+            positions, refused = self._persist([item])
+        finally:
+            self._limiter.release()
+        self._publish([item], positions, refused)
+        if self._compact_due:  # the flush may have sealed a segment: as the persist task does
+            self._compact_wanted.set()
+        return True
+
+    def _publish(
+        self,
+        items: list[tuple[int, Batch | None, bool]],
+        positions: dict[str, Any],
+        refused: dict[int, Any],
+    ) -> None:
+        """Publish what :meth:`_persist` wrote of ``items``: positions, refusals, progress."""
         for name, position in positions.items():
             self._runs[name].position = position
         for seq, (batch, (refusal, root)) in refused.items():
@@ -1181,13 +1213,9 @@ class Broker:
                     bus.settled(batch.run, refused=seq in refused)
         self._written_seq = max(self._written_seq, max(s for s, _, _ in items))
         self._wake_waiters()  # written: acknowledge writers that did not ask to sync
-        if inline:
-            # Published first, so a cancellation here loses no acknowledgement; then the other
-            # tasks get their turn, as the thread call would have given them.
-            await trio.lowlevel.checkpoint()
 
     def _write_here(self, items: list[tuple[int, Batch | None, bool]]) -> bool:
-        """Whether the persist task writes ``items`` itself (taking the persist limiter, which
+        """Whether ``items`` may be written on the event loop (taking the persist limiter, which
         the caller releases): at most INLINE_WRITE_BYTES of batches, no bus, and every run's
         writer open, far from its segment's end and with no compaction waiting (so the flush
         neither opens files, nor starts a segment, nor waits for a compaction unit). False
