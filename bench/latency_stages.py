@@ -123,20 +123,18 @@ def _trace_server() -> None:
     write = b.Broker._write
 
     wake = b.Broker._wake_waiters
-    writing: list[int] = []  # the seqs of the round under way, until its waiters are woken
+    woken = [0]  # the broker's written seq at the last wake
 
     def traced_wake(self):  # type: ignore[no-untyped-def]
-        # "written" when the waiters are woken (h4-persist: a round the persist task writes
-        # itself then yields once more before _write returns; the acknowledgement does not
-        # wait for that).
+        # "written" when the waiters are woken, for every seq written since the last wake: a
+        # round of the persist task, or a batch that ingest wrote itself (h4-persist).
         t = time.time()
-        for seq in writing:
+        for seq in range(woken[0] + 1, self._written_seq + 1):
             _record("written", seq, t)
-        writing.clear()
+        woken[0] = max(woken[0], self._written_seq)
         wake(self)
 
     async def traced_write(self, items):  # type: ignore[no-untyped-def]
-        writing[:] = [seq for seq, _batch, _sync in items]
         await write(self, items)
 
     b.Broker._wake_waiters = traced_wake
