@@ -17,8 +17,9 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 import recorder
+from vdl_stream import broker as broker_module
 from vdl_stream import codec
-from vdl_stream.broker import INLINE_WRITE_BYTES, Broker, Subscriber
+from vdl_stream.broker import Broker, Subscriber
 from vdl_stream.codec import Batch, ScalarColumns
 from vdl_stream.server import run_server
 
@@ -269,6 +270,7 @@ async def test_small_batches_are_written_by_ingest_itself_in_order(tmp_path, mon
     path); the first batch of a run (its files opened), a batch over INLINE_WRITE_BYTES, a
     ``sync`` batch and a batch behind one still queued go through the worker thread, as does
     any batch while the persist limiter is busy. Everything lands on disk in ingest order."""
+    monkeypatch.setattr("vdl_stream.broker.INLINE_WRITE_BYTES", 64 << 10)  # off by default
     broker = Broker(tmp_path)
     where: dict[int, bool] = {}  # writer seq -> written in the event loop's thread
     persist = broker._persist
@@ -280,7 +282,7 @@ async def test_small_batches_are_written_by_ingest_itself_in_order(tmp_path, mon
         return persist(items)
 
     monkeypatch.setattr(broker, "_persist", traced)
-    per_tag = INLINE_WRITE_BYTES // (24 * 10) + 1  # ten tags: just over the bound
+    per_tag = broker_module.INLINE_WRITE_BYTES // (24 * 10) + 1  # ten tags: over the bound
     sizes = [3, 3, per_tag, 3, 3, 3]
     steps = [0]
     for n in sizes:
@@ -313,10 +315,36 @@ async def test_small_batches_are_written_by_ingest_itself_in_order(tmp_path, mon
         assert reader.read_records(kind="ingest")[-1].data == {"w": 6}
 
 
+async def test_ingest_writes_nothing_itself_by_default(tmp_path, monkeypatch):
+    """INLINE_WRITE_BYTES is 0 by default: every batch, small ones too, is written in the
+    persist task's worker thread."""
+    assert broker_module.INLINE_WRITE_BYTES == 0
+    broker = Broker(tmp_path)
+    where: list[bool] = []
+    persist = broker._persist
+
+    def traced(items):  # type: ignore[no-untyped-def]
+        where.append(threading.current_thread() is threading.main_thread())
+        return persist(items)
+
+    monkeypatch.setattr(broker, "_persist", traced)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            for i in range(3):
+                batch = Batch("w", i + 1, "r", [scalars("x", range(i, i + 1))])
+                await broker.wait_written(await broker.ingest(batch))
+            broker.close()
+            await broker.wait_closed()
+    assert where == [False, False, False]
+
+
 _ROOT = str(Path(__file__).resolve().parents[1])  # this checkout, for a child process
 _KILLED_BROKER = """
 import sys, time, numpy as np, trio
+from vdl_stream import broker as broker_module
 from vdl_stream.broker import Broker
+broker_module.INLINE_WRITE_BYTES = int(sys.argv[2])  # > 0: ingest writes these batches itself
 from vdl_stream.codec import Batch, ScalarColumns
 
 async def main():
@@ -333,13 +361,14 @@ trio.run(main)
 """
 
 
-async def test_a_sigkilled_broker_loses_no_acknowledged_batch(tmp_path):
+@pytest.mark.parametrize("inline", [0, 64 << 10])
+async def test_a_sigkilled_broker_loses_no_acknowledged_batch(tmp_path, inline):
     """Acknowledged means written: SIGKILL the broker's process (small batches, each waited
-    for, so written by ``ingest`` itself) after a few hundred acknowledgements; every
+    for: with ``inline``, written by ``ingest`` itself) after a few hundred acknowledgements; every
     batch acknowledged is on disk after reopening, in order, with nothing after a gap."""
     env = {**os.environ, "PYTHONPATH": _ROOT}
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-c", _KILLED_BROKER, str(tmp_path)],
+        [sys.executable, "-c", _KILLED_BROKER, str(tmp_path), str(inline)],
         stdout=subprocess.PIPE,
         env=env,
     )

@@ -95,8 +95,13 @@ NO_ROTATION = 1 << 62
 #: with no segment to start and no compaction waiting, is written by ``ingest`` itself when
 #: nothing queued before it is unwritten, rather than through the persist task's worker
 #: thread (Broker._write_now). Anything that may block longer (opening a run, starting a
-#: segment, fsync, compaction, bus leases) stays in the thread.
-INLINE_WRITE_BYTES = 64 << 10
+#: segment, fsync, compaction, bus leases) stays in the thread. 0 (the default): off. In
+#: process it halves ``ingest -> written`` and cuts the CPU a small batch costs 0.55x; served
+#: at 10k events/s to 10 subscribers (five alternated pairs, load 3.4-4.5) the p50 did not move
+#: (medians 17.3 against 19.0 ms) while the server's event loop took the writes' CPU, and the
+#: p99 was higher in 4 of 5 pairs: the decision wants a quiet machine (docs/performance.md,
+#: "(2026-12-01, h4-persist)"); 64 << 10 is the value measured.
+INLINE_WRITE_BYTES = 0
 #: A refusal of the same run for the same reason is logged at most once in this many seconds.
 LOG_INTERVAL = 10.0
 #: Seconds of compaction units the compaction thread does for one run before turning to the
@@ -1181,7 +1186,7 @@ class Broker:
         the ack went out only behind the batch's fan-out sends): a write of a few kB to the
         page cache costs 0.1-0.3 ms of CPU (docs/performance.md, "(2026-12-01, h4-persist)").
         """
-        if item[2] or self._unwritten or not self._write_here([item]):
+        if not INLINE_WRITE_BYTES or item[2] or self._unwritten or not self._write_here([item]):
             return False
         try:
             positions, refused = self._persist([item])
