@@ -3,7 +3,7 @@
 One broker owns one log directory. Its data path::
 
     ingest()  --(bounded channel)-->  persist task  --(to_thread)-->  recorder.RunWriter
-       \\--(a small batch, nothing queued: ingest writes it itself)--/
+       \\--(INLINE_WRITE_BYTES, off by default: a small batch, nothing queued: ingest)--/
        \\--> offer() to every subscriber's own bounded channel (never awaited)
     compaction task  --(to_thread, its own limiter)-->  RunWriter.compact()  (beside the writes)
                                    \\--(a pipe)-->  recorder.CompactionProcess (builds the blocks)
@@ -1182,9 +1182,10 @@ class Broker:
         refused); False: the caller queues it for the persist task.
 
         The acknowledgement then needs no round through the persist task and its worker
-        thread, which on the event loop of a served broker costs 1.5-2.5 ms of wall time (and
-        the ack went out only behind the batch's fan-out sends): a write of a few kB to the
-        page cache costs 0.1-0.3 ms of CPU (docs/performance.md, "(2026-12-01, h4-persist)").
+        thread (1.5-2.5 ms of wall time); the write, a few kB to the page cache, costs the event
+        loop 0.1-0.3 ms of CPU, and the flush may still seal a segment (a file created, no
+        fsync). Served, the ack still leaves behind the batch's fan-out sends, which is why
+        INLINE_WRITE_BYTES is 0 by default (docs/performance.md, "(2026-12-01, h4-persist)").
         """
         if not INLINE_WRITE_BYTES or item[2] or self._unwritten or not self._write_here([item]):
             return False
