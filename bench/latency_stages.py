@@ -42,6 +42,7 @@ Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscriber
                                       [--persist-only POINTS] [--ingest-only BATCHES]
                                        [--fanout-only BATCHES]
                                        [--frame-costs] [--no-compaction] [--keep]
+                                       [--inline-write BYTES]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
 directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
@@ -122,11 +123,22 @@ def _trace_server() -> None:
 
     write = b.Broker._write
 
+    wake = b.Broker._wake_waiters
+    woken = [0]  # the broker's written seq at the last wake
+
+    def traced_wake(self):  # type: ignore[no-untyped-def]
+        # "written" when the waiters are woken, for every seq written since the last wake: a
+        # round of the persist task, or a batch that ingest wrote itself (h4-persist).
+        t = time.time()
+        for seq in range(woken[0] + 1, self._written_seq + 1):
+            _record("written", seq, t)
+        woken[0] = max(woken[0], self._written_seq)
+        wake(self)
+
     async def traced_write(self, items):  # type: ignore[no-untyped-def]
         await write(self, items)
-        t = time.time()
-        for seq, _batch, _sync in items:
-            _record("written", seq, t)
+
+    b.Broker._wake_waiters = traced_wake
 
     sync = b.Broker._sync_runs
 
@@ -163,6 +175,8 @@ def _trace_server() -> None:
             _record("compaction process", self.cpu_seconds, self.units, self.restarts)
 
         process.close = counted_close
+    if os.environ.get("LATENCY_INLINE_WRITE"):  # --inline-write (h4-persist)
+        b.INLINE_WRITE_BYTES = int(os.environ["LATENCY_INLINE_WRITE"])
     if os.environ.get("LATENCY_NO_COMPACTION"):
         # --no-compaction: the ceiling of the live path with no compaction at all (the run is
         # left as written, in small records), to tell compaction's share of the tail.
@@ -677,11 +691,19 @@ def main() -> None:
         action="store_true",
         help="the broker's run writers never compact (the ceiling without compaction)",
     )
+    parser.add_argument(
+        "--inline-write",
+        type=int,
+        metavar="BYTES",
+        help="the broker's INLINE_WRITE_BYTES: ingest writes batches up to this size itself",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.no_compaction:  # read by _trace_server, here and in the server's process
         os.environ["LATENCY_NO_COMPACTION"] = "1"
+    if args.inline_write is not None:  # read by _trace_server, here and in the server's process
+        os.environ["LATENCY_INLINE_WRITE"] = str(args.inline_write)
     if args.serve is not None:
         return _serve_main(args.serve)
     if args.writer is not None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
 from functools import partial
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -11,6 +17,7 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 import recorder
+from vdl_stream import broker as broker_module
 from vdl_stream import codec
 from vdl_stream.broker import Broker, Subscriber
 from vdl_stream.codec import Batch, ScalarColumns
@@ -255,6 +262,135 @@ async def test_snapshots_carry_untagged_events(tmp_path):
     events = msgpack.unpackb(frame)["events"]
     assert [e["kind"] for e in events] == ["hparams", "telemetry", "telemetry", "telemetry"]
     assert events[0]["hparams"] == {"lr": 0.1} and events[-1]["fields"] == {"cpu/percent": 2}
+
+
+async def test_small_batches_are_written_by_ingest_itself_in_order(tmp_path, monkeypatch):
+    """A small batch to a run whose writer is open, with nothing queued before it unwritten, is
+    written by ``ingest`` itself (no persist task and worker thread on the acknowledgement
+    path); the first batch of a run (its files opened), a batch over INLINE_WRITE_BYTES, a
+    ``sync`` batch and a batch behind one still queued go through the worker thread, as does
+    any batch while the persist limiter is busy. Everything lands on disk in ingest order."""
+    monkeypatch.setattr("vdl_stream.broker.INLINE_WRITE_BYTES", 64 << 10)  # off by default
+    broker = Broker(tmp_path)
+    where: dict[int, bool] = {}  # writer seq -> written in the event loop's thread
+    persist = broker._persist
+
+    def traced(items):  # type: ignore[no-untyped-def]
+        for _, batch, _ in items:
+            if batch is not None:
+                where[batch.seq] = threading.current_thread() is threading.main_thread()
+        return persist(items)
+
+    monkeypatch.setattr(broker, "_persist", traced)
+    per_tag = broker_module.INLINE_WRITE_BYTES // (24 * 10) + 1  # ten tags: over the bound
+    sizes = [3, 3, per_tag, 3, 3, 3]
+    steps = [0]
+    for n in sizes:
+        steps.append(steps[-1] + n)
+
+    def batch(i: int) -> Batch:
+        columns = [scalars(f"t{k}", range(steps[i], steps[i] + sizes[i])) for k in range(10)]
+        return Batch("w", i + 1, "r", columns, sync=i == 4)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            for i in range(4):
+                await broker.wait_written(await broker.ingest(batch(i)))
+            queued = await broker.ingest(batch(4))  # sync: queued for the persist task
+            await broker.wait_written(await broker.ingest(batch(5)), durable=True)
+            assert broker.written(queued)
+            # The limiter busy (a run opened or retired in a thread meanwhile): not here.
+            item = (99, Batch("w", 7, "r", [scalars("t0", range(steps[-1], steps[-1] + 1))]), 0)
+            other = object()  # as a worker thread's call holds it
+            await broker._limiter.acquire_on_behalf_of(other)
+            assert not broker._write_here([item])
+            broker._limiter.release_on_behalf_of(other)
+            broker.close()
+            await broker.wait_closed()
+    assert where == {1: False, 2: True, 3: False, 4: True, 5: False, 6: False}
+    with recorder.RunReader(tmp_path / "r") as reader:
+        for k in range(10):
+            assert reader.read_scalars(f"t{k}").steps.tolist() == list(range(steps[-1]))
+        assert reader.read_records(kind="ingest")[-1].data == {"w": 6}
+
+
+async def test_ingest_writes_nothing_itself_by_default(tmp_path, monkeypatch):
+    """INLINE_WRITE_BYTES is 0 by default: every batch, small ones too, is written in the
+    persist task's worker thread."""
+    assert broker_module.INLINE_WRITE_BYTES == 0
+    broker = Broker(tmp_path)
+    where: list[bool] = []
+    persist = broker._persist
+
+    def traced(items):  # type: ignore[no-untyped-def]
+        where.append(threading.current_thread() is threading.main_thread())
+        return persist(items)
+
+    monkeypatch.setattr(broker, "_persist", traced)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            for i in range(3):
+                batch = Batch("w", i + 1, "r", [scalars("x", range(i, i + 1))])
+                await broker.wait_written(await broker.ingest(batch))
+            broker.close()
+            await broker.wait_closed()
+    assert where == [False, False, False]
+
+
+_ROOT = str(Path(__file__).resolve().parents[1])  # this checkout, for a child process
+_KILLED_BROKER = """
+import sys, time, numpy as np, trio
+from vdl_stream import broker as broker_module
+from vdl_stream.broker import Broker
+broker_module.INLINE_WRITE_BYTES = int(sys.argv[2])  # > 0: ingest writes these batches itself
+from vdl_stream.codec import Batch, ScalarColumns
+
+async def main():
+    broker = Broker(sys.argv[1])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        for i in range(1, 100_000):
+            s = np.array([i], dtype=np.int64)
+            columns = [ScalarColumns(f"t{k}", s, s + 1.7e9, s * 0.5) for k in range(3)]
+            await broker.wait_written(await broker.ingest(Batch("w", i, "r", columns)))
+            print(i, flush=True)  # acknowledged: written
+
+trio.run(main)
+"""
+
+
+@pytest.mark.parametrize("inline", [0, 64 << 10])
+async def test_a_sigkilled_broker_loses_no_acknowledged_batch(tmp_path, inline):
+    """Acknowledged means written: SIGKILL the broker's process (small batches, each waited
+    for: with ``inline``, written by ``ingest`` itself) after a few hundred acknowledgements; every
+    batch acknowledged is on disk after reopening, in order, with nothing after a gap."""
+    env = {**os.environ, "PYTHONPATH": _ROOT}
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-c", _KILLED_BROKER, str(tmp_path), str(inline)],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    acked = 0
+    try:
+        with trio.fail_after(60):
+            buf = b""
+            while acked < 300:
+                chunk = await proc.stdout.receive_some()
+                assert chunk, "the broker process ended early"
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                if lines:
+                    acked = int(lines[-1])
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    with recorder.RunReader(tmp_path / "r") as reader:
+        for k in range(3):
+            steps = reader.read_scalars(f"t{k}").steps.tolist()
+            assert steps[:acked] == list(range(1, acked + 1))
+            assert steps == list(range(1, len(steps) + 1))
 
 
 async def test_the_dedup_record_names_only_batches_handed_to_disk(tmp_path):

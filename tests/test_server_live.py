@@ -252,6 +252,9 @@ async def test_answers_written_in_one_round_go_to_the_writer_in_one_send(
         return persist(broker, items)
 
     monkeypatch.setattr(Broker, "_persist", held)
+    # Held in the worker thread: a small batch that ingest wrote itself would hold the event
+    # loop, and with it the batches that should come meanwhile.
+    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
     sends: list[int] = []
     send_many = server.WebSocketSession.send_many
 

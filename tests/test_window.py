@@ -46,6 +46,9 @@ class _HeldWrites:
             return persist(broker, items)
 
         monkeypatch.setattr(Broker, "_persist", held)
+        # Every batch through the worker thread: one that ingest wrote itself (a small batch)
+        # would hold the event loop, not just the writes.
+        monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
 
 
 @pytest.mark.parametrize("window", [1, 2])
