@@ -945,6 +945,17 @@ def test_a_batch_counted_by_the_broker_is_not_counted_again():
     assert engine._points == 12
 
 
+def test_an_engine_takes_no_attribute_it_does_not_declare():
+    """AlertEngine has slots, not an instance dict (past the 30 keys a dict shares with its
+    class each read on the ingest path was a hashed lookup): every slot is set by __init__, and
+    an undeclared attribute is refused rather than silently kept."""
+    engine = AlertEngine()
+    assert not hasattr(engine, "__dict__")
+    assert all(hasattr(engine, name) for name in AlertEngine.__slots__)
+    with pytest.raises(AttributeError):
+        engine.queue_size = 3  # type: ignore[attr-defined]
+
+
 def test_columns_of_a_tag_no_detector_watches_are_not_judged_but_are_data():
     """A tag that no per-tag detector applies to (here: NaN and spike off, and not a loss) is
     not queued for the detectors: no state, no alert even for NaN; its batches still count as
