@@ -1103,3 +1103,23 @@ async def test_the_detectors_queue_is_bounded_in_batches_and_points(monkeypatch)
     stats = engine.statistics()
     assert (stats.observed, stats.queue_depth, stats.dropped) == (3, 0, 2)
     assert engine._runs["r"].tags["loss"].seen == 20
+
+
+def test_the_benchs_sliced_pairs_judge_and_count_every_batch_once(tmp_path):
+    """bench_alerts.py --slices 2: each pair ingests its batches in two parts, off and on in
+    turn; the pair's figures are summed over the parts, so the detectors' statistics count
+    every batch once (100 small batches judged, none dropped), not the last part's alone."""
+    out = tmp_path / "bench.json"
+    skip = ["--skip", "detectors", "served", "latency", "false-positives"]
+    sizes = ["--paths", "small", "--repeat", "1", "--batches", "5", "--slices", "2"]
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_alerts.py"), *skip, *sizes, "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    small = json.loads(out.read_text())["throughput_small"]
+    assert small["slices"] == 2 and small["batches"] == 100
+    assert small["detector_stats"]["observed"] == 100
+    assert small["dropped_per_run"] == [0]
+    assert small["median_on"]["cpu"] > 0 and len(small["cpu_ratio_pairs"]) == 1
