@@ -1113,7 +1113,14 @@ def test_the_benchs_sliced_pairs_judge_and_count_every_batch_once(tmp_path):
     skip = ["--skip", "detectors", "served", "latency", "false-positives"]
     sizes = ["--paths", "small", "--repeat", "1", "--batches", "5", "--slices", "2"]
     subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_alerts.py"), *skip, *sizes, "--json", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_alerts.py"),
+            *skip,
+            *sizes,
+            "--json",
+            str(out),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
