@@ -35,6 +35,10 @@ Phases:
    detectors' work alone, without the cost per event that rises when a slower loop hands the
    persist task smaller flushes. ``--null`` runs both halves of each pair with the detectors
    off (an A/A test): the spread of its ratios is the bench's own noise at that moment.
+   ``--slices K`` runs each pair as K consecutive parts of its batches, each part off and on in
+   turn, and takes the pair's ratio over the CPU summed per mode: the same events per mode and
+   pair, with the two modes K times closer in time (a drift of the machine's load or of the
+   page cache then weighs on both alike within the pair).
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
    ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
@@ -58,6 +62,7 @@ Phases:
 
 Usage: python bench/bench_alerts.py [--quick] [--repeat PAIRS] [--runs N] [--steps N] [--seconds S]
                                     [--rate EVENTS_PER_S] [--batches N] [--paths large small] [--null]
+                                    [--slices K]
                                     [--served-points N ...] [--served-rate EVENTS_PER_S]
                                     [--json PATH] [--skip PHASE ...] [--tree CHECKOUT]
 """
@@ -300,6 +305,20 @@ def _spread(values: list[float]) -> str:
     )
 
 
+def _summed_stats(parts: list[dict]) -> dict:
+    """The detectors' statistics of a pair's runs in one mode: counts summed, the rest (peaks,
+    a run's own figures) as the last run had them."""
+    out = dict(parts[-1])
+    for key in ("observed", "dropped", "dropped_points", "raised", "suppressed", "failed"):
+        if key in out:
+            out[key] = sum(p.get(key, 0) for p in parts)
+    if "cpu_seconds" in out:
+        out["cpu_seconds"] = sum(p.get("cpu_seconds", 0.0) for p in parts)
+    if "queue_peak" in out:
+        out["queue_peak"] = max(p.get("queue_peak", 0) for p in parts)
+    return out
+
+
 def phase_throughput(args: argparse.Namespace, results: dict) -> None:
     for label, points, count in (
         ("large", 4096, args.batches),
@@ -318,19 +337,30 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
         load_start = os.getloadavg()[0]
         runs: dict[str, list[dict]] = {"off": [], "on": []}
         pairs: list[tuple[float, float]] = []  # (CPU ratio, wall ratio) on/off of each pair
+        slices = args.slices
+        cuts = [count * j // slices for j in range(slices + 1)]
         for i in range(args.repeat):
             # Pairs, each mode once, alternating which goes first (off-on, on-off, ...): a load that drifts
             # over the runs weighs on both alike, and each pair's ratio compares runs taken
-            # seconds apart.
+            # seconds apart. With --slices K a pair's batches go in K consecutive parts, each
+            # ingested off and on in turn (the order alternating from part to part), and the
+            # pair's ratio is that of its CPU summed per mode: the same events per mode, with
+            # off and on K times closer in time.
+            parts: dict[str, list[dict]] = {"off": [], "on": []}
+            for j in range(slices):
+                chunk = batches[cuts[j] : cuts[j + 1]]
+                for mode in ("off", "on") if (i * slices + j) % 2 == 0 else ("on", "off"):
+                    logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
+                    gc.collect()  # the previous run's garbage, outside the measured window
+                    try:
+                        on = mode == "on" and not args.null
+                        parts[mode].append(trio.run(_ingest, logdir, chunk, on, args.rate))
+                    finally:
+                        shutil.rmtree(logdir, ignore_errors=True)
             pair = {}
-            for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
-                logdir = Path(tempfile.mkdtemp(prefix="vdl-bench-alerts-"))
-                gc.collect()  # the previous run's garbage, outside the measured window
-                try:
-                    on = mode == "on" and not args.null
-                    r = trio.run(_ingest, logdir, batches, on, args.rate)
-                finally:
-                    shutil.rmtree(logdir, ignore_errors=True)
+            for mode, done in parts.items():
+                r = {k: sum(p[k] for p in done) for k in done[0] if k != "stats"}
+                r["stats"] = _summed_stats([p["stats"] for p in done])
                 r["cpu"] = r["user"] + r["system"]
                 runs[mode].append(r)
                 pair[mode] = r
@@ -363,6 +393,7 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             "points_per_batch": points * args.tags,
             "batches": count,
             "pairs": args.repeat,
+            "slices": args.slices,
             "cpu_ratio_on_off": round(cpu_ratio, 3),
             "cpu_ratio_pairs": [round(p[0], 3) for p in pairs],
             "ratio_on_off": round(wall_ratio, 3),
@@ -378,6 +409,8 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             "detector_stats": stats,
         }
         paced = f"paced to {args.rate:,.0f} events/s, " if args.rate else ""
+        if args.slices > 1:
+            paced += f"each pair in {args.slices} parts alternated, "
         if args.null:
             paced += "NULL RUN (detectors off in both halves of each pair: the bench's noise), "
         print(
@@ -663,6 +696,14 @@ def main() -> None:
         "show the bench's own noise (an A/A test) on this machine at this load",
     )
     parser.add_argument(
+        "--slices",
+        type=int,
+        default=1,
+        help="throughput phase: ingest each pair's batches in this many consecutive parts, each "
+        "off and on in turn, the pair's ratio taken over its summed CPU (default: 1, one run "
+        "per mode and pair)",
+    )
+    parser.add_argument(
         "--paths",
         nargs="*",
         default=["large", "small"],
@@ -705,6 +746,8 @@ def main() -> None:
         "in the same moment); this one by default",
     )
     args = parser.parse_args()
+    if args.slices < 1:
+        parser.error(f"--slices must be at least 1, got {args.slices}")
     print(
         f"measuring {Path(codec.__file__).resolve().parent.parent}; load average "
         f"{os.getloadavg()[0]:.1f}",

@@ -945,6 +945,17 @@ def test_a_batch_counted_by_the_broker_is_not_counted_again():
     assert engine._points == 12
 
 
+def test_an_engine_takes_no_attribute_it_does_not_declare():
+    """AlertEngine has slots, not an instance dict (past the 30 keys a dict shares with its
+    class each read on the ingest path was a hashed lookup): every slot is set by __init__, and
+    an undeclared attribute is refused rather than silently kept."""
+    engine = AlertEngine()
+    assert not hasattr(engine, "__dict__")
+    assert all(hasattr(engine, name) for name in AlertEngine.__slots__)
+    with pytest.raises(AttributeError):
+        engine.queue_size = 3  # type: ignore[attr-defined]
+
+
 def test_columns_of_a_tag_no_detector_watches_are_not_judged_but_are_data():
     """A tag that no per-tag detector applies to (here: NaN and spike off, and not a loss) is
     not queued for the detectors: no state, no alert even for NaN; its batches still count as
@@ -1092,3 +1103,30 @@ async def test_the_detectors_queue_is_bounded_in_batches_and_points(monkeypatch)
     stats = engine.statistics()
     assert (stats.observed, stats.queue_depth, stats.dropped) == (3, 0, 2)
     assert engine._runs["r"].tags["loss"].seen == 20
+
+
+def test_the_benchs_sliced_pairs_judge_and_count_every_batch_once(tmp_path):
+    """bench_alerts.py --slices 2: each pair ingests its batches in two parts, off and on in
+    turn; the pair's figures are summed over the parts, so the detectors' statistics count
+    every batch once (100 small batches judged, none dropped), not the last part's alone."""
+    out = tmp_path / "bench.json"
+    skip = ["--skip", "detectors", "served", "latency", "false-positives"]
+    sizes = ["--paths", "small", "--repeat", "1", "--batches", "5", "--slices", "2"]
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_alerts.py"),
+            *skip,
+            *sizes,
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    small = json.loads(out.read_text())["throughput_small"]
+    assert small["slices"] == 2 and small["batches"] == 100
+    assert small["detector_stats"]["observed"] == 100
+    assert small["dropped_per_run"] == [0]
+    assert small["median_on"]["cpu"] > 0 and len(small["cpu_ratio_pairs"]) == 1

@@ -754,6 +754,45 @@ class AlertEngine:
         ValueError: ``queue_size`` is not a positive int.
     """
 
+    # Past the 30 keys an instance dict shares with its class, every attribute read on the
+    # ingest path (observe) went through a hashed lookup; slots make each a fixed offset
+    # (docs/performance.md, "(2026-12-01, h4-alerts)"). Nothing sets other attributes on an
+    # engine (tests/test_alerts.py::test_an_engine_takes_no_attribute_it_does_not_declare).
+    __slots__ = (
+        "_broker",
+        "_busy",
+        "_clock",
+        "_depth",
+        "_drop_warned",
+        "_dropped",
+        "_dropped_points",
+        "_failed",
+        "_held",
+        "_hurry",
+        "_hurry_depth",
+        "_hurry_points",
+        "_kept",
+        "_limiter",
+        "_lock",
+        "_notify",
+        "_observed",
+        "_out",
+        "_out_ready",
+        "_peak",
+        "_pending",
+        "_plans",
+        "_points",
+        "_queue_size",
+        "_queued",
+        "_raised",
+        "_runs",
+        "_scratch",
+        "_seq",
+        "_suppressed",
+        "_watched",
+        "rules",
+    )
+
     def __init__(
         self,
         rules: Rules | None = None,
