@@ -904,14 +904,14 @@ class WebSocketSession:
         self.closed = True
 
 
-#: Write WebSocket messages straight to hypercorn's socket (:class:`_Wire`). Off: it cut the
-#: event loop's CPU for the sends to about a third (a batch's whole loop to about 0.7x), but
-#: under this machine's load the subscribers of a 10k events/s run then fell behind where they
-#: kept up with hypercorn's own send path (the frames waiting in their receive buffers, their
-#: process getting half the CPU), in 9 of 15 runs at load 1-15 against 5 of 17 without; on a
-#: quiet machine (load under 1.2) they did not (docs/performance.md, "The live path below
-#: quart" and "(2026-12-01, h4-live)").
-WRITE_DIRECT = False
+#: Write WebSocket messages straight to hypercorn's socket (:class:`_Wire`): the event loop's CPU
+#: for a batch at 10k events/s to about 0.64x, and on a quiet machine (load 0.6-1.8) a lower
+#: p50 and p99 in each of four alternated pairs (docs/performance.md, "The short quiet pass at
+#: the end (2026-12-01, evening)"). Under heavy load the benchmark's subscribers (ten sockets
+#: read by one Python process) fell behind more often with it (9 of 15 runs at load 1.6-15,
+#: against 5 of 17): a server that answers sooner gets more, smaller batches from the writer,
+#: so more frames to decode ("(2026-12-01, h4-live)"). False keeps hypercorn's send path.
+WRITE_DIRECT = True
 
 #: Header of an unmasked, final, binary WebSocket frame (RFC 6455 5.2), by payload size.
 _BINARY = 0x80 | Opcode.BINARY.value
