@@ -906,8 +906,8 @@ class WebSocketSession:
 
 #: Write WebSocket messages straight to hypercorn's socket (:class:`_Wire`): the event loop's CPU
 #: for a batch at 10k events/s to about 0.64x, and on a quiet machine (load 0.6-1.8) a lower
-#: p50 and p99 in each of four alternated pairs (docs/performance.md, "The short quiet pass at
-#: the end (2026-12-01, evening)"). Under heavy load the benchmark's subscribers (ten sockets
+#: p50 and p99 in each of four alternated pairs (docs/performance.md, "The evening's parts and
+#: a short quiet pass"). Under heavy load the benchmark's subscribers (ten sockets
 #: read by one Python process) fell behind more often with it (9 of 15 runs at load 1.6-15,
 #: against 5 of 17): a server that answers sooner gets more, smaller batches from the writer,
 #: so more frames to decode ("(2026-12-01, h4-live)"). False keeps hypercorn's send path.
