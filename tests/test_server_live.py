@@ -226,6 +226,46 @@ async def test_a_browser_that_stops_reading_gets_every_frame_whole_across_a_resu
             nursery.cancel_scope.cancel()
 
 
+async def test_a_browser_that_takes_nothing_is_cut_off_and_frees_its_place(tmp_path, monkeypatch):
+    """A browser that subscribes and then never reads again (its socket full) does not hold
+    its pool place and the server's send task for good: once a message written directly
+    (``WRITE_DIRECT``) has waited ``STALLED_SEND_S`` for the socket, the connection is cut and
+    the subscription ends; the writer's batches are answered throughout."""
+    monkeypatch.setattr(server, "WRITE_DIRECT", True)
+    monkeypatch.setattr(server, "STALLED_SEND_S", 1.0)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker = Broker(tmp_path)
+            await nursery.start(broker.run)
+            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            host, port = url.removeprefix("http://").split("/")[0].split(":")
+            browser = await DeflateClient.connect(host, int(port), rcvbuf=4096)
+            nursery.start_soon(_close_at_exit, browser.sock)
+            await browser.send({"type": "subscribe", "runs": ["r"]})
+            while (await browser.frame())["type"] != "synced":
+                pass
+            assert len(broker.subscriber_statistics()) == 1
+            rng = np.random.default_rng(7)
+            steps = np.arange(20_000, dtype=np.int64)
+            async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
+                for seq in range(1, 5):  # about 1.4 MB a data frame: far past the socket's room
+                    columns = [
+                        ScalarColumns(
+                            f"t{i}", steps + seq * 20_000, 1.7e9 + steps, rng.random(20_000)
+                        )
+                        for i in range(3)
+                    ]
+                    await ws.send_message(codec.encode_batch(Batch("w", seq, "r", columns)))
+                    assert codec.decode_message(await ws.get_message())["type"] == "ack"
+                await wait_until(
+                    lambda: not broker.subscriber_statistics(),
+                    20,
+                    "the stalled browser's subscription to end",
+                )
+            broker.close()
+            nursery.cancel_scope.cancel()
+
+
 async def _close_at_exit(sock: trio.socket.SocketType) -> None:
     try:
         await trio.sleep_forever()

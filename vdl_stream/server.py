@@ -13,6 +13,7 @@ docs/security.md describes the model.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import hmac
@@ -913,6 +914,11 @@ class WebSocketSession:
 #: so more frames to decode ("(2026-12-01, h4-live)"). False keeps hypercorn's send path.
 WRITE_DIRECT = True
 
+#: Seconds a browser may take nothing of a message written directly (:class:`_Wire`) before its
+#: connection is cut. Long enough for a page that is busy or briefly throttled; a page that was
+#: cut reconnects and subscribes again. hypercorn's own send path has no such bound.
+STALLED_SEND_S = 60.0
+
 #: Header of an unmasked, final, binary WebSocket frame (RFC 6455 5.2), by payload size.
 _BINARY = 0x80 | Opcode.BINARY.value
 
@@ -994,11 +1000,19 @@ class _Wire:
                 return True
             if written < size:
                 rest = b"".join(parts)[written:]
-                try:
-                    with trio.CancelScope(shield=True):  # a frame goes whole, or not at all
-                        await self.stream.send_all(rest)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+                # A frame goes whole, or not at all: shielded from the session's cancellation,
+                # but not waiting for ever on a peer that takes nothing (a hung or hostile
+                # browser would hold its pool place and this task for good). Past the deadline
+                # the frame cannot be finished later, so the connection is cut; its read side
+                # then ends the session.
+                with (
+                    trio.move_on_after(STALLED_SEND_S, shield=True) as scope,
+                    contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+                ):
+                    await self.stream.send_all(rest)
+                if scope.cancelled_caught:
+                    with contextlib.suppress(OSError):
+                        self.stream.socket.shutdown(socket.SHUT_RDWR)
         finally:
             self.lock.release()
         return True
