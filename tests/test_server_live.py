@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -170,6 +171,36 @@ def test_a_frame_header_before_the_bytes_is_what_wsproto_writes():
         assert _frame_header(size) + data == server.send(Message(data=data)), size
 
 
+async def _serve_a_browser_with_a_small_window(
+    nursery: trio.Nursery, logdir: Path
+) -> tuple[Broker, str, DeflateClient]:
+    """A broker and its web server on ``logdir``, and a deflate browser with a 4 kB receive
+    buffer subscribed to run ``r`` (up to ``synced``)."""
+    broker = Broker(logdir)
+    await nursery.start(broker.run)
+    url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+    browser = await DeflateClient.connect(host, int(port), rcvbuf=4096)
+    # Closed whatever happens: a server send stuck on its full socket would hold the test's
+    # teardown (a frame once begun goes whole).
+    nursery.start_soon(_close_at_exit, browser.sock)
+    await browser.send({"type": "subscribe", "runs": ["r"]})
+    while (await browser.frame())["type"] != "synced":
+        pass
+    return broker, url, browser
+
+
+def _large_batch(seq: int, rng: np.random.Generator) -> bytes:
+    """Batch ``seq`` of run ``r``: three tags of 20,000 random points, about 1.4 MB as a data
+    frame, little of it compressible."""
+    steps = np.arange(20_000, dtype=np.int64)
+    columns = [
+        ScalarColumns(f"t{i}", steps + seq * 20_000, 1.7e9 + steps, rng.random(20_000))
+        for i in range(3)
+    ]
+    return codec.encode_batch(Batch("w", seq, "r", columns))
+
+
 @pytest.mark.parametrize("direct", [False, True], ids=["asgi", "direct"])
 async def test_a_browser_that_stops_reading_gets_every_frame_whole_across_a_resubscribe(
     tmp_path, monkeypatch, direct
@@ -182,28 +213,11 @@ async def test_a_browser_that_stops_reading_gets_every_frame_whole_across_a_resu
     monkeypatch.setattr(server, "WRITE_DIRECT", direct)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            broker = Broker(tmp_path)
-            await nursery.start(broker.run)
-            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
-            host, port = url.removeprefix("http://").split("/")[0].split(":")
-            browser = await DeflateClient.connect(host, int(port), rcvbuf=4096)
-            # Closed whatever happens: a server send stuck on its full socket would hold the
-            # test's teardown (a frame once begun goes whole).
-            nursery.start_soon(_close_at_exit, browser.sock)
-            await browser.send({"type": "subscribe", "runs": ["r"]})
-            while (await browser.frame())["type"] != "synced":
-                pass
+            broker, url, browser = await _serve_a_browser_with_a_small_window(nursery, tmp_path)
             rng = np.random.default_rng(7)
-            steps = np.arange(20_000, dtype=np.int64)
             async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
-                for seq in range(1, 9):  # about 1.4 MB a data frame, little of it compressible
-                    columns = [
-                        ScalarColumns(
-                            f"t{i}", steps + seq * 20_000, 1.7e9 + steps, rng.random(20_000)
-                        )
-                        for i in range(3)
-                    ]
-                    await ws.send_message(codec.encode_batch(Batch("w", seq, "r", columns)))
+                for seq in range(1, 9):
+                    await ws.send_message(_large_batch(seq, rng))
                     assert codec.decode_message(await ws.get_message())["type"] == "ack"
                 # The browser reads nothing meanwhile: its stream is stuck in a frame.
                 await wait_until(
@@ -235,27 +249,13 @@ async def test_a_browser_that_takes_nothing_is_cut_off_and_frees_its_place(tmp_p
     monkeypatch.setattr(server, "STALLED_SEND_S", 1.0)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            broker = Broker(tmp_path)
-            await nursery.start(broker.run)
-            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
-            host, port = url.removeprefix("http://").split("/")[0].split(":")
-            browser = await DeflateClient.connect(host, int(port), rcvbuf=4096)
-            nursery.start_soon(_close_at_exit, browser.sock)
-            await browser.send({"type": "subscribe", "runs": ["r"]})
-            while (await browser.frame())["type"] != "synced":
-                pass
+            # The browser reads nothing after its ``synced``.
+            broker, url, _ = await _serve_a_browser_with_a_small_window(nursery, tmp_path)
             assert len(broker.subscriber_statistics()) == 1
             rng = np.random.default_rng(7)
-            steps = np.arange(20_000, dtype=np.int64)
             async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
-                for seq in range(1, 5):  # about 1.4 MB a data frame: far past the socket's room
-                    columns = [
-                        ScalarColumns(
-                            f"t{i}", steps + seq * 20_000, 1.7e9 + steps, rng.random(20_000)
-                        )
-                        for i in range(3)
-                    ]
-                    await ws.send_message(codec.encode_batch(Batch("w", seq, "r", columns)))
+                for seq in range(1, 5):  # far past the browser's socket's room
+                    await ws.send_message(_large_batch(seq, rng))
                     assert codec.decode_message(await ws.get_message())["type"] == "ack"
                 await wait_until(
                     lambda: not broker.subscriber_statistics(),
