@@ -33,7 +33,7 @@ import numpy as np
 
 from recorder.blocks import BLOCK_RE
 from recorder.catalog import SEGMENT_RE
-from recorder.framing import HEADER_SIZE
+from recorder.framing import HEADER_SIZE, write_all
 
 DIGEST_NAME = "digest.vdld"
 DIGEST_MAGIC = b"\x89VDLDIG\n"
@@ -242,10 +242,7 @@ def write_digest(run_dir: str | os.PathLike[str], digest: Digest, durable: bool)
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        blob = digest.encode()
-        view = memoryview(blob)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, digest.encode())
         if durable:
             os.fsync(fd)
     finally:

@@ -13,6 +13,7 @@ sealed).
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -192,3 +193,10 @@ def check_frame(frame: bytes | memoryview) -> memoryview | None:
     if state != "ok" or FRAME_OVERHEAD + length != len(buf):
         return None
     return buf[8 : 8 + length]
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the blocking descriptor ``fd`` (``os.write`` may take a part)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -409,7 +409,7 @@ class RunWriter:
         created = time.time()
         header = framing.encode_header(number, created)
         try:
-            _write_all(fd, header)
+            framing.write_all(fd, header)
         except BaseException:
             os.close(fd)
             raise
@@ -797,7 +797,7 @@ class RunWriter:
         tmp = path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, blob)
+            framing.write_all(fd, blob)
             if durable:
                 os.fsync(fd)
         finally:
@@ -825,12 +825,6 @@ class RunWriter:
 
 def _size(run_dir: str, number: int) -> int:
     return os.stat(os.path.join(run_dir, segment_name(number))).st_size
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 #: Buffers one pwritev call takes at most (IOV_MAX on Linux and macOS).

@@ -939,10 +939,9 @@ class Broker:
                 except trio.WouldBlock:
                     with trio.fail_after(ENQUEUE_SHIELD, shield=True):
                         await self._send.send(item)
-                    self._unwritten += 1
                 else:
-                    self._unwritten += 1
                     await trio.lowlevel.cancel_shielded_checkpoint()  # as send() does
+                self._unwritten += 1
         except BaseException:
             # Closed (the broker shuts down) or stuck while the queue was full: the batch was not
             # taken, so its re-sent copy must not be dropped as a duplicate; browsers that saw

@@ -35,6 +35,7 @@ from typing import Any, TextIO
 import numpy as np
 
 import recorder
+from recorder.framing import write_all
 
 from . import storage, tfevents, vdlrecords
 from .codec import RESERVED_TAG_PREFIX
@@ -1003,16 +1004,9 @@ class _WriteBehind:
                 if isinstance(item, int):
                     _move_frame(item, self._fd)
                 else:
-                    _write_all(self._fd, item)
+                    write_all(self._fd, item)
             except BaseException as exc:  # raised in the formatting thread
                 self._error = exc
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd`` (a blocking pipe)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _move_frame(src: int, dst: int) -> None:
@@ -1037,7 +1031,7 @@ def _move_frame(src: int, dst: int) -> None:
                 raise
             # dst does not take a splice (a terminal, a file opened to append)
             moved = len(data := os.read(src, min(left, EXPORT_PIPE_CHUNK)))
-            _write_all(dst, data)
+            write_all(dst, data)
         if not moved:
             raise RuntimeError("an export helper process ended before its blocks did")
         left -= moved

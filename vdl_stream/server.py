@@ -1383,7 +1383,7 @@ async def _ingest_session(ws: WebSocketSession, broker: Broker, idle_after: floa
     broken, closes the connection with 1008 (there is no batch to answer), and so does a writer
     that sends nothing within ``idle_after`` seconds of connecting.
     """
-    send, receive = trio.open_memory_channel[tuple[str, int, int, bool, RefusedError | None]](1024)
+    send, receive = trio.open_memory_channel[_Unanswered](1024)
     # Runs this connection wrote: when it ends, those without a close marker read as crashed.
     runs: set[str] = set()
     try:
@@ -1397,8 +1397,8 @@ async def _ingest_session(ws: WebSocketSession, broker: Broker, idle_after: floa
 async def _ingest_batches(
     ws: WebSocketSession,
     broker: Broker,
-    send: trio.MemorySendChannel[tuple[str, int, int, bool, RefusedError | None]],
-    receive: trio.MemoryReceiveChannel[tuple[str, int, int, bool, RefusedError | None]],
+    send: trio.MemorySendChannel[_Unanswered],
+    receive: trio.MemoryReceiveChannel[_Unanswered],
     runs: set[str],
     idle_after: float,
 ) -> None:
