@@ -10,6 +10,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import numpy as np
@@ -804,25 +805,89 @@ class RunReader:
         finally:
             catalog.unpin(pinned)
 
-    def _iter_scalars(
-        self, tag: str, start: int | None, end: int | None, limit: int
-    ) -> Iterator[ScalarSeries]:
+    def iter_scalar_parts(
+        self, tag: str, *, max_chunk_points: int = 65536
+    ) -> Iterator[tuple[int, Callable[[], ScalarSeries]]]:
+        """The points of ``tag`` as :meth:`read_scalars` returns them, in parts of about
+        ``max_chunk_points`` points, each decoded only when asked for: ``(count, read)`` pairs.
+
+        A part is consecutive stored chunks (or group parts) of ``count`` stored points in all,
+        at most ``max_chunk_points``, or a slice of that many of a larger chunk; ``count`` is
+        known without decoding anything. ``read()`` returns the part's points with restarts
+        applied: at most ``count`` of them, possibly none (all superseded, or a damaged chunk
+        left out). The reads of every pair, in order and concatenated, equal
+        ``read_scalars(tag)``. A consumer that wants only some parts (a process formatting
+        every other part of an export) skips decoding the others. Call each ``read`` while the
+        iterator is suspended at its pair: the run's files are held open until it moves on.
+
+        Raises:
+            ValueError: ``max_chunk_points`` is not an int >= 1, or the tag holds only records
+                of another kind.
+        """
+        self._check_open()
+        if (
+            not isinstance(max_chunk_points, int)
+            or isinstance(max_chunk_points, bool)
+            or max_chunk_points < 1
+        ):
+            raise ValueError(f"max_chunk_points must be an int >= 1, got {max_chunk_points!r}")
+        self._check_scalar_tag(tag)
+        return self._pinned(lambda: self._grouped_parts(tag, max_chunk_points))
+
+    def _grouped_parts(
+        self, tag: str, limit: int
+    ) -> Iterator[tuple[int, Callable[[], ScalarSeries]]]:
+        group: list[Callable[[], ScalarSeries]] = []
+        held = 0
+        pieces = self._scalar_parts(tag, None, None)
+        piece = next(pieces, None)
+        while piece is not None:
+            count, read = piece
+            piece = next(pieces, None)  # a group is read before the pieces move past it
+            if count <= limit:
+                group.append(read)
+                held += count
+            if group and (count > limit or piece is None or held + piece[0] > limit):
+                yield held, partial(_read_all, group)
+                group, held = [], 0
+            if count > limit:  # written past the chunk size (older runs): sliced, decoded once
+                whole = _Once(read)
+                for lo in range(0, count, limit):
+                    yield min(limit, count - lo), partial(whole.slice, lo, lo + limit)
+
+    def _scalar_parts(
+        self, tag: str, start: int | None, end: int | None
+    ) -> Iterator[tuple[int, Callable[[], ScalarSeries]]]:
         refs, firsts, smins, smaxs = self._pieces(tag)
         ceil = self._ceilings(refs, firsts, smins, smaxs)
         lo = _I64_MIN if start is None else start
         hi = _I64_MAX if end is None else end
-        pending: list[ScalarSeries] = []
-        held = 0
+        counts = self._parts.cols["count"]
         for i, ref in enumerate(refs):
             if smaxs[i] < lo or smins[i] > hi or smins[i] >= ceil[i]:
                 continue
-            points = self._piece_points(ref)
-            if points is None:
-                continue
-            steps = points.steps
-            keep = (steps < ceil[i]) & (steps >= lo) & (steps <= hi)
-            if not keep.all():
-                points = ScalarSeries(*(col[keep] for col in points))
+            count = int(counts[ref]) if isinstance(ref, int) else ref.count
+            yield count, partial(self._kept_points, ref, int(ceil[i]), lo, hi)
+
+    def _kept_points(self, ref: Entry | int, ceil: int, lo: int, hi: int) -> ScalarSeries:
+        """The points of one piece with steps in ``[lo, hi]`` and below ``ceil`` (where a later
+        restart supersedes them); an empty series if the piece is damaged."""
+        points = self._piece_points(ref)
+        if points is None:
+            return ScalarSeries(np.empty(0, np.int64), np.empty(0), np.empty(0))
+        steps = points.steps
+        keep = (steps < ceil) & (steps >= lo) & (steps <= hi)
+        if not keep.all():
+            points = ScalarSeries(*(col[keep] for col in points))
+        return points
+
+    def _iter_scalars(
+        self, tag: str, start: int | None, end: int | None, limit: int
+    ) -> Iterator[ScalarSeries]:
+        pending: list[ScalarSeries] = []
+        held = 0
+        for _, read in self._scalar_parts(tag, start, end):
+            points = read()
             while len(points.steps):
                 room = limit - held
                 piece = ScalarSeries(*(col[:room] for col in points))
@@ -1606,6 +1671,28 @@ def _downsample_pieces(pieces: list[ScalarSeries], max_points: int) -> ScalarSer
         steps[mine] = pieces[j].steps[at[mine]]
         walls[mine] = pieces[j].walls[at[mine]]
     return ScalarSeries(steps, walls, values[keep])
+
+
+def _read_all(reads: list[Callable[[], ScalarSeries]]) -> ScalarSeries:
+    """The points of consecutive pieces, read in turn (one piece's own arrays when one)."""
+    if len(reads) == 1:
+        return reads[0]()
+    return _concat([read() for read in reads])
+
+
+class _Once:
+    """A piece's points, decoded at the first slice asked for and kept for the others (the
+    slices of one piece are read in turn, then this is dropped)."""
+
+    def __init__(self, read: Callable[[], ScalarSeries]) -> None:
+        self._read: Callable[[], ScalarSeries] | None = read
+        self._points: ScalarSeries | None = None
+
+    def slice(self, lo: int, hi: int) -> ScalarSeries:
+        if self._points is None:
+            assert self._read is not None
+            self._points, self._read = self._read(), None
+        return ScalarSeries(*(col[lo:hi] for col in self._points))
 
 
 def _concat(pieces: list[ScalarSeries]) -> ScalarSeries:

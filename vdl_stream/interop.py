@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import numpy as np
 
@@ -700,16 +700,29 @@ class Export:
 
     def _series(self) -> Iterator[tuple[str, Iterator[tuple[Any, np.ndarray, np.ndarray]]]]:
         """``(tag, chunks of (steps or None, walls, values))`` for every tag exported."""
+        for tag in self._scalar_tags():
+            yield tag, _scalar_chunks(self._reader, tag, self._chunk)
+        for tag, w, v in self._telemetry():
+            yield tag, ((None, w[i : i + self._chunk], v[i : i + self._chunk])
+                        for i in range(0, len(w), self._chunk))  # fmt: skip
+
+    def _scalar_tags(self) -> list[str]:
+        """The scalar tags exported (telemetry's reserved ones aside), sorted."""
+        tags = self._reader.tags()
+        return sorted(
+            t
+            for t, info in tags.items()
+            if info.kind == "scalars" and not t.startswith(RESERVED_TAG_PREFIX) and self._wanted(t)
+        )
+
+    def _telemetry(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+        """``(tag, walls, values)`` of every telemetry field exported, tags sorted."""
         reader = self._reader
-        tags = reader.tags()
-        scalar_tags = sorted(t for t, info in tags.items() if info.kind == "scalars")
-        for tag in scalar_tags:
-            if self._wanted(tag) and not tag.startswith(RESERVED_TAG_PREFIX):
-                yield tag, _scalar_chunks(reader, tag, self._chunk)
         # Telemetry samples are small and few (one a second): gathered in compact columns, from
         # its "@telemetry/" scalar tags (issue 16) and the telemetry events of older runs.
         fields: dict[str, tuple[array.array, array.array]] = {}
-        for tag in scalar_tags:
+        tags = reader.tags()
+        for tag in sorted(t for t, info in tags.items() if info.kind == "scalars"):
             if tag.startswith(RESERVED_TAG_PREFIX):
                 name = "telemetry/" + tag[len(RESERVED_TAG_PREFIX) :]
                 if self._wanted(name):
@@ -733,8 +746,7 @@ class Export:
             if len(w) > 1 and (w[1:] < w[:-1]).any():  # a run holding both forms
                 order = np.argsort(w, kind="stable")
                 w, v = w[order], v[order]
-            yield tag, ((None, w[i : i + self._chunk], v[i : i + self._chunk])
-                        for i in range(0, len(w), self._chunk))  # fmt: skip
+            yield tag, w, v
 
     def __iter__(self) -> Iterator[bytes]:
         rows = self._jobs()
@@ -794,6 +806,48 @@ class Export:
         if not csv_out:
             yield b"\n}\n"
 
+    def _parts(self) -> Iterator[bytes | _TagStart | _TagEnd | _Rows | Callable[[], _Rows]]:
+        """The document for a split export (:func:`write_export`), in order: bytes, a tag's
+        start, rows formatted already (alerts), or the formatting of a part of a tag's rows
+        still to run, its chunks decoded only then. Rows come without what goes between them
+        and the tag's head and end (:class:`_Seams`), which depend on what came before: a
+        process that formats only some parts does not decode the others. Every process
+        iterating this over the same reader state gets the same sequence."""
+        csv_out = self.fmt == "csv"
+        yield (CSV_HEADER if csv_out else "{").encode()
+        for tag in self._scalar_tags():
+            cell = _csv_cell(tag) if csv_out else None
+            yield _TagStart(tag)
+            parts = self._reader.iter_scalar_parts(tag, max_chunk_points=self._chunk)
+            for _, read in parts:
+                yield partial(_format_part, cell, read)
+            yield _TAG_END
+        for tag, w, v in self._telemetry():
+            cell = _csv_cell(tag) if csv_out else None
+            yield _TagStart(tag)
+            for i in range(0, len(w), self._chunk):
+                yield partial(
+                    _format_part, cell, (None, w[i : i + self._chunk], v[i : i + self._chunk])
+                )
+            yield _TAG_END
+        for tag, alerts in self._alerts():
+            cell = _csv_cell(tag) if csv_out else None
+            yield _TagStart(tag)
+            for i in range(0, len(alerts), self._chunk):
+                part = alerts[i : i + self._chunk]
+                if csv_out:
+                    text = "".join(
+                        f"{cell},{_csv_step(s)},{w!r},{_csv_value(v)}\n" for s, w, v in part
+                    )
+                else:
+                    text = ", ".join(
+                        f"[{w!r}, {_json_value(s)}, {_json_value(v)}]" for s, w, v in part
+                    )
+                yield _Rows(len(part), [text.encode()])
+            yield _TAG_END
+        if not csv_out:
+            yield b"\n}\n"
+
     def _alerts(self) -> list[tuple[str, list[tuple[int | None, float, float | None]]]]:
         """The run's alerts (docs/alerts.md) as ``(tag, [(step, wall, value), ...])``, tags
         ``alert/<rule>`` or ``alert/<rule>/<series>`` in order, each tag's alerts as recorded."""
@@ -845,8 +899,82 @@ def _run_ahead(
         jobs.close()  # lets go of the reader's pinned files now
 
 
-#: Bytes of the length that leads each block a helper process writes (little-endian).
-_FRAME_HEAD = 8
+#: Bytes that lead each part a helper process writes: its length, then its rows (each 8 bytes,
+#: little-endian).
+_FRAME_HEAD = 16
+
+
+class _Rows(NamedTuple):
+    """Rows of one tag formatted for a split export, without what goes between them and the
+    rows before (:class:`_Seams`)."""
+
+    rows: int
+    blocks: list[bytes]
+
+
+@dataclass(frozen=True)
+class _TagStart:
+    """Where a tag's rows start in a split export (its head is written before its first row)."""
+
+    tag: str
+
+
+class _TagEnd:
+    """Where a tag's rows end in a split export (:data:`_TAG_END`)."""
+
+
+_TAG_END = _TagEnd()
+
+
+def _format_part(cell: str | None, part: Callable[[], Any] | tuple) -> _Rows:
+    """Rows of ``part`` (``(steps or None, walls, values)``, or a function reading them) in
+    blocks of :data:`FORMAT_ROWS`: CSV rows of the tag cell ``cell``, or JSON rows (``cell``
+    None) joined by ``", "``, with nothing before the first."""
+    steps, walls, values = part() if callable(part) else part
+    blocks = []
+    for i in range(0, len(walls), FORMAT_ROWS):
+        s = None if steps is None else steps[i : i + FORMAT_ROWS]
+        w, v = walls[i : i + FORMAT_ROWS], values[i : i + FORMAT_ROWS]
+        if cell is not None:
+            blocks.append(_csv_rows(cell, s, w, v))
+        else:
+            blocks.append(_json_rows(s, w, v, b", " if i else b""))
+    return _Rows(len(walls), blocks)
+
+
+class _Seams:
+    """What goes between the parts of a split export's document, decided in the document's
+    order by the process writing it, from the rows each part turned out to hold: a tag's head
+    before its first row (JSON ``,\n"tag": [``, after the first tag with rows), ``", "`` between
+    JSON rows, ``]`` after a tag's last; nothing for a tag without rows. Counts the rows and
+    the tags with rows, as iterating :class:`Export` does."""
+
+    def __init__(self, fmt: str) -> None:
+        self.json = fmt == "json"
+        self.rows = 0
+        self.tags = 0
+        self._tag: str | None = None
+        self._had = False
+
+    def start(self, tag: str) -> None:
+        self._tag, self._had = tag, False
+
+    def before(self, rows: int) -> bytes:
+        """The bytes to write before a part of ``rows`` rows (none: the part is empty)."""
+        if not rows:
+            return b""
+        self.rows += rows
+        if self._had:
+            return b", " if self.json else b""
+        self._had = True
+        self.tags += 1
+        if not self.json:
+            return b""
+        return (("," if self.tags > 1 else "") + "\n" + json.dumps(self._tag) + ": [").encode()
+
+    def end(self) -> bytes:
+        """The bytes that end the tag started last."""
+        return b"]" if self.json and self._had else b""
 
 
 def write_export(export: Export, out: Any, processes: int = 1) -> None:
@@ -854,15 +982,17 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
     file, a pipe); with ``processes`` above 1 (Linux), format it in that many processes at once.
 
     The extra processes are forks of this one, taken once ``export`` has opened its run, so all
-    read the same state of it (preads only: no shared file offsets). Block ``j`` of the rows is
-    formatted by process ``j % processes`` (this one for 0), each helper writing its blocks,
-    each led by its length, into a pipe of its own; this process writes its own blocks to
-    ``out`` and moves each helper's on in order with ``os.splice`` (no copy through this
-    process). Every process reads the whole run (under a tenth of the formatting's time), formats in
-    its main thread (``export``'s threads are not used) and holds about what one export does.
-    The bytes are those of iterating ``export``. A helper ends when it has written its last
-    block, or when this process goes (its pipe broken); this process kills and reaps the helpers
-    on any error.
+    read the same state of it (preads only: no shared file offsets). The rows are dealt out in
+    parts of about ``export``'s ``chunk_rows`` (whole stored chunks, so a process decodes only
+    the chunks it formats): part ``j`` is formatted by process ``j % processes`` (this one for
+    0), each helper writing its parts, each led by its length and rows, into a pipe of its own;
+    this process writes its own parts to ``out`` and moves each helper's on in order with
+    ``os.splice`` (no copy through this process), writing what goes between them itself
+    (:class:`_Seams`). Each process formats in its main thread (``export``'s threads are not
+    used) and holds about what one export does. The bytes are those of iterating ``export``,
+    and ``export.rows`` and ``export.tags`` count the same. A helper ends when it has written
+    its last part, or when this process goes (its pipe broken); this process kills and reaps
+    the helpers on any error.
 
     Raises:
         ValueError: ``processes`` is below 1.
@@ -893,16 +1023,17 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
             os.close(write)
             pipes.append(read)
             running.append(pid)
-        writer = _WriteBehind(out.fileno())  # a thread: started after the forks
+        seams = _Seams(export.fmt)
+        writer = _WriteBehind(out.fileno(), seams)  # a thread: started after the forks
         j = 0
-        for job in export._jobs():
-            if isinstance(job, bytes):
-                writer.put(job)
-                continue
-            k = j % processes
-            j += 1
-            writer.put(job() if not k else pipes[k - 1])
+        for item in export._parts():
+            if callable(item):
+                k = j % processes
+                j += 1
+                item = item() if not k else pipes[k - 1]
+            writer.put(item)
         writer.close()
+        export.rows, export.tags = seams.rows, seams.tags
         while running:
             status = os.waitpid(running[0], 0)[1]
             running.pop(0)
@@ -921,8 +1052,9 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
 
 
 def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
-    """A helper process of :func:`write_export`: formats blocks ``k``, ``k + processes``, ...
-    of ``export`` into the pipe ``fd``, each led by its length; exits, never returns."""
+    """A helper process of :func:`write_export`: formats parts ``k``, ``k + processes``, ...
+    of ``export`` into the pipe ``fd``, each led by its length and rows; exits, never
+    returns."""
     code = 0
     try:
         # The document's other bytes are the parent's: this process must not hold its output
@@ -932,13 +1064,15 @@ def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
         os.close(devnull)
         writer = _WriteBehind(fd)
         j = 0
-        for job in export._jobs():
-            if isinstance(job, bytes):
+        for item in export._parts():
+            if not callable(item):
                 continue
             if j % processes == k:
-                data = job()
-                writer.put(len(data).to_bytes(_FRAME_HEAD, "little"))
-                writer.put(data)
+                rows, blocks = item()
+                size = sum(len(b) for b in blocks)
+                writer.put(size.to_bytes(8, "little") + rows.to_bytes(8, "little"))
+                for block in blocks:
+                    writer.put(block)
             j += 1
         writer.close()
     except BrokenPipeError:  # the parent went: nobody wants the rest
@@ -954,27 +1088,30 @@ def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
         os._exit(code)  # no parent's cleanup (its open files, atexit) runs here
 
 
-#: Items a process of a split export formats ahead of its writes: a block of JSON rows is about
-#: 0.75 MB (a helper's block is two items, its length and its bytes).
+#: Items a process of a split export formats ahead of its writes: a part of JSON rows is about
+#: 3 MB (a helper's part is its head and its blocks of about 0.75 MB).
 _WRITE_AHEAD = 4
 
 
 class _WriteBehind:
     """The writes of one process of a split export (:func:`write_export`), made by a thread of
     its own, at most :data:`_WRITE_AHEAD` items behind: the process formats on while its output
-    pipe is full or a helper's block is not there yet (the waits release the GIL). Items are
-    bytes to write, or the read end of a helper's pipe to move one block from
-    (:func:`_move_frame`). The thread's error is raised by the next :meth:`put` or by
-    :meth:`close`; after one, it takes items and drops them."""
+    pipe is full or a helper's part is not there yet (the waits release the GIL). Items are
+    bytes to write, or, with ``seams`` (the first process's), :class:`_Rows` of its own, the
+    read end of a helper's pipe to move one part from (:func:`_move_frame`) and
+    :class:`_TagStart` and :data:`_TAG_END`, each part led by what ``seams`` puts before it.
+    The thread's error is raised by the next :meth:`put` or by :meth:`close`; after one, it
+    takes items and drops them."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, seams: _Seams | None = None) -> None:
         self._fd = fd
-        self._queue: queue.Queue[bytes | int | None] = queue.Queue(_WRITE_AHEAD)
+        self._seams = seams
+        self._queue: queue.Queue[Any] = queue.Queue(_WRITE_AHEAD)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="vdl-export-write", daemon=True)
         self._thread.start()
 
-    def put(self, item: bytes | int) -> None:
+    def put(self, item: bytes | int | _Rows | _TagStart | _TagEnd) -> None:
         """Queue ``item`` (blocks while :data:`_WRITE_AHEAD` are queued)."""
         if self._error is not None:
             raise self._error
@@ -1001,20 +1138,39 @@ class _WriteBehind:
             if self._error is not None:
                 continue
             try:
-                if isinstance(item, int):
-                    _move_frame(item, self._fd)
-                else:
-                    write_all(self._fd, item)
+                self._write(item)
             except BaseException as exc:  # raised in the formatting thread
                 self._error = exc
 
+    def _write(self, item: bytes | int | _Rows | _TagStart | _TagEnd) -> None:
+        seams = self._seams
+        if isinstance(item, int):
+            assert seams is not None
+            _move_frame(item, self._fd, seams.before)
+        elif isinstance(item, _Rows):
+            assert seams is not None
+            if lead := seams.before(item.rows):
+                write_all(self._fd, lead)
+            for block in item.blocks:
+                write_all(self._fd, block)
+        elif isinstance(item, _TagStart):
+            assert seams is not None
+            seams.start(item.tag)
+        elif isinstance(item, _TagEnd):
+            assert seams is not None
+            if end := seams.end():
+                write_all(self._fd, end)
+        else:
+            write_all(self._fd, item)
 
-def _move_frame(src: int, dst: int) -> None:
-    """Move one block from the helper pipe ``src`` (its length, then its bytes) to ``dst``,
-    spliced (no copy through this process) where ``dst`` takes it, read and written elsewhere.
+
+def _move_frame(src: int, dst: int, before: Callable[[int], bytes]) -> None:
+    """Move one part from the helper pipe ``src`` (its length and rows, then its bytes) to
+    ``dst``, after ``before(rows)``; spliced (no copy through this process) where ``dst`` takes
+    it, read and written elsewhere.
 
     Raises:
-        RuntimeError: the pipe ended before the block did (the helper failed).
+        RuntimeError: the pipe ended before the part did (the helper failed).
     """
     head = b""
     while len(head) < _FRAME_HEAD:
@@ -1022,7 +1178,9 @@ def _move_frame(src: int, dst: int) -> None:
         if not more:
             raise RuntimeError("an export helper process ended before its blocks did")
         head += more
-    left = int.from_bytes(head, "little")
+    left = int.from_bytes(head[:8], "little")
+    if lead := before(int.from_bytes(head[8:], "little")):
+        write_all(dst, lead)
     while left:
         try:
             moved = os.splice(src, dst, left)

@@ -46,7 +46,45 @@ def test_iter_scalars_concatenated_equals_read_scalars(
             assert all(1 <= len(p) <= chunk for p in pieces)
             want = reader.read_scalars(tag, start=start, end=end)
             assert same_series(concatenated(pieces), want), tag
+            # The parts, read when asked for (some empty: superseded by a restart), likewise.
+            parts = []
+            for count, read in reader.iter_scalar_parts(tag, max_chunk_points=chunk):
+                part = read()
+                assert 1 <= count <= chunk and len(part) <= count
+                parts.append(part)
+            assert same_series(concatenated(parts), reader.read_scalars(tag)), tag
         reader.close()
+
+
+def test_scalar_parts_decode_only_the_chunks_read(tmp_path, monkeypatch):
+    """Chunks of 65,536 points, grouped when small, sliced when large: a consumer reading every
+    other part decodes every other chunk, not all of them."""
+    from recorder import codec
+
+    n = 5 * 65_536 + 100
+    with RunWriter(tmp_path / "r") as w:
+        w.append_scalars("a", np.arange(n), BASE_WALL + np.arange(n), np.arange(n) * 0.5)
+    decoded: list[int] = []
+    decode = codec.decode_scalars
+
+    def counting(data, at=None):
+        decoded.append(data["n"])
+        return decode(data, at)
+
+    monkeypatch.setattr(codec, "decode_scalars", counting)
+    with RunReader(tmp_path / "r") as r:
+        parts = list(r.iter_scalar_parts("a"))
+        assert [c for c, _ in parts] == [65_536] * 5 + [100] and not decoded
+        got = [read() for _, read in parts[::2]]
+        assert decoded == [65_536] * 3
+        assert [int(p.steps[0]) for p in got] == [0, 2 * 65_536, 4 * 65_536]
+        decoded.clear()
+        halves = list(r.iter_scalar_parts("a", max_chunk_points=32_768))
+        assert [c for c, _ in halves] == [32_768] * 10 + [100]
+        assert same_series(concatenated([read() for _, read in halves]), r.read_scalars("a"))
+        assert decoded == [65_536] * 5 + [100]  # each chunk once for its two slices
+        with pytest.raises(ValueError, match="max_chunk_points must be an int >= 1, got 0"):
+            r.iter_scalar_parts("a", max_chunk_points=0)
 
 
 def test_iter_scalars_of_an_unknown_tag_is_empty_and_bad_arguments_are_refused(tmp_path):
