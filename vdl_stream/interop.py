@@ -957,6 +957,7 @@ class _Seams:
         self._had = False
 
     def start(self, tag: str) -> None:
+        """The rows that follow are ``tag``'s."""
         self._tag, self._had = tag, False
 
     def before(self, rows: int) -> bytes:
