@@ -49,7 +49,8 @@ async def snapshot_frames(logdir, names: list[str], processes: int, used: list[s
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
         await nursery.start(broker.follow, 3600.0)  # one round: discovery, then quiet
-        if processes:  # started by the follow loop (more runs than SPLIT_RUNS_UP_TO)
+        if processes:  # the first snapshot sent starts them
+            assert not broker._reader_pool.ready
             sub = broker.subscribe({names[0]}, None)
             await broker.send_snapshot(sub, drop, 200, runs=[names[0]], split=True)
             broker.unsubscribe(sub)
@@ -160,20 +161,3 @@ async def test_a_subscription_of_many_runs_asks_for_their_files_at_once(tmp_path
             nursery.cancel_scope.cancel()
     assert asked == [names[::-1]]  # once, for the many, in the order they are read
     assert len(frames) == 2 * 2 + 4
-
-
-async def test_a_broker_over_a_sweep_starts_its_reader_processes_before_any_subscription(
-    tmp_path, monkeypatch
-):
-    monkeypatch.setattr(broker_module, "SPLIT_RUNS_UP_TO", 2)
-    write_sweep(tmp_path, 3)
-    with trio.fail_after(60):
-        broker = Broker(tmp_path, read_processes=1)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            assert not broker._pool_wanted.is_set()
-            await nursery.start(broker.follow, 3600.0)  # finds 3 runs: more than 2
-            assert broker._pool_wanted.is_set()
-            await wait_until(lambda: broker._reader_pool.ready, 60, "the reader processes")
-            assert not broker._subscribers  # none asked for a snapshot
-            nursery.cancel_scope.cancel()

@@ -735,11 +735,10 @@ class Broker:
         read_processes: processes that read the scalars of snapshots sent whole (a page
             selecting more than ``SPLIT_RUNS_UP_TO`` runs) beside this one
             (:class:`recorder.ReaderPool`: those reads hold the GIL, so threads take turns on
-            one core). Started as :meth:`follow` first finds more than ``SPLIT_RUNS_UP_TO``
-            runs (a server over a sweep), or else once a subscription's snapshot was sent while
-            the broker knew of that many: a server over a few runs never starts them, and no
-            subscription waits for them. Until they are up, and with 0, the reader threads read
-            everything.
+            one core). Started once a subscription's snapshot was sent while the broker knew
+            of more than ``SPLIT_RUNS_UP_TO`` runs (a page's first load over a sweep): a server
+            over a few runs never starts them, and a first subscription does not wait for
+            them. Until they are up, and with 0, the reader threads read everything.
 
     Raises:
         ValueError: a size, count or ``idle_close`` is not positive.
@@ -1184,9 +1183,8 @@ class Broker:
                 self._compaction_process.close()
 
     async def _start_reader_pool(self, pool: recorder.ReaderPool) -> None:
-        """Start the reader processes once the broker knows of more runs than
-        ``SPLIT_RUNS_UP_TO`` (fewer are never sent whole): as the follow loop first finds them,
-        or at the first snapshot sent after they appeared; close them at the end."""
+        """Start the reader processes once a snapshot was sent while the broker knew of more runs
+        than ``SPLIT_RUNS_UP_TO`` (fewer are never sent whole); close them at the end."""
         try:
             await self._pool_wanted.wait()
             try:
@@ -1383,11 +1381,6 @@ class Broker:
         """
         await self._discover()
         self._following = True
-        if len(self._runs) > SPLIT_RUNS_UP_TO:
-            # A sweep: its reader processes start now, with the server, rather than after the
-            # first page's snapshot, where their imports (0.3-0.5 s of CPU each) competed with
-            # that page drawing its first charts, or a selection of many runs right after it.
-            self._pool_wanted.set()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_summaries, SUMMARY_INTERVAL)
             task_status.started()
