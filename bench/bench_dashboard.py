@@ -771,6 +771,14 @@ def main() -> None:
     parser.add_argument("--runs-skip-load", action="store_true")
     parser.add_argument("--runs-skip-live", action="store_true")
     parser.add_argument(
+        "--runs-page-cache",
+        choices=("cold", "warm", "as-is"),
+        default="cold",
+        help="the selected runs' files before each selection: evicted from the OS page cache"
+        " (read from the disk, as a server over a sweep written earlier), read into it, or left"
+        " as the machine has them (then whichever tree runs first reads from the disk)",
+    )
+    parser.add_argument(
         "--runs-profile",
         action="store_true",
         help="CPU profiles of the page over the selection and the live load (self time by function)",

@@ -19,6 +19,10 @@ Three measures, each against a real ``vdl-stream serve`` subprocess and headless
   plain WebSocket client on one connection: 100 ``s06-*`` runs subscribed, then the same with one
   of them swapped for an open run, with ``keep`` (only the added run is sent) and without (all
   100 again): seconds to each ``synced``.
+  Before the selection and before the server alone reads 100 unread runs, those runs' files
+  are evicted from the OS page cache (``--runs-page-cache cold``, POSIX_FADV_DONTNEED: each tree
+  reads them from the disk alike), read into it (``warm``) or left as they are (``as-is``: the
+  first tree of a sitting then reads from the disk, the next ones from memory).
 * live: ``--runs-live`` runs (bench/runs_writer.py, its own process) log 10 tags at
   ``--runs-rate`` points/s each while the page shows all of them (``All`` clicked); every
   ``--interval`` seconds the Chrome DevTools Protocol's ``Performance.getMetrics`` gives the
@@ -140,6 +144,24 @@ SELECT_JS = """(n) => new Promise((resolve) => {
 })"""
 
 
+def page_cache(logdir: Path, prefix: str, mode: str) -> None:
+    """Evict the files of the runs of ``logdir`` named ``prefix*`` from the OS page cache
+    (``mode`` "cold"), or read them into it ("warm"); "as-is" leaves them."""
+    if mode == "as-is":
+        return
+    for run in sorted(logdir.glob(prefix + "*")):
+        for path in run.iterdir():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                if mode == "cold":
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                else:
+                    while os.read(fd, 1 << 22):
+                        pass
+            finally:
+                os.close(fd)
+
+
 def _serve(logdir: Path, log: Path):  # type: ignore[no-untyped-def]
     from bench_dashboard import Serve
 
@@ -203,7 +225,9 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         def cpu(s=server, b=browser_pid) -> tuple[float, float]:
                             return s.cpu_s(), chromium_cpu_s(b)
 
+                        page_cache(logdir, "s05-", args.runs_page_cache)
                         select = select_runs(page, args.runs_profile, cpu)
+                        select["page_cache"] = args.runs_page_cache
                         page.screenshot(path=str(HERE / "out" / "runs-select-100.png"))
                         # The same 100 again (None, then All): the server's reads are kept,
                         # so this is mostly the page's own work on 100 snapshots.
@@ -227,6 +251,7 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                             for n in page.evaluate("() => [...window.vdl.runsModel.names]")
                             if n.startswith("s06-")
                         ]
+                        page_cache(logdir, "s06-", args.runs_page_cache)
                         select["server_alone_cold_s"] = server_select(
                             server.ws_url, sorted(cold), select["max_points"]
                         )
@@ -664,7 +689,8 @@ def report(result: dict) -> str:
                 f" {sel['synced_ms']:.0f} ms; max_points {sel['max_points']}; the server alone,"
                 f" the same subscribe on a fresh connection: {sel['server_alone_s']:.2f} s,"
                 f" 100 runs no page read yet: {sel['server_alone_cold_s']:.2f} s;"
-                f" lines per chart: {sel['lines']})"
+                f" lines per chart: {sel['lines']}; their files in the page cache:"
+                f" {sel.get('page_cache', 'as-is')})"
             )
             out.append("")
             out.append(f"Drawing frames over it: {_draws(sel)}; over the same 100 again: "

@@ -8,6 +8,10 @@ the run up to the position the asking reader has read (the same records, so the 
 and hands back the columns. The asking process keeps its own reader (and what it has read) as
 before: it stores the answer with :meth:`RunReader.keep_scalars`.
 
+Runs read from the disk (a sweep written hours ago, no longer in the OS page cache) wait for
+the disk one chunk at a time, in whichever thread or process reads them: :func:`prefetch` asks
+the OS for a run's files ahead of such a read, so that many runs' reads reach the disk at once.
+
 No trio, no web: the calls block; a caller on an event loop runs them in a thread.
 """
 
@@ -36,6 +40,10 @@ from recorder.records import CorruptionWarning, Position, ScalarSeries
 _WORKER = "from recorder.reader_pool import serve_reads; serve_reads()"
 
 _T = TypeVar("_T")
+
+#: A run whose files hold more than this is left to its reads by :func:`prefetch`: a snapshot of a
+#: long run reads its level-of-detail summaries, a small part of its files.
+PREFETCH_RUN_BYTES = 16 << 20
 
 
 class ReaderPool:
@@ -210,6 +218,46 @@ def read_downsampled(
             if reader.position() != limit or reader.statistics().corrupt_records:
                 return None
     return out
+
+
+def prefetch(run_dir: str | os.PathLike[str], max_bytes: int = PREFETCH_RUN_BYTES) -> int:
+    """Ask the OS to read run ``run_dir``'s files into its page cache now, in the background
+    (``posix_fadvise(POSIX_FADV_WILLNEED)``), ahead of a read of all of it (blocking, briefly:
+    the call returns before the disk has answered).
+
+    A run read from the disk otherwise waits for one chunk at a time (each read's ``pread``);
+    asked for together, the files of many runs reach the disk at once. Nothing is read when the
+    files hold more than ``max_bytes`` in all, and nothing fails: a run that is gone, changing
+    or unreadable is left to its reads, which report it.
+
+    Returns:
+        The bytes asked for: 0 when nothing was (too large, unreadable, or no
+        ``posix_fadvise`` on this platform).
+    """
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return 0
+    try:
+        with os.scandir(run_dir) as entries:
+            files = [(e.path, e.stat().st_size) for e in entries if e.is_file()]
+    except OSError:
+        return 0
+    if sum(size for _, size in files) > max_bytes:
+        return 0
+    asked = 0
+    for path, size in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue  # replaced meanwhile (compaction): its reads find the new file
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            asked += size
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return asked
 
 
 def serve_reads() -> None:

@@ -131,3 +131,33 @@ async def test_a_broker_of_few_runs_starts_no_reader_process(tmp_path):
             assert broker._reader_pool._procs == [] and not broker._reader_pool.ready
             nursery.cancel_scope.cancel()
     assert len(frames) == 2 * len(names)  # split: the scalars, then the events
+
+
+async def test_a_subscription_of_many_runs_asks_for_their_files_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(broker_module, "SPLIT_RUNS_UP_TO", 2)
+    asked: list[list[str]] = []
+    prefetch_runs = broker_module._prefetch_runs
+
+    def recorded(paths):
+        asked.append([p.name for p in paths])
+        return prefetch_runs(paths)
+
+    monkeypatch.setattr(broker_module, "_prefetch_runs", recorded)
+    names = write_sweep(tmp_path, 4)
+    frames: list[bytes] = []
+
+    async def keep(frame: bytes) -> None:
+        frames.append(frame)
+
+    with trio.fail_after(60):
+        broker = Broker(tmp_path)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await nursery.start(broker.follow, 3600.0)
+            for runs in (names[:2], names[::-1]):  # few (split, read as they come), then many
+                sub = broker.subscribe(set(runs), None)
+                await broker.send_snapshot(sub, keep, 200, runs=runs, split=True)
+                broker.unsubscribe(sub)
+            nursery.cancel_scope.cancel()
+    assert asked == [names[::-1]]  # once, for the many, in the order they are read
+    assert len(frames) == 2 * 2 + 4

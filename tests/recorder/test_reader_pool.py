@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from recorder_testing import BASE_WALL
 
+import recorder.reader_pool as reader_pool_module
 from recorder import ReaderPool, RunReader, RunWriter, ScalarSeries
-from recorder.reader_pool import read_downsampled
+from recorder.reader_pool import prefetch, read_downsampled
 
 
 def write_sweep_run(path) -> None:
@@ -171,3 +172,28 @@ def test_a_read_waiting_for_a_process_is_woken_when_the_pool_closes(tmp_path):
         ["the reader pool is closed"],
         ["the reader pool is not started"],  # (it had not reached the queue yet)
     )
+
+
+def test_prefetch_asks_the_os_for_every_file_of_a_run_and_skips_a_large_or_missing_one(
+    tmp_path, monkeypatch
+):
+    run = tmp_path / "run"
+    write_sweep_run(run)
+    sizes = {p.name: p.stat().st_size for p in run.iterdir() if p.is_file()}
+    asked: list[tuple[int, int, int, int]] = []
+    advise = reader_pool_module.os.posix_fadvise
+
+    def recorded(fd: int, offset: int, length: int, advice: int) -> None:
+        asked.append((fd, offset, length, advice))
+        advise(fd, offset, length, advice)
+
+    monkeypatch.setattr(reader_pool_module.os, "posix_fadvise", recorded)
+    assert prefetch(run) == sum(sizes.values()) > 100_000
+    assert len(asked) == len(sizes)  # each file, whole, read ahead
+    assert {(o, n, a) for _, o, n, a in asked} == {
+        (0, 0, reader_pool_module.os.POSIX_FADV_WILLNEED)
+    }
+    asked.clear()
+    assert prefetch(run, max_bytes=sum(sizes.values()) - 1) == 0  # a long run: its reads decide
+    assert prefetch(tmp_path / "gone") == 0
+    assert asked == []
