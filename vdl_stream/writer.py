@@ -7,11 +7,13 @@ columnar batches and hands them to a transport: the in-process broker, or a remo
 ``flush()`` and ``close()``, which wait (with a timeout) for durability.
 
 Flushing adapts to the link (the opposite of Nagle's algorithm): while fewer than ``window``
-batches are in flight (unacknowledged: an acknowledgement means written to disk), the next call
-wakes the background thread and its point leaves at once; while the window is full, calls
-accumulate and leave together as soon as an answer frees a place. So low rates get the lowest
+batches are in flight (not yet taken by the broker: ingested and fanned out; with
+``transport.TAKEN`` off, or a broker that does not say so, not yet acknowledged, i.e. written),
+the next call wakes the background thread and its point leaves at once; while the window is full,
+calls accumulate and leave together as soon as an answer frees a place. So low rates get the lowest
 latency and high rates the biggest batches. A window of 2 (the default) lets a point leave while
-the previous batch is still being written, instead of waiting for that write. ``flush_interval``
+the previous batch is still on its way, instead of waiting for it; a disk slower than the link
+still holds the writer back (``transport.UNACKED_PER_WINDOW``). ``flush_interval``
 bounds the wait while the window is full only when the points held reach :data:`MAX_HELD_POINTS`
 (or the transport cannot take batches at all): under overload the writer merges calls into fewer,
 larger batches, which the broker handles at a fraction of the per-batch cost, rather than queueing
@@ -1081,7 +1083,7 @@ class Writer:
             self._flushes
             or self._closing
             or len(self._pending)
-            or transport.unacknowledged() < self._window
+            or transport.has_room(self._window)
         ):
             return False
         events = self._events
