@@ -1079,12 +1079,7 @@ class Writer:
         in-flight window is full (``_pace`` wakes the pump when an answer frees a place), and
         what is held is within its bounds. Never while batches wait to be handed over (the
         transport is failing: they go to the bounded, spilling pending queue), nor on a flush."""
-        if (
-            self._flushes
-            or self._closing
-            or len(self._pending)
-            or transport.has_room(self._window)
-        ):
+        if self._flushes or self._closing or len(self._pending) or transport.has_room(self._window):
             return False
         events = self._events
         held = len(events)
