@@ -1482,9 +1482,11 @@ async def _ingest_batches(
                 except trio.ClosedResourceError:
                     await ws.close(1001, "server shutting down")
                     break
-                await send.send((batch.writer, batch.seq, broker_seq, batch.sync, None))
                 if say_taken:
+                    # First: with the direct writes it leaves before this task yields again (to
+                    # the subscribers' sends the fan-out woke), and it frees the writer's window.
                     await ws.send(codec.encode_taken(batch.writer, batch.seq))
+                await send.send((batch.writer, batch.seq, broker_seq, batch.sync, None))
                 data = await ws.receive()
         nursery.cancel_scope.cancel()
 
