@@ -309,10 +309,11 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
     from vdl_stream import attach
 
     _trace_writer()
-    if os.environ.get("LATENCY_WINDOW_COUNTS") == "written":  # see --window-counts
+    counts = os.environ.get("LATENCY_WINDOW_COUNTS")  # see --window-counts
+    if counts is not None:
         from vdl_stream import transport
 
-        transport.TAKEN = False
+        transport.TAKEN = counts == "taken"
     tags = [f"train/metric{i}" for i in range(ntags)]
     # "default": whatever attach() defaults to (a tree without the option runs too)
     options = {} if window == "default" else {"window": int(window)}
@@ -710,8 +711,8 @@ def main() -> None:
     parser.add_argument(
         "--window-counts",
         choices=("taken", "written"),
-        help="what the writers' window counts: batches not yet taken by the broker (the "
-        "default, transport.TAKEN) or not yet written (acknowledged)",
+        help="what the writers' window counts: batches not yet taken by the broker or not yet "
+        "written (acknowledged); default: transport.TAKEN",
     )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)

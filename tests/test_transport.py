@@ -17,7 +17,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, ConnectionTimeo
 
 import recorder
 from tests.conftest import start_serve, stop_serve, wait_for, wait_until
-from vdl_stream import attach
+from vdl_stream import attach, transport
 from vdl_stream.codec import Batch, ScalarColumns, decode_batch, decode_message, encode_ack
 from vdl_stream.transport import Spool, WebSocketTransport, describe_connect_error
 
@@ -266,9 +266,13 @@ class _AckGate:
 
 
 @pytest.mark.parametrize("window", [1, 2])
-def test_a_point_logged_while_the_window_has_room_leaves_at_once_not_at_the_interval(window):
-    """The gate is a broker that knows no ``taken`` (an older one): the writer asks for it and,
-    hearing none, its window counts the batches not yet acknowledged, as before."""
+def test_a_point_logged_while_the_window_has_room_leaves_at_once_not_at_the_interval(
+    monkeypatch, window
+):
+    """The gate is a broker that knows no ``taken`` (an older one): the writer asks for it
+    (``TAKEN`` on) and, hearing none, its window counts the batches not yet acknowledged, as
+    before."""
+    monkeypatch.setattr(transport, "TAKEN", True)
     with _AckGate() as gate:
         # A 30 s interval: only the adaptive flush can deliver within the test's deadlines.
         writer = attach(
@@ -327,7 +331,6 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
     Either way the spool keeps every batch until its ``ack``, and all land once."""
     import threading
 
-    from vdl_stream import transport
     from vdl_stream.broker import Broker
     from vdl_stream.server import serve_dashboard
 

@@ -85,11 +85,11 @@ def test_in_process_the_next_batch_leaves_while_the_previous_is_written(
 def test_in_process_the_window_frees_when_ingest_returned_up_to_its_unacknowledged_bound(
     tmp_path, monkeypatch, window
 ):
-    """``TAKEN`` (the default), the writes held: a batch frees its place once the broker took
-    it, so batches of one point each keep going, each at once, until UNACKED_PER_WINDOW times
+    """``TAKEN`` on, the writes held: a batch frees its place once the broker took it, so
+    batches of one point each keep going, each at once, until UNACKED_PER_WINDOW times
     ``window`` wait for their writes; then calls merge into one batch that leaves when a write
     frees a place. Everything lands once, in order."""
-    assert transport.TAKEN is True
+    monkeypatch.setattr(transport, "TAKEN", True)
     bound = transport.UNACKED_PER_WINDOW * window
     writes = _HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="t", telemetry=False, flush_interval=30.0, window=window)

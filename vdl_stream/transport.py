@@ -38,8 +38,8 @@ up to its seq, a retryable refusal sends the refused batch and every later one a
 and the broker drops re-sent copies it already has by (writer, seq) (``Broker.ingest``), so nothing
 acknowledged is lost and nothing lands twice.
 
-What the window counts. With :data:`TAKEN` on (the default) a place in the window frees when the
-broker has *taken* a batch (ingested it: numbered, fanned out to the browsers and queued for its
+What the window counts. With :data:`TAKEN` on (off by default) a place in the window frees when
+the broker has *taken* a batch (ingested it: numbered, fanned out to the browsers and queued for its
 write), not when it has written it: over a socket the broker says so with a ``taken`` message
 (docs/protocol.md; the transport asks for it with ``?taken=1`` on ``/ws/ingest``, and a broker that
 does not know it sends none, which leaves the window counting acknowledgements as before); in
@@ -100,8 +100,11 @@ MAX_WINDOW = 16
 #: Whether the window counts batches not yet *taken* by the broker (ingested and fanned out) rather
 #: than not yet acknowledged (written): a point then waits for the broker's ingest, not for the
 #: previous batch's write (module docstring). Read at each connection (the ``?taken=1`` asked of
-#: ``/ws/ingest``) and at each look at the window; False keeps the window counting acknowledgements.
-TAKEN = True
+#: ``/ws/ingest``) and at each look at the window. Off: on the 2 shared cores, at load 10-18, the
+#: writer's wait halved but batches then waited as long in the server's receive path and the end
+#: to end p50 was lower in about half of the alternated pairs only (docs/performance.md, "(2026-12-01,
+#: h5-taken)"); the decision wants a quiet machine.
+TAKEN = False
 #: With :data:`TAKEN`, the batches a writer keeps unacknowledged at most, in windows: a disk slower
 #: than the link fills the spool up to this many windows, then holds the writer back.
 UNACKED_PER_WINDOW = 4

@@ -7,8 +7,8 @@ columnar batches and hands them to a transport: the in-process broker, or a remo
 ``flush()`` and ``close()``, which wait (with a timeout) for durability.
 
 Flushing adapts to the link (the opposite of Nagle's algorithm): while fewer than ``window``
-batches are in flight (not yet taken by the broker: ingested and fanned out; with
-``transport.TAKEN`` off, or a broker that does not say so, not yet acknowledged, i.e. written),
+batches are in flight (not yet acknowledged, i.e. written; with ``transport.TAKEN`` on and a
+broker that says so, not yet taken by the broker: ingested and fanned out),
 the next call wakes the background thread and its point leaves at once; while the window is full,
 calls accumulate and leave together as soon as an answer frees a place. So low rates get the lowest
 latency and high rates the biggest batches. A window of 2 (the default) lets a point leave while
