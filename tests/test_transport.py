@@ -376,3 +376,53 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
         release.set()
     with recorder.RunReader(tmp_path / "logs" / "r") as reader:
         assert reader.read_scalars("x").steps.tolist() == list(range(1, full + 1))
+
+
+@pytest.mark.filterwarnings("ignore:.*refused a batch")
+async def test_over_a_socket_batches_taken_then_refused_at_their_write_go_again_once(
+    tmp_path, monkeypatch
+):
+    """``TAKEN`` on: the broker takes batches (``taken`` frees the window) and then fails to
+    write them (a full disk, retryable, twice). The writer's spool still holds them: they and
+    every later batch go again, in order, and each lands exactly once."""
+    import errno
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.server import serve_dashboard
+
+    monkeypatch.setattr(transport, "TAKEN", True)
+    failures = [2]
+    write_part = Broker._write_part
+
+    def full_disk(broker, run, batches, size):  # type: ignore[no-untyped-def]
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_part(broker, run, batches, size)
+
+    monkeypatch.setattr(Broker, "_write_part", full_disk)
+    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+
+    def batch(seq: int) -> Batch:
+        steps = np.array([seq], dtype=np.int64)
+        return Batch("t", seq, "r", [ScalarColumns("x", steps, steps + 1.7e9, steps * 1.0)])
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker = Broker(tmp_path / "logs")
+            await nursery.start(broker.run)
+            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            sender = await nursery.start(WebSocketTransport.run, "ws" + url[4:])
+            for seq in range(1, 31):
+                await sender.wait_window(2)
+                await sender.send(batch(seq))
+            await sender.wait_acked(30)
+            errors = sender.take_errors()
+            assert failures == [0] and errors and all(e.retryable for e in errors)
+            assert "disk full" in errors[0].reason
+            assert sender.statistics().retries >= 1 and sender.unacknowledged() == 0
+            broker.close()
+            nursery.cancel_scope.cancel()
+    with recorder.RunReader(tmp_path / "logs" / "r") as reader:  # every record: a duplicate shows
+        records = reader.read_records(kind="scalars", tag="x")
+    assert [int(s) for r in records for s in r.data.steps] == list(range(1, 31))

@@ -806,7 +806,8 @@ class WebSocketTransport:
                     self._notify()
                 elif kind == "taken":
                     seq = int(message["seq"])
-                    if seq > self._taken:
+                    # Not past a retryable refusal still to be re-sent: those go again first.
+                    if seq > self._taken and (self._resend_from is None or seq < self._resend_from):
                         self._taken = seq
                         self._notify()
                 elif kind == "refused":

@@ -12,8 +12,8 @@ broker that says so, not yet taken by the broker: ingested and fanned out),
 the next call wakes the background thread and its point leaves at once; while the window is full,
 calls accumulate and leave together as soon as an answer frees a place. So low rates get the lowest
 latency and high rates the biggest batches. A window of 2 (the default) lets a point leave while
-the previous batch is still on its way, instead of waiting for it; a disk slower than the link
-still holds the writer back (``transport.UNACKED_PER_WINDOW``). ``flush_interval``
+the previous batch is still being written, instead of waiting for that write (with ``TAKEN``, at
+most ``transport.UNACKED_PER_WINDOW`` windows wait for their writes). ``flush_interval``
 bounds the wait while the window is full only when the points held reach :data:`MAX_HELD_POINTS`
 (or the transport cannot take batches at all): under overload the writer merges calls into fewer,
 larger batches, which the broker handles at a fraction of the per-batch cost, rather than queueing
