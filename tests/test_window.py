@@ -245,10 +245,15 @@ def test_a_slow_and_refusing_broker_with_a_window_loses_and_duplicates_nothing(
 
 
 @pytest.mark.filterwarnings("ignore:.*cannot reach the broker")
+@pytest.mark.parametrize("taken", [False, True], ids=["written", "taken"])
 @pytest.mark.parametrize("window", [2, 4])
-def test_a_killed_broker_with_a_window_loses_and_duplicates_nothing(tmp_path, window):
+def test_a_killed_broker_with_a_window_loses_and_duplicates_nothing(
+    tmp_path, monkeypatch, window, taken
+):
     """Over a socket, batches in flight when ``serve`` is killed are re-sent to the restarted
-    one, which drops those it has: every point exactly once, in order."""
+    one, which drops those it has: every point exactly once, in order. With ``TAKEN`` the
+    batches taken and not yet acknowledged when it died go again too."""
+    monkeypatch.setattr(transport, "TAKEN", taken)
     logdir = tmp_path / "logs"
     server = start_serve(logdir)
     port = int(server.url.rsplit(":", 1)[1])
