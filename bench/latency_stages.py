@@ -8,7 +8,8 @@ frame's arrival. Batches are matched across processes by (writer, seq) and by th
 Stages (one row each; p50 / p99 / max over the batches after the first second):
 
 - ``call -> batch``: the oldest point of a batch, from its ``add_scalar`` to the writer cutting the
-  batch (the adaptive flush waits while a batch is in flight, i.e. unacknowledged);
+  batch (the adaptive flush waits while its window is full: batches not yet taken by the
+  broker, or with ``--window-counts written`` not yet acknowledged);
 - ``batch -> encoded``: the batch is encoded for the socket;
 - ``encoded -> ingest``: on the wire and in the server's WebSocket receive path, until
   ``Broker.ingest`` starts (decoding included);
@@ -17,6 +18,8 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
   in three parts: until the persist thread takes it (the persist task's wake-up, the thread hop,
   and a write or housekeeping before it), the thread's write, and the way back to the event loop;
 - ``written -> ack at writer``: the acknowledgement's way back;
+- ``ingest -> taken at writer``: from ``Broker.ingest`` returning to the writer reading its
+  ``taken`` (what frees a place in its window);
 - ``offer -> taken to send``: from the fan-out to each subscriber's send task taking the frame
   from its queue (the event loop's backlog);
 - ``offer -> subscriber``: from the fan-out to a subscriber's arrival (the server's send loop,
@@ -42,7 +45,7 @@ Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscriber
                                       [--persist-only POINTS] [--ingest-only BATCHES]
                                        [--fanout-only BATCHES]
                                        [--frame-costs] [--no-compaction] [--keep]
-                                       [--inline-write BYTES]
+                                       [--inline-write BYTES] [--window-counts taken|written]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
 directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
@@ -269,8 +272,11 @@ def _trace_writer() -> None:
 
     def traced_decode(data):  # type: ignore[no-untyped-def]
         message = decode(data)
-        if message.get("type") == "ack":
+        kind = message.get("type")
+        if kind == "ack":
             _record("acked", message["writer"], message["seq"], time.time())
+        elif kind == "taken":
+            _record("took", message["writer"], message["seq"], time.time())
         return message
 
     w.Writer._take_pending = traced_take
@@ -303,6 +309,11 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
     from vdl_stream import attach
 
     _trace_writer()
+    counts = os.environ.get("LATENCY_WINDOW_COUNTS")  # see --window-counts
+    if counts is not None:
+        from vdl_stream import transport
+
+        transport.TAKEN = counts == "taken"
     tags = [f"train/metric{i}" for i in range(ntags)]
     # "default": whatever attach() defaults to (a tree without the option runs too)
     options = {} if window == "default" else {"window": int(window)}
@@ -697,6 +708,12 @@ def main() -> None:
         metavar="BYTES",
         help="the broker's INLINE_WRITE_BYTES: ingest writes batches up to this size itself",
     )
+    parser.add_argument(
+        "--window-counts",
+        choices=("taken", "written"),
+        help="what the writers' window counts: batches not yet taken by the broker or not yet "
+        "written (acknowledged); default: transport.TAKEN",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -704,6 +721,8 @@ def main() -> None:
         os.environ["LATENCY_NO_COMPACTION"] = "1"
     if args.inline_write is not None:  # read by _trace_server, here and in the server's process
         os.environ["LATENCY_INLINE_WRITE"] = str(args.inline_write)
+    if args.window_counts is not None:  # read by the writers' processes
+        os.environ["LATENCY_WINDOW_COUNTS"] = args.window_counts
     if args.serve is not None:
         return _serve_main(args.serve)
     if args.writer is not None:
@@ -841,6 +860,7 @@ def report(
             "  persist thread",
             "  thread -> written",
             "written -> ack at writer",
+            "ingest -> taken at writer",
             "offer -> taken to send",
             "offer -> subscriber",
             "add_scalar -> subscriber",
@@ -854,6 +874,7 @@ def report(
     for rows in writers:
         encoded = {(r[1], r[2]): r[3] for r in rows if r[0] == "encoded"}
         acked = {(r[1], r[2]): r[3] for r in rows if r[0] == "acked"}
+        took = {(r[1], r[2]): r[3] for r in rows if r[0] == "took"}
         for r in rows:
             if r[0] != "batch":
                 continue
@@ -865,6 +886,8 @@ def report(
             stages["batch -> encoded"].append(encoded[key] - cut)
             stages["encoded -> ingest"].append(got[4] - encoded[key])
             stages["ingest"].append(got[5] - got[4])
+            if key in took:
+                stages["ingest -> taken at writer"].append(took[key] - got[5])
             if got[3] in written:
                 stages["ingest -> written"].append(written[got[3]] - got[5])
                 if got[3] in persisted:
@@ -909,7 +932,8 @@ def report(
         f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s), "
         f"{args.subscribers} subscribers{' (as the page)' if args.page else ''}"
         f"{' (deflate)' if args.deflate else ''}"
-        f"{'' if args.window is None else f', window {args.window}'}; load {load}"
+        f"{'' if args.window is None else f', window {args.window}'}"
+        f"{'' if args.window_counts is None else f' counting {args.window_counts}'}; load {load}"
     )
     for name, values in stages.items():
         print(f"  {name:28s} n={len(values):7d}  {_ms(values)}")
@@ -936,7 +960,8 @@ def report(
         per_frame = (sub_cpu[1] - sub_cpu[0]) / len(arrivals) * 1e6
         print(f"  subscribers' CPU a data frame received: {per_frame:6.0f} us (one process)")
     cpu = _cpu_shares(server, writers, sub_cpu)
-    print(f"CPU in cores over the writers' {cpu.pop('wall'):.1f} s ({os.cpu_count()} cores here):")
+    wall = cpu.pop("wall")
+    print(f"CPU in cores over the writers' {wall:.1f} s ({os.cpu_count()} cores here):")
     for name, cores in cpu.items():
         print(f"  {name:28s} {cores:5.2f}")
     # The server's event-loop CPU per batch: what the machine's load changes least (the stages
@@ -944,6 +969,9 @@ def report(
     loop = sorted(r[7] for r in ingest.values())
     per_batch = (loop[-1] - loop[0]) / max(1, len(loop) - 1) * 1e6 if loop else 0.0
     print(f"  server: event loop per batch {per_batch:6.0f} us of CPU over {len(loop):,} batches")
+    # More, smaller batches cost the server per batch: the rate says how many it was sent.
+    rate = len(loop) / wall if loop else 0.0
+    print(f"  batches a second: {rate:6.0f} over the writers' {wall:.1f} s")
     if args.json:
         figures = {
             k: {q: float(np.percentile(v, q) * 1e3) for q in (50, 99)}
@@ -955,6 +983,7 @@ def report(
             "stages": figures,
             "cpu": cpu,
             "loop_us_per_batch": per_batch,
+            "batches_per_s": rate,
             "subscriber_us_per_frame": per_frame,
             "acks": [sum(answers), len(answers)],
             "behind": [behind, len(slow)],

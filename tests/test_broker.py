@@ -445,6 +445,7 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(script.parent.parent)}
     out = tmp_path / "stages.json"
     argv = [sys.executable, str(script), "--seconds", "2.5", "--rate", "2000", "--subscribers", "2"]
+    argv += ["--window-counts", "taken"]
     done = subprocess.run(
         [*argv, "--json", str(out)], env=env, capture_output=True, text=True, timeout=180
     )
@@ -459,8 +460,15 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
         "offer -> subscriber",
         "add_scalar -> subscriber",
         "add_scalar -> first subscriber",
+        "ingest -> taken at writer",
     ):
         assert figures["stages"][stage]["50"] >= 0, stage
+    # Each batch's taken reaches the writer before its ack (which waits for the write).
+    assert figures["stages"]["ingest -> taken at writer"]["50"] < (
+        figures["stages"]["ingest -> written"]["50"]
+        + figures["stages"]["written -> ack at writer"]["50"]
+    )
+    assert figures["batches_per_s"] > 0
     # The first of two subscribers to get a frame got it no later than the two's median.
     first, every = (
         figures["stages"][f"add_scalar -> {s}"]["50"] for s in ("first subscriber", "subscriber")

@@ -324,3 +324,64 @@ async def test_answers_written_in_one_round_go_to_the_writer_in_one_send(
             assert sends == [1, 2]
             broker.close()
             nursery.cancel_scope.cancel()
+
+
+def _one_point(writer: str, seq: int) -> bytes:
+    steps = np.array([seq], dtype=np.int64)
+    columns = [ScalarColumns("loss", steps, 1.7e9 + steps, steps * 0.5)]
+    # One run for both writers: a second run would be opened behind the held write.
+    return codec.encode_batch(Batch(writer, seq, "r", columns))
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["asgi", "direct"])
+async def test_a_writer_that_asks_hears_taken_before_the_write_and_an_older_one_only_acks(
+    tmp_path, monkeypatch, direct
+):
+    """The broker's writes held: a writer connected with ``?taken=1`` hears ``taken`` for each
+    batch as soon as the broker ingested it, long before its ``ack``; one connected without it
+    (an older writer) hears nothing until the writes, then its ``ack``s alone, as before. Both
+    get one ``ack`` a batch, in order, once written."""
+    import threading
+
+    monkeypatch.setattr(server, "WRITE_DIRECT", direct)
+    release = threading.Event()
+    persist = Broker._persist
+
+    def held(broker: Broker, items):  # type: ignore[no-untyped-def]
+        assert release.wait(30), "the test never released the writes"
+        return persist(broker, items)
+
+    monkeypatch.setattr(Broker, "_persist", held)
+    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker = Broker(tmp_path)
+            await nursery.start(broker.run)
+            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            ingest = "ws" + url.removeprefix("http") + "/ws/ingest"
+            async with (
+                open_websocket_url(ingest + "?taken=1") as new,
+                open_websocket_url(ingest) as old,
+            ):
+                for seq in (1, 2):
+                    await new.send_message(_one_point("new", seq))
+                    await old.send_message(_one_point("old", seq))
+                heard = [codec.decode_message(await new.get_message()) for _ in range(2)]
+                assert [(m["type"], m["writer"], m["seq"]) for m in heard] == [
+                    ("taken", "new", 1),
+                    ("taken", "new", 2),
+                ]
+                await wait_until(lambda: broker.statistics().batches == 4, 10, "four batches")
+                assert not release.is_set()
+                with trio.move_on_after(0.3):
+                    early = codec.decode_message(await old.get_message())
+                    pytest.fail(f"the older writer heard {early} before any write")
+                release.set()
+                for ws, writer in ((new, "new"), (old, "old")):
+                    acks = [codec.decode_message(await ws.get_message()) for _ in range(2)]
+                    assert [(a["type"], a["writer"], a["seq"]) for a in acks] == [
+                        ("ack", writer, 1),
+                        ("ack", writer, 2),
+                    ]
+            broker.close()
+            nursery.cancel_scope.cancel()

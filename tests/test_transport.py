@@ -16,8 +16,8 @@ import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, ConnectionTimeout, serve_websocket
 
 import recorder
-from tests.conftest import start_serve, stop_serve, wait_for
-from vdl_stream import attach
+from tests.conftest import start_serve, stop_serve, wait_for, wait_until
+from vdl_stream import attach, transport
 from vdl_stream.codec import Batch, ScalarColumns, decode_batch, decode_message, encode_ack
 from vdl_stream.transport import Spool, WebSocketTransport, describe_connect_error
 
@@ -204,6 +204,7 @@ class _AckGate:
 
     def __init__(self) -> None:
         self.batches: list[tuple[int, int, float]] = []  # (seq, points, arrival)
+        self.paths: list[str] = []  # each handshake's target
         self.release = threading.Semaphore(0)  # one release per ack the test allows
         self.port = 0
         self._token: trio.lowlevel.TrioToken | None = None
@@ -241,6 +242,7 @@ class _AckGate:
                 self._ready.set()
 
     async def _handle(self, request) -> None:
+        self.paths.append(request.path)
         ws = await request.accept()
         # Batches are read as they come (several may be in flight) and acknowledged in order,
         # one per release.
@@ -264,7 +266,13 @@ class _AckGate:
 
 
 @pytest.mark.parametrize("window", [1, 2])
-def test_a_point_logged_while_the_window_has_room_leaves_at_once_not_at_the_interval(window):
+def test_a_point_logged_while_the_window_has_room_leaves_at_once_not_at_the_interval(
+    monkeypatch, window
+):
+    """The gate is a broker that knows no ``taken`` (an older one): the writer asks for it
+    (``TAKEN`` on) and, hearing none, its window counts the batches not yet acknowledged, as
+    before."""
+    monkeypatch.setattr(transport, "TAKEN", True)
     with _AckGate() as gate:
         # A 30 s interval: only the adaptive flush can deliver within the test's deadlines.
         writer = attach(
@@ -303,8 +311,118 @@ def test_a_point_logged_while_the_window_has_room_leaves_at_once_not_at_the_inte
             gate.release.release()
             assert gate.wait_for(first + 1, timeout=5)
             assert gate.batches[first][1] == 100
-            assert writer.statistics().transport.in_flight == window
+            # (the sender counts a batch as sent once its send returned, which may come just
+            # after the gate read it)
+            wait_for(lambda: writer.statistics().transport.in_flight == window, 5, "in flight")
+            assert gate.paths == ["/ws/ingest?taken=1"]
         finally:
             for _ in range(10):
                 gate.release.release()
             writer.close(timeout=10)
+
+
+@pytest.mark.parametrize("taken", [True, False], ids=["taken", "written"])
+async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_when_it_wrote_it(
+    tmp_path, monkeypatch, taken
+):
+    """A real server in process, its writes held. With ``TAKEN`` the window (2) frees as each
+    batch is taken, so batches keep going until UNACKED_PER_WINDOW windows wait for their
+    writes; without it (the writer asks for no ``taken``) the window fills at 2, as before.
+    Either way the spool keeps every batch until its ``ack``, and all land once."""
+    import threading
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.server import serve_dashboard
+
+    monkeypatch.setattr(transport, "TAKEN", taken)
+    release = threading.Event()
+    persist = Broker._persist
+
+    def held(broker: Broker, items):  # type: ignore[no-untyped-def]
+        assert release.wait(30), "the test never released the writes"
+        return persist(broker, items)
+
+    monkeypatch.setattr(Broker, "_persist", held)
+    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+    window = 2
+    full = transport.UNACKED_PER_WINDOW * window if taken else window
+
+    def batch(seq: int) -> Batch:
+        steps = np.array([seq], dtype=np.int64)
+        return Batch("t", seq, "r", [ScalarColumns("x", steps, steps + 1.7e9, steps * 1.0)])
+
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                broker = Broker(tmp_path / "logs")
+                await nursery.start(broker.run)
+                url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+                sender = await nursery.start(WebSocketTransport.run, "ws" + url[4:])
+                for seq in range(1, full + 1):
+                    with trio.fail_after(10):  # a place frees without any write
+                        await sender.wait_window(window)
+                    await sender.send(batch(seq))
+                await wait_until(lambda: broker.statistics().batches == full, 10, "ingested")
+                with trio.move_on_after(0.3) as waited:
+                    await sender.wait_window(window)
+                assert waited.cancelled_caught and not sender.has_room(window)
+                assert sender.unacknowledged() == full  # nothing written: all kept
+                release.set()
+                await sender.wait_acked(full)
+                assert sender.unacknowledged() == 0 and sender.has_room(window)
+                broker.close()
+                nursery.cancel_scope.cancel()
+    finally:
+        release.set()
+    with recorder.RunReader(tmp_path / "logs" / "r") as reader:
+        assert reader.read_scalars("x").steps.tolist() == list(range(1, full + 1))
+
+
+@pytest.mark.filterwarnings("ignore:.*refused a batch")
+async def test_over_a_socket_batches_taken_then_refused_at_their_write_go_again_once(
+    tmp_path, monkeypatch
+):
+    """``TAKEN`` on: the broker takes batches (``taken`` frees the window) and then fails to
+    write them (a full disk, retryable, twice). The writer's spool still holds them: they and
+    every later batch go again, in order, and each lands exactly once."""
+    import errno
+
+    from vdl_stream.broker import Broker
+    from vdl_stream.server import serve_dashboard
+
+    monkeypatch.setattr(transport, "TAKEN", True)
+    failures = [2]
+    write_part = Broker._write_part
+
+    def full_disk(broker, run, batches, size):  # type: ignore[no-untyped-def]
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_part(broker, run, batches, size)
+
+    monkeypatch.setattr(Broker, "_write_part", full_disk)
+    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+
+    def batch(seq: int) -> Batch:
+        steps = np.array([seq], dtype=np.int64)
+        return Batch("t", seq, "r", [ScalarColumns("x", steps, steps + 1.7e9, steps * 1.0)])
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker = Broker(tmp_path / "logs")
+            await nursery.start(broker.run)
+            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            sender = await nursery.start(WebSocketTransport.run, "ws" + url[4:])
+            for seq in range(1, 31):
+                await sender.wait_window(2)
+                await sender.send(batch(seq))
+            await sender.wait_acked(30)
+            errors = sender.take_errors()
+            assert failures == [0] and errors and all(e.retryable for e in errors)
+            assert "disk full" in errors[0].reason
+            assert sender.statistics().retries >= 1 and sender.unacknowledged() == 0
+            broker.close()
+            nursery.cancel_scope.cancel()
+    with recorder.RunReader(tmp_path / "logs" / "r") as reader:  # every record: a duplicate shows
+        records = reader.read_records(kind="scalars", tag="x")
+    assert [int(s) for r in records for s in r.data.steps] == list(range(1, 31))

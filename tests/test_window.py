@@ -55,8 +55,10 @@ class _HeldWrites:
 def test_in_process_the_next_batch_leaves_while_the_previous_is_written(
     tmp_path, monkeypatch, window
 ):
-    """A write held: up to ``window`` batches go at once, one point each; then calls merge into
-    one batch that leaves when the writes go on (not at the 30 s interval)."""
+    """The window counting acknowledgements (``TAKEN`` off), a write held: up to ``window``
+    batches go at once, one point each; then calls merge into one batch that leaves when the
+    writes go on (not at the 30 s interval)."""
+    monkeypatch.setattr(transport, "TAKEN", False)
     writes = _HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="w", telemetry=False, flush_interval=30.0, window=window)
     try:
@@ -79,10 +81,44 @@ def test_in_process_the_next_batch_leaves_while_the_previous_is_written(
     assert raw_steps(tmp_path / "w") == list(range(window + 100))
 
 
+@pytest.mark.parametrize("window", [1, 2])
+def test_in_process_the_window_frees_when_ingest_returned_up_to_its_unacknowledged_bound(
+    tmp_path, monkeypatch, window
+):
+    """``TAKEN`` on, the writes held: a batch frees its place once the broker took it, so
+    batches of one point each keep going, each at once, until UNACKED_PER_WINDOW times
+    ``window`` wait for their writes; then calls merge into one batch that leaves when a write
+    frees a place. Everything lands once, in order."""
+    monkeypatch.setattr(transport, "TAKEN", True)
+    bound = transport.UNACKED_PER_WINDOW * window
+    writes = _HeldWrites(monkeypatch)
+    writer = attach(tmp_path, run="t", telemetry=False, flush_interval=30.0, window=window)
+    try:
+        for step in range(bound):
+            writer.add_scalar("x", float(step), step)
+            wait_for(lambda s=step: writer.statistics().sent_batches == s + 1, 5, f"batch {step}")
+        for step in range(bound, bound + 100):
+            writer.add_scalar("x", float(step), step)
+        time.sleep(0.3)  # give a wrong implementation the time to send more
+        stats = writer.statistics()
+        assert (stats.batches, stats.queued_calls) == (bound, 100)
+        assert stats.transport is not None and stats.transport.in_flight == bound
+        writes.open.set()
+        wait_for(lambda: writer.statistics().queued_calls == 0, 5, "the merged batch")
+        assert writer.statistics().batches == bound + 1  # the 100 calls in one batch
+        assert writer.flush(timeout=10) is True
+    finally:
+        writes.open.set()
+        writer.close(timeout=10)
+    assert raw_steps(tmp_path / "t") == list(range(bound + 100))
+
+
 def test_while_the_window_is_full_held_calls_stay_bounded(tmp_path, monkeypatch):
     """Writes held for long: the pump holds calls back only up to MAX_HELD_POINTS, then cuts
     batches at its interval again (into the pending queue), so the hot path's buffers stay
-    bounded; everything lands once the writes go on."""
+    bounded; everything lands once the writes go on. (The window counts acknowledgements here,
+    so that the first batch fills it.)"""
+    monkeypatch.setattr(transport, "TAKEN", False)
     monkeypatch.setattr("vdl_stream.writer.MAX_HELD_POINTS", 1000)
     writes = _HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="b", telemetry=False, flush_interval=0.005, window=1)
@@ -111,7 +147,9 @@ def test_while_the_window_is_full_held_calls_stay_bounded(tmp_path, monkeypatch)
 
 def test_while_the_window_is_full_held_events_stay_bounded_in_bytes(tmp_path, monkeypatch):
     """Large events (texts of 1 MB) are held back only up to MAX_HELD_BYTES: then the pump
-    cuts them into the pending queue (which spills to a file) at its interval."""
+    cuts them into the pending queue (which spills to a file) at its interval. (The window
+    counts acknowledgements here, so that the first batch fills it.)"""
+    monkeypatch.setattr(transport, "TAKEN", False)
     monkeypatch.setattr("vdl_stream.writer.MAX_HELD_BYTES", 3 << 20)
     writes = _HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="e", telemetry=False, flush_interval=0.005, window=1)
@@ -207,10 +245,15 @@ def test_a_slow_and_refusing_broker_with_a_window_loses_and_duplicates_nothing(
 
 
 @pytest.mark.filterwarnings("ignore:.*cannot reach the broker")
+@pytest.mark.parametrize("taken", [False, True], ids=["written", "taken"])
 @pytest.mark.parametrize("window", [2, 4])
-def test_a_killed_broker_with_a_window_loses_and_duplicates_nothing(tmp_path, window):
+def test_a_killed_broker_with_a_window_loses_and_duplicates_nothing(
+    tmp_path, monkeypatch, window, taken
+):
     """Over a socket, batches in flight when ``serve`` is killed are re-sent to the restarted
-    one, which drops those it has: every point exactly once, in order."""
+    one, which drops those it has: every point exactly once, in order. With ``TAKEN`` the
+    batches taken and not yet acknowledged when it died go again too."""
+    monkeypatch.setattr(transport, "TAKEN", taken)
     logdir = tmp_path / "logs"
     server = start_serve(logdir)
     port = int(server.url.rsplit(":", 1)[1])

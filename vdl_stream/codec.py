@@ -289,6 +289,13 @@ def encode_ack(writer: str, seq: int) -> bytes:
     return _packb({"type": "ack", "writer": writer, "seq": seq})
 
 
+def encode_taken(writer: str, seq: int) -> bytes:
+    """Encode the broker's word that it took (ingested and fanned out) every batch of ``writer``
+    up to ``seq``; sent only to a writer that asked (``/ws/ingest?taken=1``, docs/protocol.md).
+    Not an acknowledgement: a taken batch is kept until its ``ack``."""
+    return _packb({"type": "taken", "writer": writer, "seq": seq})
+
+
 def encode_refused(writer: str, seq: int, reason: str, retryable: bool) -> bytes:
     """Encode the broker's refusal of batch ``seq`` of ``writer`` (see docs/protocol.md)."""
     return _packb(

@@ -1381,7 +1381,9 @@ async def _ingest_session(ws: WebSocketSession, broker: Broker, idle_after: floa
     written (and fsynced when it asked to sync), or ``refused`` with the reason and whether
     sending it again may succeed. A frame that is not a batch, or whose ``writer``/``seq`` is
     broken, closes the connection with 1008 (there is no batch to answer), and so does a writer
-    that sends nothing within ``idle_after`` seconds of connecting.
+    that sends nothing within ``idle_after`` seconds of connecting. A writer that connected with
+    ``?taken=1`` also gets ``taken`` as soon as its batch was ingested (numbered, fanned out and
+    queued for its write), ahead of the ``ack``: its window frees a place then (transport.TAKEN).
     """
     send, receive = trio.open_memory_channel[_Unanswered](1024)
     # Runs this connection wrote: when it ends, those without a close marker read as crashed.
@@ -1443,6 +1445,8 @@ async def _ingest_batches(
                 answers.append(await answer_of(item))
             await ws.send_many(answers)
 
+    # The writer asked to hear when a batch is taken: its window counts those not yet taken.
+    say_taken = ws.query.get("taken") == "1"
     with trio.move_on_after(idle_after) as waiting:
         data = await ws.receive()
     if waiting.cancelled_caught:
@@ -1478,6 +1482,10 @@ async def _ingest_batches(
                 except trio.ClosedResourceError:
                     await ws.close(1001, "server shutting down")
                     break
+                if say_taken:
+                    # First: with the direct writes it leaves before this task yields again (to
+                    # the subscribers' sends the fan-out woke), and it frees the writer's window.
+                    await ws.send(codec.encode_taken(batch.writer, batch.seq))
                 await send.send((batch.writer, batch.seq, broker_seq, batch.sync, None))
                 data = await ws.receive()
         nursery.cancel_scope.cancel()

@@ -37,6 +37,17 @@ batches in flight: batches are sent and re-sent in sequence order, an answer set
 up to its seq, a retryable refusal sends the refused batch and every later one again, in order,
 and the broker drops re-sent copies it already has by (writer, seq) (``Broker.ingest``), so nothing
 acknowledged is lost and nothing lands twice.
+
+What the window counts. With :data:`TAKEN` on (off by default) a place in the window frees when
+the broker has *taken* a batch (ingested it: numbered, fanned out to the browsers and queued for its
+write), not when it has written it: over a socket the broker says so with a ``taken`` message
+(docs/protocol.md; the transport asks for it with ``?taken=1`` on ``/ws/ingest``, and a broker that
+does not know it sends none, which leaves the window counting acknowledgements as before); in
+process, when ``Broker.ingest`` returned. The acknowledgement keeps its meaning: the spool keeps a
+batch until its ``ack`` (written; fsynced for ``sync``), and a reconnect or a failover re-sends
+from the first unacknowledged batch, taken or not. So that a slow disk still holds the writer back,
+at most :data:`UNACKED_PER_WINDOW` times ``window`` batches stay unacknowledged
+(:meth:`Transport.has_room`).
 """
 
 from __future__ import annotations
@@ -86,6 +97,17 @@ MAX_ERRORS = 100
 WINDOW = 2
 #: The largest window ``attach(window=...)`` takes: more only makes batches smaller.
 MAX_WINDOW = 16
+#: Whether the window counts batches not yet *taken* by the broker (ingested and fanned out) rather
+#: than not yet acknowledged (written): a point then waits for the broker's ingest, not for the
+#: previous batch's write (module docstring). Read at each connection (the ``?taken=1`` asked of
+#: ``/ws/ingest``) and at each look at the window. Off: on the 2 shared cores, at load 10-18, the
+#: writer's wait halved but batches then waited as long in the server's receive path and the end
+#: to end p50 was lower in about half of the alternated pairs only (docs/performance.md, "(2026-12-01,
+#: h5-taken)"); the decision wants a quiet machine.
+TAKEN = False
+#: With :data:`TAKEN`, the batches a writer keeps unacknowledged at most, in windows: a disk slower
+#: than the link fills the spool up to this many windows, then holds the writer back.
+UNACKED_PER_WINDOW = 4
 
 
 @dataclass(frozen=True)
@@ -146,9 +168,15 @@ class Transport(Protocol):
     def unacknowledged(self) -> int:
         """Return how many batches were taken and are not answered yet (never blocks)."""
 
+    def has_room(self, window: int) -> bool:
+        """Return whether the writer may cut and send its next batch now (never blocks): fewer
+        than ``window`` batches are not yet taken (with :data:`TAKEN`; else not yet
+        acknowledged), and fewer than :data:`UNACKED_PER_WINDOW` times ``window`` are
+        unacknowledged."""
+
     async def wait_window(self, window: int) -> None:
-        """Wait until fewer than ``window`` batches are unacknowledged: the writer's cue to cut
-        and send the next batch (its in-flight window, see the module docstring)."""
+        """Wait until :meth:`has_room` says so: the writer's cue to cut and send the next batch
+        (its in-flight window, see the module docstring)."""
 
     def take_errors(self) -> list[RefusedError]:
         """Return the refusals received since the last call, each once, oldest first."""
@@ -314,11 +342,20 @@ class InProcessTransport:
         self._harvest()
         return len(self._unconfirmed) + len(self._backlog)
 
+    def has_room(self, window: int) -> bool:
+        """Whether the next batch may go (see :meth:`Transport.has_room`). In process a batch
+        is taken once ``Broker.ingest`` returned: with :data:`TAKEN` only the refused batches
+        waiting to go again are not taken, and the written ones free the rest of the bound."""
+        unacknowledged = self.unacknowledged()
+        if not TAKEN:
+            return unacknowledged < window
+        return len(self._backlog) < window and unacknowledged < UNACKED_PER_WINDOW * window
+
     async def wait_window(self, window: int) -> None:
-        """Return once fewer than ``window`` batches are unacknowledged: the oldest one's write
-        frees a place. Refused batches waiting for their backoff count too; once it has passed
-        this returns, so that the next batch takes them along (``send`` re-sends them first)."""
-        while self.unacknowledged() >= window:
+        """Return once :meth:`has_room`: the oldest batch's write frees a place. Refused
+        batches waiting for their backoff count too; once it has passed this returns, so that
+        the next batch takes them along (``send`` re-sends them first)."""
+        while not self.has_room(window):
             if self._unconfirmed:
                 # Broker seqs grow in the order the batches were taken: the first is the oldest.
                 await self._broker.wait_persisted(next(iter(self._unconfirmed.values()))[0])
@@ -520,6 +557,12 @@ def _ingest_urls(url: str | Sequence[str]) -> list[str]:
     return checked
 
 
+def _ask_taken(url: str) -> str:
+    """``url`` asking the broker for ``taken`` messages (``?taken=1``; one it does not know is
+    ignored by it)."""
+    return url + ("&" if "?" in url else "?") + "taken=1"
+
+
 def describe_connect_error(exc: BaseException) -> str:
     """Say in a few words why connecting to a broker failed (trio-websocket's errors often have
     an empty message)."""
@@ -583,6 +626,9 @@ class WebSocketTransport:
         self._headers = [("Authorization", f"Bearer {token}")] if token else []
         self._spool = spool or Spool()
         self._acked = 0
+        # The highest seq the broker said it took (``taken``) on this connection: the window
+        # counts the batches above it and above the acknowledged ones.
+        self._taken = 0
         self._sent = 0  # the highest seq sent on the current connection
         self._changed = trio.Event()
         self._warned = False
@@ -628,10 +674,22 @@ class WebSocketTransport:
         """Batches taken and not answered yet: sent, waiting to be sent, or to be re-sent."""
         return len(self._spool)
 
+    def has_room(self, window: int) -> bool:
+        """Whether the next batch may go (see :meth:`Transport.has_room`): batches the broker
+        neither took nor acknowledged are counted against ``window``. A broker that sends no
+        ``taken`` (an older one, or :data:`TAKEN` off) leaves acknowledgements alone to free
+        places."""
+        held = len(self._spool)
+        if held < window:
+            return True
+        if held >= UNACKED_PER_WINDOW * window:
+            return False
+        return len(self._spool.after(max(self._taken, self._acked))) < window
+
     async def wait_window(self, window: int) -> None:
-        """Return once fewer than ``window`` batches are unacknowledged (an answer came). While
-        the broker cannot be reached nothing is answered: the writer batches meanwhile."""
-        while len(self._spool) >= window:
+        """Return once :meth:`has_room` (an answer came). While the broker cannot be reached
+        nothing is answered: the writer batches meanwhile."""
+        while not self.has_room(window):
             await self._changed.wait()
 
     def take_errors(self) -> list[RefusedError]:
@@ -664,7 +722,7 @@ class WebSocketTransport:
                 # ever ending (a writer failing over then stood still for good).
                 with trio.CancelScope() as leaving:
                     async with open_websocket_url(
-                        self.url,
+                        _ask_taken(self.url) if TAKEN else self.url,
                         extra_headers=self._headers,
                         connect_timeout=5,
                         disconnect_timeout=DISCONNECT_TIMEOUT,
@@ -712,6 +770,7 @@ class WebSocketTransport:
 
     async def _send_loop(self, ws: WebSocketConnection) -> None:
         self._sent = self._acked  # after a reconnect, everything unacknowledged goes again
+        self._taken = self._acked  # and none of it counts as taken until this broker says so
         self._resend_from = None
         while True:
             if self._resend_from is not None:
@@ -745,6 +804,12 @@ class WebSocketTransport:
                     self._spool.ack(seq)
                     self._backoff.accepted()
                     self._notify()
+                elif kind == "taken":
+                    seq = int(message["seq"])
+                    # Not past a retryable refusal still to be re-sent: those go again first.
+                    if seq > self._taken and (self._resend_from is None or seq < self._resend_from):
+                        self._taken = seq
+                        self._notify()
                 elif kind == "refused":
                     self._on_refused(message)
                     if self._move:
@@ -752,6 +817,8 @@ class WebSocketTransport:
         except (ConnectionClosed, codec.ProtocolError, KeyError, TypeError, ValueError):
             pass
         finally:
+            # What that broker took but did not acknowledge goes again: not taken any more.
+            self._taken = self._acked
             cancel_scope.cancel()
 
     def _on_refused(self, message: dict[str, Any]) -> None:
@@ -767,6 +834,9 @@ class WebSocketTransport:
             if self._resend_from is None:
                 self._backoff.refused()
             self._resend_from = seq
+            # Taken and then refused (a write that failed): it and the later ones go again,
+            # and count against the window until taken again.
+            self._taken = min(self._taken, seq - 1)
             # Another broker may hold the run (its lease), or have room: go there.
             self._move = len(self.urls) > 1
         self._notify()

@@ -7,11 +7,13 @@ columnar batches and hands them to a transport: the in-process broker, or a remo
 ``flush()`` and ``close()``, which wait (with a timeout) for durability.
 
 Flushing adapts to the link (the opposite of Nagle's algorithm): while fewer than ``window``
-batches are in flight (unacknowledged: an acknowledgement means written to disk), the next call
-wakes the background thread and its point leaves at once; while the window is full, calls
-accumulate and leave together as soon as an answer frees a place. So low rates get the lowest
+batches are in flight (not yet acknowledged, i.e. written; with ``transport.TAKEN`` on and a
+broker that says so, not yet taken by the broker: ingested and fanned out),
+the next call wakes the background thread and its point leaves at once; while the window is full,
+calls accumulate and leave together as soon as an answer frees a place. So low rates get the lowest
 latency and high rates the biggest batches. A window of 2 (the default) lets a point leave while
-the previous batch is still being written, instead of waiting for that write. ``flush_interval``
+the previous batch is still being written, instead of waiting for that write (with ``TAKEN``, at
+most ``transport.UNACKED_PER_WINDOW`` windows wait for their writes). ``flush_interval``
 bounds the wait while the window is full only when the points held reach :data:`MAX_HELD_POINTS`
 (or the transport cannot take batches at all): under overload the writer merges calls into fewer,
 larger batches, which the broker handles at a fraction of the per-batch cost, rather than queueing
@@ -1077,12 +1079,7 @@ class Writer:
         in-flight window is full (``_pace`` wakes the pump when an answer frees a place), and
         what is held is within its bounds. Never while batches wait to be handed over (the
         transport is failing: they go to the bounded, spilling pending queue), nor on a flush."""
-        if (
-            self._flushes
-            or self._closing
-            or len(self._pending)
-            or transport.unacknowledged() < self._window
-        ):
+        if self._flushes or self._closing or len(self._pending) or transport.has_room(self._window):
             return False
         events = self._events
         held = len(events)
