@@ -89,7 +89,7 @@ class WriterProcess:
         poller.register(self.proc.stdout, select.POLLIN)
         if not poller.poll(timeout * 1000):
             self.kill()
-            raise AssertionError("the writer process said nothing")
+            raise AssertionError(f"the writer process said nothing: {self.proc.stderr.read()}")
         return self.proc.stdout.readline().strip()
 
     def stop(self) -> int:

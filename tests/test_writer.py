@@ -7,6 +7,7 @@ import math
 import socket
 import subprocess
 import sys
+import threading
 import time
 import warnings
 
@@ -443,7 +444,7 @@ def test_a_failing_broker_keeps_the_data_reports_the_reason_and_recovers(tmp_pat
         assert w.flush(timeout=0.3) is False
         for _ in range(20):  # flushes that gave up leave nothing behind to wait on
             assert w.flush(timeout=0.01) is False
-    assert not w._to_confirm
+    wait_for(lambda: not w._to_confirm)  # each gave-up flush is forgotten in the loop
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         w.add_scalar("x", 1002.0, 1002)  # the same reason is not repeated
@@ -455,6 +456,26 @@ def test_a_failing_broker_keeps_the_data_reports_the_reason_and_recovers(tmp_pat
         series = reader.read_scalars("x")
     assert series.steps.tolist() == list(range(1003))  # nothing lost, nothing duplicated
     assert series.values.tolist() == [float(s) for s in range(1003)]
+
+
+def test_flush_keeps_its_timeout_while_the_background_loop_is_busy(tmp_path):
+    """A flush hands its request to the background loop without waiting for the loop to run it:
+    a loop held up (here by a callback that blocks it for 3 s) must not hold the training
+    thread past the flush's timeout."""
+    w = attach(tmp_path, run="busy", telemetry=False)
+    w.add_scalar("x", 0.0, 0)
+    assert w.flush(timeout=10)
+    release = threading.Event()
+    w._token.run_sync_soon(lambda: release.wait(3))  # the loop's thread is stuck here
+    w.add_scalar("x", 1.0, 1)
+    started = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="not confirmed within the timeout"):
+        assert w.flush(timeout=0.2) is False
+    took = time.monotonic() - started
+    release.set()
+    assert took < 2.0, f"flush(timeout=0.2) held the caller {took:.2f} s"
+    assert w.flush(timeout=10) is True  # the loop runs again: the point is confirmed
+    w.close()
 
 
 def test_pending_data_spills_to_disk_beyond_its_memory_bound(tmp_path, failing_send, monkeypatch):

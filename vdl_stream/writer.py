@@ -973,15 +973,18 @@ class Writer:
         self.close()
 
     def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` in the background loop and wake the pump."""
+        """Run ``fn(*args)`` in the background loop and wake the pump, without waiting for it:
+        ``flush(timeout)`` and ``close(timeout)`` must keep their timeouts even while the loop
+        is busy (a starved or blocked loop would otherwise hold the caller until it runs)."""
 
         def run() -> None:
             fn(*args)
             assert self._wake is not None
             self._wake.set()
 
+        assert self._token is not None
         with contextlib.suppress(trio.RunFinishedError):
-            trio.from_thread.run_sync(run, trio_token=self._token)
+            self._token.run_sync_soon(run)
 
     # -- the background thread ------------------------------------------------------------------
 
