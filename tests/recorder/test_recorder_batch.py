@@ -45,8 +45,13 @@ def _columns(batch: list[tuple[str, list[int], list[float], list[float]]]):
 def _write(run_dir: str, ops: list, joined: bool, compact_records: int | None) -> dict[str, bytes]:
     """Write ``ops`` (("batch", [(tag, steps, walls, values), ...]), ("record", i) or
     ("flush",)) into a new run, each batch through append_scalar_batch (``joined``) or one
-    append_scalars call per tag; returns the run's files."""
-    with mock.patch.object(time, "time", lambda: CREATED):
+    append_scalars call per tag, the path as it was before either existed: every group chunk
+    encoded by NumPy (no small group encoder); returns the run's files."""
+    small = codec.SMALL_GROUP_POINTS if joined else 0
+    with (
+        mock.patch.object(time, "time", lambda: CREATED),
+        mock.patch.object(codec, "SMALL_GROUP_POINTS", small),
+    ):
         w = RunWriter(run_dir, sync="never", compact_records=compact_records)
         for op in ops:
             if op[0] == "batch":
@@ -73,7 +78,9 @@ def _same_runs(ops: list, compact_records: int | None = None) -> None:
 
 
 def _points(tag: str, steps: list[int], wall0: float = 1.7e9) -> tuple:
-    return (tag, steps, [wall0 + 0.001 * s for s in steps], [0.5 * s for s in steps])
+    """Points of ``tag`` at ``steps``, their values differing from tag to tag."""
+    offset = ord(tag[-1]) / 7
+    return (tag, steps, [wall0 + 0.001 * s for s in steps], [0.5 * s - offset for s in steps])
 
 
 def test_a_live_batch_writes_the_same_bytes_as_per_tag_appends() -> None:
