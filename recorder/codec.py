@@ -91,11 +91,15 @@ MAX_US_WALL = 2.0**52 / 1e6
 
 
 def _encode_walls(walls: np.ndarray) -> list:
-    if np.isfinite(walls).all() and np.abs(walls).max() < MAX_US_WALL:
-        base = float(walls.min())
-        offsets = encode_us(walls, base)
-        if offsets.max() <= MAX_WALL_OFFSET_US:
-            return ["us", base, offsets.astype(_U4).tobytes()]
+    # The extremes decide it all (NaN propagates through min and max; the largest magnitude is
+    # one of them; rint is monotonic, so the largest offset is the largest wall's): two
+    # reductions and no temporary array besides the offsets.
+    lo, hi = walls.min(), walls.max()
+    if math.isfinite(lo) and math.isfinite(hi) and max(-lo, hi) < MAX_US_WALL:
+        base = float(lo)
+        top = np.rint(hi * 1e6) - np.rint(base * 1e6)
+        if top <= MAX_WALL_OFFSET_US:
+            return ["us", base, encode_us(walls, base).astype(_U4).tobytes()]
     return ["f8", walls.astype(_F8).tobytes()]
 
 
@@ -103,6 +107,12 @@ def scalar_summary(
     steps: np.ndarray, values: np.ndarray
 ) -> tuple[int, int, float | None, float | None]:
     """``(step min, step max, finite value min, finite value max)`` of a non-empty chunk."""
+    lo, hi = values.min(), values.max()
+    if math.isfinite(lo) and math.isfinite(hi) and lo and hi:
+        # Every value finite (NaN propagates through min and max): no filtered copy. A zero
+        # extreme goes the long way, as before: with both signed zeros, which one NumPy gives
+        # may depend on the array it reduces.
+        return int(steps.min()), int(steps.max()), float(lo), float(hi)
     finite = values[np.isfinite(values)]
     vmin = float(finite.min()) if len(finite) else None
     vmax = float(finite.max()) if len(finite) else None

@@ -135,6 +135,20 @@ class Digest:
             _, tag, _, _, count, smin, smax, vmin, vmax = fields
             self._tag(tag, count, smin, smax, vmin, vmax)
             self._last(tag, steps, walls, values, len(steps) - 1)
+        elif isinstance(steps, list):
+            # Python numbers already (encode_small_group): no conversions; NaN: no finite value.
+            _, _, _, _, smins, smaxs, vmins, vmaxs = parts
+            scalars = self.scalars
+            end = -1
+            for tag, count, smin, smax, lo, hi in zip(
+                tags, counts, smins, smaxs, vmins, vmaxs, strict=True
+            ):
+                end += count
+                self._tag(
+                    tag, count, smin, smax, None if lo != lo else lo, None if hi != hi else hi
+                )
+                t = scalars[tag]
+                t.last_step, t.last_wall, t.last_value = steps[end], walls[end], values[end]
         else:
             _, _, _, _, smins, smaxs, vmins, vmaxs = parts
             isnan = math.isnan

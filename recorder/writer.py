@@ -567,16 +567,20 @@ class RunWriter:
             raise ValueError(
                 f"tags and counts must have equal lengths, got {len(tags)} and {len(counts)}"
             )
-        for tag in tags:
-            if not isinstance(tag, str) or not tag:
-                raise ValueError(f"tag must be a non-empty str, got {tag!r}")
-        for count in counts:
-            if type(count) is not int and (
-                not isinstance(count, numbers.Integral) or isinstance(count, bool)
-            ):
-                raise ValueError(f"counts must hold ints >= 0, got {count!r}")
-            if count < 0:
-                raise ValueError(f"counts must hold ints >= 0, got {count!r}")
+        # Type sets and C-level all/min first (a live batch has ten tags), a loop only to name
+        # the bad value.
+        if not (set(map(type, tags)) <= {str} and all(tags)):
+            for tag in tags:
+                if not isinstance(tag, str) or not tag:
+                    raise ValueError(f"tag must be a non-empty str, got {tag!r}")
+        if not (set(map(type, counts)) <= {int} and (not counts or min(counts) >= 0)):
+            for count in counts:
+                if (
+                    type(count) is not int
+                    and (not isinstance(count, numbers.Integral) or isinstance(count, bool))
+                ) or count < 0:
+                    raise ValueError(f"counts must hold ints >= 0, got {count!r}")
+            counts = [int(count) for count in counts]  # e.g. NumPy integers: msgpack takes ints
         s = _array("steps", steps, np.int64)
         w = _array("walls", walls, np.float64)
         v = _array("values", values, np.float64)
@@ -603,7 +607,8 @@ class RunWriter:
         if (
             not self._open_slots
             and len(tags) > 1
-            and all(0 < count < GROUP_BELOW for count in counts)
+            and min(counts) > 0
+            and max(counts) < GROUP_BELOW
             and len(set(tags)) == len(tags)
         ):
             # Nothing else pending, and a group chunk on its own at the flush: kept whole (a

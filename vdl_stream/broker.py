@@ -40,6 +40,7 @@ from recorder import framing
 from recorder.blocks import BLOCK_RE
 from recorder.catalog import INDEX_NAME, SEGMENT_RE
 from recorder.digest import data_files, load_digest
+from recorder.writer import GROUP_BELOW
 
 from . import codec, following
 from .alerts import ALERTS_WRITER, AlertEngine
@@ -685,15 +686,16 @@ def _batch_bytes(batch: Batch) -> int:
 
 
 def _joined_columns(
-    scalars: list[ScalarColumns],
+    scalars: list[ScalarColumns], counts: list[int]
 ) -> tuple[list[str], list[int], np.ndarray, np.ndarray, np.ndarray]:
-    """A batch's scalar columns joined tag-major, as :meth:`recorder.RunWriter.append_scalar_batch`
-    takes them; read-only, so that the recorder keeps them rather than copying them again."""
+    """A batch's scalar columns (of ``counts`` points) joined tag-major, as
+    :meth:`recorder.RunWriter.append_scalar_batch` takes them; read-only, so that the recorder
+    keeps them rather than copying them again."""
     steps = np.concatenate([c.steps for c in scalars])
     walls = np.concatenate([c.walls for c in scalars])
     values = np.concatenate([c.values for c in scalars])
     steps.flags.writeable = walls.flags.writeable = values.flags.writeable = False
-    return [c.tag for c in scalars], [len(c.steps) for c in scalars], steps, walls, values
+    return [c.tag for c in scalars], counts, steps, walls, values
 
 
 def _record_event(record: recorder.Record) -> dict[str, Any]:
@@ -1710,13 +1712,17 @@ class Broker:
             w = self._rotate(run, offset)
         persisted = dict(run.persisted_seq)
         for batch in batches:
-            if len(batch.scalars) == 1:
-                cols = batch.scalars[0]
-                w.append_scalars(cols.tag, cols.steps, cols.walls, cols.values)
-            elif batch.scalars:
-                # One recorder call for the batch's tags: the columns checked once, not per tag
+            scalars = batch.scalars
+            counts = [len(c.steps) for c in scalars]
+            if len(counts) > 1 and max(counts) < GROUP_BELOW:
+                # A few points a tag (a live batch): one recorder call for the batch's tags, the
+                # columns checked once and their group chunk encoded whole. Larger columns go
+                # tag by tag, as the frame holds them: joining them would only copy them
                 # (docs/performance.md, "(2026-12-01, h5-persist)").
-                w.append_scalar_batch(*_joined_columns(batch.scalars))
+                w.append_scalar_batch(*_joined_columns(scalars, counts))
+            else:
+                for cols in scalars:
+                    w.append_scalars(cols.tag, cols.steps, cols.walls, cols.values)
             for event in batch.events:
                 # The record's data is the event less its common keys, in the event's order: a
                 # copy and four pops in C, five times cheaper than a comprehension that tests

@@ -209,7 +209,8 @@ def test_live_batch_points_read_back(tmp_path) -> None:
     with RunWriter(tmp_path / "run", sync="never") as w:
         for k in range(3):
             steps = np.full(3, k, np.int64)
-            w.append_scalar_batch(["a", "b", "c"], [1, 1, 1], steps, 1.7e9 + steps, steps * 0.5)
+            counts = [1, 1, 1] if k else list(np.ones(3, np.int64))  # NumPy integers too
+            w.append_scalar_batch(["a", "b", "c"], counts, steps, 1.7e9 + steps, steps * 0.5)
             w.flush()
     reader = RunReader(tmp_path / "run")
     try:
