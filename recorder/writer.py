@@ -727,7 +727,9 @@ class RunWriter:
 
     def _write_pending(self) -> None:
         """Write the buffer to the OS, rotating segments by size."""
-        queue, self._queue = _group_small(self._queue), []
+        # No open slot, no slot to group (a pending batch is a group chunk already).
+        queue = _group_small(self._queue) if self._open_slots else self._queue
+        self._queue = []
         self._open_slots.clear()
         self._batch = None
         self._pending_bytes = self._pending_points = self._pending_records = 0

@@ -676,7 +676,7 @@ def _batch_bytes(batch: Batch) -> int:
     both decided from that one figure), with no generator or isinstance call per value: sized
     twice with them, it was a fifth of the persist thread's samples for batches of histograms
     (docs/performance.md, "Writer hot path (2026-12-01, h3-hist)")."""
-    size = 24 * sum(len(c) for c in batch.scalars) + 64 * len(batch.events)
+    size = 24 * sum([len(c.steps) for c in batch.scalars]) + 64 * len(batch.events)
     for event in batch.events:
         for value in event.values():
             kind = type(value)
