@@ -246,3 +246,38 @@ def test_bad_batches_are_refused_whole(tmp_path, args, error, message) -> None:
     w2.close()
     with pytest.raises(RecorderError, match="closed"):
         w2.append_scalar_batch(["a"], [1], [1], [0.0], [1.0])
+
+
+def _walls_before(walls: np.ndarray) -> list:
+    """codec._encode_walls as it was before it decided from the extremes (f2c0088)."""
+    if np.isfinite(walls).all() and np.abs(walls).max() < codec.MAX_US_WALL:
+        base = float(walls.min())
+        offsets = codec.encode_us(walls, base)
+        if offsets.max() <= codec.MAX_WALL_OFFSET_US:
+            return ["us", base, offsets.astype("<u4").tobytes()]
+    return ["f8", walls.astype("<f8").tobytes()]
+
+
+def _summary_before(steps: np.ndarray, values: np.ndarray) -> tuple:
+    """codec.scalar_summary as it was before its unfiltered fast path (f2c0088)."""
+    finite = values[np.isfinite(values)]
+    vmin = float(finite.min()) if len(finite) else None
+    vmax = float(finite.max()) if len(finite) else None
+    return int(steps.min()), int(steps.max()), vmin, vmax
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(walls_st, finite, st.floats(-4.6e9, 4.6e9), st.just(codec.MAX_US_WALL)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.lists(st.one_of(finite, odd_floats), min_size=1, max_size=40),
+)
+def test_walls_and_summaries_encode_as_before(walls: list[float], values: list[float]) -> None:
+    w = np.array(walls, np.float64)
+    assert codec._encode_walls(w) == _walls_before(w)
+    v = np.array(values, np.float64)
+    steps = np.arange(len(v), dtype=np.int64)
+    assert repr(codec.scalar_summary(steps, v)) == repr(_summary_before(steps, v))
