@@ -691,9 +691,11 @@ def _joined_columns(
     """A batch's scalar columns (of ``counts`` points) joined tag-major, as
     :meth:`recorder.RunWriter.append_scalar_batch` takes them; read-only, so that the recorder
     keeps them rather than copying them again."""
-    steps = np.concatenate([c.steps for c in scalars])
-    walls = np.concatenate([c.walls for c in scalars])
-    values = np.concatenate([c.values for c in scalars])
+    # The recorder's dtypes here: one column of another integer or float type must not turn
+    # the joined steps into floats (which append_scalars, taking each column alone, accepts).
+    steps = np.concatenate([c.steps for c in scalars], dtype=np.int64, casting="same_kind")
+    walls = np.concatenate([c.walls for c in scalars], dtype=np.float64, casting="same_kind")
+    values = np.concatenate([c.values for c in scalars], dtype=np.float64, casting="same_kind")
     steps.flags.writeable = walls.flags.writeable = values.flags.writeable = False
     return [c.tag for c in scalars], counts, steps, walls, values
 
@@ -1714,6 +1716,9 @@ class Broker:
         for batch in batches:
             scalars = batch.scalars
             counts = [len(c.steps) for c in scalars]
+            if 0 in counts:  # an empty column adds nothing, and its dtype may be anything
+                scalars = [c for c in scalars if len(c.steps)]
+                counts = [n for n in counts if n]
             if len(counts) > 1 and max(counts) < GROUP_BELOW:
                 # A few points a tag (a live batch): one recorder call for the batch's tags, the
                 # columns checked once and their group chunk encoded whole. Larger columns go
