@@ -7,6 +7,9 @@ data is a map of columns (see docs/record-format.md for the encodings); with tag
 
 from __future__ import annotations
 
+import math
+import struct
+from itertools import pairwise
 from typing import Any
 
 import msgpack
@@ -88,11 +91,15 @@ MAX_US_WALL = 2.0**52 / 1e6
 
 
 def _encode_walls(walls: np.ndarray) -> list:
-    if np.isfinite(walls).all() and np.abs(walls).max() < MAX_US_WALL:
-        base = float(walls.min())
-        offsets = encode_us(walls, base)
-        if offsets.max() <= MAX_WALL_OFFSET_US:
-            return ["us", base, offsets.astype(_U4).tobytes()]
+    # The extremes decide it all (NaN propagates through min and max; the largest magnitude is
+    # one of them; rint is monotonic, so the largest offset is the largest wall's): two
+    # reductions and no temporary array besides the offsets.
+    lo, hi = walls.min(), walls.max()
+    if math.isfinite(lo) and math.isfinite(hi) and max(-lo, hi) < MAX_US_WALL:
+        base = float(lo)
+        top = np.rint(hi * 1e6) - np.rint(base * 1e6)
+        if top <= MAX_WALL_OFFSET_US:
+            return ["us", base, encode_us(walls, base).astype(_U4).tobytes()]
     return ["f8", walls.astype(_F8).tobytes()]
 
 
@@ -100,6 +107,12 @@ def scalar_summary(
     steps: np.ndarray, values: np.ndarray
 ) -> tuple[int, int, float | None, float | None]:
     """``(step min, step max, finite value min, finite value max)`` of a non-empty chunk."""
+    lo, hi = values.min(), values.max()
+    if math.isfinite(lo) and math.isfinite(hi) and lo and hi:
+        # Every value finite (NaN propagates through min and max): no filtered copy. A zero
+        # extreme goes the long way, as before: with both signed zeros, which one NumPy gives
+        # may depend on the array it reduces.
+        return int(steps.min()), int(steps.max()), float(lo), float(hi)
     finite = values[np.isfinite(values)]
     vmin = float(finite.min()) if len(finite) else None
     vmax = float(finite.max()) if len(finite) else None
@@ -242,6 +255,111 @@ def _encode_group_steps(steps: np.ndarray, counts: np.ndarray) -> list:
         if (diffs[inside] == np.repeat(strides, counts)[1:][inside]).all():
             return ["ranges", steps[starts].tolist(), strides.tolist()]
     return _encode_steps(steps)
+
+
+#: Points of a group chunk up to which :func:`encode_small_group` encodes it with Python's own
+#: numbers: for a few points NumPy's fixed cost per call (about 0.5-1 us, some 40 calls a chunk)
+#: is all of the work.
+SMALL_GROUP_POINTS = 64
+#: Steps within this bound cannot overflow int64 when subtracted, so differences taken with
+#: Python's integers equal NumPy's (which wrap beyond it: left to the NumPy path).
+_SAFE_STEP = 1 << 62
+
+
+def _mixed_zeros(xs: list[float]) -> bool:
+    """Whether ``xs`` holds both ``0.0`` and ``-0.0``: NumPy's min and max may give either of
+    them, so a chunk holding both is left to NumPy, whose answer the files already hold."""
+    signs = {math.copysign(1.0, x) for x in xs if x == 0.0}
+    return len(signs) > 1
+
+
+def encode_small_group(
+    tags: list[str], counts: list[int], series: ScalarSeries
+) -> tuple[memoryview, tuple[int, int, float | None, float | None], list, tuple] | None:
+    """:func:`encode_group_series` of a chunk of a few points (:data:`SMALL_GROUP_POINTS`),
+    computed on Python lists, byte for byte the same payload and part columns (as lists rather
+    than arrays: the index writes them the same).
+
+    Returns ``(payload, summary, parts, lists)``, ``lists`` being ``(steps, walls, values)`` as
+    Python lists (for the digest), or None where NumPy must decide: steps beyond
+    ``+-2**62`` (NumPy's differences wrap) or a column holding both signed zeros.
+    """
+    steps_arr, walls_arr, values_arr = series
+    steps, walls, values = steps_arr.tolist(), walls_arr.tolist(), values_arr.tolist()
+    n = len(steps)
+    smin, smax = min(steps), max(steps)
+    if smin < -_SAFE_STEP or smax >= _SAFE_STEP:
+        return None
+    if (0.0 in values and _mixed_zeros(values)) or (0.0 in walls and _mixed_zeros(walls)):
+        return None
+    isfinite = math.isfinite
+    finite = values if all(map(isfinite, values)) else [x for x in values if isfinite(x)]
+    vmin = min(finite) if finite else None
+    vmax = max(finite) if finite else None
+    # The part columns (group_parts), and whether every part is an arithmetic progression.
+    nan = math.nan
+    if len(counts) == n:  # a point a part (a live batch): the columns are the points
+        firsts = smins = smaxs = steps
+        first_walls = walls
+        los = his = values if finite is values else [x if isfinite(x) else nan for x in values]
+        strides = [0] * n
+        progressions = True
+    else:
+        firsts, first_walls, smins, smaxs, los, his, strides = [], [], [], [], [], [], []
+        progressions = True
+        start = 0
+        for count in counts:
+            end = start + count
+            part = steps[start:end]
+            firsts.append(part[0])
+            first_walls.append(walls[start])
+            smins.append(min(part))
+            smaxs.append(max(part))
+            stride = part[1] - part[0] if count > 1 else 0
+            strides.append(stride)
+            if progressions and count > 2:
+                progressions = all(b - a == stride for a, b in pairwise(part))
+            vs = [x for x in values[start:end] if isfinite(x)]
+            los.append(min(vs) if vs else nan)
+            his.append(max(vs) if vs else nan)
+            start = end
+    if 6 * len(firsts) < 4 * n and progressions:
+        enc_steps: list = ["ranges", firsts, strides]
+    elif n == 1:
+        enc_steps = ["range", steps[0], 0]
+    else:
+        stride = steps[1] - steps[0]
+        if all(b - a == stride for a, b in pairwise(steps)):
+            enc_steps = ["range", steps[0], stride]
+        elif smax - smin <= MAX_STEP_OFFSET:
+            enc_steps = ["u4", smin, struct.pack(f"<{n}I", *[s - smin for s in steps])]
+        else:
+            enc_steps = ["i8", steps_arr.astype(_I8).tobytes()]
+    enc_walls: list | None = None
+    if all(map(isfinite, walls)) and max(map(abs, walls)) < MAX_US_WALL:
+        base = min(walls)
+        # round() is NumPy's rint (half to even), on integers exact in a float64 here.
+        at = round(base * 1e6)
+        offsets = [round(w * 1e6) - at for w in walls]
+        if max(offsets) <= MAX_WALL_OFFSET_US:
+            enc_walls = ["us", base, struct.pack(f"<{n}I", *offsets)]
+    if enc_walls is None:
+        enc_walls = ["f8", walls_arr.astype(_F8).tobytes()]
+    data = {
+        "n": n,
+        "smin": smin,
+        "smax": smax,
+        "vmin": vmin,
+        "vmax": vmax,
+        "tags": list(tags),
+        "c": list(counts),
+        "s": enc_steps,
+        "w": enc_walls,
+        "v": bytes_view(values_arr),
+    }
+    payload = _pack([SCALARS, None, steps[0], walls[0], data], n)
+    parts = [data["tags"], data["c"], firsts, first_walls, smins, smaxs, los, his]
+    return payload, (smin, smax, vmin, vmax), parts, (steps, walls, values)
 
 
 def group_parts(tags: list[str], counts: list[int], series: ScalarSeries) -> list:

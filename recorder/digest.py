@@ -22,6 +22,7 @@ has none), like the index's chunk summaries.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import stat
@@ -126,22 +127,39 @@ class Digest:
     def add_chunk(self, fields: tuple, parts: list | None, points: tuple) -> None:
         """Take in a scalar chunk as the writer encodes it: its index fields ``(kind, tag, step,
         wall, count, smin, smax, vmin, vmax)``, its part columns (a group chunk) or None, and its
-        points ``(tags, counts, steps, walls, values)``. Costs a few NumPy calls a chunk."""
+        points ``(tags, counts, steps, walls, values)``: NumPy arrays (a few NumPy calls a
+        chunk), or Python lists for a chunk of a few points (none; the part columns then lists
+        too, as :func:`recorder.codec.encode_small_group` gives them)."""
         tags, counts, steps, walls, values = points
         if parts is None:
             _, tag, _, _, count, smin, smax, vmin, vmax = fields
             self._tag(tag, count, smin, smax, vmin, vmax)
             self._last(tag, steps, walls, values, len(steps) - 1)
+        elif isinstance(steps, list):
+            # Python numbers already (encode_small_group): no conversions; NaN: no finite value.
+            _, _, _, _, smins, smaxs, vmins, vmaxs = parts
+            scalars = self.scalars
+            end = -1
+            for tag, count, smin, smax, lo, hi in zip(
+                tags, counts, smins, smaxs, vmins, vmaxs, strict=True
+            ):
+                end += count
+                self._tag(
+                    tag, count, smin, smax, None if lo != lo else lo, None if hi != hi else hi
+                )
+                t = scalars[tag]
+                t.last_step, t.last_wall, t.last_value = steps[end], walls[end], values[end]
         else:
             _, _, _, _, smins, smaxs, vmins, vmaxs = parts
-            ends = np.cumsum(np.asarray(counts, dtype=np.int64)) - 1
-            for i, tag in enumerate(tags):
+            isnan = math.isnan
+            for i, end in enumerate(itertools.accumulate(counts)):
+                tag = tags[i]
                 lo, hi = float(vmins[i]), float(vmaxs[i])
                 self._tag(
                     tag, int(counts[i]), int(smins[i]), int(smaxs[i]),
-                    None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
+                    None if isnan(lo) else lo, None if isnan(hi) else hi,
                 )  # fmt: skip
-                self._last(tag, steps, walls, values, int(ends[i]))
+                self._last(tag, steps, walls, values, int(end) - 1)
         self._chunk_walls(walls)
 
     def _tag(
@@ -151,18 +169,32 @@ class Digest:
         if t is None:
             t = self.scalars[tag] = TagDigest()
         t.count += count
-        t.step_min = smin if t.step_min is None else min(t.step_min, smin)
-        t.step_max = smax if t.step_max is None else max(t.step_max, smax)
-        if vmin is not None:
-            t.vmin = vmin if t.vmin is None else min(t.vmin, vmin)
-        if vmax is not None:
-            t.vmax = vmax if t.vmax is None else max(t.vmax, vmax)
+        # Comparisons rather than min() and max() calls (a live flush has a chunk part per
+        # tag); they keep the earlier of two equal values, as min() and max() do.
+        if t.step_min is None or smin < t.step_min:
+            t.step_min = smin
+        if t.step_max is None or smax > t.step_max:
+            t.step_max = smax
+        if vmin is not None and (t.vmin is None or vmin < t.vmin):
+            t.vmin = vmin
+        if vmax is not None and (t.vmax is None or vmax > t.vmax):
+            t.vmax = vmax
 
     def _last(self, tag: str, steps: Any, walls: Any, values: Any, i: int) -> None:
         t = self.scalars[tag]
         t.last_step, t.last_wall, t.last_value = int(steps[i]), float(walls[i]), float(values[i])
 
-    def _chunk_walls(self, walls: np.ndarray) -> None:
+    def _chunk_walls(self, walls: np.ndarray | list[float]) -> None:
+        if isinstance(walls, list):
+            # A few walls (encode_small_group, which left any mix of 0.0 and -0.0 to NumPy).
+            finite = (
+                walls if all(map(math.isfinite, walls)) else [w for w in walls if math.isfinite(w)]
+            )
+            if not finite:
+                self._walls("scalars", len(walls), None, None)
+            else:
+                self._walls("scalars", len(walls), min(finite), max(finite))
+            return
         lo, hi = float(walls.min()), float(walls.max())
         if not (math.isfinite(lo) and math.isfinite(hi)):
             finite = walls[np.isfinite(walls)]

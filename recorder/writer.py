@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import math
 import numbers
 import os
@@ -114,9 +115,10 @@ class _PendingScalars:
         top = int(steps.max())
         self.smax = top if self.smax is None else max(self.smax, top)
 
-    def encode(self) -> list[tuple[bytes, tuple, None, tuple]]:
+    def encode(self) -> list[tuple[bytes, tuple, None, tuple, tuple]]:
         """Encoded chunks, each with its entry fields ``(kind, tag, step, wall, count, smin, smax,
-        vmin, vmax)``, no part rows, and its points ``([tag], [count], steps, walls, values)``."""
+        vmin, vmax)``, no part rows, and its points ``([tag], [count], steps, walls, values)``
+        (twice: for compaction and for the digest)."""
         steps = np.concatenate(self.steps) if len(self.steps) > 1 else self.steps[0]
         walls = np.concatenate(self.walls) if len(self.walls) > 1 else self.walls[0]
         values = np.concatenate(self.values) if len(self.values) > 1 else self.values[0]
@@ -137,7 +139,8 @@ class _PendingScalars:
                 vmin,
                 vmax,
             )
-            out.append((payload, fields, None, ([self.tag], [len(s)], s, w, v)))
+            points = ([self.tag], [len(s)], s, w, v)
+            out.append((payload, fields, None, points, points))
         return out
 
 
@@ -149,23 +152,75 @@ class _PendingGroup:
     def __init__(self, slots: list[_PendingScalars]) -> None:
         self.slots = slots
 
-    def encode(self) -> list[tuple[bytes, tuple, list, tuple]]:
-        """The encoded group chunk with its entry fields, part columns, and its points
-        ``(tags, counts, steps, walls, values)``."""
+    def encode(self) -> list[tuple[bytes, tuple, list, tuple, tuple]]:
+        """The encoded group chunk with its entry fields, part columns, its points ``(tags,
+        counts, steps, walls, values)``, and the same points for the digest (a few points as
+        Python lists, see :func:`codec.encode_small_group`)."""
         slots = self.slots
         series = ScalarSeries(
             np.concatenate([a for slot in slots for a in slot.steps]),
             np.concatenate([a for slot in slots for a in slot.walls]),
             np.concatenate([a for slot in slots for a in slot.values]),
         )
-        tags = [slot.tag for slot in slots]
-        counts = [slot.count for slot in slots]
+        return _encode_group([slot.tag for slot in slots], [slot.count for slot in slots], series)
+
+
+class _PendingBatch:
+    """The scalars of one :meth:`RunWriter.append_scalar_batch` call that will make a group
+    chunk on their own, as they are: several distinct tags of fewer than ``GROUP_BELOW`` points
+    each, appended when no scalar was pending. Until another scalar append comes (which turns
+    it into one slot per tag, :meth:`slots`), nothing per tag is built: for a live batch of a
+    few points a tag that was most of the append's cost."""
+
+    __slots__ = ("counts", "series", "tags")
+
+    def __init__(self, tags: list[str], counts: list[int], series: ScalarSeries) -> None:
+        self.tags = tags
+        self.counts = counts
+        self.series = series
+
+    def slots(self) -> list[_PendingScalars]:
+        """One slot per tag, as :meth:`RunWriter.append_scalars` would have made them."""
+        out = []
+        steps, walls, values = self.series
+        lo = 0
+        for tag, count in zip(self.tags, self.counts, strict=True):
+            hi = lo + count
+            slot = _PendingScalars(tag)
+            slot.steps.append(steps[lo:hi])
+            slot.walls.append(walls[lo:hi])
+            slot.values.append(values[lo:hi])
+            slot.count = count
+            slot.smax = int(steps[lo:hi].max())
+            out.append(slot)
+            lo = hi
+        return out
+
+    def encode(self) -> list[tuple[bytes, tuple, list, tuple, tuple]]:
+        """As :meth:`_PendingGroup.encode`, from the joined columns with no copy."""
+        return _encode_group(self.tags, self.counts, self.series)
+
+
+def _encode_group(
+    tags: list[str], counts: list[int], series: ScalarSeries
+) -> list[tuple[bytes, tuple, list, tuple, tuple]]:
+    """A group chunk of ``counts[i]`` points of each ``tags[i]``, as :meth:`_PendingGroup.encode`
+    returns it."""
+    points = (tags, counts, *series)
+    small = None
+    if len(series.steps) <= codec.SMALL_GROUP_POINTS:
+        small = codec.encode_small_group(tags, counts, series)
+    if small is not None:
+        payload, (smin, smax, vmin, vmax), rows, lists = small
+        summary_points = (tags, counts, *lists)  # the digest reads them as Python numbers
+    else:
         payload, (smin, smax, vmin, vmax), rows = codec.encode_group_series(tags, counts, series)
-        fields = (
-            codec.SCALARS, None, int(series.steps[0]), float(series.walls[0]),
-            len(series.steps), smin, smax, vmin, vmax,
-        )  # fmt: skip
-        return [(payload, fields, rows, (tags, counts, *series))]
+        summary_points = points
+    fields = (
+        codec.SCALARS, None, int(series.steps[0]), float(series.walls[0]),
+        len(series.steps), smin, smax, vmin, vmax,
+    )  # fmt: skip
+    return [(payload, fields, rows, points, summary_points)]
 
 
 def _group_small(queue: list) -> list:
@@ -312,8 +367,13 @@ class RunWriter:
         self._segment_bytes = segment_bytes
         self._closed = True
         # Encoded events as (payload, entry fields), and per-tag scalar slots, in append order.
-        self._queue: list[tuple[bytes, tuple] | _PendingScalars | _PendingGroup] = []
+        self._queue: list[
+            tuple[bytes, tuple] | _PendingScalars | _PendingGroup | _PendingBatch
+        ] = []
         self._open_slots: dict[str, _PendingScalars] = {}
+        # The queue's _PendingBatch, if any, and its place: at most one, and no slot beside it.
+        self._batch: _PendingBatch | None = None
+        self._batch_at = 0
         self._pending_bytes = 0
         self._pending_points = 0
         self._pending_records = 0
@@ -462,6 +522,8 @@ class RunWriter:
             )
         if not len(s):
             return
+        if self._batch is not None:
+            self._expand_batch()
         slot = self._open_slots.get(tag)
         if slot is not None and (s[0] < slot.smax or slot.count + len(s) > CHUNK_POINTS):
             slot = None
@@ -473,6 +535,140 @@ class RunWriter:
         self._pending_bytes += 24 * len(s)
         if self._pending_bytes > BUFFER_BYTES:
             self._write_pending()
+
+    def append_scalar_batch(
+        self,
+        tags: list[str],
+        counts: list[int],
+        steps: np.ndarray,
+        walls: np.ndarray,
+        values: np.ndarray,
+    ) -> None:
+        """Buffer the scalar points of several tags at once, joined tag-major: the first
+        ``counts[0]`` points are ``tags[0]``'s, the next ``counts[1]`` ``tags[1]``'s, and so on.
+
+        The same as :meth:`append_scalars` called for each tag in turn (the same chunks, the same
+        bytes on disk), at a fraction of the cost for many small columns (a live batch of ten
+        tags of a point each): the columns are checked and converted once, not per tag. A tag
+        may appear more than once; a count of 0 adds nothing.
+
+        The arrays are copied or kept as :meth:`append_scalars` says (a caller that joined them
+        for this call can make them read-only, so that they are kept).
+
+        Raises:
+            ValueError: ``tags`` and ``counts`` differ in length, a tag is not a non-empty str,
+                a count is not an int >= 0, the counts do not add up to the columns' length;
+                arrays are not 1-D or have different lengths.
+            TypeError: an array has a non-numeric dtype.
+            RecorderError: the writer is closed.
+        """
+        self._check_open()
+        if len(tags) != len(counts):
+            raise ValueError(
+                f"tags and counts must have equal lengths, got {len(tags)} and {len(counts)}"
+            )
+        # Type sets and C-level all/min first (a live batch has ten tags), a loop only to name
+        # the bad value.
+        if not (set(map(type, tags)) <= {str} and all(tags)):
+            for tag in tags:
+                if not isinstance(tag, str) or not tag:
+                    raise ValueError(f"tag must be a non-empty str, got {tag!r}")
+        if not (set(map(type, counts)) <= {int} and (not counts or min(counts) >= 0)):
+            for count in counts:
+                if (
+                    type(count) is not int
+                    and (not isinstance(count, numbers.Integral) or isinstance(count, bool))
+                ) or count < 0:
+                    raise ValueError(f"counts must hold ints >= 0, got {count!r}")
+            counts = [int(count) for count in counts]  # e.g. NumPy integers: msgpack takes ints
+        s = _array("steps", steps, np.int64)
+        w = _array("walls", walls, np.float64)
+        v = _array("values", values, np.float64)
+        n = len(s)
+        if not n == len(w) == len(v):
+            raise ValueError(
+                f"steps, walls and values must have equal lengths, got {n}, {len(w)}, {len(v)}"
+            )
+        total = sum(counts)
+        if total != n:
+            raise ValueError(f"counts must add up to the columns' length {n}, got {total}")
+        if not n:
+            return
+        if self._batch is not None:
+            self._expand_batch()
+        if self._pending_bytes + 24 * n > BUFFER_BYTES:
+            # The buffer fills inside this batch: tag by tag, so that it is written to the OS
+            # exactly where append_scalars would write it (the same chunks either way).
+            lo = 0
+            for tag, count in zip(tags, counts, strict=True):
+                self.append_scalars(tag, s[lo : lo + count], w[lo : lo + count], v[lo : lo + count])
+                lo += count
+            return
+        if (
+            not self._open_slots
+            and len(tags) > 1
+            and min(counts) > 0
+            and max(counts) < GROUP_BELOW
+            and len(set(tags)) == len(tags)
+        ):
+            # Nothing else pending, and a group chunk on its own at the flush: kept whole (a
+            # live batch), unless another scalar append comes first (_expand_batch).
+            self._batch = _PendingBatch(list(tags), list(counts), ScalarSeries(s, w, v))
+            self._batch_at = len(self._queue)
+            self._queue.append(self._batch)
+            self._pending_points += n
+            self._pending_bytes += 24 * n
+            return
+        # Each tag's first and largest step, as Python ints: one or two NumPy calls for all the
+        # tags rather than an element read and a max per tag.
+        ends = list(itertools.accumulate(counts))
+        if n <= codec.SMALL_GROUP_POINTS:
+            all_steps = s.tolist()
+            firsts = [all_steps[e - c] if c else 0 for e, c in zip(ends, counts, strict=True)]
+            tops = [
+                max(all_steps[e - c : e]) if c else 0 for e, c in zip(ends, counts, strict=True)
+            ]
+        else:
+            starts = [e - c for e, c in zip(ends, counts, strict=True) if c]
+            firsts_nz = s[starts].tolist()
+            tops_nz = np.maximum.reduceat(s, starts).tolist()
+            firsts, tops, k = [], [], 0
+            for c in counts:
+                firsts.append(firsts_nz[k] if c else 0)
+                tops.append(tops_nz[k] if c else 0)
+                k += bool(c)
+        open_slots, queue = self._open_slots, self._queue
+        lo = 0
+        for tag, count, first, top in zip(tags, counts, firsts, tops, strict=True):
+            if not count:
+                continue
+            hi = lo + count
+            slot = open_slots.get(tag)
+            if slot is not None and (first < slot.smax or slot.count + count > CHUNK_POINTS):
+                slot = None
+            if slot is None:
+                slot = open_slots[tag] = _PendingScalars(tag)
+                queue.append(slot)
+            slot.steps.append(s[lo:hi])
+            slot.walls.append(w[lo:hi])
+            slot.values.append(v[lo:hi])
+            slot.count += count
+            slot.smax = top if slot.smax is None else max(slot.smax, top)
+            lo = hi
+        self._pending_points += n
+        self._pending_bytes += 24 * n
+        if self._pending_bytes > BUFFER_BYTES:
+            self._write_pending()
+
+    def _expand_batch(self) -> None:
+        """Turn the pending batch into one slot per tag, in its place in the queue, as
+        :meth:`append_scalars` would have made them (another scalar append is coming)."""
+        batch, self._batch = self._batch, None
+        assert batch is not None and self._queue[self._batch_at] is batch
+        slots = batch.slots()
+        self._queue[self._batch_at : self._batch_at + 1] = slots
+        for slot in slots:
+            self._open_slots[slot.tag] = slot
 
     def append_record(
         self, kind: str, tag: str | None, step: int | None, wall: float, data: dict
@@ -531,8 +727,11 @@ class RunWriter:
 
     def _write_pending(self) -> None:
         """Write the buffer to the OS, rotating segments by size."""
-        queue, self._queue = _group_small(self._queue), []
+        # No open slot, no slot to group (a pending batch is a group chunk already).
+        queue = _group_small(self._queue) if self._open_slots else self._queue
+        self._queue = []
         self._open_slots.clear()
+        self._batch = None
         self._pending_bytes = self._pending_points = self._pending_records = 0
         # Each frame as its three pieces (head, payload, tail), written with one pwritev: the
         # payload is never copied into a frame, nor frames into one buffer.
@@ -541,11 +740,11 @@ class RunWriter:
         new_entries: list[Entry] = []
         caps: list = []
         for item in queue:
-            encoded = item.encode() if not isinstance(item, tuple) else [(*item, None, None)]
-            for payload, fields, parts, points in encoded:
+            encoded = item.encode() if not isinstance(item, tuple) else [(*item, None, None, None)]
+            for payload, fields, parts, points, summary_points in encoded:
                 if self._digest is not None and points is not None:
                     # From the chunk's own summary, computed for the index anyway.
-                    self._digest.add_chunk(fields, parts, points)
+                    self._digest.add_chunk(fields, parts, summary_points)
                 head, tail = framing.frame_parts(payload)
                 size = len(payload) + framing.FRAME_OVERHEAD
                 at = self._offset + batch_bytes

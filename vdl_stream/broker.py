@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import trio
 
 import recorder
@@ -40,6 +41,7 @@ from recorder.blocks import BLOCK_RE
 from recorder.catalog import INDEX_NAME, SEGMENT_RE
 from recorder.digest import data_files, load_digest
 from recorder.reader_pool import prefetch
+from recorder.writer import GROUP_BELOW
 
 from . import codec, following
 from .alerts import ALERTS_WRITER, AlertEngine
@@ -675,13 +677,28 @@ def _batch_bytes(batch: Batch) -> int:
     both decided from that one figure), with no generator or isinstance call per value: sized
     twice with them, it was a fifth of the persist thread's samples for batches of histograms
     (docs/performance.md, "Writer hot path (2026-12-01, h3-hist)")."""
-    size = 24 * sum(len(c) for c in batch.scalars) + 64 * len(batch.events)
+    size = 24 * sum([len(c.steps) for c in batch.scalars]) + 64 * len(batch.events)
     for event in batch.events:
         for value in event.values():
             kind = type(value)
             if kind in _SIZED or (kind not in _UNSIZED and isinstance(value, (bytes, str))):
                 size += len(value)
     return size
+
+
+def _joined_columns(
+    scalars: list[ScalarColumns], counts: list[int]
+) -> tuple[list[str], list[int], np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's scalar columns (of ``counts`` points) joined tag-major, as
+    :meth:`recorder.RunWriter.append_scalar_batch` takes them; read-only, so that the recorder
+    keeps them rather than copying them again."""
+    # The recorder's dtypes here: one column of another integer or float type must not turn
+    # the joined steps into floats (which append_scalars, taking each column alone, accepts).
+    steps = np.concatenate([c.steps for c in scalars], dtype=np.int64, casting="same_kind")
+    walls = np.concatenate([c.walls for c in scalars], dtype=np.float64, casting="same_kind")
+    values = np.concatenate([c.values for c in scalars], dtype=np.float64, casting="same_kind")
+    steps.flags.writeable = walls.flags.writeable = values.flags.writeable = False
+    return [c.tag for c in scalars], counts, steps, walls, values
 
 
 def _record_event(record: recorder.Record) -> dict[str, Any]:
@@ -1698,8 +1715,20 @@ class Broker:
             w = self._rotate(run, offset)
         persisted = dict(run.persisted_seq)
         for batch in batches:
-            for cols in batch.scalars:
-                w.append_scalars(cols.tag, cols.steps, cols.walls, cols.values)
+            scalars = batch.scalars
+            counts = [len(c.steps) for c in scalars]
+            if 0 in counts:  # an empty column adds nothing, and its dtype may be anything
+                scalars = [c for c in scalars if len(c.steps)]
+                counts = [n for n in counts if n]
+            if len(counts) > 1 and max(counts) < GROUP_BELOW:
+                # A few points a tag (a live batch): one recorder call for the batch's tags, the
+                # columns checked once and their group chunk encoded whole. Larger columns go
+                # tag by tag, as the frame holds them: joining them would only copy them
+                # (docs/performance.md, "(2026-12-01, h5-persist)").
+                w.append_scalar_batch(*_joined_columns(scalars, counts))
+            else:
+                for cols in scalars:
+                    w.append_scalars(cols.tag, cols.steps, cols.walls, cols.values)
             for event in batch.events:
                 # The record's data is the event less its common keys, in the event's order: a
                 # copy and four pops in C, five times cheaper than a comprehension that tests
