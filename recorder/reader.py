@@ -781,12 +781,7 @@ class RunReader:
                 another kind.
         """
         self._check_open()
-        if (
-            not isinstance(max_chunk_points, int)
-            or isinstance(max_chunk_points, bool)
-            or max_chunk_points < 1
-        ):
-            raise ValueError(f"max_chunk_points must be an int >= 1, got {max_chunk_points!r}")
+        _check_chunk_points(max_chunk_points)
         self._check_scalar_tag(tag)
         return self._pinned(lambda: self._iter_scalars(tag, start, end, max_chunk_points))
 
@@ -825,12 +820,7 @@ class RunReader:
                 of another kind.
         """
         self._check_open()
-        if (
-            not isinstance(max_chunk_points, int)
-            or isinstance(max_chunk_points, bool)
-            or max_chunk_points < 1
-        ):
-            raise ValueError(f"max_chunk_points must be an int >= 1, got {max_chunk_points!r}")
+        _check_chunk_points(max_chunk_points)
         self._check_scalar_tag(tag)
         return self._pinned(lambda: self._grouped_parts(tag, max_chunk_points))
 
@@ -1721,3 +1711,13 @@ def list_runs(logdir: str | os.PathLike[str]) -> list[str]:
         if rel != "." and any(SEGMENT_RE.match(name) for name in filenames):
             runs.append(rel.replace(os.sep, "/"))
     return sorted(runs)
+
+
+def _check_chunk_points(max_chunk_points: object) -> None:
+    """Refuse a ``max_chunk_points`` that is not an int >= 1 (a bool is not one)."""
+    if (
+        not isinstance(max_chunk_points, int)
+        or isinstance(max_chunk_points, bool)
+        or max_chunk_points < 1
+    ):
+        raise ValueError(f"max_chunk_points must be an int >= 1, got {max_chunk_points!r}")

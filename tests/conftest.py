@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -155,3 +156,25 @@ def browser():
         browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+class HeldWrites:
+    """Holds the broker's writes (``Broker._persist``, in its worker thread) until :attr:`open`
+    is set; :attr:`rounds` lists each write round's batch count as it arrives."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from vdl_stream.broker import Broker
+
+        self.open = threading.Event()
+        self.rounds: list[int] = []
+        persist = Broker._persist
+
+        def held(broker: Broker, items):  # type: ignore[no-untyped-def]
+            self.rounds.append(len(items))
+            assert self.open.wait(30), "the test never opened the writes"
+            return persist(broker, items)
+
+        monkeypatch.setattr(Broker, "_persist", held)
+        # Every batch through the worker thread: one that ingest wrote itself (a small batch)
+        # would hold the event loop, not just the writes.
+        monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)

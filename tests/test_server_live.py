@@ -15,7 +15,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Message, Request
 from wsproto.extensions import PerMessageDeflate
 
-from tests.conftest import wait_until
+from tests.conftest import HeldWrites, wait_until
 from vdl_stream import codec, server
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
@@ -280,21 +280,9 @@ async def test_answers_written_in_one_round_go_to_the_writer_in_one_send(
     """The broker's first write is held while two more batches come: the next persist round
     writes both, and their two ``ack``s go to the writer together, in one send (one ``writev``
     with the direct writes), in order; every batch still gets its own answer."""
-    import threading
-
     monkeypatch.setattr(server, "WRITE_DIRECT", direct)
-    release, rounds = threading.Event(), []
-    persist = Broker._persist
-
-    def held(broker: Broker, items):  # type: ignore[no-untyped-def]
-        rounds.append(len(items))
-        assert release.wait(30), "the test never released the writes"
-        return persist(broker, items)
-
-    monkeypatch.setattr(Broker, "_persist", held)
-    # Held in the worker thread: a small batch that ingest wrote itself would hold the event
-    # loop, and with it the batches that should come meanwhile.
-    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+    writes = HeldWrites(monkeypatch)
+    release, rounds = writes.open, writes.rounds
     sends: list[int] = []
     send_many = server.WebSocketSession.send_many
 
@@ -341,18 +329,8 @@ async def test_a_writer_that_asks_hears_taken_before_the_write_and_an_older_one_
     batch as soon as the broker ingested it, long before its ``ack``; one connected without it
     (an older writer) hears nothing until the writes, then its ``ack``s alone, as before. Both
     get one ``ack`` a batch, in order, once written."""
-    import threading
-
     monkeypatch.setattr(server, "WRITE_DIRECT", direct)
-    release = threading.Event()
-    persist = Broker._persist
-
-    def held(broker: Broker, items):  # type: ignore[no-untyped-def]
-        assert release.wait(30), "the test never released the writes"
-        return persist(broker, items)
-
-    monkeypatch.setattr(Broker, "_persist", held)
-    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+    release = HeldWrites(monkeypatch).open
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             broker = Broker(tmp_path)

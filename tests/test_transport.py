@@ -16,7 +16,7 @@ import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, ConnectionTimeout, serve_websocket
 
 import recorder
-from tests.conftest import start_serve, stop_serve, wait_for, wait_until
+from tests.conftest import HeldWrites, start_serve, stop_serve, wait_for, wait_until
 from vdl_stream import attach, transport
 from vdl_stream.codec import Batch, ScalarColumns, decode_batch, decode_message, encode_ack
 from vdl_stream.transport import Spool, WebSocketTransport, describe_connect_error
@@ -329,21 +329,12 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
     batch is taken, so batches keep going until UNACKED_PER_WINDOW windows wait for their
     writes; without it (the writer asks for no ``taken``) the window fills at 2, as before.
     Either way the spool keeps every batch until its ``ack``, and all land once."""
-    import threading
 
     from vdl_stream.broker import Broker
     from vdl_stream.server import serve_dashboard
 
     monkeypatch.setattr(transport, "TAKEN", taken)
-    release = threading.Event()
-    persist = Broker._persist
-
-    def held(broker: Broker, items):  # type: ignore[no-untyped-def]
-        assert release.wait(30), "the test never released the writes"
-        return persist(broker, items)
-
-    monkeypatch.setattr(Broker, "_persist", held)
-    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+    release = HeldWrites(monkeypatch).open
     window = 2
     full = transport.UNACKED_PER_WINDOW * window if taken else window
 

@@ -18,7 +18,7 @@ import pytest
 import trio
 
 import recorder
-from tests.conftest import start_serve, stop_serve, wait_for
+from tests.conftest import HeldWrites, start_serve, stop_serve, wait_for
 from vdl_stream import attach, transport
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
@@ -34,23 +34,6 @@ def raw_steps(run_dir: Path, tag: str = "x") -> list[int]:
     return [int(s) for r in records for s in r.data.steps]
 
 
-class _HeldWrites:
-    """Holds the broker's writes (``Broker._persist``, in its worker thread) while closed."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.open = threading.Event()
-        persist = Broker._persist
-
-        def held(broker: Broker, items):  # type: ignore[no-untyped-def]
-            assert self.open.wait(30), "the test never opened the writes"
-            return persist(broker, items)
-
-        monkeypatch.setattr(Broker, "_persist", held)
-        # Every batch through the worker thread: one that ingest wrote itself (a small batch)
-        # would hold the event loop, not just the writes.
-        monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
-
-
 @pytest.mark.parametrize("window", [1, 2])
 def test_in_process_the_next_batch_leaves_while_the_previous_is_written(
     tmp_path, monkeypatch, window
@@ -59,7 +42,7 @@ def test_in_process_the_next_batch_leaves_while_the_previous_is_written(
     batches go at once, one point each; then calls merge into one batch that leaves when the
     writes go on (not at the 30 s interval)."""
     monkeypatch.setattr(transport, "TAKEN", False)
-    writes = _HeldWrites(monkeypatch)
+    writes = HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="w", telemetry=False, flush_interval=30.0, window=window)
     try:
         for step in range(window):
@@ -91,7 +74,7 @@ def test_in_process_the_window_frees_when_ingest_returned_up_to_its_unacknowledg
     frees a place. Everything lands once, in order."""
     monkeypatch.setattr(transport, "TAKEN", True)
     bound = transport.UNACKED_PER_WINDOW * window
-    writes = _HeldWrites(monkeypatch)
+    writes = HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="t", telemetry=False, flush_interval=30.0, window=window)
     try:
         for step in range(bound):
@@ -120,7 +103,7 @@ def test_while_the_window_is_full_held_calls_stay_bounded(tmp_path, monkeypatch)
     so that the first batch fills it.)"""
     monkeypatch.setattr(transport, "TAKEN", False)
     monkeypatch.setattr("vdl_stream.writer.MAX_HELD_POINTS", 1000)
-    writes = _HeldWrites(monkeypatch)
+    writes = HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="b", telemetry=False, flush_interval=0.005, window=1)
     try:
         writer.add_scalar("x", 0.0, 0)
@@ -151,7 +134,7 @@ def test_while_the_window_is_full_held_events_stay_bounded_in_bytes(tmp_path, mo
     counts acknowledgements here, so that the first batch fills it.)"""
     monkeypatch.setattr(transport, "TAKEN", False)
     monkeypatch.setattr("vdl_stream.writer.MAX_HELD_BYTES", 3 << 20)
-    writes = _HeldWrites(monkeypatch)
+    writes = HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="e", telemetry=False, flush_interval=0.005, window=1)
     try:
         writer.add_text("t", "first", 0)
