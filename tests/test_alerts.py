@@ -812,8 +812,8 @@ async def test_a_round_that_took_a_millisecond_or_more_spaces_the_next_ones(auto
     """Rounds whose own clock reads 1% of a core or more are spread out (at most 0.5 s apart):
     what the event loop pays for them is two to three times that clock, and at 5% a fast
     writer of small batches in process had a round every 0.1 s and paid +125 ns an event on
-    the loop (docs/performance.md, "(2026-12-01, h5-alerts)"). A round of 2 ms is followed by
-    0.2 s or more; a quick one by the 0.1 s of DETECT_INTERVAL."""
+    the loop at load 13 (docs/performance.md, "(2026-12-01, h5-alerts)"). A round of 2 ms is
+    followed by 0.2 s or more; a quick one by the 0.1 s of DETECT_INTERVAL."""
     from vdl_stream import alerts
 
     starts: list[float] = []

@@ -90,8 +90,8 @@ DETECT_INTERVAL = 0.1
 #: clock (observe in place 3 to 4 µs a batch against 1.2 in a tight loop, the ingest steps
 #: right after a round twice as long, the round task's own set-up and freeing): at 5% a fast
 #: writer of small batches in process had rounds every 0.1 s and its loop paid +125 ns an event,
-#: at 1% rounds spread to 0.2 to 0.5 s and it paid +48 (docs/performance.md, "(2026-12-01,
-#: h5-alerts)").
+#: at 1% rounds spread to 0.2 to 0.5 s and it paid +48 (load 13; at load 1 the two read
+#: alike: docs/performance.md, "(2026-12-01, h5-alerts)").
 DETECT_SHARE = 0.01
 #: ... but rounds start at most this many seconds apart (an alert within 1 s of its point).
 DETECT_MAX_INTERVAL = 0.5
