@@ -38,7 +38,11 @@ Phases:
    ``--slices K`` runs each pair as K consecutive parts of its batches, each part off and on in
    turn, and takes the pair's ratio over the CPU summed per mode: the same events per mode and
    pair, with the two modes K times closer in time (a drift of the machine's load or of the
-   page cache then weighs on both alike within the pair).
+   page cache then weighs on both alike within the pair). Each pair also gives the ratio of
+   the event loop's thread alone (ingest, ``observe`` and the rounds) and of the other threads
+   (persistence), so that the process's figure, the target, says which side moved.
+   ``--tasks`` times the loop's CPU per trio task (the bench's ingest, the persist task, the
+   detectors' round task and tick, trio's own) and the ingest steps right after a round.
 2. ``served``: the real path. A ``vdl-stream serve`` subprocess (default rules, or
    ``--alerts off``: no detectors at all), 4 raw ``/ws/ingest`` writers (bench/broker_clients.py,
    as bench_broker.py's ingest phase) sending ``--tags`` tags x ``--served-points`` points per
@@ -62,7 +66,7 @@ Phases:
 
 Usage: python bench/bench_alerts.py [--quick] [--repeat PAIRS] [--runs N] [--steps N] [--seconds S]
                                     [--rate EVENTS_PER_S] [--batches N] [--paths large small] [--null]
-                                    [--slices K]
+                                    [--slices K] [--tasks]
                                     [--served-points N ...] [--served-rate EVENTS_PER_S]
                                     [--json PATH] [--skip PHASE ...] [--tree CHECKOUT]
 """
@@ -161,6 +165,47 @@ class _GcTimer:
         gc.callbacks.remove(self._callback)
 
 
+class _TaskClock(trio.abc.Instrument):
+    """The event loop thread's CPU per trio task (each step timed with ``time.thread_time``),
+    and the ingest steps' CPU by how many ingest steps came since the detectors' last round
+    step (0-2, 3-29, 30 or more): where the loop's extra with the detectors on goes. Each step
+    costs two clock reads (about 1 µs on the development machine), in both modes alike."""
+
+    #: Bounds of the "ingest steps since a round" bins (the last bin: the rest, and "off").
+    BINS = (3, 30)
+
+    def __init__(self) -> None:
+        self.on = False
+        self.cpu: dict[str, float] = {}
+        self.steps: dict[str, int] = {}
+        self.after_round = [[0.0, 0] for _ in range(len(self.BINS) + 1)]
+        self._since = 1 << 30
+        self._began = 0.0
+
+    def start(self) -> None:
+        """Count from now on (called from within a task's step: that step counts from here)."""
+        self._began = time.thread_time()
+        self.on = True
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._began = time.thread_time()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if not self.on:
+            return
+        spent = time.thread_time() - self._began
+        name = task.name.rsplit(".", 1)[-1]
+        self.cpu[name] = self.cpu.get(name, 0.0) + spent
+        self.steps[name] = self.steps.get(name, 0) + 1
+        if name == "_detect":
+            self._since = 0
+        elif name == "_ingest":
+            b = sum(self._since >= bound for bound in self.BINS)
+            self.after_round[b][0] += spent
+            self.after_round[b][1] += 1
+            self._since += 1
+
+
 def _usage() -> dict[str, float]:
     """This process's CPU seconds, user and system (every thread), the calling thread's (the
     event loop's), minor page faults and context switches, now."""
@@ -175,7 +220,9 @@ def _usage() -> dict[str, float]:
     }
 
 
-async def _ingest(logdir: Path, batches: list[Batch], alerts: bool, rate: float = 0.0) -> dict:
+async def _ingest(
+    logdir: Path, batches: list[Batch], alerts: bool, rate: float = 0.0, tasks: bool = False
+) -> dict:
     """Ingest ``batches`` into a fresh broker (``rate``: paced to that many events a second,
     else as fast as it takes them), let the detectors judge all they queued, then close the
     broker (its last flush and fsync). Returns the wall seconds until every batch was written
@@ -185,7 +232,8 @@ async def _ingest(logdir: Path, batches: list[Batch], alerts: bool, rate: float 
 
     CPU is taken through the close so that every run's window holds the same work, all of its
     data written, flushed and fsynced, whatever its length (the fsync itself costs the process
-    next to nothing: the kernel writes the pages back on its own time).
+    next to nothing: the kernel writes the pages back on its own time). ``tasks``: also the
+    loop's CPU per task (:class:`_TaskClock`).
     """
     broker = Broker(logdir)
     engine = AlertEngine() if alerts else None
@@ -194,6 +242,10 @@ async def _ingest(logdir: Path, batches: list[Batch], alerts: bool, rate: float 
         if engine is not None:
             await nursery.start(engine.run, broker)
         gc_timer = _GcTimer().__enter__()
+        clock = _TaskClock() if tasks else None
+        if clock is not None:
+            trio.lowlevel.add_instrument(clock)
+            clock.start()
         before = _usage()
         started = time.perf_counter()
         seq = 0
@@ -221,10 +273,14 @@ async def _ingest(logdir: Path, batches: list[Batch], alerts: bool, rate: float 
         broker.close()
         await broker.wait_closed()
         after = _usage()
+        if clock is not None:
+            clock.on = False
         gc_timer.__exit__()
         nursery.cancel_scope.cancel()
     out = {k: after[k] - before[k] for k in after}
     out.update(elapsed=elapsed, gc=gc_timer.seconds, stats=stats)
+    if clock is not None:
+        out["tasks"] = {"cpu": clock.cpu, "steps": clock.steps, "after_round": clock.after_round}
     return out
 
 
@@ -336,7 +392,8 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
         gc.freeze()
         load_start = os.getloadavg()[0]
         runs: dict[str, list[dict]] = {"off": [], "on": []}
-        pairs: list[tuple[float, float]] = []  # (CPU ratio, wall ratio) on/off of each pair
+        # (CPU ratio, wall ratio, the loop's thread's, the other threads') on/off of each pair
+        pairs: list[tuple[float, float, float, float]] = []
         slices = args.slices
         cuts = [count * j // slices for j in range(slices + 1)]
         for i in range(args.repeat):
@@ -354,12 +411,16 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
                     gc.collect()  # the previous run's garbage, outside the measured window
                     try:
                         on = mode == "on" and not args.null
-                        parts[mode].append(trio.run(_ingest, logdir, chunk, on, args.rate))
+                        parts[mode].append(
+                            trio.run(_ingest, logdir, chunk, on, args.rate, args.tasks)
+                        )
                     finally:
                         shutil.rmtree(logdir, ignore_errors=True)
             pair = {}
             for mode, done in parts.items():
-                r = {k: sum(p[k] for p in done) for k in done[0] if k != "stats"}
+                r = {k: sum(p[k] for p in done) for k in done[0] if k not in ("stats", "tasks")}
+                if args.tasks:
+                    r["tasks"] = [p["tasks"] for p in done]
                 r["stats"] = _summed_stats([p["stats"] for p in done])
                 r["cpu"] = r["user"] + r["system"]
                 runs[mode].append(r)
@@ -368,6 +429,12 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
                 (
                     pair["off"]["cpu"] / pair["on"]["cpu"],
                     pair["off"]["elapsed"] / pair["on"]["elapsed"],
+                    # The event loop's thread alone (where ingest, observe and the rounds run)
+                    # and every other thread (the persist thread's writes): the process's ratio
+                    # is the target, these say which side of it moved.
+                    pair["off"]["loop"] / pair["on"]["loop"],
+                    (pair["off"]["cpu"] - pair["off"]["loop"])
+                    / (pair["on"]["cpu"] - pair["on"]["loop"]),
                 )
             )
         load_end = os.getloadavg()[0]
@@ -397,6 +464,8 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             "cpu_ratio_on_off": round(cpu_ratio, 3),
             "cpu_ratio_pairs": [round(p[0], 3) for p in pairs],
             "ratio_on_off": round(wall_ratio, 3),
+            "loop_ratio_pairs": [round(p[2], 3) for p in pairs],
+            "other_threads_ratio_pairs": [round(p[3], 3) for p in pairs],
             "wall_ratio_pairs": [round(p[1], 3) for p in pairs],
             "median_off": {k: round(v, 2) for k, v in off.items()},
             "median_on": {k: round(v, 2) for k, v in on.items()},
@@ -429,10 +498,45 @@ def phase_throughput(args: argparse.Namespace, results: dict) -> None:
             f"    minor faults per batch off {off['faults']:.1f}, on {on['faults']:.1f}; context "
             f"switches per batch off {off['switches']:.2f}, on {on['switches']:.2f}\n"
             f"  events per CPU second on/off, per pair: {_spread([p[0] for p in pairs])}\n"
+            f"    the event loop's thread alone: {_spread([p[2] for p in pairs])}\n"
+            f"    the other threads (persistence): {_spread([p[3] for p in pairs])}\n"
             f"  wall clock on/off, per pair: {_spread([p[1] for p in pairs])}\n"
             f"  verdict: {_verdict([p[0] for p in pairs], wall_ratio, load)}",
             flush=True,
         )
+        if args.tasks:
+            results[f"throughput_{label}"]["tasks"] = _print_tasks(runs, events)
+
+
+def _print_tasks(runs: dict[str, list[dict]], events: int) -> dict:
+    """Print (and return) the event loop's CPU per task, ns an event, median per mode over the
+    runs (``--tasks``), the rest of the loop's thread (the scheduler, I/O waits, the
+    collector between steps), and the ingest steps' µs a batch by ingest steps since a round."""
+    out: dict[str, dict] = {}
+    for mode, rs in runs.items():
+        cpu: dict[str, list[float]] = {}
+        bins: list[list[float]] = [[0.0, 0] for _ in range(len(_TaskClock.BINS) + 1)]
+        for r in rs:
+            totals: dict[str, float] = {}
+            for part in r["tasks"]:
+                for name, spent in part["cpu"].items():
+                    totals[name] = totals.get(name, 0.0) + spent
+                for b, (spent, n) in enumerate(part["after_round"]):
+                    bins[b][0] += spent
+                    bins[b][1] += n
+            totals["(rest of the loop's thread)"] = r["loop"] - sum(totals.values())
+            for name, spent in totals.items():
+                cpu.setdefault(name, []).append(spent)
+        per = {k: statistics.median(v) / events * 1e9 for k, v in sorted(cpu.items())}
+        after = [round(t / n * 1e6, 1) if n else None for t, n in bins]
+        out[mode] = {"loop_ns_per_event": per, "ingest_us_per_batch_after_round": after}
+        print(
+            f"  the loop's CPU per task, {mode}, ns an event: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in per.items())
+            + f"; ingest steps, µs a batch, 0-2 / 3-29 / 30+ steps after a round: {after}",
+            flush=True,
+        )
+    return out
 
 
 def _noisy_batch(
@@ -694,6 +798,12 @@ def main() -> None:
         action="store_true",
         help="throughput phase: run 'on' with the detectors off too, so that the pairs' ratios "
         "show the bench's own noise (an A/A test) on this machine at this load",
+    )
+    parser.add_argument(
+        "--tasks",
+        action="store_true",
+        help="throughput phase: also time the event loop's CPU per trio task (two clock reads "
+        "a step, in both modes) and the ingest steps right after a detector round",
     )
     parser.add_argument(
         "--slices",

@@ -808,6 +808,45 @@ async def test_a_writer_faster_than_the_rounds_has_every_batch_judged(tmp_path, 
     assert "fell behind" not in caplog.text
 
 
+async def test_a_round_that_took_a_millisecond_or_more_spaces_the_next_ones(autojump_clock):
+    """Rounds whose own clock reads 1% of a core or more are spread out (at most 0.5 s apart):
+    what the event loop pays for them is two to three times that clock, and at 5% a fast
+    writer of small batches in process had a round every 0.1 s and paid +125 ns an event on
+    the loop at load 13 (docs/performance.md, "(2026-12-01, h5-alerts)"). A round of 2 ms is
+    followed by 0.2 s or more; a quick one by the 0.1 s of DETECT_INTERVAL."""
+    from vdl_stream import alerts
+
+    starts: list[float] = []
+    cost = [0.002]
+
+    class Timed(AlertEngine):
+        def _steps(self, pending):
+            starts.append(trio.current_time())
+            began = time.thread_time()
+            while time.thread_time() - began < cost[0]:  # CPU the share rule counts
+                pass
+            return super()._steps(pending)
+
+    engine = Timed()
+    steps = np.arange(30)
+    cols = codec.ScalarColumns("train/loss", steps, steps * 0.1, np.ones(30))
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(engine._detect)
+            for _ in range(200):  # a batch every 10 ms (virtual time), for 2 s
+                engine.observe("r", [cols], [])
+                await trio.sleep(0.01)
+                if len(starts) == 4:
+                    cost[0] = 0.0  # quick rounds from here on
+                if len(starts) >= 8:
+                    break
+            nursery.cancel_scope.cancel()
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    # 2 ms / DETECT_SHARE at least (the round's own judging adds to its clock), 0.5 s at most
+    assert all(0.2 - 0.011 <= g <= alerts.DETECT_MAX_INTERVAL + 0.011 for g in gaps[:3]), gaps
+    assert all(abs(g - alerts.DETECT_INTERVAL) <= 0.011 for g in gaps[4:]), gaps
+
+
 def test_a_dropped_batch_is_counted_and_logged_and_what_it_says_of_the_run_is_kept(caplog):
     """A batch that finds the queue full is not judged (counted, logged once a minute), but
     its arrival, its last step and a status change are: a dropped close must not let the run

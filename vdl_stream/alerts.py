@@ -84,9 +84,15 @@ SPIKE_MOVES = 0.1
 #: tags pay that once per 0.1 s of points (at 50 ms it was a third of the detectors' cost of
 #: 1,024-point batches served); the wait adds 50 ms to an alert's latency on average.
 DETECT_INTERVAL = 0.1
-#: A round that took a long time (many tags) is followed by a longer pause, so that the
-#: detectors take about this share of one core at most (not while hurried: HURRY_SHARE) ...
-DETECT_SHARE = 0.05
+#: A round that took a long time (many tags, or a fast writer's many columns) is followed by a
+#: longer pause, so that the rounds' own clock reads about this share of one core at most (not
+#: while hurried: HURRY_SHARE) ... What the event loop pays for them is two to three times that
+#: clock (observe in place 3 to 4 µs a batch against 1.2 in a tight loop, the ingest steps
+#: right after a round twice as long, the round task's own set-up and freeing): at 5% a fast
+#: writer of small batches in process had rounds every 0.1 s and its loop paid +125 ns an event,
+#: at 1% rounds spread to 0.2 to 0.5 s and it paid +48 (load 13; at load 1 the two read
+#: alike: docs/performance.md, "(2026-12-01, h5-alerts)").
+DETECT_SHARE = 0.01
 #: ... but rounds start at most this many seconds apart (an alert within 1 s of its point).
 DETECT_MAX_INTERVAL = 0.5
 #: A queue past this share of either bound starts the next round at once rather than after

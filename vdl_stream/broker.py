@@ -933,7 +933,9 @@ class Broker:
             self._bus.publish(batch)
         count = batch.count()
         if self.alerts is not None and batch.writer != ALERTS_WRITER:  # alerts block, below
-            self.alerts.observe(batch.run, *view, points=count)  # (counted once, for both)
+            # (counted once, for both; the view's two lists passed as they are: a starred call
+            # builds a tuple and a keyword dict per batch)
+            self.alerts.observe(batch.run, view[0], view[1], points=count)
         run.inflight[(batch.writer, batch.seq)] = seq
         ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
