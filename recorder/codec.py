@@ -223,21 +223,45 @@ def encode_group_series(
 ) -> tuple[memoryview, tuple[int, int, float | None, float | None], list]:
     """:func:`encode_group` of parts already concatenated: ``counts[i]`` points of ``tags[i]``."""
     steps, walls, values = series
-    summary = smin, smax, vmin, vmax = scalar_summary(steps, values)
+    summary = scalar_summary(steps, values)
+    payload, data = _pack_group(
+        summary,
+        tags,
+        counts,
+        _encode_group_steps(steps, np.asarray(counts)),
+        _encode_walls(walls),
+        values,
+        (int(steps[0]), float(walls[0])),
+    )
+    return payload, summary, group_parts(data["tags"], data["c"], series)
+
+
+def _pack_group(
+    summary: tuple[int, int, float | None, float | None],
+    tags: list[str],
+    counts: list[int],
+    enc_steps: list,
+    enc_walls: list,
+    values: np.ndarray,
+    first: tuple[int, float],
+) -> tuple[memoryview, dict[str, Any]]:
+    """A group chunk's payload from its encoded columns (the one layout both group encoders
+    write, docs/record-format.md), and its data map."""
+    smin, smax, vmin, vmax = summary
+    n = len(values)
     data = {
-        "n": len(steps),
+        "n": n,
         "smin": smin,
         "smax": smax,
         "vmin": vmin,
         "vmax": vmax,
         "tags": list(tags),
         "c": list(counts),
-        "s": _encode_group_steps(steps, np.asarray(counts)),
-        "w": _encode_walls(walls),
+        "s": enc_steps,
+        "w": enc_walls,
         "v": bytes_view(values),
     }
-    payload = _pack([SCALARS, None, int(steps[0]), float(walls[0]), data], len(steps))
-    return payload, summary, group_parts(data["tags"], data["c"], series)
+    return _pack([SCALARS, None, first[0], first[1], data], n), data
 
 
 def _encode_group_steps(steps: np.ndarray, counts: np.ndarray) -> list:
@@ -345,19 +369,15 @@ def encode_small_group(
             enc_walls = ["us", base, struct.pack(f"<{n}I", *offsets)]
     if enc_walls is None:
         enc_walls = ["f8", walls_arr.astype(_F8).tobytes()]
-    data = {
-        "n": n,
-        "smin": smin,
-        "smax": smax,
-        "vmin": vmin,
-        "vmax": vmax,
-        "tags": list(tags),
-        "c": list(counts),
-        "s": enc_steps,
-        "w": enc_walls,
-        "v": bytes_view(values_arr),
-    }
-    payload = _pack([SCALARS, None, steps[0], walls[0], data], n)
+    payload, data = _pack_group(
+        (smin, smax, vmin, vmax),
+        tags,
+        counts,
+        enc_steps,
+        enc_walls,
+        values_arr,
+        (steps[0], walls[0]),
+    )
     parts = [data["tags"], data["c"], firsts, first_walls, smins, smaxs, los, his]
     return payload, (smin, smax, vmin, vmax), parts, (steps, walls, values)
 

@@ -321,6 +321,12 @@ def test_a_point_logged_while_the_window_has_room_leaves_at_once_not_at_the_inte
             writer.close(timeout=10)
 
 
+def _one_point(seq: int) -> Batch:
+    """Writer ``t``'s batch ``seq`` of run ``r``: one point of ``x`` at step ``seq``."""
+    steps = np.array([seq], dtype=np.int64)
+    return Batch("t", seq, "r", [ScalarColumns("x", steps, steps + 1.7e9, steps * 1.0)])
+
+
 @pytest.mark.parametrize("taken", [True, False], ids=["taken", "written"])
 async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_when_it_wrote_it(
     tmp_path, monkeypatch, taken
@@ -338,10 +344,6 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
     window = 2
     full = transport.UNACKED_PER_WINDOW * window if taken else window
 
-    def batch(seq: int) -> Batch:
-        steps = np.array([seq], dtype=np.int64)
-        return Batch("t", seq, "r", [ScalarColumns("x", steps, steps + 1.7e9, steps * 1.0)])
-
     try:
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
@@ -352,7 +354,7 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
                 for seq in range(1, full + 1):
                     with trio.fail_after(10):  # a place frees without any write
                         await sender.wait_window(window)
-                    await sender.send(batch(seq))
+                    await sender.send(_one_point(seq))
                 await wait_until(lambda: broker.statistics().batches == full, 10, "ingested")
                 with trio.move_on_after(0.3) as waited:
                     await sender.wait_window(window)
@@ -394,10 +396,6 @@ async def test_over_a_socket_batches_taken_then_refused_at_their_write_go_again_
     monkeypatch.setattr(Broker, "_write_part", full_disk)
     monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
 
-    def batch(seq: int) -> Batch:
-        steps = np.array([seq], dtype=np.int64)
-        return Batch("t", seq, "r", [ScalarColumns("x", steps, steps + 1.7e9, steps * 1.0)])
-
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             broker = Broker(tmp_path / "logs")
@@ -406,7 +404,7 @@ async def test_over_a_socket_batches_taken_then_refused_at_their_write_go_again_
             sender = await nursery.start(WebSocketTransport.run, "ws" + url[4:])
             for seq in range(1, 31):
                 await sender.wait_window(2)
-                await sender.send(batch(seq))
+                await sender.send(_one_point(seq))
             await sender.wait_acked(30)
             errors = sender.take_errors()
             assert failures == [0] and errors and all(e.retryable for e in errors)

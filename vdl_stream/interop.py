@@ -780,24 +780,17 @@ class Export:
             if not csv_out and not first:
                 yield b"]"
         for tag, alerts in self._alerts():
-            # Few (the detectors raise at most 20 a minute per run): formatted in Python.
-            if csv_out:
-                cell = _csv_cell(tag)
+            cell = _csv_cell(tag) if csv_out else None
             for i in range(0, len(alerts), self._chunk):
                 part = alerts[i : i + self._chunk]
-                if csv_out:
-                    text = "".join(
-                        f"{cell},{_csv_step(s)},{w!r},{_csv_value(v)}\n" for s, w, v in part
-                    )
-                else:
+                text = _alert_rows(cell, part)
+                if not csv_out:
                     head = (
                         (("," if self.tags else "") + "\n" + json.dumps(tag) + ": [")
                         if not i
                         else ", "
                     )
-                    text = head + ", ".join(
-                        f"[{w!r}, {_json_value(s)}, {_json_value(v)}]" for s, w, v in part
-                    )
+                    text = head + text
                 yield text.encode()
             if not csv_out:
                 yield b"]"
@@ -835,15 +828,7 @@ class Export:
             yield _TagStart(tag)
             for i in range(0, len(alerts), self._chunk):
                 part = alerts[i : i + self._chunk]
-                if csv_out:
-                    text = "".join(
-                        f"{cell},{_csv_step(s)},{w!r},{_csv_value(v)}\n" for s, w, v in part
-                    )
-                else:
-                    text = ", ".join(
-                        f"[{w!r}, {_json_value(s)}, {_json_value(v)}]" for s, w, v in part
-                    )
-                yield _Rows(len(part), [text.encode()])
+                yield _Rows(len(part), [_alert_rows(cell, part).encode()])
             yield _TAG_END
         if not csv_out:
             yield b"\n}\n"
@@ -924,6 +909,15 @@ class _TagEnd:
 
 
 _TAG_END = _TagEnd()
+
+
+def _alert_rows(cell: str | None, part: list[tuple[int | None, float, float | None]]) -> str:
+    """Alert rows ``(step, wall, value)``: CSV rows of the tag cell ``cell``, or JSON rows
+    (``cell`` None) joined by ``", "``. Few (the detectors raise at most 20 a minute per run):
+    formatted in Python."""
+    if cell is not None:
+        return "".join(f"{cell},{_csv_step(s)},{w!r},{_csv_value(v)}\n" for s, w, v in part)
+    return ", ".join(f"[{w!r}, {_json_value(s)}, {_json_value(v)}]" for s, w, v in part)
 
 
 def _format_part(cell: str | None, part: Callable[[], Any] | tuple) -> _Rows:
