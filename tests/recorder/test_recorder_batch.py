@@ -68,13 +68,23 @@ def _write(run_dir: str, ops: list, joined: bool, compact_records: int | None) -
     return _files(run_dir)
 
 
-def _same_runs(ops: list, compact_records: int | None = None) -> None:
+def _both_ways(
+    ops: list, compact_records: int | None = None
+) -> tuple[list[str], dict[str, list[int]]]:
+    """Write ``ops`` tag by tag and through append_scalar_batch; return the names of the files
+    that differ between the two runs (or are in only one) and the steps the batch-written run
+    reads back, per tag."""
     with tempfile.TemporaryDirectory() as tmp:
         per_tag = _write(os.path.join(tmp, "per_tag"), ops, False, compact_records)
         joined = _write(os.path.join(tmp, "joined"), ops, True, compact_records)
-    assert per_tag.keys() == joined.keys()
-    for name in per_tag:
-        assert per_tag[name] == joined[name], name
+        with RunReader(os.path.join(tmp, "joined")) as reader:
+            steps = {
+                tag: reader.read_scalars(tag).steps.tolist()
+                for tag, info in sorted(reader.tags().items())
+                if info.kind == "scalars"
+            }
+    differing = sorted(n for n in per_tag.keys() | joined.keys() if per_tag.get(n) != joined.get(n))
+    return differing, steps
 
 
 def _points(tag: str, steps: list[int], wall0: float = 1.7e9) -> tuple:
@@ -90,8 +100,9 @@ def test_a_live_batch_writes_the_same_bytes_as_per_tag_appends() -> None:
     for k in range(40):
         ops.append(("batch", [_points(f"train/metric{i}", [k]) for i in range(10)]))
         ops += [("record", k), ("flush",)]
-    _same_runs(ops)
-    _same_runs(ops, compact_records=16)
+    expected = {f"train/metric{i}": list(range(40)) for i in range(10)}
+    assert _both_ways(ops) == ([], expected)
+    assert _both_ways(ops, compact_records=16) == ([], expected)
 
 
 def test_batches_that_meet_in_a_flush_write_the_same_bytes() -> None:
@@ -109,7 +120,17 @@ def test_batches_that_meet_in_a_flush_write_the_same_bytes() -> None:
         ("batch", [_points("x", [3]), _points("x", [1]), _points("y", [2])]),  # a tag twice
         ("flush",),
     ]
-    _same_runs(ops)
+    differing, steps = _both_ways(ops)
+    assert differing == []
+    # Restarts supersede what came before them: "a" 1, 2, 3; "b" restarts at 0; "x" at 1.
+    assert steps == {
+        "a": [1, 2, 3],
+        "b": [0],
+        "c": [5, 6],
+        "d": list(range(300)),
+        "x": [1],
+        "y": [1, 2],
+    }
 
 
 def test_a_batch_over_the_buffer_bound_is_written_where_per_tag_appends_write_it() -> None:
@@ -117,7 +138,9 @@ def test_a_batch_over_the_buffer_bound_is_written_where_per_tag_appends_write_it
     n = BUFFER_BYTES // 24 // 3 + 10  # three such tags cross the bound inside the batch
     big = np.arange(n, dtype=np.int64).tolist()
     ops = [("batch", [_points("a", big), _points("b", big), _points("c", big), _points("d", [1])])]
-    _same_runs(ops)
+    differing, steps = _both_ways(ops)
+    assert differing == []
+    assert {tag: len(s) for tag, s in steps.items()} == {"a": n, "b": n, "c": n, "d": 1}
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -168,7 +191,10 @@ def operations(draw: st.DrawFn) -> list:
 def test_random_batches_write_the_same_bytes_as_per_tag_appends(
     ops: list, compact_records: int | None
 ) -> None:
-    _same_runs(ops, compact_records)
+    differing, steps = _both_ways(ops, compact_records)
+    assert differing == []
+    logged = {tag for op in ops if op[0] == "batch" for tag, col, *_ in op[1] if col}
+    assert set(steps) == logged  # every tag logged with a point is in the run
 
 
 @settings(max_examples=400, deadline=None)
