@@ -107,12 +107,16 @@ class _PendingScalars:
         self.count = 0
         self.smax: int | None = None
 
-    def add(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+    def add(
+        self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray, top: int | None = None
+    ) -> None:
+        """Add a column of points; ``top`` is its largest step where the caller knows it."""
         self.steps.append(steps)
         self.walls.append(walls)
         self.values.append(values)
         self.count += len(steps)
-        top = int(steps.max())
+        if top is None:
+            top = int(steps.max())
         self.smax = top if self.smax is None else max(self.smax, top)
 
     def encode(self) -> list[tuple[bytes, tuple, None, tuple, tuple]]:
@@ -187,11 +191,7 @@ class _PendingBatch:
         for tag, count in zip(self.tags, self.counts, strict=True):
             hi = lo + count
             slot = _PendingScalars(tag)
-            slot.steps.append(steps[lo:hi])
-            slot.walls.append(walls[lo:hi])
-            slot.values.append(values[lo:hi])
-            slot.count = count
-            slot.smax = int(steps[lo:hi].max())
+            slot.add(steps[lo:hi], walls[lo:hi], values[lo:hi])
             out.append(slot)
             lo = hi
         return out
@@ -524,13 +524,7 @@ class RunWriter:
             return
         if self._batch is not None:
             self._expand_batch()
-        slot = self._open_slots.get(tag)
-        if slot is not None and (s[0] < slot.smax or slot.count + len(s) > CHUNK_POINTS):
-            slot = None
-        if slot is None:
-            slot = self._open_slots[tag] = _PendingScalars(tag)
-            self._queue.append(slot)
-        slot.add(s, w, v)
+        self._slot_for(tag, s[0], len(s)).add(s, w, v)
         self._pending_points += len(s)
         self._pending_bytes += 24 * len(s)
         if self._pending_bytes > BUFFER_BYTES:
@@ -594,6 +588,9 @@ class RunWriter:
             raise ValueError(f"counts must add up to the columns' length {n}, got {total}")
         if not n:
             return
+        if 0 in counts:  # an empty column adds nothing
+            tags = [tag for tag, count in zip(tags, counts, strict=True) if count]
+            counts = [count for count in counts if count]
         if self._batch is not None:
             self._expand_batch()
         if self._pending_bytes + 24 * n > BUFFER_BYTES:
@@ -607,7 +604,6 @@ class RunWriter:
         if (
             not self._open_slots
             and len(tags) > 1
-            and min(counts) > 0
             and max(counts) < GROUP_BELOW
             and len(set(tags)) == len(tags)
         ):
@@ -622,43 +618,30 @@ class RunWriter:
         # Each tag's first and largest step, as Python ints: one or two NumPy calls for all the
         # tags rather than an element read and a max per tag.
         ends = list(itertools.accumulate(counts))
+        starts = [e - c for e, c in zip(ends, counts, strict=True)]
         if n <= codec.SMALL_GROUP_POINTS:
             all_steps = s.tolist()
-            firsts = [all_steps[e - c] if c else 0 for e, c in zip(ends, counts, strict=True)]
-            tops = [
-                max(all_steps[e - c : e]) if c else 0 for e, c in zip(ends, counts, strict=True)
-            ]
+            firsts = [all_steps[a] for a in starts]
+            tops = [max(all_steps[a:e]) for a, e in zip(starts, ends, strict=True)]
         else:
-            starts = [e - c for e, c in zip(ends, counts, strict=True) if c]
-            firsts_nz = s[starts].tolist()
-            tops_nz = np.maximum.reduceat(s, starts).tolist()
-            firsts, tops, k = [], [], 0
-            for c in counts:
-                firsts.append(firsts_nz[k] if c else 0)
-                tops.append(tops_nz[k] if c else 0)
-                k += bool(c)
-        open_slots, queue = self._open_slots, self._queue
-        lo = 0
-        for tag, count, first, top in zip(tags, counts, firsts, tops, strict=True):
-            if not count:
-                continue
-            hi = lo + count
-            slot = open_slots.get(tag)
-            if slot is not None and (first < slot.smax or slot.count + count > CHUNK_POINTS):
-                slot = None
-            if slot is None:
-                slot = open_slots[tag] = _PendingScalars(tag)
-                queue.append(slot)
-            slot.steps.append(s[lo:hi])
-            slot.walls.append(w[lo:hi])
-            slot.values.append(v[lo:hi])
-            slot.count += count
-            slot.smax = top if slot.smax is None else max(slot.smax, top)
-            lo = hi
+            firsts = s[starts].tolist()
+            tops = np.maximum.reduceat(s, starts).tolist()
+        for tag, lo, hi, first, top in zip(tags, starts, ends, firsts, tops, strict=True):
+            self._slot_for(tag, first, hi - lo).add(s[lo:hi], w[lo:hi], v[lo:hi], top)
         self._pending_points += n
         self._pending_bytes += 24 * n
         if self._pending_bytes > BUFFER_BYTES:
             self._write_pending()
+
+    def _slot_for(self, tag: str, first: int, count: int) -> _PendingScalars:
+        """The open slot ``count`` points of ``tag`` starting at step ``first`` go into: the
+        tag's open one, or a new one where they would restart its steps (a restart stays
+        visible to readers) or overfill it."""
+        slot = self._open_slots.get(tag)
+        if slot is None or first < slot.smax or slot.count + count > CHUNK_POINTS:
+            slot = self._open_slots[tag] = _PendingScalars(tag)
+            self._queue.append(slot)
+        return slot
 
     def _expand_batch(self) -> None:
         """Turn the pending batch into one slot per tag, in its place in the queue, as
