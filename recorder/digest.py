@@ -128,27 +128,13 @@ class Digest:
         """Take in a scalar chunk as the writer encodes it: its index fields ``(kind, tag, step,
         wall, count, smin, smax, vmin, vmax)``, its part columns (a group chunk) or None, and its
         points ``(tags, counts, steps, walls, values)``: NumPy arrays (a few NumPy calls a
-        chunk), or Python lists for a chunk of a few points (none; the part columns then lists
-        too, as :func:`recorder.codec.encode_small_group` gives them)."""
+        chunk), or Python lists for a chunk of a few points (the part columns then lists too,
+        as :func:`recorder.codec.encode_small_group` gives them)."""
         tags, counts, steps, walls, values = points
         if parts is None:
             _, tag, _, _, count, smin, smax, vmin, vmax = fields
             self._tag(tag, count, smin, smax, vmin, vmax)
             self._last(tag, steps, walls, values, len(steps) - 1)
-        elif isinstance(steps, list):
-            # Python numbers already (encode_small_group): no conversions; NaN: no finite value.
-            _, _, _, _, smins, smaxs, vmins, vmaxs = parts
-            scalars = self.scalars
-            end = -1
-            for tag, count, smin, smax, lo, hi in zip(
-                tags, counts, smins, smaxs, vmins, vmaxs, strict=True
-            ):
-                end += count
-                self._tag(
-                    tag, count, smin, smax, None if lo != lo else lo, None if hi != hi else hi
-                )
-                t = scalars[tag]
-                t.last_step, t.last_wall, t.last_value = steps[end], walls[end], values[end]
         else:
             _, _, _, _, smins, smaxs, vmins, vmaxs = parts
             isnan = math.isnan
@@ -159,7 +145,7 @@ class Digest:
                     tag, int(counts[i]), int(smins[i]), int(smaxs[i]),
                     None if isnan(lo) else lo, None if isnan(hi) else hi,
                 )  # fmt: skip
-                self._last(tag, steps, walls, values, int(end) - 1)
+                self._last(tag, steps, walls, values, end - 1)
         self._chunk_walls(walls)
 
     def _tag(
