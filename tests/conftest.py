@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,16 @@ class HeldWrites:
         # Every batch through the worker thread: one that ingest wrote itself (a small batch)
         # would hold the event loop, not just the writes.
         monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+
+
+async def start_broker_server(nursery: Any, logdir: Path, **server: Any) -> tuple[Any, str]:
+    """A broker on ``logdir`` and its web server on 127.0.0.1 (a free port, ``server`` passed to
+    :func:`vdl_stream.server.serve_dashboard`), both run in ``nursery``; returns the broker and
+    the server's URL."""
+    from vdl_stream.broker import Broker
+    from vdl_stream.server import serve_dashboard
+
+    broker = Broker(logdir)
+    await nursery.start(broker.run)
+    url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0, **server))
+    return broker, url

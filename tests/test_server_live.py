@@ -15,11 +15,11 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Message, Request
 from wsproto.extensions import PerMessageDeflate
 
-from tests.conftest import HeldWrites, wait_until
+from tests.conftest import HeldWrites, start_broker_server, wait_until
 from vdl_stream import codec, server
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
-from vdl_stream.server import _frame_header, run_server, serve_dashboard
+from vdl_stream.server import _frame_header, run_server
 
 
 class DeflateClient:
@@ -176,9 +176,7 @@ async def _serve_a_browser_with_a_small_window(
 ) -> tuple[Broker, str, DeflateClient]:
     """A broker and its web server on ``logdir``, and a deflate browser with a 4 kB receive
     buffer subscribed to run ``r`` (up to ``synced``)."""
-    broker = Broker(logdir)
-    await nursery.start(broker.run)
-    url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+    broker, url = await start_broker_server(nursery, logdir)
     host, port = url.removeprefix("http://").split("/")[0].split(":")
     browser = await DeflateClient.connect(host, int(port), rcvbuf=4096)
     # Closed whatever happens: a server send stuck on its full socket would hold the test's
@@ -294,9 +292,7 @@ async def test_answers_written_in_one_round_go_to_the_writer_in_one_send(
     monkeypatch.setattr(server.WebSocketSession, "send_many", counted)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            broker = Broker(tmp_path)
-            await nursery.start(broker.run)
-            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            broker, url = await start_broker_server(nursery, tmp_path)
             async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
                 for seq in (1, 2, 3):
                     steps = np.array([seq], dtype=np.int64)
@@ -333,9 +329,7 @@ async def test_a_writer_that_asks_hears_taken_before_the_write_and_an_older_one_
     release = HeldWrites(monkeypatch).open
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            broker = Broker(tmp_path)
-            await nursery.start(broker.run)
-            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            broker, url = await start_broker_server(nursery, tmp_path)
             ingest = "ws" + url.removeprefix("http") + "/ws/ingest"
             async with (
                 open_websocket_url(ingest + "?taken=1") as new,

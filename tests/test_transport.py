@@ -16,7 +16,14 @@ import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, ConnectionTimeout, serve_websocket
 
 import recorder
-from tests.conftest import HeldWrites, start_serve, stop_serve, wait_for, wait_until
+from tests.conftest import (
+    HeldWrites,
+    start_broker_server,
+    start_serve,
+    stop_serve,
+    wait_for,
+    wait_until,
+)
 from vdl_stream import attach, transport
 from vdl_stream.codec import Batch, ScalarColumns, decode_batch, decode_message, encode_ack
 from vdl_stream.transport import Spool, WebSocketTransport, describe_connect_error
@@ -336,9 +343,6 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
     writes; without it (the writer asks for no ``taken``) the window fills at 2, as before.
     Either way the spool keeps every batch until its ``ack``, and all land once."""
 
-    from vdl_stream.broker import Broker
-    from vdl_stream.server import serve_dashboard
-
     monkeypatch.setattr(transport, "TAKEN", taken)
     release = HeldWrites(monkeypatch).open
     window = 2
@@ -347,9 +351,7 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
     try:
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
-                broker = Broker(tmp_path / "logs")
-                await nursery.start(broker.run)
-                url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+                broker, url = await start_broker_server(nursery, tmp_path / "logs")
                 sender = await nursery.start(WebSocketTransport.run, "ws" + url[4:])
                 for seq in range(1, full + 1):
                     with trio.fail_after(10):  # a place frees without any write
@@ -381,7 +383,6 @@ async def test_over_a_socket_batches_taken_then_refused_at_their_write_go_again_
     import errno
 
     from vdl_stream.broker import Broker
-    from vdl_stream.server import serve_dashboard
 
     monkeypatch.setattr(transport, "TAKEN", True)
     failures = [2]
@@ -398,9 +399,7 @@ async def test_over_a_socket_batches_taken_then_refused_at_their_write_go_again_
 
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            broker = Broker(tmp_path / "logs")
-            await nursery.start(broker.run)
-            url = await nursery.start(partial(serve_dashboard, broker, "127.0.0.1", 0))
+            broker, url = await start_broker_server(nursery, tmp_path / "logs")
             sender = await nursery.start(WebSocketTransport.run, "ws" + url[4:])
             for seq in range(1, 31):
                 await sender.wait_window(2)

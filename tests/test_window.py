@@ -34,48 +34,20 @@ def raw_steps(run_dir: Path, tag: str = "x") -> list[int]:
     return [int(s) for r in records for s in r.data.steps]
 
 
+@pytest.mark.parametrize("taken", [False, True], ids=["written", "taken"])
 @pytest.mark.parametrize("window", [1, 2])
 def test_in_process_the_next_batch_leaves_while_the_previous_is_written(
-    tmp_path, monkeypatch, window
+    tmp_path, monkeypatch, window, taken
 ):
-    """The window counting acknowledgements (``TAKEN`` off), a write held: up to ``window``
-    batches go at once, one point each; then calls merge into one batch that leaves when the
-    writes go on (not at the 30 s interval)."""
-    monkeypatch.setattr(transport, "TAKEN", False)
+    """A write held. The window counting acknowledgements (``TAKEN`` off): up to ``window``
+    batches go at once, one point each. ``TAKEN`` on: a batch frees its place once the broker
+    took it (ingest returned), so batches keep going, each at once, until UNACKED_PER_WINDOW
+    times ``window`` wait for their writes. Then calls merge into one batch that leaves when the
+    writes go on (not at the 30 s interval). Everything lands once, in order."""
+    monkeypatch.setattr(transport, "TAKEN", taken)
+    bound = transport.UNACKED_PER_WINDOW * window if taken else window
     writes = HeldWrites(monkeypatch)
     writer = attach(tmp_path, run="w", telemetry=False, flush_interval=30.0, window=window)
-    try:
-        for step in range(window):
-            writer.add_scalar("x", float(step), step)
-            wait_for(lambda s=step: writer.statistics().sent_batches == s + 1, 5, f"batch {step}")
-        for step in range(window, window + 100):
-            writer.add_scalar("x", float(step), step)
-        time.sleep(0.3)  # give a wrong implementation the time to send more
-        stats = writer.statistics()
-        assert (stats.batches, stats.queued_calls) == (window, 100)
-        assert stats.transport is not None and stats.transport.in_flight == window
-        writes.open.set()
-        wait_for(lambda: writer.statistics().queued_calls == 0, 5, "the merged batch")
-        assert writer.statistics().batches == window + 1  # the 100 calls in one batch
-        assert writer.flush(timeout=10) is True
-    finally:
-        writes.open.set()
-        writer.close(timeout=10)
-    assert raw_steps(tmp_path / "w") == list(range(window + 100))
-
-
-@pytest.mark.parametrize("window", [1, 2])
-def test_in_process_the_window_frees_when_ingest_returned_up_to_its_unacknowledged_bound(
-    tmp_path, monkeypatch, window
-):
-    """``TAKEN`` on, the writes held: a batch frees its place once the broker took it, so
-    batches of one point each keep going, each at once, until UNACKED_PER_WINDOW times
-    ``window`` wait for their writes; then calls merge into one batch that leaves when a write
-    frees a place. Everything lands once, in order."""
-    monkeypatch.setattr(transport, "TAKEN", True)
-    bound = transport.UNACKED_PER_WINDOW * window
-    writes = HeldWrites(monkeypatch)
-    writer = attach(tmp_path, run="t", telemetry=False, flush_interval=30.0, window=window)
     try:
         for step in range(bound):
             writer.add_scalar("x", float(step), step)
@@ -93,7 +65,7 @@ def test_in_process_the_window_frees_when_ingest_returned_up_to_its_unacknowledg
     finally:
         writes.open.set()
         writer.close(timeout=10)
-    assert raw_steps(tmp_path / "t") == list(range(bound + 100))
+    assert raw_steps(tmp_path / "w") == list(range(bound + 100))
 
 
 def test_while_the_window_is_full_held_calls_stay_bounded(tmp_path, monkeypatch):
