@@ -90,6 +90,12 @@ READ_THREADS = 2
 #: Processes ``serve`` reads the scalars of snapshots sent whole with (``Broker``'s
 #: ``read_processes``): with the event loop's process, as many as the development machine's cores.
 READ_PROCESSES = 2
+#: The reader processes start once no snapshot has been read or sent for this many seconds
+#: after the first one over a sweep, or at once when a subscription of many runs (sent whole:
+#: what they read) begins. A page's first chart is drawn while the browser decodes the first
+#: snapshots: the processes' imports (0.3-0.4 s of CPU each, NumPy most of it) started right
+#: after them competed with it for a small machine's cores (docs/performance.md, h6-cold).
+POOL_START_QUIET = 1.0
 #: A persist flush of one run is cut after this many bytes of batches, each part with its own
 #: bookkeeping record, so the recorder never writes a part of a flush on its own (its buffer
 #: writes itself out past 32 MiB).
@@ -753,9 +759,11 @@ class Broker:
             selecting more than ``SPLIT_RUNS_UP_TO`` runs) beside this one
             (:class:`recorder.ReaderPool`: those reads hold the GIL, so threads take turns on
             one core). Started once a subscription's snapshot was sent while the broker knew
-            of more than ``SPLIT_RUNS_UP_TO`` runs (a page's first load over a sweep): a server
-            over a few runs never starts them, and a first subscription does not wait for
-            them. Until they are up, and with 0, the reader threads read everything.
+            of more than ``SPLIT_RUNS_UP_TO`` runs (a page's first load over a sweep) and no
+            snapshot was then read or sent for ``POOL_START_QUIET`` s, or when a subscription
+            of more than ``SPLIT_RUNS_UP_TO`` runs begins: a server over a few runs never
+            starts them, and no subscription waits for them. Until they are up, and with 0,
+            the reader threads read everything.
 
     Raises:
         ValueError: a size, count or ``idle_close`` is not positive.
@@ -844,7 +852,10 @@ class Broker:
         # Read side: its own threads, so that a long read never holds back persistence.
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._reader_pool = recorder.ReaderPool(read_processes) if read_processes else None
-        self._pool_wanted = trio.Event()  # starts the reader pool
+        self._pool_wanted = trio.Event()  # starts the reader pool, once snapshots are quiet
+        self._pool_now = trio.Event()  # starts it at once: a snapshot of many runs began
+        self._snapshots_open = 0  # send_snapshot calls under way
+        self._snapshot_ended = 0.0  # trio.current_time() the last one returned
         self._cache = _ReadCache(cache_bytes)
         self._idle_close = idle_close
         self._ingest_seq = 0  # broker seq of the newest batch ingested (not followed)
@@ -1203,9 +1214,11 @@ class Broker:
 
     async def _start_reader_pool(self, pool: recorder.ReaderPool) -> None:
         """Start the reader processes once a snapshot was sent while the broker knew of more runs
-        than ``SPLIT_RUNS_UP_TO`` (fewer are never sent whole); close them at the end."""
+        than ``SPLIT_RUNS_UP_TO`` (fewer are never sent whole) and snapshots went quiet
+        (:meth:`_pool_start_due`); close them at the end."""
         try:
             await self._pool_wanted.wait()
+            await self._pool_start_due()
             try:
                 # Abandoned on cancel: close() below stops the processes being started.
                 await trio.to_thread.run_sync(pool.start, abandon_on_cancel=True)
@@ -1215,6 +1228,18 @@ class Broker:
             await trio.sleep_forever()
         finally:
             pool.close()
+
+    async def _pool_start_due(self) -> None:
+        """Return once no snapshot was read or sent for ``POOL_START_QUIET`` s, or at once when
+        a snapshot of more than ``SPLIT_RUNS_UP_TO`` runs began (``_pool_now``)."""
+        while not self._pool_now.is_set():
+            wait = POOL_START_QUIET
+            if not self._snapshots_open:
+                wait = self._snapshot_ended + POOL_START_QUIET - trio.current_time()
+                if wait <= 0:
+                    return
+            with trio.move_on_after(wait):  # (a snapshot under way: look again after that long)
+                await self._pool_now.wait()
 
     async def _write(self, items: list[tuple[int, Batch | None, bool]]) -> None:
         """Persist ``items`` in a worker thread, then publish positions, refusals and progress."""
@@ -2227,17 +2252,25 @@ class Broker:
                     await to_send.send(item)
                 await self._trim()
 
-        async with trio.open_nursery() as nursery:
-            if many:
-                # Many runs, each read whole: their files are asked of the disk at once, in the
-                # order they are read, instead of a chunk at a time by each read (a selection
-                # of 100 runs no longer in the page cache: docs/performance.md, h5-select).
-                paths = [self._runs[n].path for n in names if n in self._runs and sub.wants(n)]
-                nursery.start_soon(trio.to_thread.run_sync, _prefetch_runs, paths)
-            nursery.start_soon(sender)
-            async with to_send, trio.open_nursery() as readers:
-                for _ in range(min(SNAPSHOT_RUNS, len(names))):
-                    readers.start_soon(reader)
+        if many:  # what the reader processes read: they start now if they are not up
+            self._pool_now.set()
+        self._snapshots_open += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                if many:
+                    # Many runs, each read whole: their files are asked of the disk at once, in
+                    # the order they are read, instead of a chunk at a time by each read (a
+                    # selection of 100 runs no longer in the page cache: docs/performance.md,
+                    # h5-select).
+                    paths = [self._runs[n].path for n in names if n in self._runs and sub.wants(n)]
+                    nursery.start_soon(trio.to_thread.run_sync, _prefetch_runs, paths)
+                nursery.start_soon(sender)
+                async with to_send, trio.open_nursery() as readers:
+                    for _ in range(min(SNAPSHOT_RUNS, len(names))):
+                        readers.start_soon(reader)
+        finally:
+            self._snapshots_open -= 1
+            self._snapshot_ended = trio.current_time()
         if len(self._runs) > SPLIT_RUNS_UP_TO:
             self._pool_wanted.set()
 
