@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import trio
 import trio.testing
@@ -161,3 +163,54 @@ async def test_a_subscription_of_many_runs_asks_for_their_files_at_once(tmp_path
             nursery.cancel_scope.cancel()
     assert asked == [names[::-1]]  # once, for the many, in the order they are read
     assert len(frames) == 2 * 2 + 4
+
+
+async def started_after(tmp_path, monkeypatch, subscriptions: list[list[str]]) -> float:
+    """Seconds from the end of the last of ``subscriptions`` (each one snapshot, split asked,
+    sent one right after the other) until the broker started its reader processes."""
+    starts: list[float] = []
+    start = ReaderPool.start
+
+    def timed(self) -> None:
+        starts.append(time.perf_counter())
+        start(self)
+
+    monkeypatch.setattr(ReaderPool, "start", timed)
+
+    async def drop(frame: bytes) -> None:
+        pass
+
+    broker = Broker(tmp_path, read_processes=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        await nursery.start(broker.follow, 3600.0)
+        for runs in subscriptions:
+            sub = broker.subscribe(set(runs), None)
+            await broker.send_snapshot(sub, drop, 200, runs=runs, split=True)
+            broker.unsubscribe(sub)
+        ended = time.perf_counter()
+        await wait_until(lambda: broker._reader_pool.ready, 60, "the reader processes")
+        nursery.cancel_scope.cancel()
+    return starts[0] - ended
+
+
+async def test_the_reader_processes_start_once_snapshots_are_quiet(tmp_path, monkeypatch):
+    # Their imports would compete with the page drawing the snapshots just sent.
+    monkeypatch.setattr(broker_module, "SPLIT_RUNS_UP_TO", 2)
+    monkeypatch.setattr(broker_module, "POOL_START_QUIET", 0.5)
+    names = write_sweep(tmp_path, 4)
+    with trio.fail_after(120):
+        # The first snapshot over the sweep wants them; the second, sent within the quiet
+        # time, puts their start off again.
+        waited = await started_after(tmp_path, monkeypatch, [names[:1], names[1:2]])
+    assert 0.45 <= waited < 30
+
+
+async def test_a_snapshot_of_many_runs_starts_the_reader_processes_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(broker_module, "SPLIT_RUNS_UP_TO", 2)
+    monkeypatch.setattr(broker_module, "POOL_START_QUIET", 3600.0)
+    names = write_sweep(tmp_path, 4)
+    with trio.fail_after(120):
+        # (The first wants them; the second, of more than SPLIT_RUNS_UP_TO runs, starts them.)
+        waited = await started_after(tmp_path, monkeypatch, [names[:1], names])
+    assert waited < 60
