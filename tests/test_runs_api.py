@@ -696,3 +696,29 @@ def test_a_table_column_with_too_many_distinct_values_is_refused():
     assert table["hparams"][0][:2] == ["seed", [0, 1, 2]] and table["has"] is None
     with pytest.raises(ValueError, match="more than 65535 values"):
         summaries_table([obj(i) for i in range(TABLE_MISSING + 1)])
+
+
+async def test_the_first_pages_summaries_table_is_built_before_the_url(
+    tmp_path, nursery, monkeypatch
+):
+    # Built at start-up, not between the first page's `runs` and `summaries` frames.
+    from vdl_stream import server
+
+    write_runs(tmp_path / "logs", n_runs=30, tags=2, points=20)
+    built: list[int] = []
+    table_frame = server.summaries_table_frame
+
+    def counted(objs):
+        built.append(len(objs))
+        return table_frame(objs)
+
+    monkeypatch.setattr(server, "summaries_table_frame", counted)
+    monkeypatch.setattr(server, "_table_cache", server._TableCache())
+    with trio.fail_after(60):
+        url = await nursery.start(partial(run_server, tmp_path / "logs", "127.0.0.1", 0))
+        assert built == [30]
+        ws_url = "ws" + url.removeprefix("http") + "/ws/live?summaries=table"
+        async with open_websocket_url(ws_url) as browser:
+            first = await next_of(browser, "summaries")
+    assert built == [30]  # the page got the bytes built at start-up
+    assert len(first["table"]["names"]) == 30
