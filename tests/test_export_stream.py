@@ -207,10 +207,14 @@ def test_fast_rows_are_repr_rows_for_any_f8(rows, with_steps, tag):
     picks=st.lists(st.floats(0, 1), min_size=1, max_size=60),
     walls=st.lists(F8, min_size=60, max_size=60),
     values=st.lists(F8, min_size=60, max_size=60),
+    tag=st.sampled_from(["", "t", "lo", "los", "loss", 'a,"q"\nb', "ünï/λ", "x" * 70]),
 )
-def test_steps_of_one_width_are_laid_out_in_slots_as_repr(digits, negative, picks, walls, values):
-    """Steps all of one width (a block of a counter) go through the slot rows (_json_slots):
-    every width 1 to 20 with the sign, the ends of each width, any floats beside them."""
+def test_steps_of_one_width_are_laid_out_in_slots_as_repr(
+    digits, negative, picks, walls, values, tag
+):
+    """Steps all of one width (a block of a counter) go through the slot rows (_json_slots,
+    _csv_slots): every width 1 to 20 with the sign, the ends of each width, any floats beside
+    them, CSV tag cells of every length modulo a word (the step's words start after them)."""
     from vdl_stream import interop
 
     if interop._orjson is None:
@@ -227,6 +231,11 @@ def test_steps_of_one_width_are_laid_out_in_slots_as_repr(digits, negative, pick
     assert interop._json_rows(s, w, v, b"head") == b"head" + expected.encode()
     assert interop._json_rows(None, w, v) == reference_rows("json", "t", None, w.tolist(),
                                                              v.tolist()).encode()  # fmt: skip
+    cell = _csv_cell(tag)
+    expected = reference_rows("csv", tag, steps, walls[:n], values[:n])
+    assert interop._csv_rows(cell, s, w, v) == expected.encode()
+    expected = reference_rows("csv", tag, None, w.tolist(), v.tolist())
+    assert interop._csv_rows(cell, None, w, v) == expected.encode()
 
 
 #: Microseconds of walls at the edges of :func:`_micro_walls`: 1 s, powers of ten, fractions with
@@ -244,8 +253,9 @@ MICRO_EDGES = [10**6, 10**6 + 1, 10**7, 10**12, 9_999_999_999, 1_790_001_638_420
 )
 def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges):
     """Wall times as the recorder stores them (whole microseconds, ``us / 1e6``) are formatted
-    from digit tables (_micro_walls): any integer width from 1 to 10 digits, fractions with 0 to 6
-    places, the edges; walls of mixed widths or not whole microseconds take orjson's digits."""
+    from digit tables (_micro_walls), in JSON and CSV rows: any integer width from 1 to 10
+    digits, fractions with 0 to 6 places, the edges; walls of mixed widths or not whole
+    microseconds take orjson's digits."""
     from vdl_stream import interop
 
     if interop._orjson is None:
@@ -270,6 +280,8 @@ def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges)
         values = np.linspace(-1, 1, n)
         expected = reference_rows("json", "t", steps.tolist(), walls.tolist(), values.tolist())
         assert interop._json_rows(steps, walls, values) == expected.encode()
+        expected = reference_rows("csv", "t", steps.tolist(), walls.tolist(), values.tolist())
+        assert interop._csv_rows("t", steps, walls, values) == expected.encode()
 
 
 def test_steps_of_mixed_widths_take_the_field_layout():
@@ -284,6 +296,10 @@ def test_steps_of_mixed_widths_take_the_field_layout():
         w = np.array([1.5, 1790001638.42])
         expected = reference_rows("json", "t", steps, w.tolist(), [0.1, math.nan])
         assert interop._json_rows(np.array(steps), w, np.array([0.1, math.nan])) == (
+            expected.encode()
+        )
+        expected = reference_rows("csv", "t", steps, w.tolist(), [0.1, math.nan])
+        assert interop._csv_rows("t", np.array(steps), w, np.array([0.1, math.nan])) == (
             expected.encode()
         )
 
