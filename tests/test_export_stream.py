@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -450,6 +451,30 @@ def test_cli_export_runs_in_constant_memory(long_run, tmp_path):
         f.seek(-64, os.SEEK_END)
         last = f.read().splitlines()[-1].decode().split(",")
     assert last[:2] == ["loss", "2999999"] and float(last[3]) == math.sin(2999999 * 1e-3)
+
+
+def test_cli_export_to_a_fifo_writes_it_in_place(tricky, tmp_path):
+    """``-o`` naming a FIFO or a device (``/dev/null``) writes it: a rename of a temporary file
+    over it (what a regular file gets) would replace it, as root even ``/dev/null``."""
+    from vdl_stream.cli import main
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    hold = os.open(fifo, os.O_WRONLY)  # the reader sees no end before the export's
+    os.set_blocking(read, True)
+    got: list = []
+    reader = threading.Thread(target=read_pipe, args=(read, got))
+    reader.start()
+    try:
+        assert main(["export", str(tricky), "--tag", "^loss$", "-o", str(fifo)]) == 0
+    finally:
+        os.close(hold)
+        reader.join(60)  # it closes ``read``
+    assert not reader.is_alive()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert not os.path.exists(str(fifo) + ".tmp")
+    assert b"".join(got) == reference(tricky, "csv", "^loss$")
 
 
 def read_export(url: str, keep: int = 1 << 21) -> tuple[int, str, int, bytes]:

@@ -21,6 +21,7 @@ import os
 import queue
 import re
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -2117,7 +2118,10 @@ def _export_kept(args: argparse.Namespace, path: str) -> int:
         return 2
     with export:
         try:
-            if args.output:
+            if args.output and not _written_whole(args.output):
+                with open(args.output, "wb") as f:  # a device or a FIFO: in place
+                    write_export(export, f, processes)
+            elif args.output:
                 tmp = args.output + ".tmp"
                 try:
                     with open(tmp, "wb") as f:
@@ -2140,6 +2144,17 @@ def _export_kept(args: argparse.Namespace, path: str) -> int:
     else:
         print(f"exported {export.rows:,} rows", file=sys.stderr)
     return 0
+
+
+def _written_whole(path: str) -> bool:
+    """Whether ``vdl-stream export -o PATH`` writes a temporary file and renames it over
+    ``path`` (a regular file, or none yet: no reader sees half an export, a failed one leaves
+    nothing), rather than writing ``path`` in place (a device or a FIFO: renaming over
+    ``/dev/null`` as root would replace the device with a file)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 #: mallopt(3) parameters (glibc's malloc.h).
