@@ -119,7 +119,9 @@ def test_streamed_export_is_byte_identical_to_the_row_writer(
     tricky, fmt, chunk_rows, threads, formatter
 ):
     with Export(tricky, fmt, chunk_rows=chunk_rows, threads=threads) as export:
-        got = b"".join(export)
+        chunks = list(export)
+    assert all(type(chunk) is bytes for chunk in chunks)  # as documented (an ASGI body is bytes)
+    got = b"".join(chunks)
     assert got == reference(tricky, fmt)
     assert export.rows == 3 * 1000 + 600 + 3 * 30 and export.tags == 4 + 3
     if fmt == "json":
@@ -143,12 +145,12 @@ def test_numbers_are_formatted_as_repr_writes_them(formatter):
         f"t,{s},{w!r},{v!r}\n"
         for s, w, v in zip(steps.tolist(), x.tolist(), x[::-1].tolist(), strict=True)
     )
-    assert _csv_rows("t", steps, x, x[::-1].copy()).decode() == expected
+    assert bytes(_csv_rows("t", steps, x, x[::-1].copy())).decode() == expected
     expected = ", ".join(
         f"[{w!r}, null, {repr(v) if math.isfinite(v) else 'null'}]"
         for w, v in zip(x.tolist(), x[::-1].tolist(), strict=True)
     )
-    assert _json_rows(None, x, x[::-1].copy()).decode() == expected
+    assert bytes(_json_rows(None, x, x[::-1].copy())).decode() == expected
 
 
 #: Values where repr() and orjson part ways, or that stress the layout: exponent notation and its

@@ -770,10 +770,11 @@ class Export:
                     s = None if steps is None else steps[i : i + block]
                     w, v = walls[i : i + block], values[i : i + block]
                     if csv_out:
-                        yield partial(_csv_rows, cell, s, w, v)
+                        yield partial(_block, _csv_rows, cell, s, w, v)
                     else:
                         head = ("," if self.tags else "") + "\n" + json.dumps(tag) + ": ["
-                        yield partial(_json_rows, s, w, v, (head if first else ", ").encode())
+                        head = (head if first else ", ").encode()
+                        yield partial(_block, _json_rows, s, w, v, head)
                     if first:
                         self.tags += 1
                         first = False
@@ -895,7 +896,7 @@ class _Rows(NamedTuple):
     rows before (:class:`_Seams`)."""
 
     rows: int
-    blocks: list[bytes]
+    blocks: list[bytes | memoryview]
 
 
 @dataclass(frozen=True)
@@ -919,6 +920,14 @@ def _alert_rows(cell: str | None, part: list[tuple[int | None, float, float | No
     if cell is not None:
         return "".join(f"{cell},{_csv_step(s)},{w!r},{_csv_value(v)}\n" for s, w, v in part)
     return ", ".join(f"[{w!r}, {_json_value(s)}, {_json_value(v)}]" for s, w, v in part)
+
+
+def _block(rows: Callable[..., bytes | memoryview], *args: Any) -> bytes:
+    """``rows(*args)`` as a bytes object: a block of what iterating :class:`Export` yields. The
+    row functions give a view of the array numpy laid the rows out in; a split export
+    (:func:`_format_part`) writes that view, saving a copy of every byte."""
+    block = rows(*args)
+    return block if isinstance(block, bytes) else block.tobytes()
 
 
 def _format_part(cell: str | None, part: Callable[[], Any] | tuple) -> _Rows:
@@ -1446,9 +1455,10 @@ def _repr_fields(
     return rows.tobytes(), size
 
 
-def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
+def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> memoryview:
     """``n`` rows made of ``parts`` (constant bytes, or :func:`_numbers` columns) side by side,
-    after ``lead``, less ``trim`` bytes at the end: no Python object per field.
+    after ``lead``, less ``trim`` bytes at the end: no Python object per field. A view of the
+    array it built them in (no copy into a bytes object: :func:`_block`).
 
     Each row's fields' offsets in the output are a cumulative sum of their lengths. Every field
     of every row is then one item of :data:`_UNIT` bytes: one fancy-indexed gather takes the items
@@ -1488,7 +1498,7 @@ def _layout(n: int, parts: list, lead: bytes = b"", trim: int = 0) -> bytes:
     out = np.empty(total + _UNIT, np.uint8)
     out[: len(lead)] = np.frombuffer(lead, np.uint8)
     _items(out, _UNIT, total + 1)[at] = _items(source, _UNIT)[starts.reshape(-1)]
-    return out[: total - trim].tobytes()
+    return out[: total - trim].data
 
 
 def _in_order() -> bool:
@@ -1513,8 +1523,11 @@ def _fast() -> bool:
     return _orjson is not None and _IN_ORDER
 
 
-def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray) -> bytes:
-    """CSV rows ``cell,step,repr(wall),repr(value)``, laid out by numpy from orjson's digits."""
+def _csv_rows(
+    cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray
+) -> bytes | memoryview:
+    """CSV rows ``cell,step,repr(wall),repr(value)``, laid out by numpy from orjson's digits
+    (then a view of numpy's array: :func:`_block`)."""
     n = len(walls)
     if not n:
         return b""
@@ -1538,9 +1551,9 @@ def _csv_rows(cell: str, steps: np.ndarray | None, walls: np.ndarray, values: np
 
 def _json_rows(
     steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray, head: bytes = b""
-) -> bytes:
+) -> bytes | memoryview:
     """``head``, then JSON rows ``[wall, step, value]`` joined by ``", "``; non-finite values as
-    null."""
+    null (a view of numpy's array where numpy laid them out: :func:`_block`)."""
     n = len(walls)
     if not n:
         return head
@@ -1658,7 +1671,7 @@ def _step_width(steps: np.ndarray | None) -> int | None:
 
 def _json_slots(
     steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray, head: bytes, width: int
-) -> bytes:
+) -> memoryview:
     """What :func:`_json_rows` gives, for steps all ``width`` bytes wide: each row built whole in
     a slot row of its own, then moved into place in one piece.
 
@@ -1712,7 +1725,7 @@ def _json_slots(
     _items(out, size, total + 1)[at] = _items(slots, size)[
         np.arange(space, n * cols, cols) - w_len  # each row's "["
     ]
-    return out[: total - 2].tobytes()  # the last row's ", "
+    return out[: total - 2].data  # the last row's ", "
 
 
 def _step_words(
@@ -1731,7 +1744,7 @@ def _step_words(
 
 def _csv_slots(
     head: bytes, steps: np.ndarray | None, walls: np.ndarray, values: np.ndarray, width: int
-) -> bytes:
+) -> memoryview:
     """What :func:`_csv_rows` gives (``head`` its tag cell and comma), for steps all ``width``
     bytes wide (0: none): each row built whole in a slot row of its own, then moved into place
     in one piece, as :func:`_json_slots` builds JSON's.
@@ -1789,7 +1802,7 @@ def _csv_slots(
     at -= row_len
     out = np.empty(total + size, np.uint8)
     _items(out, size, total + 1)[at] = column(f"V{size}", offset=start)
-    return out[:total].tobytes()
+    return out[:total].data
 
 
 async def stream_export(export: Export) -> AsyncIterator[bytes]:
