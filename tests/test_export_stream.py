@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -118,7 +119,9 @@ def test_streamed_export_is_byte_identical_to_the_row_writer(
     tricky, fmt, chunk_rows, threads, formatter
 ):
     with Export(tricky, fmt, chunk_rows=chunk_rows, threads=threads) as export:
-        got = b"".join(export)
+        chunks = list(export)
+    assert all(type(chunk) is bytes for chunk in chunks)  # as documented (an ASGI body is bytes)
+    got = b"".join(chunks)
     assert got == reference(tricky, fmt)
     assert export.rows == 3 * 1000 + 600 + 3 * 30 and export.tags == 4 + 3
     if fmt == "json":
@@ -142,12 +145,12 @@ def test_numbers_are_formatted_as_repr_writes_them(formatter):
         f"t,{s},{w!r},{v!r}\n"
         for s, w, v in zip(steps.tolist(), x.tolist(), x[::-1].tolist(), strict=True)
     )
-    assert _csv_rows("t", steps, x, x[::-1].copy()).decode() == expected
+    assert bytes(_csv_rows("t", steps, x, x[::-1].copy())).decode() == expected
     expected = ", ".join(
         f"[{w!r}, null, {repr(v) if math.isfinite(v) else 'null'}]"
         for w, v in zip(x.tolist(), x[::-1].tolist(), strict=True)
     )
-    assert _json_rows(None, x, x[::-1].copy()).decode() == expected
+    assert bytes(_json_rows(None, x, x[::-1].copy())).decode() == expected
 
 
 #: Values where repr() and orjson part ways, or that stress the layout: exponent notation and its
@@ -207,10 +210,14 @@ def test_fast_rows_are_repr_rows_for_any_f8(rows, with_steps, tag):
     picks=st.lists(st.floats(0, 1), min_size=1, max_size=60),
     walls=st.lists(F8, min_size=60, max_size=60),
     values=st.lists(F8, min_size=60, max_size=60),
+    tag=st.sampled_from(["", "t", "lo", "los", "loss", 'a,"q"\nb', "ünï/λ", "x" * 70]),
 )
-def test_steps_of_one_width_are_laid_out_in_slots_as_repr(digits, negative, picks, walls, values):
-    """Steps all of one width (a block of a counter) go through the slot rows (_json_slots):
-    every width 1 to 20 with the sign, the ends of each width, any floats beside them."""
+def test_steps_of_one_width_are_laid_out_in_slots_as_repr(
+    digits, negative, picks, walls, values, tag
+):
+    """Steps all of one width (a block of a counter) go through the slot rows (_json_slots,
+    _csv_slots): every width 1 to 20 with the sign, the ends of each width, any floats beside
+    them, CSV tag cells of every length modulo a word (the step's words start after them)."""
     from vdl_stream import interop
 
     if interop._orjson is None:
@@ -227,6 +234,11 @@ def test_steps_of_one_width_are_laid_out_in_slots_as_repr(digits, negative, pick
     assert interop._json_rows(s, w, v, b"head") == b"head" + expected.encode()
     assert interop._json_rows(None, w, v) == reference_rows("json", "t", None, w.tolist(),
                                                              v.tolist()).encode()  # fmt: skip
+    cell = _csv_cell(tag)
+    expected = reference_rows("csv", tag, steps, walls[:n], values[:n])
+    assert interop._csv_rows(cell, s, w, v) == expected.encode()
+    expected = reference_rows("csv", tag, None, w.tolist(), v.tolist())
+    assert interop._csv_rows(cell, None, w, v) == expected.encode()
 
 
 #: Microseconds of walls at the edges of :func:`_micro_walls`: 1 s, powers of ten, fractions with
@@ -244,8 +256,9 @@ MICRO_EDGES = [10**6, 10**6 + 1, 10**7, 10**12, 9_999_999_999, 1_790_001_638_420
 )
 def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges):
     """Wall times as the recorder stores them (whole microseconds, ``us / 1e6``) are formatted
-    from digit tables (_micro_walls): any integer width from 1 to 10 digits, fractions with 0 to 6
-    places, the edges; walls of mixed widths or not whole microseconds take orjson's digits."""
+    from digit tables (_micro_walls), in JSON and CSV rows: any integer width from 1 to 10
+    digits, fractions with 0 to 6 places, the edges; walls of mixed widths or not whole
+    microseconds take orjson's digits."""
     from vdl_stream import interop
 
     if interop._orjson is None:
@@ -270,6 +283,8 @@ def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges)
         values = np.linspace(-1, 1, n)
         expected = reference_rows("json", "t", steps.tolist(), walls.tolist(), values.tolist())
         assert interop._json_rows(steps, walls, values) == expected.encode()
+        expected = reference_rows("csv", "t", steps.tolist(), walls.tolist(), values.tolist())
+        assert interop._csv_rows("t", steps, walls, values) == expected.encode()
 
 
 def test_steps_of_mixed_widths_take_the_field_layout():
@@ -284,6 +299,10 @@ def test_steps_of_mixed_widths_take_the_field_layout():
         w = np.array([1.5, 1790001638.42])
         expected = reference_rows("json", "t", steps, w.tolist(), [0.1, math.nan])
         assert interop._json_rows(np.array(steps), w, np.array([0.1, math.nan])) == (
+            expected.encode()
+        )
+        expected = reference_rows("csv", "t", steps, w.tolist(), [0.1, math.nan])
+        assert interop._csv_rows("t", np.array(steps), w, np.array([0.1, math.nan])) == (
             expected.encode()
         )
 
@@ -434,6 +453,30 @@ def test_cli_export_runs_in_constant_memory(long_run, tmp_path):
         f.seek(-64, os.SEEK_END)
         last = f.read().splitlines()[-1].decode().split(",")
     assert last[:2] == ["loss", "2999999"] and float(last[3]) == math.sin(2999999 * 1e-3)
+
+
+def test_cli_export_to_a_fifo_writes_it_in_place(tricky, tmp_path):
+    """``-o`` naming a FIFO or a device (``/dev/null``) writes it: a rename of a temporary file
+    over it (what a regular file gets) would replace it, as root even ``/dev/null``."""
+    from vdl_stream.cli import main
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    hold = os.open(fifo, os.O_WRONLY)  # the reader sees no end before the export's
+    os.set_blocking(read, True)
+    got: list = []
+    reader = threading.Thread(target=read_pipe, args=(read, got))
+    reader.start()
+    try:
+        assert main(["export", str(tricky), "--tag", "^loss$", "-o", str(fifo)]) == 0
+    finally:
+        os.close(hold)
+        reader.join(60)  # it closes ``read``
+    assert not reader.is_alive()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert not os.path.exists(str(fifo) + ".tmp")
+    assert b"".join(got) == reference(tricky, "csv", "^loss$")
 
 
 def read_export(url: str, keep: int = 1 << 21) -> tuple[int, str, int, bytes]:
