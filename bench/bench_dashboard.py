@@ -786,7 +786,7 @@ def main() -> None:
     parser.add_argument(
         "--runs-trace",
         action="store_true",
-        help="a trace of the page's main thread over the live load (self time by event)",
+        help="a trace of the page's main thread over the selections and the live load (self time by event)",
     )
     args = parser.parse_args()
     if args.runs_starts is None:
