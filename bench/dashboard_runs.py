@@ -218,12 +218,16 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         page.screenshot(path=str(HERE / "out" / "runs-page.png"))
                         # CPU the selection took, server and browser: on a loaded machine the
                         # wall-clock figure moves with the minute; what each side spent, less.
-                        from bench_dashboard import chromium_cpu_s, find_browser_pid
+                        from bench_dashboard import (
+                            chromium_cpu_s,
+                            find_browser_pid,
+                            renderer_main_cpu_s,
+                        )
 
                         browser_pid = find_browser_pid()
 
-                        def cpu(s=server, b=browser_pid) -> tuple[float, float]:
-                            return s.cpu_s(), chromium_cpu_s(b)
+                        def cpu(s=server, b=browser_pid) -> tuple[float, float, dict]:
+                            return s.cpu_s(), chromium_cpu_s(b), renderer_main_cpu_s(b)
 
                         page_cache(logdir, "s05-", args.runs_page_cache)
                         select = select_runs(page, args.runs_profile, cpu, args.runs_trace)
@@ -302,6 +306,10 @@ def select_runs(page, profile: bool = False, cpu=None, trace: bool = False) -> d
         cpu1 = cpu()
         result["server_cpu_s"] = cpu1[0] - cpu0[0]
         result["chromium_cpu_s"] = cpu1[1] - cpu0[1]
+        # The page's renderer is the one whose main thread worked over the selection (the
+        # benchmark's earlier pages are closed; a renderer started meanwhile counts from 0).
+        spent = [t - cpu0[2].get(pid, 0.0) for pid, t in cpu1[2].items()]
+        result["renderer_main_cpu_s"] = max(spent, default=None)
         result["load_avg"] = list(os.getloadavg())
     after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     if profile:
@@ -644,6 +652,11 @@ def _draws(sel: dict) -> str:
     return ", ".join(f"at {at:.0f} ms ({ms:.0f} ms)" for at, ms in draws) or "none"
 
 
+def fmt_s(x: float | None) -> str:
+    """``x`` seconds, or "—" when not measured."""
+    return "—" if x is None else f"{x:.2f} s"
+
+
 def fmt_ms(x: float | None) -> str:
     """``x`` milliseconds, or "—" when not measured."""
     return "—" if x is None else f"{x:.0f} ms"
@@ -727,7 +740,8 @@ def report(result: dict) -> str:
                     f" {again.get('server_cpu_s', 0):.2f} s, Chromium"
                     f" {again.get('chromium_cpu_s', 0):.2f} s; the page's main thread"
                     f" {again['main_TaskDuration_s']:.2f} s in tasks"
-                    f" ({again['main_ScriptDuration_s']:.2f} s running scripts)"
+                    f" ({again['main_ScriptDuration_s']:.2f} s running scripts),"
+                    f" {fmt_s(again.get('renderer_main_cpu_s'))} of CPU"
                 )
                 if again.get("profile_top"):
                     out += _profile_lines("the same selection again", again["profile_top"])
@@ -756,7 +770,8 @@ def report(result: dict) -> str:
                     f"The page's main thread over the selection: {sel['main_TaskDuration_s']:.2f} s"
                     f" in tasks ({sel['main_ScriptDuration_s']:.2f} s running scripts,"
                     f" {sel['main_LayoutDuration_s']:.2f} s layout) of"
-                    f" {sel['main_Timestamp_s']:.2f} s"
+                    f" {sel['main_Timestamp_s']:.2f} s; its CPU (the thread's own, load aside)"
+                    f" {fmt_s(sel.get('renderer_main_cpu_s'))}"
                 )
             if sel.get("profile_top"):
                 out += _profile_lines("the selection", sel["profile_top"])
