@@ -35,6 +35,9 @@ export class FrameScheduler {
    * @param {(sinceDrawMs: number) => number} [opts.defer] asked before a paced frame draws, with
    *   the milliseconds since the last drawing frame (or `restart`): milliseconds to put it off by
    *   (0 or less: draw now); `flush` and `drawAll` never wait for it
+   * @param {() => boolean} [opts.holdNear] asked in a frame that draws charts on screen: while
+   *   true, the charts only near the view wait for as many frames as it stays true (a batch of
+   *   changes that ends in a frame of its own), not one; `drawAll` never waits for it
    */
   constructor({
     requestFrame = (cb) => requestAnimationFrame(cb),
@@ -42,6 +45,7 @@ export class FrameScheduler {
     now = () => performance.now(),
     budget = 1,
     defer = () => 0,
+    holdNear = () => false,
   } = {}) {
     if (!(budget > 0 && budget <= 1)) throw new RangeError(`budget must be in (0, 1], got ${budget}`);
     this._requestFrame = requestFrame;
@@ -49,6 +53,7 @@ export class FrameScheduler {
     this.budget = budget;
     this._now = now;
     this.defer = defer;
+    this.holdNear = holdNear;
     this._lastDraw = -Infinity;
     this._holdUntil = -Infinity;
     /**
@@ -180,11 +185,15 @@ export class FrameScheduler {
     // stroking 100 lines in every redraw while the runs load).
     const dirty = [...this._dirty];
     const screenFirst = !all && dirty.some((item) => item.visible && item.onScreen);
+    // While holdNear says so (the snapshots of many runs loading), they wait without counting
+    // the frame, so the frame the batch ends in draws the charts on screen alone too.
+    const hold = screenFirst && this.holdNear();
     let waiting = false;
     for (const item of dirty) {
       if (!item.visible && !all) continue;
       if (screenFirst && !item.onScreen && !item.waited) {
-        item.waited = waiting = true;
+        item.waited = !hold;
+        waiting = true;
         continue;
       }
       item.waited = false;

@@ -215,6 +215,36 @@ test("charts on screen draw first; a chart only near the view waits one drawing 
   });
 });
 
+test("holdNear keeps a chart only near the view waiting until the frame after it ends", () => {
+  withObservers((observers) => {
+    let loading = true;
+    const frames = [];
+    const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), holdNear: () => loading });
+    const [near, screen] = observers;
+    const runFrame = () => frames.splice(0).forEach((cb) => cb());
+    const shown = { element: {}, renders: 0, render() { this.renders++; } };
+    const below = { element: {}, renders: 0, render() { this.renders++; } };
+    scheduler.observe(shown);
+    scheduler.observe(below);
+    near.callback([{ target: shown.element, isIntersecting: true }, { target: below.element, isIntersecting: true }]);
+    screen.callback([{ target: shown.element, isIntersecting: true }, { target: below.element, isIntersecting: false }]);
+    // Snapshots arriving: every frame has the chart on screen to draw, the one below waits.
+    for (let k = 0; k < 3; k++) {
+      scheduler.mark(shown);
+      scheduler.mark(below);
+      runFrame();
+    }
+    assert.deepEqual([shown.renders, below.renders], [3, 0]);
+    // The last one in: the frame it ends in draws the chart on screen alone, the next one the other.
+    loading = false;
+    scheduler.mark(shown);
+    scheduler.flush();
+    assert.deepEqual([shown.renders, below.renders], [4, 0]);
+    runFrame();
+    assert.deepEqual([shown.renders, below.renders], [4, 1]);
+  });
+});
+
 test("a drawing budget spaces frames by the time drawing took", () => {
   const { scheduler, frames, runFrame, clock } = timed({ budget: 0.25 });
   const timers = [];
