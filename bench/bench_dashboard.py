@@ -153,6 +153,33 @@ def chromium_cpu_s(browser_pid: int | None) -> float:
         return float("nan")
 
 
+def renderer_main_cpu_s(browser_pid: int | None) -> dict[int, float]:
+    """CPU seconds each Chromium renderer's main thread has used so far, by renderer pid (the
+    main thread's id is the process's own, ``/proc/<pid>/task/<pid>/stat``): the page's own work,
+    scripts, style, layout, paint and commit alike, without its compositor or raster threads and
+    without the time the thread waited for a core (what a loaded machine adds to task times)."""
+    if browser_pid is None:
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    try:
+        children = psutil.Process(browser_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return {}
+    for p in children:
+        try:
+            if "--type=renderer" not in p.cmdline():
+                continue
+            with open(f"/proc/{p.pid}/task/{p.pid}/stat") as f:
+                # Fields after the command (which may hold spaces): utime and stime are the 12th
+                # and 13th of them (14 and 15 of proc(5)).
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[p.pid] = (int(fields[11]) + int(fields[12])) / tick
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
 def find_browser_pid() -> int | None:
     """The pid of the Chromium browser process this script launched (a child of the driver)."""
     me = psutil.Process()
@@ -786,7 +813,7 @@ def main() -> None:
     parser.add_argument(
         "--runs-trace",
         action="store_true",
-        help="a trace of the page's main thread over the live load (self time by event)",
+        help="a trace of the page's main thread over the selections and the live load (self time by event)",
     )
     args = parser.parse_args()
     if args.runs_starts is None:

@@ -218,15 +218,19 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         page.screenshot(path=str(HERE / "out" / "runs-page.png"))
                         # CPU the selection took, server and browser: on a loaded machine the
                         # wall-clock figure moves with the minute; what each side spent, less.
-                        from bench_dashboard import chromium_cpu_s, find_browser_pid
+                        from bench_dashboard import (
+                            chromium_cpu_s,
+                            find_browser_pid,
+                            renderer_main_cpu_s,
+                        )
 
                         browser_pid = find_browser_pid()
 
-                        def cpu(s=server, b=browser_pid) -> tuple[float, float]:
-                            return s.cpu_s(), chromium_cpu_s(b)
+                        def cpu(s=server, b=browser_pid) -> tuple[float, float, dict]:
+                            return s.cpu_s(), chromium_cpu_s(b), renderer_main_cpu_s(b)
 
                         page_cache(logdir, "s05-", args.runs_page_cache)
-                        select = select_runs(page, args.runs_profile, cpu)
+                        select = select_runs(page, args.runs_profile, cpu, args.runs_trace)
                         select["page_cache"] = args.runs_page_cache
                         page.screenshot(path=str(HERE / "out" / "runs-select-100.png"))
                         # The same 100 again (None, then All): the server's reads are kept,
@@ -239,7 +243,7 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                             timeout=30_000,
                             polling=30,
                         )
-                        select["again"] = select_runs(page, args.runs_profile, cpu)
+                        select["again"] = select_runs(page, args.runs_profile, cpu, args.runs_trace)
                         names = page.evaluate("() => window.vdl.connection.runs")
                         # The server alone, on the same runs (now open: warm) and on 100
                         # others no page has read (cold, as the page's were).
@@ -270,11 +274,12 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
     return {"logdir": str(logdir), "generation_s": gen_s, "loads": loads, "select": select}
 
 
-def select_runs(page, profile: bool = False, cpu=None) -> dict:  # type: ignore[no-untyped-def]
+def select_runs(page, profile: bool = False, cpu=None, trace: bool = False) -> dict:  # type: ignore[no-untyped-def]
     """Search for the ``s05-*`` runs, then time ``All`` until every chart in view draws 100
     (with ``profile``, under the CPU profiler: self time by function in ``profile_top``; with
     ``cpu``, a function giving the server's and the browser's CPU seconds so far, what each
-    spent over the selection)."""
+    spent over the selection; with ``trace``, a trace of the main thread: self time by event in
+    ``trace_top``)."""
     page.fill("input.run-search", "s05-")
     page.wait_for_function(
         "() => window.vdl.runsModel.tableRows().length === 100"
@@ -290,6 +295,10 @@ def select_runs(page, profile: bool = False, cpu=None) -> dict:  # type: ignore[
         cdp.send("Profiler.enable")
         cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
         cdp.send("Profiler.start")
+    events: list[dict] = []
+    if trace:
+        cdp.on("Tracing.dataCollected", lambda params: events.extend(params["value"]))
+        cdp.send("Tracing.start", {"categories": TRACE_CATEGORIES, "transferMode": "ReportEvents"})
     before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     cpu0 = cpu() if cpu else None
     result = page.evaluate(SELECT_JS, 100)
@@ -297,6 +306,10 @@ def select_runs(page, profile: bool = False, cpu=None) -> dict:  # type: ignore[
         cpu1 = cpu()
         result["server_cpu_s"] = cpu1[0] - cpu0[0]
         result["chromium_cpu_s"] = cpu1[1] - cpu0[1]
+        # The page's renderer is the one whose main thread worked over the selection (the
+        # benchmark's earlier pages are closed; a renderer started meanwhile counts from 0).
+        spent = [t - cpu0[2].get(pid, 0.0) for pid, t in cpu1[2].items()]
+        result["renderer_main_cpu_s"] = max(spent, default=None)
         result["load_avg"] = list(os.getloadavg())
     after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     if profile:
@@ -304,6 +317,9 @@ def select_runs(page, profile: bool = False, cpu=None) -> dict:  # type: ignore[
 
         bundle = page.evaluate("() => fetch('/static/app.js').then((r) => r.text())")
         result["profile_top"] = top_functions(cdp.send("Profiler.stop")["profile"], 25, bundle)
+    if trace:
+        end_trace(page, cdp)
+        result["trace_top"] = trace_self_times(events)
     for key in ("TaskDuration", "ScriptDuration", "LayoutDuration", "Timestamp"):
         result[f"main_{key}_s"] = after[key] - before[key]
     cdp.detach()
@@ -389,6 +405,27 @@ def server_swap(
                 return out
 
     return trio.run(main)
+
+
+TRACE_CATEGORIES = "devtools.timeline,disabled-by-default-devtools.timeline,v8,blink"
+
+
+def end_trace(page, cdp) -> None:  # type: ignore[no-untyped-def]
+    """End the trace started on ``cdp`` and wait (at most 60 s) until its events are in."""
+    done: list[bool] = []
+    cdp.on("Tracing.tracingComplete", lambda params: done.append(True))
+    cdp.send("Tracing.end")
+    deadline = time.monotonic() + 60
+    while not done and time.monotonic() < deadline:
+        page.wait_for_timeout(100)  # lets Playwright deliver the trace's events
+
+
+def _trace_lines(over: str, top: list[dict]) -> list[str]:
+    """A trace's 15 largest self times on the main thread, as report lines headed by ``over``."""
+    lines = ["", f"The main thread over {over} (trace, self time by event):"]
+    for e in top[:15]:
+        lines.append(f"  {e['self_ms']:8.0f} ms {e['share']:5.1%} {e['count']:6d}x  {e['event']}")
+    return lines
 
 
 def trace_self_times(events: list[dict], n: int = 20) -> list[dict]:
@@ -488,10 +525,8 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
         if args.runs_trace:
             cdp.on("Tracing.dataCollected", lambda params: trace.extend(params["value"]))
             cdp.send(
-                "Tracing.start",
-                {"categories": "devtools.timeline,disabled-by-default-devtools.timeline,v8,blink",
-                 "transferMode": "ReportEvents"},
-            )  # fmt: skip
+                "Tracing.start", {"categories": TRACE_CATEGORIES, "transferMode": "ReportEvents"}
+            )
         if args.runs_profile:
             cdp.send("Profiler.enable")
             cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
@@ -517,12 +552,7 @@ def live_runs(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def
             time.sleep(min(args.interval, max(0.05, args.runs_duration - now)))
         profile = cdp.send("Profiler.stop")["profile"] if args.runs_profile else None
         if args.runs_trace:
-            done = []
-            cdp.on("Tracing.tracingComplete", lambda params: done.append(True))
-            cdp.send("Tracing.end")
-            deadline = time.monotonic() + 60
-            while not done and time.monotonic() < deadline:
-                page.wait_for_timeout(100)  # lets Playwright deliver the trace's events
+            end_trace(page, cdp)
         line = readline(writer, args.runs_duration + 120)
         sent = json.loads(line) if line else None
         writer.wait(30)
@@ -622,6 +652,11 @@ def _draws(sel: dict) -> str:
     return ", ".join(f"at {at:.0f} ms ({ms:.0f} ms)" for at, ms in draws) or "none"
 
 
+def fmt_s(x: float | None) -> str:
+    """``x`` seconds, or "—" when not measured."""
+    return "—" if x is None else f"{x:.2f} s"
+
+
 def fmt_ms(x: float | None) -> str:
     """``x`` milliseconds, or "—" when not measured."""
     return "—" if x is None else f"{x:.0f} ms"
@@ -705,10 +740,13 @@ def report(result: dict) -> str:
                     f" {again.get('server_cpu_s', 0):.2f} s, Chromium"
                     f" {again.get('chromium_cpu_s', 0):.2f} s; the page's main thread"
                     f" {again['main_TaskDuration_s']:.2f} s in tasks"
-                    f" ({again['main_ScriptDuration_s']:.2f} s running scripts)"
+                    f" ({again['main_ScriptDuration_s']:.2f} s running scripts),"
+                    f" {fmt_s(again.get('renderer_main_cpu_s'))} of CPU"
                 )
                 if again.get("profile_top"):
                     out += _profile_lines("the same selection again", again["profile_top"])
+                if again.get("trace_top"):
+                    out += _trace_lines("the same selection again", again["trace_top"])
             reload = sel.get("reload")
             if reload:
                 out.append("")
@@ -732,10 +770,13 @@ def report(result: dict) -> str:
                     f"The page's main thread over the selection: {sel['main_TaskDuration_s']:.2f} s"
                     f" in tasks ({sel['main_ScriptDuration_s']:.2f} s running scripts,"
                     f" {sel['main_LayoutDuration_s']:.2f} s layout) of"
-                    f" {sel['main_Timestamp_s']:.2f} s"
+                    f" {sel['main_Timestamp_s']:.2f} s; its CPU (the thread's own, load aside)"
+                    f" {fmt_s(sel.get('renderer_main_cpu_s'))}"
                 )
             if sel.get("profile_top"):
                 out += _profile_lines("the selection", sel["profile_top"])
+            if sel.get("trace_top"):
+                out += _trace_lines("the selection", sel["trace_top"])
         for keep in (True, False):
             swap = (sel or {}).get(f"swap_one_keep_{keep}")
             if swap:
@@ -770,12 +811,7 @@ def report(result: dict) -> str:
                 f" {live['settle_ms_per_s']:.0f} ms/s after them until the next frame began"
             )
         if live.get("trace_top"):
-            out.append("")
-            out.append("The main thread over the live load (trace, self time by event):")
-            for e in live["trace_top"][:15]:
-                out.append(
-                    f"  {e['self_ms']:8.0f} ms {e['share']:5.1%} {e['count']:6d}x  {e['event']}"
-                )
+            out += _trace_lines("the live load", live["trace_top"])
         if live.get("profile_top"):
             out += _profile_lines("the live load", live["profile_top"])
     return "\n".join(out)

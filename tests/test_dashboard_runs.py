@@ -832,3 +832,84 @@ def test_a_click_subscribes_within_its_own_task(sweep_server, browser):
         assert page.errors == []
     finally:
         page.close()
+
+
+# Per chart: on screen, within the scheduler's margin below or above it (NEAR_VIEW_PX), or further.
+CHART_PLACES_JS = """() => {
+  const H = window.innerHeight, out = {};
+  for (const [tag, c] of window.vdl.chartWrappers) {
+    const r = c.element.getBoundingClientRect();
+    out[tag] = r.bottom > 0 && r.top < H ? 'screen' : r.bottom > -200 && r.top < H + 200 ? 'near' : 'far';
+  }
+  return out;
+}"""
+
+
+def test_charts_on_screen_draw_first_and_one_out_of_view_draws_when_scrolled_to(tmp_path, browser):
+    # A frame draws the charts on screen; those only near it (drawn ahead of a scroll) wait for
+    # the next drawing frame; those further off wait until they are scrolled to.
+    write_runs(tmp_path / "logs", n_runs=40, tags=10, points=300)
+    server = start_serve(tmp_path / "logs")
+    page = browser.new_page(viewport={"width": 1400, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready' && window.vdl.chartWrappers.size === 10",
+            timeout=30_000,
+        )
+        # Scrolled so that the first chart below the screen is within the margin.
+        page.evaluate(
+            """() => { const H = window.innerHeight;
+              const tops = [...window.vdl.chartWrappers.values()].map(c => c.element.getBoundingClientRect().top);
+              window.scrollBy(0, Math.min(...tops.filter(t => t >= H)) - H - 60); }"""
+        )
+        page.wait_for_function(
+            f"() => new Set(Object.values(({CHART_PLACES_JS})())).size === 3", timeout=10_000
+        )
+        places = page.evaluate(CHART_PLACES_JS)
+        # The runs a chart draws (its smoothed lines; the faint raw ones left out).
+        lines = (
+            "(t) => { const u = window.vdl.charts.get(t);"
+            " return u ? u.series.slice(1).filter(s => s.alpha === 1).length : 0; }"
+        )
+        shown = sorted(t for t, p in places.items() if p != "far")
+        # Drawn where they are now: the ten runs on every chart on screen or near it.
+        page.wait_for_function(
+            f"() => {json.dumps(shown)}.every(t => ({lines})(t) === 10)", timeout=10_000
+        )
+        # The scheduler's own idea of the screen (a second IntersectionObserver) is the layout's.
+        page.wait_for_function(
+            f"() => {{ const p = ({CHART_PLACES_JS})();"
+            " return [...window.vdl.chartWrappers].every(([t, c]) => c.onScreen === (p[t] === 'screen')); }",
+            timeout=10_000,
+        )
+        # Each chart's renders, with the drawing frame they were in.
+        page.evaluate(
+            """() => { window.__renders = [];
+              for (const [tag, c] of window.vdl.chartWrappers) { const render = c.render;
+                c.render = function () { window.__renders.push([window.vdl.scheduler.stats.frames, tag]);
+                  return render.call(this); }; } }"""
+        )
+        page.click("button.runs-all")
+        near = sorted(t for t, p in places.items() if p == "near")
+        far = sorted(t for t, p in places.items() if p == "far")
+        page.wait_for_function(
+            f"() => window.vdl.sync.phase === 'ready' && {json.dumps(near)}.every(t => ({lines})(t) === 40)",
+            timeout=30_000,
+        )
+        renders = page.evaluate("() => window.__renders")
+        first = renders[0][0]
+        drawn_first = {tag for frame, tag in renders if frame == first}
+        assert drawn_first and drawn_first <= {t for t, p in places.items() if p == "screen"}
+        assert set(near) <= {tag for frame, tag in renders if frame > first}
+        # Not drawn out of view: the charts further off have not drawn the 40 runs.
+        assert all(page.evaluate(f"({lines})", t) < 40 for t in far)
+        page.evaluate(f"() => window.vdl.chartWrappers.get({far[-1]!r}).element.scrollIntoView()")
+        page.wait_for_function(f"() => ({lines})({far[-1]!r}) === 40", timeout=10_000)
+        assert errors == []
+    finally:
+        page.close()
+        stop_serve(server)

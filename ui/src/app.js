@@ -479,6 +479,12 @@ scheduler.defer = (sinceDraw) => {
   const due = remainingMs(sync.done, sync.total, performance.now() - loadingSince);
   return due <= LOADING_WAIT_MS ? Math.min(due, 2 * LOADING_REDRAW_MS - sinceDraw) : 0;
 };
+// Meanwhile the charts on screen are drawn without those just below them (frames.js): these are
+// drawn once, in the drawing frame after the last snapshot's.
+scheduler.holdNear = () => {
+  const sync = store.syncState();
+  return sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO;
+};
 store.subscribe((change) => {
   if (change.kind !== "sync") return;
   const sync = store.syncState();

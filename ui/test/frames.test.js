@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { FRAME_MS, FrameScheduler, MAX_BUDGET_WAIT_MS, remainingMs } from "../src/frames.js";
+import { FRAME_MS, FrameScheduler, MAX_BUDGET_WAIT_MS, NEAR_VIEW_PX, remainingMs } from "../src/frames.js";
 
 function setup() {
   const frames = [];
@@ -131,6 +131,118 @@ test("with an IntersectionObserver, an item is drawn only once the observer repo
   } finally {
     globalThis.IntersectionObserver = saved;
   }
+});
+
+// Fake IntersectionObservers for the scheduler's two: [0] the view and its margin, [1] the screen.
+function withObservers(fn) {
+  const observers = [];
+  const saved = globalThis.IntersectionObserver;
+  globalThis.IntersectionObserver = class {
+    constructor(callback, options) {
+      this.callback = callback;
+      this.options = options;
+      observers.push(this);
+    }
+    observe() {}
+    unobserve() {}
+  };
+  try {
+    fn(observers);
+  } finally {
+    globalThis.IntersectionObserver = saved;
+  }
+}
+
+test("charts on screen draw first; a chart only near the view waits one drawing frame", () => {
+  withObservers((observers) => {
+    const { scheduler, frames, runFrame, item } = setup();
+    const [near, screen] = observers;
+    assert.equal(near.options.rootMargin, `${NEAR_VIEW_PX}px 0px`);
+    assert.equal(screen.options, undefined);
+    const shown = item("shown");
+    const below = item("below");
+    const far = item("far");
+    for (const i of [shown, below, far]) scheduler.observe(i);
+    near.callback([
+      { target: shown.element, isIntersecting: true },
+      { target: below.element, isIntersecting: true },
+      { target: far.element, isIntersecting: false },
+    ]);
+    screen.callback([
+      { target: shown.element, isIntersecting: true },
+      { target: below.element, isIntersecting: false },
+      { target: far.element, isIntersecting: false },
+    ]);
+    runFrame();
+    assert.deepEqual([shown.renders, below.renders, far.renders], [1, 0, 0]);
+    // The one left waiting asked for a frame of its own.
+    assert.equal(frames.length, 1);
+    runFrame();
+    assert.deepEqual([shown.renders, below.renders, far.renders], [1, 1, 0]);
+    // Both changing every frame: the near one is drawn every other frame, never starved.
+    for (let k = 0; k < 4; k++) {
+      scheduler.mark(shown);
+      scheduler.mark(below);
+      runFrame();
+    }
+    assert.equal(shown.renders, 5);
+    assert.equal(below.renders, 3);
+    // Nothing on screen to draw: the near one is drawn at once.
+    runFrame();
+    scheduler.mark(below);
+    const before = below.renders;
+    runFrame();
+    assert.equal(below.renders, before + 1);
+    // drawAll does not wait.
+    scheduler.mark(shown);
+    scheduler.mark(below);
+    scheduler.mark(far);
+    scheduler.drawAll();
+    assert.deepEqual([shown.renders, below.renders, far.renders], [6, before + 2, 1]);
+    runFrame(); // the frame asked for before drawAll: nothing left to draw
+    // Scrolled to: a chart coming on screen is drawn first.
+    scheduler.mark(shown);
+    scheduler.mark(far);
+    near.callback([{ target: far.element, isIntersecting: true }]);
+    screen.callback([
+      { target: far.element, isIntersecting: true },
+      { target: shown.element, isIntersecting: false },
+    ]);
+    runFrame();
+    assert.deepEqual([shown.renders, far.renders], [6, 2]);
+    runFrame();
+    assert.equal(shown.renders, 7);
+  });
+});
+
+test("holdNear keeps a chart only near the view waiting until the frame after it ends", () => {
+  withObservers((observers) => {
+    let loading = true;
+    const frames = [];
+    const scheduler = new FrameScheduler({ requestFrame: (cb) => frames.push(cb), holdNear: () => loading });
+    const [near, screen] = observers;
+    const runFrame = () => frames.splice(0).forEach((cb) => cb());
+    const shown = { element: {}, renders: 0, render() { this.renders++; } };
+    const below = { element: {}, renders: 0, render() { this.renders++; } };
+    scheduler.observe(shown);
+    scheduler.observe(below);
+    near.callback([{ target: shown.element, isIntersecting: true }, { target: below.element, isIntersecting: true }]);
+    screen.callback([{ target: shown.element, isIntersecting: true }, { target: below.element, isIntersecting: false }]);
+    // Snapshots arriving: every frame has the chart on screen to draw, the one below waits.
+    for (let k = 0; k < 3; k++) {
+      scheduler.mark(shown);
+      scheduler.mark(below);
+      runFrame();
+    }
+    assert.deepEqual([shown.renders, below.renders], [3, 0]);
+    // The last one in: the frame it ends in draws the chart on screen alone, the next one the other.
+    loading = false;
+    scheduler.mark(shown);
+    scheduler.flush();
+    assert.deepEqual([shown.renders, below.renders], [4, 0]);
+    runFrame();
+    assert.deepEqual([shown.renders, below.renders], [4, 1]);
+  });
 });
 
 test("a drawing budget spaces frames by the time drawing took", () => {
