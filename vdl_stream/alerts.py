@@ -995,6 +995,8 @@ class AlertEngine:
         first = batches[0]
         tags = tuple(map(_TAG, first))
         stride = len(tags)
+        if len(set(tags)) != stride:  # a tag twice in a batch
+            return self._groups_by_column(entry)
         if len(batches) == 1:
             flat = first
         else:
@@ -1003,11 +1005,7 @@ class AlertEngine:
             # read once: each pass over the round's columns costs 4 to 7 ns an event at small
             # batches, memory or not (docs/performance.md, "(2026-12-02, h6-alerts)").
             flat = list(itertools.chain.from_iterable(batches))
-            if (
-                len(flat) % stride
-                or len(set(tags)) != stride
-                or list(map(_TAG, flat)) != [*tags] * (len(flat) // stride)
-            ):
+            if len(flat) % stride or list(map(_TAG, flat)) != [*tags] * (len(flat) // stride):
                 return self._groups_by_column(entry)
         every = list(map(_VALUES, flat))
         # A tag's columns are joined as bytes only when all are float64 (_joined): asked once
