@@ -1006,9 +1006,7 @@ def test_an_engine_takes_no_attribute_it_does_not_declare():
     ),
     st.integers(4, 12),
 )
-def test_a_rounds_groups_are_each_tags_columns_in_arrival_order_whatever_the_batches(
-    batches, join
-):
+def test_a_rounds_groups_are_each_tags_columns_in_arrival_order_whatever_the_batches(batches, join):
     """However a run's batches lay out their tags (the same in each, the same sequence cut
     elsewhere, another order, a tag twice, empty columns, a tag no detector watches: "x"), a
     round groups each watched tag's non-empty columns in arrival order, cut at JOIN_POINTS,
@@ -1041,7 +1039,7 @@ def test_a_rounds_groups_are_each_tags_columns_in_arrival_order_whatever_the_bat
         assert {t: id(c) for t, c in entry.unwatched.items()} == {
             t: id(c) for t, c in expected.unwatched.items()
         }
-        for group, size, values, _ in got:  # the values handed over are the group's own
+        for group, _size, values, _ in got:  # the values handed over are the group's own
             if values is not None:
                 assert [id(v) for v in values] == [id(c.values) for c in group]
     finally:

@@ -731,9 +731,7 @@ def _joined(
     out = None
     n = len(values)
     if n >= JOIN_BYTES_COLUMNS and (
-        float64
-        if float64 is not None
-        else operator.countOf(map(_DTYPE, values), _FLOAT64) == n
+        float64 if float64 is not None else operator.countOf(map(_DTYPE, values), _FLOAT64) == n
     ):
         try:
             out = np.frombuffer(b"".join(values), np.float64)
@@ -1010,10 +1008,9 @@ class AlertEngine:
         every = list(map(_VALUES, flat))
         # A tag's columns are joined as bytes only when all are float64 (_joined): asked once
         # for the round's columns rather than once per tag.
-        float64 = (
-            len(every) >= JOIN_BYTES_COLUMNS
-            and operator.countOf(map(_DTYPE, every), _FLOAT64) == len(every)
-        )
+        float64 = len(every) >= JOIN_BYTES_COLUMNS and operator.countOf(
+            map(_DTYPE, every), _FLOAT64
+        ) == len(every)
         watched = self._watched
         groups: list[_Group] = []
         for index, tag in enumerate(tags):
