@@ -651,7 +651,8 @@ class AlertStatistics:
 
 
 #: A tag's columns to judge as one in a round, their points, their values arrays when read
-#: already, and whether those are known to be float64 (None: not asked) (:meth:`AlertEngine._groups`).
+#: already, and whether those are all float64 when known (None: not asked; see
+#: :meth:`AlertEngine._groups`).
 _Group = tuple[Sequence[ScalarColumns], int, list[np.ndarray] | None, bool | None]
 
 
@@ -999,9 +1000,10 @@ class AlertEngine:
             flat = first
         else:
             # One list of every column, their tags checked against the first batch's repeated
-            # (so that every stride-th column holds one tag, in arrival order), their values
-            # read once: each pass over the round's columns costs 4 to 7 ns an event at small
-            # batches, memory or not (docs/performance.md, "(2026-12-02, h6-alerts)").
+            # (so that every stride-th column holds one tag, in arrival order, whatever the
+            # batches' boundaries), their values read in one pass for all tags. (About as many
+            # instructions as a pass per tag: what a round's column reads cost is per item, in
+            # the caches or not; docs/performance.md, "(2026-12-02, h6-alerts)".)
             flat = list(itertools.chain.from_iterable(batches))
             if len(flat) % stride or list(map(_TAG, flat)) != [*tags] * (len(flat) // stride):
                 return self._groups_by_column(entry)
