@@ -16,6 +16,8 @@ import msgpack
 import numpy as np
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from trio_websocket import open_websocket_url
 
 import recorder
@@ -993,6 +995,55 @@ def test_an_engine_takes_no_attribute_it_does_not_declare():
     assert all(hasattr(engine, name) for name in AlertEngine.__slots__)
     with pytest.raises(AttributeError):
         engine.queue_size = 3  # type: ignore[attr-defined]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from("abcx"), st.integers(0, 3)), min_size=1, max_size=5),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(4, 12),
+)
+def test_a_rounds_groups_are_each_tags_columns_in_arrival_order_whatever_the_batches(batches, join):
+    """However a run's batches lay out their tags (the same in each, the same sequence cut
+    elsewhere, another order, a tag twice, empty columns, a tag no detector watches: "x"), a
+    round groups each watched tag's non-empty columns in arrival order, cut at JOIN_POINTS,
+    and keeps the newest column of an unwatched one, exactly as column by column
+    (``_groups_by_column``): the fast path slices every k-th column only when the columns
+    repeat the first batch's tags."""
+    import vdl_stream.alerts as alerts_module
+
+    old = alerts_module.JOIN_POINTS
+    alerts_module.JOIN_POINTS = join  # small, so that some tags' columns are cut
+    try:
+        rules = rules_from_dict({"nan": {"exclude": ["x"]}, "spike": {"exclude": ["x"]}})
+        engine, reference = AlertEngine(rules), AlertEngine(rules)
+        for i, layout in enumerate(batches):
+            cols = [
+                codec.ScalarColumns(tag, np.arange(n) + i, np.full(n, 1.7e9), np.ones(n))
+                for tag, n in layout
+            ]
+            engine.observe("r", cols, [])
+            reference.observe("r", cols, [])
+        entry, expected = engine._pending["r"], reference._pending["r"]
+        got = engine._groups(entry)
+        want = reference._groups_by_column(expected)
+
+        def columns(groups: list) -> list[list[int]]:
+            return [[id(c) for c in g[0] if len(c.values)] for g in groups]
+
+        assert columns(got) == columns(want)
+        assert [g[1] for g in got] == [g[1] for g in want]
+        assert {t: id(c) for t, c in entry.unwatched.items()} == {
+            t: id(c) for t, c in expected.unwatched.items()
+        }
+        for group, _size, values, _ in got:  # the values handed over are the group's own
+            if values is not None:
+                assert [id(v) for v in values] == [id(c.values) for c in group]
+    finally:
+        alerts_module.JOIN_POINTS = old
 
 
 def test_columns_of_a_tag_no_detector_watches_are_not_judged_but_are_data():

@@ -650,9 +650,10 @@ class AlertStatistics:
 # -- the engine --------------------------------------------------------------------------------
 
 
-#: A tag's columns to judge as one in a round, their points, and their values arrays when
-#: read already (:meth:`AlertEngine._groups`).
-_Group = tuple[Sequence[ScalarColumns], int, list[np.ndarray] | None]
+#: A tag's columns to judge as one in a round, their points, their values arrays when read
+#: already, and whether those are all float64 when known (None: not asked; see
+#: :meth:`AlertEngine._groups`).
+_Group = tuple[Sequence[ScalarColumns], int, list[np.ndarray] | None, bool | None]
 
 
 class _Pending:
@@ -716,19 +717,23 @@ def _joined(
     size: int,
     scratch: np.ndarray,
     values: list[np.ndarray] | None = None,
+    float64: bool | None = None,
 ) -> ScalarColumns:
     """One column from the columns of one tag in ``group`` (``size`` points in all; ``values``:
-    their values arrays, when the caller has them): their values copied into the start of
-    ``scratch`` (which must hold them all; the column is valid until it is reused), or for
-    :data:`JOIN_BYTES_COLUMNS` columns or more of contiguous float64, into a fresh array; their
-    steps and walls left in their columns."""
+    their values arrays, when the caller has them; ``float64``: whether those are all float64,
+    when the caller knows): their values copied into the start of ``scratch`` (which must hold
+    them all; the column is valid until it is reused), or for :data:`JOIN_BYTES_COLUMNS`
+    columns or more of contiguous float64, into a fresh array; their steps and walls left in
+    their columns."""
     if len(group) == 1:
         return group[0]
     if values is None:
         values = [c.values for c in group]
     out = None
     n = len(values)
-    if n >= JOIN_BYTES_COLUMNS and operator.countOf(map(_DTYPE, values), _FLOAT64) == n:
+    if n >= JOIN_BYTES_COLUMNS and (
+        float64 if float64 is not None else operator.countOf(map(_DTYPE, values), _FLOAT64) == n
+    ):
         try:
             out = np.frombuffer(b"".join(values), np.float64)
         except TypeError:  # a column not contiguous (no plain buffer)
@@ -977,41 +982,57 @@ class AlertEngine:
         the newest column of each tag no detector watches goes to ``entry.unwatched`` (only
         its last step is read).
 
-        When every batch has the same tags in the same order (a writer's batches usually do),
-        the columns are transposed per tag in C (``zip(*batches)``), their lengths read in C,
-        and only a tag whose columns are empty or pass :data:`JOIN_POINTS` together takes
-        the loop per column that the others need.
+        When the batches' columns repeat the first batch's tags in the same order (a writer's
+        batches usually do), every column's tag and values are read in one pass each, in C,
+        and each tag's columns and values are every k-th of them (a slice: no column read);
+        only a tag whose columns pass :data:`JOIN_POINTS` together takes the loop per column
+        that the others need.
         """
         batches = entry.batches
         if not batches:
             return []
-        tags = tuple(map(_TAG, batches[0]))
-        if len(batches) > 1 and (len(set(tags)) != len(tags) or len(set(map(len, batches))) != 1):
+        first = batches[0]
+        tags = tuple(map(_TAG, first))
+        stride = len(tags)
+        if len(set(tags)) != stride:  # a tag twice in a batch
             return self._groups_by_column(entry)
+        if len(batches) == 1:
+            flat = first
+        else:
+            # One list of every column, their tags checked against the first batch's repeated
+            # (so that every stride-th column holds one tag, in arrival order, whatever the
+            # batches' boundaries), their values read in one pass for all tags. (About as many
+            # instructions as a pass per tag: what a round's column reads cost is per item, in
+            # the caches or not; docs/performance.md, "(2026-12-02, h6-alerts)".)
+            flat = list(itertools.chain.from_iterable(batches))
+            if len(flat) % stride or list(map(_TAG, flat)) != [*tags] * (len(flat) // stride):
+                return self._groups_by_column(entry)
+        every = list(map(_VALUES, flat))
+        # A tag's columns are joined as bytes only when all are float64 (_joined): asked once
+        # for the round's columns rather than once per tag.
+        float64 = len(every) >= JOIN_BYTES_COLUMNS and operator.countOf(
+            map(_DTYPE, every), _FLOAT64
+        ) == len(every)
         watched = self._watched
         groups: list[_Group] = []
-        unwatched: list[tuple[str, tuple[ScalarColumns, ...]]] = []
-        for tag, cols in zip(tags, zip(*batches, strict=True), strict=True):
-            if len(cols) > 1 and operator.countOf(map(_TAG, cols), tag) != len(cols):  # (in C)
-                return self._groups_by_column(entry)
+        for index, tag in enumerate(tags):
             flag = watched.get(tag)
             if flag is None:
                 flag = self._watch(tag)
+            cols = flat[index::stride]
             if not flag:
-                unwatched.append((tag, cols))
+                for c in reversed(cols):
+                    if len(c.values):
+                        entry.unwatched[tag] = c
+                        break
                 continue
-            values = list(map(_VALUES, cols))  # read once: for the sizes and the join
+            values = every[index::stride]
             size = sum(map(len, values))
             if size <= JOIN_POINTS:
                 if size:  # (empty columns among others are harmless: _Parts, _joined)
-                    groups.append((cols, size, values))
+                    groups.append((cols, size, values, float64))
             else:
                 self._cut(cols, list(map(len, values)), groups)
-        for tag, cols in unwatched:
-            for c in reversed(cols):
-                if len(c.values):
-                    entry.unwatched[tag] = c
-                    break
         return groups
 
     def _groups_by_column(self, entry: _Pending) -> list[_Group]:
@@ -1052,12 +1073,12 @@ class AlertEngine:
             if not n:
                 continue
             if group and size + n > JOIN_POINTS:
-                groups.append((group, size, None))
+                groups.append((group, size, None, None))
                 group, size = [], 0
             group.append(c)
             size += n
         if group:
-            groups.append((group, size, None))
+            groups.append((group, size, None, None))
 
     def _watch(self, tag: str) -> bool:
         """Whether any tag detector applies to ``tag`` (remembered, for a bounded number of
@@ -1272,11 +1293,11 @@ class AlertEngine:
             if state.last_step is None or last > state.last_step:
                 state.last_step = last
         scratch = self._scratch
-        for group, size, values in groups:
+        for group, size, values, float64 in groups:
             self._scalars(
                 run,
                 state,
-                group[0] if len(group) == 1 else _joined(group, size, scratch, values),
+                group[0] if len(group) == 1 else _joined(group, size, scratch, values, float64),
             )
             yield
 
