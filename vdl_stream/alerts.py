@@ -1003,7 +1003,7 @@ class AlertEngine:
             # (so that every stride-th column holds one tag, in arrival order, whatever the
             # batches' boundaries), their values read in one pass for all tags. (About as many
             # instructions as a pass per tag: what a round's column reads cost is per item, in
-            # the caches or not; docs/performance.md, "(2026-12-02, h6-alerts)".)
+            # the caches or not; docs/performance.md, "(2026-12-01, h6-alerts)".)
             flat = list(itertools.chain.from_iterable(batches))
             if len(flat) % stride or list(map(_TAG, flat)) != [*tags] * (len(flat) // stride):
                 return self._groups_by_column(entry)
