@@ -75,9 +75,9 @@ export class FrameScheduler {
     this.stats = { frames: 0, draws: 0, drawMs: 0, settleMs: 0 };
     this._costs = 0;
     const observing = typeof IntersectionObserver !== "undefined";
-    this._observer = observing ? new IntersectionObserver((entries) => this._onIntersect(entries), { rootMargin: `${NEAR_VIEW_PX}px 0px` }) : null;
+    this._observer = observing ? new IntersectionObserver((entries) => this._observed(entries, "visible"), { rootMargin: `${NEAR_VIEW_PX}px 0px` }) : null;
     // Which items are on screen itself (no margin): a frame draws those first (see _frame).
-    this._screen = observing ? new IntersectionObserver((entries) => this._onScreen(entries)) : null;
+    this._screen = observing ? new IntersectionObserver((entries) => this._observed(entries, "onScreen")) : null;
   }
 
   /**
@@ -238,24 +238,16 @@ export class FrameScheduler {
     this._costs++;
   }
 
-  _onScreen(entries) {
+  // An observer's entries set each item's flag `key` ("visible": near the view; "onScreen": on
+  // it); a frame is asked for when an item waiting to be drawn came into range (near the view,
+  // which an item on screen is too once the other observer said so).
+  _observed(entries, key) {
     let woke = false;
     for (const entry of entries) {
       const item = this._items.get(entry.target);
       if (!item) continue;
-      item.onScreen = entry.isIntersecting;
-      if (item.onScreen && item.visible && this._dirty.has(item)) woke = true;
-    }
-    if (woke) this._schedule();
-  }
-
-  _onIntersect(entries) {
-    let woke = false;
-    for (const entry of entries) {
-      const item = this._items.get(entry.target);
-      if (!item) continue;
-      item.visible = entry.isIntersecting;
-      if (item.visible && this._dirty.has(item)) woke = true;
+      item[key] = entry.isIntersecting;
+      if (item[key] && item.visible && this._dirty.has(item)) woke = true;
     }
     if (woke) this._schedule();
   }

@@ -40,7 +40,7 @@ test("hidden items stay dirty and are drawn when visible again", () => {
   scheduler.mark(a);
   runFrame();
   assert.equal(a.renders, 1);
-  scheduler._onIntersect([{ target: a.element, isIntersecting: true }]);
+  scheduler._observed([{ target: a.element, isIntersecting: true }], "visible");
   runFrame();
   assert.equal(a.renders, 2);
 });
@@ -67,7 +67,7 @@ test("drawAll draws hidden items too, without marking them visible", () => {
   const a = item("a");
   scheduler.observe(a);
   runFrame();
-  scheduler._onIntersect([{ target: a.element, isIntersecting: false }]);
+  scheduler._observed([{ target: a.element, isIntersecting: false }], "visible");
   scheduler.mark(a);
   scheduler.drawAll();
   assert.equal(a.renders, 2);
