@@ -913,3 +913,62 @@ def test_charts_on_screen_draw_first_and_one_out_of_view_draws_when_scrolled_to(
     finally:
         page.close()
         stop_serve(server)
+
+
+# Before the page's scripts: each WebSocket made, with what the page had built by then.
+SOCKETS_JS = """(() => {
+  const made = window.__sockets = [];
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      made.push({ socket: this, url: this.url, views: document.querySelectorAll('[data-view]').length,
+                  vdl: window.vdl !== undefined });
+    }
+  };
+})();"""
+
+
+def test_the_socket_opens_before_the_page_is_built_and_the_newest_ten_are_subscribed(
+    tmp_path, browser
+):
+    # The /ws/live socket is opened by the bundle's first module, before the views are built
+    # (the runs and summaries frames travel while the page builds itself), and it is the page's
+    # only socket: the Connection adopts it, and the first subscribe still names the newest ten
+    # of 30 runs, then the table fills with every run.
+    write_runs(tmp_path / "logs", n_runs=30, tags=2, points=50)
+    server = start_serve(tmp_path / "logs")
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        context.add_init_script(script=SOCKETS_JS)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready'",
+            timeout=30_000,
+        )
+        made = page.evaluate(
+            "() => window.__sockets.map(s => ({ url: s.url, views: s.views, vdl: s.vdl,"
+            " adopted: s.socket === window.vdl.connection._ws }))"
+        )
+        assert len(made) == 1, made
+        assert made[0]["url"].endswith("/ws/live?summaries=table")
+        assert made[0]["views"] == 0 and made[0]["vdl"] is False, made[0]
+        assert made[0]["adopted"] is True
+        assert page.evaluate("() => window.vdl.stats.sockets") == 1
+        subscribed = page.evaluate("() => window.vdl.connection.runs")
+        assert sorted(r[:10] for r in subscribed) == [f"s00-r{i:04d}-" for i in range(20, 30)]
+        page.wait_for_function(
+            "() => window.vdl.runsModel.summaries.size === 30"
+            " && document.querySelectorAll('.rt-body [data-run]').length > 0",
+            timeout=15_000,
+        )
+        page.wait_for_function("() => window.vdl.charts.get('train/loss')", timeout=15_000)
+        assert len(drawn_lines(page, "train/loss")) == 10
+        assert errors == []
+    finally:
+        context.close()
+        stop_serve(server)

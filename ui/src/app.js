@@ -1,8 +1,10 @@
 // Page entry point: builds the layout, wires the connection to the store and the store to the
 // views, and exposes `window.vdl` for tests and the curious (documented in docs/dashboard.md).
+// First import: it opens the /ws/live socket before any other module is evaluated.
+import { earlySocket, LIVE_URL, token } from "./earlysocket.js";
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
-import { Connection, liveUrl, takeToken } from "./connection.js";
+import { Connection } from "./connection.js";
 import { chartHooks, SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler, remainingMs } from "./frames.js";
@@ -29,7 +31,6 @@ import { Toasts } from "./toast.js";
 
 initLanguage();
 
-const token = takeToken();
 /** History points per tag asked for in snapshots (`max_points` of `subscribe`). */
 const MAX_POINTS = 2000;
 const store = new Store({ maxPoints: MAX_POINTS });
@@ -545,9 +546,7 @@ const PROTOCOL_VERSION = 1;
 const connection = new Connection({
   maxPoints: MAX_POINTS,
   autoSubscribe: false,
-  // The summaries of every run on connect as columns (docs/protocol.md): a few array copies to
-  // decode, where 1,000 summary maps held up the first subscribe by 100-300 ms.
-  url: liveUrl(window.location, token, { summaries: "table" }),
+  url: LIVE_URL,
   onMessage: (msg) => {
     if (msg.type === "hello") {
       if (msg.version !== PROTOCOL_VERSION) console.warn(`vdl-stream: server speaks protocol ${msg.version}, this page ${PROTOCOL_VERSION}`);
@@ -668,4 +667,4 @@ document.addEventListener("keydown", (e) => {
 
 onLanguage(relabel);
 relabel();
-connection.start();
+connection.start({ socket: earlySocket });

@@ -90,10 +90,33 @@ export class Connection {
     this._closed = false;
   }
 
-  /** Open the socket (and keep reopening it until close()). */
-  start() {
+  /**
+   * Open a socket to `url` now, for a Connection's start() to adopt later in the same task: the
+   * handshake and the server's first frames travel while the page builds itself (no event is
+   * dispatched before the task ends, so none is missed). Null when the URL is refused.
+   * @param {string} url
+   * @returns {WebSocket|null}
+   */
+  static preopen(url) {
+    try {
+      const ws = new WebSocket(url);
+      ws.binaryType = "arraybuffer";
+      return ws;
+    } catch {
+      return null; // start() opens its own and reports the error
+    }
+  }
+
+  /**
+   * Open the socket (and keep reopening it until close()).
+   * @param {{socket?: WebSocket|null}} [opts] socket: one from preopen(this URL), taken as the
+   *   first socket while it is still connecting (else closed, and a new one opened)
+   */
+  start({ socket = null } = {}) {
     this._closed = false;
-    this._open();
+    const adopt = socket?.readyState === WebSocket.CONNECTING;
+    if (socket && !adopt) socket.close();
+    this._open(adopt ? socket : null);
   }
 
   /** Close for good: no reconnect. */
@@ -116,11 +139,11 @@ export class Connection {
     if (this._ws?.readyState === WebSocket.OPEN) this._ws.send(encodeSubscribe(this.runs, this.maxPoints, { keep, split: true, batch: true }));
   }
 
-  _open() {
+  _open(socket = null) {
     this.onState("connecting");
-    let ws;
+    let ws = socket;
     try {
-      ws = new WebSocket(this.url);
+      ws ??= new WebSocket(this.url);
     } catch (err) {
       this._retry(String(err));
       return;

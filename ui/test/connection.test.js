@@ -49,3 +49,50 @@ test("a gap naming runs re-subscribes with keep (those runs alone are sent again
     globalThis.WebSocket = had;
   }
 });
+
+test("start() adopts a socket from preopen() while it connects, and opens its own otherwise", async () => {
+  const { Connection } = await import("../src/connection.js");
+  const had = globalThis.WebSocket;
+  const made = [];
+  class FakeSocket {
+    static CONNECTING = 0;
+    static OPEN = 1;
+    constructor(url) {
+      this.url = url;
+      this.readyState = FakeSocket.CONNECTING;
+      this.closed = false;
+      made.push(this);
+    }
+    close() {
+      this.closed = true;
+      this.readyState = 3;
+    }
+  }
+  globalThis.WebSocket = FakeSocket;
+  try {
+    const url = "ws://h/ws/live";
+    const states = [];
+    const early = Connection.preopen(url);
+    assert.equal(early.binaryType, "arraybuffer");
+    const conn = new Connection({ url, onMessage: () => {}, onState: (s) => states.push(s), autoSubscribe: false });
+    conn.start({ socket: early });
+    assert.equal(made.length, 1, "the early socket is the connection's: no second one");
+    assert.equal(conn.stats.sockets, 1);
+    assert.ok(typeof early.onopen === "function" && typeof early.onmessage === "function");
+    early.readyState = FakeSocket.OPEN;
+    early.onopen();
+    assert.deepEqual(states, ["connecting", "open"]);
+    assert.equal(conn.connected, true);
+
+    // One that closed before start() is closed for good and replaced.
+    const stale = Connection.preopen(url);
+    stale.readyState = 3;
+    const other = new Connection({ url, onMessage: () => {}, onState: () => {} });
+    other.start({ socket: stale });
+    assert.equal(made.length, 3);
+    assert.notEqual(made[2], stale);
+    assert.equal(stale.closed, true);
+  } finally {
+    globalThis.WebSocket = had;
+  }
+});
