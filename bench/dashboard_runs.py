@@ -54,13 +54,23 @@ VIEWPORT = {"width": 1400, "height": 1000}
 # Injected before the page's scripts: when the table is filled, the first chart has data, every
 # chart in view has data (ms since the navigation started). Stops after 120 s.
 RUNS_PROBE_JS = """(() => {
-  const t = { table: null, firstChart: null, inView: null, rows: 0, messages: [], subscribe: null };
+  const t = { table: null, firstChart: null, inView: null, rows: 0, messages: [], subscribe: null,
+              socket: null, script: null };
   window.__runsBench = t;
   const expect = window.__runsBenchExpect;
   // The socket's first messages (hello, runs, summaries): when each arrived, its size and how
   // long the page's handler took; and when the first subscribe went out.
   const Native = window.WebSocket;
   window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      // When the page opened its socket, and when the bundle had arrived (its response's end).
+      if (t.socket === null) {
+        t.socket = performance.now();
+        const js = performance.getEntriesByType('resource').find(e => e.name.endsWith('/app.js'));
+        t.script = js ? js.responseEnd : null;
+      }
+    }
     send(data) {
       if (t.subscribe === null) t.subscribe = performance.now();
       return super.send(data);
@@ -206,6 +216,8 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                             "in_view_ms": probe["inView"],
                             "rows_in_dom": probe["rows"],
                             "subscribe_ms": probe["subscribe"],
+                            "socket_ms": probe["socket"],
+                            "script_ms": probe["script"],
                             "first_messages": probe["messages"],
                             "subscribed": len(
                                 page.evaluate("() => window.vdl.connection.runs || []")
@@ -713,6 +725,17 @@ def report(result: dict) -> str:
                 " median of"
                 f" {statistics.median(r['subscribe_ms'] for r in load['loads'] if r.get('subscribe_ms')):.0f}"
                 " ms after the navigation started"
+            )
+        opened = [
+            r["socket_ms"] - r["script_ms"]
+            for r in load["loads"]
+            if r.get("socket_ms") is not None and r.get("script_ms") is not None
+        ]
+        if opened:
+            out.append(
+                "The socket opened a median of"
+                f" {statistics.median(opened):.0f} ms ({', '.join(f'{d:.0f}' for d in opened)})"
+                " after the page's script (app.js) arrived"
             )
         sel = load.get("select")
         if sel:
