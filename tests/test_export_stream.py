@@ -287,6 +287,88 @@ def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges)
         assert interop._csv_rows("t", steps, walls, values) == expected.encode()
 
 
+#: Seconds where a block's walls change digits: powers of ten (the integer part's width), and the
+#: fourth, fifth and eighth digits from the end of seconds since the epoch (the upper digits a
+#: block shares: their value, and each of their words); 1 and 0 are the edges below.
+WALL_BOUNDARIES = [0, 1, 10, 1000, 10**4, 10**5, 10**8, 10**9, 1_790_001_000, 1_790_010_000,
+                   1_800_000_000, 2**33 - 1000]  # fmt: skip
+
+
+def _check_walls(walls: np.ndarray) -> None:
+    """Assert ``walls`` are formatted as repr() writes them, in _micro_walls' fields where it
+    takes them (it must where they are whole microseconds of one integer width from 1 s to 2**33
+    s) and in JSON and CSV rows."""
+    from vdl_stream import interop
+
+    listed = walls.tolist()
+    us = np.rint(walls * 1e6)
+    widths = {len(str(int(x))) for x in listed}
+    fast = bool(
+        (us / 1e6 == walls).all() and walls.min() >= 1 and walls.max() < 2**33 and len(widths) == 1
+    )
+    fields = interop._micro_walls(walls)
+    assert (fields is not None) == fast
+    if fields is not None:
+        text, starts, lengths = fields
+        got = [bytes(text[a : a + k]) for a, k in zip(starts, lengths, strict=True)]
+        assert got == [b"[%s," % repr(x).encode() for x in listed]
+    n = len(walls)
+    steps = np.arange(n, dtype=np.int64) + 7
+    values = np.linspace(-1, 1, n)
+    expected = reference_rows("json", "t", steps.tolist(), listed, values.tolist())
+    assert interop._json_rows(steps, walls, values) == expected.encode()
+    expected = reference_rows("csv", "t", steps.tolist(), listed, values.tolist())
+    assert interop._csv_rows("t", steps, walls, values) == expected.encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    boundary=st.sampled_from(WALL_BOUNDARIES),
+    offsets=st.lists(
+        st.integers(-3 * 10**6, 3 * 10**6)  # a few seconds either side
+        | st.integers(-70_000 * 10**6, 70_000 * 10**6)  # past _FEW_UPPER thousands of seconds
+        | st.sampled_from([-1, 0, 1, -(10**6), 10**6]),
+        min_size=1,
+        max_size=60,
+    ),
+    whole=st.booleans(),
+    ordered=st.booleans(),
+)
+def test_walls_across_a_digit_boundary_are_formatted_as_repr(boundary, offsets, whole, ordered):
+    """A block's walls that cross a boundary of their digits (9999.999999 -> 10000.0, a wall
+    crossing 10**k or 2**33 s, the upper digits a block shares changing value or word) are
+    formatted as repr() writes them, as are whole seconds, zero and negative walls (not
+    _micro_walls': below 1 s), in any order."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    us = [boundary * 10**6 + o for o in offsets]
+    if whole:
+        us = [u // 10**6 * 10**6 for u in us]
+    if ordered:
+        us.sort()
+    _check_walls(np.array(us, np.int64) / 1e6)
+
+
+@pytest.mark.parametrize("seconds", [0.5, 1_311, 63_000, 64_000, 200_000])
+def test_walls_sharing_their_upper_digits_take_each_path(seconds):
+    """Walls of a block sharing one value of their upper digits (all but the last three of the
+    integer part: one broadcast), a few (one gather from a table of each), or more than
+    _FEW_UPPER (digit by digit) are formatted as repr() writes them."""
+    from vdl_stream import interop
+
+    if interop._orjson is None:
+        pytest.skip("orjson is not installed")
+    n = 4096
+    us = 1_790_000_000 * 10**6 + np.linspace(0, seconds * 10**6, n).astype(np.int64)
+    us[1::7] += 3  # fractions of every length
+    walls = us / 1e6
+    upper = np.unique(us // 10**9)
+    assert len(upper) == (1 if seconds < 1000 else int(seconds // 1000) + 1)
+    _check_walls(walls)
+
+
 def test_steps_of_mixed_widths_take_the_field_layout():
     """Steps whose widths differ (a block crossing a power of ten, signs mixed, the int64
     minimum) are laid out field by field, with the same bytes."""
