@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 import dashboard_runs  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-from broker_clients import ServeProcess, stop_process  # noqa: E402
+from broker_clients import ServeProcess, process_cpu_s, stop_process  # noqa: E402
 from dashboard_snapshot import snapshot_time  # noqa: E402
 from dashboard_writer import tag_name  # noqa: E402
 
@@ -160,7 +160,6 @@ def renderer_main_cpu_s(browser_pid: int | None) -> dict[int, float]:
     without the time the thread waited for a core (what a loaded machine adds to task times)."""
     if browser_pid is None:
         return {}
-    tick = os.sysconf("SC_CLK_TCK")
     out = {}
     try:
         children = psutil.Process(browser_pid).children(recursive=True)
@@ -168,13 +167,8 @@ def renderer_main_cpu_s(browser_pid: int | None) -> dict[int, float]:
         return {}
     for p in children:
         try:
-            if "--type=renderer" not in p.cmdline():
-                continue
-            with open(f"/proc/{p.pid}/task/{p.pid}/stat") as f:
-                # Fields after the command (which may hold spaces): utime and stime are the 12th
-                # and 13th of them (14 and 15 of proc(5)).
-                fields = f.read().rsplit(")", 1)[1].split()
-            out[p.pid] = (int(fields[11]) + int(fields[12])) / tick
+            if "--type=renderer" in p.cmdline():
+                out[p.pid] = process_cpu_s(p.pid, thread=p.pid)
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
             pass
     return out

@@ -45,6 +45,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import trio
+from broker_clients import process_cpu_s
 
 import recorder
 from vdl_stream.replay import Replayer, load_timelines, serve_replay
@@ -226,13 +227,6 @@ async def until_shown(url: str, last_step: int | None) -> None:
                     return
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) the process has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def process_written(pid: int) -> int:
     """Bytes the process has passed to write() so far (files, sockets)."""
     with open(f"/proc/{pid}/io") as f:
@@ -250,11 +244,11 @@ def measure_start(run_dir: str, from_step: int | None, code: str | None) -> dict
         listening = time.perf_counter() - t0
         trio.run(until_shown, url, None if from_step is None else from_step - 1)
         shown = time.perf_counter() - t0
-        cpu = process_cpu(proc.pid)
+        cpu = process_cpu_s(proc.pid)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             time.sleep(0.5)
-            cpu, before = process_cpu(proc.pid), cpu
+            cpu, before = process_cpu_s(proc.pid), cpu
             if cpu - before < 0.02:
                 break
         written = process_written(proc.pid) / 1e6

@@ -70,7 +70,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 from bench_dashboard import load_once  # noqa: E402
-from broker_clients import STARTED, ServeProcess  # noqa: E402
+from broker_clients import STARTED, ServeProcess, process_cpu_s  # noqa: E402
 from live_run import write_live_run  # noqa: E402
 
 from recorder import RunWriter, add_summaries, blocks  # noqa: E402
@@ -529,13 +529,6 @@ def part_snapshot_reads(args, tree: Path) -> dict:
 
 
 SWEEP_PREFIXES = ("s05-", "s06-", "s07-")  # 100 runs each, as the page's "select 100"
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_s(pid: int) -> float:

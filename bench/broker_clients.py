@@ -150,6 +150,17 @@ def log_paced(
     return n
 
 
+def process_cpu_s(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds so far of process ``pid``, or of its thread ``thread`` (a
+    thread id; the main thread's is the pid), from /proc."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    with open(path) as f:
+        # Fields after the command (which may hold spaces): utime and stime are the 12th and
+        # 13th of them (14 and 15 of proc(5)).
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

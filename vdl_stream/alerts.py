@@ -650,10 +650,9 @@ class AlertStatistics:
 # -- the engine --------------------------------------------------------------------------------
 
 
-#: A tag's columns to judge as one in a round, their points, their values arrays when read
-#: already, and whether those are all float64 when known (None: not asked; see
-#: :meth:`AlertEngine._groups`).
-_Group = tuple[Sequence[ScalarColumns], int, list[np.ndarray] | None, bool | None]
+#: A tag's columns to judge as one in a round, their points, and their values arrays when
+#: read already (:meth:`AlertEngine._groups`).
+_Group = tuple[Sequence[ScalarColumns], int, list[np.ndarray] | None]
 
 
 class _Pending:
@@ -717,23 +716,19 @@ def _joined(
     size: int,
     scratch: np.ndarray,
     values: list[np.ndarray] | None = None,
-    float64: bool | None = None,
 ) -> ScalarColumns:
     """One column from the columns of one tag in ``group`` (``size`` points in all; ``values``:
-    their values arrays, when the caller has them; ``float64``: whether those are all float64,
-    when the caller knows): their values copied into the start of ``scratch`` (which must hold
-    them all; the column is valid until it is reused), or for :data:`JOIN_BYTES_COLUMNS`
-    columns or more of contiguous float64, into a fresh array; their steps and walls left in
-    their columns."""
+    their values arrays, when the caller has them): their values copied into the start of
+    ``scratch`` (which must hold them all; the column is valid until it is reused), or for
+    :data:`JOIN_BYTES_COLUMNS` columns or more of contiguous float64, into a fresh array; their
+    steps and walls left in their columns."""
     if len(group) == 1:
         return group[0]
     if values is None:
         values = [c.values for c in group]
     out = None
     n = len(values)
-    if n >= JOIN_BYTES_COLUMNS and (
-        float64 if float64 is not None else operator.countOf(map(_DTYPE, values), _FLOAT64) == n
-    ):
+    if n >= JOIN_BYTES_COLUMNS and operator.countOf(map(_DTYPE, values), _FLOAT64) == n:
         try:
             out = np.frombuffer(b"".join(values), np.float64)
         except TypeError:  # a column not contiguous (no plain buffer)
@@ -1008,11 +1003,6 @@ class AlertEngine:
             if len(flat) % stride or list(map(_TAG, flat)) != [*tags] * (len(flat) // stride):
                 return self._groups_by_column(entry)
         every = list(map(_VALUES, flat))
-        # A tag's columns are joined as bytes only when all are float64 (_joined): asked once
-        # for the round's columns rather than once per tag.
-        float64 = len(every) >= JOIN_BYTES_COLUMNS and operator.countOf(
-            map(_DTYPE, every), _FLOAT64
-        ) == len(every)
         watched = self._watched
         groups: list[_Group] = []
         for index, tag in enumerate(tags):
@@ -1030,7 +1020,7 @@ class AlertEngine:
             size = sum(map(len, values))
             if size <= JOIN_POINTS:
                 if size:  # (empty columns among others are harmless: _Parts, _joined)
-                    groups.append((cols, size, values, float64))
+                    groups.append((cols, size, values))
             else:
                 self._cut(cols, list(map(len, values)), groups)
         return groups
@@ -1073,12 +1063,12 @@ class AlertEngine:
             if not n:
                 continue
             if group and size + n > JOIN_POINTS:
-                groups.append((group, size, None, None))
+                groups.append((group, size, None))
                 group, size = [], 0
             group.append(c)
             size += n
         if group:
-            groups.append((group, size, None, None))
+            groups.append((group, size, None))
 
     def _watch(self, tag: str) -> bool:
         """Whether any tag detector applies to ``tag`` (remembered, for a bounded number of
@@ -1293,11 +1283,11 @@ class AlertEngine:
             if state.last_step is None or last > state.last_step:
                 state.last_step = last
         scratch = self._scratch
-        for group, size, values, float64 in groups:
+        for group, size, values in groups:
             self._scalars(
                 run,
                 state,
-                group[0] if len(group) == 1 else _joined(group, size, scratch, values, float64),
+                group[0] if len(group) == 1 else _joined(group, size, scratch, values),
             )
             yield
 

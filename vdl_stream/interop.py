@@ -1535,8 +1535,10 @@ def _csv_rows(
         width = 0 if steps is None else _step_width(steps)
         if width is not None:
             return _csv_slots(cell.encode() + b",", steps, walls, values, width)
-        parts: list = [cell.encode() + b",", _numbers(steps, b","), _numbers(walls, b",")]
-        return _layout(n, [*parts, _numbers(values, b"\n")])
+        head = cell.encode() + b","
+        return _layout(
+            n, [head, _numbers(steps, b","), _numbers(walls, b","), _numbers(values, b"\n")]
+        )
     cell = cell.replace("%", "%%")
     if steps is None:
         text = (cell + ",,%r,%r\n") * n % _interleave(walls.tolist(), values.tolist())
@@ -1680,16 +1682,13 @@ def _upper_words(quads: np.ndarray, upper: np.ndarray, head: int) -> None:
     Walls written at training's pace share these digits across a block (seconds since the epoch
     change their fourth digit from the end every 1,000 s): where they span at most
     :data:`_FEW_UPPER` values, each is formatted once and its words copied to its rows (one
-    broadcast where all are alike, else one gather of the words together); else digit by digit
-    from :data:`_DIGITS4`.
+    broadcast where all are alike, else one gather of the words together); else digit by digit,
+    as :func:`_step_words` writes steps (``head - 1`` words hold every digit of ``upper``).
     """
     low, high = int(upper.min()), int(upper.max())
     span = high - low + 1
     if span > _FEW_UPPER:
-        q = upper
-        for k in range(head - 1, 0, -1):
-            q, rest = _divmod(q, 10_000)
-            quads[:, k] = _DIGITS4[rest]
+        _step_words(quads, upper, 1, head - 1, False)
         return
     size = 4 * (head - 1)
     table = np.frombuffer(b"".join(b"%0*d" % (size, v) for v in range(low, high + 1)), f"V{size}")
