@@ -32,6 +32,31 @@ test("decodeScalars returns one typed column set per tag", () => {
   assert.deepEqual(Array.from(s.values), [0.5, 0.25]);
 });
 
+test("decodeScalars copies a frame's columns into one buffer, each column its own view", () => {
+  // One ArrayBuffer per frame, not three per tag: a selection of 100 runs decodes 3,000 columns.
+  const frame = encode({
+    scalars: [
+      ["a", bytesOf([1, 2, 3]), bytesOf([10, 20, 30]), bytesOf([0.5, NaN, -1])],
+      ["b", bytesOf([]), bytesOf([]), bytesOf([])],
+      ["c", bytesOf([7]), bytesOf([70]), bytesOf([Infinity])],
+    ],
+  });
+  const shifted = new Uint8Array(frame.length + 3); // the bins at offsets no double is aligned to
+  shifted.set(frame, 3);
+  const [a, b, c] = decodeScalars(decode(shifted.subarray(3)).scalars);
+  assert.deepEqual([Array.from(a.steps), Array.from(a.walls), Array.from(a.values)], [[1, 2, 3], [10, 20, 30], [0.5, NaN, -1]]);
+  assert.deepEqual([b.steps.length, b.walls.length, b.values.length], [0, 0, 0]);
+  assert.deepEqual([Array.from(c.steps), Array.from(c.walls), Array.from(c.values)], [[7], [70], [Infinity]]);
+  const columns = [a, b, c].flatMap((s) => [s.steps, s.walls, s.values]);
+  for (const column of columns) {
+    assert.ok(column instanceof Float64Array);
+    assert.equal(column.buffer, a.steps.buffer);
+  }
+  assert.equal(a.steps.buffer.byteLength, 8 * 12);
+  a.values[0] = 99; // no column overlaps another
+  assert.deepEqual([a.walls[2], c.steps[0]], [30, 7]);
+});
+
 test("decodeScalars refuses columns of different lengths and bad tags", () => {
   assert.throws(() => decodeScalars([["a", bytesOf([0, 1]), bytesOf([1]), bytesOf([1, 2])]]), /differ in length/);
   assert.throws(() => decodeScalars([[3, bytesOf([]), bytesOf([]), bytesOf([])]]), /tag must be a non-empty str, got number/);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { RingBuffer } from "../src/ringbuffer.js";
+import { FIRST_ROWS, RingBuffer } from "../src/ringbuffer.js";
 
 const col = (rb, c) => Array.from(rb.column(c));
 
@@ -108,4 +108,25 @@ test("every column lives in one backing array, before and after growing", () => 
     assert.equal(col[0], c);
     assert.equal(col[n - 1], (n - 1) * 10 + c);
   }
+});
+
+test("the backing arrays are made by the first push, as large as it needs", () => {
+  // A snapshot of 200 points fills exactly 200 rows (Chromium pays for each fresh page written);
+  // a series fed live starts with FIRST_ROWS and doubles from there.
+  const ring = new RingBuffer(4, 1 << 18);
+  assert.equal(ring.column(0).buffer.byteLength, 0);
+  assert.equal(ring.last(0), undefined);
+  const xs = Float64Array.from({ length: 200 }, (_, i) => i);
+  ring.push(xs, xs, xs, xs);
+  assert.equal(ring.column(3).buffer.byteLength, 200 * 4 * 8);
+  ring.pushRow(200, 200, 200, 200); // the first live point after the snapshot grows it
+  assert.deepEqual(col(ring, 2), [...Array.from(xs), 200]);
+  assert.ok(ring._cols[0].length >= 402, `backing array has ${ring._cols[0].length} rows`);
+  const live = new RingBuffer(2, 1 << 18);
+  live.pushRow(1, 2);
+  assert.equal(live._cols[0].length, FIRST_ROWS);
+  const small = new RingBuffer(1, 10); // never past the capacity and its slack
+  small.pushRow(5);
+  assert.ok(small._cols[0].length <= small.maxRows);
+  assert.deepEqual(col(small, 0), [5]);
 });

@@ -71,3 +71,35 @@ test("a continuing EMA picks up where a full smoothing left off (once the debias
   for (let i = 0; i < tail.length; i++) assert.ok(Math.abs(tail[i] - full[50 + i]) < 1e-6, `index ${i}: ${tail[i]} vs ${full[50 + i]}`);
   assert.equal(Ema.continuing(0.7, NaN).next(2), 2); // no seed: an ordinary debiased start
 });
+
+test("the debias divisor stops being computed once it is 1, bit for bit the same", () => {
+  // Once 1 - w^n rounds to 1 the smoothing skips Math.pow; every value must still be the one the
+  // per-point divisor gives, exactly (long enough for w = 0.99 to reach it at the 3,725th point).
+  let seed = 7;
+  const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const values = Array.from({ length: 6000 }, (_, i) => (i % 997 === 5 ? NaN : random() * 100 - 50));
+  for (const w of [0, 0.3, 0.6, 0.9, 0.99]) {
+    const whole = Array.from(smooth(values, w));
+    assert.deepEqual(whole, tensorboard(values, w), `weight ${w}`);
+    const ema = new Ema(w); // in pieces, as live appends smooth
+    const pieces = [];
+    for (let at = 0; at < values.length; at += 37) for (const v of values.slice(at, at + 37)) pieces.push(ema.next(v));
+    assert.deepEqual(pieces, whole, `weight ${w}, in pieces`);
+  }
+});
+
+test("Math.pow is called only while the debias divisor differs from 1", () => {
+  const pow = Math.pow;
+  let calls = 0;
+  Math.pow = (a, b) => {
+    calls++;
+    return pow(a, b);
+  };
+  try {
+    smooth(new Float64Array(1000).fill(1), 0.6);
+  } finally {
+    Math.pow = pow;
+  }
+  // 1 - 0.6^n is 1 from n = 74 on: 74 calls, not 1,000
+  assert.equal(calls, 74);
+});
