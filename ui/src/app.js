@@ -347,8 +347,6 @@ let subscribeTimer = 0;
 let subscribedKey = null;
 /** The subscription the server made from the first socket's URL (`hello`'s `subscribed`), until the first subscribe. */
 let serverSubscribed = null;
-/** The first table render and views refresh wait for the URL subscription's first snapshot (onRunsKnown). */
-let firstApplyTimer = 0;
 
 /**
  * Apply the runs table's state: which runs are drawn (`state.hiddenRuns`), the table, the views and
@@ -356,8 +354,6 @@ let firstApplyTimer = 0;
  * the set of runs drawn changed.
  */
 function applyRuns(always = true, immediate = false) {
-  clearTimeout(firstApplyTimer);
-  firstApplyTimer = 0;
   const hidden = new Set();
   for (const name of runsModel.names) if (!runsModel.isDrawn(name)) hidden.add(name);
   const changed = hidden.size !== state.hiddenRuns.size || [...hidden].some((name) => !state.hiddenRuns.has(name));
@@ -397,11 +393,9 @@ function sendSubscribe(runs) {
   store.subscribeTo(runs, { keep: true });
   // The server subscribed the first socket to the default selection already (earlysocket.js):
   // when that is this one, its snapshots are on their way, and a subscribe would only repeat it.
-  const served = sameSubscription(serverSubscribed, runs, points);
-  if (served) connection.assume(runs);
+  if (sameSubscription(serverSubscribed, runs, points)) connection.assume(runs);
   else connection.subscribe(runs, { keep: true });
   serverSubscribed = null;
-  return served;
 }
 
 // On the first `runs` frame: few runs are all selected at once; with many, the most recently active
@@ -430,16 +424,10 @@ function onRunsKnown(fromSummaries) {
     runsModel.selectDefault();
     selectionMade = true;
   }
-  // Subscribe first: the server starts reading while the page draws the table.
-  if (!sendSubscribe(runsModel.subscription())) {
-    applyRuns();
-    return;
-  }
-  // The URL's subscription: the first snapshot is here or about to be, queued behind this task.
-  // The table's first render and the views' refresh (two frames of 200-300 ms for 1,000 runs)
-  // wait for it, so that it is handled first and one frame draws the charts and the table
-  // together; not longer than FIRST_APPLY_WAIT_MS.
-  firstApplyTimer = setTimeout(applyRuns, FIRST_APPLY_WAIT_MS);
+  // Subscribe first: the server starts reading while the page draws the table (with the URL's
+  // subscription, earlysocket.js, it started before the page was built).
+  sendSubscribe(runsModel.subscription());
+  applyRuns();
 }
 
 // Runs appear one by one (a `runs` frame of 1,000 names emits 1,000 changes): take them in one go.
@@ -508,7 +496,6 @@ scheduler.holdNear = () => {
 };
 store.subscribe((change) => {
   if (change.kind !== "sync") return;
-  if (firstApplyTimer) applyRuns(); // a snapshot of the URL's subscription arrived (or none will)
   const sync = store.syncState();
   showSyncSoon(sync);
   setRedrawInterval(sync);
@@ -562,8 +549,6 @@ function setConnState(s, detail = "") {
 
 /** How long the first selection waits for the summaries (the most recently active runs). */
 const SUMMARIES_WAIT_MS = 3000;
-/** How long the table's first render waits for the URL subscription's first snapshot. */
-const FIRST_APPLY_WAIT_MS = 1000;
 /** The /ws/live protocol version this page implements (docs/protocol.md). */
 const PROTOCOL_VERSION = 1;
 const connection = new Connection({
