@@ -79,7 +79,7 @@ RUNS_PROBE_JS = """(() => {
       super.onmessage = (ev) => {
         const t0 = performance.now();
         fn.call(this, ev);
-        if (t.messages.length < 4) t.messages.push({ at: t0, bytes: ev.data.byteLength ?? 0, ms: performance.now() - t0 });
+        if (t.messages.length < 5) t.messages.push({ at: t0, bytes: ev.data.byteLength ?? 0, ms: performance.now() - t0 });
       };
     }
     get onmessage() { return super.onmessage; }
@@ -725,6 +725,19 @@ def report(result: dict) -> str:
                 " median of"
                 f" {statistics.median(r['subscribe_ms'] for r in load['loads'] if r.get('subscribe_ms')):.0f}"
                 " ms after the navigation started"
+            )
+        # The fourth message, the first after the summaries: the first snapshot (the page's
+        # first subscribe, or the URL's, docs/protocol.md).
+        fourth = [
+            r["first_messages"][3]["at"]
+            for r in load["loads"]
+            if len(r.get("first_messages") or []) >= 4
+        ]
+        if fourth:
+            out.append(
+                "The first message after the summaries (the first snapshot) handled a median of"
+                f" {statistics.median(fourth):.0f} ms ({', '.join(f'{d:.0f}' for d in fourth)})"
+                " after the navigation started"
             )
         opened = [
             r["socket_ms"] - r["script_ms"]

@@ -276,7 +276,7 @@ def test_many_runs_show_the_most_recent_and_scroll_virtually(tmp_path, browser):
         page.goto(server.url + "/")
         # The summaries come as a table (docs/protocol.md) and read as GET /api/runs says.
         page.wait_for_function("() => window.vdl && window.vdl.runsModel.summaries.size === 300")
-        assert sockets and sockets[0].endswith("/ws/live?summaries=table")
+        assert sockets and "/ws/live?summaries=table&newest=10&" in sockets[0]
         status, body = http_get(server.url + "/api/runs")
         assert status == 200
         held = page.evaluate("() => [...window.vdl.runsModel.summaries.values()]")
@@ -923,7 +923,11 @@ SOCKETS_JS = """(() => {
     constructor(...args) {
       super(...args);
       made.push({ socket: this, url: this.url, views: document.querySelectorAll('[data-view]').length,
-                  vdl: window.vdl !== undefined });
+                  vdl: window.vdl !== undefined, sent: 0 });
+    }
+    send(data) {
+      made.find((m) => m.socket === this).sent++;
+      super.send(data);
     }
   };
 })();"""
@@ -934,8 +938,9 @@ def test_the_socket_opens_before_the_page_is_built_and_the_newest_ten_are_subscr
 ):
     # The /ws/live socket is opened by the bundle's first module, before the views are built
     # (the runs and summaries frames travel while the page builds itself), and it is the page's
-    # only socket: the Connection adopts it, and the first subscribe still names the newest ten
-    # of 30 runs, then the table fills with every run.
+    # only socket: the Connection adopts it. Its URL asks for the default selection (the newest
+    # ten of 30 runs), which the page then finds is its own: it sends no subscribe at all, the
+    # newest ten are drawn, and the table fills with every run.
     write_runs(tmp_path / "logs", n_runs=30, tags=2, points=50)
     server = start_serve(tmp_path / "logs")
     context = browser.new_context(viewport={"width": 1500, "height": 1000})
@@ -952,10 +957,12 @@ def test_the_socket_opens_before_the_page_is_built_and_the_newest_ten_are_subscr
         )
         made = page.evaluate(
             "() => window.__sockets.map(s => ({ url: s.url, views: s.views, vdl: s.vdl,"
-            " adopted: s.socket === window.vdl.connection._ws }))"
+            " adopted: s.socket === window.vdl.connection._ws, sent: s.sent }))"
         )
         assert len(made) == 1, made
-        assert made[0]["url"].endswith("/ws/live?summaries=table")
+        assert made[0]["url"].endswith(
+            "/ws/live?summaries=table&newest=10&all_up_to=20&max_points=2000"
+        )
         assert made[0]["views"] == 0 and made[0]["vdl"] is False, made[0]
         assert made[0]["adopted"] is True
         assert page.evaluate("() => window.vdl.stats.sockets") == 1
@@ -968,6 +975,21 @@ def test_the_socket_opens_before_the_page_is_built_and_the_newest_ten_are_subscr
         )
         page.wait_for_function("() => window.vdl.charts.get('train/loss')", timeout=15_000)
         assert len(drawn_lines(page, "train/loss")) == 10
+        assert page.evaluate("() => window.__sockets[0].sent") == 0
+        # Another selection re-subscribes as before: one subscribe, the added run drawn.
+        other = page.evaluate(
+            "() => [...document.querySelectorAll('.rt-body [data-run]')].map(r => r.dataset.run)"
+            ".find(n => !window.vdl.connection.runs.includes(n))"
+        )
+        page.locator(f'.rt-body [data-run="{other}"] input.run-select').check()
+        page.wait_for_function(
+            f"() => window.vdl.connection.runs.includes({other!r})"
+            " && window.vdl.sync.phase === 'ready' && window.vdl.store.series("
+            f"{other!r}, 'train/loss')",
+            timeout=15_000,
+        )
+        assert len(drawn_lines(page, "train/loss")) == 11
+        assert page.evaluate("() => window.__sockets[0].sent") == 1
         assert errors == []
     finally:
         context.close()

@@ -11,13 +11,16 @@ from functools import partial
 
 import msgpack
 import numpy as np
+import pytest
 import trio
-from trio_websocket import open_websocket_url
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trio_websocket import ConnectionClosed, open_websocket_url
 
 from vdl_stream import codec
 from vdl_stream.broker import Broker
 from vdl_stream.codec import Batch, ScalarColumns
-from vdl_stream.server import LIVE_BURST, LIVE_RATE, run_server
+from vdl_stream.server import LIVE_BURST, LIVE_RATE, parse_newest, run_server
 
 
 def scalars(tag: str, steps: range) -> ScalarColumns:
@@ -486,3 +489,112 @@ async def test_snapshots_of_many_runs_come_whole_even_when_split(tmp_path, nurse
                     assert f["type"] == "snapshot" and "events_follow" not in f, f
                     assert steps_of(f) == list(range(10))
                     assert [e["text"] for e in f["events"]] == [f"t{'abcde'.index(f['run'])}"]
+
+
+# -- the first subscription in the URL (/ws/live?newest=N) ----------------------------------------
+
+
+async def test_the_url_subscribes_to_the_newest_runs_without_a_subscribe_message(tmp_path, nursery):
+    with trio.fail_after(30):
+        ws_url = await serve(nursery, tmp_path)
+        async with open_websocket_url(ws_url + "/ws/ingest") as w:
+            writer = Writer(w)
+            # Last walls: b (step 19) newest, then c (9), then a (4).
+            for run, last in (("a", 5), ("b", 20), ("c", 10)):
+                await writer.send(run, range(last), [text(0)])
+            url = ws_url + "/ws/live?newest=2&all_up_to=2&max_points=100"
+            async with open_websocket_url(url) as browser:
+                hello = msgpack.unpackb(await browser.get_message())
+                assert hello["subscribed"] == {"runs": ["b", "c"], "max_points": 100}
+                # No subscribe sent: the snapshots of the two newest follow the summaries, split.
+                got = await until_synced(browser)
+                assert [f["type"] for f in got[:2]] == ["runs", "summaries"]
+                snaps = [f for f in got if f["type"] == "snapshot"]
+                assert sorted(f["run"] for f in snaps) == ["b", "c"]
+                assert all(f["events_follow"] is True for f in snaps)
+                assert sorted(f["run"] for f in got if f["type"] == "snapshot_events") == ["b", "c"]
+                (b,) = (f for f in snaps if f["run"] == "b")
+                assert steps_of(b) == list(range(20))
+                # The page's own subscribe changes it as a keep re-subscription does (b, sent
+                # with as many points, is kept).
+                await browser.send_message(
+                    codec.encode_message(
+                        {"type": "subscribe", "runs": ["a", "b"], "max_points": 100,
+                         "keep": True, "split": True}
+                    )
+                )  # fmt: skip
+                got = await until_synced(browser)
+                assert [f["run"] for f in got if f["type"] == "snapshot"] == ["a"]
+            # As many runs as all_up_to, or fewer: every run (nil), runs added later included.
+            url = ws_url + "/ws/live?newest=2&all_up_to=3"
+            async with open_websocket_url(url) as browser:
+                hello = msgpack.unpackb(await browser.get_message())
+                assert hello["subscribed"] == {"runs": None, "max_points": 2000}
+                got = await until_synced(browser)
+                assert sorted(f["run"] for f in got if f["type"] == "snapshot") == ["a", "b", "c"]
+                await writer.send("d", range(3))
+                while True:
+                    frames = unpack(await browser.get_message())
+                    if any(f["type"] == "data" and f["run"] == "d" for f in frames):
+                        break
+            # Without newest: no subscription, and hello says none.
+            async with open_websocket_url(ws_url + "/ws/live?summaries=table") as browser:
+                assert "subscribed" not in msgpack.unpackb(await browser.get_message())
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("newest=0", "newest must be an int in [1, 1000]"),
+        ("newest=1001", "newest must be an int in [1, 1000]"),
+        ("newest=ten", "newest must be an int in [1, 1000]"),
+        ("newest=-1", "newest must be an int in [1, 1000]"),
+        ("newest=%EF%BC%91", "newest must be an int in [1, 1000]"),  # a full-width digit
+        ("newest=", "newest must be an int in [1, 1000]"),
+        ("newest=10&all_up_to=x", "all_up_to must be an int in [0, 100000]"),
+        ("newest=10&max_points=1", "max_points must be an int in [2, 100000]"),
+        ("newest=10&max_points=99999999999", "max_points must be an int in [2, 100000]"),
+        ("max_points=100", "all_up_to and max_points need newest"),
+    ],
+)
+async def test_a_bad_first_subscription_in_the_url_closes_with_its_reason(
+    tmp_path, nursery, query, reason
+):
+    with trio.fail_after(30):
+        ws_url = await serve(nursery, tmp_path)
+        async with open_websocket_url(ws_url + "/ws/live?" + query) as browser:
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    await browser.get_message()
+            assert closed.value.reason.code == 1008
+            assert closed.value.reason.reason == reason
+
+
+_NEWEST_NAMES = ("newest", "all_up_to", "max_points", "summaries")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(_NEWEST_NAMES),
+        st.one_of(st.text(max_size=9), st.integers(-5, 2_000_000).map(str)),
+    )
+)
+def test_parse_newest_takes_ints_in_range_and_names_anything_else(query):
+    try:
+        got = parse_newest(query)
+    except codec.ProtocolError as exc:
+        message = str(exc)
+        assert len(message) <= 120
+        assert message.split()[0] in _NEWEST_NAMES[:3], message
+        return
+    if "newest" not in query:
+        assert got is None and not {"all_up_to", "max_points"} & set(query)
+        return
+    assert got is not None
+    ranges = {"newest": (1, 1000), "all_up_to": (0, 100_000), "max_points": (2, 100_000)}
+    for name, (lo, hi) in ranges.items():
+        value = getattr(got, "count" if name == "newest" else name)
+        assert lo <= value <= hi
+        if name in query:
+            assert query[name].isascii() and value == int(query[name])

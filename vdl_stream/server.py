@@ -1067,13 +1067,91 @@ class WebSocketEndpoints:
 
     async def _live(self, ws: WebSocketSession) -> None:
         broker = self.broker
-        hello = {"type": "hello", "version": 1, "server": f"vdl-stream {__version__}"}
+        try:
+            newest = parse_newest(ws.query)
+        except codec.ProtocolError as exc:
+            await ws.close(CLOSE_POLICY, str(exc)[:120])
+            return
+        hello: dict[str, Any] = {
+            "type": "hello",
+            "version": 1,
+            "server": f"vdl-stream {__version__}",
+        }
+        runs = broker.runs()
+        first = None
+        if newest is not None and isinstance(broker, Broker):
+            # The page's first selection, chosen here from the summaries it is about to get:
+            # its snapshots leave right after the handshake, while the page builds itself.
+            first = _Subscribe(
+                _newest_runs(broker, runs, newest), None, newest.max_points, False, True, True
+            )
+            chosen = None if first.runs is None else sorted(first.runs)
+            hello["subscribed"] = {"runs": chosen, "max_points": first.max_points}
         await ws.send(codec.encode_message(hello))
-        await ws.send(codec.encode_message({"type": "runs", "runs": broker.runs()}))
+        await ws.send(codec.encode_message({"type": "runs", "runs": runs}))
         # Every run's summary now; later ones come with each subscription (see stream()).
         since = broker.summary_tick
         await ws.send(_first_summaries(broker, ws.query.get("summaries")))
-        await _live_session(ws, broker, self.limits.subscribe_timeout, since)
+        await _live_session(ws, broker, self.limits.subscribe_timeout, since, first)
+
+
+@dataclass(frozen=True)
+class Newest:
+    """A first subscription asked for in the ``/ws/live`` URL (docs/protocol.md, "The first
+    subscription in the URL"): the ``count`` most recently active runs, or every run while
+    there are at most ``all_up_to``, with ``max_points`` points per tag."""
+
+    count: int
+    all_up_to: int
+    max_points: int
+
+
+#: The ``/ws/live`` query arguments of a first subscription: (name, lowest, highest, default).
+_NEWEST_ARGS = (
+    ("newest", 1, 1000, None),
+    ("all_up_to", 0, 100_000, 0),
+    ("max_points", 2, 100_000, 2000),
+)
+
+
+def parse_newest(query: dict[str, str]) -> Newest | None:
+    """The first subscription a ``/ws/live`` URL asks for (``?newest=N``, with ``all_up_to``
+    and ``max_points``), or None when it asks for none.
+
+    Raises:
+        codec.ProtocolError: an argument that is not a decimal int in its range, or
+            ``all_up_to`` / ``max_points`` without ``newest``.
+    """
+    values: dict[str, int] = {}
+    for name, lowest, highest, default in _NEWEST_ARGS:
+        text = query.get(name)
+        if text is None:
+            if default is not None:
+                values[name] = default
+            continue
+        if re.fullmatch(r"[0-9]{1,7}", text) is None or not lowest <= int(text) <= highest:
+            raise codec.ProtocolError(f"{name} must be an int in [{lowest}, {highest}]")
+        values[name] = int(text)
+    if "newest" not in values:
+        if any(name in query for name, *_ in _NEWEST_ARGS):
+            raise codec.ProtocolError("all_up_to and max_points need newest")
+        return None
+    return Newest(values["newest"], values["all_up_to"], values["max_points"])
+
+
+def _newest_runs(broker: Broker, runs: list[str], newest: Newest) -> set[str] | None:
+    """The runs of a first subscription: every run (None) while there are at most
+    ``all_up_to``, else the ``count`` with the newest ``last_wall`` (runs without one last; ties
+    by name), the page's default selection (ui/src/runs.js, ``selectDefault``)."""
+    if len(runs) <= newest.all_up_to:
+        return None
+    walls = {s["name"]: s.get("last_wall") for s in broker.summaries()}
+
+    def order(name: str) -> tuple[int, float, str]:
+        wall = walls.get(name)
+        return (1, 0.0, name) if wall is None else (0, -wall, name)
+
+    return set(sorted(runs, key=order)[: newest.count])
 
 
 class _TableCache:
@@ -1242,11 +1320,14 @@ async def _live_session(
     broker: Broker,
     subscribe_timeout: float = 5.0,
     summaries_since: int | None = None,
+    first: _Subscribe | None = None,
 ) -> None:
     """Serve one browser: (re)subscribe on request, stream snapshot then live frames.
 
     A browser that sends no ``subscribe`` within ``subscribe_timeout`` seconds is closed (1008):
-    an open WebSocket costs a file descriptor, and an idle one would hold it forever.
+    an open WebSocket costs a file descriptor, and an idle one would hold it forever. ``first``
+    (the URL's first subscription, :func:`parse_newest`) is served as if the browser had sent it
+    at once.
 
     Each subscription first gets the summaries published since publication ``summaries_since``
     (those sent on connect are older; ones dropped with a gap are re-sent this way), then its
@@ -1308,17 +1389,22 @@ async def _live_session(
             current: _Stream | None = None
             while True:
                 try:
-                    # Only the first subscribe has a deadline; a subscribed browser is busy.
-                    with trio.move_on_after(
-                        subscribe_timeout if current is None else math.inf
-                    ) as waiting:
-                        data = await ws.receive()
-                    if waiting.cancelled_caught:
-                        raise codec.ProtocolError(f"no subscribe within {subscribe_timeout:g} s")
-                    if data is None:  # the browser is gone
-                        nursery.cancel_scope.cancel()
-                        return
-                    ask = _parse_subscribe(codec.decode_message(data))
+                    if first is not None:
+                        ask, first = first, None
+                    else:
+                        # Only the first subscribe has a deadline; a subscribed browser is busy.
+                        with trio.move_on_after(
+                            subscribe_timeout if current is None else math.inf
+                        ) as waiting:
+                            data = await ws.receive()
+                        if waiting.cancelled_caught:
+                            raise codec.ProtocolError(
+                                f"no subscribe within {subscribe_timeout:g} s"
+                            )
+                        if data is None:  # the browser is gone
+                            nursery.cancel_scope.cancel()
+                            return
+                        ask = _parse_subscribe(codec.decode_message(data))
                 except codec.ProtocolError as exc:
                     await ws.close(CLOSE_POLICY, str(exc)[:120])
                     nursery.cancel_scope.cancel()

@@ -9,6 +9,7 @@ import { chartHooks, SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
 import { FrameScheduler, remainingMs } from "./frames.js";
 import { deriveSummary, pointsFor, RunsModel, SELECT_ALL_UP_TO } from "./runs.js";
+import { sameSubscription } from "./runsdefault.js";
 import { RunsTable } from "./views/runstable.js";
 import { initLanguage, language, LANGUAGES, loadingText, onLanguage, setLanguage, t, tf } from "./i18n.js";
 import { DEFAULT_SMOOTHING } from "./smoothing.js";
@@ -344,6 +345,8 @@ let awaitingSubscribe = false;
 let summariesTimer = 0;
 let subscribeTimer = 0;
 let subscribedKey = null;
+/** The subscription the server made from the first socket's URL (`hello`'s `subscribed`), until the first subscribe. */
+let serverSubscribed = null;
 
 /**
  * Apply the runs table's state: which runs are drawn (`state.hiddenRuns`), the table, the views and
@@ -388,7 +391,11 @@ function sendSubscribe(runs) {
   store.maxPoints = points;
   // `keep`: the runs already drawn stay; only the added ones are read and sent (docs/protocol.md).
   store.subscribeTo(runs, { keep: true });
-  connection.subscribe(runs, { keep: true });
+  // The server subscribed the first socket to the default selection already (earlysocket.js):
+  // when that is this one, its snapshots are on their way, and a subscribe would only repeat it.
+  if (sameSubscription(serverSubscribed, runs, points)) connection.assume(runs);
+  else connection.subscribe(runs, { keep: true });
+  serverSubscribed = null;
 }
 
 // On the first `runs` frame: few runs are all selected at once; with many, the most recently active
@@ -417,7 +424,8 @@ function onRunsKnown(fromSummaries) {
     runsModel.selectDefault();
     selectionMade = true;
   }
-  // Subscribe first: the server starts reading while the page draws the table.
+  // Subscribe first: the server starts reading while the page draws the table (with the URL's
+  // subscription, earlysocket.js, it started before the page was built).
   sendSubscribe(runsModel.subscription());
   applyRuns();
 }
@@ -551,6 +559,7 @@ const connection = new Connection({
     if (msg.type === "hello") {
       if (msg.version !== PROTOCOL_VERSION) console.warn(`vdl-stream: server speaks protocol ${msg.version}, this page ${PROTOCOL_VERSION}`);
       conn.dataset.server = String(msg.server ?? "");
+      serverSubscribed = msg.subscribed ?? null;
     }
     store.apply(msg);
     alertsView.onMessage(msg);

@@ -139,6 +139,16 @@ export class Connection {
     if (this._ws?.readyState === WebSocket.OPEN) this._ws.send(encodeSubscribe(this.runs, this.maxPoints, { keep, split: true, batch: true }));
   }
 
+  /**
+   * The server already serves `runs` on this socket (the URL's first subscription, `hello`'s
+   * `subscribed`, docs/protocol.md): keep them for a `gap`'s re-subscription and for reconnects,
+   * as subscribe() does, without sending anything.
+   * @param {string[]|null} runs
+   */
+  assume(runs) {
+    this.runs = runs;
+  }
+
   _open(socket = null) {
     this.onState("connecting");
     let ws = socket;

@@ -96,3 +96,22 @@ test("start() adopts a socket from preopen() while it connects, and opens its ow
     globalThis.WebSocket = had;
   }
 });
+
+test("assume() keeps the runs the server subscribed from the URL for gaps, and sends nothing", async () => {
+  const { decode } = await import("@msgpack/msgpack");
+  const { Connection } = await import("../src/connection.js");
+  const had = globalThis.WebSocket;
+  globalThis.WebSocket = { OPEN: 1 };
+  try {
+    const sent = [];
+    const conn = new Connection({ url: "ws://h/ws/live", onMessage: () => {}, onState: () => {} });
+    conn._ws = { readyState: 1, send: (bytes) => sent.push(decode(bytes)) };
+    conn.assume(["a", "b"]);
+    assert.deepEqual(sent, []);
+    assert.deepEqual(conn.runs, ["a", "b"]);
+    conn._handle({ type: "gap", seq: 1, runs: ["a"] });
+    assert.deepEqual(sent.map((m) => [m.runs, m.keep]), [[["a", "b"], true]]);
+  } finally {
+    globalThis.WebSocket = had;
+  }
+});

@@ -4,6 +4,7 @@ import { colorFor, hashString, PALETTE } from "../src/dom.js";
 import { aggregate, bandEdges, lastAtOrBefore } from "../src/groups.js";
 import { rememberKey, Remembered, REMEMBER_VERSION } from "../src/remember.js";
 import { DEFAULT_SELECTED, groupKey, RunsModel, SELECT_ALL_UP_TO } from "../src/runs.js";
+import { compareCells } from "../src/views/hparams.js";
 
 function model(n, extra = () => ({})) {
   const m = new RunsModel();
@@ -333,4 +334,27 @@ test("the runs drawn lead the table: selected when the order settles, after the 
   few.selectDefault();
   assert.equal(few.front, null);
   assert.deepEqual(few.tableRows().map((r) => r.name), ["run-0000", "run-0001", "run-0002", "run-0003", "run-0004"]);
+});
+
+test("the table's name order is compareCells's, through one collator (no localeCompare per pair)", () => {
+  const names = ["r10", "r2", "R1", "é3", "e3", "run-0100", "run-020", "b", "a-1", "a-02", "Z"];
+  const m = new RunsModel();
+  m.addNames(names);
+  const had = String.prototype.localeCompare;
+  let calls = 0;
+  String.prototype.localeCompare = function (...args) {
+    calls++;
+    return had.apply(this, args);
+  };
+  let got;
+  try {
+    got = m.tableRows().map((r) => r.name);
+  } finally {
+    String.prototype.localeCompare = had;
+  }
+  assert.equal(calls, 0);
+  assert.deepEqual(got, [...names].sort(compareCells));
+  m.sortBy("name");
+  m.sortBy("name"); // descending
+  assert.deepEqual(m.tableRows().map((r) => r.name), [...names].sort(compareCells).reverse());
 });
