@@ -354,6 +354,19 @@ test("the table's name order is compareCells's, through one collator (no localeC
   }
   assert.equal(calls, 0);
   assert.deepEqual(got, [...names].sort(compareCells));
+  // compareCells (string hparam columns) through the same collator: localeCompare's order, no call
+  const natural = [...names].sort((a, b) => had.call(a, b, undefined, { numeric: true }));
+  String.prototype.localeCompare = function (...args) {
+    calls++;
+    return had.apply(this, args);
+  };
+  try {
+    got = [...names].sort(compareCells);
+  } finally {
+    String.prototype.localeCompare = had;
+  }
+  assert.equal(calls, 0);
+  assert.deepEqual(got, natural);
   m.sortBy("name");
   m.sortBy("name"); // descending
   assert.deepEqual(m.tableRows().map((r) => r.name), [...names].sort(compareCells).reverse());
