@@ -649,12 +649,11 @@ async def test_the_relay_reuses_its_buffers(long_run, nursery, monkeypatch):
                 size += n
         return size
 
-    # this process: the server's event loop, the relay's receiving thread, and this test's
-    # client reading into one buffer
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    # this thread is the server's event loop: what it faults in is the relay's, and the loop's
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     with trio.fail_after(120):
         size = await trio.to_thread.run_sync(read_body)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
     _keep_freed_memory(False)  # the server's setting goes with it
     assert size > 100 << 20
     assert faults < 32 * size / 2**20, f"{faults} page faults relaying {size / 2**20:.0f} MB"
@@ -1079,34 +1078,18 @@ async def test_the_childs_output_goes_on_in_chunks_of_one_size():
 
     sizes = (1, 70_000, EXPORT_PIPE_CHUNK, 300_001, 5, 3 * EXPORT_PIPE_CHUNK + 7)
     script = (
-        "import os, stat, sys\n"
-        "assert stat.S_ISSOCK(os.fstat(1).st_mode), 'stdout is not a socket'\n"
+        "import os, sys\n"
         f"for i, n in enumerate({sizes!r}):\n"
         "    data = bytes([65 + i]) * n\n"
         "    while data:\n"
         "        data = data[os.write(1, data):]\n"
     )
-    process, errors, out = await _open_child([sys.executable, "-c", script])
+    process, errors = await _open_child([sys.executable, "-c", script])
     with trio.fail_after(60):
-        chunks = [chunk async for chunk in _child_output(process, errors, out)]
+        chunks = [chunk async for chunk in _child_output(process, errors)]
     assert b"".join(chunks) == b"".join(bytes([65 + i]) * n for i, n in enumerate(sizes))
     assert {len(c) for c in chunks[:-1]} == {EXPORT_PIPE_CHUNK}
     assert 0 < len(chunks[-1]) <= EXPORT_PIPE_CHUNK and process.returncode == 0
-
-
-async def test_a_cancelled_relay_waiting_on_a_silent_child_ends_it():
-    """The chunk being received is abandoned when the export is cancelled (a client left): the
-    child is killed and the socket closed at once, however long the child would stay silent."""
-    from vdl_stream.interop import _child_output, _open_child
-
-    process, errors, out = await _open_child([sys.executable, "-c", "import time; time.sleep(60)"])
-    chunks = _child_output(process, errors, out)
-    with trio.fail_after(20):  # the receive not abandoned: the child's 60 s
-        with trio.move_on_after(0.5):  # a deadline, not a wait for the child: it never writes
-            await chunks.__anext__()
-            pytest.fail("a chunk from a silent child")
-        await chunks.aclose()
-    assert process.returncode is not None and out.fileno() == -1
 
 
 #: A child that writes more to its stderr than a pipe holds (64 KB) before any output, then its
@@ -1129,15 +1112,14 @@ async def test_a_child_writing_much_to_stderr_is_read_to_the_end(code):
     its output never ended) nor fill the server's memory: a failure names the last of it."""
     from vdl_stream.interop import _STDERR_TAIL, _child_output, _open_child
 
-    child = await _open_child([sys.executable, "-c", NOISY_CHILD, str(code)])
-    process = child[0]
+    process, errors = await _open_child([sys.executable, "-c", NOISY_CHILD, str(code)])
     with trio.fail_after(60):
         if code:
             with pytest.raises(RuntimeError, match=r"(?s)exited with 3: .*the last word$") as info:
-                [chunk async for chunk in _child_output(*child)]
+                [chunk async for chunk in _child_output(process, errors)]
             assert len(str(info.value)) < _STDERR_TAIL + 100
         else:
-            assert [chunk async for chunk in _child_output(*child)] == [b"rows"]
+            assert [chunk async for chunk in _child_output(process, errors)] == [b"rows"]
     assert process.returncode == code
 
 

@@ -21,7 +21,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import stat
 import sys
 import tempfile
@@ -1884,9 +1883,8 @@ async def stream_export(export: Export) -> AsyncIterator[bytes]:
 #: Stored points from which ``GET /api/export`` formats in a child process (its start, about
 #: 0.3 s, is then a small part of the export).
 EXPORT_PROCESS_POINTS = 1_000_000
-#: Bytes of each chunk passed on from the child's output (but the last), each received whole
-#: (:func:`_child_output`); also the size of a helper's pipe (:func:`_widen_pipe`). 4 MB took
-#: as much CPU and held 10 MB more.
+#: Bytes of each chunk passed on from the child's output (but the last): its pipe's size
+#: (:func:`_widen_pipe`). 4 MB took as much CPU and held 10 MB more.
 EXPORT_PIPE_CHUNK = 1 << 20
 #: Longest the child may take to go once killed.
 EXPORT_KILL_WAIT = 5.0
@@ -1991,15 +1989,9 @@ def _lower_priority(pid: int) -> None:
 
 async def _open_child(
     command: list[str], env: dict[str, str] | None = None
-) -> tuple[Any, _StderrTail, socket.socket]:
-    """``command`` started with its stdout one end of a local stream socket pair, the other end
-    returned (read by :func:`_child_output`), and its stderr read to the end as it comes
-    (:class:`_StderrTail`).
-
-    A socket rather than a pipe: a pipe moves its bytes a 4 KB page at a time, each page
-    allocated by the writer's ``write`` and freed by the reader's ``read`` (about twice the
-    CPU a MB on both sides, docs/performance.md "(2026-12-02, h8-export)"), and a pipe's reader
-    cannot ask for a whole chunk at once (``MSG_WAITALL``).
+) -> tuple[Any, _StderrTail]:
+    """``command`` started with its stdout a pipe (read by :func:`_child_output`) and its stderr
+    read to the end as it comes (:class:`_StderrTail`).
 
     Raises:
         OSError: the command could not start.
@@ -2008,22 +2000,16 @@ async def _open_child(
 
     import trio
 
-    ours, theirs = socket.socketpair()
-    with contextlib.suppress(OSError):  # at most net.core.wmem_max unless privileged
-        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, EXPORT_PIPE_CHUNK)
     errors = _StderrTail()
     try:
         process = await trio.lowlevel.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=theirs.fileno(), stderr=errors.fd, env=env
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors.fd, env=env
         )
     except BaseException:
         errors.close()
-        ours.close()
         raise
-    finally:
-        theirs.close()  # the child holds its own copy
     errors.start()
-    return process, errors, ours
+    return process, errors
 
 
 #: Bytes of a child's stderr kept for its error message.
@@ -2072,11 +2058,9 @@ class _StderrTail:
         return self._tail.decode(errors="replace").strip()
 
 
-async def _child_output(
-    process: Any, errors: _StderrTail, out: socket.socket
-) -> AsyncIterator[bytes]:
-    """``process``'s output, read from ``out``, in chunks of :data:`EXPORT_PIPE_CHUNK` bytes
-    (but the last); kills it when the consumer stops early or is cancelled. ``errors`` reads its
+async def _child_output(process: Any, errors: _StderrTail) -> AsyncIterator[bytes]:
+    """``process``'s output in chunks of :data:`EXPORT_PIPE_CHUNK` bytes (the last one
+    shorter); kills it when the consumer stops early or is cancelled. ``errors`` reads its
     stderr meanwhile.
 
     Raises:
@@ -2084,16 +2068,34 @@ async def _child_output(
     """
     import trio
 
+    out = process.stdout
+    assert out is not None
     try:
-        # Each chunk is received whole by a worker thread (MSG_WAITALL: one call a chunk, where
-        # the event loop took 2-3 reads and as many waits a MB, and no copy: the bytes received
-        # are the chunk). One size of chunk: the server allocates the same sizes over and over
-        # (the chunk, and hypercorn's copy of it with the chunk header), which glibc's malloc
-        # reuses (_keep_relay_buffers); chunks of every size fragmented its heap, and its RSS
-        # crept up by about 15 MB per GB relayed (docs/performance.md, "Export through the
-        # server"). A cancelled receive is abandoned: the shutdown below ends it.
-        while chunk := await trio.to_thread.run_sync(_receive_chunk, out, abandon_on_cancel=True):
-            yield chunk  # the consumer's send is this loop's checkpoint
+        fd = out.fileno()
+        _widen_pipe(fd)
+        # The pipe is read into one buffer and passed on in chunks of exactly its size (but the
+        # last): the server then allocates the same sizes over and over (the chunk, and
+        # hypercorn's copy of it with the chunk header), which glibc's malloc reuses
+        # (_keep_relay_buffers). Chunks of every size up to 1 MB (each read as it came)
+        # fragmented its heap: the server's RSS crept up by about 15 MB per GB relayed
+        # (docs/performance.md, "Export through the server").
+        buf = bytearray(EXPORT_PIPE_CHUNK)
+        view = memoryview(buf)
+        fill = 0
+        while True:
+            try:
+                n = os.readv(fd, [view[fill:]])
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            fill += n
+            if fill == len(buf) or (not n and fill):
+                yield bytes(view[:fill])  # the consumer's send is this loop's checkpoint
+                fill = 0
+            elif n:
+                await trio.lowlevel.checkpoint()
+            if not n:
+                break
         if await process.wait():
             raise RuntimeError(
                 f"export child exited with {process.returncode}: {await errors.text()}"
@@ -2101,17 +2103,9 @@ async def _child_output(
     finally:
         if process.returncode is None:
             process.kill()
-        with contextlib.suppress(OSError):
-            out.shutdown(socket.SHUT_RDWR)
         with trio.move_on_after(EXPORT_KILL_WAIT, shield=True):
             await process.wait()
-        out.close()
-
-
-def _receive_chunk(out: socket.socket) -> bytes:
-    """The next :data:`EXPORT_PIPE_CHUNK` bytes from ``out`` (fewer at its end or where a
-    signal came in the middle; empty at the end), blocking."""
-    return out.recv(EXPORT_PIPE_CHUNK, socket.MSG_WAITALL)
+            await out.aclose()
 
 
 def _widen_pipe(fd: int) -> None:
