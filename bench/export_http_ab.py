@@ -109,6 +109,7 @@ def export_once(
             "child_cpu_s": cpu1[1] - cpu0[1],
             "child_sampled_cpu_s": sum(children.values()),
             "client_cpu_s": client,
+            "server_peak_mb": server.peak_mb(),
             "load": os.getloadavg()[0],
             "bytes": size,
             "sha256": body.hexdigest() if body is not None else None,
@@ -161,7 +162,8 @@ def main() -> None:
                   f"child CPU {r['child_cpu_s']:.2f} s (sampled {r['child_sampled_cpu_s']:.2f}), "
                   f"server + child {r['cpu_per_m']:.3f} s per M rows, settled in "
                   f"{r['settled_s']:.1f} s, client CPU {r['client_cpu_s']:.2f} s, "
-                  f"load average {r['load']:.1f}, {r['bytes']:,} bytes"
+                  f"load average {r['load']:.1f}, server peak RSS {r['server_peak_mb']:.0f} MB, "
+                  f"{r['bytes']:,} bytes"
                   + (f", sha256 {r['sha256'][:16]}" if args.digest else ""), flush=True)  # fmt: skip
     for tree, rs in tries.items():
         keys = ("wall_s", "server_cpu_s", "child_cpu_s", "cpu_per_m")

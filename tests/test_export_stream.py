@@ -928,6 +928,41 @@ def test_cli_export_processes_change_nothing_but_speed(tricky, tmp_path):
         assert done.returncode == 2 and says in done.stderr and not done.stdout
 
 
+# Run as ``python -c`` by the test below: the export as /api/export's child runs it, then which
+# modules it imported, and in which process numpy.ma was (np.unique imports it on first use).
+_STARTUP_PROBE = """
+import os, sys
+
+class Probe:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy.ma":
+            os.write(2, b"numpy.ma in %d\\n" % os.getpid())
+
+sys.meta_path.insert(0, Probe())
+from vdl_stream import cli
+code = cli.main(sys.argv[1:])
+late = sorted(m for m in ("trio", "vdl_stream.storage", "vdl_stream.tfevents") if m in sys.modules)
+os.write(2, b"pid %d imported %r\\n" % (os.getpid(), late))
+sys.exit(code)
+"""
+
+
+@split_only
+def test_an_export_childs_start_imports_only_what_a_local_run_needs(tricky):
+    """An /api/export child's imports come before its first row, while the server's other
+    core waits: a local run's export imports neither the object store's module (and trio
+    with it) nor the import command's readers, and numpy.ma once, before the fork."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-c", _STARTUP_PROBE, "export", str(tricky), "--processes", "2"]
+    done = subprocess.run(command, capture_output=True, timeout=120, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == reference(tricky, "csv")
+    lines = done.stderr.decode().splitlines()
+    pid = next(line.split()[1] for line in lines if line.startswith("pid "))
+    assert f"pid {pid} imported []" in lines, lines
+    assert [line for line in lines if line.startswith("numpy.ma")] == [f"numpy.ma in {pid}"]
+
+
 def test_the_child_formats_in_two_processes_where_there_are_two_cores(monkeypatch):
     from vdl_stream import interop
     from vdl_stream.interop import CHILD_PROCESSES_ENV, child_processes

@@ -31,15 +31,22 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import numpy as np
 
 import recorder
 from recorder.framing import write_all
 
-from . import storage, tfevents, vdlrecords
 from .codec import RESERVED_TAG_PREFIX
+
+if TYPE_CHECKING:
+    from . import tfevents
+
+# storage (and trio with it), tfevents and vdlrecords are imported where used: an export of a
+# local run needs none of them, and every ``/api/export`` child pays its imports before its
+# first row, while the server's other core waits (docs/performance.md, "(2026-12-02,
+# h8-export)").
 
 log = logging.getLogger("vdl_stream.interop")
 
@@ -56,6 +63,8 @@ _BAD_RUN_CHARS = re.compile(r"[\x00-\x1f\x7f\\:]")
 
 def source_kind(name: str) -> str | None:
     """Return ``"tensorboard"``, ``"visualdl"`` or None for a file name."""
+    from . import tfevents, vdlrecords
+
     if tfevents.is_event_file(name):
         return "tensorboard"
     if vdlrecords.is_record_file(name):
@@ -255,6 +264,8 @@ class _RunImport:
 
 
 def _blocks(path: str, kind: str) -> Iterator[tfevents.EventBlock]:
+    from . import tfevents, vdlrecords
+
     if kind == "tensorboard":
         return tfevents.read_event_file(path)
     return vdlrecords.read_record_file(path)
@@ -474,6 +485,8 @@ def run_import(args: argparse.Namespace) -> int:
     show = not args.quiet and (args.progress or err.isatty())
     bar = ProgressBar(err, "import") if show else None
     started = time.perf_counter()
+    from . import storage
+
     try:
         if storage.is_store_url(args.logdir):
             # Into a local directory first (runs are written there whole), then published.
@@ -1012,6 +1025,10 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
         out.flush()
         return
     out.flush()  # a helper starts with a copy of what is buffered here
+    # The reader's tags (np.unique) import numpy.ma at their first call: here once, not in
+    # every process after the fork (about 60 ms of CPU each).
+    import numpy.ma  # noqa: F401
+
     pipes: list[int] = []  # the read end of each helper's pipe
     running: list[int] = []  # helpers not reaped yet
     writer = None
@@ -2129,6 +2146,10 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """Run ``vdl-stream export``; return 0, or 2 on bad input. ``RUN`` may be a run's URL in an
     object store (``s3://bucket/prefix/run``; vdl_stream/storage.py)."""
+    if "://" not in args.run:  # no store URL (storage.is_store_url): a local run, as it is
+        return _export(args, args.run)
+    from . import storage
+
     with contextlib.ExitStack() as stack:
         try:
             path = stack.enter_context(storage.local_path(args.run, run_only=True))
