@@ -1599,6 +1599,9 @@ def _json_rows(
 _DIGITS4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10_000)), np.uint32)
 #: ``null`` as one such word: the step of a row without one.
 _NULL4 = np.frombuffer(b"null", np.uint32)[0]
+#: What starts a JSON row in its slot (:func:`_json_slots`): the separator after the row before,
+#: and the row's bracket.
+_ROW_OPEN = b"], ["
 #: Column of a slot row where a step's words start (:func:`_json_slots`): a multiple of 4, and
 #: past the :data:`_UNIT` bytes of a wall's field that end right before the step.
 _STEP_AT = _UNIT + 4
@@ -1618,11 +1621,15 @@ _KEPT2 = np.array([i and 4 + len((b"%02d" % i).rstrip(b"0")) for i in range(100)
 _MICRO_WALLS_BELOW = 2.0**33
 
 
-def _micro_walls(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _micro_walls(
+    walls: np.ndarray, bracket: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The fields ``[w,`` of wall times that are whole microseconds (as the recorder stores
     them, ``us / 1e6``), as :func:`_numbers` gives them with ``pre=b"["``, ``sep=b","`` and
-    ``room=_UNIT``, formatted in numpy from digit tables (no orjson, no newline search); None
-    where any is not a whole microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
+    ``room=_UNIT``, and ``], `` in the 3 bytes before each (the row before's end in
+    :func:`_json_slots`); with ``bracket`` False, CSV's ``w,`` (nothing before them). Formatted
+    in numpy from digit tables (no orjson, no newline search); None where any is not a whole
+    microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
     their integer parts' widths differ.
 
     Why it is repr(): a wall ``w == u / 1e6`` (u an integer, the division correctly rounded)
@@ -1666,11 +1673,15 @@ def _micro_walls(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     quads[:, head + 2] = _DIGITS2[last2]
     kept = _KEPT2[last2]
     np.maximum(kept, _KEPT4[first4], out=kept)
-    rows = buf[_UNIT : _UNIT + n * cols].reshape(n, cols)
-    start = 4 * (head + 1) - width - 2  # the "["
-    rows[:, start] = ord("[")
+    start = 4 * (head + 1) - width - 2  # the "["; 3 bytes at least before it
+    if bracket:
+        np.ndarray((n,), "V4", buf, _UNIT + start - 3, (cols,))[...] = np.frombuffer(
+            _ROW_OPEN, "V4"
+        )
+    else:
+        start += 1
     starts = np.arange(_UNIT + start, _UNIT + n * cols, cols)
-    lengths = kept + (width + 3)  # "[", the integer part, ".", the fraction, ","
+    lengths = kept + (width + 2 + bracket)  # "[", the integer part, ".", the fraction, ","
     buf[starts + lengths - 1] = _COMMA
     return buf, starts, lengths
 
@@ -1733,30 +1744,33 @@ def _json_slots(
     """What :func:`_json_rows` gives, for steps all ``width`` bytes wide: each row built whole in
     a slot row of its own, then moved into place in one piece.
 
-    A row ``[w, s, v], `` has one field of fixed width, the step, between two of any width. In
-    its slot row the step's digits are written right-aligned in whole words from
-    :data:`_DIGITS4` (four digits a word, no orjson), the wall's field ``[w,`` is put
-    right-aligned to end one byte before them (a space then written there), and the value's field
-    `` v], `` left-aligned after the step's comma: strided copies, so the row lies whole in its
-    slot, and one gather and one assignment of items as wide as the widest row put the rows side
-    by side (in order: an item's bytes past its row's end are overwritten by the next row's).
-    Four fancy-indexed copies a row, against six for :func:`_layout`'s three fields, and no
-    orjson call, newline search or separators for the steps; nor for the walls where they are
-    whole microseconds, as the recorder stores them (:func:`_micro_walls`).
+    The rows are built as ``], [w, s, v``: the separator before each row, not after it, so the
+    value's field is the last and needs no bytes after its digits (the next row's item covers
+    what its item carries past them); the first row's ``], `` gives way to ``head`` and one
+    ``]`` ends the last. In the slot row the step's digits are written right-aligned in whole
+    words from :data:`_DIGITS4` (four digits a word, no orjson), the wall's field ``], [w,`` is
+    put right-aligned to end one byte before them (a space then written there), and the value's
+    digits left-aligned after the step's comma and a space: strided copies, so the row lies
+    whole in its slot, and one gather and one assignment of items as wide as the widest row put
+    the rows side by side (in order: an item's bytes past its row's end are overwritten by the
+    next row's). Four fancy-indexed copies a row, against six for :func:`_layout`'s three
+    fields; no orjson call, newline search or separators for the steps, nor for the walls where
+    they are whole microseconds, as the recorder stores them (:func:`_micro_walls`, which writes
+    the ``], `` too); the values' orjson call is the compact one CSV's rows make (its indented
+    layout, which left room for ``], `` after each value, cost 10-15 ns a row more).
     """
     n = len(walls)
     fields = _micro_walls(walls)
-    if fields is None:
-        fields = _numbers(walls, b",", pre=b"[", room=_UNIT)
-    w, w_at, w_len = fields
-    v, v_at, v_len = _numbers(values, b"], ", pre=b" ", null_nonfinite=True)
+    w, w_at, w_len = _numbers(walls, b",", pre=b"[", room=_UNIT) if fields is None else fields
+    v, v_at, v_len = _numbers(values, b",", null_nonfinite=True)
     negative = steps is not None and int(steps[0]) < 0
     words = -(-(width - negative) // 4)
     comma = _STEP_AT + 4 * words  # after the step's last digit
     space = comma - width - 1  # before its first character; the wall's field ends here
-    cols = (comma + 1 + _UNIT + 3) // 4 * 4
+    cols = (comma + 2 + _UNIT + 3) // 4 * 4
+    # "], " + "[w," + " " + step + ", " + v (its comma past the row's end)
     row_len = w_len + v_len
-    row_len += width + 2
+    row_len += width + 5
     size = -(-int(row_len.max()) // 16) * 16
     slots = np.empty(n * cols + size, np.uint8)
     rows = slots[: n * cols].reshape(n, cols)
@@ -1769,21 +1783,28 @@ def _json_slots(
     np.ndarray((n,), f"V{_UNIT}", slots, space - _UNIT, (cols,))[...] = _items(w, _UNIT)[
         w_at + w_len - _UNIT
     ]
+    first = np.arange(space, n * cols, cols)
+    first -= w_len
+    first -= len(_ROW_OPEN) - 1  # each row's "]"
+    if fields is None:  # orjson's walls have their indentation before the "["
+        _put(slots, first, _ROW_OPEN[:-1])
     rows[:, space] = _SPACE
     if negative:
         rows[:, space + 1] = _MINUS
     rows[:, comma] = _COMMA
-    np.ndarray((n,), f"V{_UNIT}", slots, comma + 1, (cols,))[...] = _items(v, _UNIT)[v_at]
+    rows[:, comma + 1] = _SPACE
+    np.ndarray((n,), f"V{_UNIT}", slots, comma + 2, (cols,))[...] = _items(v, _UNIT)[v_at]
+    # The rows go from ``len(head)`` in ``out`` and ``head`` to 3 bytes later, over the first
+    # row's "], ": the document is ``out[3:]``.
     at = np.cumsum(row_len)
-    total = len(head) + int(at[-1])
+    end = len(head) + int(at[-1])
     at -= row_len
     at += len(head)
-    out = np.empty(total + size, np.uint8)
-    out[: len(head)] = np.frombuffer(head, np.uint8)
-    _items(out, size, total + 1)[at] = _items(slots, size)[
-        np.arange(space, n * cols, cols) - w_len  # each row's "["
-    ]
-    return out[: total - 2].data  # the last row's ", "
+    out = np.empty(end + size + 1, np.uint8)
+    _items(out, size, end + 1)[at] = _items(slots, size)[first]
+    out[3 : 3 + len(head)] = np.frombuffer(head, np.uint8)
+    out[end] = ord("]")
+    return out[3 : end + 1].data
 
 
 def _step_words(
@@ -1821,13 +1842,8 @@ def _csv_slots(
     separators for the steps and walls.
     """
     n = len(walls)
-    fields = _micro_walls(walls)
-    if fields is None:
-        w, w_at, w_len = _numbers(walls, b",")
-    else:  # "[w,": the "[" is not CSV's
-        w, w_at, w_len = fields
-        w_at += 1
-        w_len -= 1
+    fields = _micro_walls(walls, bracket=False)
+    w, w_at, w_len = _numbers(walls, b",") if fields is None else fields
     v, v_at, v_len = _numbers(values, b"\n")
     negative = steps is not None and int(steps[0]) < 0
     words = -(-(width - negative) // 4)
