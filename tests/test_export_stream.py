@@ -361,8 +361,9 @@ def test_walls_across_a_digit_boundary_are_formatted_as_repr(boundary, offsets, 
 @pytest.mark.parametrize("seconds", [0.5, 1_311, 63_000, 64_000, 200_000])
 def test_walls_sharing_their_upper_digits_take_each_path(seconds):
     """Walls of a block sharing one value of their upper digits (all but the last three of the
-    integer part: one broadcast), a few (one gather from a table of each), or more than
-    _FEW_UPPER (digit by digit) are formatted as repr() writes them."""
+    integer part: one broadcast), a few (formatted once each: a broadcast down each run of one
+    value where sorted, else a gather from a table of them), or more than _FEW_UPPER (digit by
+    digit) are formatted as repr() writes them, in order and out of order."""
     from vdl_stream import interop
 
     if interop._orjson is None:
@@ -374,6 +375,12 @@ def test_walls_sharing_their_upper_digits_take_each_path(seconds):
     upper = np.unique(us // 10**9)
     assert len(upper) == (1 if seconds < 1000 else int(seconds // 1000) + 1)
     _check_walls(walls)
+    # Out of order: the same values in more runs than _FEW_UPPER (sorted walls' runs are
+    # broadcast one by one; these are gathered from the table).
+    shuffled = np.random.default_rng(7).permutation(walls)
+    runs = 1 + np.count_nonzero(np.diff(shuffled // 1000))
+    assert runs > interop._FEW_UPPER or len(upper) == 1
+    _check_walls(shuffled)
 
 
 def test_steps_of_mixed_widths_take_the_field_layout():

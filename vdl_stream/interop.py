@@ -14,6 +14,7 @@ import contextlib
 import csv
 import errno
 import io
+import itertools
 import json
 import logging
 import math
@@ -1711,8 +1712,10 @@ def _upper_words(quads: np.ndarray, upper: np.ndarray, head: int, lead: bytes = 
     Walls written at training's pace share these digits across a block (seconds since the epoch
     change their fourth digit from the end every 1,000 s): where they span at most
     :data:`_FEW_UPPER` values, each is formatted once, with ``lead``, and its words copied to its
-    rows a uint32 column at a time (a broadcast where all are alike, else a gather from that
-    small table: numpy copies whole items of 8 or 12 bytes 4-6 times slower than uint32s); else
+    rows a uint32 column at a time (numpy copies whole items of 8 or 12 bytes 4-6 times slower
+    than uint32s): a broadcast where all are alike, or down each run of one value where there
+    are fewer than :data:`_FEW_UPPER` runs (sorted walls), else a gather from that small table;
+    else
     digit by digit, as :func:`_step_words` writes steps (``head - 1`` words hold every digit of
     ``upper``), and False.
     """
@@ -1726,11 +1729,23 @@ def _upper_words(quads: np.ndarray, upper: np.ndarray, head: int, lead: bytes = 
     size = 4 * words
     texts = (lead + b"%d" % v for v in range(low, high + 1))
     table = np.frombuffer(b"".join(x.rjust(size, b"0") for x in texts), np.uint32)
-    table = table.reshape(span, words)
-    pick = None if span == 1 else upper - low
+    table = table.reshape(span, words).T.copy()  # a word's column contiguous
+    first = head - words
+    if span == 1:
+        for k in range(words):
+            quads[:, first + k] = table[k, 0]
+        return True
+    cuts = np.flatnonzero(upper[1:] != upper[:-1])
+    if len(cuts) < _FEW_UPPER:  # sorted (as written): a few runs of one value, each broadcast
+        bounds = [0, *(cuts + 1).tolist(), len(upper)]
+        for a, b in itertools.pairwise(bounds):
+            v = int(upper[a]) - low
+            for k in range(words):
+                quads[a:b, first + k] = table[k, v]
+        return True
+    pick = upper - low
     for k in range(words):
-        column = table[0, k] if pick is None else table[:, k][pick]
-        quads[:, head - words + k] = column
+        quads[:, first + k] = table[k].take(pick)
     return True
 
 
@@ -1816,6 +1831,23 @@ def _json_slots(
     return out[3 : end + 1].data
 
 
+def _put_columns(rows: np.ndarray, col: int, text: bytes) -> None:
+    """Write ``text`` at column ``col`` of every row of ``rows`` (uint8, 2-D, each row a whole
+    number of uint32 words), a uint32 column at a time where its bytes fill a word (the bytes
+    of the first word before ``col`` are overwritten: the caller's to leave free), else a byte
+    at a time: numpy broadcasts an item of 5 bytes down a column 4-8 times slower than a uint32
+    or a byte (a CSV row's tag cell, :func:`_csv_slots`)."""
+    lead = col % 4
+    text = bytes(lead) + text
+    col -= lead
+    whole = len(text) // 4
+    quads = rows.view(np.uint32)
+    for k, word in enumerate(np.frombuffer(text, np.uint32, whole).tolist()):
+        quads[:, col // 4 + k] = word
+    for j in range(4 * whole, len(text)):
+        rows[:, col + j] = text[j]
+
+
 def _step_words(
     quads: np.ndarray, steps: np.ndarray, first: int, words: int, negative: bool
 ) -> None:
@@ -1872,7 +1904,7 @@ def _csv_slots(
         _step_words(rows.view(np.uint32), steps, step_at // 4, words, negative)
     # over the leading zeros of the step's first word
     column = partial(np.ndarray, (n,), buffer=slots, strides=(cols,))
-    column(f"V{len(head)}", offset=start)[...] = np.frombuffer(head, f"V{len(head)}")[0]
+    _put_columns(rows, start, head)
     if negative:
         rows[:, comma - width] = _MINUS
     rows[:, comma] = _COMMA
