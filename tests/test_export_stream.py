@@ -276,9 +276,8 @@ def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges)
         n = len(walls)
         fields = interop._micro_walls(walls)
         if fields is not None:
-            text, starts, lengths = fields
-            got = [bytes(text[a : a + k]) for a, k in zip(starts, lengths, strict=True)]
-            assert got == [b"[%s," % repr(x).encode() for x in walls.tolist()]
+            _check_wall_fields(walls, fields, b"], [%s,", 3)
+            _check_wall_fields(walls, interop._micro_walls(walls, bracket=False), b"%s,", 0)
         steps = np.arange(n, dtype=np.int64) + 10**6
         values = np.linspace(-1, 1, n)
         expected = reference_rows("json", "t", steps.tolist(), walls.tolist(), values.tolist())
@@ -292,6 +291,15 @@ def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges)
 #: block shares: their value, and each of their words); 1 and 0 are the edges below.
 WALL_BOUNDARIES = [0, 1, 10, 1000, 10**4, 10**5, 10**8, 10**9, 1_790_001_000, 1_790_010_000,
                    1_800_000_000, 2**33 - 1000]  # fmt: skip
+
+
+def _check_wall_fields(walls: np.ndarray, fields: tuple, form: bytes, before: int) -> None:
+    """Assert _micro_walls' ``fields`` of ``walls``, with the ``before`` bytes in front of each,
+    are ``form % repr(wall)``: JSON's ``[w,`` with the row before's ``], `` in front (what
+    _json_slots copies with it), or CSV's ``w,``."""
+    text, starts, lengths = fields
+    got = [bytes(text[a - before : a + k]) for a, k in zip(starts, lengths, strict=True)]
+    assert got == [form % repr(x).encode() for x in walls.tolist()]
 
 
 def _check_walls(walls: np.ndarray) -> None:
@@ -309,9 +317,8 @@ def _check_walls(walls: np.ndarray) -> None:
     fields = interop._micro_walls(walls)
     assert (fields is not None) == fast
     if fields is not None:
-        text, starts, lengths = fields
-        got = [bytes(text[a : a + k]) for a, k in zip(starts, lengths, strict=True)]
-        assert got == [b"[%s," % repr(x).encode() for x in listed]
+        _check_wall_fields(walls, fields, b"], [%s,", 3)
+        _check_wall_fields(walls, interop._micro_walls(walls, bracket=False), b"%s,", 0)
     n = len(walls)
     steps = np.arange(n, dtype=np.int64) + 7
     values = np.linspace(-1, 1, n)
@@ -354,8 +361,9 @@ def test_walls_across_a_digit_boundary_are_formatted_as_repr(boundary, offsets, 
 @pytest.mark.parametrize("seconds", [0.5, 1_311, 63_000, 64_000, 200_000])
 def test_walls_sharing_their_upper_digits_take_each_path(seconds):
     """Walls of a block sharing one value of their upper digits (all but the last three of the
-    integer part: one broadcast), a few (one gather from a table of each), or more than
-    _FEW_UPPER (digit by digit) are formatted as repr() writes them."""
+    integer part: one broadcast), a few (formatted once each: a broadcast down each run of one
+    value where sorted, else a gather from a table of them), or more than _FEW_UPPER (digit by
+    digit) are formatted as repr() writes them, in order and out of order."""
     from vdl_stream import interop
 
     if interop._orjson is None:
@@ -367,6 +375,12 @@ def test_walls_sharing_their_upper_digits_take_each_path(seconds):
     upper = np.unique(us // 10**9)
     assert len(upper) == (1 if seconds < 1000 else int(seconds // 1000) + 1)
     _check_walls(walls)
+    # Out of order: the same values in more runs than _FEW_UPPER (sorted walls' runs are
+    # broadcast one by one; these are gathered from the table).
+    shuffled = np.random.default_rng(7).permutation(walls)
+    runs = 1 + np.count_nonzero(np.diff(shuffled // 1000))
+    assert runs > interop._FEW_UPPER or len(upper) == 1
+    _check_walls(shuffled)
 
 
 def test_steps_of_mixed_widths_take_the_field_layout():

@@ -14,6 +14,7 @@ import contextlib
 import csv
 import errno
 import io
+import itertools
 import json
 import logging
 import math
@@ -1599,6 +1600,9 @@ def _json_rows(
 _DIGITS4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10_000)), np.uint32)
 #: ``null`` as one such word: the step of a row without one.
 _NULL4 = np.frombuffer(b"null", np.uint32)[0]
+#: What starts a JSON row in its slot (:func:`_json_slots`): the separator after the row before,
+#: and the row's bracket.
+_ROW_OPEN = b"], ["
 #: Column of a slot row where a step's words start (:func:`_json_slots`): a multiple of 4, and
 #: past the :data:`_UNIT` bytes of a wall's field that end right before the step.
 _STEP_AT = _UNIT + 4
@@ -1618,11 +1622,15 @@ _KEPT2 = np.array([i and 4 + len((b"%02d" % i).rstrip(b"0")) for i in range(100)
 _MICRO_WALLS_BELOW = 2.0**33
 
 
-def _micro_walls(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _micro_walls(
+    walls: np.ndarray, bracket: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The fields ``[w,`` of wall times that are whole microseconds (as the recorder stores
     them, ``us / 1e6``), as :func:`_numbers` gives them with ``pre=b"["``, ``sep=b","`` and
-    ``room=_UNIT``, formatted in numpy from digit tables (no orjson, no newline search); None
-    where any is not a whole microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
+    ``room=_UNIT``, and ``], `` in the 3 bytes before each (the row before's end in
+    :func:`_json_slots`); with ``bracket`` False, CSV's ``w,`` (nothing before them). Formatted
+    in numpy from digit tables (no orjson, no newline search); None where any is not a whole
+    microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
     their integer parts' widths differ.
 
     Why it is repr(): a wall ``w == u / 1e6`` (u an integer, the division correctly rounded)
@@ -1659,18 +1667,21 @@ def _micro_walls(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     quads = buf[_UNIT : _UNIT + n * cols].view(np.uint32).reshape(n, cols // 4)
     q, last3 = _divmod(whole, 1000)
     quads[:, head] = _DIGITS3_DOT[last3]
-    if head > 1:
-        _upper_words(quads, q, head)
+    lead = _ROW_OPEN if bracket else b""
+    if head == 1 or not _upper_words(quads, q, head, lead):
+        rows = buf[_UNIT : _UNIT + n * cols].reshape(n, cols)
+        for j, byte in enumerate(lead):  # over the leading zeros of the first digits' word
+            rows[:, 4 * (head + 1) - width - 1 - len(lead) + j] = byte
     first4, last2 = _divmod(fraction, 100)
     quads[:, head + 1] = _DIGITS4[first4]
     quads[:, head + 2] = _DIGITS2[last2]
     kept = _KEPT2[last2]
     np.maximum(kept, _KEPT4[first4], out=kept)
-    rows = buf[_UNIT : _UNIT + n * cols].reshape(n, cols)
-    start = 4 * (head + 1) - width - 2  # the "["
-    rows[:, start] = ord("[")
+    start = 4 * (head + 1) - width - 2  # the "["; 3 bytes at least before it
+    if not bracket:
+        start += 1
     starts = np.arange(_UNIT + start, _UNIT + n * cols, cols)
-    lengths = kept + (width + 3)  # "[", the integer part, ".", the fraction, ","
+    lengths = kept + (width + 2 + bracket)  # "[", the integer part, ".", the fraction, ","
     buf[starts + lengths - 1] = _COMMA
     return buf, starts, lengths
 
@@ -1691,27 +1702,51 @@ def _divmod(x: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
 _FEW_UPPER = 64
 
 
-def _upper_words(quads: np.ndarray, upper: np.ndarray, head: int) -> None:
-    """Write the digits of ``upper`` (int64, non-negative: an integer part less its last three
-    digits) right-aligned in ``quads``' uint32 columns 1 to ``head - 1``, four digits a word (the
-    first word's leading zeros are the caller's to cover).
+def _upper_words(quads: np.ndarray, upper: np.ndarray, head: int, lead: bytes = b"") -> bool:
+    """Write the digits of ``upper`` (int64 of one digit count, positive: an integer part less
+    its last three digits) right-aligned in ``quads``' uint32 columns 1 to ``head - 1``, four
+    digits a word, and ``lead`` right before them where it can: True where it did (the bytes
+    before ``lead`` in its first word, or the first word's leading zeros with no ``lead``, are
+    the caller's to cover or to leave), False where ``lead`` is the caller's to write.
 
     Walls written at training's pace share these digits across a block (seconds since the epoch
     change their fourth digit from the end every 1,000 s): where they span at most
-    :data:`_FEW_UPPER` values, each is formatted once and its words copied to its rows (one
-    broadcast where all are alike, else one gather of the words together); else digit by digit,
-    as :func:`_step_words` writes steps (``head - 1`` words hold every digit of ``upper``).
+    :data:`_FEW_UPPER` values, each is formatted once, with ``lead``, and its words copied to its
+    rows a uint32 column at a time (numpy copies whole items of 8 or 12 bytes 4-6 times slower
+    than uint32s): a broadcast where all are alike, or down each run of one value where there
+    are fewer than :data:`_FEW_UPPER` runs (sorted walls), else a gather from that small table;
+    else
+    digit by digit, as :func:`_step_words` writes steps (``head - 1`` words hold every digit of
+    ``upper``), and False.
     """
     low, high = int(upper.min()), int(upper.max())
     span = high - low + 1
     if span > _FEW_UPPER:
         _step_words(quads, upper, 1, head - 1, False)
-        return
-    size = 4 * (head - 1)
-    table = np.frombuffer(b"".join(b"%0*d" % (size, v) for v in range(low, high + 1)), f"V{size}")
-    # words 1 to head - 1 of every row, as one item
-    column = np.ndarray((len(quads),), f"V{size}", quads, 4, (quads.strides[0],))
-    column[...] = table[0] if span == 1 else table[upper - low]
+        return False
+    digits = len(str(high))
+    words = -(-(len(lead) + digits) // 4)  # at most head: lead is the "[" and 3 bytes before
+    size = 4 * words
+    texts = (lead + b"%d" % v for v in range(low, high + 1))
+    table = np.frombuffer(b"".join(x.rjust(size, b"0") for x in texts), np.uint32)
+    table = table.reshape(span, words).T.copy()  # a word's column contiguous
+    first = head - words
+    if span == 1:
+        for k in range(words):
+            quads[:, first + k] = table[k, 0]
+        return True
+    cuts = np.flatnonzero(upper[1:] != upper[:-1])
+    if len(cuts) < _FEW_UPPER:  # sorted (as written): a few runs of one value, each broadcast
+        bounds = [0, *(cuts + 1).tolist(), len(upper)]
+        for a, b in itertools.pairwise(bounds):
+            v = int(upper[a]) - low
+            for k in range(words):
+                quads[a:b, first + k] = table[k, v]
+        return True
+    pick = upper - low
+    for k in range(words):
+        quads[:, first + k] = table[k].take(pick)
+    return True
 
 
 def _step_width(steps: np.ndarray | None) -> int | None:
@@ -1733,30 +1768,33 @@ def _json_slots(
     """What :func:`_json_rows` gives, for steps all ``width`` bytes wide: each row built whole in
     a slot row of its own, then moved into place in one piece.
 
-    A row ``[w, s, v], `` has one field of fixed width, the step, between two of any width. In
-    its slot row the step's digits are written right-aligned in whole words from
-    :data:`_DIGITS4` (four digits a word, no orjson), the wall's field ``[w,`` is put
-    right-aligned to end one byte before them (a space then written there), and the value's field
-    `` v], `` left-aligned after the step's comma: strided copies, so the row lies whole in its
-    slot, and one gather and one assignment of items as wide as the widest row put the rows side
-    by side (in order: an item's bytes past its row's end are overwritten by the next row's).
-    Four fancy-indexed copies a row, against six for :func:`_layout`'s three fields, and no
-    orjson call, newline search or separators for the steps; nor for the walls where they are
-    whole microseconds, as the recorder stores them (:func:`_micro_walls`).
+    The rows are built as ``], [w, s, v``: the separator before each row, not after it, so the
+    value's field is the last and needs no bytes after its digits (the next row's item covers
+    what its item carries past them); the first row's ``], `` gives way to ``head`` and one
+    ``]`` ends the last. In the slot row the step's digits are written right-aligned in whole
+    words from :data:`_DIGITS4` (four digits a word, no orjson), the wall's field ``], [w,`` is
+    put right-aligned to end one byte before them (a space then written there), and the value's
+    digits left-aligned after the step's comma and a space: strided copies, so the row lies
+    whole in its slot, and one gather and one assignment of items as wide as the widest row put
+    the rows side by side (in order: an item's bytes past its row's end are overwritten by the
+    next row's). Four fancy-indexed copies a row, against six for :func:`_layout`'s three
+    fields; no orjson call, newline search or separators for the steps, nor for the walls where
+    they are whole microseconds, as the recorder stores them (:func:`_micro_walls`, which writes
+    the ``], `` too); the values' orjson call is the compact one CSV's rows make (its indented
+    layout, which left room for ``], `` after each value, cost 10-15 ns a row more).
     """
     n = len(walls)
     fields = _micro_walls(walls)
-    if fields is None:
-        fields = _numbers(walls, b",", pre=b"[", room=_UNIT)
-    w, w_at, w_len = fields
-    v, v_at, v_len = _numbers(values, b"], ", pre=b" ", null_nonfinite=True)
+    w, w_at, w_len = _numbers(walls, b",", pre=b"[", room=_UNIT) if fields is None else fields
+    v, v_at, v_len = _numbers(values, b",", null_nonfinite=True)
     negative = steps is not None and int(steps[0]) < 0
     words = -(-(width - negative) // 4)
     comma = _STEP_AT + 4 * words  # after the step's last digit
     space = comma - width - 1  # before its first character; the wall's field ends here
-    cols = (comma + 1 + _UNIT + 3) // 4 * 4
+    cols = (comma + 2 + _UNIT + 3) // 4 * 4
+    # "], " + "[w," + " " + step + ", " + v (its comma past the row's end)
     row_len = w_len + v_len
-    row_len += width + 2
+    row_len += width + 5
     size = -(-int(row_len.max()) // 16) * 16
     slots = np.empty(n * cols + size, np.uint8)
     rows = slots[: n * cols].reshape(n, cols)
@@ -1769,21 +1807,45 @@ def _json_slots(
     np.ndarray((n,), f"V{_UNIT}", slots, space - _UNIT, (cols,))[...] = _items(w, _UNIT)[
         w_at + w_len - _UNIT
     ]
+    first = np.arange(space, n * cols, cols)
+    first -= w_len
+    first -= len(_ROW_OPEN) - 1  # each row's "]"
+    if fields is None:  # orjson's walls have their indentation before the "["
+        _put(slots, first, _ROW_OPEN[:-1])
     rows[:, space] = _SPACE
     if negative:
         rows[:, space + 1] = _MINUS
     rows[:, comma] = _COMMA
-    np.ndarray((n,), f"V{_UNIT}", slots, comma + 1, (cols,))[...] = _items(v, _UNIT)[v_at]
+    rows[:, comma + 1] = _SPACE
+    np.ndarray((n,), f"V{_UNIT}", slots, comma + 2, (cols,))[...] = _items(v, _UNIT)[v_at]
+    # The rows go from ``len(head)`` in ``out`` and ``head`` to 3 bytes later, over the first
+    # row's "], ": the document is ``out[3:]``.
     at = np.cumsum(row_len)
-    total = len(head) + int(at[-1])
+    end = len(head) + int(at[-1])
     at -= row_len
     at += len(head)
-    out = np.empty(total + size, np.uint8)
-    out[: len(head)] = np.frombuffer(head, np.uint8)
-    _items(out, size, total + 1)[at] = _items(slots, size)[
-        np.arange(space, n * cols, cols) - w_len  # each row's "["
-    ]
-    return out[: total - 2].data  # the last row's ", "
+    out = np.empty(end + size + 1, np.uint8)
+    _items(out, size, end + 1)[at] = _items(slots, size)[first]
+    out[3 : 3 + len(head)] = np.frombuffer(head, np.uint8)
+    out[end] = ord("]")
+    return out[3 : end + 1].data
+
+
+def _put_columns(rows: np.ndarray, col: int, text: bytes) -> None:
+    """Write ``text`` at column ``col`` of every row of ``rows`` (uint8, 2-D, each row a whole
+    number of uint32 words), a uint32 column at a time where its bytes fill a word (the bytes
+    of the first word before ``col`` are overwritten: the caller's to leave free), else a byte
+    at a time: numpy broadcasts an item of 5 bytes down a column 4-8 times slower than a uint32
+    or a byte (a CSV row's tag cell, :func:`_csv_slots`)."""
+    lead = col % 4
+    text = bytes(lead) + text
+    col -= lead
+    whole = len(text) // 4
+    quads = rows.view(np.uint32)
+    for k, word in enumerate(np.frombuffer(text, np.uint32, whole).tolist()):
+        quads[:, col // 4 + k] = word
+    for j in range(4 * whole, len(text)):
+        rows[:, col + j] = text[j]
 
 
 def _step_words(
@@ -1821,13 +1883,8 @@ def _csv_slots(
     separators for the steps and walls.
     """
     n = len(walls)
-    fields = _micro_walls(walls)
-    if fields is None:
-        w, w_at, w_len = _numbers(walls, b",")
-    else:  # "[w,": the "[" is not CSV's
-        w, w_at, w_len = fields
-        w_at += 1
-        w_len -= 1
+    fields = _micro_walls(walls, bracket=False)
+    w, w_at, w_len = _numbers(walls, b",") if fields is None else fields
     v, v_at, v_len = _numbers(values, b"\n")
     negative = steps is not None and int(steps[0]) < 0
     words = -(-(width - negative) // 4)
@@ -1847,7 +1904,7 @@ def _csv_slots(
         _step_words(rows.view(np.uint32), steps, step_at // 4, words, negative)
     # over the leading zeros of the step's first word
     column = partial(np.ndarray, (n,), buffer=slots, strides=(cols,))
-    column(f"V{len(head)}", offset=start)[...] = np.frombuffer(head, f"V{len(head)}")[0]
+    _put_columns(rows, start, head)
     if negative:
         rows[:, comma - width] = _MINUS
     rows[:, comma] = _COMMA
