@@ -69,7 +69,8 @@ export class RunsTable {
     this.body = el("div", { class: "rt-body" });
     // The scroll offset as the last scroll event left it: read in the event, where the layout is
     // clean, never while drawing (a read after the page changed forces a style and layout of the
-    // whole page: 100-150 ms on the cold load of 1,000 runs, whose first render came before any).
+    // whole page: 148 ms of this function's time in a profile of the cold load of 1,000 runs,
+    // whose first render comes right after the runs and summaries frames changed the page).
     this._scrollTop = 0;
     this.scroller = el(
       "div",
