@@ -994,3 +994,98 @@ def test_the_socket_opens_before_the_page_is_built_and_the_newest_ten_are_subscr
     finally:
         context.close()
         stop_serve(server)
+
+
+#: Records the page's reads of element positions, sizes and scroll offsets: on which element (the
+#: runs table, a view's box or another), in which event (a scroll's) or idle callback.
+LAYOUT_READS_JS = """(() => {
+  const reads = window.__layoutReads = [];
+  let idle = false;
+  const requestIdle = window.requestIdleCallback;
+  window.requestIdleCallback = (fn, opts) => requestIdle((deadline) => {
+    idle = true;
+    try { fn(deadline); } finally { idle = false; }
+  }, opts);
+  const note = (element, what) => {
+    if (window.__testReading) return;  // the test's own checks
+    const on = element.closest('.runs-table') ? 'table'
+      : element.matches('.view') ? 'view' : 'other';
+    reads.push({ on, what, event: window.event ? window.event.type : null, idle });
+  };
+  const rect = Element.prototype.getBoundingClientRect;
+  Element.prototype.getBoundingClientRect = function () {
+    note(this, 'getBoundingClientRect');
+    return rect.call(this);
+  };
+  for (const key of ['offsetHeight', 'offsetTop', 'clientHeight', 'scrollTop', 'scrollHeight']) {
+    const proto = key.startsWith('offset') ? HTMLElement.prototype : Element.prototype;
+    const d = Object.getOwnPropertyDescriptor(proto, key);
+    Object.defineProperty(proto, key, { ...d, get() { note(this, key); return d.get.call(this); } });
+  }
+})();"""
+
+
+def test_a_cold_load_reads_the_layout_only_where_it_is_clean(tmp_path, browser):
+    # On a cold load of 1,000 runs a read of a position or scroll offset made after the page
+    # changed forces a style and layout of the whole page, which the frame then lays out again:
+    # the runs table's renders read none (the scroll offset kept from its scroll events, the
+    # height from its ResizeObserver), and the header's view marker reads the views' positions
+    # when the page is idle. The table still shows the rows in view after a scroll, and after a
+    # search leaves fewer rows than the offset scrolled to; the marker still marks the first view.
+    write_runs(tmp_path / "logs", n_runs=300, tags=2, points=50)
+    server = start_serve(tmp_path / "logs")
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        context.add_init_script(script=LAYOUT_READS_JS)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server.url + "/")
+        page.wait_for_function(
+            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
+            " && window.vdl.sync.phase === 'ready' && window.vdl.runsModel.summaries.size === 300",
+            timeout=30_000,
+        )
+        page.wait_for_function(
+            f"() => {{ window.__testReading = true; try {{ return ({FILLED})(); }}"
+            " finally { window.__testReading = false; } }",
+            timeout=10_000,
+        )
+        page.wait_for_function("() => window.vdl.charts.get('train/loss')", timeout=15_000)
+        assert len(drawn_lines(page, "train/loss")) == 10
+        page.wait_for_function(
+            "() => document.querySelector('.tabs button[data-view=scalars]')"
+            ".getAttribute('aria-current') === 'true'",
+            timeout=5_000,
+        )
+        reads = page.evaluate("() => window.__layoutReads.slice()")
+        table = [r for r in reads if r["on"] == "table" and r["event"] != "scroll"]
+        view = [r for r in reads if r["on"] == "view" and not r["idle"] and r["event"] != "scroll"]
+        assert table == [], table[:5]
+        assert view == [], view[:5]
+        assert any(r["on"] == "view" and r["idle"] for r in reads)
+
+        # Scrolled to the end, the table shows the last rows; a search then leaves ten rows,
+        # fewer than the offset scrolled to, and they are shown.
+        page.evaluate(
+            "() => { const s = document.querySelector('.runs-table'); s.scrollTop = s.scrollHeight; }"
+        )
+        last = page.evaluate("() => window.vdl.runsModel.tableRows().slice(-1)[0].name")
+        page.wait_for_function(
+            '(name) => document.querySelector(`.rt-body [data-run="${name}"]`) !== null',
+            arg=last,
+        )
+        page.fill("input.run-search", "-r000")
+        page.wait_for_function(
+            "() => document.querySelectorAll('.rt-body [data-run]').length === 10"
+            " && window.vdl.runsModel.tableRows().length === 10",
+            timeout=10_000,
+        )
+        shown = page.evaluate(
+            "() => [...document.querySelectorAll('.rt-body [data-run]')].map(r => r.dataset.run).sort()"
+        )
+        assert [n[:10] for n in shown] == [f"s00-r{i:04d}-" for i in range(10)]
+        assert errors == []
+    finally:
+        context.close()
+        stop_serve(server)

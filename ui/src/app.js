@@ -194,15 +194,32 @@ function goToView(name) {
 }
 
 // The header marks the view at the top of the page (the last one whose title has passed under
-// the header), checked once per frame while scrolling or after views are shown or hidden. Never
-// read at once: the positions force a style and layout of the whole page, 70-220 ms while the
-// bundle builds it on a cold load of 1,000 runs, which the next frame lays out again anyway.
+// the header), checked once per frame while scrolling, and when the page is next idle after views
+// are shown or hidden. Never read at once: the positions force a style and layout of the whole
+// page, 70-220 ms while the bundle builds it on a cold load of 1,000 runs, which the next frame
+// lays out again anyway. Nor in the next frame after the page was built: there the read forced
+// the page's first full layout (~300 ms under load on a cold load of 1,000 runs) inside that
+// frame's callbacks, before the runs table's and the charts' first renders, which change the
+// page again. When the page is idle its layout is the last frame's, and reading it costs nothing
+// (2 ms for the same reads).
+const SPY_IDLE_TIMEOUT_MS = 2000;
 let spyPending = false;
+let spyIdlePending = false;
 function spySoon() {
   if (!spyPending) {
     spyPending = true;
     requestAnimationFrame(spyViews);
   }
+}
+function spyWhenIdle() {
+  if (spyIdlePending) return;
+  spyIdlePending = true;
+  const run = () => {
+    spyIdlePending = false;
+    spyViews();
+  };
+  if (typeof requestIdleCallback === "function") requestIdleCallback(run, { timeout: SPY_IDLE_TIMEOUT_MS });
+  else setTimeout(run, 0);
 }
 function spyViews() {
   spyPending = false;
@@ -258,7 +275,7 @@ function relabel() {
 // A view that is not shown is display:none, so its charts are not drawn at all.
 function showViews() {
   for (const [name, view] of Object.entries(views)) view.element.hidden = !state.views.has(name);
-  spySoon();
+  spyWhenIdle();
 }
 
 function refreshViews() {
