@@ -618,7 +618,7 @@ def part_sweep(args, tree: Path, work: Path) -> dict:
             server.stop()
     out: dict = {"samples": {p: v for p, v in samples.items()}}
     everything = [x for v in samples.values() for x in v]
-    out["select_s"] = statistics.median(w for w, _ in everything)
+    out["select_s"] = statistics.median(x[0] for x in everything)
     out["select_cpu_s"] = statistics.median(x[1] for x in everything)
     for i, part in enumerate(("loop", "threads", "children"), 2):
         out[f"select_{part}_cpu_s"] = statistics.median(x[i] for x in everything)
