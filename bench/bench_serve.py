@@ -652,7 +652,8 @@ def children_cpu():
     return total
 async def main():
     # As serve: its reader processes where the tree has them (started by a first snapshot).
-    processes = getattr(broker_module, "READ_PROCESSES", 0)
+    how_many = getattr(broker_module, "default_read_processes", None)
+    processes = how_many() if how_many else getattr(broker_module, "READ_PROCESSES", 0)
     broker = Broker(sys.argv[1], read_processes=processes) if processes else Broker(sys.argv[1])
     out = []
     async def drop(frame):
