@@ -19,7 +19,8 @@ under test (``PYTHONPATH`` set to it), on 127.0.0.1, and stops it in ``finally``
   moves less with the machine's load).
 * select 100 of 1,000 runs (``--sweep-selects N``, issue 12): the server alone sends the
   snapshots of 100 runs no page has read (split, 200 points a tag, as the page asks) to a
-  WebSocket client, three selections on each of N fresh servers; seconds and server CPU.
+  WebSocket client, three selections on each of N fresh servers; seconds and server CPU, and
+  that CPU in its parts: the event loop (main thread), the other threads, the reader processes.
 * the same in process (``--sweep-in-process N``): a ``Broker`` over the sweep sends the same
   snapshots into a list (no socket, reading and encoding only), three selections in each of N
   fresh processes of the tree; CPU and wall seconds, frames.
@@ -534,7 +535,12 @@ SWEEP_PREFIXES = ("s05-", "s06-", "s07-")  # 100 runs each, as the page's "selec
 def tree_cpu_s(pid: int) -> float:
     """:func:`process_cpu_s` of ``pid`` and of its live child processes (a server's reader
     processes read for it)."""
-    total = process_cpu_s(pid)
+    return process_cpu_s(pid) + children_cpu_s(pid)
+
+
+def children_cpu_s(pid: int) -> float:
+    """:func:`process_cpu_s` of the live child processes of ``pid`` (a server's reader processes)."""
+    total = 0.0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == pid:
             continue
@@ -546,6 +552,14 @@ def tree_cpu_s(pid: int) -> float:
         except (OSError, ValueError, IndexError):  # ended meanwhile
             continue
     return total
+
+
+def cpu_parts_s(pid: int) -> tuple[float, float, float]:
+    """The CPU seconds so far of a server ``pid``, in three parts: its main thread (the event
+    loop: encoding, permessage-deflate, sends), its other threads (the reads handed to threads,
+    the follow loop's), and its child processes (the reader processes)."""
+    loop = process_cpu_s(pid, pid)
+    return loop, process_cpu_s(pid) - loop, children_cpu_s(pid)
 
 
 def sweep_select_s(ws_url: str, runs: list[str]) -> float:
@@ -575,7 +589,8 @@ def part_sweep(args, tree: Path, work: Path) -> dict:
     1,000-run sweep of bench/runs_data.py (generated once under bench/out/runs), a page's first
     subscription (the newest ten runs) and 3 s, then on one connection each the 100 runs of each
     of ``SWEEP_PREFIXES`` (no page read them: their readers are not open), ``--sweep-selects``
-    servers; the median seconds and CPU of each (the server's and its child processes')."""
+    servers; the median seconds and CPU of each (the server's and its child processes'), and of
+    the CPU's parts (:func:`cpu_parts_s`)."""
     from runs_data import cached_runs
 
     logdir = Path(cached_runs(n_runs=1000, tags=10, points=10_000))
@@ -595,15 +610,18 @@ def part_sweep(args, tree: Path, work: Path) -> dict:
             time.sleep(3)
             for prefix in SWEEP_PREFIXES:
                 names = sorted(p.name for p in logdir.iterdir() if p.name.startswith(prefix))
-                cpu = tree_cpu_s(server.proc.pid)
+                before = cpu_parts_s(server.proc.pid)
                 wall = sweep_select_s(server.ws, names)
-                samples[prefix].append((wall, tree_cpu_s(server.proc.pid) - cpu))
+                parts = [b - a for a, b in zip(before, cpu_parts_s(server.proc.pid), strict=True)]
+                samples[prefix].append((wall, sum(parts), *parts))
         finally:
             server.stop()
     out: dict = {"samples": {p: v for p, v in samples.items()}}
     everything = [x for v in samples.values() for x in v]
-    out["select_s"] = statistics.median(w for w, _ in everything)
-    out["select_cpu_s"] = statistics.median(c for _, c in everything)
+    out["select_s"] = statistics.median(x[0] for x in everything)
+    out["select_cpu_s"] = statistics.median(x[1] for x in everything)
+    for i, part in enumerate(("loop", "threads", "children"), 2):
+        out[f"select_{part}_cpu_s"] = statistics.median(x[i] for x in everything)
     return out
 
 
@@ -634,7 +652,8 @@ def children_cpu():
     return total
 async def main():
     # As serve: its reader processes where the tree has them (started by a first snapshot).
-    processes = getattr(broker_module, "READ_PROCESSES", 0)
+    how_many = getattr(broker_module, "default_read_processes", None)
+    processes = how_many() if how_many else getattr(broker_module, "READ_PROCESSES", 0)
     broker = Broker(sys.argv[1], read_processes=processes) if processes else Broker(sys.argv[1])
     out = []
     async def drop(frame):
@@ -803,6 +822,12 @@ def report(result: dict) -> str:
         row("select 100 of 1,000 runs, the server alone: subscribe to synced", "sweep",
             "select_s", ".2f", " s")  # fmt: skip
         row("select 100 of 1,000 runs: the server's CPU", "sweep", "select_cpu_s", ".2f", " s")
+        for part, label in (
+            ("loop", "its event loop (main thread)"),
+            ("threads", "its other threads"),
+            ("children", "its reader processes"),
+        ):
+            row(f"the same: {label}", "sweep", f"select_{part}_cpu_s", ".2f", " s")
     if "sweep_in_process" in a:
         row("select 100 of 1,000 runs, the broker in process: CPU", "sweep_in_process", "cpu_s",
             ".2f", " s")  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -214,3 +215,39 @@ async def test_a_snapshot_of_many_runs_starts_the_reader_processes_at_once(tmp_p
         # (The first wants them; the second, of more than SPLIT_RUNS_UP_TO runs, starts them.)
         waited = await started_after(tmp_path, monkeypatch, [names[:1], names])
     assert waited < 60
+
+
+def test_serve_reads_in_processes_only_where_cores_are_free(monkeypatch):
+    """Two cores: none (a process's reads cost more of them than the GIL they free); then the
+    cores less two, at most READ_PROCESSES; by default the cores this process may run on."""
+    from vdl_stream.broker import READ_PROCESSES, default_read_processes
+
+    assert [default_read_processes(n) for n in range(1, 7)] == [0, 0, 1, 2, 2, 2]
+    assert READ_PROCESSES == 2
+    monkeypatch.setattr(broker_module.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert default_read_processes() == 0
+    monkeypatch.setattr(broker_module.os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert default_read_processes() == 2
+    monkeypatch.delattr(broker_module.os, "sched_getaffinity")
+    monkeypatch.setattr(broker_module.os, "cpu_count", lambda: 3)
+    assert default_read_processes() == 1
+
+
+def test_serve_builds_its_broker_with_the_default_reader_processes(monkeypatch):
+    """``run_server`` asks default_read_processes how many reader processes its broker gets."""
+    from vdl_stream import server
+
+    asked: list[int] = []
+
+    class Stop(Exception):
+        pass
+
+    def broker_of(logdir, **kwargs):
+        asked.append(kwargs["read_processes"])
+        raise Stop
+
+    monkeypatch.setattr(server, "default_read_processes", lambda: 7)
+    monkeypatch.setattr(server, "Broker", broker_of)
+    with contextlib.suppress(Stop):
+        trio.run(server.run_server, "/nonexistent-logdir", "127.0.0.1", 0)
+    assert asked == [7]

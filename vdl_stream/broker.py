@@ -87,8 +87,8 @@ IDLE_CLOSE = 30.0
 READER_RECORD_BYTES = 2048
 #: Reader threads at a time: reads of different runs overlap, and memory stays bounded.
 READ_THREADS = 2
-#: Processes ``serve`` reads the scalars of snapshots sent whole with (``Broker``'s
-#: ``read_processes``): with the event loop's process, as many as the development machine's cores.
+#: The most processes ``serve`` reads the scalars of snapshots sent whole with (``Broker``'s
+#: ``read_processes``); how many it starts: :func:`default_read_processes`.
 READ_PROCESSES = 2
 #: The reader processes start once no snapshot has been read or sent for this many seconds
 #: after the first one over a sweep, or at once when a subscription of many runs (sent whole:
@@ -144,6 +144,26 @@ def default_open_writers() -> int:
     if soft == resource.RLIM_INFINITY:
         return 4096
     return max(8, min(4096, soft // 4))
+
+
+def default_read_processes(cores: int | None = None) -> int:
+    """The reader processes ``serve`` starts: the cores it may run on less two, at most
+    :data:`READ_PROCESSES`; none on a machine of two cores.
+
+    A reader process pays for a run's scalars with more CPU than the server's own reader threads
+    (it opens the run again and answers through a pipe): on two cores, through ``serve``, 0.99 and
+    1.07 s of the server's CPU per selection of 100 unread runs with two processes against 0.69
+    and 0.85 s without (docs/performance.md, h9-snap). That only pays where a core is free beside
+    the event loop's process and a browser on the same machine; on two cores the page's
+    selection keeps both busy.
+
+    Args:
+        cores: the cores to count; None: those this process may run on.
+    """
+    if cores is None:
+        getaffinity = getattr(os, "sched_getaffinity", None)
+        cores = len(getaffinity(0)) if getaffinity is not None else os.cpu_count() or 1
+    return max(0, min(READ_PROCESSES, cores - 2))
 
 
 class SubscriberLimitError(RuntimeError):

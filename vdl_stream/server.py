@@ -54,7 +54,7 @@ from recorder import RecorderError
 
 from . import __version__, codec, embeddings, storage, telemetry
 from .alerts import AlertEngine
-from .broker import DEFAULT_CACHE_BYTES, READ_PROCESSES, Broker, SubscriberLimitError
+from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError, default_read_processes
 from .errors import InsecureBindError, PortInUseError, RefusedError
 from .interop import (
     EXPORT_PROCESS_POINTS,
@@ -1777,7 +1777,7 @@ async def run_server(
             cache_bytes=cache_bytes,
             prepare_write=None if sync is None else sync.prepare_write,
             # Not over an object store: its runs' bytes are fetched by this process's readers.
-            read_processes=READ_PROCESSES if sync is None else 0,
+            read_processes=default_read_processes() if sync is None else 0,
         )
         web_stop = trio.Event()
         async with trio.open_nursery() as nursery:
