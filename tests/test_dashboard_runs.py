@@ -933,6 +933,22 @@ SOCKETS_JS = """(() => {
 })();"""
 
 
+def open_scripted(context, server: ServeProcess, script: str, also: str = "true"):  # type: ignore[no-untyped-def]
+    """A page of ``context`` with ``script`` run before the page's, once it drew its default
+    ten, is synced and ``also`` (a JS expression) holds: (page, its uncaught errors)."""
+    context.add_init_script(script=script)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server.url + "/")
+    page.wait_for_function(
+        "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
+        f" && window.vdl.sync.phase === 'ready' && ({also})",
+        timeout=30_000,
+    )
+    return page, errors
+
+
 def test_the_socket_opens_before_the_page_is_built_and_the_newest_ten_are_subscribed(
     tmp_path, browser
 ):
@@ -945,16 +961,7 @@ def test_the_socket_opens_before_the_page_is_built_and_the_newest_ten_are_subscr
     server = start_serve(tmp_path / "logs")
     context = browser.new_context(viewport={"width": 1500, "height": 1000})
     try:
-        context.add_init_script(script=SOCKETS_JS)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(server.url + "/")
-        page.wait_for_function(
-            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
-            " && window.vdl.sync.phase === 'ready'",
-            timeout=30_000,
-        )
+        page, errors = open_scripted(context, server, SOCKETS_JS)
         made = page.evaluate(
             "() => window.__sockets.map(s => ({ url: s.url, views: s.views, vdl: s.vdl,"
             " adopted: s.socket === window.vdl.connection._ws, sent: s.sent }))"
@@ -1036,15 +1043,8 @@ def test_a_cold_load_reads_the_layout_only_where_it_is_clean(tmp_path, browser):
     server = start_serve(tmp_path / "logs")
     context = browser.new_context(viewport={"width": 1500, "height": 1000})
     try:
-        context.add_init_script(script=LAYOUT_READS_JS)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(server.url + "/")
-        page.wait_for_function(
-            "() => window.vdl && (window.vdl.connection.runs || []).length === 10"
-            " && window.vdl.sync.phase === 'ready' && window.vdl.runsModel.summaries.size === 300",
-            timeout=30_000,
+        page, errors = open_scripted(
+            context, server, LAYOUT_READS_JS, "window.vdl.runsModel.summaries.size === 300"
         )
         page.wait_for_function(
             f"() => {{ window.__testReading = true; try {{ return ({FILLED})(); }}"
