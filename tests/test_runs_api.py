@@ -335,6 +335,34 @@ async def test_a_keep_subscription_does_not_send_the_summaries_again(tmp_path, n
             assert kinds[3][0] == "summaries" and kinds[3][-1] == "synced", kinds
 
 
+async def test_a_page_that_connects_before_the_first_publication_gets_no_summary_twice(
+    tmp_path, nursery
+):
+    # Connected at once after the start, before the broker's first publication of summaries
+    # (every SUMMARY_INTERVAL): what the connect frame held is not published to it again, so a
+    # run that appears later comes in a frame of its own, not with every other run's summary.
+    logdir = tmp_path / "logs"
+    for i in range(3):
+        with recorder.RunWriter(logdir / f"old{i}") as w:
+            w.append_scalars("loss", np.arange(3), 1.7e9 + np.arange(3.0), np.ones(3) * i)
+    with trio.fail_after(30):
+        url = await nursery.start(partial(run_server, logdir, "127.0.0.1", 0))
+        ws_url = "ws" + url.removeprefix("http")
+        async with open_websocket_url(ws_url + "/ws/live") as browser:
+            first = await next_of(browser, "summaries")
+            assert sorted(r["name"] for r in first["runs"]) == ["old0", "old1", "old2"]
+            await browser.send_message(codec.encode_message({"type": "subscribe", "runs": []}))
+            assert [m["type"] for m in await frames_until_synced(browser)] == ["synced"]
+            async with open_websocket_url(ws_url + "/ws/ingest") as writer:
+                batch = Batch("w", 1, "new", [columns("loss", [0, 1], [1.0, 0.5])])
+                await writer.send_message(codec.encode_batch(batch))
+                assert msgpack.unpackb(await writer.get_message(), raw=False)["type"] == "ack"
+                names: set[str] = set()
+                while "new" not in names:
+                    names = {r["name"] for r in (await next_of(browser, "summaries"))["runs"]}
+                assert names == {"new"}
+
+
 # -- the recorder's digest --------------------------------------------------------------------
 
 
