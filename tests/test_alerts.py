@@ -1084,6 +1084,29 @@ def test_divergence_counts_rising_points_not_smoothing_groups(cut):
     assert 900 <= rising <= 1000, rising  # the EMA turns a few dozen points after the loss
 
 
+@pytest.mark.parametrize("spike", [True, False])
+def test_a_server_joining_a_converged_run_sees_no_divergence_in_its_noise(spike):
+    """A server started next to a run far along first sees a loss that converged near zero,
+    with noise larger than its level (it dips below zero): the first smoothed value it sees is
+    no starting level, and the smoothed noise's swings are several times the best value. No
+    divergence on that noise; a real rise afterwards still is one, caught within 100 steps
+    (with the spike rule off, the divergence rule keeps the tag's recent values itself)."""
+    engine = AlertEngine(None if spike else rules_from_dict({"spike": False}))
+    start, rise_at, end = 1500, 4600, 5000
+    s = np.arange(start, end)
+    values = 2.0 * np.exp(-s / 300) + 0.05 * np.sin(s)
+    values[s >= rise_at] += np.linspace(0.0, 2.0, end - rise_at)  # a blow-up of 40x its noise
+    walls = 1.7e9 + s * 0.002
+    for a in range(0, end - start, 10):  # ten steps a 20 ms flush
+        cols = codec.ScalarColumns(
+            "train/loss", s[a : a + 10], walls[a : a + 10], values[a : a + 10]
+        )
+        engine.process("r", [cols], [], 0.0)
+    alerts = [e for _, e in engine.pending() if e["rule"] == "divergence"]
+    assert len(alerts) == 1, alerts
+    assert rise_at < alerts[0]["step"] <= rise_at + 100, alerts[0]
+
+
 def test_the_spike_rules_bounds_hold_for_every_window_within_its_moves():
     """_centre_bounds: after replacing up to ``moves`` values of a window by any values, the
     window's true median lies within the bounds and its true MAD is at least the lower bound,

@@ -79,6 +79,9 @@ DETECT_SLICE = 0.002
 #: replaced since the last time; in between, bounds on both catch every possible spike exactly
 #: (a column that might hold one is judged on the true median and MAD).
 SPIKE_MOVES = 0.1
+#: Points of a tag whose spread floors the divergence rule's scale, when the spike rule keeps
+#: no window for it (the spike rule's window serves otherwise).
+NOISE_WINDOW = 200
 #: Seconds between the starts of detector rounds at least; each round takes everything queued
 #: meanwhile. A round costs about 15 µs per run and tag whatever it holds, so a fast writer's
 #: tags pay that once per 0.1 s of points (at 50 ms it was a third of the detectors' cost of
@@ -1548,10 +1551,25 @@ class AlertEngine:
         if s.first is None:
             s.first = s.best = s.ema
         s.best = min(s.best, s.ema)
+        if ts.spike is None:  # the noise floor below needs the tag's recent values
+            if ts.window is None:
+                ts.window = _Rolling(NOISE_WINDOW)
+            ts.window.extend(values)
         scale = max(abs(s.best), 0.1 * abs(s.first), 1e-12)
         rise = s.ema - s.best
         by_factor = rise > (p["factor"] - 1) * scale
         rising = e.rising >= p["rising_points"] and rise > 0.2 * scale
+        if (by_factor or rising) and ts.window is not None and ts.window.n >= p["min_points"]:
+            # The level alone is no scale for a loss near zero or below it, and the first value
+            # is the run's start only when the server saw the start: one started next to a
+            # converged run takes its noise for a rise. So the rise must also stand out of the
+            # tag's noise (1.4826 MAD of its last points: a robust standard deviation). A
+            # smoothed value's own noise is a sixth of it (alpha 0.05), so this takes nothing
+            # from a real divergence, which rises by orders of magnitude. Computed only here:
+            # a tag that is not rising by its level pays nothing for it.
+            scale = max(scale, 1.4826 * _median_mad(ts.window.values())[1])
+            by_factor = rise > (p["factor"] - 1) * scale
+            rising = e.rising >= p["rising_points"] and rise > 0.2 * scale
         key = ("divergence", tag)
         if by_factor or rising:
             why = (
