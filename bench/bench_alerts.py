@@ -61,8 +61,10 @@ Phases:
    client, per alert.
 4. ``false-positives``: the demo's training (tests/alert_faults.py, the model, data and optimiser
    of vdl_stream/demo.py, one seed per run) for ``--runs`` runs of ``--steps`` steps, its points
-   handed to the detectors in the writer's batch sizes; alerts raised (the target is 0), and for
-   contrast the same runs with a fault (learning rate x100 at step 2,000): runs caught.
+   handed to the detectors in the writer's batch sizes; alerts raised (the target is 0), the same
+   runs handed over from half-way (a server started next to a running job: the detectors never
+   saw the start), and for contrast the same runs with a fault (learning rate x100 at step 2,000):
+   runs caught.
 
 Usage: python bench/bench_alerts.py [--quick] [--repeat PAIRS] [--runs N] [--steps N] [--seconds S]
                                     [--rate EVENTS_PER_S] [--batches N] [--paths large small] [--null]
@@ -754,9 +756,9 @@ def phase_latency(args: argparse.Namespace, results: dict) -> None:
         )
 
 
-def _alerts(steps: int, seed: int, **faults: object) -> list[dict]:
+def _alerts(steps: int, seed: int, start: int = 0, **faults: object) -> list[dict]:
     engine = AlertEngine()
-    sink = alert_faults.Collect(engine)
+    sink = alert_faults.Collect(engine, start=start)
     alert_faults.train(sink, steps, seed=seed, **faults)
     sink.flush()
     return [event for _, event in engine.pending()]
@@ -764,25 +766,35 @@ def _alerts(steps: int, seed: int, **faults: object) -> list[dict]:
 
 def phase_false_positives(args: argparse.Namespace, results: dict) -> None:
     false = []
+    joined = []  # the same runs seen from half-way, as by a server started next to the job
     caught = 0
     started = time.perf_counter()
     for seed in range(args.runs):
         alerts = _alerts(args.steps, seed)
         false.extend((seed, a["rule"], a["series"], a["step"]) for a in alerts)
+        late = _alerts(args.steps, seed, start=args.steps // 2)
+        joined.extend((seed, a["rule"], a["series"], a["step"]) for a in late)
         faulty = _alerts(args.steps, seed, lr_boost_at=min(2000, args.steps // 2))
         caught += any(a["rule"] in ("spike", "divergence", "nan") for a in faulty)
-        print(f"  seed {seed}: {len(alerts)} alerts normal, {len(faulty)} with lr x100", flush=True)
+        print(
+            f"  seed {seed}: {len(alerts)} alerts normal, {len(late)} seen from step "
+            f"{args.steps // 2}, {len(faulty)} with lr x100",
+            flush=True,
+        )
     results["false_positives"] = {
         "runs": args.runs,
         "steps": args.steps,
         "alerts": len(false),
         "which": false,
+        "alerts_joined_half_way": len(joined),
+        "which_joined": joined,
         "faulty_runs_caught": caught,
         "seconds": round(time.perf_counter() - started, 1),
     }
     print(
         f"false positives: {len(false)} alerts over {args.runs} normal demo runs of {args.steps} "
-        f"steps; lr x100 caught in {caught}/{args.runs} runs",
+        f"steps, {len(joined)} over the same runs seen from half-way; lr x100 caught in "
+        f"{caught}/{args.runs} runs",
         flush=True,
     )
 

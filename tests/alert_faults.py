@@ -80,23 +80,34 @@ def train(
 
 class Collect:
     """Stands in for a Writer: hands what the demo logs to ``engine.process`` in batches of
-    about 30 points, as the writer's 20 ms flushes do, with wall times from the training."""
+    about 30 points, as the writer's 20 ms flushes do, with wall times from the training.
+    ``start``: the first step handed over, as a server started next to a running job sees it
+    (which tells the detectors where each tag began, as the server does from the run's index)."""
 
-    def __init__(self, engine: AlertEngine, run: str = "r") -> None:
-        self.engine, self.run = engine, run
+    def __init__(self, engine: AlertEngine, run: str = "r", start: int = 0) -> None:
+        self.engine, self.run, self.start = engine, run, start
+        self.history: dict[str, int] | None = {} if start else None  # tag -> first step
         self.points: list[tuple[str, int, float, float]] = []
         self.events: list[dict[str, Any]] = []
         self.clock = 0.0
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
+        if step < self.start:
+            self.history.setdefault(tag, step)
+            return
         self.points.append((tag, step, float(value), 1.7e9 + step * 0.01))
         if len(self.points) >= 30:
             self.flush()
 
     def add_histogram(self, tag: str, values: Any, step: int) -> None:
+        if step < self.start:
+            return
         self.events.append(summaries.histogram_event(tag, values, step, 1.7e9 + step * 0.01, 10))
 
     def flush(self) -> None:
+        if self.history is not None and self.points:
+            self.engine.history(self.run, self.history)
+            self.history = None
         self.clock += 0.02
         self.engine.process(self.run, columns_from_points(self.points), self.events, self.clock)
         self.points, self.events = [], []

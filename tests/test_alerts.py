@@ -679,6 +679,62 @@ async def test_serve_alerts_on_a_run_another_process_writes(tmp_path, hooks):
         reader.close()
 
 
+async def test_a_followed_run_tells_the_detectors_where_its_tags_began(tmp_path):
+    """A server that finds a run another process is writing follows it from its end: the
+    detectors never see its first steps, but are told where each scalar tag began in its files
+    (the plateau rule's run length counts from there), before its first batch is judged."""
+    from vdl_stream.broker import Broker
+
+    logdir = tmp_path / "logs"
+    proc = _followed_writer(logdir)  # steps 0-99 before the broker starts, then step 100
+    broker = Broker(logdir)
+    engine = AlertEngine()
+    try:
+        with trio.fail_after(60):
+            await _wait_line(proc, "ready")
+            async with trio.open_nursery() as nursery:
+                await nursery.start(broker.run)
+                await nursery.start(engine.run, broker)
+                await nursery.start(broker.follow, 0.05)
+                proc.stdin.write("nan\n")
+                proc.stdin.flush()
+                line = await trio.to_thread.run_sync(proc.stdout.readline)
+                assert line.startswith("nan"), line
+                await _until(lambda: engine.statistics().raised >= 1, 30)
+                state = engine._runs["followed"]
+                assert state.first_steps == {"train/loss": 0}
+                assert state.last_step == 100  # it saw step 100 only, and raised its NaN
+                broker.close()
+                await broker.wait_closed()
+                nursery.cancel_scope.cancel()
+        proc.stdin.close()
+        assert await trio.to_thread.run_sync(proc.wait, 30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_plateau_rule_counts_a_joined_runs_length_from_its_first_step():
+    """A run seen from step 2,500, flat since (a long run's slow final phase): with its history
+    told, the plateau rule waits as it would have for the whole run (half of 4,600 steps); not
+    told, it counts from the first step seen and calls it a plateau after 2,000 steps."""
+    rng = np.random.default_rng(3)
+    s = np.arange(2500, 4600)
+    values = 5e-4 * (1 + 0.01 * rng.standard_normal(len(s)))
+    raised = {}
+    for told in (True, False):
+        engine = AlertEngine()
+        if told:
+            engine.history("r", {"train/loss": 0})
+        for a in range(0, len(s), 30):
+            cols = codec.ScalarColumns(
+                "train/loss", s[a : a + 30], 1.7e9 + s[a : a + 30], values[a : a + 30]
+            )
+            engine.process("r", [cols], [], 0.0)
+        raised[told] = [e["rule"] for _, e in engine.pending()]
+    assert raised == {True: [], False: ["plateau"]}
+
+
 # -- rounds --------------------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ import statistics
 import time
 import tomllib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -615,6 +615,9 @@ class _RunState:
         self.intervals: deque[float] = deque(maxlen=32)
         self.lost_at: float | None = None  # a writer connection ended without the close marker
         self.last_step: int | None = None
+        # tag -> its first step in the run's files, where the detectors began watching a run
+        # part-way (history()); the plateau rule counts its run length from there
+        self.first_steps: dict[str, int] = {}
         self.gpu_low: dict[tuple[Any, ...], float] = {}  # (host, rank, gpu) -> wall low since
         self.gpu_full: dict[tuple[Any, ...], float] = {}
 
@@ -1082,6 +1085,15 @@ class AlertEngine:
             self.rules.for_tag(name, tag) is not None for name in TAG_DETECTORS
         )
         return watched
+
+    def history(self, run: str, first_steps: Mapping[str, int]) -> None:
+        """Tell the detectors where each scalar tag of ``run`` began in its files, before they
+        began watching it: a server started next to a running job follows the run from its
+        current end. The plateau rule then counts its ``patience_fraction`` from the run's own
+        first step, as it does for a run watched from its start, not from the first step the
+        server saw (which made a long run's slow final phase read as a plateau). Call it before
+        the run's first batch is observed."""
+        self._state(run).first_steps = dict(first_steps)
 
     def writer_lost(self, runs: Iterable[str]) -> None:
         """A writer's connection of each of ``runs`` ended; one that was not closed and hears
@@ -1611,7 +1623,9 @@ class AlertEngine:
         sign = ts.sign
         v = sign * e.ema
         if s.first is None:
-            s.first, s.best, s.best_step, s.first_step = v, v, int(steps[0]), int(steps[0])
+            seen = int(steps[0])
+            s.first, s.best, s.best_step = v, v, seen
+            s.first_step = min(seen, state.first_steps.get(tag, seen))
         if v < s.best - p["min_delta"] * abs(s.best):
             s.best, s.best_step = v, step
             state.active.discard(("plateau", tag))

@@ -619,6 +619,8 @@ class _Run:
         self.unsynced = False  # written since its last fsync
         self.loaded = False  # whether last_seq was read back from disk
         self.local = False  # this broker writes it; otherwise another process may, and we follow
+        # alerts: the detectors were told where its tags began in its files (AlertEngine.history)
+        self.history_told = False
         # Read side. One reader serves snapshots, HTTP reads and (for a followed run) the tail; it
         # is closed when idle and reopened at ``position`` (RunReader(limit=position)).
         self.signature: tuple | None = None  # the segment files' names, sizes and mtimes
@@ -1558,6 +1560,20 @@ class Broker:
                 view = legacy_view(scalars, events)
                 self._fan_out(run.name, scalars, events, view=view)
                 if self.alerts is not None:  # alerts block, below: followed runs are watched too
+                    if not run.history_told:
+                        # Followed from its end as it was when found: what came before is
+                        # history the detectors never see, but where it began matters to them.
+                        run.history_told = True
+                        try:
+                            starts = await trio.to_thread.run_sync(
+                                _scalar_starts, run, limiter=self._read_limiter
+                            )
+                        except Exception:  # the detectors go on without it
+                            log.warning(
+                                "could not list the tags of run %r", run.name, exc_info=True
+                            )
+                            starts = {}
+                        self.alerts.history(run.name, starts)
                     self.alerts.observe(run.name, *view, followed=True)
             self._cache.update(run)
 
@@ -2888,6 +2904,20 @@ def _poll(run: _Run) -> list[recorder.Record]:
     run.position = reader.position()
     _measure(run)
     return records
+
+
+def _scalar_starts(run: _Run) -> dict[str, int]:
+    """Each scalar tag of a followed run with its first step in the run's files, from its
+    reader's index (blocking; hold ``run.lock``, right after :func:`_poll`); {} when the run
+    cannot say (its reader was closed meanwhile)."""
+    reader = run.reader
+    if reader is None:
+        return {}
+    return {
+        tag: info.step_min
+        for tag, info in reader.tags().items()
+        if info.kind == "scalars" and info.step_min is not None
+    }
 
 
 def _prefetch_runs(paths: list[Path]) -> int:
