@@ -174,6 +174,33 @@ def renderer_main_cpu_s(browser_pid: int | None) -> dict[int, float]:
     return out
 
 
+def chromium_threads_cpu_s(browser_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of every thread of Chromium's processes, summed by process type and
+    thread name (``renderer/Compositor``, ``gpu-process/VizCompositorTh``, ``browser/main``;
+    the names as /proc/<pid>/task/<tid>/comm has them, a process's main thread as ``main``): which
+    of them works beside the page's main thread (``renderer/main``)."""
+    if browser_pid is None:
+        return {}
+    out: Counter[str] = Counter()
+    try:
+        root = psutil.Process(browser_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    for p in procs:
+        try:
+            kind = next(
+                (a.split("=", 1)[1] for a in p.cmdline() if a.startswith("--type=")), "browser"
+            )
+            for tid in os.listdir(f"/proc/{p.pid}/task"):
+                with open(f"/proc/{p.pid}/task/{tid}/comm") as f:
+                    name = "main" if int(tid) == p.pid else f.read().strip()
+                out[f"{kind}/{name}"] += process_cpu_s(p.pid, thread=int(tid))
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            pass
+    return dict(out)
+
+
 def find_browser_pid() -> int | None:
     """The pid of the Chromium browser process this script launched (a child of the driver)."""
     me = psutil.Process()

@@ -232,14 +232,20 @@ def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyp
                         # wall-clock figure moves with the minute; what each side spent, less.
                         from bench_dashboard import (
                             chromium_cpu_s,
+                            chromium_threads_cpu_s,
                             find_browser_pid,
                             renderer_main_cpu_s,
                         )
 
                         browser_pid = find_browser_pid()
 
-                        def cpu(s=server, b=browser_pid) -> tuple[float, float, dict]:
-                            return s.cpu_s(), chromium_cpu_s(b), renderer_main_cpu_s(b)
+                        def cpu(s=server, b=browser_pid) -> tuple[float, float, dict, dict]:
+                            return (
+                                s.cpu_s(),
+                                chromium_cpu_s(b),
+                                renderer_main_cpu_s(b),
+                                chromium_threads_cpu_s(b),
+                            )
 
                         page_cache(logdir, "s05-", args.runs_page_cache)
                         select = select_runs(page, args.runs_profile, cpu, args.runs_trace)
@@ -322,6 +328,11 @@ def select_runs(page, profile: bool = False, cpu=None, trace: bool = False) -> d
         # benchmark's earlier pages are closed; a renderer started meanwhile counts from 0).
         spent = [t - cpu0[2].get(pid, 0.0) for pid, t in cpu1[2].items()]
         result["renderer_main_cpu_s"] = max(spent, default=None)
+        # Which of Chromium's threads worked over it (those over 10 ms, the most first).
+        threads = {k: t - cpu0[3].get(k, 0.0) for k, t in cpu1[3].items()}
+        result["chromium_threads_s"] = {
+            k: round(t, 3) for k, t in sorted(threads.items(), key=lambda kv: -kv[1]) if t >= 0.01
+        }
         result["load_avg"] = list(os.getloadavg())
     after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     if profile:
@@ -800,6 +811,12 @@ def report(result: dict) -> str:
                     f" its processes) {sel['chromium_cpu_s']:.2f} s; load average"
                     f" {sel['load_avg'][0]:.1f}"
                 )
+                if sel.get("chromium_threads_s"):
+                    out.append("")
+                    out.append(
+                        "Chromium's threads over it: "
+                        + ", ".join(f"{k} {t:.2f} s" for k, t in sel["chromium_threads_s"].items())
+                    )
             if "main_TaskDuration_s" in sel:
                 out.append("")
                 out.append(

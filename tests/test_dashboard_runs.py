@@ -1089,3 +1089,75 @@ def test_a_cold_load_reads_the_layout_only_where_it_is_clean(tmp_path, browser):
     finally:
         context.close()
         stop_serve(server)
+
+
+# Before the page's scripts: once `window.__slow` is set, the socket's messages reach the page one
+# every 45 ms, in order (a server that reads a selection slowly, at a known pace).
+SLOW_MESSAGES_JS = """(() => {
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    set onmessage(fn) {
+      const queue = [];
+      let timer = 0;
+      const next = () => {
+        timer = 0;
+        fn.call(this, queue.shift());
+        if (queue.length) timer = setTimeout(next, 45);
+      };
+      super.onmessage = (ev) => {
+        if (!window.__slow && queue.length === 0) return fn.call(this, ev);
+        queue.push(ev);
+        if (!timer) timer = setTimeout(next, 45);
+      };
+    }
+    get onmessage() { return super.onmessage; }
+  };
+})();"""
+
+
+def test_a_selection_of_many_runs_draws_no_partial_lines_in_its_first_two_seconds(
+    tmp_path, browser
+):
+    # While the snapshots of a selection of more than 20 runs come in, the charts are first drawn
+    # when the last one is in, or 2 s after the selection began if it is not (app.js,
+    # LOADING_FIRST_DRAW_MS; frames.js, loadingDelay): 40 snapshots 45 ms apart take 1.8 s, and
+    # the redraw due 1 s in (the rest then 0.8 s away) drew the lines in so far before.
+    write_runs(tmp_path / "logs", n_runs=40, tags=4, points=300)
+    server = start_serve(tmp_path / "logs")
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page, errors = open_scripted(
+            context, server, SLOW_MESSAGES_JS, also="window.vdl.chartWrappers.size === 4"
+        )
+        lines = (
+            "(t) => { const u = window.vdl.charts.get(t);"
+            " return u ? u.series.slice(1).filter(s => s.alpha === 1).length : 0; }"
+        )
+        # Every chart's renders: ms since the click, and the selection's phase then.
+        page.evaluate(
+            """() => { window.__renders = [];
+              for (const [tag, c] of window.vdl.chartWrappers) { const render = c.render;
+                c.render = function () {
+                  window.__renders.push([performance.now() - window.__click, window.vdl.sync.phase, tag]);
+                  return render.call(this); }; } }"""
+        )
+        page.evaluate(
+            "() => { window.__slow = true; window.__click = performance.now();"
+            " document.querySelector('button.runs-all').click(); }"
+        )
+        page.wait_for_function(
+            f"() => window.vdl.sync.phase === 'ready'"
+            f" && [...window.vdl.chartWrappers.keys()].every(t => ({lines})(t) === 40)",
+            timeout=30_000,
+        )
+        renders = page.evaluate("() => window.__renders")
+        loading = [(round(ms), tag) for ms, phase, tag in renders if phase == "loading"]
+        assert all(ms >= 1_950 for ms, _ in loading), loading
+        ready = [tag for _, phase, tag in renders if phase == "ready"]
+        assert sorted(set(ready)) == sorted(
+            page.evaluate("() => [...window.vdl.chartWrappers.keys()]")
+        )
+        assert errors == []
+    finally:
+        context.close()
+        stop_serve(server)

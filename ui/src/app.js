@@ -7,7 +7,7 @@ import "./style.css";
 import { Connection } from "./connection.js";
 import { chartHooks, SyncGroup } from "./chart.js";
 import { colorFor, el } from "./dom.js";
-import { FrameScheduler, remainingMs } from "./frames.js";
+import { FrameScheduler, loadingDelay } from "./frames.js";
 import { deriveSummary, pointsFor, RunsModel, SELECT_ALL_UP_TO } from "./runs.js";
 import { sameSubscription } from "./runsdefault.js";
 import { RunsTable } from "./views/runstable.js";
@@ -44,6 +44,12 @@ const LOADING_REDRAW_MS = 1000;
 // (the redraw at 1 s of a selection that ends at 1.1 s only put the final one off by its cost),
 // but never past twice LOADING_REDRAW_MS from the last redraw.
 const LOADING_WAIT_MS = 500;
+// The first redraw of a selection of many runs waits for the whole load up to this long (the
+// "Loading k/N" note counts meanwhile): 100 runs load in 1-2.5 s on a busy two-core machine, and a
+// partial redraw at 1 s (uPlot's paths and strokes for every line in so far, on each chart on
+// screen, then its canvases committed) ran on the main thread beside the server's reads, to be
+// stroked again by the final one (frames.js, loadingDelay; docs/performance.md, h10-select).
+const LOADING_FIRST_DRAW_MS = 2000;
 // Drawing takes at most a quarter of the time: with many live runs, a frame that took 60 ms to
 // draw is followed by 240 ms without drawing (frames.js), however slow the machine.
 const DRAW_BUDGET = 0.25;
@@ -499,14 +505,22 @@ function showSync(sync = store.syncState()) {
 }
 showSync();
 // While the snapshots of many runs stream in, every arriving run changes each chart's set of lines
-// (a rebuild): redraw at most once a second until the last one is in, then at once.
+// (a rebuild): redraw when the last one is in, or first after LOADING_FIRST_DRAW_MS and then at most
+// once a second until it is.
 let lastPhase = "connecting";
 let loadingSince = -Infinity; // when the selection being loaded began
+let loadingFrames = 0; // the scheduler's drawing frames then
 scheduler.defer = (sinceDraw) => {
   const sync = store.syncState();
   if (sync.phase !== "loading" || sync.total <= SELECT_ALL_UP_TO) return 0;
-  const due = remainingMs(sync.done, sync.total, performance.now() - loadingSince);
-  return due <= LOADING_WAIT_MS ? Math.min(due, 2 * LOADING_REDRAW_MS - sinceDraw) : 0;
+  const load = {
+    elapsedMs: performance.now() - loadingSince,
+    sinceDrawMs: sinceDraw,
+    done: sync.done,
+    total: sync.total,
+    drawn: scheduler.stats.frames > loadingFrames,
+  };
+  return loadingDelay(load, { firstMs: LOADING_FIRST_DRAW_MS, waitMs: LOADING_WAIT_MS, redrawMs: LOADING_REDRAW_MS });
 };
 // Meanwhile the charts on screen are drawn without those just below them (frames.js): these are
 // drawn once, in the drawing frame after the last snapshot's.
@@ -525,6 +539,7 @@ store.subscribe((change) => {
   if (lastPhase === "ready" && sync.phase === "loading" && sync.total > SELECT_ALL_UP_TO) {
     scheduler.restart();
     loadingSince = performance.now();
+    loadingFrames = scheduler.stats.frames;
   }
   lastPhase = sync.phase;
 });

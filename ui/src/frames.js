@@ -24,6 +24,25 @@ export function remainingMs(done, total, elapsedMs) {
   return (Math.max(0, elapsedMs) * (total - done)) / done;
 }
 
+/**
+ * Milliseconds to put a paced redraw off by while the snapshots of a large selection load (0: draw
+ * now). The first redraw waits for the whole load until `firstMs` after the selection began (its
+ * partial lines would be stroked again by the final draw a moment later); from then on, and after
+ * any redraw, one due when the rest is expected within `waitMs` (at the rate so far) waits for
+ * it, but never more than `redrawMs` past when it was due.
+ * @param {{elapsedMs: number, sinceDrawMs: number, done: number, total: number, drawn: boolean}} load
+ *   ms since the selection began and since the last drawing frame (or the selection's start),
+ *   snapshots in and asked for, and whether a drawing frame drew since the selection began
+ * @param {{firstMs: number, waitMs: number, redrawMs: number}} limits
+ * @returns {number}
+ */
+export function loadingDelay({ elapsedMs, sinceDrawMs, done, total, drawn }, { firstMs, waitMs, redrawMs }) {
+  if (!drawn && elapsedMs < firstMs) return firstMs - elapsedMs;
+  const due = remainingMs(done, total, elapsedMs);
+  const latest = drawn ? 2 * redrawMs - sinceDrawMs : firstMs + redrawMs - elapsedMs;
+  return due <= waitMs ? Math.min(due, latest) : 0;
+}
+
 export class FrameScheduler {
   /**
    * @param {object} [opts]

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { FRAME_MS, FrameScheduler, MAX_BUDGET_WAIT_MS, NEAR_VIEW_PX, remainingMs } from "../src/frames.js";
+import { FRAME_MS, FrameScheduler, loadingDelay, MAX_BUDGET_WAIT_MS, NEAR_VIEW_PX, remainingMs } from "../src/frames.js";
 
 function setup() {
   const frames = [];
@@ -348,6 +348,26 @@ test("remainingMs: the rest of a batch at the rate so far", () => {
   assert.equal(remainingMs(100, 100, 800), 0);
   assert.equal(remainingMs(120, 100, 800), 0);
   assert.equal(remainingMs(10, 100, -5), 0);
+});
+
+test("loadingDelay: a large selection's first redraw waits for the whole load until firstMs", () => {
+  const limits = { firstMs: 2000, waitMs: 500, redrawMs: 1000 };
+  // The redraw due at 1 s with 60 of 100 runs in (the rest due in 667 ms): put off to 2 s, where
+  // the rule before drew at once (the rest not within 500 ms).
+  assert.equal(loadingDelay({ elapsedMs: 1000, sinceDrawMs: 1000, done: 60, total: 100, drawn: false }, limits), 1000);
+  assert.equal(loadingDelay({ elapsedMs: 1500, sinceDrawMs: 1500, done: 0, total: 100, drawn: false }, limits), 500);
+  // From firstMs on: drawn now unless the rest is due within waitMs, and then never past
+  // firstMs + redrawMs.
+  assert.equal(loadingDelay({ elapsedMs: 2000, sinceDrawMs: 2000, done: 50, total: 100, drawn: false }, limits), 0);
+  assert.equal(loadingDelay({ elapsedMs: 2000, sinceDrawMs: 2000, done: 80, total: 100, drawn: false }, limits), 500);
+  assert.equal(loadingDelay({ elapsedMs: 2800, sinceDrawMs: 2800, done: 85, total: 100, drawn: false }, limits), 200);
+  assert.equal(loadingDelay({ elapsedMs: 3000, sinceDrawMs: 3000, done: 90, total: 100, drawn: false }, limits), 0);
+  // After a redraw of this selection, the rule as before: the rest due within waitMs waits, up to
+  // twice redrawMs after that redraw.
+  assert.equal(loadingDelay({ elapsedMs: 1200, sinceDrawMs: 1000, done: 60, total: 100, drawn: true }, limits), 0);
+  assert.equal(loadingDelay({ elapsedMs: 1800, sinceDrawMs: 1000, done: 90, total: 100, drawn: true }, limits), 200);
+  assert.equal(loadingDelay({ elapsedMs: 2000, sinceDrawMs: 1900, done: 90, total: 100, drawn: true }, limits), 100);
+  assert.equal(loadingDelay({ elapsedMs: 2400, sinceDrawMs: 1000, done: 100, total: 100, drawn: true }, limits), 0);
 });
 
 test("defer puts a paced frame off; flush and drawAll do not wait for it", async () => {
