@@ -596,14 +596,17 @@ CHILD_PROCESSES_ENV = "VDL_STREAM_EXPORT_CHILD_PROCESSES"
 
 
 def child_processes(cores: int | None = None) -> int:
-    """Processes ``/api/export``'s child formats in (:func:`write_export`): two where there are
-    two cores or more (``cores``, default ``os.cpu_count()``) and the platform forks and splices
-    (Linux), else one; or the int in the environment variable :data:`CHILD_PROCESSES_ENV`.
+    """Processes ``/api/export``'s child, and ``vdl-stream export`` without ``--processes`` or
+    ``--threads``, format in (:func:`write_export`): two where there are two cores or more
+    (``cores``, default ``os.cpu_count()``) and the platform forks and splices (Linux), else one;
+    or the int in the environment variable :data:`CHILD_PROCESSES_ENV`.
 
     One process formats on one core at most (its GIL), and on a quiet 2-core machine that core
     was the limit of a 50M-row JSON export (docs/performance.md, "/api/export JSON: two
-    processes"): two processes format alternate blocks on both cores, beside the server's relay.
-    On busy cores the split showed no gain (each process waits on the other every block).
+    processes"): two processes format alternate parts on both cores, beside the server's relay.
+    Worker threads in one process (``--threads``) overlap only numpy's passes, and pay for the
+    GIL's hand-offs: the CLI read 4.7M rows/s with them where the server's split child read 5M
+    (docs/performance.md, "Export: the CLI's split (2026-12-02, h10-export)").
 
     Raises:
         ValueError: :data:`CHILD_PROCESSES_ENV` is set to something else than an int >= 1.
@@ -2188,15 +2191,16 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         metavar="N",
-        help="worker threads formatting rows (default: one per idle core, none if under two)",
+        help="worker threads formatting rows in one process (default with --processes 1: one "
+        "per idle core, none if under two)",
     )
     parser.add_argument(
         "--processes",
         type=int,
-        default=1,
         metavar="N",
-        help="processes formatting alternate blocks of rows, forked (Linux; default: 1); "
-        "with N above 1 each formats in its own main thread (no --threads)",
+        help="processes formatting alternate parts of the rows, forked (Linux; default: 2 on "
+        "two cores or more, 1 with --threads); with N above 1 each formats in its own main "
+        "thread (no --threads)",
     )
 
 
@@ -2226,7 +2230,13 @@ def _export(args: argparse.Namespace, path: str) -> int:
 
 
 def _export_kept(args: argparse.Namespace, path: str) -> int:
-    processes = getattr(args, "processes", 1)
+    processes = getattr(args, "processes", None)
+    if processes is None:  # the split where there are two cores, as /api/export's child's
+        try:
+            processes = 1 if args.threads is not None else child_processes()
+        except ValueError as exc:
+            print(f"vdl-stream export: {exc}", file=sys.stderr)
+            return 2
     if not isinstance(processes, int) or processes < 1:
         print(f"vdl-stream export: --processes must be >= 1, got {processes}", file=sys.stderr)
         return 2
