@@ -1634,7 +1634,9 @@ def _micro_walls(
     :func:`_json_slots`); with ``bracket`` False, CSV's ``w,`` (nothing before them). Formatted
     in numpy from digit tables (no orjson, no newline search); None where any is not a whole
     microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
-    their integer parts' widths differ.
+    their integer parts' widths differ. Each field starts at the same column of a row of its
+    own (the starts are evenly spaced, at least :data:`_UNIT` bytes before the buffer's end:
+    :func:`_csv_slots` reads them with a stride).
 
     Why it is repr(): a wall ``w == u / 1e6`` (u an integer, the division correctly rounded)
     is the float64 nearest the decimal ``u / 10**6``; below 2**33 the float64s around ``w`` are
@@ -1877,11 +1879,12 @@ def _csv_slots(
     (a constant) right before them and the comma after them: the row's start is the same column
     in every slot. The wall's field ``wall,`` goes after that comma (from :func:`_micro_walls`
     where the walls are whole microseconds, as the recorder stores them; else orjson's digits),
-    a strided copy of one 32-byte item; the value's ``value\n`` right after the wall's comma
-    (one gather and one scatter of an item: the wall's width varies). The rows are then read
-    from their slots with a stride (no gather) and put side by side with one assignment of
-    items as wide as the widest row (in order: an item's bytes past its row's end are
-    overwritten by the next row's). Three fancy-indexed copies a row, against eight for
+    a strided copy of one 32-byte item (from :func:`_micro_walls`' rows read with a stride too:
+    3.5 against 8.2 ns a row for a gather); the value's ``value\n`` right after the wall's
+    comma (one gather and one scatter of an item: the wall's width varies). The rows are then
+    read from their slots with a stride (no gather) and put side by side with one assignment
+    of items as wide as the widest row (in order: an item's bytes past its row's end are
+    overwritten by the next row's). Two or three fancy-indexed copies a row, against eight for
     :func:`_layout`'s four fields, one orjson call against three, and no newline search or
     separators for the steps and walls.
     """
@@ -1911,7 +1914,12 @@ def _csv_slots(
     if negative:
         rows[:, comma - width] = _MINUS
     rows[:, comma] = _COMMA
-    column(f"V{_UNIT}", offset=comma + 1)[...] = _items(w, _UNIT)[w_at]
+    if fields is None:
+        wall_items = _items(w, _UNIT)[w_at]
+    else:  # _micro_walls' fields start at one column of its rows: read with a stride, no gather
+        stride = int(w_at[1] - w_at[0]) if n > 1 else 1
+        wall_items = np.ndarray((n,), f"V{_UNIT}", w, int(w_at[0]), (stride,))
+    column(f"V{_UNIT}", offset=comma + 1)[...] = wall_items
     at = np.arange(comma + 1, n * cols, cols)
     at += w_len
     _items(slots, _UNIT)[at] = _items(v, _UNIT)[v_at]
