@@ -967,6 +967,10 @@ def test_cli_export_splits_over_processes_by_default(tricky, tmp_path, monkeypat
     assert main(["export", str(tricky), "-o", str(out)]) == 0
     assert out.read_bytes() == reference(tricky, "csv")
     assert taken == [2 if (os.cpu_count() or 1) >= 2 and interop._can_split() else 1, 1, 3]
+    buffer = io.BytesIO()  # no file descriptor to splice to: formatted in this process
+    with Export(tricky, "json", chunk_rows=7, threads=0) as export:
+        interop.write_export(export, buffer, 2)
+    assert buffer.getvalue() == reference(tricky, "json") and taken[-1] == 2
     monkeypatch.setenv(interop.CHILD_PROCESSES_ENV, "0")
     assert main(["export", str(tricky), "-o", str(tmp_path / "x")]) == 2
     assert (

@@ -1000,8 +1000,9 @@ class _Seams:
 
 
 def write_export(export: Export, out: Any, processes: int = 1) -> None:
-    """Write ``export``'s whole document to ``out`` (a binary file with a descriptor: stdout, a
-    file, a pipe); with ``processes`` above 1 (Linux), format it in that many processes at once.
+    """Write ``export``'s whole document to ``out`` (a binary file: stdout, a file, a pipe); with
+    ``processes`` above 1 (Linux, ``out`` with a file descriptor), format it in that many
+    processes at once (elsewhere in this one).
 
     The extra processes are forks of this one, taken once ``export`` has opened its run, so all
     read the same state of it (preads only: no shared file offsets). The rows are dealt out in
@@ -1023,7 +1024,7 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
     """
     if not isinstance(processes, int) or processes < 1:
         raise ValueError(f"processes must be an int >= 1, got {processes!r}")
-    if processes == 1 or not _can_split():
+    if processes == 1 or not _can_split() or not _has_descriptor(out):
         for chunk in export:
             out.write(chunk)
         out.flush()
@@ -1075,6 +1076,17 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
             writer.abandon()  # its pipes ended with their helpers: it is not blocked for long
         for fd in pipes:
             os.close(fd)
+
+
+def _has_descriptor(out: Any) -> bool:
+    """Whether ``out`` is backed by a file descriptor, which a split export writes and splices
+    to (a stream in memory, such as a test's captured standard output, is written by one
+    process)."""
+    try:
+        out.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last
+        return False
+    return True
 
 
 def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
