@@ -1801,7 +1801,7 @@ def _json_slots(
     microseconds (the step's and the value's scatters, the value's gather; the rows' move has
     no gather): until h10-export the wall's field ended at one column (its start varied with
     its fraction's digits), so it was gathered into its slot and the rows gathered from theirs,
-    4-13% more CPU a row (docs/performance.md, "Export: the CLI's split").
+    3-12% more CPU a row (docs/performance.md, "Export: the CLI's split").
     """
     n = len(walls)
     fields = _micro_walls(walls)
