@@ -942,6 +942,43 @@ def test_cli_export_processes_change_nothing_but_speed(tricky, tmp_path):
         assert done.returncode == 2 and says in done.stderr and not done.stdout
 
 
+def test_cli_export_splits_over_processes_by_default(tricky, tmp_path, monkeypatch, capsys):
+    """Without ``--processes`` or ``--threads`` the command formats in the processes
+    /api/export's child takes (two on two cores: threads in one process overlap only numpy's
+    passes, under one GIL); ``--threads`` keeps one process; the bytes are the same."""
+    from vdl_stream import interop
+    from vdl_stream.cli import main
+
+    monkeypatch.delenv(interop.CHILD_PROCESSES_ENV, raising=False)
+    taken = []
+    write = interop.write_export
+
+    def recording(export, out, processes=1):
+        taken.append(processes)
+        write(export, out, processes)
+
+    monkeypatch.setattr(interop, "write_export", recording)
+    out = tmp_path / "out.json"
+    assert main(["export", str(tricky), "--format", "json", "-o", str(out)]) == 0
+    assert out.read_bytes() == reference(tricky, "json")
+    assert main(["export", str(tricky), "--threads", "0", "-o", str(out)]) == 0
+    assert out.read_bytes() == reference(tricky, "csv")
+    monkeypatch.setenv(interop.CHILD_PROCESSES_ENV, "3")
+    assert main(["export", str(tricky), "-o", str(out)]) == 0
+    assert out.read_bytes() == reference(tricky, "csv")
+    assert taken == [2 if (os.cpu_count() or 1) >= 2 and interop._can_split() else 1, 1, 3]
+    buffer = io.BytesIO()  # no file descriptor to splice to: formatted in this process
+    with Export(tricky, "json", chunk_rows=7, threads=0) as export:
+        interop.write_export(export, buffer, 2)
+    assert buffer.getvalue() == reference(tricky, "json") and taken[-1] == 2
+    monkeypatch.setenv(interop.CHILD_PROCESSES_ENV, "0")
+    assert main(["export", str(tricky), "-o", str(tmp_path / "x")]) == 2
+    assert (
+        "VDL_STREAM_EXPORT_CHILD_PROCESSES must be an int >= 1, got '0'" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "x").exists()
+
+
 # Run as ``python -c`` by the test below: the export as /api/export's child runs it, then which
 # modules it imported, and in which process numpy.ma was (np.unique imports it on first use).
 _STARTUP_PROBE = """

@@ -596,14 +596,17 @@ CHILD_PROCESSES_ENV = "VDL_STREAM_EXPORT_CHILD_PROCESSES"
 
 
 def child_processes(cores: int | None = None) -> int:
-    """Processes ``/api/export``'s child formats in (:func:`write_export`): two where there are
-    two cores or more (``cores``, default ``os.cpu_count()``) and the platform forks and splices
-    (Linux), else one; or the int in the environment variable :data:`CHILD_PROCESSES_ENV`.
+    """Processes ``/api/export``'s child, and ``vdl-stream export`` without ``--processes`` or
+    ``--threads``, format in (:func:`write_export`): two where there are two cores or more
+    (``cores``, default ``os.cpu_count()``) and the platform forks and splices (Linux), else one;
+    or the int in the environment variable :data:`CHILD_PROCESSES_ENV`.
 
     One process formats on one core at most (its GIL), and on a quiet 2-core machine that core
     was the limit of a 50M-row JSON export (docs/performance.md, "/api/export JSON: two
-    processes"): two processes format alternate blocks on both cores, beside the server's relay.
-    On busy cores the split showed no gain (each process waits on the other every block).
+    processes"): two processes format alternate parts on both cores, beside the server's relay.
+    Worker threads in one process (``--threads``) overlap only numpy's passes, and pay for the
+    GIL's hand-offs: the CLI read 4.7M rows/s with them where the server's split child read 5M
+    (docs/performance.md, "Export: the CLI's split (2026-12-02, h10-export)").
 
     Raises:
         ValueError: :data:`CHILD_PROCESSES_ENV` is set to something else than an int >= 1.
@@ -997,8 +1000,9 @@ class _Seams:
 
 
 def write_export(export: Export, out: Any, processes: int = 1) -> None:
-    """Write ``export``'s whole document to ``out`` (a binary file with a descriptor: stdout, a
-    file, a pipe); with ``processes`` above 1 (Linux), format it in that many processes at once.
+    """Write ``export``'s whole document to ``out`` (a binary file: stdout, a file, a pipe); with
+    ``processes`` above 1 (Linux, ``out`` with a file descriptor), format it in that many
+    processes at once (elsewhere in this one).
 
     The extra processes are forks of this one, taken once ``export`` has opened its run, so all
     read the same state of it (preads only: no shared file offsets). The rows are dealt out in
@@ -1020,7 +1024,7 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
     """
     if not isinstance(processes, int) or processes < 1:
         raise ValueError(f"processes must be an int >= 1, got {processes!r}")
-    if processes == 1 or not _can_split():
+    if processes == 1 or not _can_split() or not _has_descriptor(out):
         for chunk in export:
             out.write(chunk)
         out.flush()
@@ -1072,6 +1076,17 @@ def write_export(export: Export, out: Any, processes: int = 1) -> None:
             writer.abandon()  # its pipes ended with their helpers: it is not blocked for long
         for fd in pipes:
             os.close(fd)
+
+
+def _has_descriptor(out: Any) -> bool:
+    """Whether ``out`` is backed by a file descriptor, which a split export writes and splices
+    to (a stream in memory, such as a test's captured standard output, is written by one
+    process)."""
+    try:
+        out.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last
+        return False
+    return True
 
 
 def _format_share(export: Export, fd: int, k: int, processes: int) -> None:
@@ -1603,9 +1618,9 @@ _NULL4 = np.frombuffer(b"null", np.uint32)[0]
 #: What starts a JSON row in its slot (:func:`_json_slots`): the separator after the row before,
 #: and the row's bracket.
 _ROW_OPEN = b"], ["
-#: Column of a slot row where a step's words start (:func:`_json_slots`): a multiple of 4, and
-#: past the :data:`_UNIT` bytes of a wall's field that end right before the step.
-_STEP_AT = _UNIT + 4
+#: What follows a step in a JSON row (:func:`_json_slots`), as one uint32 word (the value's
+#: digits overwrite its last two bytes).
+_STEP_END = np.frombuffer(b", \0\0", np.uint32)[0]
 
 
 #: The last three digits of an integer part and the decimal point ("000." ... "999."), and the
@@ -1631,7 +1646,9 @@ def _micro_walls(
     :func:`_json_slots`); with ``bracket`` False, CSV's ``w,`` (nothing before them). Formatted
     in numpy from digit tables (no orjson, no newline search); None where any is not a whole
     microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
-    their integer parts' widths differ.
+    their integer parts' widths differ. Each field starts at the same column of a row of its
+    own (the starts are evenly spaced, at least :data:`_UNIT` bytes before the buffer's end:
+    :func:`_csv_slots` reads them with a stride).
 
     Why it is repr(): a wall ``w == u / 1e6`` (u an integer, the division correctly rounded)
     is the float64 nearest the decimal ``u / 10**6``; below 2**33 the float64s around ``w`` are
@@ -1771,17 +1788,20 @@ def _json_slots(
     The rows are built as ``], [w, s, v``: the separator before each row, not after it, so the
     value's field is the last and needs no bytes after its digits (the next row's item covers
     what its item carries past them); the first row's ``], `` gives way to ``head`` and one
-    ``]`` ends the last. In the slot row the step's digits are written right-aligned in whole
-    words from :data:`_DIGITS4` (four digits a word, no orjson), the wall's field ``], [w,`` is
-    put right-aligned to end one byte before them (a space then written there), and the value's
-    digits left-aligned after the step's comma and a space: strided copies, so the row lies
-    whole in its slot, and one gather and one assignment of items as wide as the widest row put
-    the rows side by side (in order: an item's bytes past its row's end are overwritten by the
-    next row's). Four fancy-indexed copies a row, against six for :func:`_layout`'s three
-    fields; no orjson call, newline search or separators for the steps, nor for the walls where
-    they are whole microseconds, as the recorder stores them (:func:`_micro_walls`, which writes
-    the ``], `` too); the values' orjson call is the compact one CSV's rows make (its indented
-    layout, which left room for ``], `` after each value, cost 10-15 ns a row more).
+    ``]`` ends the last. Every row starts at the first column of its slot, as CSV's start at one
+    column (:func:`_csv_slots`): the wall's field ``], [w,`` goes there, read with a stride from
+    :func:`_micro_walls`' rows where the walls are whole microseconds, as the recorder stores
+    them (else gathered from orjson's digits); the step's `` s, `` right after it, one item
+    scattered from rows of their own, where its digits are written right-aligned in whole words
+    from :data:`_DIGITS4` (no orjson) and read with a stride; the value's digits after that
+    (orjson's compact call, as CSV's: one gather and one scatter of an item). The rows are then
+    read from their slots with a stride (no gather) and put side by side with one assignment of
+    items as wide as the widest row (in order: an item's bytes past its row's end are
+    overwritten by the next row's). Three fancy-indexed copies a row where the walls are whole
+    microseconds (the step's and the value's scatters, the value's gather; the rows' move has
+    no gather): until h10-export the wall's field ended at one column (its start varied with
+    its fraction's digits), so it was gathered into its slot and the rows gathered from theirs,
+    3-12% more CPU a row (docs/performance.md, "Export: the CLI's split").
     """
     n = len(walls)
     fields = _micro_walls(walls)
@@ -1789,35 +1809,44 @@ def _json_slots(
     v, v_at, v_len = _numbers(values, b",", null_nonfinite=True)
     negative = steps is not None and int(steps[0]) < 0
     words = -(-(width - negative) // 4)
-    comma = _STEP_AT + 4 * words  # after the step's last digit
-    space = comma - width - 1  # before its first character; the wall's field ends here
-    cols = (comma + 2 + _UNIT + 3) // 4 * 4
-    # "], " + "[w," + " " + step + ", " + v (its comma past the row's end)
-    row_len = w_len + v_len
-    row_len += width + 5
-    size = -(-int(row_len.max()) // 16) * 16
-    slots = np.empty(n * cols + size, np.uint8)
-    rows = slots[: n * cols].reshape(n, cols)
-    quads = rows.view(np.uint32)
+    # The step's `` s, `` in rows of its own: the digits right-aligned in words 1 to ``words``
+    # (word 0 holds the space, and the minus sign where the first word is full), ", " after.
+    digits_end = 4 * (1 + words)
+    lead = digits_end - width - 1  # the space before the step
+    item = 16 if width + 3 <= 16 else _UNIT
+    step_cols = max(-(-(lead + item) // 4), 1 + words + 1) * 4
+    texts = np.empty(n * step_cols + item, np.uint8)
+    step_rows = texts[: n * step_cols].reshape(n, step_cols)
+    quads = step_rows.view(np.uint32)
     if steps is None:
-        quads[:, _STEP_AT // 4] = _NULL4
+        quads[:, 1] = _NULL4
     else:
-        _step_words(quads, steps, _STEP_AT // 4, words, negative)
-    # over the leading zeros of the step's first word
-    np.ndarray((n,), f"V{_UNIT}", slots, space - _UNIT, (cols,))[...] = _items(w, _UNIT)[
-        w_at + w_len - _UNIT
-    ]
-    first = np.arange(space, n * cols, cols)
-    first -= w_len
-    first -= len(_ROW_OPEN) - 1  # each row's "]"
-    if fields is None:  # orjson's walls have their indentation before the "["
-        _put(slots, first, _ROW_OPEN[:-1])
-    rows[:, space] = _SPACE
+        _step_words(quads, steps, 1, words, negative)
+    step_rows[:, lead] = _SPACE
     if negative:
-        rows[:, space + 1] = _MINUS
-    rows[:, comma] = _COMMA
-    rows[:, comma + 1] = _SPACE
-    np.ndarray((n,), f"V{_UNIT}", slots, comma + 2, (cols,))[...] = _items(v, _UNIT)[v_at]
+        step_rows[:, lead + 1] = _MINUS
+    quads[:, 1 + words] = _STEP_END
+    # The slots: "], [w," from the first column, the step's item after it, the value's next.
+    cols = -(-(3 + int(w_len.max()) + width + 3 + _UNIT) // 4) * 4
+    row_len = w_len + v_len
+    row_len += width + 5  # "], ", " ", ", " less the value's comma
+    size = -(-int(row_len.max()) // 16) * 16
+    slots = np.empty(n * cols + max(size, _UNIT), np.uint8)
+    if fields is not None:  # one column of _micro_walls' rows: "], " is in the 3 bytes before
+        stride = int(w_at[1] - w_at[0]) if n > 1 else 1
+        wall_items = np.ndarray((n,), f"V{_UNIT}", w, int(w_at[0]) - 3, (stride,))
+    else:  # orjson's, with its indentation before the "[" (and the comma before that)
+        wall_items = _items(w, _UNIT)[w_at - 3]
+    np.ndarray((n,), f"V{_UNIT}", slots, 0, (cols,))[...] = wall_items
+    if fields is None:
+        rows = slots[: n * cols].reshape(n, cols)
+        for j, byte in enumerate(_ROW_OPEN[:-1]):
+            rows[:, j] = byte
+    at = np.arange(3, n * cols, cols)
+    at += w_len  # right after the wall's comma
+    _items(slots, item)[at] = np.ndarray((n,), f"V{item}", texts, lead, (step_cols,))
+    at += width + 3
+    _items(slots, _UNIT)[at] = _items(v, _UNIT)[v_at]
     # The rows go from ``len(head)`` in ``out`` and ``head`` to 3 bytes later, over the first
     # row's "], ": the document is ``out[3:]``.
     at = np.cumsum(row_len)
@@ -1825,7 +1854,7 @@ def _json_slots(
     at -= row_len
     at += len(head)
     out = np.empty(end + size + 1, np.uint8)
-    _items(out, size, end + 1)[at] = _items(slots, size)[first]
+    _items(out, size, end + 1)[at] = np.ndarray((n,), f"V{size}", slots, 0, (cols,))
     out[3 : 3 + len(head)] = np.frombuffer(head, np.uint8)
     out[end] = ord("]")
     return out[3 : end + 1].data
@@ -1874,11 +1903,12 @@ def _csv_slots(
     (a constant) right before them and the comma after them: the row's start is the same column
     in every slot. The wall's field ``wall,`` goes after that comma (from :func:`_micro_walls`
     where the walls are whole microseconds, as the recorder stores them; else orjson's digits),
-    a strided copy of one 32-byte item; the value's ``value\n`` right after the wall's comma
-    (one gather and one scatter of an item: the wall's width varies). The rows are then read
-    from their slots with a stride (no gather) and put side by side with one assignment of
-    items as wide as the widest row (in order: an item's bytes past its row's end are
-    overwritten by the next row's). Three fancy-indexed copies a row, against eight for
+    a strided copy of one 32-byte item (from :func:`_micro_walls`' rows read with a stride too:
+    3.5 against 8.2 ns a row for a gather); the value's ``value\n`` right after the wall's
+    comma (one gather and one scatter of an item: the wall's width varies). The rows are then
+    read from their slots with a stride (no gather) and put side by side with one assignment
+    of items as wide as the widest row (in order: an item's bytes past its row's end are
+    overwritten by the next row's). Two or three fancy-indexed copies a row, against eight for
     :func:`_layout`'s four fields, one orjson call against three, and no newline search or
     separators for the steps and walls.
     """
@@ -1908,7 +1938,12 @@ def _csv_slots(
     if negative:
         rows[:, comma - width] = _MINUS
     rows[:, comma] = _COMMA
-    column(f"V{_UNIT}", offset=comma + 1)[...] = _items(w, _UNIT)[w_at]
+    if fields is None:
+        wall_items = _items(w, _UNIT)[w_at]
+    else:  # _micro_walls' fields start at one column of its rows: read with a stride, no gather
+        stride = int(w_at[1] - w_at[0]) if n > 1 else 1
+        wall_items = np.ndarray((n,), f"V{_UNIT}", w, int(w_at[0]), (stride,))
+    column(f"V{_UNIT}", offset=comma + 1)[...] = wall_items
     at = np.arange(comma + 1, n * cols, cols)
     at += w_len
     _items(slots, _UNIT)[at] = _items(v, _UNIT)[v_at]
@@ -2188,15 +2223,16 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         metavar="N",
-        help="worker threads formatting rows (default: one per idle core, none if under two)",
+        help="worker threads formatting rows in one process (default with --processes 1: one "
+        "per idle core, none if under two)",
     )
     parser.add_argument(
         "--processes",
         type=int,
-        default=1,
         metavar="N",
-        help="processes formatting alternate blocks of rows, forked (Linux; default: 1); "
-        "with N above 1 each formats in its own main thread (no --threads)",
+        help="processes formatting alternate parts of the rows, forked (Linux; default: 2 on "
+        "two cores or more, 1 with --threads); with N above 1 each formats in its own main "
+        "thread (no --threads)",
     )
 
 
@@ -2226,7 +2262,13 @@ def _export(args: argparse.Namespace, path: str) -> int:
 
 
 def _export_kept(args: argparse.Namespace, path: str) -> int:
-    processes = getattr(args, "processes", 1)
+    processes = getattr(args, "processes", None)
+    if processes is None:  # the split where there are two cores, as /api/export's child's
+        try:
+            processes = 1 if args.threads is not None else child_processes()
+        except ValueError as exc:
+            print(f"vdl-stream export: {exc}", file=sys.stderr)
+            return 2
     if not isinstance(processes, int) or processes < 1:
         print(f"vdl-stream export: --processes must be >= 1, got {processes}", file=sys.stderr)
         return 2
