@@ -696,6 +696,10 @@ async def test_a_followed_run_tells_the_detectors_where_its_tags_began(tmp_path)
                 await nursery.start(broker.run)
                 await nursery.start(engine.run, broker)
                 await nursery.start(broker.follow, 0.05)
+                # What is in the run's files when its reader opens is its history: step 100
+                # must come after that (the follow loop opens it soon after finding it).
+                runs = broker._runs
+                await _until(lambda: "followed" in runs and runs["followed"].position is not None)
                 proc.stdin.write("nan\n")
                 proc.stdin.flush()
                 line = await trio.to_thread.run_sync(proc.stdout.readline)
