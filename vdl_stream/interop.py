@@ -1649,8 +1649,9 @@ def _micro_walls(
     them, ``us / 1e6``), as :func:`_numbers` gives them with ``pre=b"["``, ``sep=b","`` and
     ``room=_UNIT``, and ``], `` in the 3 bytes before each (the row before's end in
     :func:`_json_slots`); with ``bracket`` False, CSV's ``w,`` with a comma before each (the
-    step's, in :func:`_csv_slots`) and none written after it (the value's item that follows
-    brings its own: the lengths count it, the byte is left as it is). Formatted
+    step's, in :func:`_csv_slots`). The comma after each is not written (the lengths count it,
+    the byte is left as it is): the item copied after the field brings it (JSON's step's,
+    CSV's value's). Formatted
     in numpy from digit tables (no orjson, no newline search); None where any is not a whole
     microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
     their integer parts' widths differ. Each field starts at the same column of a row of its
@@ -1706,8 +1707,6 @@ def _micro_walls(
         start += 1
     starts = np.arange(_UNIT + start, _UNIT + n * cols, cols)
     lengths = kept + (width + 2 + bracket)  # "[", the integer part, ".", the fraction, ","
-    if bracket:
-        buf[starts + lengths - 1] = _COMMA
     return buf, starts, lengths
 
 
@@ -1799,8 +1798,8 @@ def _json_slots(
     ``]`` ends the last. Every row starts at the first column of its slot, as CSV's start at one
     column (:func:`_csv_slots`): the wall's field ``], [w,`` goes there, read with a stride from
     :func:`_micro_walls`' rows where the walls are whole microseconds, as the recorder stores
-    them (else gathered from orjson's digits); the step's `` s, `` right after it, one item
-    scattered from rows of their own, where its digits are written right-aligned in whole words
+    them (else gathered from orjson's digits); the step's ``, s, `` at the wall's comma (which
+    it brings: :func:`_micro_walls` writes none), one item scattered from rows of their own, where its digits are written right-aligned in whole words
     from :data:`_DIGITS4` (no orjson) and read with a stride; the value's digits after that
     (orjson's compact call, as CSV's: one gather and one scatter of an item). The rows are then
     read from their slots with a stride (no gather) and put side by side with one assignment of
@@ -1821,7 +1820,7 @@ def _json_slots(
     # (word 0 holds the space, and the minus sign where the first word is full), ", " after.
     digits_end = 4 * (1 + words)
     lead = digits_end - width - 1  # the space before the step
-    item = 16 if width + 3 <= 16 else _UNIT
+    item = 16 if width + 4 <= 16 else _UNIT  # ", s, "
     step_cols = max(-(-(lead + item) // 4), 1 + words + 1) * 4
     texts = np.empty(n * step_cols + item, np.uint8)
     step_rows = texts[: n * step_cols].reshape(n, step_cols)
@@ -1831,6 +1830,7 @@ def _json_slots(
     else:
         _step_words(quads, steps, 1, words, negative)
     step_rows[:, lead] = _SPACE
+    step_rows[:, lead - 1] = _COMMA  # the wall's (_micro_walls writes none)
     if negative:
         step_rows[:, lead + 1] = _MINUS
     quads[:, 1 + words] = _STEP_END
@@ -1850,10 +1850,10 @@ def _json_slots(
         rows = slots[: n * cols].reshape(n, cols)
         for j, byte in enumerate(_ROW_OPEN[:-1]):
             rows[:, j] = byte
-    at = np.arange(3, n * cols, cols)
-    at += w_len  # right after the wall's comma
-    _items(slots, item)[at] = np.ndarray((n,), f"V{item}", texts, lead, (step_cols,))
-    at += width + 3
+    at = np.arange(2, n * cols, cols)
+    at += w_len  # at the wall's comma
+    _items(slots, item)[at] = np.ndarray((n,), f"V{item}", texts, lead - 1, (step_cols,))
+    at += width + 4
     _items(slots, _UNIT)[at] = _items(v, _UNIT)[v_at]
     # The rows go from ``len(head)`` in ``out`` and ``head`` to 3 bytes later, over the first
     # row's "], ": the document is ``out[3:]``.
