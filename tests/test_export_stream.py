@@ -276,8 +276,8 @@ def test_walls_in_whole_microseconds_are_formatted_as_repr(digits, picks, edges)
         n = len(walls)
         fields = interop._micro_walls(walls)
         if fields is not None:
-            _check_wall_fields(walls, fields, b"], [%s,", 3)
-            _check_wall_fields(walls, interop._micro_walls(walls, bracket=False), b"%s,", 0)
+            _check_wall_fields(walls, (fields[0], fields[1], fields[2] - 1), b"], [%s", 3)
+            _check_csv_wall_fields(walls, interop._micro_walls(walls, bracket=False))
         steps = np.arange(n, dtype=np.int64) + 10**6
         values = np.linspace(-1, 1, n)
         expected = reference_rows("json", "t", steps.tolist(), walls.tolist(), values.tolist())
@@ -295,11 +295,20 @@ WALL_BOUNDARIES = [0, 1, 10, 1000, 10**4, 10**5, 10**8, 10**9, 1_790_001_000, 1_
 
 def _check_wall_fields(walls: np.ndarray, fields: tuple, form: bytes, before: int) -> None:
     """Assert _micro_walls' ``fields`` of ``walls``, with the ``before`` bytes in front of each,
-    are ``form % repr(wall)``: JSON's ``[w,`` with the row before's ``], `` in front (what
-    _json_slots copies with it), or CSV's ``w,``."""
+    are ``form % repr(wall)``: JSON's ``[w`` with the row before's ``], `` in front (what
+    _json_slots copies with it), or CSV's ``,w``; the comma after each, counted in its length
+    and brought by the step's or the value's item, is left out of ``fields``' lengths here."""
     text, starts, lengths = fields
     got = [bytes(text[a - before : a + k]) for a, k in zip(starts, lengths, strict=True)]
     assert got == [form % repr(x).encode() for x in walls.tolist()]
+
+
+def _check_csv_wall_fields(walls: np.ndarray, fields: tuple) -> None:
+    """Assert _micro_walls' CSV ``fields`` of ``walls`` are ``,w`` (the step's comma before the
+    wall, what _csv_slots copies with it), their lengths counting the comma after the wall that
+    the value's item brings."""
+    text, starts, lengths = fields
+    _check_wall_fields(walls, (text, starts, lengths - 1), b",%s", 1)
 
 
 def _check_walls(walls: np.ndarray) -> None:
@@ -317,8 +326,8 @@ def _check_walls(walls: np.ndarray) -> None:
     fields = interop._micro_walls(walls)
     assert (fields is not None) == fast
     if fields is not None:
-        _check_wall_fields(walls, fields, b"], [%s,", 3)
-        _check_wall_fields(walls, interop._micro_walls(walls, bracket=False), b"%s,", 0)
+        _check_wall_fields(walls, (fields[0], fields[1], fields[2] - 1), b"], [%s", 3)
+        _check_csv_wall_fields(walls, interop._micro_walls(walls, bracket=False))
     n = len(walls)
     steps = np.arange(n, dtype=np.int64) + 7
     values = np.linspace(-1, 1, n)
@@ -423,6 +432,23 @@ def test_columns_of_small_and_huge_values_are_respelled_as_repr(formatter):
     assert _csv_rows("lr", steps, x, x[::-1].copy()) == expected.encode()
     expected = reference_rows("json", "lr", None, x[::-1].tolist(), x.tolist())
     assert _json_rows(None, x[::-1].copy(), x) == expected.encode()
+
+
+@pytest.mark.parametrize("sep", [b"", b","])
+def test_a_compact_column_has_a_comma_before_each_field_but_the_first(sep):
+    """_numbers' fields with no ``pre`` and ``sep`` none or a comma: the byte before each but
+    the first is a comma, orjson's or one written before a respelled field (exponent notation,
+    non-finite), so _csv_slots takes a value's item with the comma before it; with no ``sep``
+    the fields are the digits alone."""
+    from vdl_stream.interop import _numbers
+
+    rng = np.random.default_rng(13)
+    x = rng.choice(np.array(EDGES), 3000) * 10.0 ** rng.integers(-8, 20, 3000)
+    x[::3] = rng.standard_normal(1000)
+    text, starts, lengths = _numbers(x, sep)
+    got = [bytes(text[a - 1 : a + k]) for a, k in zip(starts, lengths, strict=True)]
+    assert got[0][1:] == repr(float(x[0])).encode() + sep
+    assert got[1:] == [b",%s%s" % (repr(v).encode(), sep) for v in x[1:].tolist()]
 
 
 def test_a_block_of_rows_of_every_width():

@@ -1315,7 +1315,7 @@ def _numbers(
     room: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each number of ``x`` as ``repr()`` writes it, after ``pre`` (none or one byte) and followed
-    by ``sep`` (at most ``4 - len(pre)`` bytes), as a column for :func:`_layout`:
+    by ``sep`` (none or at most ``4 - len(pre)`` bytes), as a column for :func:`_layout`:
     ``(text, starts, lengths)``, field i being ``text[starts[i] : starts[i] + lengths[i]]``,
     with at least :data:`_UNIT` bytes of ``text`` from each start, and ``room`` bytes before the
     first (so an item of ``room`` bytes may end where a field ends: :func:`_json_slots`).
@@ -1325,7 +1325,9 @@ def _numbers(
     fields are respelled by :func:`_repr_fields` in rows appended to orjson's text (non-finite
     values stay orjson's ``null``, if asked). A one-byte ``sep`` goes where orjson put its comma;
     a longer one, or ``pre``, in the room orjson's indented layout leaves between numbers
-    (``",\\n  "``).
+    (``",\\n  "``). With ``sep`` none or ``,`` and no ``pre``, the byte before each field but
+    the first is a comma (orjson's, or one written before a respelled field), so an item may
+    start there (:func:`_csv_slots`).
     """
     integers = x.dtype.kind in "iu"
     x = np.ascontiguousarray(x, np.int64 if integers else np.float64)
@@ -1368,6 +1370,8 @@ def _numbers(
     if len(odd):
         buf[rows + 1 : size] = np.frombuffer(redone, np.uint8)
         starts[odd] = rows + 1 + _WIDTH * np.arange(len(odd))
+        if not wide:  # as orjson's compact layout has a comma before the others
+            buf[starts[odd] - 1] = _COMMA
     ends = starts + lengths
     # After every number but the last orjson wrote a comma, and in its indented layout the next
     # line's newline and indentation: only the bytes of ``sep`` that differ are written there,
@@ -1378,8 +1382,9 @@ def _numbers(
     for j, byte in enumerate(sep):
         if j >= len(after) or byte != after[j]:
             buf[ends + j] = byte
-    _put(buf, ends[np.append(odd, len(x) - 1).astype(np.int64)], sep)
-    lengths += len(sep)
+    if sep:
+        _put(buf, ends[np.append(odd, len(x) - 1).astype(np.int64)], sep)
+        lengths += len(sep)
     if pre:
         starts -= 1
         lengths += 1
@@ -1643,7 +1648,10 @@ def _micro_walls(
     """The fields ``[w,`` of wall times that are whole microseconds (as the recorder stores
     them, ``us / 1e6``), as :func:`_numbers` gives them with ``pre=b"["``, ``sep=b","`` and
     ``room=_UNIT``, and ``], `` in the 3 bytes before each (the row before's end in
-    :func:`_json_slots`); with ``bracket`` False, CSV's ``w,`` (nothing before them). Formatted
+    :func:`_json_slots`); with ``bracket`` False, CSV's ``w,`` with a comma before each (the
+    step's, in :func:`_csv_slots`). The comma after each is not written (the lengths count it,
+    the byte is left as it is): the item copied after the field brings it (JSON's step's,
+    CSV's value's). Formatted
     in numpy from digit tables (no orjson, no newline search); None where any is not a whole
     microsecond, below 1 s, from :data:`_MICRO_WALLS_BELOW`, or where
     their integer parts' widths differ. Each field starts at the same column of a row of its
@@ -1684,7 +1692,7 @@ def _micro_walls(
     quads = buf[_UNIT : _UNIT + n * cols].view(np.uint32).reshape(n, cols // 4)
     q, last3 = _divmod(whole, 1000)
     quads[:, head] = _DIGITS3_DOT[last3]
-    lead = _ROW_OPEN if bracket else b""
+    lead = _ROW_OPEN if bracket else b","
     if head == 1 or not _upper_words(quads, q, head, lead):
         rows = buf[_UNIT : _UNIT + n * cols].reshape(n, cols)
         for j, byte in enumerate(lead):  # over the leading zeros of the first digits' word
@@ -1699,7 +1707,6 @@ def _micro_walls(
         start += 1
     starts = np.arange(_UNIT + start, _UNIT + n * cols, cols)
     lengths = kept + (width + 2 + bracket)  # "[", the integer part, ".", the fraction, ","
-    buf[starts + lengths - 1] = _COMMA
     return buf, starts, lengths
 
 
@@ -1791,8 +1798,8 @@ def _json_slots(
     ``]`` ends the last. Every row starts at the first column of its slot, as CSV's start at one
     column (:func:`_csv_slots`): the wall's field ``], [w,`` goes there, read with a stride from
     :func:`_micro_walls`' rows where the walls are whole microseconds, as the recorder stores
-    them (else gathered from orjson's digits); the step's `` s, `` right after it, one item
-    scattered from rows of their own, where its digits are written right-aligned in whole words
+    them (else gathered from orjson's digits); the step's ``, s, `` at the wall's comma (which
+    it brings: :func:`_micro_walls` writes none), one item scattered from rows of their own, where its digits are written right-aligned in whole words
     from :data:`_DIGITS4` (no orjson) and read with a stride; the value's digits after that
     (orjson's compact call, as CSV's: one gather and one scatter of an item). The rows are then
     read from their slots with a stride (no gather) and put side by side with one assignment of
@@ -1813,7 +1820,7 @@ def _json_slots(
     # (word 0 holds the space, and the minus sign where the first word is full), ", " after.
     digits_end = 4 * (1 + words)
     lead = digits_end - width - 1  # the space before the step
-    item = 16 if width + 3 <= 16 else _UNIT
+    item = 16 if width + 4 <= 16 else _UNIT  # ", s, "
     step_cols = max(-(-(lead + item) // 4), 1 + words + 1) * 4
     texts = np.empty(n * step_cols + item, np.uint8)
     step_rows = texts[: n * step_cols].reshape(n, step_cols)
@@ -1823,6 +1830,7 @@ def _json_slots(
     else:
         _step_words(quads, steps, 1, words, negative)
     step_rows[:, lead] = _SPACE
+    step_rows[:, lead - 1] = _COMMA  # the wall's (_micro_walls writes none)
     if negative:
         step_rows[:, lead + 1] = _MINUS
     quads[:, 1 + words] = _STEP_END
@@ -1842,10 +1850,10 @@ def _json_slots(
         rows = slots[: n * cols].reshape(n, cols)
         for j, byte in enumerate(_ROW_OPEN[:-1]):
             rows[:, j] = byte
-    at = np.arange(3, n * cols, cols)
-    at += w_len  # right after the wall's comma
-    _items(slots, item)[at] = np.ndarray((n,), f"V{item}", texts, lead, (step_cols,))
-    at += width + 3
+    at = np.arange(2, n * cols, cols)
+    at += w_len  # at the wall's comma
+    _items(slots, item)[at] = np.ndarray((n,), f"V{item}", texts, lead - 1, (step_cols,))
+    at += width + 4
     _items(slots, _UNIT)[at] = _items(v, _UNIT)[v_at]
     # The rows go from ``len(head)`` in ``out`` and ``head`` to 3 bytes later, over the first
     # row's "], ": the document is ``out[3:]``.
@@ -1898,35 +1906,43 @@ def _csv_slots(
     bytes wide (0: none): each row built whole in a slot row of its own, then moved into place
     in one piece, as :func:`_json_slots` builds JSON's.
 
-    A row ``head step,wall,value\n`` starts with its only fields of fixed width. In its slot row
-    the step's digits are written right-aligned in whole words from :data:`_DIGITS4`, ``head``
-    (a constant) right before them and the comma after them: the row's start is the same column
-    in every slot. The wall's field ``wall,`` goes after that comma (from :func:`_micro_walls`
-    where the walls are whole microseconds, as the recorder stores them; else orjson's digits),
-    a strided copy of one 32-byte item (from :func:`_micro_walls`' rows read with a stride too:
-    3.5 against 8.2 ns a row for a gather); the value's ``value\n`` right after the wall's
-    comma (one gather and one scatter of an item: the wall's width varies). The rows are then
-    read from their slots with a stride (no gather) and put side by side with one assignment
-    of items as wide as the widest row (in order: an item's bytes past its row's end are
-    overwritten by the next row's). Two or three fancy-indexed copies a row, against eight for
-    :func:`_layout`'s four fields, one orjson call against three, and no newline search or
-    separators for the steps and walls.
+    The rows are built as ``\\nhead step,wall,value``: the newline before each row, not after
+    it, so the value's field is the last and needs no bytes after its digits (the next row's
+    item covers what its item carries past them); the first row's newline is dropped and one
+    ends the last. A row starts with its only fields of fixed width. In its slot row the step's
+    digits are written right-aligned in whole words from :data:`_DIGITS4`, the newline and
+    ``head`` (a constant) right before them: the row's start is the same column in every slot.
+    The wall's field ``,wall`` goes right after the step (from :func:`_micro_walls` where the
+    walls are whole microseconds, as the recorder stores them, read with a stride; else
+    gathered from orjson's digits), a strided copy of one 32-byte item that brings the step's
+    comma; the value's ``,value`` right after the wall's digits (one gather and one scatter of
+    an item: the wall's width varies), the comma orjson wrote before it being the wall's. The
+    rows are then read from their slots with a stride (no gather) and put side by side with one
+    assignment of items as wide as the widest row (in order: an item's bytes past its row's end
+    are overwritten by the next row's). Two or three fancy-indexed copies a row, against eight
+    for :func:`_layout`'s four fields, one orjson call against three, no newline search or
+    separators for the steps and walls, and no pass that writes a comma or a newline a row:
+    until h11-csv the newline ended each row (written over orjson's commas), and the step's
+    and the wall's commas were written a row at a time (docs/performance.md, "Export: CSV rows
+    with their newline first (2026-12-02, h11-csv)").
     """
     n = len(walls)
     fields = _micro_walls(walls, bracket=False)
     w, w_at, w_len = _numbers(walls, b",") if fields is None else fields
-    v, v_at, v_len = _numbers(values, b"\n")
+    v, v_at, v_len = _numbers(values, b"")
+    v[int(v_at[0]) - 1] = _COMMA  # orjson's "[" before the first value (a comma before any other)
+    lead = b"\n" + head
     negative = steps is not None and int(steps[0]) < 0
     words = -(-(width - negative) // 4)
-    # The step's words start past room for the head (and a minus sign before a first word the
-    # digits fill); the comma goes right after them.
-    step_at = -(-(len(head) + 1) // 4) * 4
+    # The step's words start past room for the lead (and a minus sign before a first word the
+    # digits fill); the wall's comma goes right after them.
+    step_at = -(-(len(lead) + 1) // 4) * 4
     comma = step_at + 4 * words
-    start = comma - width - len(head)  # the row's first byte, in every slot
+    start = comma - width - len(lead)  # the row's first byte, in every slot
     wide = int(w_len.max())
-    cols = -(-(comma + 1 + wide + _UNIT) // 4) * 4  # room for the value's item after the wall
+    cols = -(-(comma + wide + _UNIT) // 4) * 4  # room for the value's item after the wall
     row_len = v_len + w_len
-    row_len += len(head) + width + 1
+    row_len += len(lead) + width + 1
     size = -(-int(row_len.max()) // 16) * 16
     slots = np.empty(n * cols + size, np.uint8)
     rows = slots[: n * cols].reshape(n, cols)
@@ -1934,25 +1950,27 @@ def _csv_slots(
         _step_words(rows.view(np.uint32), steps, step_at // 4, words, negative)
     # over the leading zeros of the step's first word
     column = partial(np.ndarray, (n,), buffer=slots, strides=(cols,))
-    _put_columns(rows, start, head)
+    _put_columns(rows, start, lead)
     if negative:
         rows[:, comma - width] = _MINUS
-    rows[:, comma] = _COMMA
-    if fields is None:
-        wall_items = _items(w, _UNIT)[w_at]
+    if fields is None:  # orjson's, with its comma before each (its "[" before the first)
+        w[int(w_at[0]) - 1] = _COMMA
+        wall_items = _items(w, _UNIT)[w_at - 1]
     else:  # _micro_walls' fields start at one column of its rows: read with a stride, no gather
         stride = int(w_at[1] - w_at[0]) if n > 1 else 1
-        wall_items = np.ndarray((n,), f"V{_UNIT}", w, int(w_at[0]), (stride,))
-    column(f"V{_UNIT}", offset=comma + 1)[...] = wall_items
-    at = np.arange(comma + 1, n * cols, cols)
-    at += w_len
-    _items(slots, _UNIT)[at] = _items(v, _UNIT)[v_at]
+        wall_items = np.ndarray((n,), f"V{_UNIT}", w, int(w_at[0]) - 1, (stride,))
+    column(f"V{_UNIT}", offset=comma)[...] = wall_items
+    at = np.arange(comma, n * cols, cols)
+    at += w_len  # the wall's comma
+    _items(slots, _UNIT)[at] = _items(v, _UNIT)[v_at - 1]
+    # The rows go from byte 0 of ``out``: the document is ``out[1:]``, over the first newline.
     at = np.cumsum(row_len)
     total = int(at[-1])
     at -= row_len
     out = np.empty(total + size, np.uint8)
     _items(out, size, total + 1)[at] = column(f"V{size}", offset=start)
-    return out[:total].data
+    out[total] = _NEWLINE
+    return out[1 : total + 1].data
 
 
 async def stream_export(export: Export) -> AsyncIterator[bytes]:
