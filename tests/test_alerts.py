@@ -906,7 +906,12 @@ async def test_a_round_that_took_a_millisecond_or_more_spaces_the_next_ones(auto
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     # 2 ms / DETECT_SHARE at least (the round's own judging adds to its clock), 0.5 s at most
     assert all(0.2 - 0.011 <= g <= alerts.DETECT_MAX_INTERVAL + 0.011 for g in gaps[:3]), gaps
-    assert all(abs(g - alerts.DETECT_INTERVAL) <= 0.011 for g in gaps[4:]), gaps
+    # The quick rounds' own clock is real CPU too: on a loaded machine one of them can read a
+    # millisecond or more (CI once read 1.25 ms: a gap of 0.125 s), so the spacing is judged on
+    # their median, and none may stay near the slow rounds' spacing.
+    quick = sorted(gaps[4:])
+    assert abs(quick[len(quick) // 2] - alerts.DETECT_INTERVAL) <= 0.011, gaps
+    assert all(g < 0.19 for g in quick), gaps
 
 
 def test_a_dropped_batch_is_counted_and_logged_and_what_it_says_of_the_run_is_kept(caplog):
