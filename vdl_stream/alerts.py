@@ -1569,9 +1569,12 @@ class AlertEngine:
             ts.window.extend(values)
         scale = max(abs(s.best), 0.1 * abs(s.first), 1e-12)
         rise = s.ema - s.best
-        by_factor = rise > (p["factor"] - 1) * scale
-        rising = e.rising >= p["rising_points"] and rise > 0.2 * scale
-        if (by_factor or rising) and ts.window is not None and ts.window.n >= p["min_points"]:
+        # The rise, in units of the scale, past which it fires: by the factor, or by a fifth
+        # once it has risen for long enough.
+        fires_at = p["factor"] - 1
+        if e.rising >= p["rising_points"]:
+            fires_at = min(fires_at, 0.2)
+        if rise > fires_at * scale and ts.window is not None and ts.window.n >= p["min_points"]:
             # The level alone is no scale for a loss near zero or below it, and the first value
             # is the run's start only when the server saw the start: one started next to a
             # converged run takes its noise for a rise. So the rise must also stand out of the
@@ -1580,8 +1583,8 @@ class AlertEngine:
             # from a real divergence, which rises by orders of magnitude. Computed only here:
             # a tag that is not rising by its level pays nothing for it.
             scale = max(scale, 1.4826 * _median_mad(ts.window.values())[1])
-            by_factor = rise > (p["factor"] - 1) * scale
-            rising = e.rising >= p["rising_points"] and rise > 0.2 * scale
+        by_factor = rise > (p["factor"] - 1) * scale
+        rising = e.rising >= p["rising_points"] and rise > 0.2 * scale
         key = ("divergence", tag)
         if by_factor or rising:
             why = (
