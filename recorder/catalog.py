@@ -223,6 +223,7 @@ class BlockState:
     # The file's identity (device, inode) when its footer was read: a block rewritten under the
     # same name (summaries added by recorder.add_summaries) is another file.
     identity: tuple[int, int] | None = None
+    size: int = 0  # the file's size when its footer was read
 
     @property
     def end(self) -> int:
@@ -554,6 +555,22 @@ class Catalog:
         self.entries.extend(new)
         return new
 
+    def extent(self) -> list[tuple[str, int]] | None:
+        """The data files this catalog read, each whole, as sorted ``(name, size)`` pairs (the
+        form of :func:`recorder.digest.data_files`; a segment holding only its header is left
+        out); None when it holds one in part (a limit short of its end, a torn tail pending)."""
+        out = []
+        for name, block in self.blocks.items():
+            if block.read_to != block.end:
+                return None
+            out.append((name, block.size))
+        for number, state in self.segments.items():
+            if state.pending or state.created is None:
+                return None
+            if state.scanned > framing.HEADER_SIZE:
+                out.append((segment_name(number), state.scanned))
+        return sorted(out)
+
     def _adopt(self, first: int, last: int, name: str) -> None:
         """Take a new block that replaced files this catalog had read *completely* as read: its
         records are those already listed, so nothing needs reading again. Entries of the replaced
@@ -590,7 +607,7 @@ class Catalog:
         for b in inner:
             del self.blocks[b]
         state = BlockState(name, path, footer, blocks.Origins(footer.segments))
-        state.identity = (st.st_dev, st.st_ino)
+        state.identity, state.size = (st.st_dev, st.st_ino), st.st_size
         state.read_to = state.end
         self.blocks[name] = state
 
@@ -606,7 +623,7 @@ class Catalog:
                 name, os.path.join(self.run_dir, name), footer, blocks.Origins(footer.segments)
             )
             st = os.fstat(fd)
-            state.identity = (st.st_dev, st.st_ino)
+            state.identity, state.size = (st.st_dev, st.st_ino), st.st_size
             self.blocks[name] = state
         hi = state.end if limit is None else min(state.end, state.origins.linear(limit))
         lo = max(state.read_to, state.origins.linear(self.end))

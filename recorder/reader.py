@@ -19,6 +19,7 @@ from recorder import blocks, codec, framing
 from recorder.catalog import SEGMENT_RE, Catalog, Entry, SourceGone, list_segments
 from recorder.downsample import downsample, extreme_indices
 from recorder.parts import PartTable
+from recorder.preview import Preview, load_preview
 from recorder.records import (
     CorruptionWarning,
     NotARunError,
@@ -241,6 +242,10 @@ class RunReader:
             raise NotARunError(f"{self._dir}: not a run directory (no segment-*.vdlr files)")
         self._catalog = Catalog(self._dir)
         self._closed = False
+        # The run's preview file (recorder/preview.py) and the files this reader had read when
+        # it read it: read again only once the reader has read more.
+        self._preview_file: Preview | None = None
+        self._preview_seen: list[tuple[str, int]] | None = None
         self._reset()
         try:
             for _ in _attempts():
@@ -555,6 +560,10 @@ class RunReader:
             if kept is not None:  # asked before, and nothing read or found damaged since
                 self._downsampled.move_to_end(key)
                 return kept
+            if start is None and end is None:
+                previewed = self._previewed(tag, max_points)
+                if previewed is not None:
+                    return previewed
             series = self._retry(lambda: self._downsample_stream(tag, start, end, max_points))
             for col in series:
                 col.flags.writeable = False
@@ -588,9 +597,34 @@ class RunReader:
             ValueError: as :meth:`read_scalars`.
         """
         self._check_open()
-        if tag in self._tag_series or (tag, None, None, max_points) in self._downsampled:
+        if (
+            tag in self._tag_series
+            or (tag, None, None, max_points) in self._downsampled
+            or self._previewed(tag, max_points) is not None
+        ):
             return self.read_scalars(tag, max_points=max_points)
         return None
+
+    def files_read(self) -> list[tuple[str, int]] | None:
+        """The data files the reader has read, each whole, as sorted ``(name, size)`` pairs;
+        None when it holds one in part (a ``limit`` short of its end, a torn tail pending)."""
+        self._check_open()
+        return self._catalog.extent()
+
+    def _previewed(self, tag: str, max_points: int) -> ScalarSeries | None:
+        """``read_scalars(tag, max_points=max_points)`` from the run's preview file when it
+        holds that read and describes exactly the files this reader has read, whole; else None
+        (recorder/preview.py)."""
+        files = self._catalog.extent()  # a few µs: checked at every read, never out of date
+        if files is None:
+            return None
+        if files != self._preview_seen:  # the first ask, or the reader read more since
+            self._preview_seen = files
+            self._preview_file = load_preview(self._dir)
+        preview = self._preview_file
+        if preview is None or preview.max_points != max_points or preview.files != files:
+            return None
+        return preview.tags.get(tag)
 
     def keep_scalars(self, tag: str, max_points: int, series: ScalarSeries) -> None:
         """Keep ``series`` as the answer to ``read_scalars(tag, max_points=max_points)``, so
@@ -620,6 +654,8 @@ class RunReader:
         """
         self._check_open()
         total = self._parts.nbytes() + self._groups_bytes
+        if self._preview_file is not None:
+            total += sum(col.nbytes for s in self._preview_file.tags.values() for col in s)
         for series in self._downsampled.values():
             total += sum(col.nbytes for col in series)
         for state in self._tag_series.values():
@@ -638,6 +674,7 @@ class RunReader:
         self._drop_decoded()
         self._parts.unload()
         self._groups.clear()
+        self._preview_file = self._preview_seen = None
         self._groups_bytes = 0
         for e in self._catalog.entries:
             if e.parts is None or e.data is not None:

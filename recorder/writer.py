@@ -27,6 +27,7 @@ from recorder.compaction import (
     SegmentCapture,
 )
 from recorder.digest import LATEST_MAX_BYTES, Digest, data_files, load_digest, write_digest
+from recorder.preview import write_preview
 from recorder.records import NotARunError, Position, RecorderError, RunLockedError, ScalarSeries
 
 SYNC_MODES = ("flush", "interval", "never")
@@ -959,6 +960,9 @@ class RunWriter:
             if self._digest is not None:
                 with contextlib.suppress(OSError):  # only a shortcut: readers can do without
                     write_digest(self._dir, self._digest, durable)
+            # The page's many-runs read of each short tag, read back once (recorder/preview.py).
+            with contextlib.suppress(OSError, RecorderError):  # a shortcut too
+                write_preview(self._dir, durable)
         finally:
             self._closed = True
             if self._compaction is not None:
