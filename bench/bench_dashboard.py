@@ -827,6 +827,13 @@ def main() -> None:
         " as the machine has them (then whichever tree runs first reads from the disk)",
     )
     parser.add_argument(
+        "--runs-previews",
+        action="store_true",
+        help="serve a copy of the sweep whose runs have previews (recorder/preview.py; made once"
+        " under bench/out/runs-preview, its data files hard links to the sweep's), as runs closed"
+        " by this tree's writer have",
+    )
+    parser.add_argument(
         "--runs-profile",
         action="store_true",
         help="CPU profiles of the page over the selection and the live load (self time by function)",

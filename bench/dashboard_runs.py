@@ -180,10 +180,12 @@ def _serve(logdir: Path, log: Path):  # type: ignore[no-untyped-def]
 
 def load_and_select(args, browser, work: Path) -> dict:  # type: ignore[no-untyped-def]
     """The load and select measures over the cached many-runs log directory."""
-    from runs_data import cached_runs
+    from runs_data import cached_runs, with_previews
 
     t_gen = time.perf_counter()
     logdir = Path(cached_runs(n_runs=args.runs_count, tags=10, points=args.runs_points))
+    if args.runs_previews:
+        logdir = Path(with_previews(logdir))
     gen_s = time.perf_counter() - t_gen
     loads = []
     select = None

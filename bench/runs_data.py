@@ -68,6 +68,8 @@ TAG_NAMES = (
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 MODELS = ("resnet18", "resnet50", "vit-s", "vit-b", "convnext-t")
 CACHE_DIR = os.path.join(HERE, "out", "runs")
+#: Where :func:`with_previews` keeps its copies of the sweeps.
+PREVIEW_DIR = os.path.join(HERE, "out", "runs-preview")
 # Bump when the shapes written change, so cached log directories are regenerated.
 VERSION = 2  # 2: digests of version 2
 #: Runs without a close marker (crashed), out of 100.
@@ -256,6 +258,35 @@ def cached_runs(
     with open(marker, "w") as f:
         json.dump(facts, f)
     return logdir
+
+
+def with_previews(logdir: str | os.PathLike[str], cache: str | os.PathLike[str] = PREVIEW_DIR) -> str:
+    """A copy of the sweep ``logdir`` (made by :func:`cached_runs`) whose runs each have a preview
+    (recorder/preview.py: what a closed run's writer now writes), made once under ``cache``: its
+    data files are hard links to the sweep's (never written to: a reader only reads them, so the
+    two log directories share their pages in the OS page cache), the previews new files.
+    """
+    from recorder.preview import write_preview
+
+    out = os.path.join(os.fspath(cache), os.path.basename(os.fspath(logdir)))
+    marker = os.path.join(out, "generated.json")
+    if os.path.exists(marker):
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    for run in sorted(os.listdir(logdir)):
+        src = os.path.join(logdir, run)
+        if not os.path.isdir(src):
+            continue
+        dst = os.path.join(out, run)
+        os.makedirs(dst)
+        for name in os.listdir(src):
+            os.link(os.path.join(src, name), os.path.join(dst, name))
+        write_preview(dst)
+        # Written long ago, as the rest of the run (write_run).
+        when = max(os.stat(os.path.join(src, name)).st_mtime for name in os.listdir(src))
+        os.utime(os.path.join(dst, "preview.vdlp"), (when, when))
+    shutil.copyfile(os.path.join(logdir, "generated.json"), marker)
+    return out
 
 
 def cached_facts(logdir: str | os.PathLike[str]) -> dict[str, Any]:
