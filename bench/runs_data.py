@@ -260,7 +260,9 @@ def cached_runs(
     return logdir
 
 
-def with_previews(logdir: str | os.PathLike[str], cache: str | os.PathLike[str] = PREVIEW_DIR) -> str:
+def with_previews(
+    logdir: str | os.PathLike[str], cache: str | os.PathLike[str] = PREVIEW_DIR
+) -> str:
     """A copy of the sweep ``logdir`` (made by :func:`cached_runs`) whose runs each have a preview
     (recorder/preview.py: what a closed run's writer now writes), made once under ``cache``: its
     data files are hard links to the sweep's (never written to: a reader only reads them, so the

@@ -14,6 +14,7 @@ from recorder.compaction import (
     CompactionProcessLost,
     add_summaries,
 )
+from recorder.preview import write_preview
 from recorder.reader import ReaderStatistics, RunReader, list_runs
 from recorder.reader_pool import ReaderPool
 from recorder.records import (
@@ -49,4 +50,5 @@ __all__ = [
     "WriterStatistics",
     "add_summaries",
     "list_runs",
+    "write_preview",
 ]

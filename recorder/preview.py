@@ -105,7 +105,9 @@ class Preview:
                 raise ValueError(f"preview version {doc['version']!r} is not {PREVIEW_VERSION}")
             tags = {}
             for tag, (n, steps, walls, values) in doc["tags"].items():
-                if not isinstance(tag, str) or not all(len(c) == 8 * n for c in (steps, walls, values)):
+                if not isinstance(tag, str) or not all(
+                    len(c) == 8 * n for c in (steps, walls, values)
+                ):
                     raise ValueError(f"malformed preview: tag {tag!r}")
                 tags[tag] = ScalarSeries(
                     np.frombuffer(steps, "<i8").astype(np.int64, copy=False),

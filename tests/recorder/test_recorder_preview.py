@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -90,7 +91,9 @@ def runs(draw) -> list[tuple]:
     return out
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(batches=runs(), compact=st.sampled_from([None, 2]))
 def test_a_closed_runs_reads_at_the_preview_points_are_the_preview_and_equal_the_read_path(
     tmp_path_factory, batches, compact
@@ -113,7 +116,9 @@ def test_a_closed_runs_reads_at_the_preview_points_are_the_preview_and_equal_the
 def test_a_run_appended_after_close_reads_its_chunks(tmp_path):
     path = str(tmp_path / "r")
     write_run(path, [("loss", np.arange(5000), np.arange(5000.0), True)])
-    w = RunWriter(path, sync="never")  # reopened, appended, flushed, not closed: the preview is stale
+    w = RunWriter(
+        path, sync="never"
+    )  # reopened, appended, flushed, not closed: the preview is stale
     w.append_scalars("loss", np.array([5000]), np.array([BASE_WALL]), np.array([-7.0]))
     w.flush()
     try:
@@ -156,21 +161,21 @@ def test_a_reader_with_a_limit_short_of_the_end_reads_its_chunks(tmp_path):
 def test_a_damaged_or_foreign_preview_is_ignored(tmp_path):
     path = str(tmp_path / "r")
     write_run(path, [("loss", np.arange(1000), np.arange(1000.0), True)])
-    file = os.path.join(path, PREVIEW_NAME)
+    file = Path(path) / PREVIEW_NAME
     expected = without_preview(path)["loss"]
-    blob = bytearray(open(file, "rb").read())
+    blob = bytearray(file.read_bytes())
     for at in (0, 10, len(blob) // 2, len(blob) - 1):
         bad = bytearray(blob)
         bad[at] ^= 0x40
-        open(file, "wb").write(bad)
+        file.write_bytes(bad)
         assert load_preview(path) is None
         got, read = read_all(path)
         assert read > 0 and identical(got["loss"], expected)
-    open(file, "wb").write(blob[: len(blob) // 2])  # cut short
+    file.write_bytes(blob[: len(blob) // 2])  # cut short
     assert load_preview(path) is None
     # A preview of other points per tag does not answer this read.
     preview = Preview.decode(bytes(blob))
-    open(file, "wb").write(Preview(300, preview.files, preview.tags).encode())
+    file.write_bytes(Preview(300, preview.files, preview.tags).encode())
     got, read = read_all(path)
     assert read > 0 and identical(got["loss"], expected)
 
