@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from recorder import ReaderPool, RunWriter
+from recorder.preview import PREVIEW_NAME
 from tests.conftest import wait_until
 from vdl_stream import broker as broker_module
 from vdl_stream.broker import Broker
@@ -17,9 +18,10 @@ from vdl_stream.broker import Broker
 WALL = 1_790_000_000.0
 
 
-def write_sweep(logdir, runs: int) -> list[str]:
+def write_sweep(logdir, runs: int, previews: bool = False) -> list[str]:
     """Finished runs written in bulk (as bench/runs_data.py does): three tags of 3,000 points
-    (NaN and infinities among them), a group chunk of small flushes, hparams and a text."""
+    (NaN and infinities among them), a group chunk of small flushes, hparams and a text; without
+    their previews unless ``previews`` (as runs closed before them: their reads decode chunks)."""
     rng = np.random.default_rng(3)
     names = [f"s-{k:02d}" for k in range(runs)]
     for name in names:
@@ -34,6 +36,8 @@ def write_sweep(logdir, runs: int) -> list[str]:
                 w.append_scalars("acc", [i], [WALL + i], [i / 5])
                 w.flush()
             w.append_record("text", "note", 0, WALL, {"text": name})
+        if not previews:
+            (logdir / name / PREVIEW_NAME).unlink()
     return names
 
 
@@ -83,6 +87,23 @@ async def test_snapshots_read_by_reader_processes_are_the_same_bytes(tmp_path, m
     assert len(got) == len(want) == len(names)
     assert sorted(got) == sorted(want)
     assert sorted(used) == sorted(str(tmp_path / n) for n in names[1:])
+
+
+async def test_snapshots_of_runs_with_previews_are_the_same_bytes_and_ask_no_process(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(broker_module, "SPLIT_RUNS_UP_TO", 4)
+    names = write_sweep(tmp_path, 8, previews=True)
+    with trio.fail_after(120):
+        used: list[str] = []
+        in_threads = await snapshot_frames(tmp_path, names, 0, used)
+        by_processes = await snapshot_frames(tmp_path, names, 2, used)
+        for name in names:
+            (tmp_path / name / PREVIEW_NAME).unlink()
+        want = await snapshot_frames(tmp_path, names, 0, used)
+    assert len(want) == len(names)
+    assert sorted(in_threads) == sorted(by_processes) == sorted(want)
+    assert used == []  # every scalar answered by the run's preview
 
 
 async def test_a_pool_that_cannot_start_leaves_the_reads_to_the_threads(tmp_path, monkeypatch):
