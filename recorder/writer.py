@@ -27,7 +27,7 @@ from recorder.compaction import (
     SegmentCapture,
 )
 from recorder.digest import LATEST_MAX_BYTES, Digest, data_files, load_digest, write_digest
-from recorder.preview import write_preview
+from recorder.preview import PREVIEW_TAG_POINTS, write_preview
 from recorder.records import NotARunError, Position, RecorderError, RunLockedError, ScalarSeries
 
 SYNC_MODES = ("flush", "interval", "never")
@@ -960,9 +960,15 @@ class RunWriter:
             if self._digest is not None:
                 with contextlib.suppress(OSError):  # only a shortcut: readers can do without
                     write_digest(self._dir, self._digest, durable)
-            # The page's many-runs read of each short tag, read back once (recorder/preview.py).
-            with contextlib.suppress(OSError, RecorderError):  # a shortcut too
-                write_preview(self._dir, durable)
+            # The page's many-runs read of each short tag, read back once (recorder/preview.py);
+            # not for a run whose tags are all long (opening a long run costs up to 0.3 s, and
+            # its reads use the chunks' summaries), as far as a digest tells.
+            digest = self._digest
+            if digest is None or any(
+                t.count <= PREVIEW_TAG_POINTS for t in digest.scalars.values()
+            ):
+                with contextlib.suppress(OSError, RecorderError):  # a shortcut too
+                    write_preview(self._dir, durable)
         finally:
             self._closed = True
             if self._compaction is not None:

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recorder_testing import BASE_WALL
 
+import recorder.writer as writer_module
 from recorder import RunReader, RunWriter, framing
 from recorder.preview import (
     PREVIEW_NAME,
@@ -208,3 +209,14 @@ def test_write_preview_refuses_a_run_with_a_torn_tail(tmp_path):
         f.write(framing.MAGIC[:3])  # a record being written
     assert not write_preview(path)
     assert not os.path.exists(os.path.join(path, PREVIEW_NAME))
+
+
+def test_a_run_of_long_tags_only_gets_no_preview_at_close(tmp_path, monkeypatch):
+    # Its close would open the run for nothing (a long run's open costs up to 0.3 s).
+    monkeypatch.setattr(writer_module, "PREVIEW_TAG_POINTS", 40)
+    write_run(str(tmp_path / "long"), [("loss", np.arange(50), np.arange(50.0), True)])
+    assert not (tmp_path / "long" / PREVIEW_NAME).exists()
+    write_run(
+        str(tmp_path / "mixed"), [("a", np.arange(50), np.zeros(50), True), ("b", [0], [1.0], True)]
+    )
+    assert (tmp_path / "mixed" / PREVIEW_NAME).exists()
