@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 PREVIEW_NAME = "preview.vdlp"
 PREVIEW_MAGIC = b"\x89VDLPRV\n"
 PREVIEW_VERSION = 1
-#: The points per tag of a preview: the page's for a selection of 100 runs or more
-#: (ui/src/runsdefault.js, ``pointsFor``).
+#: The points per tag of a preview, the only read a reader asks it for: the page's for a
+#: selection of 100 runs or more (ui/src/runsdefault.js, ``pointsFor``).
 PREVIEW_POINTS = 200
 #: Tags of more points than this are left out of a preview (their reads use the level-of-detail
 #: summaries of their chunks; reading them at ``close()`` would cost more than it saves).
@@ -144,14 +144,11 @@ def load_preview(run_dir: str | os.PathLike[str]) -> Preview | None:
         return None
 
 
-def make_preview(
-    reader: RunReader,
-    max_points: int = PREVIEW_POINTS,
-    tag_points: int = PREVIEW_TAG_POINTS,
-) -> Preview | None:
-    """The preview of what ``reader`` holds: ``reader.read_scalars(tag, max_points=max_points)``
-    of each scalar tag of at most ``tag_points`` points; None when the reader holds a file in
-    part (a limit, a torn tail) or its files changed while it read."""
+def make_preview(reader: RunReader, tag_points: int = PREVIEW_TAG_POINTS) -> Preview | None:
+    """The preview of what ``reader`` holds: ``reader.read_scalars(tag,
+    max_points=PREVIEW_POINTS)`` of each scalar tag of at most ``tag_points`` points; None when
+    the reader holds a file in part (a limit, a torn tail) or its files changed while it read."""
+    max_points = PREVIEW_POINTS
     files = reader.files_read()
     if files is None:
         return None
@@ -166,10 +163,7 @@ def make_preview(
 
 
 def write_preview(
-    run_dir: str | os.PathLike[str],
-    durable: bool = False,
-    max_points: int = PREVIEW_POINTS,
-    tag_points: int = PREVIEW_TAG_POINTS,
+    run_dir: str | os.PathLike[str], durable: bool = False, tag_points: int = PREVIEW_TAG_POINTS
 ) -> bool:
     """Read the run and write its preview (see the module docstring); return whether one was
     written (not for a run whose files are incomplete or changing). For a run closed before
@@ -183,7 +177,7 @@ def write_preview(
     from recorder.reader import RunReader  # reader.py imports this module
 
     with RunReader(run_dir) as reader:
-        preview = make_preview(reader, max_points, tag_points)
+        preview = make_preview(reader, tag_points)
     if preview is None:
         return False
     path = os.path.join(os.fspath(run_dir), PREVIEW_NAME)

@@ -19,7 +19,7 @@ from recorder import blocks, codec, framing
 from recorder.catalog import SEGMENT_RE, Catalog, Entry, SourceGone, list_segments
 from recorder.downsample import downsample, extreme_indices
 from recorder.parts import PartTable
-from recorder.preview import Preview, load_preview
+from recorder.preview import PREVIEW_POINTS, Preview, load_preview
 from recorder.records import (
     CorruptionWarning,
     NotARunError,
@@ -615,6 +615,8 @@ class RunReader:
         """``read_scalars(tag, max_points=max_points)`` from the run's preview file when it
         holds that read and describes exactly the files this reader has read, whole; else None
         (recorder/preview.py)."""
+        if max_points != PREVIEW_POINTS:  # previews hold no other read: no file read for it
+            return None
         files = self._catalog.extent()  # a few µs: checked at every read, never out of date
         if files is None:
             return None
