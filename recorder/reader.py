@@ -622,7 +622,10 @@ class RunReader:
             return None
         if files != self._preview_seen:  # the first ask, or the reader read more since
             self._preview_seen = files
-            self._preview_file = load_preview(self._dir)
+            try:
+                self._preview_file = load_preview(self._dir)
+            except OSError:  # only a shortcut: the read goes on from the chunks
+                self._preview_file = None
         preview = self._preview_file
         if preview is None or preview.max_points != max_points or preview.files != files:
             return None

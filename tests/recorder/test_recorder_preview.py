@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recorder_testing import BASE_WALL
 
+import recorder.reader as reader_module
 import recorder.writer as writer_module
 from recorder import RunReader, RunWriter, framing
 from recorder.preview import (
@@ -220,3 +221,16 @@ def test_a_run_of_long_tags_only_gets_no_preview_at_close(tmp_path, monkeypatch)
         str(tmp_path / "mixed"), [("a", np.arange(50), np.zeros(50), True), ("b", [0], [1.0], True)]
     )
     assert (tmp_path / "mixed" / PREVIEW_NAME).exists()
+
+
+def test_a_preview_that_cannot_be_read_leaves_the_read_to_the_chunks(tmp_path, monkeypatch):
+    path = str(tmp_path / "r")
+    write_run(path, [("loss", np.arange(1000), np.arange(1000.0), True)])
+    expected = without_preview(path)["loss"]
+
+    def unreadable(run_dir):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(reader_module, "load_preview", unreadable)
+    got, read = read_all(path)
+    assert read > 0 and identical(got["loss"], expected)
