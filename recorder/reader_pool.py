@@ -46,6 +46,14 @@ _T = TypeVar("_T")
 PREFETCH_RUN_BYTES = 16 << 20
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the platform has one, as under
+    ``taskset`` or a container's cpuset), else ``os.cpu_count()``: what the processes that read
+    and format runs (a :class:`ReaderPool`, an export's) are sized by."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    return len(getaffinity(0)) if getaffinity is not None else os.cpu_count() or 1
+
+
 class ReaderPool:
     """Worker processes that read runs' downsampled scalars (:func:`read_downsampled`).
 

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import recorder
+from recorder.reader_pool import usable_cores
 from tests.conftest import http_get, http_request
 from vdl_stream.interop import CSV_HEADER, Export, _csv_cell
 from vdl_stream.server import run_server
@@ -487,7 +488,20 @@ def test_a_child_formats_wherever_there_are_two_cores():
 
     assert export_in_child(2) and export_in_child(16)
     assert not export_in_child(1)
-    assert export_in_child() == ((os.cpu_count() or 1) >= 2)
+    assert export_in_child() == (usable_cores() >= 2)
+
+
+def test_an_export_counts_the_cores_it_may_run_on(monkeypatch):
+    """A process pinned to one core (taskset, a container's cpuset) formats in no child and in
+    one process, however many the machine has."""
+    from vdl_stream import interop
+
+    monkeypatch.delenv(interop.CHILD_PROCESSES_ENV, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert usable_cores() == 1
+    assert not interop.export_in_child() and interop.child_processes() == 1
+    assert interop.child_threads() == 1 and interop.export_threads(load=0.0) == 0
 
 
 def test_the_child_formats_in_a_thread_per_core_beyond_two():

@@ -40,7 +40,7 @@ from recorder import framing
 from recorder.blocks import BLOCK_RE
 from recorder.catalog import INDEX_NAME, SEGMENT_RE
 from recorder.digest import data_files, load_digest
-from recorder.reader_pool import prefetch
+from recorder.reader_pool import prefetch, usable_cores
 from recorder.writer import GROUP_BELOW
 
 from . import codec, following
@@ -161,8 +161,7 @@ def default_read_processes(cores: int | None = None) -> int:
         cores: the cores to count; None: those this process may run on.
     """
     if cores is None:
-        getaffinity = getattr(os, "sched_getaffinity", None)
-        cores = len(getaffinity(0)) if getaffinity is not None else os.cpu_count() or 1
+        cores = usable_cores()
     return max(0, min(READ_PROCESSES, cores - 2))
 
 

@@ -38,6 +38,7 @@ import numpy as np
 
 import recorder
 from recorder.framing import write_all
+from recorder.reader_pool import usable_cores
 
 from .codec import RESERVED_TAG_PREFIX
 
@@ -539,7 +540,7 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
     """Worker threads an export formats blocks in by default: one per idle core, at most
     :data:`EXPORT_THREADS_MAX`, and none unless two cores are idle.
 
-    Idle cores are ``cores`` (default ``os.cpu_count()``) less ``load`` (default :func:`_load`),
+    Idle cores are ``cores`` (default: the usable cores) less ``load`` (default :func:`_load`),
     rounded. numpy's passes release the GIL, so threads overlap them where cores are free; on
     busy cores they only add GIL hand-offs (15-30% more CPU time, and no faster:
     docs/performance.md, "Export speed").
@@ -551,8 +552,8 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
 
 def export_in_child(cores: int | None = None) -> bool:
     """Whether ``GET /api/export`` formats a large export in a child process
-    (:func:`stream_export_process`): wherever there are two cores or more (``cores``, default
-    ``os.cpu_count()``), however busy.
+    (:func:`stream_export_process`): wherever there are two cores or more (``cores``, default: the usable
+    cores), however busy.
 
     The formatting then runs on a core of its own, beside the server's sending and its client's
     reading, and off the server's GIL and event loop. On a quiet 2-core machine that is the
@@ -571,7 +572,7 @@ CHILD_THREADS_ENV = "VDL_STREAM_EXPORT_CHILD_THREADS"
 
 def child_threads(cores: int | None = None) -> int:
     """Formatting threads of ``/api/export``'s child process: one for every core (``cores``,
-    default ``os.cpu_count()``) beyond two, and one at least, at most
+    default: the usable cores) beyond two, and one at least, at most
     :data:`EXPORT_THREADS_MAX`; or the int in the environment variable
     :data:`CHILD_THREADS_ENV`, if set.
 
@@ -598,7 +599,7 @@ CHILD_PROCESSES_ENV = "VDL_STREAM_EXPORT_CHILD_PROCESSES"
 def child_processes(cores: int | None = None) -> int:
     """Processes ``/api/export``'s child, and ``vdl-stream export`` without ``--processes`` or
     ``--threads``, format in (:func:`write_export`): two where there are two cores or more
-    (``cores``, default ``os.cpu_count()``) and the platform forks and splices (Linux), else one;
+    (``cores``, default: the usable cores) and the platform forks and splices (Linux), else one;
     or the int in the environment variable :data:`CHILD_PROCESSES_ENV`.
 
     One process formats on one core at most (its GIL), and on a quiet 2-core machine that core
@@ -626,8 +627,9 @@ def _can_split() -> bool:
 
 
 def _cores(cores: int | None) -> int:
-    """``cores``, or ``os.cpu_count()`` where None."""
-    return (os.cpu_count() or 1) if cores is None else cores
+    """``cores``, or where None the usable cores (those this process may run on:
+    :func:`recorder.reader_pool.usable_cores`)."""
+    return usable_cores() if cores is None else cores
 
 
 def _load() -> float:
