@@ -31,6 +31,7 @@ class DeflateClient:
         self.conn = WSConnection(ConnectionType.CLIENT)
         self.messages: list[bytes] = []
         self.deflate: PerMessageDeflate | None = None
+        self._part = b""  # a message read in part (kept between calls of frame())
 
     @classmethod
     async def connect(cls, host: str, port: int, rcvbuf: int | None = None) -> DeflateClient:
@@ -67,14 +68,13 @@ class DeflateClient:
 
     async def frame(self) -> dict:
         """The next frame (decompressed by wsproto), one of a ``frames`` message's in turn."""
-        part = b""
         while not self.messages:
             for event in await self._events():
                 if isinstance(event, BytesMessage):
-                    part += event.data
+                    self._part += event.data
                     if event.message_finished:
-                        message = codec.decode_message(part)
-                        part = b""
+                        message = codec.decode_message(self._part)
+                        self._part = b""
                         inner = message["frames"] if message["type"] == "frames" else None
                         self.messages.extend(inner or [codec.encode_message(message)])
         return codec.decode_message(self.messages.pop(0))
