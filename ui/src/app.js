@@ -588,13 +588,24 @@ let firstChartsHeld = false;
 // Once the last scalars frame of the page's first snapshots is in, the frames after it (a split
 // snapshot's events frame: histograms, images, telemetry; 0.2-0.3 s to decode and store for a 1 h
 // run) wait until the charts are drawn, instead of landing between that frame and the two frames
-// that lay the charts out and draw them (docs/performance.md, "h12-page").
+// that lay the charts out and draw them (docs/performance.md, "h12-page"). They are taken after
+// the frame that follows the drawing one, which draws the charts just below the view (frames.js).
 function holdForFirstCharts() {
   const charts = views.scalars.charts;
   const drawn = () => [...charts.values()].some((chart) => chart.renders > 0);
   if (firstChartsHeld || charts.size === 0 || drawn() || store.syncState().phase !== "ready") return;
   firstChartsHeld = true;
-  scheduler.afterDraw(connection.hold(), FIRST_CHARTS_HOLD_MS, drawn);
+  const release = connection.hold();
+  const timer = setTimeout(release, FIRST_CHARTS_HOLD_MS);
+  scheduler.afterDraw(
+    () =>
+      requestAnimationFrame(() => {
+        clearTimeout(timer);
+        release();
+      }),
+    FIRST_CHARTS_HOLD_MS,
+    drawn,
+  );
 }
 
 /** How long the first selection waits for the summaries (the most recently active runs). */
