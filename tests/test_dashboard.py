@@ -225,3 +225,55 @@ def test_an_empty_server_says_no_data_once_it_has_said_so(serve_process, browser
         assert len([t for t in seen if t.startswith(NO_DATA)]) == 1, seen
     finally:
         page.close()
+
+
+# -- the first charts before the rest of the snapshot ------------------------------------------
+
+# Records, from the page's first script on, how many scalar charts had been drawn when the store
+# first took a histogram (the split snapshot's events frame): `window.vdl` is set at the end
+# of the page's script, before any frame of the socket is handed over.
+RECORD_FIRST_EVENTS = """
+Object.defineProperty(window, 'vdl', { configurable: true, get() { return this.__vdl; }, set(v) {
+  this.__vdl = v;
+  v.store.subscribe((change) => {
+    if (change.kind === 'histogram' && change.tags.length && window.__eventsAfterFrames === undefined)
+      window.__eventsAfterFrames = [...v.chartWrappers.values()].filter((c) => c.renders > 0).length;
+  });
+} });
+"""
+
+
+def test_the_first_charts_are_drawn_before_the_snapshot_events_are_taken(serve_process, browser):
+    """A split snapshot's events frame comes right behind its scalars frame; the page holds it
+    (and what follows) until the charts in view are drawn, then takes it in order."""
+    with attach(url=serve_process.ws_url, run="held", telemetry=False) as writer:
+        rng = np.random.default_rng(0)
+        for step in range(400):
+            for k in range(4):
+                writer.add_scalar(f"train/m{k}", float(step * k), step)
+            if step % 20 == 0:
+                writer.add_histogram("weights/fc", rng.normal(0, 1, 5_000), step)
+        assert writer.flush(timeout=20)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(script=RECORD_FIRST_EVENTS)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(serve_process.url + "/")
+        page.wait_for_function(
+            "() => window.__eventsAfterFrames !== undefined"
+            " && window.vdl.series('held', 'train/m3').steps.length === 400",
+            timeout=15_000,
+        )
+        # The four charts are on screen (1400 x 1000): drawn together, before the histograms.
+        assert page.evaluate("() => window.__eventsAfterFrames") == 4
+        assert page.evaluate("() => window.vdl.connection.stats.held") >= 1
+        # What was held was taken afterwards, all of it: the run's 20 histogram steps.
+        page.wait_for_function(
+            "() => window.vdl.store.runs.get('held').histograms.get('weights/fc').length === 20",
+            timeout=5_000,
+        )
+        assert errors == []
+    finally:
+        context.close()

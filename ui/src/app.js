@@ -582,6 +582,32 @@ function setConnState(s, detail = "") {
   showBadge();
 }
 
+/** The most the page's first charts hold the frames behind their snapshots back (holdForFirstCharts). */
+const FIRST_CHARTS_HOLD_MS = 1000;
+let firstChartsHeld = false;
+// Once the last scalars frame of the page's first snapshots is in, the frames after it (a split
+// snapshot's events frame: histograms, images, telemetry; 0.2-0.3 s to decode and store for a 1 h
+// run) wait until the charts are drawn, instead of landing between that frame and the two frames
+// that lay the charts out and draw them (docs/performance.md, "h12-page"). They are taken after
+// the frame that follows the drawing one, which draws the charts just below the view (frames.js).
+function holdForFirstCharts() {
+  const charts = views.scalars.charts;
+  const drawn = () => [...charts.values()].some((chart) => chart.renders > 0);
+  if (firstChartsHeld || charts.size === 0 || drawn() || store.syncState().phase !== "ready") return;
+  firstChartsHeld = true;
+  const release = connection.hold();
+  const timer = setTimeout(release, FIRST_CHARTS_HOLD_MS);
+  scheduler.afterDraw(
+    () =>
+      requestAnimationFrame(() => {
+        clearTimeout(timer);
+        release();
+      }),
+    FIRST_CHARTS_HOLD_MS,
+    drawn,
+  );
+}
+
 /** How long the first selection waits for the summaries (the most recently active runs). */
 const SUMMARIES_WAIT_MS = 3000;
 /** The /ws/live protocol version this page implements (docs/protocol.md). */
@@ -597,6 +623,7 @@ const connection = new Connection({
       serverSubscribed = msg.subscribed ?? null;
     }
     store.apply(msg);
+    if (msg.type === "snapshot") holdForFirstCharts();
     alertsView.onMessage(msg);
     graphView.onMessage(msg);
     replayBar.onMessage(msg);

@@ -93,6 +93,8 @@ export class FrameScheduler {
      */
     this.stats = { frames: 0, draws: 0, drawMs: 0, settleMs: 0 };
     this._costs = 0;
+    /** Calls waiting for the next frame that draws (afterDraw). */
+    this._afterDraw = [];
     const observing = typeof IntersectionObserver !== "undefined";
     this._observer = observing ? new IntersectionObserver((entries) => this._observed(entries, "visible"), { rootMargin: `${NEAR_VIEW_PX}px 0px` }) : null;
     // Which items are on screen itself (no margin): a frame draws those first (see _frame).
@@ -129,6 +131,26 @@ export class FrameScheduler {
   mark(item) {
     this._dirty.add(item);
     this._schedule();
+  }
+
+  /**
+   * Call `fn` once: right after the first frame that draws at least one item and after which
+   * `until()` holds (within that frame's callbacks: work it starts in a task of its own comes after
+   * the frame's paint and commit), or after `timeoutMs` if none has by then.
+   * @param {() => void} fn
+   * @param {number} [timeoutMs]
+   * @param {() => boolean} [until] e.g. "a chart of these was drawn"
+   */
+  afterDraw(fn, timeoutMs = Infinity, until = () => true) {
+    let called = false;
+    const once = () => {
+      if (called) return;
+      called = true;
+      clearTimeout(timer);
+      fn();
+    };
+    const timer = Number.isFinite(timeoutMs) ? setTimeout(once, timeoutMs) : 0;
+    this._afterDraw.push({ once, until });
   }
 
   /** Freeze (true) or unfreeze (false) drawing. */
@@ -236,6 +258,12 @@ export class FrameScheduler {
         this._requestFrame(() => this._settled(t0, cost));
       } else {
         this._addCost(cost);
+      }
+      const waiting = this._afterDraw;
+      this._afterDraw = [];
+      for (const after of waiting) {
+        if (after.until()) after.once();
+        else this._afterDraw.push(after);
       }
     }
     if (waiting) this._schedule();

@@ -115,3 +115,57 @@ test("assume() keeps the runs the server subscribed from the URL for gaps, and s
     globalThis.WebSocket = had;
   }
 });
+
+test("hold() queues the frames that arrive, undecoded, and hands them over in order in a later task once released", async () => {
+  const { encode } = await import("@msgpack/msgpack");
+  const { Connection } = await import("../src/connection.js");
+  const had = globalThis.WebSocket;
+  const made = [];
+  globalThis.WebSocket = class {
+    static CONNECTING = 0;
+    static OPEN = 1;
+    constructor() {
+      this.readyState = 0;
+      made.push(this);
+    }
+  };
+  try {
+    const got = [];
+    const conn = new Connection({ url: "ws://h/ws/live", onMessage: (m) => got.push(m.type), onState: () => {}, autoSubscribe: false });
+    conn.start();
+    const ws = made[0];
+    const frame = (type) => ({ data: new Uint8Array(encode({ type, run: "r" })).buffer });
+    ws.onmessage(frame("snapshot"));
+    assert.deepEqual(got, ["snapshot"]);
+    const release = conn.hold();
+    const second = conn.hold();
+    ws.onmessage(frame("snapshot_events"));
+    ws.onmessage(frame("data"));
+    assert.deepEqual(got, ["snapshot"], "held: not decoded or handed over");
+    assert.equal(conn.stats.held, 2);
+    release();
+    release(); // twice: still one release
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    assert.deepEqual(got, ["snapshot"], "the other hold is still on");
+    second();
+    ws.onmessage(frame("synced")); // after the release, before the queue's task: behind the queue
+    assert.deepEqual(got, ["snapshot"], "handed over in a task of its own, not in the caller's");
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    assert.deepEqual(got, ["snapshot", "snapshot_events", "data", "synced"]);
+    assert.equal(conn.stats.held, 3);
+    ws.onmessage(frame("data"));
+    assert.equal(got.length, 5, "nothing held: at once");
+
+    // A socket that closes while frames are held hands them over before its close.
+    conn.hold();
+    ws.onmessage(frame("gap_not"));
+    const states = [];
+    conn.onState = (s) => states.push([s, got.length]);
+    ws.onclose({ code: 1006, reason: "" });
+    assert.deepEqual(got.slice(5), ["gap_not"]);
+    assert.deepEqual(states[0], ["closed", 6]);
+    conn.close();
+  } finally {
+    globalThis.WebSocket = had;
+  }
+});

@@ -398,3 +398,46 @@ test("defer puts a paced frame off; flush and drawAll do not wait for it", async
   scheduler.drawAll();
   assert.equal(a.renders, 3);
 });
+
+test("afterDraw calls once after the next frame that draws, or at its timeout", async () => {
+  const { scheduler, runFrame, item } = setup();
+  const calls = [];
+  scheduler.afterDraw(() => calls.push("drawn"));
+  const a = item("a");
+  a.visible = false;
+  scheduler.observe(a);
+  a.visible = false; // not in view: the frame draws nothing
+  runFrame();
+  assert.deepEqual(calls, [], "a frame that drew nothing");
+  a.visible = true;
+  scheduler.mark(a);
+  runFrame();
+  assert.equal(a.renders, 1);
+  assert.deepEqual(calls, ["drawn"]);
+  scheduler.mark(a);
+  runFrame();
+  assert.deepEqual(calls, ["drawn"], "once");
+
+  scheduler.afterDraw(() => calls.push("late"), 5);
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.deepEqual(calls, ["drawn", "late"], "no frame drew: at the timeout");
+  scheduler.mark(a);
+  runFrame();
+  assert.deepEqual(calls, ["drawn", "late"], "not again after its timeout");
+});
+
+test("afterDraw waits for a drawing frame after which its condition holds", () => {
+  const { scheduler, runFrame, item } = setup();
+  const a = item("a");
+  const b = item("b");
+  scheduler.observe(a);
+  runFrame();
+  const calls = [];
+  scheduler.afterDraw(() => calls.push("b drawn"), Infinity, () => b.renders > 0);
+  scheduler.mark(a);
+  runFrame();
+  assert.deepEqual(calls, [], "a frame drew, not b");
+  scheduler.observe(b);
+  runFrame();
+  assert.deepEqual(calls, ["b drawn"]);
+});
