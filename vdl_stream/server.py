@@ -874,6 +874,11 @@ class WebSocketSession:
             for data in messages:
                 await self._send({"type": "websocket.send", "bytes": data})
 
+    def write_now(self, data: bytes) -> bool:
+        """Write one binary message at once, without waiting, where it can go whole (written
+        directly, :class:`_Wire`); return whether it went (False: nothing was written)."""
+        return self._wire is not None and self._wire.write_now(data)
+
     async def receive(self) -> bytes | str | None:
         """Return the next message, or None once the peer is gone."""
         while True:
@@ -1015,6 +1020,40 @@ class _Wire:
                         self.stream.socket.shutdown(socket.SHUT_RDWR)
         finally:
             self.lock.release()
+        return True
+
+    def write_now(self, data: bytes) -> bool:
+        """Write one message under :data:`DEFLATE_FROM_BYTES` from synchronous code (the broker's
+        fan-out, :attr:`Subscriber.direct`), if the socket takes it at once; return whether it
+        went (False: nothing was written, and the caller queues it for the connection's send
+        task).
+
+        It is tried only where nothing can come between: the connection open and hypercorn's
+        send lock free (no other message half written). A message this small fits one of the
+        kernel's buffers, which TCP takes whole, or not at all when the socket is full. Should
+        it take part of one all the same (only for want of memory), the rest cannot wait for a
+        task without another message possibly coming between (a pong hypercorn sends): the
+        connection is cut, and the page reconnects.
+        """
+        ws = self.ws
+        if (
+            len(data) >= DEFLATE_FROM_BYTES
+            or ws.closed
+            or ws.connection.state is not ConnectionState.OPEN
+            or self.lock.locked()
+        ):
+            return False
+        header = _frame_header(len(data))
+        try:
+            written = os.writev(self.fd, (header, data))
+        except BlockingIOError:
+            return False
+        except OSError:  # the peer is gone: the read side sees it and ends the connection
+            return True
+        if written < len(header) + len(data):
+            log.warning("a live frame was cut short by the socket; closing that connection")
+            with contextlib.suppress(OSError):
+                self.stream.socket.shutdown(socket.SHUT_RDWR)
         return True
 
 
@@ -1259,12 +1298,17 @@ async def _send_live(
     send: Callable[[bytes], Awaitable[None]],
     batch: bool,
     send_many: Callable[[list[bytes]], Awaitable[None]] | None = None,
+    write_now: Callable[[bytes], bool] | None = None,
 ) -> None:
     """Send ``sub``'s live frames as they come; with ``batch``, at most :data:`LIVE_RATE`
     messages a second (bursts of :data:`LIVE_BURST`), each holding every frame queued by then (a
     lone frame goes as itself). Without ``batch``, the frames queued by then go as one message
-    each, together through ``send_many`` when given (one system call for a backlog)."""
+    each, together through ``send_many`` when given (one system call for a backlog); and while
+    this task waits on an empty queue, ``write_now`` (where given, and ``sub`` takes it:
+    :attr:`Subscriber.direct`) sends a frame from the fan-out itself, without waking it."""
     take = getattr(sub, "receive_nowait", None)
+    if batch or not hasattr(sub, "direct"):
+        write_now = None
     tokens, stamp = float(LIVE_BURST), trio.current_time()
     while True:
         if batch:
@@ -1276,7 +1320,14 @@ async def _send_live(
             if tokens < 1.0:
                 await trio.sleep((1.0 - tokens) / LIVE_RATE)
                 continue
-        frame = await sub.receive()
+        if write_now is None:
+            frame = await sub.receive()
+        else:
+            sub.direct = write_now  # only while waiting: a frame taken goes before any other
+            try:
+                frame = await sub.receive()
+            finally:
+                sub.direct = None
         if take is None or (not batch and send_many is None):
             await send(frame)
             continue
@@ -1357,6 +1408,10 @@ async def _live_session(
         async def send_whole(frame: bytes) -> None:
             await send_all_whole([frame])
 
+        def write_now(frame: bytes) -> bool:
+            # Not once the stream is ending (a re-subscription): its frames wait in the queue.
+            return not (me.stop or me.scope.cancel_called) and ws.write_now(frame)
+
         async def send_all_whole(frames: list[bytes]) -> None:
             # A frame is never cut off by a re-subscription (``_Stream.end``): no cancel scope
             # and deadline a frame, which cost the event loop as much as the send's own
@@ -1384,7 +1439,7 @@ async def _live_session(
                 await broker.send_snapshot(sub, send_whole, ask.max_points)
             # Runs that could not be read were left out: the page stops waiting for them.
             await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
-            await _send_live(sub, send_whole, ask.batch, send_all_whole)
+            await _send_live(sub, send_whole, ask.batch, send_all_whole, write_now)
         except trio.EndOfChannel:
             await ws.close(1001, "server shutting down")
         finally:
