@@ -21,7 +21,8 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
 - ``ingest -> taken at writer``: from ``Broker.ingest`` returning to the writer reading its
   ``taken`` (what frees a place in its window);
 - ``offer -> taken to send``: from the fan-out to each subscriber's send task taking the frame
-  from its queue (the event loop's backlog);
+  from its queue (the event loop's backlog); a frame for a subscriber whose send task was idle
+  is written by the fan-out itself (h12-loop) and counted apart (``written at offer``);
 - ``offer -> subscriber``: from the fan-out to a subscriber's arrival (the server's send loop,
   hypercorn, the socket, the subscriber's decoding);
 - ``add_scalar -> subscriber``: the whole path, for the oldest point of each frame;
@@ -149,7 +150,10 @@ def _trace_server() -> None:
 
     def traced_offer(self, seq, *args):  # type: ignore[no-untyped-def]
         _record("offer", seq, time.time())
-        return offer(self, seq, *args)
+        before = getattr(self, "_written_at_offer", 0)
+        offer(self, seq, *args)
+        if getattr(self, "_written_at_offer", 0) > before:  # written by the fan-out (h12-loop)
+            _record("at offer", seq)
 
     from recorder import compaction
 
@@ -944,6 +948,9 @@ def report(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
     )
+    at_offer = sum(r[0] == "at offer" for r in server)
+    offers = sum(r[0] == "offer" for r in server)
+    print(f"  frames written at offer: {at_offer:,} of {offers:,} offered (the rest queued)")
     answers = [r[1] for r in server if r[0] == "answers"]
     if answers:
         print(
@@ -986,6 +993,7 @@ def report(
             "batches_per_s": rate,
             "subscriber_us_per_frame": per_frame,
             "acks": [sum(answers), len(answers)],
+            "written_at_offer": [at_offer, offers],
             "behind": [behind, len(slow)],
         }
         Path(args.json).write_text(json.dumps(figures_all, indent=1))
