@@ -357,3 +357,65 @@ async def test_a_writer_that_asks_hears_taken_before_the_write_and_an_older_one_
                     ]
             broker.close()
             nursery.cancel_scope.cancel()
+
+
+def _one_point_batch(seq: int) -> bytes:
+    """Batch ``seq`` of run ``r``: one point of ``loss``, its value ``seq`` (a frame of a few
+    hundred bytes, under ``DEFLATE_FROM_BYTES``)."""
+    steps = np.array([seq], dtype=np.int64)
+    columns = [ScalarColumns("loss", steps, 1.7e9 + steps, steps * 1.0)]
+    return codec.encode_batch(Batch("w", seq, "r", columns))
+
+
+async def test_small_frames_written_at_offer_and_queued_reach_a_browser_whole_and_in_order(
+    tmp_path, monkeypatch
+):
+    """A browser whose send task waits on an empty queue gets a small live frame written by
+    the broker's fan-out itself (``Subscriber.direct``); while its socket is full the frames
+    queue for its send task instead, and once it reads again they arrive in order, whole, the
+    large frame that filled it first; then the fan-out writes again. Every batch's point
+    arrives once, in order."""
+    monkeypatch.setattr(server, "WRITE_DIRECT", True)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker, url, browser = await _serve_a_browser_with_a_small_window(nursery, tmp_path)
+            got: list[float] = []
+
+            async def read_data(upto: int) -> None:
+                while not got or got[-1] < upto:  # a large batch's marks are negative
+                    frame = await browser.frame()
+                    if frame["type"] == "data":
+                        for tag, _steps, _walls, values in frame["scalars"]:
+                            points = np.frombuffer(values, "<f8").tolist()
+                            # the large batch's three tags each as one mark, if whole
+                            got.extend(points if tag == "loss" else [-float(len(points))])
+
+            def written_at_offer() -> int:
+                (stats,) = broker.subscriber_statistics()
+                return stats.written_at_offer
+
+            async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
+
+                async def send(data: bytes) -> None:
+                    await ws.send_message(data)
+                    assert codec.decode_message(await ws.get_message())["type"] == "ack"
+
+                for seq in range(1, 4):  # the browser reads each: its send task is idle
+                    await send(_one_point_batch(seq))
+                    await read_data(seq)
+                assert written_at_offer() == 3
+                # The browser stops reading; a large frame fills its socket, and the small
+                # frames after it queue behind it.
+                await send(_large_batch(4, np.random.default_rng(7)))
+                for seq in range(5, 25):
+                    await send(_one_point_batch(seq))
+                (stats,) = broker.subscriber_statistics()
+                assert stats.written_at_offer == 3 and stats.depth > 0
+                await read_data(24)
+                for seq in range(25, 28):  # idle again: written at offer
+                    await send(_one_point_batch(seq))
+                    await read_data(seq)
+                assert written_at_offer() >= 5
+            assert got == [1.0, 2.0, 3.0, *[-20_000.0] * 3, *map(float, range(5, 28))]
+            broker.close()
+            nursery.cancel_scope.cancel()
