@@ -31,6 +31,7 @@ class DeflateClient:
         self.conn = WSConnection(ConnectionType.CLIENT)
         self.messages: list[bytes] = []
         self.deflate: PerMessageDeflate | None = None
+        self._part = b""  # a message read in part (kept between calls of frame())
 
     @classmethod
     async def connect(cls, host: str, port: int, rcvbuf: int | None = None) -> DeflateClient:
@@ -67,14 +68,13 @@ class DeflateClient:
 
     async def frame(self) -> dict:
         """The next frame (decompressed by wsproto), one of a ``frames`` message's in turn."""
-        part = b""
         while not self.messages:
             for event in await self._events():
                 if isinstance(event, BytesMessage):
-                    part += event.data
+                    self._part += event.data
                     if event.message_finished:
-                        message = codec.decode_message(part)
-                        part = b""
+                        message = codec.decode_message(self._part)
+                        self._part = b""
                         inner = message["frames"] if message["type"] == "frames" else None
                         self.messages.extend(inner or [codec.encode_message(message)])
         return codec.decode_message(self.messages.pop(0))
@@ -172,17 +172,17 @@ def test_a_frame_header_before_the_bytes_is_what_wsproto_writes():
 
 
 async def _serve_a_browser_with_a_small_window(
-    nursery: trio.Nursery, logdir: Path
+    nursery: trio.Nursery, logdir: Path, batch: bool = False
 ) -> tuple[Broker, str, DeflateClient]:
     """A broker and its web server on ``logdir``, and a deflate browser with a 4 kB receive
-    buffer subscribed to run ``r`` (up to ``synced``)."""
+    buffer subscribed to run ``r`` (up to ``synced``; ``batch`` as the page subscribes)."""
     broker, url = await start_broker_server(nursery, logdir)
     host, port = url.removeprefix("http://").split("/")[0].split(":")
     browser = await DeflateClient.connect(host, int(port), rcvbuf=4096)
     # Closed whatever happens: a server send stuck on its full socket would hold the test's
     # teardown (a frame once begun goes whole).
     nursery.start_soon(_close_at_exit, browser.sock)
-    await browser.send({"type": "subscribe", "runs": ["r"]})
+    await browser.send({"type": "subscribe", "runs": ["r"], "batch": batch})
     while (await browser.frame())["type"] != "synced":
         pass
     return broker, url, browser
@@ -367,18 +367,22 @@ def _one_point_batch(seq: int) -> bytes:
     return codec.encode_batch(Batch("w", seq, "r", columns))
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["plain", "page"])
 async def test_small_frames_written_at_offer_and_queued_reach_a_browser_whole_and_in_order(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, batch
 ):
     """A browser whose send task waits on an empty queue gets a small live frame written by
     the broker's fan-out itself (``Subscriber.direct``); while its socket is full the frames
     queue for its send task instead, and once it reads again they arrive in order, whole, the
     large frame that filled it first; then the fan-out writes again. Every batch's point
-    arrives once, in order."""
+    arrives once, in order. Subscribed plainly, and as the page is (``batch``: the queued
+    frames then travel together)."""
     monkeypatch.setattr(server, "WRITE_DIRECT", True)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            broker, url, browser = await _serve_a_browser_with_a_small_window(nursery, tmp_path)
+            broker, url, browser = await _serve_a_browser_with_a_small_window(
+                nursery, tmp_path, batch
+            )
             got: list[float] = []
 
             async def read_data(upto: int) -> None:
@@ -416,6 +420,17 @@ async def test_small_frames_written_at_offer_and_queued_reach_a_browser_whole_an
                     await send(_one_point_batch(seq))
                     await read_data(seq)
                 assert written_at_offer() >= 5
-            assert got == [1.0, 2.0, 3.0, *[-20_000.0] * 3, *map(float, range(5, 28))]
+                # The browser reads on while a large frame and small ones after it go: its
+                # socket takes more now and then, and none of them comes between the large
+                # frame's parts (the send task holds the frame, and the send lock).
+                async with trio.open_nursery() as reading:
+                    reading.start_soon(read_data, 60)
+                    await send(_large_batch(28, np.random.default_rng(8)))
+                    for seq in range(29, 61):
+                        await send(_one_point_batch(seq))
+            large = [-20_000.0] * 3
+            assert got == [1.0, 2.0, 3.0, *large, *map(float, range(5, 28)), *large] + [
+                float(seq) for seq in range(29, 61)
+            ]
             broker.close()
             nursery.cancel_scope.cancel()

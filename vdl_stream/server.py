@@ -1303,13 +1303,28 @@ async def _send_live(
     """Send ``sub``'s live frames as they come; with ``batch``, at most :data:`LIVE_RATE`
     messages a second (bursts of :data:`LIVE_BURST`), each holding every frame queued by then (a
     lone frame goes as itself). Without ``batch``, the frames queued by then go as one message
-    each, together through ``send_many`` when given (one system call for a backlog); and while
+    each, together through ``send_many`` when given (one system call for a backlog). While
     this task waits on an empty queue, ``write_now`` (where given, and ``sub`` takes it:
-    :attr:`Subscriber.direct`) sends a frame from the fan-out itself, without waking it."""
+    :attr:`Subscriber.direct`) sends a frame from the fan-out itself, without waking it; with
+    ``batch``, only while two tokens are left, so that a frame it leaves queued finds the one
+    this task needs to send it at once, as it would have."""
     take = getattr(sub, "receive_nowait", None)
-    if batch or not hasattr(sub, "direct"):
-        write_now = None
     tokens, stamp = float(LIVE_BURST), trio.current_time()
+    direct = None if take is None or not hasattr(sub, "direct") else write_now
+    if direct is not None and batch:
+        write = direct
+
+        def paced(frame: bytes) -> bool:
+            nonlocal tokens, stamp
+            now = trio.current_time()
+            left = min(float(LIVE_BURST), tokens + (now - stamp) * LIVE_RATE)
+            if left < 2.0 or not write(frame):
+                return False
+            tokens, stamp = left - 1.0, now
+            return True
+
+        direct = paced
+
     while True:
         if batch:
             # A token bucket: waited for before a frame is taken, as a re-subscribe cancels
@@ -1320,10 +1335,10 @@ async def _send_live(
             if tokens < 1.0:
                 await trio.sleep((1.0 - tokens) / LIVE_RATE)
                 continue
-        if write_now is None:
+        if direct is None:
             frame = await sub.receive()
         else:
-            sub.direct = write_now  # only while waiting: a frame taken goes before any other
+            sub.direct = direct  # only while waiting: a frame taken goes before any other
             try:
                 frame = await sub.receive()
             finally:
