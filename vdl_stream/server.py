@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import gc
 import hmac
 import ipaddress
@@ -26,6 +27,8 @@ import re
 import resource
 import socket
 import struct
+import sys
+import termios
 import time
 import unicodedata
 import zlib
@@ -1023,25 +1026,35 @@ class _Wire:
         return True
 
     def write_now(self, data: bytes) -> bool:
-        """Write one message under :data:`DEFLATE_FROM_BYTES` from synchronous code (the broker's
-        fan-out, :attr:`Subscriber.direct`), if the socket takes it at once; return whether it
-        went (False: nothing was written, and the caller queues it for the connection's send
-        task).
+        """Write one small binary message from synchronous code (the broker's fan-out,
+        :attr:`Subscriber.direct`), if the socket takes it at once; return whether it went
+        (False: nothing was written, and the caller queues it for the connection's send task).
 
-        It is tried only where nothing can come between: the connection open and hypercorn's
-        send lock free (no other message half written). A message this small fits one of the
-        kernel's buffers, which TCP takes whole, or not at all when the socket is full. Should
-        it take part of one all the same (only for want of memory), the rest cannot wait for a
-        task without another message possibly coming between (a pong hypercorn sends): the
-        connection is cut, and the page reconnects.
+        It is tried only where nothing can come between and the kernel takes it whole: the
+        connection open, hypercorn's send lock free (no other message half written), the
+        message under :data:`DIRECT_WRITE_BYTES` (under :data:`DEFLATE_FROM_BYTES` for a client
+        with permessage-deflate, whose larger messages the connection's compression context
+        must frame), and at most :data:`DIRECT_OUTQ_BYTES` not yet acknowledged on the socket
+        (``SIOCOUTQ``), far under the smallest send buffer TCP gives a socket that is not short
+        of memory: the kernel takes such a message whole, or nothing of it when the socket is
+        full. Should it take part of one all the same (a system short of memory), the rest
+        cannot wait for a task without another message possibly coming between (a pong
+        hypercorn sends): the connection is cut, and the page reconnects.
         """
         ws = self.ws
         if (
-            len(data) >= DEFLATE_FROM_BYTES
+            len(data) >= (DEFLATE_FROM_BYTES if self.deflate else DIRECT_WRITE_BYTES)
             or ws.closed
             or ws.connection.state is not ConnectionState.OPEN
             or self.lock.locked()
+            or _OUTQ is None
         ):
+            return False
+        try:
+            queued = fcntl.ioctl(self.fd, _OUTQ, _NO_BYTES)
+        except OSError:
+            return False
+        if int.from_bytes(queued, sys.byteorder) > DIRECT_OUTQ_BYTES:
             return False
         header = _frame_header(len(data))
         try:
@@ -1055,6 +1068,18 @@ class _Wire:
             with contextlib.suppress(OSError):
                 self.stream.socket.shutdown(socket.SHUT_RDWR)
         return True
+
+
+#: The largest message :meth:`_Wire.write_now` writes from the fan-out (to a client without
+#: permessage-deflate), and the most bytes not yet acknowledged on the socket it writes behind:
+#: with both, what the kernel holds for the socket stays far under the 16 kB send buffer TCP
+#: starts a socket with (``tcp_wmem``), so that it takes the message whole or not at all.
+DIRECT_WRITE_BYTES = 4096
+DIRECT_OUTQ_BYTES = 4096
+#: ``SIOCOUTQ`` (Linux's name for a socket's ``TIOCOUTQ``: its bytes not yet acknowledged),
+#: and a buffer for its answer (an ``int``); without it, nothing is written from the fan-out.
+_OUTQ = getattr(termios, "TIOCOUTQ", None)
+_NO_BYTES = bytes(4)
 
 
 class WebSocketEndpoints:
