@@ -182,6 +182,8 @@ def _trace_server() -> None:
             _record("compaction process", self.cpu_seconds, self.units, self.restarts)
 
         process.close = counted_close
+    if os.environ.get("LATENCY_WRITE_AT_OFFER"):  # --write-at-offer (h12-loop)
+        s.WRITE_AT_OFFER = os.environ["LATENCY_WRITE_AT_OFFER"] == "on"
     if os.environ.get("LATENCY_INLINE_WRITE"):  # --inline-write (h4-persist)
         b.INLINE_WRITE_BYTES = int(os.environ["LATENCY_INLINE_WRITE"])
     if os.environ.get("LATENCY_NO_COMPACTION"):
@@ -713,6 +715,12 @@ def main() -> None:
         help="the broker's INLINE_WRITE_BYTES: ingest writes batches up to this size itself",
     )
     parser.add_argument(
+        "--write-at-offer",
+        choices=("on", "off"),
+        help="the server's WRITE_AT_OFFER: a frame for an idle subscriber written by the "
+        "fan-out itself (default: as the server has it)",
+    )
+    parser.add_argument(
         "--window-counts",
         choices=("taken", "written"),
         help="what the writers' window counts: batches not yet taken by the broker or not yet "
@@ -725,6 +733,8 @@ def main() -> None:
         os.environ["LATENCY_NO_COMPACTION"] = "1"
     if args.inline_write is not None:  # read by _trace_server, here and in the server's process
         os.environ["LATENCY_INLINE_WRITE"] = str(args.inline_write)
+    if args.write_at_offer is not None:  # read by _trace_server, here and in the server's
+        os.environ["LATENCY_WRITE_AT_OFFER"] = args.write_at_offer
     if args.window_counts is not None:  # read by the writers' processes
         os.environ["LATENCY_WINDOW_COUNTS"] = args.window_counts
     if args.serve is not None:

@@ -434,3 +434,25 @@ async def test_small_frames_written_at_offer_and_queued_reach_a_browser_whole_an
             ]
             broker.close()
             nursery.cancel_scope.cancel()
+
+
+async def test_with_write_at_offer_off_every_frame_goes_through_the_send_task(
+    tmp_path, monkeypatch
+):
+    """``WRITE_AT_OFFER = False`` keeps every live frame in the subscriber's queue for its send
+    task (the path before h12-loop); the frames still arrive, in order."""
+    monkeypatch.setattr(server, "WRITE_AT_OFFER", False)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker, url, browser = await _serve_a_browser_with_a_small_window(nursery, tmp_path)
+            async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
+                for seq in range(1, 4):
+                    await ws.send_message(_one_point_batch(seq))
+                    assert codec.decode_message(await ws.get_message())["type"] == "ack"
+                    while (frame := await browser.frame())["type"] != "data":
+                        pass
+                    assert np.frombuffer(frame["scalars"][0][3], "<f8").tolist() == [seq]
+            (stats,) = broker.subscriber_statistics()
+            assert stats.written_at_offer == 0 and stats.sent >= 3
+            broker.close()
+            nursery.cancel_scope.cancel()

@@ -1070,6 +1070,14 @@ class _Wire:
         return True
 
 
+#: A live frame for a browser whose send task waits on an empty queue is written by the
+#: broker's fan-out itself (:meth:`_Wire.write_now`, with ``WRITE_DIRECT``): no task wake-up,
+#: queue hand-off and lock per browser and batch. The event loop's CPU a batch at 10k events/s
+#: to 10 subscribers about 0.8x (docs/performance.md, "(2026-12-02, h12-loop)"); under load
+#: the benchmark's one-process subscribers fell behind more often with it. False: every frame
+#: goes through the send task, as before.
+WRITE_AT_OFFER = True
+
 #: The largest message :meth:`_Wire.write_now` writes from the fan-out (to a client without
 #: permessage-deflate), and the most bytes not yet acknowledged on the socket it writes behind:
 #: with both, what the kernel holds for the socket stays far under the 16 kB send buffer TCP
@@ -1479,7 +1487,9 @@ async def _live_session(
                 await broker.send_snapshot(sub, send_whole, ask.max_points)
             # Runs that could not be read were left out: the page stops waiting for them.
             await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
-            await _send_live(sub, send_whole, ask.batch, send_all_whole, write_now)
+            await _send_live(
+                sub, send_whole, ask.batch, send_all_whole, write_now if WRITE_AT_OFFER else None
+            )
         except trio.EndOfChannel:
             await ws.close(1001, "server shutting down")
         finally:
