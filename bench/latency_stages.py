@@ -567,10 +567,13 @@ def fanout_only(subscribers: int, batches: int, ntags: int) -> dict[str, float]:
     import trio
 
     import vdl_stream
+    from vdl_stream import server
     from vdl_stream.broker import Broker
     from vdl_stream.codec import Batch, ScalarColumns
     from vdl_stream.server import serve_dashboard
 
+    if os.environ.get("LATENCY_WRITE_AT_OFFER"):  # --write-at-offer (h12-loop)
+        server.WRITE_AT_OFFER = os.environ["LATENCY_WRITE_AT_OFFER"] == "on"
     tags = [f"train/metric{i}" for i in range(ntags)]
     tree = str(Path(vdl_stream.__file__).resolve().parent.parent)  # the child imports the same
     result: dict[str, float] = {}

@@ -483,7 +483,7 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(script.parent.parent)}
     out = tmp_path / "stages.json"
     argv = [sys.executable, str(script), "--seconds", "2.5", "--rate", "2000", "--subscribers", "2"]
-    argv += ["--window-counts", "taken"]
+    argv += ["--window-counts", "taken", "--write-at-offer", "on"]
     done = subprocess.run(
         [*argv, "--json", str(out)], env=env, capture_output=True, text=True, timeout=180
     )

@@ -378,6 +378,7 @@ async def test_small_frames_written_at_offer_and_queued_reach_a_browser_whole_an
     arrives once, in order. Subscribed plainly, and as the page is (``batch``: the queued
     frames then travel together)."""
     monkeypatch.setattr(server, "WRITE_DIRECT", True)
+    monkeypatch.setattr(server, "WRITE_AT_OFFER", True)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             broker, url, browser = await _serve_a_browser_with_a_small_window(
@@ -439,8 +440,8 @@ async def test_small_frames_written_at_offer_and_queued_reach_a_browser_whole_an
 async def test_with_write_at_offer_off_every_frame_goes_through_the_send_task(
     tmp_path, monkeypatch
 ):
-    """``WRITE_AT_OFFER = False`` keeps every live frame in the subscriber's queue for its send
-    task (the path before h12-loop); the frames still arrive, in order."""
+    """``WRITE_AT_OFFER = False`` (the default) keeps every live frame in the subscriber's queue
+    for its send task (the path before h12-loop); the frames still arrive, in order."""
     monkeypatch.setattr(server, "WRITE_AT_OFFER", False)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
