@@ -1074,9 +1074,10 @@ class _Wire:
 #: broker's fan-out itself (:meth:`_Wire.write_now`, with ``WRITE_DIRECT``): no task wake-up,
 #: queue hand-off and lock per browser and batch. **Off by default**: at 10k events/s to 10
 #: subscribers the event loop's CPU for the fan-out and sends fell to 0.83-0.95x (a batch 0.62-
-#: 1.0x served), but end to end, on two busy cores, the benchmark's p50 was no lower and its
-#: one-process subscribers fell behind more often (docs/performance.md, "(2026-12-02,
-#: h12-loop)"): a quiet machine decides. False: every frame goes through the send task.
+#: 1.0x served), but end to end, on two busy cores, the benchmark's p50 and p99 were higher in
+#: most pairs and its one-process subscribers fell behind more often (docs/performance.md,
+#: "(2026-12-02, h12-loop)"): a quiet machine decides. False: every frame goes through the
+#: send task.
 WRITE_AT_OFFER = False
 
 #: The largest message :meth:`_Wire.write_now` writes from the fan-out (to a client without
