@@ -21,7 +21,8 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
 - ``ingest -> taken at writer``: from ``Broker.ingest`` returning to the writer reading its
   ``taken`` (what frees a place in its window);
 - ``offer -> taken to send``: from the fan-out to each subscriber's send task taking the frame
-  from its queue (the event loop's backlog);
+  from its queue (the event loop's backlog); a frame for a subscriber whose send task was idle
+  is written by the fan-out itself (h12-loop) and counted apart (``written at offer``);
 - ``offer -> subscriber``: from the fan-out to a subscriber's arrival (the server's send loop,
   hypercorn, the socket, the subscriber's decoding);
 - ``add_scalar -> subscriber``: the whole path, for the oldest point of each frame;
@@ -149,7 +150,10 @@ def _trace_server() -> None:
 
     def traced_offer(self, seq, *args):  # type: ignore[no-untyped-def]
         _record("offer", seq, time.time())
-        return offer(self, seq, *args)
+        before = getattr(self, "_written_at_offer", 0)
+        offer(self, seq, *args)
+        if getattr(self, "_written_at_offer", 0) > before:  # written by the fan-out (h12-loop)
+            _record("at offer", seq)
 
     from recorder import compaction
 
@@ -178,6 +182,8 @@ def _trace_server() -> None:
             _record("compaction process", self.cpu_seconds, self.units, self.restarts)
 
         process.close = counted_close
+    if os.environ.get("LATENCY_WRITE_AT_OFFER"):  # --write-at-offer (h12-loop)
+        s.WRITE_AT_OFFER = os.environ["LATENCY_WRITE_AT_OFFER"] == "on"
     if os.environ.get("LATENCY_INLINE_WRITE"):  # --inline-write (h4-persist)
         b.INLINE_WRITE_BYTES = int(os.environ["LATENCY_INLINE_WRITE"])
     if os.environ.get("LATENCY_NO_COMPACTION"):
@@ -561,10 +567,13 @@ def fanout_only(subscribers: int, batches: int, ntags: int) -> dict[str, float]:
     import trio
 
     import vdl_stream
+    from vdl_stream import server
     from vdl_stream.broker import Broker
     from vdl_stream.codec import Batch, ScalarColumns
     from vdl_stream.server import serve_dashboard
 
+    if os.environ.get("LATENCY_WRITE_AT_OFFER"):  # --write-at-offer (h12-loop)
+        server.WRITE_AT_OFFER = os.environ["LATENCY_WRITE_AT_OFFER"] == "on"
     tags = [f"train/metric{i}" for i in range(ntags)]
     tree = str(Path(vdl_stream.__file__).resolve().parent.parent)  # the child imports the same
     result: dict[str, float] = {}
@@ -709,6 +718,12 @@ def main() -> None:
         help="the broker's INLINE_WRITE_BYTES: ingest writes batches up to this size itself",
     )
     parser.add_argument(
+        "--write-at-offer",
+        choices=("on", "off"),
+        help="the server's WRITE_AT_OFFER: a frame for an idle subscriber written by the "
+        "fan-out itself (default: as the server has it)",
+    )
+    parser.add_argument(
         "--window-counts",
         choices=("taken", "written"),
         help="what the writers' window counts: batches not yet taken by the broker or not yet "
@@ -721,6 +736,8 @@ def main() -> None:
         os.environ["LATENCY_NO_COMPACTION"] = "1"
     if args.inline_write is not None:  # read by _trace_server, here and in the server's process
         os.environ["LATENCY_INLINE_WRITE"] = str(args.inline_write)
+    if args.write_at_offer is not None:  # read by _trace_server, here and in the server's
+        os.environ["LATENCY_WRITE_AT_OFFER"] = args.write_at_offer
     if args.window_counts is not None:  # read by the writers' processes
         os.environ["LATENCY_WINDOW_COUNTS"] = args.window_counts
     if args.serve is not None:
@@ -944,6 +961,9 @@ def report(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
     )
+    at_offer = sum(r[0] == "at offer" for r in server)
+    offers = sum(r[0] == "offer" for r in server)
+    print(f"  frames written at offer: {at_offer:,} of {offers:,} offered (the rest queued)")
     answers = [r[1] for r in server if r[0] == "answers"]
     if answers:
         print(
@@ -986,6 +1006,7 @@ def report(
             "batches_per_s": rate,
             "subscriber_us_per_frame": per_frame,
             "acks": [sum(answers), len(answers)],
+            "written_at_offer": [at_offer, offers],
             "behind": [behind, len(slow)],
         }
         Path(args.json).write_text(json.dumps(figures_all, indent=1))

@@ -406,6 +406,44 @@ async def test_the_dedup_record_names_only_batches_handed_to_disk(tmp_path):
     assert record.data == {"w": 1}
 
 
+async def test_an_idle_subscribers_frame_goes_to_its_writer_at_offer_never_past_a_queued_one():
+    """With ``direct`` set (its consumer waits on an empty queue), ``offer`` hands a frame to it
+    rather than queueing it; a frame it refuses is queued, and while anything is queued every
+    later frame queues behind it (order kept). A frame the run's snapshot covers goes nowhere,
+    as the consumer would have skipped it."""
+    sub = Subscriber(None, capacity=8)
+    wrote: list[bytes] = []
+    takes = [True]
+
+    def direct(frame: bytes) -> bool:
+        if takes[0]:
+            wrote.append(frame)
+        return takes[0]
+
+    sub.direct = direct
+    sub.offer(1, "r", b"one")
+    stats = sub.statistics()
+    assert wrote == [b"one"] and stats.depth == 0
+    assert stats.written_at_offer == 1 and stats.sent == 1
+    takes[0] = False
+    sub.offer(2, "r", b"two")  # refused by the writer (its socket full): queued
+    takes[0] = True
+    sub.offer(3, "r", b"three")  # something is queued: behind it, not past it
+    sub.offer(4, None, b"runs")
+    assert wrote == [b"one"] and sub.statistics().depth == 3
+    assert [sub.receive_nowait() for _ in range(3)] == [b"two", b"three", b"runs"]
+    sub.covered["r"] = 5
+    sub.offer(5, "r", b"five")  # the snapshot holds it already: not written (queued, skipped)
+    sub.offer(6, "r", b"six")
+    assert wrote == [b"one"] and sub.receive_nowait() == b"six"
+    sub.offer(7, "r", b"seven")
+    sub.direct = None  # the consumer is busy: queued
+    sub.offer(8, "r", b"eight")
+    assert wrote == [b"one", b"seven"] and sub.receive_nowait() == b"eight"
+    stats = sub.statistics()
+    assert stats.written_at_offer == 2 and stats.sent == 7 and stats.depth == 0
+
+
 async def test_lost_is_a_gap_of_every_run_and_depth_counts_what_is_queued(tmp_path):
     """``Subscriber.lost`` follows from its gaps: a gap of one run leaves it False, a gap of every
     run makes it True (and it stays True once the gap was sent); the queue depth it counts
@@ -445,7 +483,7 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(script.parent.parent)}
     out = tmp_path / "stages.json"
     argv = [sys.executable, str(script), "--seconds", "2.5", "--rate", "2000", "--subscribers", "2"]
-    argv += ["--window-counts", "taken"]
+    argv += ["--window-counts", "taken", "--write-at-offer", "on"]
     done = subprocess.run(
         [*argv, "--json", str(out)], env=env, capture_output=True, text=True, timeout=180
     )
@@ -456,7 +494,6 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
         "encoded -> ingest",
         "ingest -> written",
         "  persist thread",
-        "offer -> taken to send",
         "offer -> subscriber",
         "add_scalar -> subscriber",
         "add_scalar -> first subscriber",
@@ -469,6 +506,12 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
         + figures["stages"]["written -> ack at writer"]["50"]
     )
     assert figures["batches_per_s"] > 0
+    # Frames for an idle subscriber are written by the fan-out itself; the others are taken
+    # from the queue by the subscriber's send task.
+    at_offer, offers = figures["written_at_offer"]
+    assert 0 < at_offer <= offers
+    if at_offer < offers:
+        assert figures["stages"]["offer -> taken to send"]["50"] >= 0
     # The first of two subscribers to get a frame got it no later than the two's median.
     first, every = (
         figures["stages"][f"add_scalar -> {s}"]["50"] for s in ("first subscriber", "subscriber")

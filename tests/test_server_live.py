@@ -172,17 +172,17 @@ def test_a_frame_header_before_the_bytes_is_what_wsproto_writes():
 
 
 async def _serve_a_browser_with_a_small_window(
-    nursery: trio.Nursery, logdir: Path
+    nursery: trio.Nursery, logdir: Path, batch: bool = False
 ) -> tuple[Broker, str, DeflateClient]:
     """A broker and its web server on ``logdir``, and a deflate browser with a 4 kB receive
-    buffer subscribed to run ``r`` (up to ``synced``)."""
+    buffer subscribed to run ``r`` (up to ``synced``; ``batch`` as the page subscribes)."""
     broker, url = await start_broker_server(nursery, logdir)
     host, port = url.removeprefix("http://").split("/")[0].split(":")
     browser = await DeflateClient.connect(host, int(port), rcvbuf=4096)
     # Closed whatever happens: a server send stuck on its full socket would hold the test's
     # teardown (a frame once begun goes whole).
     nursery.start_soon(_close_at_exit, browser.sock)
-    await browser.send({"type": "subscribe", "runs": ["r"]})
+    await browser.send({"type": "subscribe", "runs": ["r"], "batch": batch})
     while (await browser.frame())["type"] != "synced":
         pass
     return broker, url, browser
@@ -355,5 +355,105 @@ async def test_a_writer_that_asks_hears_taken_before_the_write_and_an_older_one_
                         ("ack", writer, 1),
                         ("ack", writer, 2),
                     ]
+            broker.close()
+            nursery.cancel_scope.cancel()
+
+
+def _one_point_batch(seq: int) -> bytes:
+    """Batch ``seq`` of run ``r``: one point of ``loss``, its value ``seq`` (a frame of a few
+    hundred bytes, under ``DEFLATE_FROM_BYTES``)."""
+    steps = np.array([seq], dtype=np.int64)
+    columns = [ScalarColumns("loss", steps, 1.7e9 + steps, steps * 1.0)]
+    return codec.encode_batch(Batch("w", seq, "r", columns))
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["plain", "page"])
+async def test_small_frames_written_at_offer_and_queued_reach_a_browser_whole_and_in_order(
+    tmp_path, monkeypatch, batch
+):
+    """A browser whose send task waits on an empty queue gets a small live frame written by
+    the broker's fan-out itself (``Subscriber.direct``); while its socket is full the frames
+    queue for its send task instead, and once it reads again they arrive in order, whole, the
+    large frame that filled it first; then the fan-out writes again. Every batch's point
+    arrives once, in order. Subscribed plainly, and as the page is (``batch``: the queued
+    frames then travel together)."""
+    monkeypatch.setattr(server, "WRITE_DIRECT", True)
+    monkeypatch.setattr(server, "WRITE_AT_OFFER", True)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker, url, browser = await _serve_a_browser_with_a_small_window(
+                nursery, tmp_path, batch
+            )
+            got: list[float] = []
+
+            async def read_data(upto: int) -> None:
+                while not got or got[-1] < upto:  # a large batch's marks are negative
+                    frame = await browser.frame()
+                    if frame["type"] == "data":
+                        for tag, _steps, _walls, values in frame["scalars"]:
+                            points = np.frombuffer(values, "<f8").tolist()
+                            # the large batch's three tags each as one mark, if whole
+                            got.extend(points if tag == "loss" else [-float(len(points))])
+
+            def written_at_offer() -> int:
+                (stats,) = broker.subscriber_statistics()
+                return stats.written_at_offer
+
+            async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
+
+                async def send(data: bytes) -> None:
+                    await ws.send_message(data)
+                    assert codec.decode_message(await ws.get_message())["type"] == "ack"
+
+                for seq in range(1, 4):  # the browser reads each: its send task is idle
+                    await send(_one_point_batch(seq))
+                    await read_data(seq)
+                assert written_at_offer() == 3
+                # The browser stops reading; a large frame fills its socket, and the small
+                # frames after it queue behind it.
+                await send(_large_batch(4, np.random.default_rng(7)))
+                for seq in range(5, 25):
+                    await send(_one_point_batch(seq))
+                (stats,) = broker.subscriber_statistics()
+                assert stats.written_at_offer == 3 and stats.depth > 0
+                await read_data(24)
+                for seq in range(25, 28):  # idle again: written at offer
+                    await send(_one_point_batch(seq))
+                    await read_data(seq)
+                assert written_at_offer() >= 5
+                # The browser reads on while a large frame and small ones after it go: its
+                # socket takes more now and then, and none of them comes between the large
+                # frame's parts (the send task holds the frame, and the send lock).
+                async with trio.open_nursery() as reading:
+                    reading.start_soon(read_data, 60)
+                    await send(_large_batch(28, np.random.default_rng(8)))
+                    for seq in range(29, 61):
+                        await send(_one_point_batch(seq))
+            large = [-20_000.0] * 3
+            assert got == [1.0, 2.0, 3.0, *large, *map(float, range(5, 28)), *large] + [
+                float(seq) for seq in range(29, 61)
+            ]
+            broker.close()
+            nursery.cancel_scope.cancel()
+
+
+async def test_with_write_at_offer_off_every_frame_goes_through_the_send_task(
+    tmp_path, monkeypatch
+):
+    """``WRITE_AT_OFFER = False`` (the default) keeps every live frame in the subscriber's queue
+    for its send task (the path before h12-loop); the frames still arrive, in order."""
+    monkeypatch.setattr(server, "WRITE_AT_OFFER", False)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker, url, browser = await _serve_a_browser_with_a_small_window(nursery, tmp_path)
+            async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
+                for seq in range(1, 4):
+                    await ws.send_message(_one_point_batch(seq))
+                    assert codec.decode_message(await ws.get_message())["type"] == "ack"
+                    while (frame := await browser.frame())["type"] != "data":
+                        pass
+                    assert np.frombuffer(frame["scalars"][0][3], "<f8").tolist() == [seq]
+            (stats,) = broker.subscriber_statistics()
+            assert stats.written_at_offer == 0 and stats.sent >= 3
             broker.close()
             nursery.cancel_scope.cancel()

@@ -236,6 +236,9 @@ class SubscriberStatistics:
     run_gaps: int = 0
     #: frames about no run (``runs``, ``summaries``) held while the queue was full
     side_frames: int = 0
+    #: of ``sent``, frames written by :meth:`Subscriber.offer` itself through ``direct`` (the
+    #: consumer was idle), without passing through the queue
+    written_at_offer: int = 0
 
 
 #: Frames about no run (``runs``, ``summaries``: about one a second) a full subscriber holds for
@@ -321,6 +324,13 @@ class Subscriber:
         self._side: list[bytes] = []  # frames about no run, held in order
         self._ready: list[bytes] = []
         self._coalesced = 0
+        #: Set by a consumer while it waits on an empty queue: a synchronous writer that sends a
+        #: frame to the client at once if it can go whole without waiting, and returns whether
+        #: it went (False: nothing was written). :meth:`offer` hands it a frame before queueing
+        #: it, so an idle browser costs no task wake-up and queue hand-off per frame
+        #: (docs/performance.md, "(2026-12-02, h12-loop)").
+        self.direct: Callable[[bytes], bool] | None = None
+        self._written_at_offer = 0
 
     @property
     def lost(self) -> bool:
@@ -370,6 +380,19 @@ class Subscriber:
             return
         if self._bytes and self._bytes + len(frame) > self._capacity_bytes:
             self._hold(seq, run, frame, data)
+            return
+        direct = self.direct
+        if (
+            direct is not None
+            and not self._depth
+            and not self._ready
+            # what _take would let through, judged now rather than when taken
+            and (run is None or self.wants(run))
+            and seq > self.covered.get(run, self.after_seq)  # type: ignore[arg-type]
+            and direct(frame)
+        ):
+            self._sent += 1
+            self._written_at_offer += 1
             return
         try:
             self._send.send_nowait((seq, run, frame))
@@ -558,6 +581,7 @@ class Subscriber:
             self._held_bytes,
             self._run_gaps,
             len(self._side),
+            self._written_at_offer,
         )
 
 

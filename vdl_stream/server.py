@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import gc
 import hmac
 import ipaddress
@@ -26,6 +27,8 @@ import re
 import resource
 import socket
 import struct
+import sys
+import termios
 import time
 import unicodedata
 import zlib
@@ -874,6 +877,11 @@ class WebSocketSession:
             for data in messages:
                 await self._send({"type": "websocket.send", "bytes": data})
 
+    def write_now(self, data: bytes) -> bool:
+        """Write one binary message at once, without waiting, where it can go whole (written
+        directly, :class:`_Wire`); return whether it went (False: nothing was written)."""
+        return self._wire is not None and self._wire.write_now(data)
+
     async def receive(self) -> bytes | str | None:
         """Return the next message, or None once the peer is gone."""
         while True:
@@ -1016,6 +1024,72 @@ class _Wire:
         finally:
             self.lock.release()
         return True
+
+    def write_now(self, data: bytes) -> bool:
+        """Write one small binary message from synchronous code (the broker's fan-out,
+        :attr:`Subscriber.direct`), if the socket takes it at once; return whether it went
+        (False: nothing was written, and the caller queues it for the connection's send task).
+
+        It is tried only where nothing can come between and the kernel takes it whole: the
+        connection open, hypercorn's send lock free (no other message half written), the
+        message under :data:`DIRECT_WRITE_BYTES` (under :data:`DEFLATE_FROM_BYTES` for a client
+        with permessage-deflate, whose larger messages the connection's compression context
+        must frame), and at most :data:`DIRECT_OUTQ_BYTES` not yet acknowledged on the socket
+        (``SIOCOUTQ``), far under the smallest send buffer TCP gives a socket that is not short
+        of memory: the kernel takes such a message whole, or nothing of it when the socket is
+        full. Should it take part of one all the same (a system short of memory), the rest
+        cannot wait for a task without another message possibly coming between (a pong
+        hypercorn sends): the connection is cut, and the page reconnects.
+        """
+        ws = self.ws
+        if (
+            len(data) >= (DEFLATE_FROM_BYTES if self.deflate else DIRECT_WRITE_BYTES)
+            or ws.closed
+            or ws.connection.state is not ConnectionState.OPEN
+            or self.lock.locked()
+            or _OUTQ is None
+        ):
+            return False
+        try:
+            queued = fcntl.ioctl(self.fd, _OUTQ, _NO_BYTES)
+        except OSError:
+            return False
+        if int.from_bytes(queued, sys.byteorder) > DIRECT_OUTQ_BYTES:
+            return False
+        header = _frame_header(len(data))
+        try:
+            written = os.writev(self.fd, (header, data))
+        except BlockingIOError:
+            return False
+        except OSError:  # the peer is gone: the read side sees it and ends the connection
+            return True
+        if written < len(header) + len(data):
+            log.warning("a live frame was cut short by the socket; closing that connection")
+            with contextlib.suppress(OSError):
+                self.stream.socket.shutdown(socket.SHUT_RDWR)
+        return True
+
+
+#: A live frame for a browser whose send task waits on an empty queue is written by the
+#: broker's fan-out itself (:meth:`_Wire.write_now`, with ``WRITE_DIRECT``): no task wake-up,
+#: queue hand-off and lock per browser and batch. **Off by default**: at 10k events/s to 10
+#: subscribers the event loop's CPU for the fan-out and sends fell to 0.83-0.95x (a batch 0.62-
+#: 1.0x served), but end to end, on two busy cores, the benchmark's p50 and p99 were higher in
+#: most pairs and its one-process subscribers fell behind more often (docs/performance.md,
+#: "(2026-12-02, h12-loop)"): a quiet machine decides. False: every frame goes through the
+#: send task.
+WRITE_AT_OFFER = False
+
+#: The largest message :meth:`_Wire.write_now` writes from the fan-out (to a client without
+#: permessage-deflate), and the most bytes not yet acknowledged on the socket it writes behind:
+#: with both, what the kernel holds for the socket stays far under the 16 kB send buffer TCP
+#: starts a socket with (``tcp_wmem``), so that it takes the message whole or not at all.
+DIRECT_WRITE_BYTES = 4096
+DIRECT_OUTQ_BYTES = 4096
+#: ``SIOCOUTQ`` (Linux's name for a socket's ``TIOCOUTQ``: its bytes not yet acknowledged),
+#: and a buffer for its answer (an ``int``); without it, nothing is written from the fan-out.
+_OUTQ = getattr(termios, "TIOCOUTQ", None)
+_NO_BYTES = bytes(4)
 
 
 class WebSocketEndpoints:
@@ -1259,13 +1333,33 @@ async def _send_live(
     send: Callable[[bytes], Awaitable[None]],
     batch: bool,
     send_many: Callable[[list[bytes]], Awaitable[None]] | None = None,
+    write_now: Callable[[bytes], bool] | None = None,
 ) -> None:
     """Send ``sub``'s live frames as they come; with ``batch``, at most :data:`LIVE_RATE`
     messages a second (bursts of :data:`LIVE_BURST`), each holding every frame queued by then (a
     lone frame goes as itself). Without ``batch``, the frames queued by then go as one message
-    each, together through ``send_many`` when given (one system call for a backlog)."""
+    each, together through ``send_many`` when given (one system call for a backlog). While
+    this task waits on an empty queue, ``write_now`` (where given, and ``sub`` takes it:
+    :attr:`Subscriber.direct`) sends a frame from the fan-out itself, without waking it; with
+    ``batch``, only while two tokens are left, so that a frame it leaves queued finds the one
+    this task needs to send it at once, as it would have."""
     take = getattr(sub, "receive_nowait", None)
     tokens, stamp = float(LIVE_BURST), trio.current_time()
+    direct = None if take is None or not hasattr(sub, "direct") else write_now
+    if direct is not None and batch:
+        write = direct
+
+        def paced(frame: bytes) -> bool:
+            nonlocal tokens, stamp
+            now = trio.current_time()
+            left = min(float(LIVE_BURST), tokens + (now - stamp) * LIVE_RATE)
+            if left < 2.0 or not write(frame):
+                return False
+            tokens, stamp = left - 1.0, now
+            return True
+
+        direct = paced
+
     while True:
         if batch:
             # A token bucket: waited for before a frame is taken, as a re-subscribe cancels
@@ -1276,7 +1370,14 @@ async def _send_live(
             if tokens < 1.0:
                 await trio.sleep((1.0 - tokens) / LIVE_RATE)
                 continue
-        frame = await sub.receive()
+        if direct is None:
+            frame = await sub.receive()
+        else:
+            sub.direct = direct  # only while waiting: a frame taken goes before any other
+            try:
+                frame = await sub.receive()
+            finally:
+                sub.direct = None
         if take is None or (not batch and send_many is None):
             await send(frame)
             continue
@@ -1357,6 +1458,10 @@ async def _live_session(
         async def send_whole(frame: bytes) -> None:
             await send_all_whole([frame])
 
+        def write_now(frame: bytes) -> bool:
+            # Not once the stream is ending (a re-subscription): its frames wait in the queue.
+            return not (me.stop or me.scope.cancel_called) and ws.write_now(frame)
+
         async def send_all_whole(frames: list[bytes]) -> None:
             # A frame is never cut off by a re-subscription (``_Stream.end``): no cancel scope
             # and deadline a frame, which cost the event loop as much as the send's own
@@ -1384,7 +1489,9 @@ async def _live_session(
                 await broker.send_snapshot(sub, send_whole, ask.max_points)
             # Runs that could not be read were left out: the page stops waiting for them.
             await send_whole(codec.encode_message({"type": "synced", "seq": sub.after_seq}))
-            await _send_live(sub, send_whole, ask.batch, send_all_whole)
+            await _send_live(
+                sub, send_whole, ask.batch, send_all_whole, write_now if WRITE_AT_OFFER else None
+            )
         except trio.EndOfChannel:
             await ws.close(1001, "server shutting down")
         finally:
