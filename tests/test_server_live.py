@@ -440,7 +440,7 @@ async def test_small_frames_written_at_offer_and_queued_reach_a_browser_whole_an
 async def test_with_write_at_offer_off_every_frame_goes_through_the_send_task(
     tmp_path, monkeypatch
 ):
-    """``WRITE_AT_OFFER = False`` (the default) keeps every live frame in the subscriber's queue
+    """``WRITE_AT_OFFER = False`` keeps every live frame in the subscriber's queue
     for its send task (the path before h12-loop); the frames still arrive, in order."""
     monkeypatch.setattr(server, "WRITE_AT_OFFER", False)
     with trio.fail_after(30):

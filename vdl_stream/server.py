@@ -1071,14 +1071,12 @@ class _Wire:
 
 
 #: A live frame for a browser whose send task waits on an empty queue is written by the
-#: broker's fan-out itself (:meth:`_Wire.write_now`, with ``WRITE_DIRECT``): no task wake-up,
-#: queue hand-off and lock per browser and batch. **Off by default**: at 10k events/s to 10
-#: subscribers the event loop's CPU for the fan-out and sends fell to 0.83-0.95x (a batch 0.62-
-#: 1.0x served), but end to end, on two busy cores, the benchmark's p50 and p99 were higher in
-#: most pairs and its one-process subscribers fell behind more often (docs/performance.md,
-#: "(2026-12-02, h12-loop)"): a quiet machine decides. False: every frame goes through the
-#: send task.
-WRITE_AT_OFFER = False
+#: broker's fan-out itself (:meth:`_Wire.write_now`): no task wake-up, queue hand-off and lock
+#: per browser and batch. At 10k events/s to 10 subscribers, three pairs on a calmer machine:
+#: the event loop's CPU a batch 0.69-0.94x, the p50 7.05-7.84 and 5.30 ms against 7.54-8.54 ms
+#: (on two busy cores the end to end did not show it: docs/performance.md, "(2026-12-02,
+#: h12-loop)", and the quiet pass after it). False: every frame goes through the send task.
+WRITE_AT_OFFER = True
 
 #: The largest message :meth:`_Wire.write_now` writes from the fan-out (to a client without
 #: permessage-deflate), and the most bytes not yet acknowledged on the socket it writes behind:
