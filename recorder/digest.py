@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +33,7 @@ import numpy as np
 
 from recorder.blocks import BLOCK_RE
 from recorder.catalog import SEGMENT_RE
-from recorder.framing import HEADER_SIZE, write_all
+from recorder.framing import HEADER_SIZE, read_small, write_atomically
 
 DIGEST_NAME = "digest.vdld"
 DIGEST_MAGIC = b"\x89VDLDIG\n"
@@ -256,16 +255,7 @@ def data_files(run_dir: str | os.PathLike[str]) -> list[tuple[str, int]]:
 def write_digest(run_dir: str | os.PathLike[str], digest: Digest, durable: bool) -> None:
     """Write ``digest`` as the run's digest, describing its data files as they are now."""
     digest.files = data_files(run_dir)
-    path = os.path.join(os.fspath(run_dir), DIGEST_NAME)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        write_all(fd, digest.encode())
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_atomically(os.path.join(os.fspath(run_dir), DIGEST_NAME), digest.encode(), durable)
 
 
 def load_digest(
@@ -274,18 +264,9 @@ def load_digest(
     """The run's digest if it describes the run's data files as they are (or as ``files`` says
     they are); None when it is missing, stale, damaged or of another version. Never raises for
     a bad file; an unreadable run directory raises ``OSError``."""
-    path = os.path.join(os.fspath(run_dir), DIGEST_NAME)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
+    blob = read_small(os.path.join(os.fspath(run_dir), DIGEST_NAME), DIGEST_MAX_BYTES)
+    if blob is None:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > DIGEST_MAX_BYTES:
-            return None  # not a regular file (a FIFO must not block us), or absurdly large
-        blob = os.pread(fd, st.st_size, 0)
-    finally:
-        os.close(fd)
     try:
         digest = Digest.decode(blob)
     except ValueError:

@@ -1,4 +1,5 @@
-"""Segment headers and record framing, as plain functions over bytes (no I/O).
+"""Segment headers and record framing, as plain functions over bytes; and the few writes and reads
+of whole files that the run's files share (``write_all``, ``write_atomically``, ``read_small``).
 
 The byte layout is documented in docs/record-format.md. A frame is::
 
@@ -14,6 +15,7 @@ sealed).
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -200,3 +202,39 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def write_atomically(path: str, data: bytes, durable: bool) -> None:
+    """Replace ``path`` by a file holding ``data``: written to ``path + ".tmp"`` (fsynced first
+    with ``durable``), then renamed over it, so a reader finds the old file or the new one whole.
+    The directory itself is not fsynced (the caller does, where the rename must survive power
+    loss)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_small(path: str, max_bytes: int) -> bytes | None:
+    """The bytes of the regular file ``path``; None when it is missing, is not a regular file (a
+    FIFO must not block the reader: opened without blocking) or is larger than ``max_bytes``.
+
+    Raises:
+        OSError: it exists but cannot be read (or its directory cannot).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        return os.pread(fd, st.st_size, 0)
+    finally:
+        os.close(fd)

@@ -21,7 +21,6 @@ little-endian int64 (steps) or float64 (walls, values) values as bytes.
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING
 import msgpack
 import numpy as np
 
-from recorder.framing import write_all
+from recorder.framing import read_small, write_atomically
 from recorder.records import ScalarSeries
 
 if TYPE_CHECKING:
@@ -126,18 +125,9 @@ def load_preview(run_dir: str | os.PathLike[str]) -> Preview | None:
     """The run's preview file parsed; None when it is missing, damaged or of another version
     (whether it is current is for its reader to tell: :meth:`RunReader.read_scalars`). Never
     raises for a bad file; an unreadable run directory raises ``OSError``."""
-    path = os.path.join(os.fspath(run_dir), PREVIEW_NAME)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
+    blob = read_small(os.path.join(os.fspath(run_dir), PREVIEW_NAME), PREVIEW_MAX_BYTES)
+    if blob is None:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > PREVIEW_MAX_BYTES:
-            return None  # not a regular file (a FIFO must not block us), or absurdly large
-        blob = os.pread(fd, st.st_size, 0)
-    finally:
-        os.close(fd)
     try:
         return Preview.decode(blob)
     except ValueError:
@@ -180,14 +170,5 @@ def write_preview(
         preview = make_preview(reader, tag_points)
     if preview is None:
         return False
-    path = os.path.join(os.fspath(run_dir), PREVIEW_NAME)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        write_all(fd, preview.encode())
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_atomically(os.path.join(os.fspath(run_dir), PREVIEW_NAME), preview.encode(), durable)
     return True

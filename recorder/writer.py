@@ -985,16 +985,7 @@ class RunWriter:
             for n in sorted(self._created)
         ]
         blob = encode_index(segments, self._entries, time.time())
-        path = os.path.join(self._dir, INDEX_NAME)
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            framing.write_all(fd, blob)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        framing.write_atomically(os.path.join(self._dir, INDEX_NAME), blob, durable)
         if durable:
             os.fsync(self._dir_fd)
 
