@@ -326,6 +326,42 @@ def test_demo_trains_and_logs(tmp_path):
         assert reader.read_scalars("eval/accuracy").values[-1] > 0.6
 
 
+def test_demo_interrupted_while_training_closes_its_run_without_a_traceback(tmp_path):
+    """Ctrl-C during the demo's training (what a newcomer does to stop it): exit 130, a line
+    saying where the run is, no traceback, and the run closed with what was logged."""
+    import signal
+
+    from recorder.digest import load_digest
+
+    demo = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "vdl_stream.cli", "demo", "--no-serve"),
+            *("--steps", "1000000", "--delay", "0.001", "--logdir", str(tmp_path)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(
+            lambda: any(p.stat().st_size > 4096 for p in tmp_path.glob("*/segment-*.vdlr")),
+            timeout=60,
+            what="the demo's first flushes on disk",
+        )
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    assert demo.returncode == 130, err
+    assert "Traceback" not in err and "interrupted after" in err, err
+    (run,) = recorder.list_runs(tmp_path)
+    assert load_digest(tmp_path / run) is not None  # written by close()
+    with recorder.RunReader(tmp_path / run) as reader:
+        assert len(reader.read_scalars("train/loss").values) > 0
+
+
 # -- input that used to be accepted and then killed the background thread -------------------------
 
 BAD_CALLS = [

@@ -189,7 +189,17 @@ def _demo(args: argparse.Namespace) -> int:
         if writer.url:
             print(f"vdl-stream demo: dashboard at {writer.url}/  (run {writer.run})", flush=True)
         started = time.perf_counter()
-        accuracy = train(writer, args.steps, delay=args.delay)
+        try:
+            accuracy = train(writer, args.steps, delay=args.delay)
+        except KeyboardInterrupt:  # Ctrl-C while training: the run is closed, kept, not a crash
+            writer.flush()
+            print(
+                f"interrupted after {time.perf_counter() - started:.1f} s; what was logged is in "
+                f"{args.logdir}/{writer.run}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 130
         writer.flush()
         print(
             f"trained {args.steps} steps in {time.perf_counter() - started:.1f} s, "
