@@ -404,6 +404,40 @@ def test_the_badge_says_replay_and_never_live_under_a_replay(tmp_path, browser):
         page.close()
 
 
+def test_a_sweeps_system_legend_keeps_to_three_rows_and_scrolls(tmp_path, browser):
+    # 40 runs, each with its GPU telemetry, all selected: the legend lists all 40 lines in a box of
+    # three rows and a half (the rest scrolled to), not pushing the page down a row every 3 runs.
+    for k in range(40):
+        with recorder.RunWriter(tmp_path / "logs" / f"sweep-{k:02d}") as w:
+            samples = [
+                {"host": "n1", "rank": 0, "fields": {"gpu0/util": 40.0 + k}, "wall": 1.7e9 + i}
+                for i in range(5)
+            ]
+            for c in telemetry.columns_from_events(samples):
+                w.append_scalars(c.tag, c.steps, c.walls, c.values)
+    server = start_serve(tmp_path / "logs")
+    page, errors = open_page(browser, server)
+    try:
+        page.locator("button.runs-all").click()
+        page.wait_for_function(
+            "() => document.querySelectorAll('[data-metric=\"gpu/util\"] .legend-item').length"
+            " === 40",
+            timeout=20_000,
+        )
+        box = page.evaluate(
+            "() => { const l = document.querySelector('[data-metric=\"gpu/util\"] .legend');"
+            " const row = l.querySelector('.legend-item').getBoundingClientRect().height;"
+            " return [l.clientHeight, l.scrollHeight, row]; }"
+        )
+        height, content, row = box
+        assert 3 * row <= height < 4 * row, box  # three rows and a part of the fourth, the cue
+        assert content > 2 * height, box  # the other rows are there, scrolled to
+        assert errors == []
+    finally:
+        page.close()
+        stop_serve(server)
+
+
 def test_system_charts_have_legends_in_run_colours_and_y_labels_that_fit(tmp_path, browser):
     # two runs, one with two GPUs; network rates in the hundreds of MiB/s (once cut to "·91 MiB/s").
     # job-a holds telemetry events (as runs written before issue 16), job-b its "@telemetry/"
