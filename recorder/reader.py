@@ -597,13 +597,9 @@ class RunReader:
             ValueError: as :meth:`read_scalars`.
         """
         self._check_open()
-        if (
-            tag in self._tag_series
-            or (tag, None, None, max_points) in self._downsampled
-            or self._previewed(tag, max_points) is not None
-        ):
+        if tag in self._tag_series or (tag, None, None, max_points) in self._downsampled:
             return self.read_scalars(tag, max_points=max_points)
-        return None
+        return self._previewed(tag, max_points)  # what read_scalars would answer from it, or None
 
     def files_read(self) -> list[tuple[str, int]] | None:
         """The data files the reader has read, each whole, as sorted ``(name, size)`` pairs;

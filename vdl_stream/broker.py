@@ -386,9 +386,7 @@ class Subscriber:
             direct is not None
             and not self._depth
             and not self._ready
-            # what _take would let through, judged now rather than when taken
-            and (run is None or self.wants(run))
-            and seq > self.covered.get(run, self.after_seq)  # type: ignore[arg-type]
+            and self._passes(seq, run)  # judged now rather than when taken
             and direct(frame)
         ):
             self._sent += 1
@@ -512,12 +510,17 @@ class Subscriber:
         covers, or covered by that run's snapshot."""
         self._bytes -= len(frame)
         self._depth -= 1
-        if run is not None and not self.wants(run):
-            return None
-        if seq > self.covered.get(run, self.after_seq):  # type: ignore[arg-type]
+        if self._passes(seq, run):
             self._sent += 1
             return frame
         return None
+
+    def _passes(self, seq: int, run: str | None) -> bool:
+        """Whether a frame of ``run`` (None: about no run) at ``seq`` goes to the client: its run
+        still subscribed to, and the frame newer than that run's snapshot."""
+        if run is not None and not self.wants(run):
+            return False
+        return seq > self.covered.get(run, self.after_seq)  # type: ignore[arg-type]
 
     def receive_nowait(self) -> bytes:
         """Return the next frame to send if one is ready (queued data; once the queue drained,

@@ -552,8 +552,8 @@ def export_threads(cores: int | None = None, load: float | None = None) -> int:
 
 def export_in_child(cores: int | None = None) -> bool:
     """Whether ``GET /api/export`` formats a large export in a child process
-    (:func:`stream_export_process`): wherever there are two cores or more (``cores``, default: the usable
-    cores), however busy.
+    (:func:`stream_export_process`): wherever there are two cores or more (``cores``, default:
+    the usable cores), however busy.
 
     The formatting then runs on a core of its own, beside the server's sending and its client's
     reading, and off the server's GIL and event loop. On a quiet 2-core machine that is the

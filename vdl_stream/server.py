@@ -1343,6 +1343,11 @@ async def _send_live(
     this task needs to send it at once, as it would have."""
     take = getattr(sub, "receive_nowait", None)
     tokens, stamp = float(LIVE_BURST), trio.current_time()
+
+    def refilled(now: float) -> float:
+        """The bucket's tokens at ``now``."""
+        return min(float(LIVE_BURST), tokens + (now - stamp) * LIVE_RATE)
+
     direct = None if take is None or not hasattr(sub, "direct") else write_now
     if direct is not None and batch:
         write = direct
@@ -1350,7 +1355,7 @@ async def _send_live(
         def paced(frame: bytes) -> bool:
             nonlocal tokens, stamp
             now = trio.current_time()
-            left = min(float(LIVE_BURST), tokens + (now - stamp) * LIVE_RATE)
+            left = refilled(now)
             if left < 2.0 or not write(frame):
                 return False
             tokens, stamp = left - 1.0, now
@@ -1364,7 +1369,7 @@ async def _send_live(
             # this task at any wait, and a frame taken must be sent (a re-subscription waits
             # for the frame going out).
             now = trio.current_time()
-            tokens, stamp = min(float(LIVE_BURST), tokens + (now - stamp) * LIVE_RATE), now
+            tokens, stamp = refilled(now), now
             if tokens < 1.0:
                 await trio.sleep((1.0 - tokens) / LIVE_RATE)
                 continue

@@ -596,6 +596,8 @@ function holdForFirstCharts() {
   if (firstChartsHeld || charts.size === 0 || drawn() || store.syncState().phase !== "ready") return;
   firstChartsHeld = true;
   const release = connection.hold();
+  // The limit is a timer of its own, not afterDraw's: a page in a background tab gets no
+  // animation frames, so neither the draw nor the frame after it would come.
   const timer = setTimeout(release, FIRST_CHARTS_HOLD_MS);
   scheduler.afterDraw(
     () =>
@@ -603,7 +605,7 @@ function holdForFirstCharts() {
         clearTimeout(timer);
         release();
       }),
-    FIRST_CHARTS_HOLD_MS,
+    Infinity,
     drawn,
   );
 }
