@@ -14,6 +14,7 @@ sealed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import struct
@@ -206,18 +207,25 @@ def write_all(fd: int, data: bytes) -> None:
 
 def write_atomically(path: str, data: bytes, durable: bool) -> None:
     """Replace ``path`` by a file holding ``data``: written to ``path + ".tmp"`` (fsynced first
-    with ``durable``), then renamed over it, so a reader finds the old file or the new one whole.
+    with ``durable``), then renamed over it, so a reader finds the old file or the new one whole;
+    on a failure (a full disk) the temporary file is removed and the error raised.
     The directory itself is not fsynced (the caller does, where the rename must survive power
     loss)."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        write_all(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            write_all(fd, data)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk (or any failure) leaves no half-written temporary file behind.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_small(path: str, max_bytes: int) -> bytes | None:

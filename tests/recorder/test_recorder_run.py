@@ -630,3 +630,28 @@ def test_scalar_storage_stays_under_16_bytes_per_point(tmp_path):
     assert size / 100_000 <= 12.5
     r = RunReader(run)
     assert len(r.read_scalars("tag3").steps) == 10_000
+
+
+def test_a_full_disk_at_close_raises_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """The index written at close() fails for want of space: close() says so, the run keeps every
+    point flushed, and no half-written ``.tmp`` file is left in the run directory."""
+    import errno
+
+    from recorder import framing
+
+    run = tmp_path / "r"
+    w = RunWriter(run)
+    append(w, "loss", series(range(500)))
+    w.flush()
+
+    def full(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(framing, "write_all", full)
+    with pytest.raises(OSError, match="No space left"):
+        w.close()
+    monkeypatch.undo()
+    assert not [name for name in os.listdir(run) if name.endswith(".tmp")]
+    with RunReader(run) as reader:
+        assert len(reader.read_scalars("loss").steps) == 500
