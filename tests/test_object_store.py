@@ -417,7 +417,7 @@ def test_manifests_are_checked() -> None:
 
 
 def test_the_range_cache_stays_within_its_budget(s3: MotoServer, tmp_path: Path) -> None:
-    _write("big", 5_000, every=2)  # 2,500 flushes: three blocks (two while live, one at close)
+    _write("big", 5_000, every=1)  # 5,000 flushes: blocks while live and one at close
     client = storage.ObstoreClient(URL)
     # A downsampled read fetches the chunks' level-of-detail summaries and the slices a bucket
     # edge falls in (Catalog.pread reads through the mirror), not the chunks.
