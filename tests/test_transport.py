@@ -374,6 +374,65 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
 
 
 @pytest.mark.filterwarnings("ignore:.*refused a batch")
+async def test_in_process_a_batch_refused_while_an_older_refusal_is_harvested_keeps_both(
+    tmp_path, monkeypatch
+):
+    """In process, ``send`` awaits the broker's ingest while another task may harvest an older
+    batch's refusal (it goes back to the backlog). The sent batch is then refused at ingest (the
+    broker wants the older one first); both go again, the older first, and land once each.
+    The old transport kept only the backlog above the newer refusal: the older batch was
+    dropped and every re-send refused, for ever (test_window.py's flipper, 1 run in 3 of 100
+    seeds)."""
+    import errno
+
+    from vdl_stream.broker import Broker
+
+    released = threading.Event()
+    failures = [1]
+    write_part = Broker._write_part
+
+    def full_disk(broker, run, batches, size):  # type: ignore[no-untyped-def]
+        if failures[0]:
+            failures[0] -= 1
+            released.wait(10)  # batch 1's write fails only once batch 2's ingest is under way
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_part(broker, run, batches, size)
+
+    entered, gate = trio.Event(), trio.Event()
+    ingest = Broker.ingest
+
+    async def held_ingest(broker, batch):  # type: ignore[no-untyped-def]
+        if batch.seq == 2 and not gate.is_set():
+            entered.set()
+            await gate.wait()
+        return await ingest(broker, batch)
+
+    monkeypatch.setattr(Broker, "_write_part", full_disk)
+    monkeypatch.setattr(Broker, "_write_here", lambda broker, items: False)
+    monkeypatch.setattr(Broker, "ingest", held_ingest)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker = Broker(tmp_path / "logs")
+            await nursery.start(broker.run)
+            sender = transport.InProcessTransport(broker)
+            await sender.send(_one_point(1))
+            nursery.start_soon(sender.send, _one_point(2))
+            await entered.wait()
+            released.set()
+            await broker.wait_persisted(1)  # batch 1 refused (a full disk, retryable)
+            assert sender.unacknowledged() == 1  # harvested: batch 1 back in the backlog
+            gate.set()
+            with trio.fail_after(10):
+                await sender.wait_acked(2)
+            assert failures == [0] and sender.unacknowledged() == 0
+            broker.close()
+            nursery.cancel_scope.cancel()
+    with recorder.RunReader(tmp_path / "logs" / "r") as reader:
+        records = reader.read_records(kind="scalars", tag="x")
+    assert [int(s) for r in records for s in r.data.steps] == [1, 2]
+
+
 async def test_over_a_socket_batches_taken_then_refused_at_their_write_go_again_once(
     tmp_path, monkeypatch
 ):

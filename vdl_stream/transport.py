@@ -309,18 +309,22 @@ class InProcessTransport:
             return  # that batch ends here
         # This batch and every later one go again, in order: the broker refuses the later ones
         # until this one is back.
-        held = [(seq, codec.encode_batch(batch))]
-        held += [(s, codec.encode_batch(b)) for s, (_, b) in self._unconfirmed.items() if s > seq]
-        for s, _ in held[1:]:
-            del self._unconfirmed[s]
+        later = [s for s in self._unconfirmed if s > seq]
+        held = {s: codec.encode_batch(self._unconfirmed.pop(s)[1]) for s in later}
+        held[seq] = codec.encode_batch(batch)
+        # The whole backlog stays, earlier batches too: a batch sent while another task harvested
+        # an older refusal (``send`` awaits the broker's ingest) is refused after that older one
+        # went back to the backlog, which must still go first (test_window.py, the flipper).
         old = self._backlog
-        held += [(s, old.get(s)) for s in old.after(seq)]
+        for s in old.after(0):
+            frame = old.get(s)
+            if frame is not None:
+                held.setdefault(s, frame)
         self._backlog = Spool(old.memory_limit, old.disk_limit)
         self._backlog.dropped = old.dropped
         old.close()
-        for s, frame in sorted(held, key=lambda item: item[0]):
-            if frame is not None:
-                self._backlog.put(s, frame)
+        for s in sorted(held):
+            self._backlog.put(s, held[s])
         self._backoff.refused()
 
     async def wait_acked(self, seq: int) -> None:
