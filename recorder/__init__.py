@@ -28,9 +28,10 @@ from recorder.records import (
     ScalarSeries,
     TagInfo,
 )
-from recorder.writer import RunWriter, WriterStatistics
+from recorder.writer import LOCK_NAME, RunWriter, WriterStatistics, lock_holders, writers_gone
 
 __all__ = [
+    "LOCK_NAME",
     "CompactionProcess",
     "CompactionProcessError",
     "CompactionProcessLost",
@@ -50,5 +51,7 @@ __all__ = [
     "WriterStatistics",
     "add_summaries",
     "list_runs",
+    "lock_holders",
     "write_preview",
+    "writers_gone",
 ]

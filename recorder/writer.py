@@ -9,6 +9,7 @@ import itertools
 import math
 import numbers
 import os
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -1037,7 +1038,8 @@ LOCK_NAME = "writer.lock"
 def lock_run(run_dir: str) -> int:
     """Take the run's lock: an exclusive, non-blocking ``flock`` on ``run_dir/writer.lock``.
 
-    The file holds the holder's process id, for the error a second writer gets. The lock belongs to
+    The file holds the holder's process id and host name, for the error a second writer gets and
+    for :func:`writers_gone`. The lock belongs to
     the returned descriptor: it is held until :func:`unlock_run` (or the process ends, even killed),
     and conflicts between two writers of one process as much as between two processes.
 
@@ -1049,17 +1051,17 @@ def lock_run(run_dir: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").split()[:1]
         os.close(fd)
         if exc.errno not in (errno.EAGAIN, errno.EACCES):
             raise
-        pid = f" (process {holder})" if holder.isdigit() else ""
+        pid = f" (process {holder[0]})" if holder and holder[0].isdigit() else ""
         raise RunLockedError(
             f"{run_dir}: the run is already open in another RunWriter{pid}"
         ) from None
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {_HOST}\n".encode("utf-8", "replace"), 0)
     except BaseException:
         os.close(fd)  # e.g. a full disk: never keep a lock nobody can release
         raise
@@ -1070,3 +1072,93 @@ def unlock_run(fd: int) -> None:
     """Release a lock taken by :func:`lock_run` (closing its descriptor); ``-1`` is ignored."""
     if fd >= 0:
         os.close(fd)  # the flock goes with the last descriptor of its open file
+
+
+#: This machine's name, as a run's lock file records it (no spaces: the file splits on them).
+_HOST = "".join(socket.gethostname().split()) or "-"
+
+
+def _proc_locks() -> dict[str, set[int]] | None:
+    """The file locks held on this machine, from Linux's ``/proc/locks``: ``"maj:min:inode"`` ->
+    the process ids holding one; None where that cannot be read (another system)."""
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    held: dict[str, set[int]] = {}
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 26911 fe:00:2149000 0 EOF" ("1: -> FLOCK ..." waits)
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] != "->":
+            with contextlib.suppress(ValueError):
+                held.setdefault(parts[5], set()).add(int(parts[4]))
+    return held
+
+
+def _lock_ident(st: os.stat_result) -> str:
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+
+
+def lock_holders(path: str | os.PathLike[str]) -> set[int] | None:
+    """The process ids holding a lock on ``path`` (a run's ``writer.lock``), from Linux's
+    ``/proc/locks``; an empty set when none (or no such file), None where that cannot be told.
+
+    Read-only: taking the lock to test it could make a writer opening the run fail.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
+    held = _proc_locks()
+    return None if held is None else held.get(_lock_ident(st), set())
+
+
+def _process_gone(pid: int) -> bool:
+    """Whether process ``pid`` of this machine has ended (a zombie, killed and not yet reaped by
+    its parent, has ended too)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    # "pid (comm) S ...": the state follows the last ")" (comm may hold spaces and parentheses)
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
+
+
+def writers_gone(run_dirs: list[str]) -> list[bool]:
+    """For each run directory, whether its last writer ended without letting go of the run the
+    way :meth:`RunWriter.close` does: its lock file names a process of this machine, no process
+    holds the lock, and that process has ended (killed, or crashed). One read of the lock table
+    for all of them.
+
+    False where that cannot be told: no lock file, a writer on another machine (a shared file
+    system) or from before the file named its host, no ``/proc``. A writer that closed its
+    ``RunWriter`` and runs on (a broker closing idle runs) is not gone. Whether the run was
+    closed cleanly is the caller's to tell (the close marker of vdl_stream's writer): a clean
+    close lets go of the lock too.
+    """
+    held = _proc_locks()
+    out = []
+    for run_dir in run_dirs:
+        gone = False
+        if held is not None:
+            try:
+                with open(os.path.join(run_dir, LOCK_NAME), "rb") as f:
+                    st = os.fstat(f.fileno())
+                    holder = f.read(256).split()
+            except OSError:
+                holder = []
+            if (
+                len(holder) == 2
+                and holder[0].isdigit()
+                and holder[1].decode("utf-8", "replace") == _HOST
+                and not held.get(_lock_ident(st))
+            ):
+                gone = _process_gone(int(holder[0]))
+        out.append(gone)
+    return out

@@ -515,12 +515,12 @@ def test_a_run_another_process_writes_in_the_cache_is_left_to_it(
     )  # fmt: skip
     try:
         assert holder.stdout.readline() == "open\n"
-        assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == {holder.pid}
+        assert recorder.lock_holders(tmp_path / "local" / "r" / "writer.lock") == {holder.pid}
         sync = storage.StoreSync(storage.ObstoreClient(URL), tmp_path / "local")
         assert sync._local_runs() == []
     finally:
         holder.communicate("\n", timeout=60)
-    assert storage.lock_holders(tmp_path / "local" / "r" / "writer.lock") == set()
+    assert recorder.lock_holders(tmp_path / "local" / "r" / "writer.lock") == set()
     assert sync._local_runs() == ["r"]
 
 

@@ -180,6 +180,55 @@ def test_followed_run_of_another_process(tmp_path):
         check_writer_summary(cold)
 
 
+# A training process that writes its run itself (an in-process broker) at a 20 ms cadence until
+# it is killed; it says "flushed" once its first point is on disk.
+LOOPING_WRITER = """
+import sys, time
+from vdl_stream import attach
+w = attach(sys.argv[1], run=sys.argv[2], telemetry=False)
+for step in range(1_000_000):
+    w.add_scalar("train/loss", 1.0 / (step + 1), step)
+    if step == 0:
+        assert w.flush(timeout=20)
+        print("flushed", flush=True)
+    time.sleep(0.02)  # a training step
+"""
+
+
+def test_a_followed_runs_killed_writer_reads_as_crashed_within_seconds(tmp_path):
+    """A run another process writes (its own broker: no connection for the server to lose)
+    reads ``crashed`` within the follow loop's rounds once that process is SIGKILLed (its lock
+    free, the process gone), not after ``CRASH_AFTER`` (120 s) without data; the crash rule
+    raises its alert."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    with serving(logdir) as server:
+        writer = subprocess.Popen(
+            [sys.executable, "-c", LOOPING_WRITER, str(logdir), "other"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        try:
+            assert writer.stdout.readline().strip() == "flushed"
+            # Followed live (its points after the server found it reach the detectors too).
+            live = summary_of(server, "other", lambda s: s["last_step"] >= 50)
+            assert live["status"] == "live"
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+        crashed = summary_of(server, "other", lambda s: s["status"] == "crashed", timeout=15)
+        assert crashed["last_step"] >= live["last_step"]
+        deadline = time.monotonic() + 15  # the crash rule's grace (3 s), then its next check
+        while True:
+            status, body = http_get(server.url + "/api/alerts?run=other")
+            rules = [a["rule"] for a in body["alerts"]] if status == 200 else []
+            if "crash" in rules or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert rules.count("crash") == 1, body
+
+
 def test_thousand_runs_answer(tmp_path):
     logdir = tmp_path / "sweep"
     facts = write_runs(logdir, n_runs=1000, tags=3, points=20)

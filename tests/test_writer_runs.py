@@ -316,7 +316,8 @@ def test_run_lock_is_released_at_close_and_ignored_by_readers(tmp_path):
     run_dir = tmp_path / "r"
     with recorder.RunWriter(run_dir) as w:
         w.append_scalars("x", np.arange(3), np.zeros(3), np.ones(3))
-        assert (run_dir / "writer.lock").read_text() == f"{os.getpid()}\n"
+        host = "".join(socket.gethostname().split())
+        assert (run_dir / "writer.lock").read_text() == f"{os.getpid()} {host}\n"
         with pytest.raises(recorder.RunLockedError, match=f"process {os.getpid()}"):
             recorder.RunWriter(run_dir)
     recorder.RunWriter(run_dir).close()  # free again

@@ -1486,10 +1486,38 @@ class Broker:
                     break
                 self._follow_state.start_round()
                 await self._discover()
+                gone = await self._writers_gone()
                 await self._tail_all()
+                # Still not closed once the round read what the writer wrote before it let go
+                # of the lock: it ended without closing the run.
+                self.writer_lost(r.name for r in gone if self._runs.get(r.name) is r)
                 await self._fill_summaries()
                 await self._warm_up()
             nursery.cancel_scope.cancel()
+
+    async def _writers_gone(self) -> list[_Run]:
+        """The followed runs that read ``live`` whose writer, a process of this machine, ended
+        without closing them (``recorder.writers_gone``: killed, or crashed): ``crashed`` within a
+        round, as a served writer's lost connection makes them, not after ``crash_after`` s.
+
+        Asked before the round's tail: a writer closing its run writes the close marker before it
+        lets go of the lock, so the tail that follows reads it. Runs the bus carries are left to
+        their lease."""
+        runs = [
+            r
+            for r in self._runs.values()
+            if not r.local
+            and r.summary is not None
+            and not r.summary.closed
+            and not r.summary.disconnected
+            and not (self._bus is not None and self._bus.carries(r.name))
+        ]
+        if not runs:
+            return []
+        gone = await trio.to_thread.run_sync(
+            recorder.writers_gone, [str(r.path) for r in runs], limiter=self._read_limiter
+        )
+        return [r for r, g in zip(runs, gone, strict=True) if g]
 
     async def _tail_all(self) -> None:
         """Poll the followed runs whose files changed; close readers that went idle.
@@ -2510,12 +2538,16 @@ class Broker:
         run.summary.add(scalars, events, time.time())
 
     def writer_lost(self, runs: Iterable[str]) -> None:
-        """The connection of a writer of ``runs`` ended: each of them that did not get the close
-        marker is ``crashed`` until its next batch."""
+        """The writer of ``runs`` is gone (its connection ended, or its process): each of them
+        that did not get the close marker is ``crashed`` until its next batch, and the alert
+        engine's crash rule hears of it (docs/alerts.md)."""
+        runs = list(runs)
         for name in runs:
             run = self._runs.get(name)
             if run is not None and run.summary is not None:
                 run.summary.lost_writer()
+        if self.alerts is not None:
+            self.alerts.writer_lost(runs)
 
     def _summary_objects(self, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
         now = time.time()

@@ -12,9 +12,11 @@ Status:
 * ``finished``: the run's newest ``meta`` event with a ``status`` key says ``"closed"`` (the close
   marker ``vdl_stream.Writer.close()`` sends; a writer resuming the run sends ``"running"``).
 * ``crashed``: not closed, and either the writer's connection was lost without the close marker
-  (and nothing arrived since), or nothing arrived for ``crash_after`` seconds (default
-  :data:`CRASH_AFTER`, 120 s: Aim declares a run failed once its promised check-in is overdue
-  beyond a 100 s grace period; we have no promised interval, so we take a little more than that).
+  (and nothing arrived since), or the process of this machine that wrote a followed run ended
+  without closing it (``recorder.writers_gone``, asked by the broker's follow loop), or nothing
+  arrived for ``crash_after`` seconds (default :data:`CRASH_AFTER`, 120 s: Aim declares a run
+  failed once its promised check-in is overdue beyond a 100 s grace period; we have no promised
+  interval, so we take a little more than that).
   Idleness is measured with the server's clock (when the data arrived; for a run not followed live,
   its files' modification time), never with the writer's wall times.
 * ``live`` otherwise.

@@ -1595,8 +1595,6 @@ async def _ingest_session(ws: WebSocketSession, broker: Broker, idle_after: floa
         await _ingest_batches(ws, broker, send, receive, runs, idle_after)
     finally:
         broker.writer_lost(runs)
-        if broker.alerts is not None:  # the crash rule (docs/alerts.md)
-            broker.alerts.writer_lost(runs)
 
 
 async def _ingest_batches(

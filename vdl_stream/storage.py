@@ -506,7 +506,7 @@ class StoreSync:
             path = self.local_dir / name
             if RunMirror.is_mirror(str(path)) or name in self._fenced:
                 continue
-            holders = lock_holders(path / "writer.lock")
+            holders = recorder.lock_holders(path / recorder.LOCK_NAME)
             if holders is None and name not in self._publishers:
                 continue  # cannot tell whether another process writes it: leave it to that one
             if holders and os.getpid() not in holders:
@@ -887,35 +887,6 @@ def _published_here(path: Path, manifest: Manifest) -> bool | None:
         manifest.generation,
         _files_digest(manifest),
     ]
-
-
-def lock_holders(path: Path) -> set[int] | None:
-    """The process ids holding a lock on ``path`` (a run's ``writer.lock``), from Linux's
-    ``/proc/locks``; an empty set when none (or no such file), None where that cannot be told.
-
-    A run in the cache that no process holds was left by a writer that stopped: its broker
-    publishes it. Read-only: taking the lock to test it could make a writer opening the run fail.
-    """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return set()
-    except OSError:
-        return None
-    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        with open("/proc/locks") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    holders = set()
-    for line in lines:
-        # "1: FLOCK  ADVISORY  WRITE 26911 fe:00:2149000 0 EOF" ("1: -> FLOCK ..." waits)
-        parts = line.split()
-        if len(parts) >= 6 and parts[1] != "->" and parts[5] == ident:
-            with contextlib.suppress(ValueError):
-                holders.add(int(parts[4]))
-    return holders
 
 
 def partial_final(round_: Callable[..., Awaitable[None]]) -> Callable[[], Awaitable[None]]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
+import time
 import warnings
 
 import numpy as np
@@ -11,6 +14,7 @@ import pytest
 from recorder_testing import BASE_WALL, same_series, series
 
 from recorder import (
+    LOCK_NAME,
     CorruptionWarning,
     FormatError,
     NotARunError,
@@ -23,6 +27,8 @@ from recorder import (
     TagInfo,
     framing,
     list_runs,
+    lock_holders,
+    writers_gone,
 )
 from recorder.catalog import INDEX_NAME, segment_name
 
@@ -655,3 +661,56 @@ def test_a_full_disk_at_close_raises_and_leaves_no_temporary_file(tmp_path, monk
     assert not [name for name in os.listdir(run) if name.endswith(".tmp")]
     with RunReader(run) as reader:
         assert len(reader.read_scalars("loss").steps) == 500
+
+
+# A process holding a run open until it is killed: it says "open" once its lock is taken.
+HOLDER = """
+import sys, numpy as np
+from recorder import RunWriter
+w = RunWriter(sys.argv[1])
+w.append_scalars("x", np.arange(3), 1.7e9 + np.arange(3.0), np.ones(3))
+w.flush()
+print("open", flush=True)
+sys.stdin.read()
+"""
+
+
+def _holder(run_dir) -> subprocess.Popen:
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": repo},
+    )
+    assert proc.stdout.readline().strip() == "open"
+    return proc
+
+
+def test_a_killed_writer_is_gone_and_a_live_or_closed_one_is_not(tmp_path):
+    """``writers_gone``: a run whose writer process was killed (reaped or a zombie yet) is gone;
+    one held open, one closed by a process that runs on, one never locked, one whose lock file
+    names another machine or no machine (an older file) is not."""
+    held, killed, zombie = tmp_path / "held", tmp_path / "killed", tmp_path / "zombie"
+    holders = [_holder(held), _holder(killed), _holder(zombie)]
+    try:
+        closed = tmp_path / "closed"
+        with RunWriter(closed) as w:  # this process closes it and runs on
+            w.append_scalars("x", np.arange(3), BASE_WALL + np.arange(3.0), np.ones(3))
+        holders[1].kill()
+        holders[1].wait()
+        holders[2].kill()  # not reaped: a zombie until wait()
+        for _ in range(200):  # the kernel lets go of the lock as the process exits
+            if not lock_holders(zombie / LOCK_NAME):
+                break
+            time.sleep(0.01)
+        runs = [held, killed, zombie, closed, tmp_path / "never"]
+        assert writers_gone([str(r) for r in runs]) == [False, True, True, False, False]
+        for text in (f"{holders[1].pid} some-other-host\n", f"{holders[1].pid}\n"):
+            (killed / LOCK_NAME).write_text(text)
+            assert writers_gone([str(killed)]) == [False]
+    finally:
+        for proc in holders:
+            proc.kill()
+            proc.wait()
