@@ -1780,8 +1780,8 @@ class AlertEngine:
                 state.lost_at = None
                 self._fire(
                     run, state, "crash", None, crash, state.last_step, time.time(), None,
-                    "the writer's connection was lost without closing the run, and it has "
-                    f"not come back within {crash['grace']:g} s",
+                    "the writer went away without closing the run (its connection was lost or "
+                    f"its process ended), and it has not come back within {crash['grace']:g} s",
                     hold=True,
                 )  # fmt: skip
                 continue
