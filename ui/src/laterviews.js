@@ -12,15 +12,13 @@ import { ImagesView } from "./views/images.js";
 import { SystemView } from "./views/system.js";
 import { TextView } from "./views/text.js";
 
-/** The names of the views built here, in page order (after alerts and scalars). */
-export const LATER_VIEWS = ["system", "histograms", "images", "text", "curves", "hparams", "graph", "embeddings"];
-
 /**
  * Build the later views. Each subscribes to the store with `current`, so it first draws what the
  * store already holds; the graph view, fed by the connection's frames, is handed those that came
  * before it by the page.
  * @param {object} ctx the page's shared context (app.js)
- * @returns {Record<string, object>} the views by name, in page order
+ * @returns {Record<string, object>} the views by name, in page order (app.js holds a place for
+ *   each under the same name)
  */
 export function buildLaterViews(ctx) {
   return {
