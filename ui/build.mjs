@@ -27,13 +27,14 @@ const options = {
   outdir: out,
   logLevel: "info",
 };
-// Split: what the entry points share goes to chunk-<hash>.js. earlysocket.js is an entry point
-// only so that its modules (the socket, the connection, msgpack) get a chunk of their own: app.js
-// imports it first, so it is evaluated first, before uPlot's, the strings' and the store's chunk
-// (in that chunk, the socket opened 10-50 ms before DOMContentLoaded instead of 80-200 ms), and
-// in the same task as the rest of the page (a socket opened by a script of its own could open, and
-// its first frames go unheard, between the two scripts). Its own file is not used: removed. Every file is flat under /static/ (the server
-// serves /static/<name>, docs/dashboard.md).
+// Split: what the entry points share goes to chunk-<hash>.js; every file is flat under /static/
+// (the server serves /static/<name>). earlysocket.js is an entry point only so that its modules
+// (the socket, the connection, msgpack) get a chunk of their own, which app.js imports first: it
+// is evaluated first, before the chunk of uPlot, the strings and the store (behind that chunk the
+// socket opened 10-45 ms before DOMContentLoaded instead of 59-233 ms: docs/performance.md, "The
+// bundle evaluated lazily"), and in the same task as the rest of the page (a script of its own
+// could let the socket open, its first frames heard by no one, between the two scripts). Its own
+// file is not used: removed below.
 const page = await build({
   ...options,
   format: "esm",
