@@ -517,10 +517,65 @@ def ensure_run(cache: Path, tags: int, steps: int) -> tuple[Path, dict]:
     return logdir, info
 
 
-def load_once(browser, url: str, tags: int, profile: bool = False) -> dict:
+#: The page's scripts as Resource Timing has them: name, bytes (decoded) and when each arrived.
+SCRIPTS_JS = """() => performance.getEntriesByType('resource')
+  .filter((e) => new URL(e.name).pathname.endsWith('.js'))
+  .map((e) => ({name: new URL(e.name).pathname.split('/').pop(), bytes: e.decodedBodySize,
+                start: e.startTime, end: e.responseEnd}))"""
+
+
+#: Trace events of a script's compilation and top-level evaluation: a classic script's
+#: ``EvaluateScript`` (its URL in ``args.data.url``), a module graph's ``v8.evaluateModule``.
+SCRIPT_EVENTS = frozenset({"EvaluateScript", "v8.compile", "v8.compileModule", "v8.evaluateModule"})
+
+
+def script_costs(events: list[dict]) -> list[dict]:
+    """The script compilations and evaluations on the page's main thread in a Chromium trace
+    (complete events; one nested in another, a classic script's compilation, is left out), each
+    as ``{name, url, at, ms}``, ``at`` in ms from the page's navigation start."""
+    starts = [
+        e
+        for e in events
+        if e["name"] == "navigationStart"
+        and (e.get("args", {}).get("data") or {}).get("documentLoaderURL")
+    ]
+    if not starts:
+        return []
+    nav = starts[-1]
+    mine = [
+        e
+        for e in events
+        if e["name"] in SCRIPT_EVENTS
+        and e.get("ph") == "X"
+        and (e["pid"], e["tid"]) == (nav["pid"], nav["tid"])
+        and e["ts"] >= nav["ts"]
+    ]
+    out: list[dict] = []
+    end = 0
+    for e in sorted(mine, key=lambda e: e["ts"]):
+        if e["ts"] < end:
+            continue  # inside the last one
+        end = e["ts"] + e.get("dur", 0)
+        args = e.get("args", {})
+        url = (args.get("data") or {}).get("url") or args.get("fileName") or ""
+        out.append(
+            {
+                "name": e["name"],
+                "url": url.rsplit("/", 1)[-1],
+                "at": (e["ts"] - nav["ts"]) / 1000,
+                "ms": e.get("dur", 0) / 1000,
+            }
+        )
+    return out
+
+
+def load_once(browser, url: str, tags: int, profile: bool = False, trace: bool = False) -> dict:
     """Open the page in a fresh context; time it until the charts in view have data.
 
     With ``profile``, a CPU profile covers the load (its overhead slows the load down a little).
+    With ``trace``, a Chromium trace does, from which the scripts' compilation and top-level
+    evaluation are taken (``script_costs``, ``script_eval_first_ms``: those that began before the
+    charts were shown).
     """
     context = browser.new_context(viewport=VIEWPORT)
     try:
@@ -534,6 +589,17 @@ def load_once(browser, url: str, tags: int, profile: bool = False) -> dict:
             cdp.send("Profiler.enable")
             cdp.send("Profiler.setSamplingInterval", {"interval": 200})
             cdp.send("Profiler.start")
+        traced: list[dict] = []
+        trace_done: list[bool] = []
+        if trace:
+            cdp = context.new_cdp_session(page)
+            cdp.on("Tracing.dataCollected", lambda e: traced.extend(e["value"]))
+            cdp.on("Tracing.tracingComplete", lambda e: trace_done.append(True))
+            categories = ["devtools.timeline", "v8.execute", "blink.user_timing"]
+            cdp.send(
+                "Tracing.start",
+                {"traceConfig": {"includedCategories": categories}, "transferMode": "ReportEvents"},
+            )
         t0 = time.perf_counter()
         page.goto(url + "/", wait_until="commit")
         page.wait_for_function(
@@ -543,7 +609,7 @@ def load_once(browser, url: str, tags: int, profile: bool = False) -> dict:
         )
         wall = time.perf_counter() - t0
         top = None
-        if cdp is not None:
+        if profile:
             top = top_functions(cdp.send("Profiler.stop")["profile"], 20, fetch_bundle(url))
         # Charts below the fold: give them a moment (they may not be drawn until scrolled to).
         with contextlib.suppress(Exception):  # "all" stays null: reported as such
@@ -554,7 +620,13 @@ def load_once(browser, url: str, tags: int, profile: bool = False) -> dict:
             " return {responseEnd: n.responseEnd, domContentLoaded: n.domContentLoadedEventEnd}; }"
         )
         in_view = page.evaluate(IN_VIEW_JS)
+        scripts = page.evaluate(SCRIPTS_JS)
         points = page.evaluate("() => [...window.vdl.charts.values()].map(u => u.data[0].length)")
+        if trace:
+            cdp.send("Tracing.end")
+            deadline = time.monotonic() + 30
+            while not trace_done and time.monotonic() < deadline:
+                page.wait_for_timeout(50)
     finally:
         context.close()
     snap = [f for f in probe["frames"] if f["type"] == "snapshot"]
@@ -582,6 +654,27 @@ def load_once(browser, url: str, tags: int, profile: bool = False) -> dict:
         "drawn_points_per_chart": points,
         "page_errors": errors,
         "profile_top": top,
+        "scripts": scripts,
+        # The scripts the page had fetched by the time its charts were shown (the bundle's first
+        # part: with ui/build.mjs's split, app.js and its shared chunk), and from the last of
+        # them to the end of DOMContentLoaded: their compilation and evaluation, the page built
+        # (module scripts run before it fires).
+        "first_script_bytes": sum(s["bytes"] for s in scripts if s["end"] <= probe["shown"]),
+        "scripts_to_dom_ready_ms": nav["domContentLoaded"]
+        - max((s["end"] for s in scripts if s["end"] <= probe["shown"]), default=0.0),
+        **traced_scripts(traced, probe["shown"]),
+    }
+
+
+def traced_scripts(events: list[dict], shown_ms: float) -> dict:
+    """``load_once``'s figures from a trace (none without one)."""
+    if not events:
+        return {}
+    costs = script_costs(events)
+    return {
+        "script_costs": costs,
+        "script_eval_first_ms": sum(c["ms"] for c in costs if c["at"] < shown_ms),
+        "script_eval_later_ms": sum(c["ms"] for c in costs if c["at"] >= shown_ms),
     }
 
 

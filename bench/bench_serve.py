@@ -199,6 +199,7 @@ def page_loads(browser, url: str, loads: int) -> list[dict]:
         r = load_once(browser, url, TAGS)
         keys = ("shown_ms", "shown_charts", "server_ms", "snapshot_bytes", "subscribe_ms")
         keys += ("snapshot_frames", "decode_store_ms", "draw_ms")
+        keys += ("ws_created_ms", "dom_ready_ms", "first_script_bytes", "scripts_to_dom_ready_ms")
         out.append({k: r[k] for k in keys})
         # A split snapshot's events (docs/protocol.md): when they came, after the charts.
         events = [f for f in r["frames"] if f["type"] == "snapshot_events"]
@@ -243,7 +244,18 @@ def part_one_run(args, tree: Path, browser, work: Path) -> dict:
                 "ws_warm_ms": statistics.median(times[1:]) * 1000 if len(times) > 1 else None,
                 "rss_mb": server.rss_mb(),
             }
-        return {"hours": args.hours, **page_figures(browser, server, args.loads)}
+        figures = {"hours": args.hours, **page_figures(browser, server, args.loads)}
+        if args.trace_loads:
+            traced = [
+                load_once(browser, server.url, TAGS, trace=True) for _ in range(args.trace_loads)
+            ]
+            keys = ("shown_ms", "script_eval_first_ms", "script_eval_later_ms", "script_costs")
+            keys += ("first_script_bytes", "ws_created_ms", "dom_ready_ms")
+            figures["traced"] = [{k: r.get(k) for k in keys} for r in traced]
+            figures["script_eval_first_ms"] = statistics.median(
+                r["script_eval_first_ms"] for r in traced
+            )
+        return figures
     finally:
         server.stop()
 
@@ -257,6 +269,11 @@ def page_figures(browser, server: Serve, count: int) -> dict:
         "warm_shown_ms": statistics.median(r["shown_ms"] for r in loads[1:])
         if len(loads) > 1
         else None,
+        # The scripts fetched before the charts were shown; from them to DOMContentLoaded (their
+        # compilation and evaluation, the page built); the early socket's creation.
+        "first_script_kb": statistics.median(r["first_script_bytes"] for r in loads) / 1024,
+        "scripts_to_dom_ready_ms": statistics.median(r["scripts_to_dom_ready_ms"] for r in loads),
+        "ws_created_ms": statistics.median(r["ws_created_ms"] for r in loads),
         "loads": loads,
         "rss_mb": server.rss_mb(),
         "peak_mb": server.peak_mb(),
@@ -808,6 +825,13 @@ def report(result: dict) -> str:
             "warm_shown_ms",
             unit=" ms",
         )
+        row("one live run: scripts fetched before the charts", "one_run", "first_script_kb",
+            unit=" KB")  # fmt: skip
+        row("the same: scripts in -> DOMContentLoaded", "one_run", "scripts_to_dom_ready_ms",
+            unit=" ms")  # fmt: skip
+        row("the same: early socket created", "one_run", "ws_created_ms", unit=" ms")
+        row("the same, traced: scripts compiled and evaluated before the charts", "one_run",
+            "script_eval_first_ms", ".1f", " ms")  # fmt: skip
         row("one live run: server RSS after", "one_run", "rss_mb", unit=" MB")
         n, rh = result["args"]["runs"], result["args"]["run_hours"]
         row(
@@ -951,6 +975,14 @@ def main() -> None:
         "directory for TensorBoard/VisualDL files (vdl_stream/foreign.py)",
     )
     parser.add_argument("--skip-many", action="store_true", help="no many-runs part")
+    parser.add_argument(
+        "--trace-loads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="one run: N more loads (warm) under a Chromium trace: the scripts' compilation and"
+        " top-level evaluation before the charts are shown, and after",
+    )
     parser.add_argument(
         "--ws-only",
         action="store_true",

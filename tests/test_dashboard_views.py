@@ -124,3 +124,72 @@ def test_full_dashboard_screenshot(serve_process, browser):
         assert page.locator("html").get_attribute("lang") in ("zh", "zh-CN")
     finally:
         page.close()
+
+
+# From the page's first script: once the first scalar chart is drawn, what the page had asked for
+# by then (the drawing frame's afterDraw, before the page's own, which loads the later views when
+# idle): whether the later views were loaded, and the scripts fetched.
+RECORD_AT_FIRST_CHART = """
+Object.defineProperty(window, 'vdl', { configurable: true, get() { return this.__vdl; }, set(v) {
+  this.__vdl = v;
+  const drawn = () => [...v.chartWrappers.values()].some((c) => c.renders > 0);
+  v.scheduler.afterDraw(() => {
+    window.__atFirstChart = {
+      later: String(v.laterViews?.state),
+      scripts: performance.getEntriesByType('resource').map((e) => e.name).filter((n) => n.endsWith('.js')),
+    };
+  }, Infinity, drawn);
+} });
+"""
+
+
+def test_the_first_charts_are_drawn_before_the_later_views_are_loaded(serve_process, browser):
+    """The first load evaluates app.js and its shared chunk only; the views below the charts
+    (laterviews.js) are fetched after the first charts are drawn, and a view opened before they
+    are in says that it loads, then shows its data."""
+    with attach(url=serve_process.ws_url, run="lazy", telemetry=False) as writer:
+        rng = np.random.default_rng(0)
+        for step in range(100):
+            writer.add_scalar("train/loss", 1 / (step + 1), step)
+            if step % 20 == 0:
+                writer.add_histogram("weights/fc", rng.normal(0, 1, 500), step)
+        writer.add_hparams({"lr": 0.1, "batch": 64}, ["train/loss"])
+        assert writer.flush(timeout=20)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(script=RECORD_AT_FIRST_CHART)
+    # laterviews.js is held until released below: the page must draw its charts without it.
+    held = []
+    context.route("**/static/laterviews.js", lambda route: held.append(route))
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    try:
+        page.goto(serve_process.url + "/")
+        page.wait_for_function("() => window.__atFirstChart !== undefined", timeout=15_000)
+        first = page.evaluate("() => window.__atFirstChart")
+        assert first["later"] == "pending"
+        assert [u.rsplit("/", 1)[1] for u in first["scripts"] if "laterviews" in u] == []
+        assert any(u.endswith("/static/app.js") for u in first["scripts"])
+        # Then, the page idle, it asks for the later views (held here).
+        page.wait_for_function("() => window.vdl.laterViews.state === 'loading'", timeout=15_000)
+        for _ in range(100):  # the route's handler runs while Playwright waits: 5 s at most
+            if held:
+                break
+            page.wait_for_timeout(50)
+        assert len(held) == 1
+        # Opened now, the hparams view says that it loads.
+        page.evaluate("() => window.vdl.goToView('hparams')")
+        note = page.locator(".view.hparams .view-loading")
+        note.wait_for(state="visible", timeout=5_000)
+        assert page.locator(".hparams-table").count() == 0
+        held[0].continue_()
+        # Loaded: the view shows the run's hparams, and the histograms view the run's histogram
+        # (both came before the view was built).
+        page.locator(".hparams-table td", has_text="0.1").first.wait_for(timeout=15_000)
+        page.locator('[data-hist-tag="weights/fc"]').wait_for(timeout=15_000)
+        assert page.evaluate("() => window.vdl.laterViews.state") == "loaded"
+        assert note.count() == 0
+        assert errors == []
+    finally:
+        context.close()

@@ -73,12 +73,20 @@ from .webhooks import WebhookNotifier
 
 log = logging.getLogger("vdl_stream.server")
 
+#: Media types of the page's files, by suffix.
 STATIC_TYPES = {
-    "index.html": "text/html; charset=utf-8",
-    "app.js": "text/javascript; charset=utf-8",
-    "app.css": "text/css; charset=utf-8",
-    "embed-worker.js": "text/javascript; charset=utf-8",  # the embeddings view's Web Worker
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
 }
+#: The page's files (ui/build.mjs): index.html, app.css, the ES modules app.js and laterviews.js
+#: and the chunks they share (chunk-<hash>.js, named by the build), embed-worker.js (the
+#: embeddings view's Web Worker). Listed once: ``/static/<name>`` serves these names only.
+STATIC_FILES = frozenset(
+    entry.name
+    for entry in (resources.files("vdl_stream") / "static").iterdir()
+    if entry.is_file() and Path(entry.name).suffix in STATIC_TYPES
+)
 # The page loads nothing from elsewhere and may connect only back to this server.
 CSP = (
     "default-src 'self'; img-src 'self' data: blob:; media-src 'self' blob:; "
@@ -86,7 +94,7 @@ CSP = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
 #: The paths served without the token: the page and its files, which read the token from the URL.
-PUBLIC_PATHS = frozenset({"/", *(f"/static/{name}" for name in STATIC_TYPES)})
+PUBLIC_PATHS = frozenset({"/", *(f"/static/{name}" for name in STATIC_FILES)})
 SHUTDOWN_DEADLINE = 10.0
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 BLOB_TYPES = {"image": "image/png", "audio": "audio/wav"}
@@ -636,7 +644,7 @@ def pages_blueprint() -> Blueprint:
 
     @bp.get("/static/<name>")
     async def static_file(name: str) -> Any:
-        if name not in STATIC_TYPES:
+        if name not in STATIC_FILES:
             return _error(404, "not found")
         return _static_response(static, name)
 
@@ -1273,7 +1281,7 @@ def _export(path: Path, fmt: str, pattern: str | None) -> Export:
 
 
 def _static_response(static: Any, name: str) -> Response:
-    response = Response((static / name).read_bytes(), content_type=STATIC_TYPES[name])
+    response = Response((static / name).read_bytes(), content_type=STATIC_TYPES[Path(name).suffix])
     response.headers["Cache-Control"] = "no-cache"
     return response
 

@@ -14,20 +14,13 @@ import { RunsTable } from "./views/runstable.js";
 import { initLanguage, language, LANGUAGES, loadingText, onLanguage, setLanguage, t, tf } from "./i18n.js";
 import { DEFAULT_SMOOTHING } from "./smoothing.js";
 import { STEP, Store, VALUE, WALL } from "./store.js";
-import { CurvesView } from "./views/curves.js";
-import { HistogramsView } from "./views/histograms.js";
-import { HparamsView } from "./views/hparams.js";
-import { ImagesView } from "./views/images.js";
 import { icon } from "./icons.js";
 import { Report } from "./report.js";
 import { rememberKey, Remembered } from "./remember.js";
 import { BADGE_TEXT, badgeState, ReplayBar } from "./views/replay.js";
 import { ScalarsView } from "./views/scalars.js";
-import { SystemView } from "./views/system.js";
-import { TextView } from "./views/text.js";
 import { AlertsView } from "./views/alerts.js";
-import { GraphView } from "./views/graph.js";
-import { EmbeddingsView } from "./views/embeddings.js";
+import { PendingView } from "./views/pending.js";
 import { Toasts } from "./toast.js";
 
 initLanguage();
@@ -97,23 +90,18 @@ const alertsView = new AlertsView(ctx, {
 });
 chartHooks.draw = (chart, u) => alertsView.drawMarkers(chart, u);
 
-// Model graph (issue 15): `graph` events are taken from the connection's frames, not the store.
-const graphView = new GraphView(ctx);
-
-// Page order: alerts, then training curves, then the system charts right under them.
+// Page order: alerts, then training curves, then the system charts right under them, then the
+// views of laterviews.js: each holds its place (a PendingView) until that module is loaded
+// (loadLaterViews), when the view takes it.
 const views = {
   alerts: alertsView,
   scalars: new ScalarsView(ctx),
-  system: new SystemView(ctx),
-  histograms: new HistogramsView(ctx),
-  images: new ImagesView(ctx),
-  text: new TextView(ctx),
-  curves: new CurvesView(ctx),
-  hparams: new HparamsView(ctx),
-  graph: graphView,
-  // Embeddings (issue 15): a projector fed from /api/blob, projecting in a Web Worker.
-  embeddings: new EmbeddingsView(ctx),
 };
+for (const name of ["system", "histograms", "images", "text", "curves", "hparams", "graph", "embeddings"]) views[name] = new PendingView(name);
+// Model graph (issue 15): `graph` events are taken from the connection's frames, not the store;
+// those that come before the view is loaded wait for it here.
+let graphView = null;
+const graphFrames = [];
 // Shown only under `vdl-stream replay`: the server's first `replay` frame shows it.
 const replayBar = new ReplayBar(ctx);
 replayBar.onChange = () => showBadge();
@@ -170,7 +158,8 @@ const report = new Report(ctx, views);
 const reportLabel = el("span", { class: "report-label" });
 const reportBtn = el(
   "button",
-  { type: "button", class: "report-btn", on: { click: () => (report.panel.hidden ? report.open() : report.close()) } },
+  // The report lists and prints every view: the later views are loaded first.
+  { type: "button", class: "report-btn", on: { click: () => (report.panel.hidden ? loadLaterViews().then(() => report.open()) : report.close()) } },
   icon("report"),
   reportLabel,
 );
@@ -182,6 +171,8 @@ new ResizeObserver(() => document.documentElement.style.setProperty("--header-h"
 
 /** Scroll the page to a view (showing it first if `vdl.showView` hid it). */
 function goToView(name) {
+  // A view not loaded yet shows its loading note meanwhile, and is scrolled to again once loaded.
+  if (views[name] instanceof PendingView) loadLaterViews().then(() => goToView(name));
   if (!state.views.has(name)) {
     state.views.add(name);
     showViews();
@@ -220,12 +211,16 @@ function spySoon() {
 function spyWhenIdle() {
   if (spyIdlePending) return;
   spyIdlePending = true;
-  const run = () => {
+  whenIdle(() => {
     spyIdlePending = false;
     spyViews();
-  };
-  if (typeof requestIdleCallback === "function") requestIdleCallback(run, { timeout: SPY_IDLE_TIMEOUT_MS });
-  else setTimeout(run, 0);
+  }, SPY_IDLE_TIMEOUT_MS);
+}
+
+/** Call `fn` when the page is next idle, or after `timeoutMs` at the latest. */
+function whenIdle(fn, timeoutMs) {
+  if (typeof requestIdleCallback === "function") requestIdleCallback(fn, { timeout: timeoutMs });
+  else setTimeout(fn, 0);
 }
 function spyViews() {
   spyPending = false;
@@ -627,7 +622,8 @@ const connection = new Connection({
     store.apply(msg);
     if (msg.type === "snapshot") holdForFirstCharts();
     alertsView.onMessage(msg);
-    graphView.onMessage(msg);
+    if (graphView !== null) graphView.onMessage(msg);
+    else if (Array.isArray(msg.events) && msg.events.some((ev) => ev?.kind === "graph")) graphFrames.push(msg);
     replayBar.onMessage(msg);
   },
   onState: (s, detail) => {
@@ -665,25 +661,26 @@ window.vdl = {
   /** Telemetry charts: Map of metric (`gpu/util`, `cpu/percent`, ...) -> uPlot instance. */
   get systemCharts() {
     const map = new Map();
-    for (const [metric, chart] of views.system.charts) if (chart.plot) map.set(metric, chart.plot);
+    for (const [metric, chart] of views.system.charts ?? []) if (chart.plot) map.set(metric, chart.plot);
     return map;
   },
   /** PR/ROC charts: Map of `pr_curve:<tag>` / `roc_curve:<tag>` -> uPlot instance. */
   get curveCharts() {
     const map = new Map();
-    for (const [key, card] of views.curves.cards) if (card.chart.plot) map.set(key, card.chart.plot);
+    for (const [key, card] of views.curves.cards ?? []) if (card.chart.plot) map.set(key, card.chart.plot);
     return map;
   },
   /** The colour of a run's lines, swatches and legends (the same in every view). */
   runColor: (run) => colorFor(run),
   /** Show or hide a view: `scalars`, `system`, `histograms`, `images`, `text`, `curves`, `hparams`. */
   showView(name, shown = true) {
+    if (shown && views[name] instanceof PendingView) loadLaterViews();
     if (shown) state.views.add(name);
     else state.views.delete(name);
     showViews();
   },
-  /** Histogram display: "ridgeline" or "heatmap". */
-  setHistogramMode: (mode) => views.histograms.setMode(mode),
+  /** Histogram display: "ridgeline" or "heatmap" (a promise: the view may load first). */
+  setHistogramMode: (mode) => loadLaterViews().then(() => views.histograms.setMode(mode)),
   /** Scalar tags seen, sorted. */
   tags: () => store.scalarTags(),
   get connected() {
@@ -721,11 +718,26 @@ window.vdl = {
   report: report.hook(),
   /** Scroll to a view, as its header button does. */
   goToView,
-  /** Model graph: `keys()`, `boxes()`, `toggle(path)`, `expandAll()`, `matches()`, `stats` (docs/dashboard.md). */
-  graph: graphView.hook(),
+  /**
+   * Model graph: `keys()`, `boxes()`, `toggle(path)`, `expandAll()`, `matches()`, `stats`
+   * (docs/dashboard.md). Until the view is loaded it answers as a graph view holding nothing does.
+   */
+  get graph() {
+    return laterHook("graph", GRAPH_PENDING);
+  },
   /** Replay controls (only active under `vdl-stream replay`): status, play, pause, setSpeed, seek. */
   replay: replayBar.hook(),
-  embeddings: views.embeddings.hook(),
+  /** The embeddings projector: `state()`, `pointOnPage(i)`, `setMethod(m)`, ... (as `graph` until loaded). */
+  get embeddings() {
+    return laterHook("embeddings", EMBEDDINGS_PENDING);
+  },
+  /** The views below the first charts: `state` ("pending", "loading", "loaded"), `load()` (a promise). */
+  laterViews: {
+    get state() {
+      return laterState;
+    },
+    load: () => loadLaterViews(),
+  },
   /** Loading state: `{phase: "connecting"|"loading"|"ready", total, done}` (snapshots of runs). */
   get sync() {
     return store.syncState();
@@ -741,3 +753,86 @@ document.addEventListener("keydown", (e) => {
 onLanguage(relabel);
 relabel();
 connection.start({ socket: earlySocket });
+
+// ---- the views below the first charts (laterviews.js) -------------------------------------------
+// A first load evaluates only what its first view needs: the module of the other views (67 of the
+// bundle's 274 KB: the graph's layout, the projector, the sweep panels, the histograms' drawing,
+// ...) is imported once the first scalar charts are drawn, when the page is next idle; at once
+// when one of those views is opened (goToView, showView, the report); when the first snapshots
+// are in and there is no scalar chart to draw; and LATER_VIEWS_MS after the script ran at the
+// latest (a page in a background tab draws nothing), which also bounds what graphFrames holds.
+const LATER_VIEWS_MS = 5000;
+const LATER_IDLE_TIMEOUT_MS = 1000;
+/** "pending", "loading" or "loaded" (`vdl.laterViews.state`). */
+let laterState = "pending";
+let laterViews = null;
+const laterTimer = setTimeout(() => loadLaterViews(), LATER_VIEWS_MS);
+
+/**
+ * Import laterviews.js and put its views in their places (once; a failed import is tried again
+ * at the next call).
+ * @returns {Promise<void>} settled once the views are on the page
+ */
+function loadLaterViews() {
+  clearTimeout(laterTimer);
+  if (laterViews !== null) return laterViews;
+  laterState = "loading";
+  laterViews = import("./laterviews.js").then(
+    ({ buildLaterViews }) => {
+      const built = buildLaterViews(ctx);
+      for (const [name, view] of Object.entries(built)) {
+        const pending = views[name];
+        view.element.prepend(viewTitles[name]);
+        view.element.dataset.view = name;
+        view.element.hidden = pending.element.hidden;
+        pending.element.replaceWith(view.element);
+        views[name] = view;
+        view.refresh?.();
+      }
+      graphView = built.graph;
+      for (const msg of graphFrames.splice(0)) graphView.onMessage(msg);
+      laterState = "loaded";
+      spyWhenIdle();
+    },
+    (err) => {
+      console.error("vdl-stream: the views below the charts did not load:", err);
+      laterState = "pending";
+      laterViews = null;
+    },
+  );
+  return laterViews;
+}
+
+const loadLaterWhenIdle = () => whenIdle(() => loadLaterViews(), LATER_IDLE_TIMEOUT_MS);
+scheduler.afterDraw(loadLaterWhenIdle, Infinity, () => [...views.scalars.charts.values()].some((chart) => chart.renders > 0));
+store.subscribe((change) => {
+  if (laterViews === null && change.kind === "sync" && store.syncState().phase === "ready" && views.scalars.charts.size === 0) loadLaterWhenIdle();
+});
+
+// What `vdl.graph` and `vdl.embeddings` answer before their view is loaded (laterHook).
+const GRAPH_PENDING = {
+  keys: () => [],
+  boxes: () => [],
+  edges: () => 0,
+  expanded: () => [],
+  matches: () => [],
+  selected: () => null,
+  scale: () => 1,
+  stats: Object.freeze({ layouts: 0, draws: 0, receivedAt: null, firstDrawAt: null, lastLayoutMs: 0, lastDrawMs: 0 }),
+};
+const EMBEDDINGS_PENDING = {
+  state: () => ({ run: null, tag: null, step: null, n: 0, d: 0, method: "pca", phase: "idle", shown: false, epoch: 0, epochs: 0, done: false, ms: 0, timings: {}, matches: null, hover: null, tip: null, costs: {} }),
+  pointOnPage: () => null,
+  labelOf: () => [],
+};
+
+/**
+ * The `vdl` hook of a later view: the view's own once loaded; before, `pending`'s answers, and
+ * for anything else (an action) a function that loads the view, then calls the view's.
+ */
+function laterHook(name, pending) {
+  if (!(views[name] instanceof PendingView)) return views[name].hook();
+  return new Proxy(pending, {
+    get: (target, key) => (key in target ? target[key] : (...args) => loadLaterViews().then(() => views[name].hook()[key](...args))),
+  });
+}

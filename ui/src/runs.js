@@ -4,10 +4,31 @@
 // runs the table lists (in what order) and which runs are drawn and subscribed to. No DOM.
 import { compileCondition, ConditionError, evaluate } from "./condition.js";
 import { STEP, VALUE, WALL } from "./store.js";
-import { compareCells, NATURAL_ORDER } from "./views/hparams.js";
 import { DEFAULT_SELECTED, SELECT_ALL_UP_TO } from "./runsdefault.js";
 
 export { DEFAULT_SELECTED, pointsFor, SELECT_ALL_UP_TO } from "./runsdefault.js";
+
+/**
+ * Strings in natural order ("run-2" before "run-10"), through one collator: `localeCompare` with
+ * options builds a collator per call, 60-180 ms of sorting 1,000 names (the runs table's first
+ * render); this way 4-11 ms.
+ */
+export const NATURAL_ORDER = new Intl.Collator(undefined, { numeric: true });
+
+/**
+ * Compare two cells for sorting: numbers numerically, before strings; strings in natural order;
+ * missing values last in either direction.
+ */
+export function compareCells(a, b) {
+  const missingA = a === undefined || a === null;
+  const missingB = b === undefined || b === null;
+  if (missingA || missingB) return missingA === missingB ? 0 : missingA ? 1 : -1;
+  const numA = typeof a === "number" || typeof a === "boolean";
+  const numB = typeof b === "number" || typeof b === "boolean";
+  if (numA && numB) return Number(a) - Number(b);
+  if (numA !== numB) return numA ? -1 : 1;
+  return NATURAL_ORDER.compare(String(a), String(b));
+}
 
 /** The bands a group's mean can be drawn with (RunsModel.band). */
 export const BANDS = ["minmax", "std"];

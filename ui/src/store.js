@@ -236,11 +236,32 @@ export class Store {
    * Listen for changes. The callback gets `{kind, run, tags}` where kind is `runs`, `scalars`,
    * `sync` (see syncState), `summaries` (with `summaries`: the frame's list) or an event kind (`histogram`, `image`, `audio`, `text`, `telemetry`,
    * `pr_curve`, `roc_curve`, `hparams`), and `tags` the tags touched.
+   * @param {(change: object) => void} fn
+   * @param {object} [opts]
+   * @param {boolean} [opts.current] also call `fn`, in a microtask (after the constructor that
+   *   subscribes has returned), with the changes that describe what the store holds already: for
+   *   a view built after its data came (app.js loads the views below the first charts later)
    * @returns {() => void} unsubscribe
    */
-  subscribe(fn) {
+  subscribe(fn, { current = false } = {}) {
     this._listeners.add(fn);
+    if (current) queueMicrotask(() => this._listeners.has(fn) && this._current(fn));
     return () => this._listeners.delete(fn);
+  }
+
+  // Call `fn` with a change for each kind of data each run holds (see subscribe's `current`).
+  _current(fn) {
+    fn({ kind: "runs", run: null, tags: [] });
+    for (const run of this.runs.values()) {
+      const name = run.name;
+      if (run.scalars.size) fn({ kind: "scalars", run: name, tags: [...run.scalars.keys()] });
+      if (run.telemetry.size) fn({ kind: "telemetry", run: name, tags: [...new Set([...run.telemetry.values()].map((t) => t.source))] });
+      for (const [kind, held] of [["histogram", run.histograms], ["image", run.images], ["audio", run.audio], ["text", run.texts], ["pr_curve", run.prCurves], ["roc_curve", run.rocCurves], ["embedding", run.embeddings]]) {
+        if (held.size) fn({ kind, run: name, tags: [...held.keys()] });
+      }
+      if (run.hparams !== null) fn({ kind: "hparams", run: name, tags: [] });
+    }
+    fn({ kind: "sync", run: null, tags: [] });
   }
 
   /**

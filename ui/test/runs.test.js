@@ -3,8 +3,7 @@ import { test } from "node:test";
 import { colorFor, hashString, PALETTE } from "../src/dom.js";
 import { aggregate, bandEdges, lastAtOrBefore } from "../src/groups.js";
 import { rememberKey, Remembered, REMEMBER_VERSION } from "../src/remember.js";
-import { DEFAULT_SELECTED, groupKey, RunsModel, SELECT_ALL_UP_TO } from "../src/runs.js";
-import { compareCells } from "../src/views/hparams.js";
+import { compareCells, DEFAULT_SELECTED, groupKey, RunsModel, SELECT_ALL_UP_TO } from "../src/runs.js";
 
 function model(n, extra = () => ({})) {
   const m = new RunsModel();

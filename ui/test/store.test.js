@@ -244,3 +244,27 @@ test("keep: only the runs not held are awaited; frames of dropped runs are ignor
   store.subscribeTo(["b", "c"], { keep: true });
   assert.deepEqual(store.syncState(), { phase: "loading", total: 2, done: 0 });
 });
+
+test("subscribe with current hears, after a microtask, what the store holds already", async () => {
+  const store = new Store();
+  store.apply({ type: "data", seq: 1, run: "a", scalars: [cols([0, 1], [5, 4])], events: [{ kind: "histogram", tag: "w", step: 0, edges: [0, 1], counts: [1] }, { kind: "text", tag: "note", step: 0, text: "hi" }] });
+  store.apply({ type: "data", seq: 2, run: "b", scalars: [], events: [{ kind: "hparams", step: 0, hparams: { lr: 0.1 }, metrics: [] }] });
+  const heard = [];
+  store.subscribe((change) => heard.push(`${change.kind}:${change.run}:${change.tags.join(",")}`), { current: true });
+  assert.deepEqual(heard, []); // not inside the subscriber's constructor
+  await Promise.resolve();
+  assert.deepEqual(heard, ["runs:null:", "scalars:a:loss", "histogram:a:w", "text:a:note", "hparams:b:", "sync:null:"]);
+  // Then live changes, as any listener.
+  store.apply({ type: "data", seq: 3, run: "a", scalars: [cols([2], [3])], events: [] });
+  assert.equal(heard.at(-1), "scalars:a:loss");
+});
+
+test("subscribe with current hears nothing of the past once unsubscribed", async () => {
+  const store = new Store();
+  store.apply({ type: "data", seq: 1, run: "a", scalars: [cols([0], [5])], events: [] });
+  const heard = [];
+  const off = store.subscribe((change) => heard.push(change.kind), { current: true });
+  off();
+  await Promise.resolve();
+  assert.deepEqual(heard, []);
+});

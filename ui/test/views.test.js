@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { curvePoints } from "../src/views/curves.js";
-import { compareCells } from "../src/views/hparams.js";
+import { compareCells } from "../src/runs.js";
 
 test("curvePoints orders a PR curve by recall, keeping precision paired", () => {
   const ev = { kind: "pr_curve", recall: Float64Array.from([1, 0.6, 0.2]), precision: Float64Array.from([0.5, 0.8, 1]) };

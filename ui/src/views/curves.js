@@ -121,7 +121,7 @@ export class CurvesView {
       if (!run) return;
       for (const tag of run[KINDS[change.kind].list].keys()) this._card(change.kind, tag);
       for (const card of this.cards.values()) ctx.scheduler.mark(card.chart);
-    });
+    }, { current: true });
   }
 
   /** Apply the run toggles and the tag filter. */

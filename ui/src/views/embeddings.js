@@ -172,7 +172,7 @@ export class EmbeddingsView {
     ctx.store.subscribe((change) => {
       if (change.kind !== "embedding") return;
       this._sources(change.run);
-    });
+    }, { current: true });
     if (!this.visible) {
       new IntersectionObserver((entries) => {
         this.visible = entries.some((e) => e.isIntersecting);

@@ -22,7 +22,7 @@ export class HistogramsView {
     this.element = el("div", { class: "view histograms" }, el("div", { class: "toolbar" }, ...this.modeButtons), this.empty, this.grid);
     ctx.store.subscribe((change) => {
       if (change.kind === "histogram") this._touch(change.run);
-    });
+    }, { current: true });
     this.relabel();
   }
 

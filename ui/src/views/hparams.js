@@ -4,33 +4,12 @@
 import { formatValue } from "../chart.js";
 import { colorFor, el } from "../dom.js";
 import { language, t, tf } from "../i18n.js";
+import { compareCells } from "../runs.js";
 import { VALUE } from "../store.js";
 import { SweepPanels } from "./sweep.js";
 
 /** Most rows the table lists (the runs table in the sidebar lists every run). */
 export const HPARAMS_TABLE_ROWS = 200;
-
-/**
- * Strings in natural order ("run-2" before "run-10"), through one collator: `localeCompare` with
- * options builds a collator per call, 60-180 ms of sorting 1,000 names (the runs table's first
- * render); this way 4-11 ms.
- */
-export const NATURAL_ORDER = new Intl.Collator(undefined, { numeric: true });
-
-/**
- * Compare two cells for sorting: numbers numerically, before strings; strings in natural order;
- * missing values last in either direction.
- */
-export function compareCells(a, b) {
-  const missingA = a === undefined || a === null;
-  const missingB = b === undefined || b === null;
-  if (missingA || missingB) return missingA === missingB ? 0 : missingA ? 1 : -1;
-  const numA = typeof a === "number" || typeof a === "boolean";
-  const numB = typeof b === "number" || typeof b === "boolean";
-  if (numA && numB) return Number(a) - Number(b);
-  if (numA !== numB) return numA ? -1 : 1;
-  return NATURAL_ORDER.compare(String(a), String(b));
-}
 
 export class HparamsView {
   /** @param {object} ctx shared page context: `store`, `scheduler`, `state` */
@@ -50,7 +29,7 @@ export class HparamsView {
       // (at most one a second) the table and sweep panels need not follow every point.
       if (change.kind === "scalars" && ctx.runs.summaries.size > 0) return;
       if (change.kind === "hparams" || change.kind === "scalars" || change.kind === "runs" || change.kind === "summaries") ctx.scheduler.mark(this.item);
-    });
+    }, { current: true });
   }
 
   /** Redraw after the run toggles changed. */

@@ -26,7 +26,7 @@ export class ImagesView {
       if (!run) return;
       for (const tag of run[KINDS[change.kind].list].keys()) this._card(change.kind, tag, change.run);
       for (const card of this.cards.values()) if (card.run === change.run) ctx.scheduler.mark(card);
-    });
+    }, { current: true });
   }
 
   /** Apply the run toggles and the tag filter. */

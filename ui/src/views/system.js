@@ -62,7 +62,7 @@ export class SystemView {
       const run = ctx.store.runs.get(change.run);
       if (!run) return;
       for (const series of run.telemetry.values()) this._touch(splitField(series.field).metric);
-    });
+    }, { current: true });
   }
 
   /** Redraw after the run toggles changed. */

@@ -20,7 +20,7 @@ export class TextView {
       if (!run) return;
       for (const tag of run.texts.keys()) this._card(tag, change.run);
       for (const card of this.cards.values()) if (card.run === change.run) ctx.scheduler.mark(card);
-    });
+    }, { current: true });
   }
 
   /** Apply the run toggles and the tag filter. */
