@@ -518,6 +518,20 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
     )
     assert first <= every
     assert figures["subscriber_us_per_frame"] > 0
+    # Each subscriber ran in a process of its own (h13-loop), and the writer's wait is split by
+    # what each batch waited on, down to its socket write.
+    assert figures["subscribers"] == "2 processes"
+    assert sum(figures["cycle_paths"].values()) > 0
+    for stage in ("  batch -> send", "  send -> encoded", "  socket write"):
+        assert figures["stages"][stage]["50"] >= 0, stage
+    # The subscribers of the mode before, in one thread of the driver, still run.
+    argv += ["--subscribers-in-process"]
+    done = subprocess.run(
+        [*argv, "--json", str(out)], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert figures["subscribers"] == "one process" and figures["subscriber_us_per_frame"] > 0
     acks, sends = figures["acks"]  # every batch answered, in at most as many sends
     assert acks >= sends >= 1
     assert figures["cpu"]["server: event loop"] > 0 and figures["cpu"]["writer 0"] > 0
