@@ -1191,21 +1191,22 @@ class Writer:
         for the whole batch (codec.tags_scalar_columns), no Python work per point (background
         thread). Per tag, the same calls cost about 9 us a tag, on the path of every point:
         90 us a batch of 10 tags (docs/performance.md, "10k events/s: where the p50 goes")."""
-        cut: list[tuple[str, list[int | float]]] = []
+        parts: list[tuple[str, list[int | float], int]] = []
         # Iterating while the hot path appends a new tag is safe: a list grows in place.
         for tag, buffer in self._buffers:
             n = len(buffer)  # a multiple of 3: each call extends by its 3 items at once
             if n:
-                # Only the prefix taken: points appended meanwhile stay for the next batch.
-                cut.append((tag, buffer[:n]))
-                del buffer[:n]
-        if len(cut) < 2:
-            return [c for tag, flat in cut if len(c := self._column(tag, flat, len(flat)))]
-        flat = [item for _, part in cut for item in part]
+                parts.append((tag, buffer, n))
+        if not parts:
+            return []
         try:
-            return codec.tags_scalar_columns([(tag, len(part) // 3) for tag, part in cut], flat)
+            columns = codec.tags_scalar_columns(parts)
         except Exception:  # a point that cannot be stored: each tag apart, dropping only it
-            return [c for tag, part in cut if len(c := self._column(tag, part, len(part)))]
+            columns = [self._column(tag, buffer, n) for tag, buffer, n in parts]
+        for _, buffer, n in parts:
+            # Only the prefix taken: points appended meanwhile stay for the next batch.
+            del buffer[:n]
+        return [column for column in columns if len(column)]
 
     def _column(self, tag: str, buffer: list[int | float], n: int) -> ScalarColumns:
         """The columns of a tag's first ``n`` buffered items. The calls checked every point,
