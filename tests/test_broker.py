@@ -510,8 +510,10 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
     # from the queue by the subscriber's send task.
     at_offer, offers = figures["written_at_offer"]
     assert 0 < at_offer <= offers
-    if at_offer < offers:
-        assert figures["stages"]["offer -> taken to send"]["50"] >= 0
+    # (The stages leave the first second out, where the few frames that subscribers in processes
+    # leave queued may all fall.)
+    queued = figures["stages"].get("offer -> taken to send")
+    assert queued is None or queued["50"] >= 0
     # The first of two subscribers to get a frame got it no later than the two's median.
     first, every = (
         figures["stages"][f"add_scalar -> {s}"]["50"] for s in ("first subscriber", "subscriber")
