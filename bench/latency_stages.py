@@ -13,6 +13,11 @@ decoding and for a core, not for the other subscribers' decoding. With
 process, reading their sockets one after another, so the tenth arrival of a frame includes nine
 decodes before it (the ``first subscriber`` rows are then the nearest to a browser).
 
+With ``--in-process`` there is no ``vdl-stream serve``: one writer runs its broker in its own
+process (``attach(serve=True)``, the in-process transport) and serves the subscribers; its pump
+hands batches straight to ``Broker.ingest`` (``batch -> ingest (in process)``), and the CPU lines
+count that process as the writer's.
+
 Stages (one row each; p50 / p99 / max over the batches after the first second):
 
 - ``call -> batch``: the oldest point of a batch, from its ``add_scalar`` to the writer cutting the
@@ -61,7 +66,7 @@ Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscriber
                                        [--fanout-only BATCHES]
                                        [--frame-costs] [--no-compaction] [--keep]
                                        [--inline-write BYTES] [--window-counts taken|written]
-                                       [--subscribers-in-process]
+                                       [--subscribers-in-process] [--in-process]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
 directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
@@ -374,10 +379,17 @@ def _serve_main(argv: list[str]) -> None:
 
 
 def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, window: str) -> None:
+    """A traced writer logging ``rate`` points a second for ``seconds``: to the server at ``url``,
+    or with ``url`` ``in-process:LOGDIR``, to a broker of its own serving the dashboard
+    (``attach(serve=True)``, the in-process transport), whose URL it prints before it waits
+    for a line on stdin (the subscribers are ready) to start logging."""
     from broker_clients import log_paced
 
     from vdl_stream import attach
 
+    in_process = url.startswith("in-process:")
+    if in_process:
+        _trace_server()  # the broker runs in this process's background loop
     _trace_writer()
     counts = os.environ.get("LATENCY_WINDOW_COUNTS")  # see --window-counts
     if counts is not None:
@@ -387,7 +399,13 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
     tags = [f"train/metric{i}" for i in range(ntags)]
     # "default": whatever attach() defaults to (a tree without the option runs too)
     options = {} if window == "default" else {"window": int(window)}
-    writer = attach(url=url, run=run, telemetry=False, **options)
+    if in_process:
+        logdir = url.removeprefix("in-process:")
+        writer = attach(logdir, run=run, serve=True, port=0, telemetry=False, **options)
+        print(f"dashboard at {writer.url}", flush=True)
+        sys.stdin.readline()  # the subscribers are ready
+    else:
+        writer = attach(url=url, run=run, telemetry=False, **options)
     _record("cpu0", *_thread_cpu(), time.time())
     _record("calls", log_paced(writer.add_scalar, tags, rate, seconds))
     writer.flush(timeout=60)
@@ -902,6 +920,12 @@ def main() -> None:
         help="run the subscribers as trio tasks of one thread in this process (the mode before "
         "h13-loop), not one process each as browsers are",
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="one writer whose own broker serves the subscribers (attach(serve=True): the "
+        "in-process transport), no vdl-stream serve",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--subscriber", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
@@ -952,14 +976,28 @@ def main() -> None:
     arrivals: list[tuple[int, float, float]] = []
     sub_cpu: list[tuple[float, float]] = []  # each subscriber process's (or the thread's) CPU span
     subs: list[subprocess.Popen] = []
+    if args.in_process and args.writers != 1:
+        raise SystemExit("--in-process runs one writer (its broker serves the subscribers)")
     try:
         with open(tmp / "serve.err", "wb") as err:
-            server = subprocess.Popen(
-                [*me, "--serve", "--logdir", str(tmp / "logs"), "--port", "0"],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env={**env, "TRACE_OUT": str(tmp / "server.json")},
-            )
+            if args.in_process:  # the writer's own broker serves: the writer is the server
+                window = "default" if args.window is None else str(args.window)
+                where = f"in-process:{tmp / 'logs'}"
+                argv = ["--writer", where, "live", str(args.rate), str(args.seconds)]
+                server = subprocess.Popen(
+                    [*me, *argv, str(args.tags), window],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    env={**env, "TRACE_OUT": str(tmp / "writer0.json")},
+                )
+            else:
+                server = subprocess.Popen(
+                    [*me, "--serve", "--logdir", str(tmp / "logs"), "--port", "0"],
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    env={**env, "TRACE_OUT": str(tmp / "server.json")},
+                )
         procs.append(server)
         ready, _, _ = select.select([server.stdout], [], [], 30)
         line = server.stdout.readline().decode() if ready else ""
@@ -989,7 +1027,10 @@ def main() -> None:
         else:
             subs = _start_subscriber_processes(me, ws_url, tmp, args, env)
         rate = str(args.rate // args.writers)
-        for i in range(args.writers):
+        if args.in_process:
+            server.stdin.write(b"go\n")
+            server.stdin.flush()
+        for i in range(0 if args.in_process else args.writers):
             procs.append(
                 subprocess.Popen(
                     [
@@ -1005,7 +1046,7 @@ def main() -> None:
                     env={**env, "TRACE_OUT": str(tmp / f"writer{i}.json")},
                 )
             )
-        for proc in procs[1:]:
+        for proc in procs[0 if args.in_process else 1 :]:
             proc.wait(args.seconds + 120)
         time.sleep(1.0)  # the last frames in flight
         if args.subscribers_in_process:
@@ -1015,8 +1056,14 @@ def main() -> None:
                 sub_cpu.append((thread_cpu[0], thread_cpu[1]))
         else:
             _stop_subscriber_processes(subs, tmp, arrivals, sub_cpu)
-        server.terminate()
-        server.wait(30)
+        if args.in_process:
+            # The server's rows are the writer's own: its CPU rows stay the writer's.
+            rows = json.loads((tmp / "writer0.json").read_text())
+            server_rows = [r for r in rows if r[0] not in ("cpu0", "cpu")]
+            (tmp / "server.json").write_text(json.dumps(server_rows))
+        else:
+            server.terminate()
+            server.wait(30)
     finally:
         for proc in [*procs, *subs]:
             if proc.poll() is None:
@@ -1066,6 +1113,7 @@ def report(
             "  batch -> send",
             "  send -> encoded",
             "encoded -> ingest",
+            "batch -> ingest (in process)",
             "  encoded -> socket write",
             "  socket write",
             "ingest",
@@ -1096,11 +1144,14 @@ def report(
                 continue
             key, oldest, cut = (r[1], r[2]), r[3], r[4]
             got = ingest.get(key)
-            if got is None or got[4] < start or key not in encoded:
+            if got is None or got[4] < start:
                 continue
             stages["call -> batch"].append(cut - oldest)
-            stages["batch -> encoded"].append(encoded[key] - cut)
-            stages["encoded -> ingest"].append(got[4] - encoded[key])
+            if key in encoded:
+                stages["batch -> encoded"].append(encoded[key] - cut)
+                stages["encoded -> ingest"].append(got[4] - encoded[key])
+            else:  # in process: no socket between the pump and the broker
+                stages["batch -> ingest (in process)"].append(got[4] - cut)
             stages["ingest"].append(got[5] - got[4])
             if key in took:
                 stages["ingest -> taken at writer"].append(took[key] - got[5])
@@ -1147,7 +1198,8 @@ def report(
     points = sum(r[6] for r in ingest.values())
     load = Path("/proc/loadavg").read_text().split()[0]
     print(
-        f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s), "
+        f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s)"
+        f"{' (in process, its own broker serving)' if args.in_process else ''}, "
         f"{args.subscribers} subscribers ({_how(args)}){' (as the page)' if args.page else ''}"
         f"{' (deflate)' if args.deflate else ''}"
         f"{'' if args.window is None else f', window {args.window}'}"
@@ -1311,6 +1363,9 @@ def _cpu_shares(
     if sub_cpu:
         shares[f"subscribers ({how})"] = sum(end - begin for begin, end in sub_cpu) / wall
     shares["all"] = sum(v for k, v in shares.items() if k != "wall")
+    if not any(r[0] == "cpu" for r in server):  # --in-process: the server is the writer
+        del shares["server: event loop"], shares["server: threads (persist)"]
+        return shares
     server_cpu = s1[1] - s0[1]
     compaction = sum(r[3] for r in server if r[0] == "compact" and len(r) > 3)
     # The compaction process's CPU (its start-up included) is compaction's and the server's.

@@ -550,3 +550,16 @@ def test_latency_stages_script_reports_every_stage_of_a_short_run(tmp_path):
             timeout=60,
         )
         assert done.returncode == 0 and shown in done.stdout, done.stderr[-2000:]
+    # --in-process: the writer's own broker serves the subscribers (the in-process transport).
+    argv = [sys.executable, str(script), "--seconds", "2", "--rate", "2000", "--subscribers", "2"]
+    done = subprocess.run(
+        [*argv, "--in-process", "--json", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    for stage in ("call -> batch", "batch -> ingest (in process)", "add_scalar -> subscriber"):
+        assert figures["stages"][stage]["50"] >= 0, stage
