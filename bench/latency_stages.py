@@ -2,17 +2,36 @@
 
 A ``vdl-stream serve`` subprocess and ``attach(url=...)`` writer subprocesses run with their own
 functions wrapped (in those processes only; the project's code is not changed) so that each batch
-is timestamped at every stage of the live path; subscribers in this process stamp each ``data``
-frame's arrival. Batches are matched across processes by (writer, seq) and by the broker's seq.
+is timestamped at every stage of the live path; subscribers stamp each ``data`` frame's arrival.
+Batches are matched across processes by (writer, seq) and by the broker's seq. Every process
+stamps with ``time.time()``, the wall clock all processes on the machine share.
+
+The subscribers run as browsers do, each in a process of its own (a blocking socket read by
+wsproto: a browser's network stack is native code), so a frame's arrival at one waits for its own
+decoding and for a core, not for the other subscribers' decoding. With
+``--subscribers-in-process`` they run as before h13-loop: trio tasks of one thread of this
+process, reading their sockets one after another, so the tenth arrival of a frame includes nine
+decodes before it (the ``first subscriber`` rows are then the nearest to a browser).
+
+With ``--in-process`` there is no ``vdl-stream serve``: one writer runs its broker in its own
+process (``attach(serve=True)``, the in-process transport) and serves the subscribers; its pump
+hands batches straight to ``Broker.ingest`` (``batch -> ingest (in process)``), and the CPU lines
+count that process as the writer's.
 
 Stages (one row each; p50 / p99 / max over the batches after the first second):
 
 - ``call -> batch``: the oldest point of a batch, from its ``add_scalar`` to the writer cutting the
-  batch (the adaptive flush waits while its window is full: batches not yet taken by the
-  broker, or with ``--window-counts written`` not yet acknowledged);
-- ``batch -> encoded``: the batch is encoded for the socket;
+  batch (the adaptive flush waits while its window is full: batches not yet acknowledged, or
+  with ``--window-counts taken`` not yet taken by the broker), split by what the batch waited
+  on: *link free* (a call found nothing in flight and asked the loop to wake the pump: the
+  thread wake-up and the GIL, then the pump's task), *window full* (until an answer freed a
+  place, then the pump), *points waiting* (the window had room when the last batch was handed
+  over) or the flush interval's *timer*;
+- ``batch -> encoded``: the pump's cut (the columns built), the hand-over to the transport
+  (``batch -> send``) and its encoding (``send -> encoded``);
 - ``encoded -> ingest``: on the wire and in the server's WebSocket receive path, until
-  ``Broker.ingest`` starts (decoding included);
+  ``Broker.ingest`` starts (decoding included), of which the transport's send task taking the
+  frame (``encoded -> socket write``) and its write to the socket (``socket write``);
 - ``ingest``: ``Broker.ingest`` itself (fan-out to every subscriber's queue included);
 - ``ingest -> written``: until the persist task has written the batch (``Broker._write`` returned),
   in three parts: until the persist thread takes it (the persist task's wake-up, the thread hop,
@@ -47,6 +66,7 @@ Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscriber
                                        [--fanout-only BATCHES]
                                        [--frame-costs] [--no-compaction] [--keep]
                                        [--inline-write BYTES] [--window-counts taken|written]
+                                       [--subscribers-in-process] [--in-process]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
 directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
@@ -74,6 +94,7 @@ REPO = Path(__file__).resolve().parent.parent
 # -- inside the traced processes ---------------------------------------------------------------------
 
 _rows: list[tuple] = []
+_frame_seqs: dict[int, int] = {}  # a writer's encoded batches: id(frame) -> seq
 
 
 def _record(*row: object) -> None:
@@ -272,6 +293,7 @@ def _trace_writer() -> None:
     def traced_encode(batch):  # type: ignore[no-untyped-def]
         frame = encode(batch)
         _record("encoded", batch.writer, batch.seq, time.time())
+        _frame_seqs[id(frame)] = batch.seq  # the spool holds the frame until its ack
         return frame
 
     decode = codec.decode_message
@@ -288,6 +310,53 @@ def _trace_writer() -> None:
     w.Writer._take_pending = traced_take
     codec.encode_batch = transport.codec.encode_batch = traced_encode
     codec.decode_message = transport.codec.decode_message = traced_decode
+    _trace_writer_cycle(w, transport)
+
+
+def _trace_writer_cycle(w: Any, transport: Any) -> None:
+    """Stamp what the writer's background thread waits on between a call and the socket
+    (h13-loop): a call that finds the link free asks the loop to wake the pump (``wake asked``,
+    in the training thread) and the loop runs ``_kick`` (``kick``); a full window frees a place
+    (``window``, when ``wait_window`` returns); the pump cuts the batch (``batch``); ``_deliver``
+    hands it to the transport (``send``); the transport's send task starts writing it to the
+    socket and is done (``sent``)."""
+    attend, kick = w.Writer._attend, w.Writer._kick
+
+    def traced_attend(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if self._idle:
+            _record("wake asked", time.time())
+        return attend(self, *args, **kwargs)
+
+    def traced_kick(self):  # type: ignore[no-untyped-def]
+        _record("kick", time.time())
+        return kick(self)
+
+    w.Writer._attend, w.Writer._kick = traced_attend, traced_kick
+    for cls in (transport.WebSocketTransport, transport.InProcessTransport):
+        wait_window, send = cls.wait_window, cls.send
+
+        async def traced_wait(self, window, _wait=wait_window):  # type: ignore[no-untyped-def]
+            full = not self.has_room(window)
+            await _wait(self, window)
+            _record("window", time.time(), full)
+
+        async def traced_send(self, batch, _send=send):  # type: ignore[no-untyped-def]
+            _record("send", batch.seq, time.time())
+            return await _send(self, batch)
+
+        cls.wait_window, cls.send = traced_wait, traced_send
+    from trio_websocket import WebSocketConnection
+
+    send_message = WebSocketConnection.send_message
+
+    async def traced_send_message(self, message):  # type: ignore[no-untyped-def]
+        t = time.time()
+        await send_message(self, message)
+        seq = _frame_seqs.pop(id(message), None)
+        if seq is not None:
+            _record("sent", seq, t, time.time())
+
+    WebSocketConnection.send_message = traced_send_message
 
 
 def _serve_main(argv: list[str]) -> None:
@@ -310,10 +379,17 @@ def _serve_main(argv: list[str]) -> None:
 
 
 def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, window: str) -> None:
+    """A traced writer logging ``rate`` points a second for ``seconds``: to the server at ``url``,
+    or with ``url`` ``in-process:LOGDIR``, to a broker of its own serving the dashboard
+    (``attach(serve=True)``, the in-process transport), whose URL it prints before it waits
+    for a line on stdin (the subscribers are ready) to start logging."""
     from broker_clients import log_paced
 
     from vdl_stream import attach
 
+    in_process = url.startswith("in-process:")
+    if in_process:
+        _trace_server()  # the broker runs in this process's background loop
     _trace_writer()
     counts = os.environ.get("LATENCY_WINDOW_COUNTS")  # see --window-counts
     if counts is not None:
@@ -323,7 +399,13 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
     tags = [f"train/metric{i}" for i in range(ntags)]
     # "default": whatever attach() defaults to (a tree without the option runs too)
     options = {} if window == "default" else {"window": int(window)}
-    writer = attach(url=url, run=run, telemetry=False, **options)
+    if in_process:
+        logdir = url.removeprefix("in-process:")
+        writer = attach(logdir, run=run, serve=True, port=0, telemetry=False, **options)
+        print(f"dashboard at {writer.url}", flush=True)
+        sys.stdin.readline()  # the subscribers are ready
+    else:
+        writer = attach(url=url, run=run, telemetry=False, **options)
     _record("cpu0", *_thread_cpu(), time.time())
     _record("calls", log_paced(writer.add_scalar, tags, rate, seconds))
     writer.flush(timeout=60)
@@ -379,15 +461,7 @@ def _subscribers(
             while not stop.is_set():
                 with trio.move_on_after(0.2):
                     data = await ws.get_message()
-                    now = time.time()
-                    message = codec.decode_message(data)
-                    messages = [message]
-                    if message["type"] == "frames":
-                        messages = [codec.decode_message(f) for f in message["frames"]]
-                    for m in messages:
-                        walls = [np.frombuffer(c[2], "<f8") for c in m.get("scalars", [])]
-                        if m["type"] == "data" and walls:
-                            arrivals.append((m["seq"], now, float(np.concatenate(walls).min())))
+                    _arrivals_of(data, time.time(), arrivals)
 
     async def main() -> None:
         ready = trio.Semaphore(0)
@@ -401,6 +475,117 @@ def _subscribers(
 
     trio.run(main)
     cpu.append(time.thread_time())
+
+
+def _arrivals_of(data: bytes, now: float, arrivals: list) -> None:
+    """Append ``(seq, now, oldest wall)`` for each ``data`` frame in one message (a ``frames``
+    message holds several)."""
+    from vdl_stream import codec
+
+    message = codec.decode_message(data)
+    messages = [message]
+    if message["type"] == "frames":
+        messages = [codec.decode_message(f) for f in message["frames"]]
+    for m in messages:
+        walls = [np.frombuffer(c[2], "<f8") for c in m.get("scalars", [])]
+        if m["type"] == "data" and walls:
+            arrivals.append((m["seq"], now, float(np.concatenate(walls).min())))
+
+
+def _subscriber_main(ws_url: str, out: str, page: bool, deflate: bool) -> None:
+    """One subscriber in a process of its own, as a browser is: a blocking socket read by
+    wsproto (no event loop, as a browser's network thread is native code), which prints
+    ``ready`` once subscribed, stamps each message's arrival with ``time.time()`` (the wall
+    clock every process on the machine shares, as the writer stamps its points) as soon as it
+    is whole, decodes it, and stops when stdin closes; then it writes its arrivals and its CPU
+    seconds (from subscribing to the stop) to ``out`` as JSON."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, BytesMessage, Ping, RejectConnection, Request
+    from wsproto.extensions import PerMessageDeflate
+
+    from vdl_stream import codec
+
+    where = urlsplit(ws_url)
+    sock = socket.create_connection((where.hostname, where.port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn = WSConnection(ConnectionType.CLIENT)
+    extensions = [PerMessageDeflate()] if deflate else []
+    host = f"{where.hostname}:{where.port}"
+    sock.sendall(conn.send(Request(host=host, target="/ws/live", extensions=extensions)))
+    ask = {"type": "subscribe", "runs": ["live"]}
+    if page:
+        ask |= {"split": True, "batch": True}
+    arrivals: list[tuple[int, float, float]] = []
+    parts: list[bytes] = []
+    subscribed = False
+    cpu0 = 0.0
+    while True:
+        readable, _, _ = select.select([sock, sys.stdin], [], [])
+        if sys.stdin in readable:
+            break  # the driver closed it: stop
+        data = sock.recv(1 << 20)
+        if not data:
+            break
+        conn.receive_data(data)
+        for event in conn.events():
+            if isinstance(event, AcceptConnection):
+                sock.sendall(conn.send(BytesMessage(data=codec.encode_message(ask))))
+                subscribed = True
+                cpu0 = time.thread_time()
+                print("ready", flush=True)
+            elif isinstance(event, RejectConnection):
+                raise SystemExit(f"/ws/live refused the subscriber: {event.status_code}")
+            elif isinstance(event, Ping):
+                sock.sendall(conn.send(event.response()))
+            elif isinstance(event, BytesMessage):
+                parts.append(event.data)
+                if event.message_finished:
+                    now = time.time()
+                    _arrivals_of(b"".join(parts), now, arrivals)
+                    parts.clear()
+    cpu = [cpu0, time.thread_time()] if subscribed else []
+    sock.close()
+    Path(out).write_text(json.dumps({"arrivals": arrivals, "cpu": cpu}))
+
+
+def _start_subscriber_processes(
+    me: list[str], ws_url: str, tmp: Path, args: argparse.Namespace, env: dict[str, str]
+) -> list[subprocess.Popen]:
+    """Start ``args.subscribers`` subscriber processes (``_subscriber_main``) and wait until
+    each has subscribed; their rows go to ``tmp/subscriber<i>.json`` when their stdin closes."""
+    flags = [*(["--page"] if args.page else []), *(["--deflate"] if args.deflate else [])]
+    subs = [
+        subprocess.Popen(
+            [*me, "--subscriber", ws_url, str(tmp / f"subscriber{i}.json"), *flags],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        for i in range(args.subscribers)
+    ]
+    deadline = time.monotonic() + 60
+    for sub in subs:
+        ready, _, _ = select.select([sub.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready or not sub.stdout.readline().startswith(b"ready"):
+            raise SystemExit("the subscriber processes did not subscribe within 60 s")
+    return subs
+
+
+def _stop_subscriber_processes(
+    subs: list[subprocess.Popen], tmp: Path, arrivals: list, sub_cpu: list
+) -> None:
+    """Close the subscribers' stdin, wait for them, and gather their arrivals and CPU spans."""
+    for sub in subs:
+        sub.stdin.close()
+    for i, sub in enumerate(subs):
+        sub.wait(30)
+        rows = json.loads((tmp / f"subscriber{i}.json").read_text())
+        arrivals.extend(tuple(r) for r in rows["arrivals"])
+        if len(rows["cpu"]) == 2:
+            sub_cpu.append(tuple(rows["cpu"]))
 
 
 def persist_only(points: int, rate: int, seconds: float, ntags: int) -> dict[str, float]:
@@ -729,7 +914,20 @@ def main() -> None:
         help="what the writers' window counts: batches not yet taken by the broker or not yet "
         "written (acknowledged); default: transport.TAKEN",
     )
+    parser.add_argument(
+        "--subscribers-in-process",
+        action="store_true",
+        help="run the subscribers as trio tasks of one thread in this process (the mode before "
+        "h13-loop), not one process each as browsers are",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="one writer whose own broker serves the subscribers (attach(serve=True): the "
+        "in-process transport), no vdl-stream serve",
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--subscriber", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.no_compaction:  # read by _trace_server, here and in the server's process
@@ -742,6 +940,8 @@ def main() -> None:
         os.environ["LATENCY_WINDOW_COUNTS"] = args.window_counts
     if args.serve is not None:
         return _serve_main(args.serve)
+    if args.subscriber is not None:
+        return _subscriber_main(*args.subscriber, args.page, args.deflate)
     if args.writer is not None:
         url, run, rate, seconds, ntags, window = args.writer
         return _writer_main(url, run, int(rate), float(seconds), int(ntags), window)
@@ -774,15 +974,30 @@ def main() -> None:
     me = [sys.executable, str(Path(__file__).resolve())]
     procs: list[subprocess.Popen] = []
     arrivals: list[tuple[int, float, float]] = []
-    sub_cpu: list[float] = []
+    sub_cpu: list[tuple[float, float]] = []  # each subscriber process's (or the thread's) CPU span
+    subs: list[subprocess.Popen] = []
+    if args.in_process and args.writers != 1:
+        raise SystemExit("--in-process runs one writer (its broker serves the subscribers)")
     try:
         with open(tmp / "serve.err", "wb") as err:
-            server = subprocess.Popen(
-                [*me, "--serve", "--logdir", str(tmp / "logs"), "--port", "0"],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env={**env, "TRACE_OUT": str(tmp / "server.json")},
-            )
+            if args.in_process:  # the writer's own broker serves: the writer is the server
+                window = "default" if args.window is None else str(args.window)
+                where = f"in-process:{tmp / 'logs'}"
+                argv = ["--writer", where, "live", str(args.rate), str(args.seconds)]
+                server = subprocess.Popen(
+                    [*me, *argv, str(args.tags), window],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    env={**env, "TRACE_OUT": str(tmp / "writer0.json")},
+                )
+            else:
+                server = subprocess.Popen(
+                    [*me, "--serve", "--logdir", str(tmp / "logs"), "--port", "0"],
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    env={**env, "TRACE_OUT": str(tmp / "server.json")},
+                )
         procs.append(server)
         ready, _, _ = select.select([server.stdout], [], [], 30)
         line = server.stdout.readline().decode() if ready else ""
@@ -791,7 +1006,8 @@ def main() -> None:
         url = line.rsplit(" at ", 1)[1].strip().split("/?")[0].rstrip("/")
         ws_url = "ws" + url.removeprefix("http")
         started, stop = threading.Event(), threading.Event()
-        subs = threading.Thread(
+        thread_cpu: list[float] = []
+        thread = threading.Thread(
             target=_subscribers,
             args=(
                 ws_url,
@@ -800,15 +1016,21 @@ def main() -> None:
                 started,
                 stop,
                 arrivals,
-                sub_cpu,
+                thread_cpu,
                 args.deflate,
             ),
         )
-        subs.start()
-        if not started.wait(30):
-            raise SystemExit("the subscribers did not subscribe within 30 s")
+        if args.subscribers_in_process:
+            thread.start()
+            if not started.wait(30):
+                raise SystemExit("the subscribers did not subscribe within 30 s")
+        else:
+            subs = _start_subscriber_processes(me, ws_url, tmp, args, env)
         rate = str(args.rate // args.writers)
-        for i in range(args.writers):
+        if args.in_process:
+            server.stdin.write(b"go\n")
+            server.stdin.flush()
+        for i in range(0 if args.in_process else args.writers):
             procs.append(
                 subprocess.Popen(
                     [
@@ -824,15 +1046,26 @@ def main() -> None:
                     env={**env, "TRACE_OUT": str(tmp / f"writer{i}.json")},
                 )
             )
-        for proc in procs[1:]:
+        for proc in procs[0 if args.in_process else 1 :]:
             proc.wait(args.seconds + 120)
         time.sleep(1.0)  # the last frames in flight
-        stop.set()
-        subs.join(30)
-        server.terminate()
-        server.wait(30)
+        if args.subscribers_in_process:
+            stop.set()
+            thread.join(30)
+            if len(thread_cpu) == 2:
+                sub_cpu.append((thread_cpu[0], thread_cpu[1]))
+        else:
+            _stop_subscriber_processes(subs, tmp, arrivals, sub_cpu)
+        if args.in_process:
+            # The server's rows are the writer's own: its CPU rows stay the writer's.
+            rows = json.loads((tmp / "writer0.json").read_text())
+            server_rows = [r for r in rows if r[0] not in ("cpu0", "cpu")]
+            (tmp / "server.json").write_text(json.dumps(server_rows))
+        else:
+            server.terminate()
+            server.wait(30)
     finally:
-        for proc in procs:
+        for proc in [*procs, *subs]:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
@@ -849,7 +1082,7 @@ def report(
     tmp: Path,
     args: argparse.Namespace,
     arrivals: list[tuple[int, float, float]],
-    sub_cpu: list[float],
+    sub_cpu: list[tuple[float, float]],
 ) -> None:
     """Match the processes' rows and print one line per stage."""
     server = json.loads((tmp / "server.json").read_text())
@@ -869,8 +1102,20 @@ def report(
         k: []
         for k in (
             "call -> batch",
+            "  link free: call -> wake asked",
+            "  link free: wake asked -> kick",
+            "  link free: kick -> batch",
+            "  window full: call -> freed",
+            "  window full: freed -> batch",
+            "  points waiting: call -> batch",
+            "  timer: call -> batch",
             "batch -> encoded",
+            "  batch -> send",
+            "  send -> encoded",
             "encoded -> ingest",
+            "batch -> ingest (in process)",
+            "  encoded -> socket write",
+            "  socket write",
             "ingest",
             "ingest -> written",
             "  ingest -> persist thread",
@@ -888,7 +1133,9 @@ def report(
             "segment rotation",
         )
     }
+    cycle_paths = {"link free": 0, "window full": 0, "points waiting": 0, "timer": 0}
     for rows in writers:
+        _writer_cycle(rows, ingest, start, stages, cycle_paths)
         encoded = {(r[1], r[2]): r[3] for r in rows if r[0] == "encoded"}
         acked = {(r[1], r[2]): r[3] for r in rows if r[0] == "acked"}
         took = {(r[1], r[2]): r[3] for r in rows if r[0] == "took"}
@@ -897,11 +1144,14 @@ def report(
                 continue
             key, oldest, cut = (r[1], r[2]), r[3], r[4]
             got = ingest.get(key)
-            if got is None or got[4] < start or key not in encoded:
+            if got is None or got[4] < start:
                 continue
             stages["call -> batch"].append(cut - oldest)
-            stages["batch -> encoded"].append(encoded[key] - cut)
-            stages["encoded -> ingest"].append(got[4] - encoded[key])
+            if key in encoded:
+                stages["batch -> encoded"].append(encoded[key] - cut)
+                stages["encoded -> ingest"].append(got[4] - encoded[key])
+            else:  # in process: no socket between the pump and the broker
+                stages["batch -> ingest (in process)"].append(got[4] - cut)
             stages["ingest"].append(got[5] - got[4])
             if key in took:
                 stages["ingest -> taken at writer"].append(took[key] - got[5])
@@ -917,9 +1167,11 @@ def report(
     for seq, times in taken.items():
         if seq in offered and offered[seq] >= start:
             stages["offer -> taken to send"].extend(t - offered[seq] for t in times)
-    # The subscribers are one Python process reading their sockets one after another, so the
-    # tenth arrival of a frame includes nine decodes before it; a browser is a process of its
-    # own. The first arrival of each frame is the nearest this process comes to that.
+    # Each subscriber is a process of its own, as a browser is (by default): an arrival waits
+    # for its own decoding and for the cores, which ten processes share. With
+    # --subscribers-in-process they are one thread reading their sockets one after another, so
+    # the tenth arrival of a frame includes nine decodes before it, and the first arrival of
+    # each frame is the nearest that mode comes to a browser.
     first: dict[int, tuple[float, float]] = {}
     for seq, now, oldest in arrivals:
         if now >= start:
@@ -946,14 +1198,22 @@ def report(
     points = sum(r[6] for r in ingest.values())
     load = Path("/proc/loadavg").read_text().split()[0]
     print(
-        f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s), "
-        f"{args.subscribers} subscribers{' (as the page)' if args.page else ''}"
+        f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s)"
+        f"{' (in process, its own broker serving)' if args.in_process else ''}, "
+        f"{args.subscribers} subscribers ({_how(args)}){' (as the page)' if args.page else ''}"
         f"{' (deflate)' if args.deflate else ''}"
         f"{'' if args.window is None else f', window {args.window}'}"
         f"{'' if args.window_counts is None else f' counting {args.window_counts}'}; load {load}"
     )
     for name, values in stages.items():
         print(f"  {name:28s} n={len(values):7d}  {_ms(values)}")
+    print(
+        "  the writers' batches cut: "
+        + ", ".join(f"{n:,} {path}" for path, n in cycle_paths.items())
+        + " (link free: a call woke the pump; window full: an answer freed a place; points"
+        " waiting: the window had room when the last batch was sent, and calls came meanwhile;"
+        " timer: the flush interval)"
+    )
     frames = next((r for r in server if r[0] == "frames"), None)
     if frames is not None and frames[1]:
         print(f"  frames messages encoded: {frames[1]:,}")
@@ -976,10 +1236,10 @@ def report(
             f" included), {row[3]} restarts"
         )
     per_frame = None
-    if len(sub_cpu) == 2 and arrivals:
-        per_frame = (sub_cpu[1] - sub_cpu[0]) / len(arrivals) * 1e6
-        print(f"  subscribers' CPU a data frame received: {per_frame:6.0f} us (one process)")
-    cpu = _cpu_shares(server, writers, sub_cpu)
+    if sub_cpu and arrivals:
+        per_frame = sum(end - begin for begin, end in sub_cpu) / len(arrivals) * 1e6
+        print(f"  subscribers' CPU a data frame received: {per_frame:6.0f} us ({_how(args)})")
+    cpu = _cpu_shares(server, writers, sub_cpu, _how(args))
     wall = cpu.pop("wall")
     print(f"CPU in cores over the writers' {wall:.1f} s ({os.cpu_count()} cores here):")
     for name, cores in cpu.items():
@@ -1005,6 +1265,8 @@ def report(
             "loop_us_per_batch": per_batch,
             "batches_per_s": rate,
             "subscriber_us_per_frame": per_frame,
+            "subscribers": _how(args),
+            "cycle_paths": cycle_paths,
             "acks": [sum(answers), len(answers)],
             "written_at_offer": [at_offer, offers],
             "behind": [behind, len(slow)],
@@ -1012,7 +1274,75 @@ def report(
         Path(args.json).write_text(json.dumps(figures_all, indent=1))
 
 
-def _cpu_shares(server: list, writers: list[list], sub_cpu: list[float]) -> dict[str, float]:
+def _writer_cycle(
+    rows: list, ingest: dict, start: float, stages: dict[str, list[float]], paths: dict[str, int]
+) -> None:
+    """Split one writer's ``call -> batch`` and ``batch -> encoded`` by what each batch waited
+    on (the rows of ``_trace_writer_cycle``): a batch cut after a ``kick`` went because a call
+    found the link free, one after a full window's ``window`` row because an answer freed a
+    place, one after a ``window`` row with room at once because calls came while the last batch
+    was handed over, any other by the flush interval's timer."""
+    events = sorted(
+        (r[1], r[0] if r[0] != "window" or r[2] else "room")
+        for r in rows
+        if r[0] in ("wake asked", "kick", "window")
+    )  # (time, kind): the training thread's and the loop's stamps of one process
+    sends = {r[1]: r[2] for r in rows if r[0] == "send"}
+    encoded = {r[2]: r[3] for r in rows if r[0] == "encoded"}
+    sent = {r[1]: (r[2], r[3]) for r in rows if r[0] == "sent"}
+    batches = sorted((r[4], r[2], r[3], r[1]) for r in rows if r[0] == "batch")
+    i, previous = 0, 0.0
+    for cut, seq, oldest, writer in batches:
+        asked = kick = freed = room = None
+        while i < len(events) and events[i][0] <= cut:
+            t, kind = events[i]
+            if t > previous:
+                if kind == "wake asked":
+                    asked = t
+                elif kind == "kick":
+                    kick = t
+                elif kind == "room":
+                    room = t
+                else:
+                    freed = t
+            i += 1
+        previous = cut
+        got = ingest.get((writer, seq))
+        if got is None or got[4] < start:
+            continue
+        if kick is not None and (freed is None or kick > freed):
+            paths["link free"] += 1
+            if asked is not None:
+                stages["  link free: call -> wake asked"].append(asked - oldest)
+                stages["  link free: wake asked -> kick"].append(kick - asked)
+            stages["  link free: kick -> batch"].append(cut - kick)
+        elif freed is not None:
+            paths["window full"] += 1
+            stages["  window full: call -> freed"].append(max(0.0, freed - oldest))
+            stages["  window full: freed -> batch"].append(cut - max(freed, oldest))
+        elif room is not None:
+            paths["points waiting"] += 1
+            stages["  points waiting: call -> batch"].append(cut - oldest)
+        else:
+            paths["timer"] += 1
+            stages["  timer: call -> batch"].append(cut - oldest)
+        if seq in sends:
+            stages["  batch -> send"].append(sends[seq] - cut)
+            if seq in encoded:
+                stages["  send -> encoded"].append(encoded[seq] - sends[seq])
+        if seq in sent and seq in encoded:
+            stages["  encoded -> socket write"].append(sent[seq][0] - encoded[seq])
+            stages["  socket write"].append(sent[seq][1] - sent[seq][0])
+
+
+def _how(args: argparse.Namespace) -> str:
+    """How the subscribers ran, for the report's lines."""
+    return "one process" if args.subscribers_in_process else f"{args.subscribers} processes"
+
+
+def _cpu_shares(
+    server: list, writers: list[list], sub_cpu: list[tuple[float, float]], how: str
+) -> dict[str, float]:
     """CPU of each process (and of the server's event loop and threads) in cores: CPU seconds
     per wall second of the writers' span (from their first call to their close). The server's
     counts from its first batch to its exit, the subscribers' from subscribing to their stop
@@ -1030,9 +1360,12 @@ def _cpu_shares(server: list, writers: list[list], sub_cpu: list[float]) -> dict
     for i, rows in enumerate(writers):
         w0, w1 = row(rows, "cpu0"), row(rows, "cpu")
         shares[f"writer {i}"] = (w1[1] - w0[1]) / wall
-    if len(sub_cpu) == 2:
-        shares["subscribers (one process)"] = (sub_cpu[1] - sub_cpu[0]) / wall
+    if sub_cpu:
+        shares[f"subscribers ({how})"] = sum(end - begin for begin, end in sub_cpu) / wall
     shares["all"] = sum(v for k, v in shares.items() if k != "wall")
+    if not any(r[0] == "cpu" for r in server):  # --in-process: the server is the writer
+        del shares["server: event loop"], shares["server: threads (persist)"]
+        return shares
     server_cpu = s1[1] - s0[1]
     compaction = sum(r[3] for r in server if r[0] == "compact" and len(r) > 3)
     # The compaction process's CPU (its start-up included) is compaction's and the server's.

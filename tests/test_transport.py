@@ -373,6 +373,57 @@ async def test_over_a_socket_the_window_frees_when_the_broker_took_a_batch_not_w
         assert reader.read_scalars("x").steps.tolist() == list(range(1, full + 1))
 
 
+async def test_over_a_socket_with_taken_the_link_carries_one_batch_until_the_broker_took_it(
+    tmp_path, monkeypatch
+):
+    """``TAKEN`` on, a window of 2, writes held: once the broker has said ``taken``, a second
+    batch sent while the first is not yet taken (its ingest held) leaves no room, although the
+    window counts two; the place frees when the broker takes it, before any write. Before
+    (h13-loop), two batches could wait in the server's receive path, one behind the other."""
+    from vdl_stream.broker import Broker
+
+    monkeypatch.setattr(transport, "TAKEN", True)
+    release = HeldWrites(monkeypatch).open
+    entered, gate = trio.Event(), trio.Event()
+    ingest = Broker.ingest
+
+    async def held_ingest(broker, batch):  # type: ignore[no-untyped-def]
+        if batch.seq == 2:
+            entered.set()
+            await gate.wait()
+        return await ingest(broker, batch)
+
+    monkeypatch.setattr(Broker, "ingest", held_ingest)
+    window = 2
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                broker, url = await start_broker_server(nursery, tmp_path / "logs")
+                sender = await nursery.start(WebSocketTransport.run, "ws" + url[4:])
+                await sender.send(_one_point(1))
+                # Taken, not written: the broker said so, and the link is free again.
+                await wait_until(lambda: sender._taken == 1, 10, "taken")
+                assert sender.has_room(window) and sender.unacknowledged() == 1
+                await sender.send(_one_point(2))
+                await entered.wait()
+                with trio.move_on_after(0.3) as waited:
+                    await sender.wait_window(window)
+                assert waited.cancelled_caught and not sender.has_room(window)
+                gate.set()
+                with trio.fail_after(10):  # taken: room again, both still unwritten
+                    await sender.wait_window(window)
+                assert sender.unacknowledged() == 2
+                release.set()
+                await sender.wait_acked(2)
+                broker.close()
+                nursery.cancel_scope.cancel()
+    finally:
+        release.set()
+        gate.set()
+    with recorder.RunReader(tmp_path / "logs" / "r") as reader:
+        assert reader.read_scalars("x").steps.tolist() == [1, 2]
+
+
 @pytest.mark.filterwarnings("ignore:.*refused a batch")
 async def test_in_process_a_batch_refused_while_an_older_refusal_is_harvested_keeps_both(
     tmp_path, monkeypatch

@@ -12,6 +12,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import msgpack
@@ -238,14 +239,41 @@ def scalar_columns(tag: str, flat: list[int | float], end: int | None = None) ->
         OverflowError, TypeError, ValueError: an item is not a number of its column's type
             (a step outside int64); the writer's calls let none through.
     """
-    end = len(flat) if end is None else end
-    n = end // 3
-    steps = np.fromiter(flat[0:end:3], np.int64, n)
-    values = np.fromiter(flat[1:end:3], np.float64, n)
-    walls = quantize_walls(np.fromiter(flat[2:end:3], np.float64, n))
+    return tags_scalar_columns([(tag, flat, len(flat) if end is None else end)])[0]
+
+
+def tags_scalar_columns(parts: list[tuple[str, list[int | float], int]]) -> list[ScalarColumns]:
+    """Several tags' points as columns: ``parts`` holds each tag, its flat buffer and how many
+    of its first items to take (as :func:`scalar_columns`).
+
+    The same three conversions as one tag's, made once for all the tags, so that a batch costs
+    three numpy conversions and one rounding of the walls however many tags it holds (each a
+    tag cost about 9 us, on every point's way: h13-loop); each tag's columns are read-only
+    views of the three arrays. Per point, each item is read once by its column's conversion,
+    as for one tag.
+
+    Raises:
+        OverflowError, TypeError, ValueError: as :func:`scalar_columns`.
+    """
+    n = sum(end for _, _, end in parts) // 3
+    if len(parts) == 1:
+        _, flat, end = parts[0]
+        columns = [flat[i:end:3] for i in range(3)]
+    else:
+        columns = [chain.from_iterable([f[i:end:3] for _, f, end in parts]) for i in range(3)]
+    steps = np.fromiter(columns[0], np.int64, n)
+    values = np.fromiter(columns[1], np.float64, n)
+    walls = quantize_walls(np.fromiter(columns[2], np.float64, n))
     for column in (steps, walls, values):
         column.flags.writeable = False
-    return ScalarColumns(tag, steps, walls, values)
+    if len(parts) == 1:
+        return [ScalarColumns(parts[0][0], steps, walls, values)]
+    taken, i = [], 0
+    for tag, _, end in parts:
+        k = end // 3
+        taken.append(ScalarColumns(tag, steps[i : i + k], walls[i : i + k], values[i : i + k]))
+        i += k
+    return taken
 
 
 def columns_from_points(points: list[tuple[str, int, float, float]]) -> list[ScalarColumns]:

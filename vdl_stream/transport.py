@@ -47,7 +47,10 @@ process, when ``Broker.ingest`` returned. The acknowledgement keeps its meaning:
 batch until its ``ack`` (written; fsynced for ``sync``), and a reconnect or a failover re-sends
 from the first unacknowledged batch, taken or not. So that a slow disk still holds the writer back,
 at most :data:`UNACKED_PER_WINDOW` times ``window`` batches stay unacknowledged
-(:meth:`Transport.has_room`).
+(:meth:`Transport.has_room`). Over a socket, once the broker has said ``taken`` on the connection,
+at most :data:`TAKEN_IN_FLIGHT` batches are sent and not yet taken: the link carries one batch at a
+time, and calls merge while it does, so that no batch waits in the server's receive path behind
+another (a window of 2 on ``taken`` made batches wait there as long as the writer saved).
 """
 
 from __future__ import annotations
@@ -108,6 +111,11 @@ TAKEN = False
 #: With :data:`TAKEN`, the batches a writer keeps unacknowledged at most, in windows: a disk slower
 #: than the link fills the spool up to this many windows, then holds the writer back.
 UNACKED_PER_WINDOW = 4
+#: With :data:`TAKEN`, over a socket whose broker says ``taken``: the batches sent and not yet
+#: taken at most, whatever the window. With the window's 2 the second waited in the server's
+#: receive path behind the first (``encoded -> ingest`` 1.5-2.4 ms against 0.4-0.5 ms with 1;
+#: docs/performance.md, "10k events/s: where the p50 goes").
+TAKEN_IN_FLIGHT = 1
 
 
 @dataclass(frozen=True)
@@ -171,8 +179,9 @@ class Transport(Protocol):
     def has_room(self, window: int) -> bool:
         """Return whether the writer may cut and send its next batch now (never blocks): fewer
         than ``window`` batches are not yet taken (with :data:`TAKEN`; else not yet
-        acknowledged), and fewer than :data:`UNACKED_PER_WINDOW` times ``window`` are
-        unacknowledged."""
+        acknowledged; over a socket whose broker says ``taken``, fewer than
+        :data:`TAKEN_IN_FLIGHT`), and fewer than :data:`UNACKED_PER_WINDOW` times ``window``
+        are unacknowledged."""
 
     async def wait_window(self, window: int) -> None:
         """Wait until :meth:`has_room` says so: the writer's cue to cut and send the next batch
@@ -633,6 +642,9 @@ class WebSocketTransport:
         # The highest seq the broker said it took (``taken``) on this connection: the window
         # counts the batches above it and above the acknowledged ones.
         self._taken = 0
+        # Whether the broker of the current connection sends ``taken`` (it said so once): then
+        # the link carries TAKEN_IN_FLIGHT batches at a time.
+        self._says_taken = False
         self._sent = 0  # the highest seq sent on the current connection
         self._changed = trio.Event()
         self._warned = False
@@ -679,16 +691,17 @@ class WebSocketTransport:
         return len(self._spool)
 
     def has_room(self, window: int) -> bool:
-        """Whether the next batch may go (see :meth:`Transport.has_room`): batches the broker
-        neither took nor acknowledged are counted against ``window``. A broker that sends no
-        ``taken`` (an older one, or :data:`TAKEN` off) leaves acknowledgements alone to free
-        places."""
+        """Whether the next batch may go (see :meth:`Transport.has_room`). Once the broker has
+        said ``taken`` on this connection, fewer than :data:`TAKEN_IN_FLIGHT` batches may be
+        neither taken nor acknowledged (and fewer than :data:`UNACKED_PER_WINDOW` times
+        ``window`` unacknowledged). A broker that sends no ``taken`` (an older one, or
+        :data:`TAKEN` off) leaves acknowledgements alone to free places in ``window``."""
         held = len(self._spool)
-        if held < window:
-            return True
+        if not self._says_taken:
+            return held < window
         if held >= UNACKED_PER_WINDOW * window:
             return False
-        return len(self._spool.after(max(self._taken, self._acked))) < window
+        return len(self._spool.after(max(self._taken, self._acked))) < TAKEN_IN_FLIGHT
 
     async def wait_window(self, window: int) -> None:
         """Return once :meth:`has_room` (an answer came). While the broker cannot be reached
@@ -775,6 +788,7 @@ class WebSocketTransport:
     async def _send_loop(self, ws: WebSocketConnection) -> None:
         self._sent = self._acked  # after a reconnect, everything unacknowledged goes again
         self._taken = self._acked  # and none of it counts as taken until this broker says so
+        self._says_taken = False  # nor is this broker known to say it
         self._resend_from = None
         while True:
             if self._resend_from is not None:
@@ -810,6 +824,7 @@ class WebSocketTransport:
                     self._notify()
                 elif kind == "taken":
                     seq = int(message["seq"])
+                    self._says_taken = True
                     # Not past a retryable refusal still to be re-sent: those go again first.
                     if seq > self._taken and (self._resend_from is None or seq < self._resend_from):
                         self._taken = seq
@@ -823,6 +838,7 @@ class WebSocketTransport:
         finally:
             # What that broker took but did not acknowledge goes again: not taken any more.
             self._taken = self._acked
+            self._says_taken = False  # until the next broker says so, acknowledgements count
             cancel_scope.cancel()
 
     def _on_refused(self, message: dict[str, Any]) -> None:
