@@ -51,37 +51,6 @@ async def wait_until(condition: Callable[[], object], deadline: float, what: str
         await trio.sleep(0.02)
 
 
-class TaskPasses:
-    """Counts the scheduler's passes of the tasks whose names contain ``name`` (all of them
-    together) while entered (``with TaskPasses(name) as passes``; ``passes.count``): the steps
-    trio gave them. An await that does not yield (a memory channel's ``send_nowait``) takes
-    none; every yield (a checkpoint, a wait) takes one."""
-
-    def __init__(self, name: str) -> None:
-        import trio
-
-        passes = self
-
-        class _Count(trio.abc.Instrument):
-            def before_task_step(self, task) -> None:
-                if name in task.name:
-                    passes.count += 1
-
-        self.count = 0
-        self._instrument = _Count()
-
-    def __enter__(self) -> TaskPasses:
-        import trio
-
-        trio.lowlevel.add_instrument(self._instrument)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        import trio
-
-        trio.lowlevel.remove_instrument(self._instrument)
-
-
 def http_request(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
     """GET ``url`` (blocking, 10 s at most); return status, content type and body, errors included."""
     request = urllib.request.Request(url, headers=headers or {})

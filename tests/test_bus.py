@@ -984,39 +984,3 @@ async def test_a_publish_round_goes_without_waiting_for_the_previous_rounds_answ
             writer.publish(batch(4))
             await wait_until(lambda: writer.statistics().published == 3, 5, "a round on anew")
             nursery.cancel_scope.cancel()
-
-
-async def test_a_publish_round_costs_its_loop_one_pass_of_the_scheduler(
-    tmp_path, redis_server, monkeypatch
-):
-    """A batch published while the publish loop waits wakes it once, and that pass writes the
-    round and hands it to the ack loop, without passing the scheduler again before it waits for
-    the next batch (before: three passes a round, each a round of every other runnable task on
-    a busy broker). Batches queued while a round is written go in the next round at once."""
-    import vdl_stream.bus as bus_module
-    from tests.conftest import TaskPasses
-    from vdl_stream.broker import Broker
-    from vdl_stream.codec import Batch, ScalarColumns
-
-    monkeypatch.setattr(bus_module, "PUBLISH_TICK", 0.0)  # no tick's wait between the rounds
-    steps = np.arange(10, dtype=np.int64)
-    writer = Bus(Broker(tmp_path / "a"), redis_server.url)
-
-    def batch(seq: int) -> Batch:
-        return Batch("w", seq, "r", [ScalarColumns("loss", steps, steps, steps)], [])
-
-    rounds = 5
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer._publish_loop)
-            writer.publish(batch(1))  # the connection is opened in the first round
-            await wait_until(lambda: writer.statistics().published == 1, 5, "the first round")
-            with TaskPasses("Bus._publish_loop") as passes:
-                for seq in range(2, 2 + rounds):
-                    writer.publish(batch(seq))
-                    await wait_until(
-                        lambda seq=seq: writer.statistics().published == seq, 5, f"round {seq}"
-                    )
-            assert writer.statistics().entries == 1 + rounds  # one round each
-            assert passes.count == rounds
-            nursery.cancel_scope.cancel()

@@ -1,7 +1,6 @@
 """The bus's own RESP2 connections (``vdl_stream/bus_resp.py``): the codec without sockets
 (round trips, an answer cut at every offset), then the connection against a real redis-server
-(127.0.0.1, a port of its own): error answers in a pipeline, a cancelled call, and the
-scheduler's passes a command costs."""
+(127.0.0.1, a port of its own): error answers in a pipeline, and a cancelled call."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import TaskPasses
 from tests.test_bus import RedisServer
 from vdl_stream import bus_resp
 
@@ -111,25 +109,3 @@ async def test_the_url_selects_the_database(redis_server):
         assert await one.call("GET", "k") == b"in 1"
         await one.aclose()
         await zero.aclose()
-
-
-async def test_a_command_costs_its_task_one_pass_of_the_scheduler(redis_server):
-    """A command is written at once (no pass), and its answer read as the socket becomes
-    readable (one pass): trio's ``send_all`` and ``receive_some`` took one more pass each, and
-    on a busy broker each pass is a round of every other runnable task. An XREAD whose entries
-    wait in Redis costs one pass too."""
-    with trio.fail_after(10):
-        redis = await bus_resp.open_connection(redis_server.url)
-        entry = await redis.call("XADD", "k", "*", "f", "v")
-        with TaskPasses(trio.lowlevel.current_task().name) as passes:
-            await redis.send([("PING",), ("PING",)])
-            sent = passes.count
-            assert await redis.receive(2) == [b"PONG", b"PONG"]
-            answered = passes.count
-            reply = await redis.call("XREAD", "COUNT", 10, "BLOCK", 1000, "STREAMS", "k", "0-0")
-            read = passes.count - answered
-        assert bus_resp.streams(reply) == {b"k": [(entry, {b"f": b"v"})]}
-        assert (sent, answered, read) == (0, 1, 1)
-        await redis.aclose()
-        with pytest.raises(ConnectionError):
-            await redis.send([("PING",)])  # closed: refused before anything is written

@@ -585,18 +585,13 @@ class Bus:
         expiry_due = -float("inf")  # when the stream's expiry is to be pushed back again
         while True:
             items: list[tuple[str, int, bytes | Batch]] = []
-            try:
-                # Queued already (they came while the last round was written): taken without a
-                # pass of the scheduler, which on a busy broker is a round of every other task.
-                items.append(self._receive.receive_nowait())
-            except trio.WouldBlock:
-                # Wake for the first batch, or when the oldest quiet run's settlement is due
-                # (the quiet runs are in the order they went quiet).
-                with trio.move_on_at(
-                    next(iter(self._quiet.values()), float("inf")) + SETTLE_DELAY
-                ) as self._waiting:
-                    items.append(await self._receive.receive())
-                self._waiting = None
+            # Wake for the first batch, or when the oldest quiet run's settlement is due (the
+            # quiet runs are in the order they went quiet).
+            with trio.move_on_at(
+                next(iter(self._quiet.values()), float("inf")) + SETTLE_DELAY
+            ) as self._waiting:
+                items.append(await self._receive.receive())
+            self._waiting = None
             if items:
                 wait = last + PUBLISH_TICK - trio.current_time()
                 if wait > 0:  # busy: let this tick's batches gather (idle: nothing waits)
@@ -666,13 +661,8 @@ class Bus:
             self._entries += bool(entries)
             # Its answers are the ack loop's: the next round goes without waiting for them. At
             # most IN_FLIGHT rounds unanswered (each is answered, or its connection closed,
-            # within COMMAND_TIMEOUT * 2 of its send): waits only then. A round thus costs the
-            # loop one pass of the scheduler, its wake-up (the write is at once, bus_resp.py).
-            round_sent = (self._publisher, len(commands), batches, walls, trio.current_time())
-            try:
-                sent.send_nowait(round_sent)
-            except trio.WouldBlock:
-                await sent.send(round_sent)
+            # within COMMAND_TIMEOUT * 2 of its send).
+            await sent.send((self._publisher, len(commands), batches, walls, trio.current_time()))
 
     async def _ack_loop(self, sent: trio.MemoryReceiveChannel[_Sent]) -> None:
         """Read the answers of the rounds the publish loop sent, in order: count their batches

@@ -6,12 +6,7 @@ passes of the broker's scheduler per command on top of the socket's, and on a bu
 each pass is time a live point waits (docs/performance.md, "Cross-broker latency"). The bus's
 read loop owns a :class:`Connection` here: its task writes each XREAD to the socket and reads
 the answer itself. Its publish loop writes each round's XADD to another, and an ack task reads
-those answers, so that a round never waits for the previous one's answer. On a plain TCP
-connection a command is written to the socket at once and an answer read as soon as the socket
-is readable: one pass of the scheduler per command (the answer's arrival), where trio's
-``send_all`` and ``receive_some`` take one more after each, and each pass on a busy broker is a
-round of every other runnable task (docs/performance.md, "Cross-broker latency: where the time
-goes").
+those answers, so that a round never waits for the previous one's answer.
 
 The codec is I/O-free (:func:`encode`, :func:`parse`), tested without sockets; the connection is
 a thin trio shell around it. Only what the bus sends is supported: commands of bytes, str and
@@ -21,7 +16,6 @@ protocol every Redis since 2.0 speaks by default).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -150,9 +144,6 @@ class Connection:
         self._stream = stream
         self._buffer = b""
         self._broken = False
-        # A plain TCP connection is written and read on its socket directly (_write_now,
-        # _receive_some); TLS goes through the stream.
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
 
     @property
     def closed(self) -> bool:
@@ -184,11 +175,6 @@ class Connection:
     async def send(self, commands: Sequence[Sequence[bytes | str | int]]) -> None:
         """Send ``commands`` in one write; their answers are for :meth:`receive`.
 
-        On a plain TCP connection the commands are written at once, and when the kernel takes
-        them whole (the common case: a command is far smaller than the socket's buffer) this
-        returns without a pass of the scheduler: not a checkpoint then. Only what the kernel
-        did not take waits for the socket.
-
         Raises:
             ConnectionError: the connection was lost (now or by an earlier call).
         """
@@ -196,49 +182,12 @@ class Connection:
         if self._broken:
             raise ConnectionError("the Redis connection was lost by an earlier command")
         try:
-            sent = self._write_now(data)
-            if sent < len(data):
-                await self._stream.send_all(memoryview(data)[sent:])
+            await self._stream.send_all(data)
         except BaseException as exc:
             await self.aclose()
-            if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError)):
+            if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
                 raise ConnectionError(f"the Redis connection was lost: {exc}") from None
             raise
-
-    def _write_now(self, data: bytes) -> int:
-        """Write what the socket takes of ``data`` now, without waiting; return its length.
-
-        Why: trio's ``send_all`` passes the scheduler after a write that went whole, and on a busy
-        broker a pass is a whole round of every other runnable task (its ingest, its browsers'
-        sends): the read loop's next XREAD, a round's next XADD, waited that long for nothing.
-
-        Raises:
-            OSError: the connection is broken (not BlockingIOError: 0 is returned then).
-        """
-        if self._socket is None:
-            return 0
-        try:
-            return os.write(self._socket.fileno(), data)
-        except BlockingIOError:
-            return 0
-
-    async def _receive_some(self) -> bytes:
-        """Wait until the socket has bytes and return them (b"" once Redis closed it): one pass
-        of the scheduler, the socket's readiness. (trio's ``receive_some`` passes it once more
-        after each read that found bytes.)
-
-        Raises:
-            trio.ClosedResourceError: the connection was closed meanwhile.
-            OSError: it was reset.
-        """
-        if self._socket is None:
-            return await self._stream.receive_some(RECEIVE_BYTES)
-        while True:
-            await trio.lowlevel.wait_readable(self._socket)
-            try:
-                return os.read(self._socket.fileno(), RECEIVE_BYTES)
-            except BlockingIOError:  # woken without bytes after all: wait again
-                continue
 
     async def receive(self, count: int) -> list[Any]:
         """The next ``count`` answers, in order (an error answer as a :class:`ReplyError`).
@@ -257,7 +206,7 @@ class Connection:
                 except Incomplete:
                     self._buffer = self._buffer[pos:]
                     pos = 0
-                    data = await self._receive_some()
+                    data = await self._stream.receive_some(RECEIVE_BYTES)
                     if not data:
                         raise ConnectionError("Redis closed the connection") from None
                     self._buffer += data
@@ -266,7 +215,7 @@ class Connection:
             self._buffer = self._buffer[pos:]
         except BaseException as exc:
             await self.aclose()
-            if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError)):
+            if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
                 raise ConnectionError(f"the Redis connection was lost: {exc}") from None
             if isinstance(exc, ValueError):  # not RESP2: nothing more can be read from it
                 raise ConnectionError(f"Redis answered out of protocol: {exc}") from None
