@@ -20,15 +20,19 @@ the last two with three fresh ``vdl-stream serve --bus`` subprocesses sharing on
    ``XREAD`` in the same process; latency from before the XADD to the XREAD's return (500
    entries), through coredis on trio (a pipeline of one, as the bus used it before) and through
    the bus's own RESP connections (``vdl_stream/bus_resp.py``, as it uses them now), alternated
-   ``--repeat`` times; with each round's CPU time.
+   ``--repeat`` times; with each round's CPU time. ``--hop-busy N``: N tasks beside the hop,
+   each taking 0.2 ms of CPU a step, as a busy broker's loop (each pass of the scheduler then
+   costs the hop's tasks N x 0.2 ms; the CPU time then counts theirs too).
 1. ``latency``: 48 raw ``/ws/ingest`` writers, 16 per broker (a process of writers per broker),
    each in its own run and paced so that together they send ``--rate`` events/s (batches of 25
-   points); one ``/ws/live`` client per broker (each its own process) subscribed to every run
-   as the page subscribes (split snapshots, batched live frames, a ``gap`` naming runs answered
-   with a ``keep`` re-subscription). Reports, for each client, the runs it saw, and the latency
-   from a point's creation (its wall time, stamped when the batch is built) to its arrival, split
-   into points written through the client's own broker and through another broker (the bus
-   path); the brokers' bus counters (published, dropped, gaps); Redis's commands/s and memory.
+   points; all sending at the same instants, or with ``--stagger`` each writer ``k/48`` of a
+   batch interval after the first, as independent jobs do); one ``/ws/live`` client per broker
+   (each its own process) subscribed to every run as the page subscribes (split snapshots,
+   batched live frames, a ``gap`` naming runs answered with a ``keep`` re-subscription).
+   Reports, for each client, the runs it saw, and the latency from a point's creation (its wall
+   time, stamped when the batch is built) to its arrival, split into points written through the
+   client's own broker and through another broker (the bus path); the brokers' bus counters
+   (published, dropped, gaps); Redis's commands/s and memory.
 2. ``failover``: ``--writers`` ``attach(url=[a, b, c])`` writers (threads of this process, each
    broker first in a third of the lists) logging steadily; one broker SIGKILLed ``--kills`` times
    at random moments (and started again on its port after a random pause). Afterwards every run
@@ -41,7 +45,8 @@ Only 127.0.0.1 is used; every loop is bounded; every process started is stopped 
 
 Usage: python bench/bench_bus.py [--quick] [--seconds S] [--rate N] [--writers N] [--kills N]
                                  [--seed N] [--json PATH] [--keep DIR] [--skip PHASE ...]
-                                 [--only PHASE ...] [--repeat N] [--start-runs N] [--base DIR]
+                                 [--only PHASE ...] [--repeat N] [--hop-busy N] [--stagger]
+                                 [--start-runs N] [--base DIR]
 
 ``--keep DIR``: when the failover phase loses or duplicates a step, or a writer does not flush,
 its log directory and the brokers' logs are copied to ``DIR/failover-seed<N>`` (``damaged_runs`` in the results says which
@@ -222,13 +227,26 @@ def phase_hop(args: argparse.Namespace, workdir: Path) -> dict:
 
     results: dict[str, list] = {"coredis": [], "raw": []}
 
+    async def busy() -> None:
+        """A task of a busy broker's loop: 0.2 ms of CPU a step (a batch's ingest, a frame's
+        fan-out), then a pass of the scheduler."""
+        while True:
+            end = time.perf_counter() + 0.0002
+            while time.perf_counter() < end:
+                pass
+            await trio.lowlevel.checkpoint()
+
     async def main() -> None:
-        with trio.fail_after(60 * args.repeat):
+        with trio.fail_after(60 * args.repeat * (1 + args.hop_busy)):
             for i in range(args.repeat):
                 for name, hop in (("coredis", hop_coredis), ("raw", hop_raw)):
                     latencies: list[float] = []
                     cpu = time.process_time()
-                    await hop(f"hop-{name}-{i}", latencies)
+                    async with trio.open_nursery() as nursery:
+                        for _ in range(args.hop_busy):
+                            nursery.start_soon(busy)
+                        await hop(f"hop-{name}-{i}", latencies)
+                        nursery.cancel_scope.cancel()
                     results[name].append(
                         {
                             **percentiles([np.array(latencies)]),
@@ -351,16 +369,17 @@ def _browser_process(ws: str, own: set[str], since: float, until: float, out: Pa
     )
 
 
-def _writers_process(specs: list[tuple[str, str, str]], options: dict, out: Path) -> None:
-    """A child process: raw writers ``(writer, run, ws)`` streaming from ``options["at"]`` on."""
-    results = [WriterResult(writer, run) for writer, run, _ in specs]
+def _writers_process(specs: list[tuple[str, str, str, float]], options: dict, out: Path) -> None:
+    """A child process: raw writers ``(writer, run, ws, phase)`` streaming from ``options["at"]``
+    on, each its ``phase`` seconds later."""
+    results = [WriterResult(writer, run) for writer, run, _, _ in specs]
 
     async def main() -> None:
         start = trio.Event()
         async with trio.open_nursery() as nursery:
-            for (_, _, ws), result in zip(specs, results, strict=True):
+            for (_, _, ws, phase), result in zip(specs, results, strict=True):
                 nursery.start_soon(
-                    lambda ws=ws, r=result: stream_batches(
+                    lambda ws=ws, r=result, phase=phase: stream_batches(
                         ws,
                         r,
                         tags=["loss"],
@@ -368,6 +387,7 @@ def _writers_process(specs: list[tuple[str, str, str]], options: dict, out: Path
                         seconds=options["seconds"],
                         start=start,
                         batches_per_s=options["batches_per_s"],
+                        phase=phase,
                     )
                 )
             await trio.sleep(max(0.0, options["at"] - time.time()))
@@ -407,7 +427,15 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
                     args=(broker.ws, own, since, until + 0.5, workdir / f"browser{i}.npz"),
                 )
             )
-            specs = [(f"w{r}", r, broker.ws) for r in runs if home[r] == i]
+            # --stagger: writer k sends k/48 of a batch interval after writer 0, as independent
+            # training jobs do; without it all 48 send at the same instants (a burst of 16
+            # batches a broker, then 32 from the bus, every interval).
+            interval = 1 / options["batches_per_s"]
+            specs = [
+                (f"w{r}", r, broker.ws, k * interval / writers if args.stagger else 0.0)
+                for k, r in enumerate(runs)
+                if home[r] == i
+            ]
             children.append(
                 fork.Process(
                     target=_writers_process, args=(specs, options, workdir / f"writers{i}.json")
@@ -449,6 +477,7 @@ def phase_latency(args: argparse.Namespace, workdir: Path) -> dict:
             "brokers": BROKERS,
             "writers": writers,
             "rate_target": args.rate,
+            "stagger": args.stagger,
             "seconds": elapsed,
             "events_per_s": round(sum(w["acked"] for w in written) * points / options["seconds"]),
             "writer_errors": [w["error"] for w in written if w["error"]],
@@ -844,6 +873,17 @@ def main() -> None:
         "--only", nargs="*", choices=PHASES, help="run these phases (default: all but start)"
     )
     parser.add_argument("--repeat", type=int, default=None, help="start: cold starts per case")
+    parser.add_argument(
+        "--stagger",
+        action="store_true",
+        help="latency: writers' sends spread over the batch interval, not all at once",
+    )
+    parser.add_argument(
+        "--hop-busy",
+        type=int,
+        default=0,
+        help="hop: this many tasks beside the hop, each 0.2 ms of CPU a step (a busy broker)",
+    )
     parser.add_argument("--start-runs", type=int, default=3, help="start: runs in the bucket")
     parser.add_argument(
         "--base", type=Path, help="start: also time this checkout's code (another commit)"

@@ -210,12 +210,14 @@ async def stream_batches(
     batches_per_s: float | None = None,
     drain_timeout: float = 60.0,
     connected: trio.Semaphore | None = None,
+    phase: float = 0.0,
 ) -> None:
     """Stream batches to ``/ws/ingest`` for ``seconds`` after ``start`` is set, then await the acks.
 
     Unpaced (``batches_per_s`` None) it keeps at most ``window`` batches unacknowledged; paced it
-    sends one batch every ``1 / batches_per_s`` seconds (still within ``window``). Fills ``result``;
-    a connection error is recorded there instead of raised.
+    sends one batch every ``1 / batches_per_s`` seconds (still within ``window``), the first
+    ``phase`` seconds after ``start`` (writers given different phases do not all send at the
+    same instants). Fills ``result``; a connection error is recorded there instead of raised.
     """
     per_batch = points * len(tags)
     sent_at: dict[int, float] = {}
@@ -246,7 +248,7 @@ async def stream_batches(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read_acks, ws)
                 await start.wait()
-                t0 = time.perf_counter()
+                t0 = time.perf_counter() + phase
                 result.first_send = t0
                 seq = 0
                 while time.perf_counter() - t0 < seconds:
