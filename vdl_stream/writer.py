@@ -9,9 +9,9 @@ columnar batches and hands them to a transport: the in-process broker, or a remo
 Flushing adapts to the link (the opposite of Nagle's algorithm): while fewer than ``window``
 batches are in flight (not yet acknowledged, i.e. written; with ``transport.TAKEN`` on, not yet
 taken by the broker: ingested and fanned out, and over a socket whose broker says so, one batch
-at a time: ``transport.TAKEN_IN_FLIGHT``), the next call wakes the background thread and its point leaves at once; while the window is full,
-calls accumulate and leave together as soon as an answer frees a place. So low rates get the lowest
-latency and high rates the biggest batches. A window of 2 (the default) lets a point leave while
+at a time: ``transport.TAKEN_IN_FLIGHT``), the next call wakes the background thread and its
+point leaves at once; while the window is full, calls accumulate and leave together as soon as an
+answer frees a place. So low rates get the lowest latency and high rates the biggest batches. A window of 2 (the default) lets a point leave while
 the previous batch is still being written, instead of waiting for that write (with ``TAKEN``, at
 most ``transport.UNACKED_PER_WINDOW`` windows wait for their writes). ``flush_interval``
 bounds the wait while the window is full only when the points held reach :data:`MAX_HELD_POINTS`
