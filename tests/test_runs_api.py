@@ -212,7 +212,8 @@ def test_a_followed_runs_killed_writer_reads_as_crashed_within_seconds(tmp_path)
         try:
             assert writer.stdout.readline().strip() == "flushed"
             # Followed live (its points after the server found it reach the detectors too).
-            live = summary_of(server, "other", lambda s: s["last_step"] >= 50)
+            # (last_step is None while the run is listed and none of its points read yet)
+            live = summary_of(server, "other", lambda s: (s["last_step"] or 0) >= 50)
             assert live["status"] == "live"
         finally:
             writer.send_signal(signal.SIGKILL)
