@@ -202,7 +202,8 @@ def test_the_page_says_it_is_loading_until_the_snapshots_are_in(tmp_path, browse
             }
             page.locator('[data-tag="train/loss"]').wait_for()
             assert not placeholder.is_visible() and not note.is_visible()
-            assert page.locator(".view.system > .empty").is_visible()  # ready: now it may say so
+            # ready: now it may say so (once the later views are in: after the first charts)
+            page.locator(".view.system > .empty").wait_for(timeout=10_000)
         seen = page.evaluate("() => window.__placeholder")
         assert "Loading 2 runs… (0/2)" in seen, seen
         assert not [t for t in seen if t.startswith(NO_DATA)], seen  # never, while runs exist

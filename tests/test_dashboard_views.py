@@ -180,7 +180,7 @@ def test_the_first_charts_are_drawn_before_the_later_views_are_loaded(serve_proc
         assert len(held) == 1
         # Opened now, the hparams view says that it loads.
         page.evaluate("() => window.vdl.goToView('hparams')")
-        note = page.locator(".view.hparams .view-loading")
+        note = page.locator('.view[data-pending="hparams"] .view-loading')
         note.wait_for(state="visible", timeout=5_000)
         assert page.locator(".hparams-table").count() == 0
         held[0].continue_()
