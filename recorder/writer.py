@@ -1127,7 +1127,8 @@ def _process_gone(pid: int) -> bool:
     except OSError:
         return False
     # "pid (comm) S ...": the state follows the last ")" (comm may hold spaces and parentheses)
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
+    state = stat.rfind(b")") + 2
+    return stat[state : state + 1] == b"Z"
 
 
 def writers_gone(run_dirs: list[str]) -> list[bool]:

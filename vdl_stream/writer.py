@@ -11,14 +11,14 @@ batches are in flight (not yet acknowledged, i.e. written; with ``transport.TAKE
 taken by the broker: ingested and fanned out, and over a socket whose broker says so, one batch
 at a time: ``transport.TAKEN_IN_FLIGHT``), the next call wakes the background thread and its
 point leaves at once; while the window is full, calls accumulate and leave together as soon as an
-answer frees a place. So low rates get the lowest latency and high rates the biggest batches. A window of 2 (the default) lets a point leave while
-the previous batch is still being written, instead of waiting for that write (with ``TAKEN``, at
-most ``transport.UNACKED_PER_WINDOW`` windows wait for their writes). ``flush_interval``
-bounds the wait while the window is full only when the points held reach :data:`MAX_HELD_POINTS`
-(or the transport cannot take batches at all): under overload the writer merges calls into fewer,
-larger batches, which the broker handles at a fraction of the per-batch cost, rather than queueing
-many small ones behind the link. The hot path pays nothing for it: the wake rides on the
-``_attention`` flag it already tests.
+answer frees a place. So low rates get the lowest latency and high rates the biggest batches. A
+window of 2 (the default) lets a point leave while the previous batch is still being written,
+instead of waiting for that write (with ``TAKEN``, at most ``transport.UNACKED_PER_WINDOW``
+windows wait for their writes). ``flush_interval`` bounds the wait while the window is full only
+when the points held reach :data:`MAX_HELD_POINTS` (or the transport cannot take batches at all):
+under overload the writer merges calls into fewer, larger batches, which the broker handles at a
+fraction of the per-batch cost, rather than queueing many small ones behind the link. The hot path
+pays nothing for it: the wake rides on the ``_attention`` flag it already tests.
 
 Every argument is checked at the call, so the background thread only sees what it can store. It
 still never stops on a failure: the pump (hot path -> pending batches) never waits on the
