@@ -294,6 +294,33 @@ def test_header_buttons_scroll_to_a_view_and_leave_every_view_shown(serve_proces
         page.close()
 
 
+ASKED_VIEW_MARKED = (
+    "v => document.querySelector(`.tabs button[data-view=${v}]`)"
+    ".getAttribute('aria-current') === 'true'"
+)
+
+
+def test_a_view_asked_for_at_the_pages_end_is_the_one_marked(serve_process, browser):
+    """The last views cannot scroll up to the header: once the page is at its end, the header
+    marks the view whose button was pressed (it marked the one above it); a scroll back up
+    marks the view at the top again, and the page stays there (a press that needed no scroll
+    left a listener that brought the page back at the next scroll's end)."""
+    page, errors = open_page(browser, serve_process)
+    try:
+        for name in ("hparams", "graph"):
+            page.locator(f'.tabs button[data-view="{name}"]').click()
+            page.wait_for_function(
+                "() => innerHeight + scrollY >= document.documentElement.scrollHeight - 2",
+                timeout=10_000,
+            )
+            page.wait_for_function(ASKED_VIEW_MARKED, arg=name, timeout=5_000)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.wait_for_function(ASKED_VIEW_MARKED, arg="scalars", timeout=5_000)
+        assert errors == []
+    finally:
+        page.close()
+
+
 #: Records the page's reads of element positions and sizes made by its module script's evaluation,
 #: that is while it builds the page: each forces a style and layout of everything built
 #: so far, which the first frame lays out again.

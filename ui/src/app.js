@@ -178,7 +178,15 @@ function goToView(name) {
     showViews();
   }
   document.body.classList.remove("show-side");
+  askedView = name;
+  spySoon(); // at the page's end the page may not scroll at all
   const target = views[name].element;
+  const root = document.documentElement;
+  const wanted = window.scrollY + target.getBoundingClientRect().top - header.offsetHeight - 8;
+  const end = Math.max(0, Math.min(wanted, root.scrollHeight - window.innerHeight));
+  // Already there (a last view at the page's end): no scroll, so no scroll's end to wait for,
+  // and a later scroll of the user's must not bring the page back.
+  if (Math.abs(end - window.scrollY) <= 2) return;
   target.scrollIntoView({ behavior: "smooth", block: "start" });
   // Charts drawn for the first time on the way may move the target: land on it once more.
   window.addEventListener(
@@ -199,7 +207,11 @@ function goToView(name) {
 // frame's callbacks, before the runs table's and the charts' first renders, which change the
 // page again. When the page is idle its layout is the last frame's, and reading it costs nothing
 // (2 ms for the same reads).
+// At the page's end the last views cannot reach the top: there the view last asked for by its
+// button is marked while it is in sight, else the last view in sight (as a scroll-spy does).
 const SPY_IDLE_TIMEOUT_MS = 2000;
+/** The view whose button was last pressed (`goToView`). */
+let askedView = null;
 let spyPending = false;
 let spyIdlePending = false;
 function spySoon() {
@@ -226,9 +238,20 @@ function spyViews() {
   spyPending = false;
   const top = header.offsetHeight + 24; // views scroll to 8 px under the header
   let current = null;
-  for (const [name, view] of Object.entries(views)) {
-    if (view.element.hidden) continue;
+  const shown = Object.entries(views).filter(([, view]) => !view.element.hidden);
+  for (const [name, view] of shown) {
     if (current === null || view.element.getBoundingClientRect().top <= top) current = name;
+  }
+  const root = document.documentElement;
+  if (shown.length && window.scrollY > 0 && window.innerHeight + window.scrollY >= root.scrollHeight - 2) {
+    const inSight = (view) => {
+      const box = view.element.getBoundingClientRect();
+      return box.height > 0 && box.top < window.innerHeight && box.bottom > top;
+    };
+    const asked = shown.find(([name]) => name === askedView);
+    const last = shown.findLast(([, view]) => inSight(view));
+    if (asked && inSight(asked[1])) current = askedView;
+    else if (last) current = last[0];
   }
   for (const b of tabs.children) {
     const on = b.dataset.view === current;
