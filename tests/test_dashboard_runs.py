@@ -77,6 +77,20 @@ def wait_stable_box(page, selector: str) -> dict[str, float]:  # type: ignore[no
     return box.json_value()
 
 
+def wait_rows(page, expected: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the table's rows are ``expected``, top to bottom (a sort re-renders the table
+    on the next frame)."""
+    page.wait_for_function(
+        f"(want) => JSON.stringify({ROWS_JS}) === JSON.stringify(want)", arg=expected
+    )
+
+
+def after_frames(page) -> None:  # type: ignore[no-untyped-def]
+    """Return once the page has rendered two more frames: what a change made it lay out (a
+    re-render on the next frame, a resize's observers) is on the page by then."""
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
 def rows(page) -> list[str]:  # type: ignore[no-untyped-def]
     """Run names of the table's rows in the DOM, top to bottom."""
     return page.evaluate(f"() => {ROWS_JS}")
@@ -160,15 +174,12 @@ def test_the_runs_table_sorts_filters_and_selects(sweep_server, browser):
         page.wait_for_function(
             "() => document.querySelector('.rt-head [data-column=\"h:lr\"]').ariaSort === 'ascending'"
         )
-        page.wait_for_timeout(100)
-        assert rows(page) == by_lr
+        wait_rows(page, by_lr)
         page.click('.rt-head [data-column="h:lr"]')
-        page.wait_for_timeout(100)
-        assert rows(page) == by_lr[::-1]
+        wait_rows(page, by_lr[::-1])
         assert page.get_attribute('.rt-head [data-column="h:lr"]', "aria-sort") == "descending"
         page.click('.rt-head [data-column="m:eval/accuracy:last"]')
-        page.wait_for_timeout(100)
-        assert rows(page) == names  # accuracy grows with the run's index
+        wait_rows(page, names)  # accuracy grows with the run's index
 
         # A condition: the table, the charts and the subscription follow it.
         page.fill("input.run-condition", 'lr < 0.01 and optimizer == "adam"')
@@ -717,15 +728,12 @@ def test_the_drawn_runs_lead_the_table_and_the_header_is_one_row(sweep_server, b
         page.locator('.rt-body [data-run="a-sgd-1"] input.run-select').uncheck()
         page.locator('.rt-body [data-run="c-adam-2"] input.run-select').uncheck()
         page.wait_for_function(subscribed_to(["b-adam-1", "d-sgd-2", "e-adam-3", "f-sgd-3"]))
-        page.wait_for_timeout(100)
+        after_frames(page)
         assert rows(page) == names
         # A sort settles the order: the runs drawn first, a line under the last of them.
         page.click('.rt-head [data-column="name"]')
         drawn = ["b-adam-1", "d-sgd-2", "e-adam-3", "f-sgd-3"]
-        page.wait_for_function(
-            f"(want) => JSON.stringify({ROWS_JS}) === JSON.stringify(want)",
-            arg=[*drawn, "a-sgd-1", "c-adam-2"],
-        )
+        wait_rows(page, [*drawn, "a-sgd-1", "c-adam-2"])
         assert page.evaluate(
             "() => [...document.querySelectorAll('.rt-body .rt-split')].map(r => r.dataset.run)"
         ) == ["f-sgd-3"]
@@ -735,7 +743,7 @@ def test_the_drawn_runs_lead_the_table_and_the_header_is_one_row(sweep_server, b
         assert not one["tabsScroll"], one
         page.screenshot(path=str(ARTIFACTS / "runs-lead-1400.png"))
         page.set_viewport_size({"width": 390, "height": 844})
-        page.wait_for_timeout(200)
+        after_frames(page)
         phone = page.evaluate(HEADER_ROW_JS)
         assert phone["height"] < 56 and phone["spread"] <= 2 and phone["controls"] >= 5, phone
         page.screenshot(path=str(ARTIFACTS / "runs-lead-phone.png"))
