@@ -359,6 +359,10 @@ def _trace_writer_cycle(w: Any, transport: Any) -> None:
     WebSocketConnection.send_message = traced_send_message
 
 
+#: Seconds the server may take to exit once told to (its shutdown closes the runs).
+SERVER_EXIT_S = 180
+
+
 def _serve_main(argv: list[str]) -> None:
     import atexit
 
@@ -1063,7 +1067,10 @@ def main() -> None:
             (tmp / "server.json").write_text(json.dumps(server_rows))
         else:
             server.terminate()
-            server.wait(30)
+            # Its shutdown closes the runs, and a run's close finishes its compaction and writes
+            # its preview: for four writers' run at 50k-150k events/s under load ~10 that took
+            # minutes (docs/performance.md, h14-million, "What is left").
+            server.wait(SERVER_EXIT_S)
     finally:
         for proc in [*procs, *subs]:
             if proc.poll() is None:

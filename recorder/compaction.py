@@ -56,6 +56,16 @@ MERGE_MAX_BYTES = 128 << 20
 MIN_RECORDS = 32
 SMALL_RECORD = 64 << 10
 TMP_SUFFIX = ".tmp"
+# Seconds a unit waits for its CompactionProcess to finish starting (its imports) before it is
+# built in the owner's thread instead. Building it there holds the owner's GIL for the whole
+# unit: at 1M events/s a first unit built in the broker's process took 1.3-4.8 s, and every
+# batch waited in the event loop's receive path behind it (docs/performance.md, h14-million).
+PROCESS_START_WAIT = 10.0
+# The niceness the compaction process adds to its owner's (``nice(2)``): compaction is
+# background work, and where the cores are short the kernel gives them to the live path first
+# (the event loop, the persist thread, the writers). Its backlog stays bounded by the writer
+# (``DEFERRED_MAX``) and is caught up once the load drops.
+PROCESS_NICE = 10
 
 
 class SegmentCapture:
@@ -212,9 +222,12 @@ class Compactor:
         as it was (the files are as before it) and counts as done: the next call does it again,
         here while a fresh process starts."""
         start = time.thread_time()  # this thread's CPU: another may be writing meanwhile
-        # Until the process is up (its imports take a while), units are built here: no unit
-        # waits for its start.
-        process = self.process if self.process is not None and self.process.ready() else None
+        # A unit waits for the process to be up (its imports: a fraction of a second, longer on
+        # a busy machine) rather than being built here, holding this process's GIL for seconds;
+        # only a process that does not come up within PROCESS_START_WAIT leaves it to us.
+        process = self.process
+        if process is not None and not process.ready(timeout=PROCESS_START_WAIT):
+            process = None
         cpu = 0.0 if process is None else process.cpu_seconds
         try:
             unit = self._claim(take=True)
@@ -473,9 +486,11 @@ class CompactionProcess:
     plus, at worst, a temporary file that no reader looks at (the owner deletes it, and a writer
     reopening the run deletes every one).
 
-    The process is started by :meth:`ready` (which never waits for it: the owner builds in its
-    own thread meanwhile) and again by the next call after it ended (:attr:`restarts`); a build it
-    did not answer raises :class:`CompactionProcessLost`. After
+    The process is started by :meth:`ready` (a unit waits up to :data:`PROCESS_START_WAIT` for it
+    to come up, then builds in its owner's thread) and again by the next call after it ended
+    (:attr:`restarts`); a build it did not answer raises :class:`CompactionProcessLost`. It runs
+    ``nice`` steps below its owner (:data:`PROCESS_NICE`), so that compaction takes only the CPU
+    the live path leaves. After
     ``max_losses`` losses in a row without an answer between them it is no longer
     :attr:`usable` and units are built in the owner's thread instead. The process exits the
     moment its owner dies, mid-build too: it holds the read end of a pipe (its *lifeline*) whose
@@ -489,10 +504,19 @@ class CompactionProcess:
 
     Args:
         max_losses: losses in a row after which builds stay in the owner's thread.
+        nice: the niceness added to the owner's for the process (0: the owner's priority).
+
+    Raises:
+        ValueError: ``max_losses`` below 1 or ``nice`` not an int from 0 to 19.
     """
 
-    def __init__(self, max_losses: int = 3) -> None:
+    def __init__(self, max_losses: int = 3, nice: int = PROCESS_NICE) -> None:
+        if type(max_losses) is not int or max_losses < 1:
+            raise ValueError(f"max_losses must be an int >= 1, got {max_losses!r}")
+        if type(nice) is not int or not 0 <= nice <= 19:
+            raise ValueError(f"nice must be an int from 0 to 19, got {nice!r}")
         self.max_losses = max_losses
+        self.nice = nice
         self.restarts = 0  # processes started after a loss
         self.losses = 0  # in a row, without an answer between
         self.units = 0  # blocks built
@@ -591,7 +615,7 @@ class CompactionProcess:
         lifeline, self._lifeline = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", _WORKER, str(lifeline)],
+                [sys.executable, "-c", _WORKER, str(lifeline), str(self.nice)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={**os.environ, "PYTHONPATH": path},
@@ -668,9 +692,12 @@ def _receive(f: Any) -> dict:
     return msgpack.unpackb(data, raw=False)
 
 
-# The compaction process: ``python -c _WORKER <lifeline fd>``; requests on stdin, answers on
-# stdout.
-_WORKER = "import sys; from recorder.compaction import serve_builds; serve_builds(int(sys.argv[1]))"
+# The compaction process: ``python -c _WORKER <lifeline fd> <nice>``; requests on stdin, answers
+# on stdout.
+_WORKER = (
+    "import sys; from recorder.compaction import serve_builds; "
+    "serve_builds(int(sys.argv[1]), int(sys.argv[2]))"
+)
 
 
 def _exit_with_owner(lifeline: int) -> None:
@@ -687,10 +714,12 @@ def _exit_with_owner(lifeline: int) -> None:
     os._exit(0)
 
 
-def serve_builds(lifeline: int) -> None:
+def serve_builds(lifeline: int, nice: int = 0) -> None:
     """The compaction process's loop: build the blocks its owner asks for until its input
-    closes (see :class:`CompactionProcess`). Exits as soon as the ``lifeline`` pipe's write
-    end, held by the owner alone, closes."""
+    closes (see :class:`CompactionProcess`), ``nice`` steps below the priority it started with.
+    Exits as soon as the ``lifeline`` pipe's write end, held by the owner alone, closes."""
+    if nice:
+        os.nice(nice)  # after the imports (a unit waits for them), before the first build
     threading.Thread(target=_exit_with_owner, args=(lifeline,), daemon=True).start()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write into the answers' pipe

@@ -3,6 +3,7 @@ docs/performance.md "Live latency")."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 from functools import partial
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 from trio_websocket import open_websocket_url
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Message, Request
@@ -455,5 +458,64 @@ async def test_with_write_at_offer_off_every_frame_goes_through_the_send_task(
                     assert np.frombuffer(frame["scalars"][0][3], "<f8").tolist() == [seq]
             (stats,) = broker.subscriber_statistics()
             assert stats.written_at_offer == 0 and stats.sent >= 3
+            broker.close()
+            nursery.cancel_scope.cancel()
+
+
+@given(
+    key=st.binary(min_size=4, max_size=4),
+    data=st.binary(max_size=3 * server.NUMPY_UNMASK_FROM),
+    cuts=st.lists(st.integers(0, 3 * server.NUMPY_UNMASK_FROM), max_size=4),
+)
+def test_the_quick_masker_unmasks_as_wsproto_does_in_any_parts(key, data, cuts):
+    """``QuickMasker`` gives wsproto's bytes for a payload given in parts of any sizes (wsproto
+    unmasks a frame part by part as it arrives), short and numpy-sized parts alike."""
+    from wsproto.frame_protocol import XorMaskerSimple
+
+    # wsproto's own, whatever serve installed in this process (serve_dashboard replaces it).
+    wsproto_masker = server._WSPROTO_MASKER
+    assert wsproto_masker is XorMaskerSimple or XorMaskerSimple is server.QuickMasker
+    bounds = [0, *sorted(c for c in cuts if c <= len(data)), len(data)]
+    parts = [data[a:b] for a, b in itertools.pairwise(bounds)]
+    ours, theirs = server.QuickMasker(key), wsproto_masker(key)
+    got = [ours.process(p) for p in parts]
+    assert all(type(g) is bytearray for g in got)
+    assert b"".join(got) == b"".join(theirs.process(p) for p in parts)
+
+
+async def test_a_large_batch_is_unmasked_by_the_quick_masker_and_ingested_whole(
+    tmp_path, monkeypatch
+):
+    """Served, wsproto unmasks a writer's frames with ``QuickMasker``, and a batch of 20,000
+    points (a 480 kB frame, arriving in many parts) is ingested exactly as it was sent."""
+    unmasked: list[int] = []
+    process = server.QuickMasker.process
+
+    def counted(self, data):  # type: ignore[no-untyped-def]
+        unmasked.append(len(data))
+        return process(self, data)
+
+    monkeypatch.setattr(server.QuickMasker, "process", counted)
+    rng = np.random.default_rng(16)
+    steps = np.arange(20_000, dtype=np.int64)
+    walls, values = 1.7e9 + steps * 1e-3, rng.standard_normal(20_000)
+    frame = codec.encode_batch(Batch("w", 1, "r", [ScalarColumns("loss", steps, walls, values)]))
+    assert len(frame) > 400_000
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            broker, url = await start_broker_server(nursery, tmp_path)
+            from wsproto import frame_protocol
+
+            assert frame_protocol.XorMaskerSimple is server.QuickMasker
+            async with open_websocket_url("ws" + url.removeprefix("http") + "/ws/ingest") as ws:
+                await ws.send_message(frame)
+                answer = codec.decode_message(await ws.get_message())
+            assert (answer["type"], answer["seq"]) == ("ack", 1)
+            got = await broker.read_scalars("r", "loss", start=None, end=None, max_points=None)
+            assert got.steps.tolist() == steps.tolist()
+            assert got.values.tolist() == values.tolist()
+            assert got.walls.tolist() == walls.tolist()
+            # Both ends' masking went through it (one process), the server's in large parts.
+            assert sum(unmasked) >= 2 * len(frame) and max(unmasked) >= server.NUMPY_UNMASK_FROM
             broker.close()
             nursery.cancel_scope.cancel()

@@ -48,6 +48,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from quart import Blueprint, Response, jsonify, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
+from wsproto import frame_protocol
 from wsproto.connection import ConnectionState
 from wsproto.events import BytesMessage
 from wsproto.extensions import PerMessageDeflate
@@ -1787,6 +1788,8 @@ async def serve_dashboard(
     config.graceful_timeout = 2.0
     # hypercorn offers its WebSockets this extension by name; it has no setting for the level.
     ws_stream.PerMessageDeflate = QuickDeflate
+    # wsproto unmasks every client frame with the masker of this name (QuickMasker's doc).
+    frame_protocol.XorMaskerSimple = QuickMasker
     accept_log = logging.getLogger("trio.serve_listeners")
     once = _AcceptErrorsOnce()
     accept_log.addFilter(once)
@@ -1825,6 +1828,52 @@ class QuickDeflate(PerMessageDeflate):
             bits = self.client_max_window_bits if proto.client else self.server_max_window_bits
             self._compressor = zlib.compressobj(1, zlib.DEFLATED, -int(bits))
         return super().frame_outbound(proto, opcode, rsv, data, fin)
+
+
+#: Payloads shorter than this are unmasked by wsproto's own masker (:class:`QuickMasker`): below
+#: it, setting up the numpy arrays costs more than the four byte translations it replaces.
+NUMPY_UNMASK_FROM = 1024
+
+_WSPROTO_MASKER = frame_protocol.XorMaskerSimple
+
+
+class QuickMasker:
+    """wsproto's ``XorMaskerSimple`` with the same results, XORing a large payload four bytes
+    at a time with numpy.
+
+    Every frame a client sends is masked (RFC 6455 5.3), and wsproto unmasks it with four
+    strided slices, byte translations and assignments: 0.5 ms of the event loop's CPU for a
+    128 kB batch from a writer at 1M events/s, one pass here (about 10 us). It keeps wsproto's
+    contract: ``process`` may be called on successive parts of one payload, each part continuing
+    with the key where the previous one stopped, and returns a new ``bytearray``.
+
+    Args:
+        masking_key: the frame's 4-byte masking key.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, masking_key: bytes | bytearray) -> None:
+        self._key = bytes(masking_key)
+
+    def process(self, data: bytes | bytearray) -> bytearray:
+        """Return ``data`` XORed with the key, continuing from the previous call's position."""
+        key, n = self._key, len(data)
+        if n < NUMPY_UNMASK_FROM:
+            out = _WSPROTO_MASKER(key).process(data)
+        else:
+            out = bytearray(n)
+            words = n // 4
+            np.bitwise_xor(
+                np.frombuffer(data, np.uint32, words),
+                np.frombuffer(key, np.uint32)[0],
+                out=np.frombuffer(out, np.uint32, words),
+            )
+            for i in range(4 * words, n):  # at most three bytes left
+                out[i] = data[i] ^ key[i - 4 * words]
+        turn = n % 4
+        self._key = key[turn:] + key[:turn]
+        return out
 
 
 async def _until_closed(

@@ -118,8 +118,8 @@ def test_a_killed_process_loses_nothing_and_another_takes_over(tmp_path, process
     os.kill(pid, signal.SIGKILL)
     t.join(60)
     assert not t.is_alive()
-    # The unit was done again here (the next process was not up yet), from the files as they
-    # were: the lost process's temporary block was gone before the first swap.
+    # The unit was done again (by the next process, once up), from the files as they were: the
+    # lost process's temporary block was gone before the first swap.
     assert w._compaction.lost == 1 and process.restarts == 1
     assert not any(n.endswith(f".{pid}.tmp") for n in swaps[0])
     stats = w.statistics()
@@ -215,6 +215,7 @@ def test_a_process_lost_again_and_again_leaves_the_units_to_this_thread(tmp_path
     w = process_writer(tmp_path / "r", process)
     write(w, 0, 13)  # sealed segments (a seal every two flushes; past the bound, some done)
     done, waiting = w.statistics().compactions, w.statistics().compaction_backlog
+    built = process.units  # the flushes' units, in the process (they wait for its start)
     try:
         for losses in (1, 2):
             assert process.ready(timeout=60)
@@ -224,11 +225,59 @@ def test_a_process_lost_again_and_again_leaves_the_units_to_this_thread(tmp_path
             assert process.losses == losses and w.statistics().compactions == done
         assert not process.usable and not process.ready()
         assert w.compact() is False  # done here
-        assert w.statistics().compactions == done + waiting and process.units == 0
+        assert w.statistics().compactions == done + waiting and process.units == built
     finally:
         process.close()
         w.close()
     assert contents(tmp_path / "r")[3] == list(range(13))
+
+
+def test_a_unit_waits_for_the_process_to_start_instead_of_building_here(tmp_path, monkeypatch):
+    """A unit that comes while the process is still importing waits for it: built here, it
+    would hold the owner's GIL for the whole unit (seconds for a broker at 1M events/s)."""
+
+    def refuse(*args):
+        raise AssertionError("a block was built in the owner's process")
+
+    monkeypatch.setattr(compaction, "_feed_capture", refuse)
+    monkeypatch.setattr(compaction, "_feed_segment", refuse)
+    with CompactionProcess() as process:
+        w = process_writer(tmp_path / "r", process)
+        write(w, 0, 9)  # sealed segments waiting; the process not started yet
+        assert process.pid is None
+        assert w.compact() is False
+        w.close()
+        assert process.units >= 2 and process.restarts == 0
+    monkeypatch.undo()
+    assert contents(tmp_path / "r")[3] == list(range(9))
+
+
+def test_a_process_that_does_not_come_up_leaves_the_unit_here(tmp_path, monkeypatch):
+    """The wait for the process's start is bounded: past it, the unit is built here."""
+    monkeypatch.setattr(compaction, "PROCESS_START_WAIT", 0.0)
+    with CompactionProcess() as process:
+        w = process_writer(tmp_path / "r", process)
+        write(w, 0, 5)
+        assert w._compaction.step()  # the process just started, not up: built here
+        assert process.units == 0 and w.statistics().compactions == 1
+        w.close()
+    assert contents(tmp_path / "r")[3] == list(range(5))
+
+
+def test_the_process_runs_below_its_owner_priority(tmp_path):
+    """Compaction takes only the CPU the live path leaves: the process is ``nice``."""
+    owner = os.getpriority(os.PRIO_PROCESS, 0)
+    with CompactionProcess() as process:
+        assert process.ready(timeout=60)
+        assert os.getpriority(os.PRIO_PROCESS, process.pid) == min(
+            owner + compaction.PROCESS_NICE, 19
+        )
+    with CompactionProcess(nice=0) as process:
+        assert process.ready(timeout=60)
+        assert os.getpriority(os.PRIO_PROCESS, process.pid) == owner
+    for bad in (-1, 20, 1.5, "10"):
+        with pytest.raises(ValueError, match="nice must be an int from 0 to 19"):
+            CompactionProcess(nice=bad)
 
 
 def test_a_bad_compaction_process_is_refused(tmp_path):
