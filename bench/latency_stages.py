@@ -67,6 +67,7 @@ Usage: python bench/latency_stages.py [--rate 10000] [--seconds 6] [--subscriber
                                        [--frame-costs] [--no-compaction] [--keep]
                                        [--inline-write BYTES] [--window-counts taken|written]
                                        [--subscribers-in-process] [--in-process]
+                                       [--run-per-writer]
 
 All traffic is on 127.0.0.1; every process started is stopped in ``finally``, and the temporary
 directory (the processes' rows, the run's log directory) is removed unless ``--keep``.
@@ -454,7 +455,7 @@ def _subscribers(
 
         _impl.Request = lambda **kw: Request(**kw, extensions=[PerMessageDeflate()])
 
-    ask = {"type": "subscribe", "runs": ["live"]}
+    ask = {"type": "subscribe", "runs": _live_runs()}
     if page:
         ask |= {"split": True, "batch": True}
 
@@ -496,6 +497,12 @@ def _arrivals_of(data: bytes, now: float, arrivals: list) -> None:
             arrivals.append((m["seq"], now, float(np.concatenate(walls).min())))
 
 
+def _live_runs() -> list[str]:
+    """The runs the subscribers follow: ``live``, or with ``--run-per-writer`` each writer's own
+    (``LATENCY_RUNS``, set by the driver for its children)."""
+    return os.environ.get("LATENCY_RUNS", "live").split(",")
+
+
 def _subscriber_main(ws_url: str, out: str, page: bool, deflate: bool) -> None:
     """One subscriber in a process of its own, as a browser is: a blocking socket read by
     wsproto (no event loop, as a browser's network thread is native code), which prints
@@ -519,7 +526,7 @@ def _subscriber_main(ws_url: str, out: str, page: bool, deflate: bool) -> None:
     extensions = [PerMessageDeflate()] if deflate else []
     host = f"{where.hostname}:{where.port}"
     sock.sendall(conn.send(Request(host=host, target="/ws/live", extensions=extensions)))
-    ask = {"type": "subscribe", "runs": ["live"]}
+    ask = {"type": "subscribe", "runs": _live_runs()}
     if page:
         ask |= {"split": True, "batch": True}
     arrivals: list[tuple[int, float, float]] = []
@@ -919,6 +926,12 @@ def main() -> None:
         "written (acknowledged); default: transport.TAKEN",
     )
     parser.add_argument(
+        "--run-per-writer",
+        action="store_true",
+        help="each writer logs a run of its own (live-0, live-1, ...: separate jobs, or ranks "
+        "each with its own run), not all into one run with steps that interleave",
+    )
+    parser.add_argument(
         "--subscribers-in-process",
         action="store_true",
         help="run the subscribers as trio tasks of one thread in this process (the mode before "
@@ -975,6 +988,9 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="vdl-stages-"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+    if args.run_per_writer:
+        runs = [f"live-{i}" for i in range(args.writers)]
+        env["LATENCY_RUNS"] = os.environ["LATENCY_RUNS"] = ",".join(runs)
     me = [sys.executable, str(Path(__file__).resolve())]
     procs: list[subprocess.Popen] = []
     arrivals: list[tuple[int, float, float]] = []
@@ -1041,7 +1057,7 @@ def main() -> None:
                         *me,
                         "--writer",
                         ws_url,
-                        "live",
+                        f"live-{i}" if args.run_per_writer else "live",
                         rate,
                         str(args.seconds),
                         str(args.tags),
