@@ -439,8 +439,8 @@ def _bin_rows(
     """Bin ``jobs[members]``, all of ``size`` values, as the rows of one array; fill in
     ``results`` for the rows without special cases (the others stay None)."""
     k = len(members)
-    sums, scaled, index = _pass_arrays(_GROUP_VALUES)
-    a = sums[0, : k * size].reshape(k, size)
+    rows, index = _pass_arrays(_GROUP_VALUES)
+    a = rows[0, : k * size].reshape(k, size)
     for r, j in enumerate(members):
         np.copyto(a[r], jobs[j][0].reshape(-1))  # the float64 that astype gives
     los = _MIN(a, axis=1).tolist()
@@ -468,7 +468,7 @@ def _bin_rows(
         return
     for r in apart:  # their zeros count in one bin past every other row's, then dropped
         offsets[r, 0] = offset
-    s = scaled[: k * size].reshape(k, size)
+    s = rows[1, : k * size].reshape(k, size)
     np.subtract(a, lo_col, s)
     s *= scale_col
     i = index[: k * size].reshape(k, size)
@@ -499,16 +499,16 @@ _CHUNK = 1 << 14
 _scratch = threading.local()  # each thread's pass arrays (bin_histogram runs in several threads)
 
 
-def _pass_arrays(size: int = _CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This thread's pass arrays of ``size`` values (made once): float64 values and their
-    squares as the two rows of one array (one reduction along its rows sums both, each row in
-    numpy's pairwise order as alone), float64 scaled values, int32 bin indices."""
+def _pass_arrays(size: int = _CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's pass arrays of ``size`` values (made once): two float64 rows, the values
+    and the scaled values (then their squares), so that one reduction along the rows sums
+    both, each row in numpy's pairwise order as alone; and the int32 bin indices."""
     arrays = getattr(_scratch, "arrays", None)
     if arrays is None:
         arrays = _scratch.arrays = {}
     kept = arrays.get(size)
     if kept is None:
-        kept = arrays[size] = (np.empty((2, size)), np.empty(size), np.empty(size, np.int32))
+        kept = arrays[size] = (np.empty((2, size)), np.empty(size, np.int32))
     return kept
 
 
@@ -529,12 +529,12 @@ def _count(
     if not safe:
         with np.errstate(over="ignore"):  # a sum past 1.8e308 is recorded as inf
             return _count(arr, lo, scale, n, True)
-    sums, scaled, index = _pass_arrays()
+    rows, index = _pass_arrays()
     size = arr.size
-    counts, total, total_sq = _count_piece(arr[:_CHUNK], lo, scale, n, sums, scaled, index)
+    counts, total, total_sq = _count_piece(arr[:_CHUNK], lo, scale, n, rows, index)
     for start in range(_CHUNK, size, _CHUNK):  # past the first piece: add the others to it
         more, piece_sum, piece_sq = _count_piece(
-            arr[start : start + _CHUNK], lo, scale, n, sums, scaled, index
+            arr[start : start + _CHUNK], lo, scale, n, rows, index
         )
         counts += more
         total += piece_sum
@@ -547,13 +547,12 @@ def _count_piece(
     lo: float,
     scale: float,
     n: int,
-    sums: np.ndarray,
-    scaled: np.ndarray,
+    rows: np.ndarray,
     index: np.ndarray,
 ) -> tuple[np.ndarray, float, float]:
     """:func:`_count` of at most ``_CHUNK`` values, through the thread's pass arrays."""
     m = piece.size
-    rows = sums[:, :m]
+    rows = rows[:, :m]
     if piece.dtype == np.float64:
         a = piece
     else:
@@ -561,7 +560,7 @@ def _count_piece(
         np.copyto(a, piece)  # the float64 that astype gives, into the reused array
     # Outputs passed by position: the keyword costs a ufunc call 0.2 us more, of the dozen
     # calls' overhead that is a quarter of a 10,000-value histogram's binning.
-    s = np.subtract(a, lo, scaled[:m])
+    s = np.subtract(a, lo, rows[1])
     s *= scale
     # Truncated to int32 as astype does, into the reused array (0 <= s <= n, so int32 holds the
     # indices, and numpy casts float64 to int32 several times faster than to int64). Not one
@@ -573,8 +572,9 @@ def _count_piece(
     if a is piece:  # float64 values, not copied: each sum on its own
         return counts, float(np.add.reduce(a)), float(np.add.reduce(np.multiply(a, a, s)))
     # Both sums in one reduction along the rows: each row is summed alone, in the same
-    # pairwise order as a reduction of its own (the rows of _bin_rows rely on it too).
-    np.multiply(a, a, rows[1])
+    # pairwise order as a reduction of its own (the rows of _bin_rows rely on it too). The
+    # squares take the scaled values' row, done with once the indices are cut.
+    np.multiply(a, a, s)
     total, total_sq = np.add.reduce(rows, axis=1).tolist()
     return counts, total, total_sq
 
