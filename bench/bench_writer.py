@@ -562,14 +562,16 @@ def persist(before: str | None, repeat: int, size: int) -> None:
 
 def stages(before: str | None, repeat: int, histograms: int, size: int, scalars: int) -> None:
     """Print the split of the process CPU per call, stage by stage: medians of ``repeat`` fresh
-    processes per column, the columns in turn."""
+    processes per column, the columns in turn, their order reversed every other repeat (a
+    process's figures depend on the one that ran before it: docs/performance.md, "Writer
+    ratios against tensorboardX (2026-12-02, h14-hist)")."""
     columns = [("vdl-stream", None)]
     if before:
         columns.insert(0, ("before", before))
     for what, n in (("histograms", histograms), ("scalars", scalars)):
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in columns}
-        for _ in range(repeat):
-            for name, tree in columns:
+        for r in range(repeat):
+            for name, tree in columns[:: -1 if r % 2 else 1]:
                 runs[name].append(run_child("vdl-stream", f"stages-{what}", n, size, tree))
         print(
             f"{what}: {n:,}"
