@@ -31,9 +31,11 @@ Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-
        python bench/bench_writer.py --binning [--repeat R] [--before TREE]
        python bench/bench_writer.py --persist [--repeat R] [--before TREE]
        python bench/bench_writer.py --stages [--scalars N] [--histograms N] [--repeat R] [--before TREE]
+       python bench/bench_writer.py --binning-pairs TREE [--repeat R]
 (the second: the histogram binning alone, CPU per histogram of 1k to 1M values; the third: the
 in-process broker's persist path alone, thread CPU per binned histogram event; the fourth: where
-vdl-stream's process CPU goes, stage by stage, for one burst of histograms and for the scalars).
+vdl-stream's process CPU goes, stage by stage, for one burst of histograms and for the scalars;
+the fifth: this tree's binning against TREE's in one process, in turn, trial by trial).
 
 The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 """
@@ -405,6 +407,53 @@ def measure_stages(what: str, n: int, size: int) -> dict:
     }
 
 
+def binning_pairs(before: str, trials: int, n: int = 400, size: int = 10_000) -> None:
+    """Print the thread CPU per histogram of ``bin_histograms`` over ``n`` copies of ``size``
+    float32 (cold: 64 MB are written between trials), this checkout's binning against the one
+    of the tree ``before``, both in this process and in turn (the order swapped every trial),
+    with each trial's ratio: one process, so a machine whose load moves figures by 2x between
+    processes still compares the two codes within a few percent."""
+    import importlib
+    import shutil
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    with tempfile.TemporaryDirectory() as tmp:
+        # The before tree's package under another name, so that both import side by side.
+        shutil.copytree(Path(before) / "vdl_stream", Path(tmp) / "vdl_stream_before")
+        sys.path.insert(0, tmp)
+        codes = {
+            "before": importlib.import_module("vdl_stream_before.summaries"),
+            "this": importlib.import_module("vdl_stream.summaries"),
+        }
+    rng = np.random.default_rng(0)
+    source = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
+    copies = {name: [source[i % 20].copy() for i in range(n)] for name in codes}
+    used: dict[str, list[float]] = {name: [] for name in codes}
+    for trial in range(trials):
+        for name in list(codes)[:: -1 if trial % 2 else 1]:
+            np.ones(8 << 20).sum()  # 64 MB through the caches: the copies are cold, as in a writer
+            jobs = [(values, 10) for values in copies[name]]
+            start = time.thread_time()
+            for first in range(0, n, 100):  # batches of 100, as the background thread bins them
+                codes[name].bin_histograms(jobs[first : first + 100])
+            used[name].append((time.thread_time() - start) / n * 1e6)
+    ratios = [b / a for a, b in zip(used["before"], used["this"], strict=True)]
+    print(
+        f"bin_histograms, {n} cold copies of {size:,} float32 into 10 bins, thread CPU per "
+        f"histogram, {trials} trials in turn; load average {os.getloadavg()[0]:.1f}"
+    )
+    for name in codes:
+        print(
+            f"{name:8} median {statistics.median(used[name]):6.1f} us, min {min(used[name]):6.1f}"
+        )
+    print(
+        f"this / before: median {statistics.median(ratios):.3f}; trials "
+        + ", ".join(f"{r:.2f}" for r in ratios)
+    )
+
+
 def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
     if what in ("stages-histograms", "stages-scalars"):
         print(json.dumps(measure_stages(what.removeprefix("stages-"), n, size)))
@@ -484,6 +533,12 @@ def main() -> None:
         help="only vdl-stream's process CPU split by stage and thread, for one burst of "
         "--histograms and for --scalars, vdl-stream (and --before), processes in turn",
     )
+    parser.add_argument(
+        "--binning-pairs",
+        metavar="TREE",
+        help="only the binning of cold 10,000-value histograms, this checkout's against TREE's "
+        "in one process, in turn (--repeat trials, at least 2)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # lib what n size [rounds]
@@ -497,6 +552,9 @@ def main() -> None:
         return
     if args.persist:
         persist(args.before, args.repeat, args.histogram_size)
+        return
+    if args.binning_pairs:
+        binning_pairs(args.binning_pairs, max(2, args.repeat))
         return
     if args.stages:
         stages(args.before, args.repeat, args.histograms, args.histogram_size, args.scalars)
