@@ -30,8 +30,12 @@ Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-
                                     [--histogram-rounds R] [--repeat R] [--before TREE]
        python bench/bench_writer.py --binning [--repeat R] [--before TREE]
        python bench/bench_writer.py --persist [--repeat R] [--before TREE]
+       python bench/bench_writer.py --stages [--scalars N] [--histograms N] [--repeat R] [--before TREE]
+       python bench/bench_writer.py --binning-pairs TREE [--repeat R]
 (the second: the histogram binning alone, CPU per histogram of 1k to 1M values; the third: the
-in-process broker's persist path alone, thread CPU per binned histogram event).
+in-process broker's persist path alone, thread CPU per binned histogram event; the fourth: where
+vdl-stream's process CPU goes, stage by stage, for one burst of histograms and for the scalars;
+the fifth: this tree's binning against TREE's in one process, in turn, trial by trial).
 
 The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 """
@@ -323,7 +327,137 @@ def measure_persist(size: int, events: int = 200, batches: int = 10, rounds: int
     }
 
 
+#: The stages ``measure_stages`` times: (module, class or None, function, label). Each is timed
+#: on the CPU clock of the thread that runs it, per call of the loop; nested stages are inside
+#: their callers' figures (the copy inside ``add_histogram``, the binning inside
+#: ``_take_pending``). A stage a tree lacks is left out.
+STAGES = (
+    ("vdl_stream.writer", "Writer", "add_histogram", "training: add_histogram, whole"),
+    ("vdl_stream.summaries", None, "histogram_call", "training: checks (histogram_call)"),
+    ("vdl_stream.writer", "_SpareArrays", "copy", "training: the copy"),
+    ("vdl_stream.writer", "Writer", "_add_event", "training: queueing (_add_event)"),
+    ("vdl_stream.writer", "Writer", "_take_pending", "writer: a batch cut, whole"),
+    ("vdl_stream.writer", "Writer", "_take_columns", "writer: scalar columns + frees"),
+    ("vdl_stream.summaries", None, "bin_histograms", "writer: binning"),
+    ("vdl_stream.writer", "_Pending", "put", "writer: pending queue"),
+    ("vdl_stream.broker", "Broker", "_fan_out", "writer: broker fan-out"),
+    ("vdl_stream.broker", "Broker", "_summarize", "writer: broker summaries"),
+    ("vdl_stream.broker", "Broker", "_persist", "persist: _persist, whole"),
+    ("recorder.writer", "RunWriter", "append_scalars", "persist: append_scalars"),
+    ("recorder.writer", "RunWriter", "append_record", "persist: append_record"),
+    ("recorder.writer", "RunWriter", "flush", "persist: recorder flush"),
+    ("vdl_stream.writer", "Writer", "close", "close (training thread)"),
+)
+
+
+def measure_stages(what: str, n: int, size: int) -> dict:
+    """vdl-stream's process CPU per call, attach through close, split by stage (``STAGES``)
+    and by thread role (``THREAD_ROLES``, through ``flush()``), for ``n`` histograms of
+    ``size`` float32 (one burst) or ``n`` scalars over 10 tags. The timers cost about 0.3 us
+    a timed call: the per-call stages of a histogram (its four on the training thread and
+    ``append_record``) carry that, the per-batch ones do not."""
+    import importlib
+    from collections import defaultdict
+
+    import numpy as np
+
+    load("vdl-stream")
+    used: dict[str, float] = defaultdict(float)
+    clock = time.thread_time
+
+    def timed(fn, label):
+        def stage(*args, **kwargs):
+            start = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                used[label] += clock() - start
+
+        return stage
+
+    for module_name, owner_name, name, label in STAGES:
+        module = importlib.import_module(module_name)
+        owner = getattr(module, owner_name) if owner_name else module
+        fn = getattr(owner, name, None)
+        if fn is not None:
+            setattr(owner, name, timed(fn, label))
+    rng = np.random.default_rng(0)
+    data = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
+    with tempfile.TemporaryDirectory() as tmp:
+        cpu0 = time.process_time()
+        writer = open_writer("vdl-stream", Path(tmp))
+        threads0 = thread_cpu()
+        if what == "histograms":
+            for i in range(n):
+                writer.add_histogram("weights", data[i % 20], i)
+        else:
+            add, tags = writer.add_scalar, TAGS
+            for i in range(n):
+                add(tags[i % 10], i * 0.001, i // 10)
+        writer.flush()
+        threads = thread_cpu()
+        writer.close()
+        cpu = time.process_time() - cpu0
+    return {
+        "process CPU, attach through close": cpu / n * 1e6,
+        **{
+            f"thread role: {r}": (threads[r] - threads0.get(r, 0.0)) / n * 1e6 for r in THREAD_ROLES
+        },
+        **{label: used[label] / n * 1e6 for *_, label in STAGES if label in used},
+    }
+
+
+def binning_pairs(before: str, trials: int, n: int = 400, size: int = 10_000) -> None:
+    """Print the thread CPU per histogram of ``bin_histograms`` over ``n`` copies of ``size``
+    float32 (cold: 64 MB are written between trials), this checkout's binning against the one
+    of the tree ``before``, both in this process and in turn (the order swapped every trial),
+    with each trial's ratio: one process, so a machine whose load moves figures by 2x between
+    processes still compares the two codes within a few percent."""
+    import importlib
+    import shutil
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    with tempfile.TemporaryDirectory() as tmp:
+        # The before tree's package under another name, so that both import side by side.
+        shutil.copytree(Path(before) / "vdl_stream", Path(tmp) / "vdl_stream_before")
+        sys.path.insert(0, tmp)
+        codes = {
+            "before": importlib.import_module("vdl_stream_before.summaries"),
+            "this": importlib.import_module("vdl_stream.summaries"),
+        }
+    rng = np.random.default_rng(0)
+    source = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
+    copies = {name: [source[i % 20].copy() for i in range(n)] for name in codes}
+    used: dict[str, list[float]] = {name: [] for name in codes}
+    for trial in range(trials):
+        for name in list(codes)[:: -1 if trial % 2 else 1]:
+            np.ones(8 << 20).sum()  # 64 MB through the caches: the copies are cold, as in a writer
+            jobs = [(values, 10) for values in copies[name]]
+            start = time.thread_time()
+            for first in range(0, n, 100):  # batches of 100, as the background thread bins them
+                codes[name].bin_histograms(jobs[first : first + 100])
+            used[name].append((time.thread_time() - start) / n * 1e6)
+    ratios = [b / a for a, b in zip(used["before"], used["this"], strict=True)]
+    print(
+        f"bin_histograms, {n} cold copies of {size:,} float32 into 10 bins, thread CPU per "
+        f"histogram, {trials} trials in turn; load average {os.getloadavg()[0]:.1f}"
+    )
+    for name in codes:
+        print(
+            f"{name:8} median {statistics.median(used[name]):6.1f} us, min {min(used[name]):6.1f}"
+        )
+    print(
+        f"this / before: median {statistics.median(ratios):.3f}; trials "
+        + ", ".join(f"{r:.2f}" for r in ratios)
+    )
+
+
 def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
+    if what in ("stages-histograms", "stages-scalars"):
+        print(json.dumps(measure_stages(what.removeprefix("stages-"), n, size)))
+        return
     if what == "binning":
         print(json.dumps(measure_binning(lib)))
         return
@@ -393,6 +527,18 @@ def main() -> None:
         help="only the in-process broker's persist path: thread CPU of Broker._persist per "
         "binned histogram event, vdl-stream (and --before), processes in turn",
     )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="only vdl-stream's process CPU split by stage and thread, for one burst of "
+        "--histograms and for --scalars, vdl-stream (and --before), processes in turn",
+    )
+    parser.add_argument(
+        "--binning-pairs",
+        metavar="TREE",
+        help="only the binning of cold 10,000-value histograms, this checkout's against TREE's "
+        "in one process, in turn (--repeat trials, at least 2)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # lib what n size [rounds]
@@ -406,6 +552,12 @@ def main() -> None:
         return
     if args.persist:
         persist(args.before, args.repeat, args.histogram_size)
+        return
+    if args.binning_pairs:
+        binning_pairs(args.binning_pairs, max(2, args.repeat))
+        return
+    if args.stages:
+        stages(args.before, args.repeat, args.histograms, args.histogram_size, args.scalars)
         return
     # (column, library, source tree); each repeat runs every column once, in turn.
     columns = [("null", "null", None), ("floor", "floor", None), ("vdl-stream", "vdl-stream", None)]
@@ -464,6 +616,34 @@ def persist(before: str | None, repeat: int, size: int) -> None:
         for key in ("persist_best_us", "persist_median_us"):
             cells = ", ".join(f"{r[key]:.1f}" for r in runs[name])
             print(f"{name:12} {key:18} {cells}")
+
+
+def stages(before: str | None, repeat: int, histograms: int, size: int, scalars: int) -> None:
+    """Print the split of the process CPU per call, stage by stage: medians of ``repeat`` fresh
+    processes per column, the columns in turn, their order reversed every other repeat (a
+    process's figures depend on the one that ran before it: docs/performance.md, "Writer
+    ratios against tensorboardX (2026-12-02, h14-hist)")."""
+    columns = [("vdl-stream", None)]
+    if before:
+        columns.insert(0, ("before", before))
+    for what, n in (("histograms", histograms), ("scalars", scalars)):
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in columns}
+        for r in range(repeat):
+            for name, tree in columns[:: -1 if r % 2 else 1]:
+                runs[name].append(run_child("vdl-stream", f"stages-{what}", n, size, tree))
+        print(
+            f"{what}: {n:,}"
+            + (f" of {size:,} float32, one burst" if what == "histograms" else " over 10 tags")
+            + f"; us of thread CPU per call, median of {repeat} processes; "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+        print(f"{'stage':42}" + "".join(f"{name:>14}" for name, _ in columns))
+        keys = [k for k in runs[columns[-1][0]][0] if all(k in rs[0] for rs in runs.values())]
+        for key in keys:
+            cells = "".join(
+                f"{statistics.median(r[key] for r in runs[name]):14.3f}" for name, _ in columns
+            )
+            print(f"{key:42}{cells}")
 
 
 def binning(before: str | None, repeat: int) -> None:

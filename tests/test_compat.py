@@ -136,6 +136,10 @@ def test_tensorboard_defaults_global_step_zero_and_bins(tmp_path):
             writer.add_histogram("edges", values, 1, bins=[0, 1, 2])
         with pytest.raises(ValueError, match="bins must be an int, 'tensorflow' or a numpy"):
             writer.add_histogram("bad", values, 1, bins="nope")
+        # Without a finite value the name is checked all the same (it went through, once).
+        with pytest.raises(ValueError, match="bins must be an int, 'tensorflow' or a numpy"):
+            writer.add_histogram("bad", np.full(3, np.nan), 1, bins="")
+        writer.add_histogram("auto_nan", np.full(3, np.nan), 1, bins="auto")
         with pytest.raises(ValueError, match="bins must be from 1 to 10000, got 0"):
             writer.add_histogram("bad", values, 1, bins=0)
         with pytest.raises(TypeError, match=r"explicit edges are not supported.* got ndarray"):
@@ -152,6 +156,7 @@ def test_tensorboard_defaults_global_step_zero_and_bins(tmp_path):
             "auto": len(np.histogram_bin_edges(values, "auto")) - 1,
             "capped": 50,
             "np_int": 7,
+            "auto_nan": 1,
         }
         (batch,) = reader.read_records(kind="image")
         assert (batch.step, batch.data["width"], batch.data["height"]) == (0, 12, 4)

@@ -606,8 +606,10 @@ def _tensorboard_bins(bins: Any, values: Any, max_bins: int | None) -> int:
             arr = summaries.as_numpy(values, "values").astype(np.float64).ravel()
             arr = arr[np.isfinite(arr)]
             try:
-                count = len(np.histogram_bin_edges(arr, bins=bins)) - 1 if arr.size else 1
-                count = min(count, summaries.MAX_BUCKETS)
+                # Without finite values, one bin; the name is checked all the same (on one
+                # value), so that a bad name is refused whatever the values.
+                edges = np.histogram_bin_edges(arr if arr.size else np.zeros(1), bins=bins)
+                count = min(len(edges) - 1 if arr.size else 1, summaries.MAX_BUCKETS)
             except ValueError:
                 raise ValueError(
                     f"bins must be an int, 'tensorflow' or a numpy estimator name, got {bins!r:.40}"
