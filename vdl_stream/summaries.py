@@ -299,7 +299,9 @@ def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
     # float64 that astype gives, and that conversion keeps order, so these are its min and max.
     # The ufuncs themselves: ndarray.min and .max are Python wrappers around them (a
     # microsecond of the dozen numpy calls' overhead that a histogram's binning is made of).
-    lo, hi = float(_MIN(arr)), float(_MAX(arr))
+    # "+ 0.0" makes a zero +0.0: which of -0.0 and 0.0 min and max give depends on the dtype's
+    # loop (float16's and float64's differ), and the record must not.
+    lo, hi = float(_MIN(arr)) + 0.0, float(_MAX(arr)) + 0.0
     if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN poisons min and max
         arr = arr.astype(np.float64, copy=False)
         finite_mask = np.isfinite(arr)
@@ -308,7 +310,7 @@ def _histogram(arr: np.ndarray, n: int) -> dict[str, Any]:
         arr = arr[finite_mask]
         if not arr.size:
             return _empty_histogram(n, num, nan, inf)
-        lo, hi = float(_MIN(arr)), float(_MAX(arr))
+        lo, hi = float(_MIN(arr)) + 0.0, float(_MAX(arr)) + 0.0
     vmin, vmax = lo, hi
     if not math.isfinite(n / (hi - lo) if hi > lo else math.inf):
         # One value, or a range too narrow for distinct edges: ±0.5 as numpy (relatively more
@@ -443,8 +445,8 @@ def _bin_rows(
     a = rows[0, : k * size].reshape(k, size)
     for r, j in enumerate(members):
         np.copyto(a[r], jobs[j][0].reshape(-1))  # the float64 that astype gives
-    los = _MIN(a, axis=1).tolist()
-    his = _MAX(a, axis=1).tolist()
+    los = (_MIN(a, axis=1) + 0.0).tolist()  # a zero as +0.0 (see _histogram)
+    his = (_MAX(a, axis=1) + 0.0).tolist()
     lo_col = np.zeros((k, 1))
     scale_col = np.zeros((k, 1))
     offsets = np.zeros((k, 1), np.int32)
