@@ -37,9 +37,8 @@ Stages (one row each; p50 / p99 / max over the batches after the first second):
   in three parts: until the persist thread takes it (the persist task's wake-up, the thread hop,
   and a write or housekeeping before it), the thread's write, and the way back to the event loop;
 - ``written -> ack at writer``: the acknowledgement's way back;
-- ``ingest start -> taken at writer``: from ``Broker.ingest`` being called to the writer reading
-  its ``taken`` (what frees a place in its window); since h14-ack ``taken`` is written before
-  the batch's fan-out, inside ``ingest`` (before, it was measured from ``ingest`` returning);
+- ``ingest -> taken at writer``: from ``Broker.ingest`` returning to the writer reading its
+  ``taken`` (what frees a place in its window);
 - ``offer -> taken to send``: from the fan-out to each subscriber's send task taking the frame
   from its queue (the event loop's backlog); a frame for a subscriber whose send task was idle
   is written by the fan-out itself (h12-loop) and counted apart (``written at offer``);
@@ -127,12 +126,12 @@ def _trace_server() -> None:
     ingest = b.Broker.ingest
     started: list[float] = []
 
-    async def traced_ingest(self, batch, **kwargs):  # type: ignore[no-untyped-def]
+    async def traced_ingest(self, batch):  # type: ignore[no-untyped-def]
         t = time.time()
         if not started:
             started.append(t)
             _record("cpu0", *_thread_cpu(), t)  # CPU from the first batch on (not start-up)
-        seq = await ingest(self, batch, **kwargs)  # (``taken``: since h14-ack)
+        seq = await ingest(self, batch)
         # The event loop's CPU so far (thread_time: this is the loop's thread), for its CPU per
         # batch between the first batch and the last, start-up and shutdown left out.
         _record(
@@ -1123,7 +1122,7 @@ def report(
             "  persist thread",
             "  thread -> written",
             "written -> ack at writer",
-            "ingest start -> taken at writer",
+            "ingest -> taken at writer",
             "offer -> taken to send",
             "offer -> subscriber",
             "add_scalar -> subscriber",
@@ -1155,7 +1154,7 @@ def report(
                 stages["batch -> ingest (in process)"].append(got[4] - cut)
             stages["ingest"].append(got[5] - got[4])
             if key in took:
-                stages["ingest start -> taken at writer"].append(took[key] - got[4])
+                stages["ingest -> taken at writer"].append(took[key] - got[5])
             if got[3] in written:
                 stages["ingest -> written"].append(written[got[3]] - got[5])
                 if got[3] in persisted:

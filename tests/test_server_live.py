@@ -359,68 +359,6 @@ async def test_a_writer_that_asks_hears_taken_before_the_write_and_an_older_one_
             nursery.cancel_scope.cancel()
 
 
-async def test_a_writer_that_asks_hears_taken_before_the_browsers_get_the_batch(
-    tmp_path, monkeypatch
-):
-    """The server writes a batch's ``taken`` to its writer before it writes the batch's frame
-    to any browser (h14-ack): the writer's window frees a place without waiting on the
-    fan-out's socket writes to every browser. Seen in the order of the server's socket writes
-    (written directly: ``_Wire``), over real connections. Before, ``taken`` went after the
-    fan-out had written every idle browser's frame."""
-    monkeypatch.setattr(server, "WRITE_DIRECT", True)
-    writes: list[str] = []  # each message the server writes, as "<type>"
-    write_now, send = server._Wire.write_now, server._Wire.send
-
-    def spied_write_now(wire, data):  # type: ignore[no-untyped-def]
-        went = write_now(wire, data)
-        if went:
-            writes.append(codec.decode_message(data)["type"])
-        return went
-
-    async def spied_send(wire, messages):  # type: ignore[no-untyped-def]
-        writes.extend(codec.decode_message(m)["type"] for m in messages)
-        return await send(wire, messages)
-
-    monkeypatch.setattr(server._Wire, "write_now", spied_write_now)
-    monkeypatch.setattr(server._Wire, "send", spied_send)
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            broker, url = await start_broker_server(nursery, tmp_path)
-            base = "ws" + url.removeprefix("http")
-            async with open_websocket_url(base + "/ws/ingest?taken=1") as writer:
-                await writer.send_message(_one_point("w", 1))  # the run exists before browsers
-                assert codec.decode_message(await writer.get_message())["type"] == "taken"
-                assert codec.decode_message(await writer.get_message())["type"] == "ack"
-                browsers = [await nursery.start(_subscribed, base + "/ws/live") for _ in range(3)]
-                await wait_until(
-                    lambda: all(s.direct is not None for s in broker._subscribers),
-                    10,
-                    "every browser's send task idle",
-                )
-                writes.clear()
-                await writer.send_message(_one_point("w", 2))
-                for browser in browsers:
-                    assert (await browser.receive())["type"] == "data"
-                assert codec.decode_message(await writer.get_message())["type"] == "taken"
-            assert writes.index("taken") < writes.index("data"), writes
-            assert writes.count("data") == 3
-            broker.close()
-            nursery.cancel_scope.cancel()
-
-
-async def _subscribed(url: str, *, task_status=trio.TASK_STATUS_IGNORED) -> None:  # type: ignore[no-untyped-def]
-    """A browser on ``url`` subscribed to every run, once its snapshot was sent (``synced``);
-    hands the caller a channel of the messages it receives after that, decoded."""
-    async with open_websocket_url(url) as ws:
-        await ws.send_message(codec.encode_message({"type": "subscribe", "runs": None}))
-        while codec.decode_message(await ws.get_message())["type"] != "synced":
-            pass
-        send, receive = trio.open_memory_channel[dict](64)
-        task_status.started(receive)
-        while True:
-            await send.send(codec.decode_message(await ws.get_message()))
-
-
 def _one_point_batch(seq: int) -> bytes:
     """Batch ``seq`` of run ``r``: one point of ``loss``, its value ``seq`` (a frame of a few
     hundred bytes, under ``DEFLATE_FROM_BYTES``)."""

@@ -387,11 +387,11 @@ async def test_over_a_socket_with_taken_the_link_carries_one_batch_until_the_bro
     entered, gate = trio.Event(), trio.Event()
     ingest = Broker.ingest
 
-    async def held_ingest(broker, batch, **kwargs):  # type: ignore[no-untyped-def]
+    async def held_ingest(broker, batch):  # type: ignore[no-untyped-def]
         if batch.seq == 2:
             entered.set()
             await gate.wait()
-        return await ingest(broker, batch, **kwargs)
+        return await ingest(broker, batch)
 
     monkeypatch.setattr(Broker, "ingest", held_ingest)
     window = 2

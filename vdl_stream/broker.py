@@ -920,23 +920,14 @@ class Broker:
 
     # -- ingest ---------------------------------------------------------------------------------
 
-    async def ingest(self, batch: Batch, *, taken: Callable[[int], None] | None = None) -> int:
-        """Accept a batch: queue it for persistence and fan it out.
+    async def ingest(self, batch: Batch) -> int:
+        """Accept a batch: fan it out and queue it for persistence.
 
         Waits only while the persistence queue is full. Returns the broker sequence number that
         :meth:`wait_written` takes. A batch whose (writer, seq) was already accepted is a
         duplicate from a re-sending writer: it is dropped, and the number returned is the
         original's while that is still queued (so waiting on it reports the original's outcome),
         else one that is reached once the original is durable.
-
-        Args:
-            batch: the writer's batch.
-            taken: called with the broker sequence number as soon as the batch is numbered and
-                queued for its write (or written, :data:`INLINE_WRITE_BYTES`), before it is
-                offered to the subscribers: ``/ws/ingest`` writes its ``taken`` there, so that a
-                writer's window never waits on the fan-out's socket writes. Not called for a
-                duplicate or a batch not taken; should it raise, the batch is still taken and
-                fanned out, and the exception propagates.
 
         Raises:
             RefusedError: the run cannot be opened (retryable or not), or an earlier batch of
@@ -996,7 +987,7 @@ class Broker:
         # Telemetry columns as the telemetry events the summary and the detectors read (one
         # conversion, vdl_stream/telemetry.py): never training data to either.
         view = legacy_view(batch.scalars, batch.events)
-        seq = self._number(batch.run, batch.scalars, batch.events, view=view)
+        seq = self._fan_out(batch.run, batch.scalars, batch.events, view=view)
         if self._bus is not None:  # bus: to the other brokers' browsers too, as fanned out here
             self._bus.publish(batch)
         count = batch.count()
@@ -1007,7 +998,7 @@ class Broker:
         run.inflight[(batch.writer, batch.seq)] = seq
         ingested, self._ingest_seq = self._ingest_seq, seq  # snapshots wait for it to be written
         try:
-            # Shielded (bus failover fix): numbered (and summarized), the batch reaches the persist
+            # Shielded (bus failover fix): numbered and fanned out, the batch reaches the persist
             # queue even if its connection closes while the queue is full. Dropped there, a
             # later batch of its writer, re-sent on a new connection meanwhile and waiting
             # behind it, was written first, and the dropped one's re-sent copy then read as a
@@ -1018,20 +1009,17 @@ class Broker:
             # generation) until the heap's next prune, 1,000 batches later whenever another
             # task held an earlier deadline (the alert engine's rounds do): twice the young
             # collections at small batches (docs/performance.md, "Alerts' cost on ingest").
-            # The fan-out comes after the batch is queued (and after ``taken``), with no await
-            # between the numbering and the offers, so that browsers get each run's frames in
-            # the broker's order; when the queue is full it comes first (browsers never wait on
-            # the disk).
             item = (seq, batch, batch.sync)
-            offered = False
-            if not self._write_now(item):
+            if self._write_now(item):
+                await trio.lowlevel.cancel_shielded_checkpoint()  # written (or refused) here
+            else:
                 try:
                     self._send.send_nowait(item)
                 except trio.WouldBlock:
-                    offered = True
-                    self._offer(seq, batch.run, batch.scalars, batch.events)
                     with trio.fail_after(ENQUEUE_SHIELD, shield=True):
                         await self._send.send(item)
+                else:
+                    await trio.lowlevel.cancel_shielded_checkpoint()  # as send() does
                 self._unwritten += 1
         except BaseException:
             # Closed (the broker shuts down) or stuck while the queue was full: the batch was not
@@ -1058,14 +1046,6 @@ class Broker:
         self._batches += 1
         self._events += count
         self._queue_peak = max(self._queue_peak, self._send.statistics().current_buffer_used)
-        try:
-            if taken is not None:
-                taken(seq)
-        finally:
-            # (a batch refused by its write here was marked a gap already: nothing to offer)
-            if not offered and seq not in self._refused:
-                self._offer(seq, batch.run, batch.scalars, batch.events)
-        await trio.lowlevel.cancel_shielded_checkpoint()  # as send() does
         return seq
 
     def _fan_out(
@@ -1080,30 +1060,10 @@ class Broker:
         """Give new data of ``run`` the next broker seq and offer it to every subscriber of it
         (``summarize``: fold it into the run's summary, as data that is in the run; ``view``:
         the data's ``legacy_view``, when the caller has it already)."""
-        seq = self._number(run, scalars, events, summarize=summarize, view=view)
-        self._offer(seq, run, scalars, events)
-        return seq
-
-    def _number(
-        self,
-        run: str,
-        scalars: list[ScalarColumns],
-        events: list[dict[str, Any]],
-        *,
-        summarize: bool = True,
-        view: tuple[list[ScalarColumns], list[dict[str, Any]]] | None = None,
-    ) -> int:
-        """Give new data of ``run`` the next broker seq (and fold it into the run's summary, as
-        :meth:`_fan_out`), without offering it yet."""
         if summarize:
             self._summarize(run, *(legacy_view(scalars, events) if view is None else view))
         self._seq += 1
-        return self._seq
-
-    def _offer(
-        self, seq: int, run: str, scalars: list[ScalarColumns], events: list[dict[str, Any]]
-    ) -> None:
-        """Offer data of ``run`` numbered ``seq`` to every subscriber of it (never blocks)."""
+        seq = self._seq
         # One encoding per distinct tag pattern, offered with its data (to coalesce on overflow).
         frames: dict[str | None, tuple[bytes, tuple[list, list]] | None] = {}
         for sub in self._subscribers:
@@ -1119,6 +1079,7 @@ class Broker:
                 offered = frames[key]
                 if offered is not None:
                     sub.offer(seq, run, offered[0], offered[1])
+        return seq
 
     def _announce(self) -> None:
         """Tell subscribers of every run which runs exist now."""

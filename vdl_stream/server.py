@@ -1593,9 +1593,8 @@ async def _ingest_session(ws: WebSocketSession, broker: Broker, idle_after: floa
     sending it again may succeed. A frame that is not a batch, or whose ``writer``/``seq`` is
     broken, closes the connection with 1008 (there is no batch to answer), and so does a writer
     that sends nothing within ``idle_after`` seconds of connecting. A writer that connected with
-    ``?taken=1`` also gets ``taken`` as soon as its batch was taken (numbered and queued for its
-    write), ahead of the ``ack`` and, where the socket takes it at once, ahead of the batch's
-    fan-out to the browsers: its window frees a place then (transport.TAKEN).
+    ``?taken=1`` also gets ``taken`` as soon as its batch was ingested (numbered, fanned out and
+    queued for its write), ahead of the ``ack``: its window frees a place then (transport.TAKEN).
     """
     send, receive = trio.open_memory_channel[_Unanswered](1024)
     # Runs this connection wrote: when it ends, those without a close marker read as crashed.
@@ -1657,16 +1656,6 @@ async def _ingest_batches(
 
     # The writer asked to hear when a batch is taken: its window counts those not yet taken.
     say_taken = ws.query.get("taken") == "1"
-    taken = b""  # the batch being ingested's ``taken``, until it is written
-
-    def say(_: int) -> None:
-        """``Broker.ingest``'s ``taken``: write ``taken`` the moment the batch is queued for its
-        write, before the fan-out's socket writes, so that the writer's window frees a place
-        without waiting on the browsers (where the socket takes it at once)."""
-        nonlocal taken
-        if ws.write_now(taken):
-            taken = b""
-
     with trio.move_on_after(idle_after) as waiting:
         data = await ws.receive()
     if waiting.cancelled_caught:
@@ -1693,9 +1682,8 @@ async def _ingest_batches(
                     break
                 if len(runs) < MAX_RUNS_PER_WRITER:
                     runs.add(batch.run)
-                taken = codec.encode_taken(batch.writer, batch.seq) if say_taken else b""
                 try:
-                    broker_seq = await broker.ingest(batch, taken=say if say_taken else None)
+                    broker_seq = await broker.ingest(batch)
                 except RefusedError as exc:
                     await send.send((batch.writer, batch.seq, 0, False, exc))
                     data = await ws.receive()
@@ -1703,8 +1691,10 @@ async def _ingest_batches(
                 except trio.ClosedResourceError:
                     await ws.close(1001, "server shutting down")
                     break
-                if taken:  # not written at once (the socket was busy): through the send path
-                    await ws.send(taken)
+                if say_taken:
+                    # First: with the direct writes it leaves before this task yields again (to
+                    # the subscribers' sends the fan-out woke), and it frees the writer's window.
+                    await ws.send(codec.encode_taken(batch.writer, batch.seq))
                 await send.send((batch.writer, batch.seq, broker_seq, batch.sync, None))
                 data = await ws.receive()
         nursery.cancel_scope.cancel()
