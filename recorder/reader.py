@@ -120,7 +120,7 @@ class _TagSeries:
         points each, first steps ``firsts``, largest steps ``smaxs``; ``top`` the largest step
         held before them) to every point held, in one pass over the points whatever the number
         of restarts."""
-        limits = _superseded_from(firsts, smaxs, top)
+        limits = superseded_from(firsts, smaxs, top)
         if limits[0] == _I64_MAX:  # (the smallest: no restart at all)
             return
         keep = self.steps[: self.n] < np.repeat(limits, [start, *counts.tolist()])
@@ -177,10 +177,10 @@ class _TagSeries:
         return ScalarSeries(self.steps[:n], self.walls[:n], self.values[:n])
 
 
-def _superseded_from(firsts: np.ndarray, smaxs: np.ndarray, top: int | None = None) -> np.ndarray:
+def superseded_from(firsts: np.ndarray, smaxs: np.ndarray, top: int | None = None) -> np.ndarray:
     """Where the restarts among a tag's pieces (in write order: first steps ``firsts``, largest
     steps ``smaxs``) cut: ``out[i + 1]`` is the step from which piece ``i``'s points are
-    superseded by a later restart (the rule of :meth:`RunReader.read_scalars`), ``out[0]`` that
+    superseded by a later restart (the rule of :meth:`RunReader.read_scalars`; a replay applies it too), ``out[0]`` that
     of the points held before them, whose largest step is ``top`` (None: none held); the int64
     maximum where nothing supersedes.
 
@@ -901,7 +901,7 @@ class RunReader:
         self, tag: str, start: int | None, end: int | None
     ) -> Iterator[tuple[int, Callable[[], ScalarSeries]]]:
         refs, firsts, smins, smaxs = self._pieces(tag)
-        ceil = _superseded_from(firsts, smaxs)[1:]
+        ceil = superseded_from(firsts, smaxs)[1:]
         lo = _I64_MIN if start is None else start
         hi = _I64_MAX if end is None else end
         counts = self._parts.cols["count"]
@@ -973,7 +973,7 @@ class RunReader:
             # 100 runs of a sweep are selected): nothing to cut, skip or bucket, so straight to
             # the pick below, without the pieces' arithmetic (a fifth of such a read's CPU).
             return self._chunk_downsampled(refs[0], max_points)
-        ceil = _superseded_from(firsts, smaxs)[1:]
+        ceil = superseded_from(firsts, smaxs)[1:]
         cols = self._parts.cols
         counts = np.array(
             [cols["count"][r] if isinstance(r, int) else r.count for r in refs], np.int64

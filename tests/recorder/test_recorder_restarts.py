@@ -16,7 +16,7 @@ from test_recorder_groups import operations, run_ops
 from recorder import RunReader, RunWriter, ScalarSeries, codec
 from recorder.catalog import INDEX_NAME, segment_name
 from recorder.downsample import downsample
-from recorder.reader import _superseded_from
+from recorder.reader import superseded_from
 
 _MAX = int(np.iinfo(np.int64).max)
 
@@ -63,7 +63,7 @@ def test_ceilings_equal_the_scan_and_the_replay(pieces):
     """Pieces of any steps (repeated, going back inside a piece, restarting or not)."""
     firsts = np.array([p[0] for p in pieces], np.int64)
     smaxs = np.array([max(p) for p in pieces], np.int64)
-    ceil = _superseded_from(firsts, smaxs)
+    ceil = superseded_from(firsts, smaxs)
     assert ceil[1:].tolist() == scanned_ceilings(pieces)
     assert ceil[0] == min(ceil[1:])  # (held points: none here)
     kept = [(i, s) for i, p in enumerate(pieces) for s in p if s < ceil[i + 1]]
@@ -71,7 +71,7 @@ def test_ceilings_equal_the_scan_and_the_replay(pieces):
     # Folded in two goes, as a tailing reader folds a tag: the points held, then the rest.
     for cut in range(1, len(pieces)):
         top = max(s for _, s in replayed(pieces[:cut]))
-        held = _superseded_from(firsts[cut:], smaxs[cut:], top)
+        held = superseded_from(firsts[cut:], smaxs[cut:], top)
         assert held[1:].tolist() == ceil[cut + 1 :].tolist()
         assert [(i, s) for i, s in replayed(pieces[:cut]) if s < held[0]] == [
             (i, s) for i, s in kept if i < cut
