@@ -41,10 +41,11 @@ Results go to bench/out/recorder-live.json.
 ``--restarts`` measures reads of runs whose tag restarts often (bench/restarts_run.py: four writers
 with step counters of their own, a counter reset every epoch, and no restart for comparison), of
 1,000 to 100,000 records (``--records``): ``read_scalars``, a dashboard snapshot's downsampled read
-(``max_points=2000``), ``iter_scalars`` and the preview's write, each in a fresh process, in the
+(``max_points=2000``), ``iter_scalars``, the preview's write and a replay's points as of the run's
+end (vdl_stream/replay.py), each in a fresh process, in the
 tree given by ``--base`` and in this one alternately (base, this, base, this, ...: ``--pairs``
 pairs, fewer where the base runs past ``--timeout`` seconds). Results go to
-bench/out/recorder-restarts.json.
+bench/out/recorder-restarts.json (``--shapes``, ``--records``, ``--reads`` choose).
 """
 
 from __future__ import annotations
@@ -383,14 +384,14 @@ def restarts(args: argparse.Namespace) -> dict:
     script = os.path.join(HERE, "restarts_run.py")
     trees = {"base": os.path.abspath(args.base), "new": ROOT}
     res: dict = {"pairs": args.pairs, "timeout_s": args.timeout, "runs": []}
-    for shape in ("writers", "epochs", "none"):
+    for shape in args.shapes:
         for n in args.records:
             run_dir = os.path.join(args.out, "restarts", f"{shape}-{n}")
             if not os.path.exists(os.path.join(run_dir, INDEX_NAME)):  # written once, cached
                 subprocess.run(
                     [sys.executable, script, "write", shape, str(n), run_dir], check=True
                 )
-            for read in ("read_scalars", "snapshot", "iter_scalars", "preview"):
+            for read in args.reads:
                 row: dict = {"shape": shape, "records": n, "read": read, "base": [], "new": []}
                 for _ in range(args.pairs):
                     for name, tree in trees.items():
@@ -458,9 +459,18 @@ def main() -> None:
     parser.add_argument("--restarts", action="store_true", help="runs with many restarts")
     parser.add_argument("--base", help="--restarts: the tree to compare with (its root)")
     parser.add_argument(
+        "--shapes", nargs="+", default=["writers", "epochs", "none"], help="--restarts"
+    )
+    parser.add_argument(
         "--records", type=int, nargs="+", default=[1000, 10_000, 100_000], help="--restarts"
     )
     parser.add_argument("--pairs", type=int, default=3, help="--restarts: base/new pairs")
+    parser.add_argument(
+        "--reads",
+        nargs="+",
+        default=["read_scalars", "snapshot", "iter_scalars", "preview", "replay"],
+        help="--restarts: which (bench/restarts_run.py READS)",
+    )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="--restarts: seconds a read may take"
     )

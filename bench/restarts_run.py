@@ -68,12 +68,21 @@ def timed(fn) -> tuple[float, object]:
 
 
 def time_read(run_dir: str, read: str) -> dict:
-    """One read (``READS``) on a fresh reader, nothing cached: seconds, and the points returned."""
+    """One read (``READS``) on a fresh reader, nothing cached: seconds, and the points returned.
+    ``replay``: vdl_stream's replay timeline's points as of the run's end."""
     if read == "preview":  # as a closing writer writes it, every tag read whatever its length
         with contextlib.suppress(FileNotFoundError):  # (not answered from the one written before)
             os.remove(os.path.join(run_dir, PREVIEW_NAME))
         seconds, _ = timed(lambda: write_preview(run_dir, tag_points=1 << 62))
         return {"seconds": seconds, "points": len(load_preview(run_dir).tags["loss"].steps)}
+    if read == "replay":  # a replay's points as of its end (the timeline built, not timed)
+        from vdl_stream.replay import RunTimeline
+
+        with RunReader(run_dir) as r:
+            timeline = RunTimeline("r", list(r.iter_records()), run_dir)
+        timeline.move_to(float("inf"))
+        seconds, s = timed(lambda: timeline.series_at(timeline.cursor(), "loss"))
+        return {"seconds": seconds, "points": len(s.steps)}
     with RunReader(run_dir) as r:
         if read == "read_scalars":
             seconds, n = timed(lambda: len(r.read_scalars("loss").steps))
@@ -84,7 +93,7 @@ def time_read(run_dir: str, read: str) -> dict:
     return {"seconds": seconds, "points": n}
 
 
-READS = ("read_scalars", "snapshot", "iter_scalars", "preview")
+READS = ("read_scalars", "snapshot", "iter_scalars", "preview", "replay")
 
 
 def main() -> None:
