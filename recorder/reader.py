@@ -191,7 +191,7 @@ def superseded_from(firsts: np.ndarray, smaxs: np.ndarray, top: int | None = Non
     """
     n = len(firsts)
     out = np.full(n + 1, _I64_MAX, np.int64)
-    if not n:
+    if n < 2 and top is None:  # nothing before the piece (a tag of one chunk: the common read)
         return out
     below = _I64_MIN if top is None else top
     seen = np.maximum.accumulate(smaxs)

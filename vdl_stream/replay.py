@@ -278,19 +278,25 @@ class RunTimeline:
         taken = [(c, positions[c.index]) for c in chunks if positions[c.index]]
         # Where later restarts cut each chunk taken, from its first and largest steps: one pass
         # over the chunks however many restarts (four writers' own step counters make most).
-        limits = superseded_from(
-            np.array([c.steps[0] for c, _ in taken], np.int64),
-            np.array([c.steps[:n].max() for c, n in taken], np.int64),
-        )[1:].tolist()
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        for (c, n), limit in zip(taken, limits, strict=True):
-            piece = (c.steps[:n], c.walls[:n], c.values[:n])
-            if limit != _STEP_MAX:
-                keep = piece[0] < limit
-                if not keep.any():
-                    continue
-                piece = (piece[0][keep], piece[1][keep], piece[2][keep])
-            pieces.append(piece)
+        limits = (
+            superseded_from(
+                np.fromiter((c.steps[0] for c, _ in taken), np.int64, len(taken)),
+                np.fromiter((c.steps[:n].max() for c, n in taken), np.int64, len(taken)),
+            )
+            if len(taken) > 1
+            else None  # one chunk (a finished run's tag, compacted): no restart
+        )
+        pieces = [(c.steps[:n], c.walls[:n], c.values[:n]) for c, n in taken]
+        if limits is not None and limits[0] != _STEP_MAX:  # (the smallest: some restart)
+            cut = []
+            for piece, limit in zip(pieces, limits[1:].tolist(), strict=True):
+                if limit != _STEP_MAX:
+                    keep = piece[0] < limit
+                    if not keep.any():
+                        continue
+                    piece = (piece[0][keep], piece[1][keep], piece[2][keep])
+                cut.append(piece)
+            pieces = cut
         if not pieces:
             empty = np.zeros(0)
             return recorder.ScalarSeries(empty.astype(np.int64), empty, empty)
