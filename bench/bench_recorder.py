@@ -387,10 +387,12 @@ def restarts(args: argparse.Namespace) -> dict:
     for shape in args.shapes:
         for n in args.records:
             run_dir = os.path.join(args.out, "restarts", f"{shape}-{n}")
-            if not os.path.exists(os.path.join(run_dir, INDEX_NAME)):  # written once, cached
+            written = run_dir + ".written"  # (a compacted run has no index file to tell)
+            if not os.path.exists(written):  # written once, kept for later invocations
                 subprocess.run(
                     [sys.executable, script, "write", shape, str(n), run_dir], check=True
                 )
+                open(written, "w").close()
             for read in args.reads:
                 row: dict = {"shape": shape, "records": n, "read": read, "base": [], "new": []}
                 for _ in range(args.pairs):
