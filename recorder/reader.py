@@ -178,20 +178,27 @@ class _TagSeries:
 
 
 def superseded_from(firsts: np.ndarray, smaxs: np.ndarray, top: int | None = None) -> np.ndarray:
-    """Where the restarts among a tag's pieces (in write order: first steps ``firsts``, largest
-    steps ``smaxs``) cut: ``out[i + 1]`` is the step from which piece ``i``'s points are
-    superseded by a later restart (the rule of :meth:`RunReader.read_scalars`; a replay applies it too), ``out[0]`` that
-    of the points held before them, whose largest step is ``top`` (None: none held); the int64
-    maximum where nothing supersedes.
+    """Where the restarts among a tag's pieces cut, by the rule of :meth:`RunReader.read_scalars`
+    (a replay applies it too).
 
     From the summaries alone, in time linear in the pieces: a restart keeps nothing at or above
     its first step, which its own largest step is not below, so right after it the largest step
     kept is its own; between restarts that largest step only grows. Only a piece starting below
     the largest step of every point before it (superseded or not) can be a restart.
+
+    Args:
+        firsts, smaxs: the first and the largest step of each piece (chunk or group part), in
+            write order (int64 arrays of one length).
+        top: the largest step of the points held before the pieces; None if none are held.
+
+    Returns:
+        ``out`` (int64, one longer than ``firsts``): ``out[i + 1]`` is the step from which piece
+        ``i``'s points are superseded by later restarts, ``out[0]`` that of the points held
+        before; the int64 maximum where nothing supersedes. ``out[0]`` is the smallest.
     """
     n = len(firsts)
     out = np.full(n + 1, _I64_MAX, np.int64)
-    if n < 2 and top is None:  # nothing before the piece (a tag of one chunk: the common read)
+    if not n or (n == 1 and top is None):  # nothing before the piece (a tag of one chunk)
         return out
     below = _I64_MIN if top is None else top
     seen = np.maximum.accumulate(smaxs)

@@ -68,7 +68,10 @@ def test_ceilings_equal_the_scan_and_the_replay(pieces):
     assert ceil[0] == min(ceil[1:])  # (held points: none here)
     kept = [(i, s) for i, p in enumerate(pieces) for s in p if s < ceil[i + 1]]
     assert kept == replayed(pieces)
-    # Folded in two goes, as a tailing reader folds a tag: the points held, then the rest.
+    # Folded in two goes, as a tailing reader folds a tag: the points held, then the rest (none
+    # at all when the new chunks were all found damaged).
+    none = np.empty(0, np.int64)
+    assert superseded_from(none, none, max(smaxs)).tolist() == [_MAX]
     for cut in range(1, len(pieces)):
         top = max(s for _, s in replayed(pieces[:cut]))
         held = superseded_from(firsts[cut:], smaxs[cut:], top)
