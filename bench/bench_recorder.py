@@ -40,12 +40,13 @@ Results go to bench/out/recorder-live.json.
 
 ``--restarts`` measures reads of runs whose tag restarts often (bench/restarts_run.py: four writers
 with step counters of their own, a counter reset every epoch, and no restart for comparison), of
-1,000 to 100,000 records (``--records``): ``read_scalars``, a dashboard snapshot's downsampled read
+1,000 to 100,000 records: ``read_scalars``, a dashboard snapshot's downsampled read
 (``max_points=2000``), ``iter_scalars``, the preview's write and a replay's points as of the run's
-end (vdl_stream/replay.py), each in a fresh process, in the
-tree given by ``--base`` and in this one alternately (base, this, base, this, ...: ``--pairs``
-pairs, fewer where the base runs past ``--timeout`` seconds). Results go to
-bench/out/recorder-restarts.json (``--shapes``, ``--records``, ``--reads`` choose).
+end (vdl_stream/replay.py). Each read runs in a fresh process, in the tree given by ``--base`` and
+in this one alternately (base, this, base, this, ...: ``--pairs`` pairs, fewer where the base runs
+past ``--timeout`` seconds). ``--shapes``, ``--records`` and ``--reads`` choose what runs; the runs
+are written once under bench/out/recorder/restarts/. Results go to stdout (a Markdown table) and
+bench/out/recorder-restarts.json.
 """
 
 from __future__ import annotations
