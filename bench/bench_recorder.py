@@ -3,6 +3,7 @@
     python bench/bench_recorder.py            # full sizes (a few minutes on 2 cores)
     python bench/bench_recorder.py --quick    # sizes / 10, anchors included (under a minute)
     python bench/bench_recorder.py --live --hours 0.25 1 4 24   # live-written runs (see below)
+    python bench/bench_recorder.py --restarts --base ../base   # runs with many restarts (below)
 
 Measures, on the same machine in one run:
 
@@ -36,6 +37,16 @@ them): the time to open each with RunReader after the kill, and after a clean cl
 closed by a RunWriter, which compacts the tail); the same points and events written in bulk and
 opened, for the ratio; and the writer's CPU time spent compacting while it wrote at live cadence.
 Results go to bench/out/recorder-live.json.
+
+``--restarts`` measures reads of runs whose tag restarts often (bench/restarts_run.py: four writers
+with step counters of their own, a counter reset every epoch, and no restart for comparison), of
+1,000 to 100,000 records: ``read_scalars``, a dashboard snapshot's downsampled read
+(``max_points=2000``), ``iter_scalars``, the preview's write and a replay's points as of the run's
+end (vdl_stream/replay.py). Each read runs in a fresh process, in the tree given by ``--base`` and
+in this one alternately (base, this, base, this, ...: ``--pairs`` pairs, fewer where the base runs
+past ``--timeout`` seconds). ``--shapes``, ``--records`` and ``--reads`` choose what runs; the runs
+are written once under bench/out/recorder/restarts/. Results go to stdout (a Markdown table) and
+bench/out/recorder-restarts.json.
 """
 
 from __future__ import annotations
@@ -369,6 +380,64 @@ def live_report(res: dict) -> str:
     return "\n".join(lines)
 
 
+def restarts(args: argparse.Namespace) -> dict:
+    """Reads of runs with many restarts, the tree at ``args.base`` and this one alternately."""
+    script = os.path.join(HERE, "restarts_run.py")
+    trees = {"base": os.path.abspath(args.base), "new": ROOT}
+    res: dict = {"pairs": args.pairs, "timeout_s": args.timeout, "runs": []}
+    for shape in args.shapes:
+        for n in args.records:
+            run_dir = os.path.join(args.out, "restarts", f"{shape}-{n}")
+            written = run_dir + ".written"  # (a compacted run has no index file to tell)
+            if not os.path.exists(written):  # written once, kept for later invocations
+                subprocess.run(
+                    [sys.executable, script, "write", shape, str(n), run_dir], check=True
+                )
+                open(written, "w").close()
+            for read in args.reads:
+                row: dict = {"shape": shape, "records": n, "read": read, "base": [], "new": []}
+                for _ in range(args.pairs):
+                    for name, tree in trees.items():
+                        if row[name] and row[name][-1] is None:
+                            continue  # ran past the timeout once: not again
+                        cmd = [sys.executable, script, "time", run_dir, read]
+                        try:
+                            out = subprocess.run(
+                                cmd,
+                                cwd=tree,
+                                capture_output=True,
+                                check=True,
+                                timeout=args.timeout,
+                            )
+                        except subprocess.TimeoutExpired:
+                            row[name].append(None)
+                            continue
+                        got = json.loads(out.stdout)
+                        assert got["recorder"] == os.path.join(tree, "recorder"), got
+                        row[name].append(got["seconds"])
+                        row["points"] = got["points"]
+                res["runs"].append(row)
+                print(restarts_row(row), flush=True)
+    return res
+
+
+def restarts_row(row: dict) -> str:
+    """One line of the --restarts table: seconds per pair and the median ratio."""
+
+    def cell(seconds: float | None) -> str:
+        return "timeout" if seconds is None else f"{seconds:.3g}"
+
+    pairs = list(zip(row["base"], row["new"], strict=False))
+    ratios = [b / n for b, n in pairs if b is not None and n]
+    base = " / ".join(cell(b) for b in row["base"])
+    new = " / ".join(cell(n) for n in row["new"])
+    ratio = f"{statistics.median(ratios):.3g}x" if ratios else "-"
+    return (
+        f"| {row['shape']} | {row['records']:,} | {row['read']} | {row.get('points', '-')} "
+        f"| {base} | {new} | {ratio} |"
+    )
+
+
 def main() -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -390,7 +459,34 @@ def main() -> None:
     parser.add_argument(
         "--live-cpu-hours", type=float, default=0.0, help="--live: also write this fresh"
     )
+    parser.add_argument("--restarts", action="store_true", help="runs with many restarts")
+    parser.add_argument("--base", help="--restarts: the tree to compare with (its root)")
+    parser.add_argument(
+        "--shapes", nargs="+", default=["writers", "epochs", "none"], help="--restarts"
+    )
+    parser.add_argument(
+        "--records", type=int, nargs="+", default=[1000, 10_000, 100_000], help="--restarts"
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="--restarts: base/new pairs")
+    parser.add_argument(
+        "--reads",
+        nargs="+",
+        default=["read_scalars", "snapshot", "iter_scalars", "preview", "replay"],
+        help="--restarts: which (bench/restarts_run.py READS)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="--restarts: seconds a read may take"
+    )
     args = parser.parse_args()
+    if args.restarts:
+        if not args.base:
+            parser.error("--restarts needs --base")
+        print("| shape | records | read | points | base s | new s | base/new |")
+        print("| --- | --: | --- | --: | --- | --- | --: |")
+        res = restarts(args)
+        with open(os.path.join(args.out, "..", "recorder-restarts.json"), "w") as f:
+            json.dump(res, f, indent=2)
+        return
     if args.load_rss:
         _load_rss(args.load_rss)
         return

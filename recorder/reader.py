@@ -113,10 +113,18 @@ class _TagSeries:
         if need > len(self.steps):
             self._resize(max(need, 2 * len(self.steps)), slice(None))
 
-    def supersede(self, first: int, extra: int) -> None:
-        """Drop every point at a step >= ``first``; leave room for ``extra`` more."""
-        keep = self.steps[: self.n] < first
-        self._resize(int(keep.sum()) + extra, keep)
+    def restart(
+        self, start: int, counts: np.ndarray, firsts: np.ndarray, smaxs: np.ndarray, top: int | None
+    ) -> None:
+        """Apply the restarts among the pieces appended from point ``start`` on (``counts``
+        points each, first steps ``firsts``, largest steps ``smaxs``; ``top`` the largest step
+        held before them) to every point held, in one pass over the points whatever the number
+        of restarts."""
+        limits = superseded_from(firsts, smaxs, top)
+        if limits[0] == _I64_MAX:  # (the smallest: no restart at all)
+            return
+        keep = self.steps[: self.n] < np.repeat(limits, [start, *counts.tolist()])
+        self._resize(len(self.steps), keep)  # new arrays: a series handed out stays as it was
         steps = self.steps[: self.n]
         self.smax = int(steps.max()) if self.n else None
         self.monotonic = bool(self.n < 2 or (steps[1:] >= steps[:-1]).all())
@@ -135,29 +143,15 @@ class _TagSeries:
 
     def extend(self, pieces: ScalarSeries, counts: np.ndarray, firsts: np.ndarray) -> None:
         """Append consecutive pieces (chunks or group parts: ``counts`` points each, starting at
-        step ``firsts``) at once, restarts applied.
-
-        Only a piece starting below the largest step of all points before it (superseded or not)
-        can be a restart; the runs of pieces between such candidates are copied in bulk, and each
-        candidate is checked against the points kept, as :meth:`add` does.
-        """
+        step ``firsts``) at once, restarts applied (:meth:`restart`)."""
         total = len(pieces.steps)
         if not total:
             return
         offsets = np.cumsum(counts) - counts
-        before = np.empty(len(counts), np.int64)
-        before[0] = _I64_MIN if self.smax is None else self.smax
-        before[1:] = np.maximum.accumulate(np.maximum.reduceat(pieces.steps, offsets))[:-1]
-        before[1:] = np.maximum(before[1:], before[0])
-        candidates = np.flatnonzero(firsts < before).tolist()
+        start, top = self.n, self.smax
         self.reserve(total)
-        done = 0
-        for j in [*candidates, len(counts)]:
-            stop = total if j == len(counts) else int(offsets[j])
-            self._append(pieces, done, stop)
-            done = stop
-            if j < len(counts) and self.smax is not None and int(firsts[j]) < self.smax:
-                self.supersede(int(firsts[j]), total - done)
+        self._append(pieces, 0, total)
+        self.restart(start, counts, firsts, np.maximum.reduceat(pieces.steps, offsets), top)
 
     def _append(self, pieces: ScalarSeries, lo: int, hi: int) -> None:
         """Copy ``pieces[lo:hi]`` after the points held (room reserved), no restart among them."""
@@ -181,6 +175,54 @@ class _TagSeries:
         them out; NumPy reductions run several times slower on read-only arrays)."""
         n = self.n
         return ScalarSeries(self.steps[:n], self.walls[:n], self.values[:n])
+
+
+def superseded_from(firsts: np.ndarray, smaxs: np.ndarray, top: int | None = None) -> np.ndarray:
+    """Where the restarts among a tag's pieces cut, by the rule of :meth:`RunReader.read_scalars`
+    (a replay applies it too).
+
+    From the summaries alone, in time linear in the pieces: a restart keeps nothing at or above
+    its first step, which its own largest step is not below, so right after it the largest step
+    kept is its own; between restarts that largest step only grows. Only a piece starting below
+    the largest step of every point before it (superseded or not) can be a restart.
+
+    Args:
+        firsts, smaxs: the first and the largest step of each piece (chunk or group part), in
+            write order (int64 arrays of one length).
+        top: the largest step of the points held before the pieces; None if none are held.
+
+    Returns:
+        ``out`` (int64, one longer than ``firsts``): ``out[i + 1]`` is the step from which piece
+        ``i``'s points are superseded by later restarts, ``out[0]`` that of the points held
+        before; the int64 maximum where nothing supersedes. ``out[0]`` is the smallest.
+    """
+    n = len(firsts)
+    out = np.full(n + 1, _I64_MAX, np.int64)
+    if not n or (n == 1 and top is None):  # nothing before the piece (a tag of one chunk)
+        return out
+    below = _I64_MIN if top is None else top
+    seen = np.maximum.accumulate(smaxs)
+    before = np.empty(n, np.int64)
+    before[0] = below
+    np.maximum(seen[:-1], below, out=before[1:])
+    candidates = np.flatnonzero(firsts < before)
+    if not len(candidates):
+        return out
+    # Candidate k's segment runs to the next candidate: no restart inside it.
+    segments = np.maximum.reduceat(smaxs, candidates).tolist()
+    first = int(candidates[0])
+    kept = max(below, int(seen[first - 1])) if first else below
+    restarts = []
+    for j, segment, step in zip(
+        candidates.tolist(), segments, firsts[candidates].tolist(), strict=True
+    ):
+        if step < kept:
+            restarts.append(j)
+            kept = segment
+        else:
+            kept = max(kept, segment)
+    out[restarts] = firsts[restarts]
+    return np.minimum.accumulate(out[::-1])[::-1]
 
 
 def _piece_runs(
@@ -466,12 +508,9 @@ class RunReader:
                     loaded.append((e, data))
             if tag not in self._tag_series:  # a damaged chunk was found: start over without it
                 return self._series(tag)
-            left = sum(e.count for e, _ in loaded)
-            state.reserve(left)
+            start, top = state.n, state.smax
+            state.reserve(sum(e.count for e, _ in loaded))
             for e, data in loaded:
-                left -= e.count
-                if state.smax is not None and e.step < state.smax:
-                    state.supersede(e.step, e.count + left)
                 try:
                     state.add(data, e.count, e.smax)
                 except codec.PayloadError as exc:
@@ -479,6 +518,13 @@ class RunReader:
                     self._kill(e)
                     return self._series(tag)
                 e.data = None  # the arrays hold it now; replay reads it again from disk
+            state.restart(
+                start,
+                np.array([e.count for e, _ in loaded], np.int64),
+                np.array([e.step for e, _ in loaded], np.int64),
+                np.array([e.smax for e, _ in loaded], np.int64),
+                top,
+            )
             state.consumed = len(entries)
         return state.view(), state.monotonic
 
@@ -774,31 +820,6 @@ class RunReader:
         pieces = [self._piece_points(r) for r in rows]
         return None if any(p is None for p in pieces) else _concat(pieces)
 
-    def _ceilings(self, refs: list, firsts, smins, smaxs) -> np.ndarray:
-        """Per piece, the step from which its points are superseded by a later restart (the
-        rule of :meth:`read_scalars`), from the summaries, decoding only pieces a restart cuts."""
-        n = len(refs)
-        ceil = np.full(n, _I64_MAX, np.int64)
-        if n < 2:
-            return ceil
-        before = np.maximum.accumulate(smaxs)
-        candidates = np.flatnonzero(firsts[1:] < before[:-1]) + 1
-        for j in candidates.tolist():
-            c = ceil[:j]
-            whole = smaxs[:j] < c
-            kept = int(smaxs[:j][whole].max()) if whole.any() else None
-            for i in np.flatnonzero(~whole & (smins[:j] < c)).tolist():
-                points = self._piece_points(refs[i])
-                if points is None:
-                    continue
-                below = points.steps[points.steps < c[i]]
-                if len(below):
-                    top = int(below.max())
-                    kept = top if kept is None else max(kept, top)
-            if kept is not None and int(firsts[j]) < kept:
-                np.minimum(c, firsts[j], out=c)
-        return ceil
-
     def iter_scalars(
         self,
         tag: str,
@@ -887,7 +908,7 @@ class RunReader:
         self, tag: str, start: int | None, end: int | None
     ) -> Iterator[tuple[int, Callable[[], ScalarSeries]]]:
         refs, firsts, smins, smaxs = self._pieces(tag)
-        ceil = self._ceilings(refs, firsts, smins, smaxs)
+        ceil = superseded_from(firsts, smaxs)[1:]
         lo = _I64_MIN if start is None else start
         hi = _I64_MAX if end is None else end
         counts = self._parts.cols["count"]
@@ -959,7 +980,7 @@ class RunReader:
             # 100 runs of a sweep are selected): nothing to cut, skip or bucket, so straight to
             # the pick below, without the pieces' arithmetic (a fifth of such a read's CPU).
             return self._chunk_downsampled(refs[0], max_points)
-        ceil = self._ceilings(refs, firsts, smins, smaxs)
+        ceil = superseded_from(firsts, smaxs)[1:]
         cols = self._parts.cols
         counts = np.array(
             [cols["count"][r] if isinstance(r, int) else r.count for r in refs], np.int64

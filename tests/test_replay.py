@@ -194,6 +194,52 @@ def test_a_live_runs_many_small_chunks_become_one_per_tag_and_restart(tmp_path):
     assert t.series_at(t.cursor(), "acc").steps.tolist() == list(range(300))
 
 
+class _CountedSteps(np.ndarray):
+    """Steps that count the comparisons made on them (on slices too)."""
+
+    compared = 0
+
+    def __lt__(self, other):
+        _CountedSteps.compared += 1
+        return np.asarray(self) < other
+
+
+def test_a_replay_with_thousands_of_restarts_compares_each_chunk_once(tmp_path):
+    """Four writers logging one tag with step counters of their own: a restart at most of
+    2,000 chunks. The points as of any cursor are those the recorder reads as of there, found
+    with at most one comparison per chunk (each restart compared every chunk kept before it)."""
+    tops = [0, 0, 0, 0]
+    with recorder.RunWriter(tmp_path / "r") as w:
+        for i in range(2000):
+            k = i % 4
+            steps = np.arange(tops[k], tops[k] + 5 + i % 3)
+            tops[k] += len(steps)
+            w.append_scalars("acc", steps, WALL + i + steps * 1e-6, steps * 0.5)
+            w.flush()
+    t = timeline(tmp_path / "r")
+    assert len(t.chunks) > 1000  # (compaction merges only where no restart can happen)
+    for c in t.chunks:
+        c.steps = c.steps.view(_CountedSteps)
+    for wall in (WALL + 999.5, WALL + 2000):
+        t.move_to(wall)
+        positions = t.cursor()[0]
+        steps, values = np.empty(0, np.int64), np.empty(0)  # the rule replayed chunk by chunk
+        for c in t.chunks:
+            n = positions[c.index]
+            if n and len(steps) and c.steps[0] < steps.max():
+                keep = steps < np.asarray(c.steps)[0]
+                steps, values = steps[keep], values[keep]
+            steps = np.concatenate([steps, np.asarray(c.steps)[:n]])
+            values = np.concatenate([values, c.values[:n]])
+        _CountedSteps.compared = 0
+        got = t.series_at(t.cursor(), "acc")
+        assert _CountedSteps.compared <= len(t.chunks)
+        assert np.asarray(got.steps).tolist() == steps.tolist()
+        assert got.values.tolist() == values.tolist()
+    with recorder.RunReader(tmp_path / "r") as reader:
+        assert reader.read_scalars("acc").steps.tolist() == steps.tolist()
+
+
 # -- pacing, seeking, status -------------------------------------------------------------------
 
 

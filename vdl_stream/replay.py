@@ -38,6 +38,7 @@ import trio
 
 import recorder
 from recorder.downsample import downsample
+from recorder.reader import superseded_from
 
 from . import codec
 from .broker import (
@@ -66,6 +67,8 @@ SNAPSHOT_CACHE = 4
 #: A snapshot of runs holding at most this many points (taken) is built on the event loop: it
 #: takes well under a millisecond, less than the hop to a worker thread.
 INLINE_POINTS = 1 << 14
+#: ``superseded_from``'s step for points no restart supersedes
+_STEP_MAX = int(np.iinfo(np.int64).max)
 
 #: Chunk positions (one per chunk of a timeline, in ``RunTimeline.chunks`` order) and the number
 #: of events taken: where a timeline's cursor stood. Immutable, so another thread can read it.
@@ -272,24 +275,28 @@ class RunTimeline:
         if chunks is None:
             return None
         positions = cursor[0]
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        top = -math.inf
-        for c in chunks:
-            n = positions[c.index]
-            if n == 0:
-                continue
-            steps = c.steps[:n]
-            first = steps[0]
-            if pieces and first < top:  # a restart: it supersedes kept points at or after it
-                kept = []
-                for piece in pieces:
-                    keep = piece[0] < first
-                    if keep.any():
-                        kept.append((piece[0][keep], piece[1][keep], piece[2][keep]))
-                pieces = kept
-                top = max((float(p[0].max()) for p in pieces), default=-math.inf)
-            pieces.append((steps, c.walls[:n], c.values[:n]))
-            top = max(top, float(steps.max()))
+        taken = [(c, positions[c.index]) for c in chunks if positions[c.index]]
+        # Where later restarts cut each chunk taken, from its first and largest steps: one pass
+        # over the chunks however many restarts (four writers' own step counters make most).
+        limits = (
+            superseded_from(
+                np.fromiter((c.steps[0] for c, _ in taken), np.int64, len(taken)),
+                np.fromiter((c.steps[:n].max() for c, n in taken), np.int64, len(taken)),
+            )
+            if len(taken) > 1
+            else None  # one chunk (a finished run's tag, compacted): no restart
+        )
+        pieces = [(c.steps[:n], c.walls[:n], c.values[:n]) for c, n in taken]
+        if limits is not None and limits[0] != _STEP_MAX:  # (the smallest: some restart)
+            cut = []
+            for piece, limit in zip(pieces, limits[1:].tolist(), strict=True):
+                if limit != _STEP_MAX:
+                    keep = piece[0] < limit
+                    if not keep.any():
+                        continue
+                    piece = (piece[0][keep], piece[1][keep], piece[2][keep])
+                cut.append(piece)
+            pieces = cut
         if not pieces:
             empty = np.zeros(0)
             return recorder.ScalarSeries(empty.astype(np.int64), empty, empty)
