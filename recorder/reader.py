@@ -33,6 +33,8 @@ from recorder.records import (
 _T = TypeVar("_T")
 #: ``np.iinfo(np.int64)``'s bounds (each ``np.iinfo`` call builds an object: 2 µs a tag read).
 _I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+#: :func:`superseded_from`'s step for points that no restart supersedes.
+NOT_SUPERSEDED = _I64_MAX
 # A read that compaction interrupted (it replaced files meanwhile) starts over at least
 # _RETRIES times, and for as long as RETRY_SECONDS allow: a writer that compacts small runs
 # every few milliseconds can interrupt many reads in a row, but not for seconds.
@@ -194,7 +196,7 @@ def superseded_from(firsts: np.ndarray, smaxs: np.ndarray, top: int | None = Non
     Returns:
         ``out`` (int64, one longer than ``firsts``): ``out[i + 1]`` is the step from which piece
         ``i``'s points are superseded by later restarts, ``out[0]`` that of the points held
-        before; the int64 maximum where nothing supersedes. ``out[0]`` is the smallest.
+        before; :data:`NOT_SUPERSEDED` where nothing supersedes. ``out[0]`` is the smallest.
     """
     n = len(firsts)
     out = np.full(n + 1, _I64_MAX, np.int64)

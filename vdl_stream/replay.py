@@ -38,7 +38,7 @@ import trio
 
 import recorder
 from recorder.downsample import downsample
-from recorder.reader import superseded_from
+from recorder.reader import NOT_SUPERSEDED, superseded_from
 
 from . import codec
 from .broker import (
@@ -67,8 +67,6 @@ SNAPSHOT_CACHE = 4
 #: A snapshot of runs holding at most this many points (taken) is built on the event loop: it
 #: takes well under a millisecond, less than the hop to a worker thread.
 INLINE_POINTS = 1 << 14
-#: ``superseded_from``'s step for points no restart supersedes
-_STEP_MAX = int(np.iinfo(np.int64).max)
 
 #: Chunk positions (one per chunk of a timeline, in ``RunTimeline.chunks`` order) and the number
 #: of events taken: where a timeline's cursor stood. Immutable, so another thread can read it.
@@ -287,10 +285,10 @@ class RunTimeline:
             else None  # one chunk (a finished run's tag, compacted): no restart
         )
         pieces = [(c.steps[:n], c.walls[:n], c.values[:n]) for c, n in taken]
-        if limits is not None and limits[0] != _STEP_MAX:  # (the smallest: some restart)
+        if limits is not None and limits[0] != NOT_SUPERSEDED:  # (the smallest: some restart)
             cut = []
             for piece, limit in zip(pieces, limits[1:].tolist(), strict=True):
-                if limit != _STEP_MAX:
+                if limit != NOT_SUPERSEDED:
                     keep = piece[0] < limit
                     if not keep.any():
                         continue
