@@ -84,6 +84,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,30 @@ def _dump(path: str) -> None:
     _record("cpu", *_thread_cpu())
     with open(path, "w") as f:
         json.dump(_rows, f)
+
+
+#: A writer's CPU seconds in each of its stages, in the thread that ran it (``_trace_writer``).
+_stage_cpu: dict[str, float] = {}
+
+
+def _timed_stage(name: str, fn: Any) -> Any:
+    """``fn`` (a plain function or method), adding its thread's CPU to ``_stage_cpu[name]``."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        cpu = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _stage_cpu[name] = _stage_cpu.get(name, 0.0) + time.thread_time() - cpu
+
+    return wrapped
+
+
+def _task_cpu(tid: int) -> tuple[float, float]:
+    """User and system CPU seconds of this process's thread ``tid`` (a native thread id)."""
+    fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _thread_cpu() -> tuple[float, float]:
@@ -312,6 +337,36 @@ def _trace_writer() -> None:
     codec.encode_batch = transport.codec.encode_batch = traced_encode
     codec.decode_message = transport.codec.decode_message = traced_decode
     _trace_writer_cycle(w, transport)
+    _trace_writer_cpu(w, codec)
+
+
+def _trace_writer_cpu(w: Any, codec: Any) -> None:
+    """Count the CPU of the writer's background stages that run without a checkpoint (so that
+    no other task's work falls inside): the batch cut, msgpack, the WebSocket framing and
+    masking (wsproto's ``send``), and the answers' parsing (wsproto) and decoding (msgpack)."""
+    import wsproto
+
+    w.Writer._take_columns = _timed_stage("cut: buffers -> columns", w.Writer._take_columns)
+    codec.encode_batch = _timed_stage("encode_batch (msgpack)", codec.encode_batch)
+    codec.decode_message = _timed_stage("answers: msgpack decode", codec.decode_message)
+    send, receive = wsproto.WSConnection.send, wsproto.WSConnection.receive_data
+    wsproto.WSConnection.send = _timed_stage("framing and masking (wsproto)", send)
+    wsproto.WSConnection.receive_data = _timed_stage("answers: wsproto parse", receive)
+    events = wsproto.WSConnection.events
+
+    def timed_events(self):  # type: ignore[no-untyped-def]
+        # A generator: only the steps into it are counted, not what trio-websocket does with
+        # each event between them.
+        parse = _timed_stage("answers: wsproto parse", next)
+        it = events(self)
+        while True:
+            try:
+                event = parse(it)
+            except StopIteration:
+                return
+            yield event
+
+    wsproto.WSConnection.events = timed_events
 
 
 def _trace_writer_cycle(w: Any, transport: Any) -> None:
@@ -411,9 +466,16 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
         sys.stdin.readline()  # the subscribers are ready
     else:
         writer = attach(url=url, run=run, telemetry=False, **options)
+    # The training thread (the hot path) and the writer's background thread, apart.
+    threads = {"training": threading.get_native_id(), "background": writer._thread.native_id}
+    _stage_cpu.clear()  # from the first call on, as the process's CPU
     _record("cpu0", *_thread_cpu(), time.time())
+    _record("threads0", {k: _task_cpu(t) for k, t in threads.items()})
     _record("calls", log_paced(writer.add_scalar, tags, rate, seconds))
     writer.flush(timeout=60)
+    # Read before close: the background thread ends with it.
+    _record("threads", {k: _task_cpu(t) for k, t in threads.items()})
+    _record("stage cpu", dict(_stage_cpu))
     writer.close(timeout=30)
     _record("end", time.time())
     _dump(os.environ["TRACE_OUT"])
@@ -984,8 +1046,6 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(figures, indent=1))
         return None
 
-    import threading
-
     tmp = Path(tempfile.mkdtemp(prefix="vdl-stages-"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
     if args.run_per_writer:
@@ -1262,6 +1322,7 @@ def report(
     if sub_cpu and arrivals:
         per_frame = sum(end - begin for begin, end in sub_cpu) / len(arrivals) * 1e6
         print(f"  subscribers' CPU a data frame received: {per_frame:6.0f} us ({_how(args)})")
+    _writer_split(writers, calls)
     cpu = _cpu_shares(server, writers, sub_cpu, _how(args))
     wall = cpu.pop("wall")
     print(f"CPU in cores over the writers' {wall:.1f} s ({os.cpu_count()} cores here):")
@@ -1361,6 +1422,45 @@ def _writer_cycle(
 def _how(args: argparse.Namespace) -> str:
     """How the subscribers ran, for the report's lines."""
     return "one process" if args.subscribers_in_process else f"{args.subscribers} processes"
+
+
+def _writer_split(writers: list[list], calls: int) -> None:
+    """Print the writers' CPU per M events logged, all writers together: the whole process
+    (from its first call through its close), and from the first call through its last flush
+    split by thread (user / system) and by the background thread's stages."""
+
+    def row(rows: list, kind: str) -> list | None:
+        return next((r for r in rows if r[0] == kind), None)
+
+    if not calls or any(row(w, "threads") is None for w in writers):
+        return  # --in-process, or a writer that did not get that far
+    per_m = 1e6 / calls
+    whole = sum(row(w, "cpu")[1] - row(w, "cpu0")[1] for w in writers)  # type: ignore[index]
+    threads: dict[str, list[float]] = {}
+    for w in writers:
+        before, after = row(w, "threads0")[1], row(w, "threads")[1]  # type: ignore[index]
+        for name, (user, system) in after.items():
+            got = threads.setdefault(name, [0.0, 0.0])
+            got[0] += user - before[name][0]
+            got[1] += system - before[name][1]
+    stages: dict[str, float] = {}
+    for w in writers:
+        for name, seconds in row(w, "stage cpu")[1].items():  # type: ignore[index]
+            stages[name] = stages.get(name, 0.0) + seconds
+    print(
+        f"writers' CPU per M events logged: {whole * per_m:.3f} s through close; through the"
+        " last flush (ticks of 10 ms, so short runs read coarsely):"
+    )
+    for name, (user, system) in threads.items():
+        print(
+            f"  {name + ' thread':28s} {(user + system) * per_m:6.3f} s"
+            f" (user {user * per_m:.3f}, system {system * per_m:.3f})"
+        )
+    background = sum(threads.get("background", (0.0, 0.0)))
+    for name, seconds in stages.items():
+        print(f"    {name:32s} {seconds * per_m:6.3f} s")
+    rest = background - sum(stages.values())
+    print(f"    {'the rest (pump, trio, sockets)':32s} {rest * per_m:6.3f} s")
 
 
 def _cpu_shares(
