@@ -475,7 +475,16 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
     _stage_cpu.clear()  # from the first call on, as the process's CPU
     _record("cpu0", *_thread_cpu(), time.time())
     _record("threads0", {k: _task_cpu(t) for k, t in threads.items()})
-    _record("calls", log_paced(writer.add_scalar, tags, rate, seconds))
+    add = writer.add_scalar
+    image = os.environ.get("LATENCY_IMAGE")  # see --image
+    if image is not None:
+        size = int(image)
+        pixels = np.random.default_rng(0).integers(0, 256, (size, size, 3), dtype=np.uint8)
+
+        def add(tag: str, value: float, step: int) -> None:
+            writer.add_image(tag, pixels, step)
+
+    _record("calls", log_paced(add, tags, rate, seconds))
     writer.flush(timeout=60)
     # Read before close: the background thread ends with it.
     _record("threads", {k: _task_cpu(t) for k, t in threads.items()})
@@ -992,6 +1001,14 @@ def main() -> None:
         "written (acknowledged); default: transport.TAKEN",
     )
     parser.add_argument(
+        "--image",
+        type=int,
+        metavar="SIZE",
+        help="each call logs a SIZE x SIZE RGB image (add_image: random uint8, a PNG of about"
+        " 3 x SIZE^2 bytes) instead of a scalar; --rate is then images/s. For the writers' CPU"
+        " per image (the stages' rows follow scalar points, and read n/a)",
+    )
+    parser.add_argument(
         "--run-per-writer",
         action="store_true",
         help="each writer logs a run of its own (live-0, live-1, ...: separate jobs, or ranks "
@@ -1021,6 +1038,8 @@ def main() -> None:
         os.environ["LATENCY_WRITE_AT_OFFER"] = args.write_at_offer
     if args.window_counts is not None:  # read by the writers' processes
         os.environ["LATENCY_WINDOW_COUNTS"] = args.window_counts
+    if args.image is not None:  # read by the writers' processes
+        os.environ["LATENCY_IMAGE"] = str(args.image)
     if args.serve is not None:
         return _serve_main(args.serve)
     if args.subscriber is not None:
@@ -1431,9 +1450,9 @@ def _how(args: argparse.Namespace) -> str:
 
 
 def _writer_split(writers: list[list], calls: int) -> None:
-    """Print the writers' CPU per M events logged, all writers together: the whole process
-    (from its first call through its close), and from the first call through its last flush
-    split by thread (user / system) and by the background thread's stages."""
+    """Print the writers' CPU a call in us (s per M calls), all writers together: the whole
+    process (from its first call through its close), and from the first call through its last
+    flush split by thread (user / system) and by the background thread's stages."""
 
     def row(rows: list, kind: str) -> list | None:
         return next((r for r in rows if r[0] == kind), None)
@@ -1454,19 +1473,19 @@ def _writer_split(writers: list[list], calls: int) -> None:
         for name, seconds in row(w, "stage cpu")[1].items():  # type: ignore[index]
             stages[name] = stages.get(name, 0.0) + seconds
     print(
-        f"writers' CPU per M events logged: {whole * per_m:.3f} s through close; through the"
-        " last flush (ticks of 10 ms, so short runs read coarsely):"
+        f"writers' CPU a call: {whole * per_m:.3f} us (s per M calls) through close; through"
+        " the last flush (the threads' in ticks of 10 ms):"
     )
     for name, (user, system) in threads.items():
         print(
-            f"  {name + ' thread':28s} {(user + system) * per_m:6.3f} s"
+            f"  {name + ' thread':28s} {(user + system) * per_m:8.3f} us"
             f" (user {user * per_m:.3f}, system {system * per_m:.3f})"
         )
     background = sum(threads.get("background", (0.0, 0.0)))
     for name, seconds in stages.items():
-        print(f"    {name:32s} {seconds * per_m:6.3f} s")
+        print(f"    {name:32s} {seconds * per_m:8.3f} us")
     rest = background - sum(stages.values())
-    print(f"    {'the rest (pump, trio, sockets)':32s} {rest * per_m:6.3f} s")
+    print(f"    {'the rest (pump, trio, sockets)':32s} {rest * per_m:8.3f} us")
 
 
 def _cpu_shares(

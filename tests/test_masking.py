@@ -76,10 +76,42 @@ def test_a_writers_frames_are_wsprotos_at_each_length_encoding(size):
     assert _frames(masking.QuickMaskingFrames, text, keys) == _frames(FrameProtocol, text, keys)
 
 
+@given(
+    parts=st.lists(st.binary(max_size=3 * N), min_size=1, max_size=3),
+    keys=st.lists(st.binary(min_size=4, max_size=4), min_size=3, max_size=3),
+    cuts=st.lists(st.integers(0, 10 * N), max_size=6),
+)
+def test_the_server_unmasks_as_wsproto_does_in_any_split(parts, keys, cuts):
+    """``QuickUnmaskingFrames`` reads the frames wsproto reads (payloads, fragments and
+    flags) from a client's bytes arriving in pieces of any sizes, cut anywhere in a header, a
+    key or a payload."""
+    sent = b"".join(_frames(FrameProtocol, parts, keys))
+    bounds = [0, *sorted(c for c in cuts if c <= len(sent)), len(sent)]
+
+    def received(quick: bool) -> list[tuple[object, bytes, bool, bool]]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(frame_protocol, "XorMaskerSimple", masking._WSPROTO_MASKER)
+            frames = FrameProtocol(client=False, extensions=[])
+            if quick:
+                frames._frame_decoder.__class__ = masking.QuickUnmaskingFrames
+            got = []
+            for a, b in itertools.pairwise(bounds):
+                frames.receive_bytes(sent[a:b])
+                got += [
+                    (f.opcode, f.payload, f.frame_finished, f.message_finished)
+                    for f in frames.received_frames()
+                ]
+            return got
+
+    assert received(quick=True) == received(quick=False)
+
+
 async def test_the_writer_masks_its_own_connection_only(tmp_path, monkeypatch):
-    """A ``WebSocketTransport`` builds its large frames with ``QuickMaskingFrames`` and the
-    broker ingests the batch exactly as it was sent, while wsproto's module and another
-    client connection in the same process keep wsproto's own code."""
+    """A ``WebSocketTransport`` builds its large frames with ``QuickMaskingFrames``, the server
+    unmasks them with ``QuickMasker`` on that connection, and the broker ingests the batch
+    exactly as it was sent; wsproto's module and another client connection in the same process
+    keep wsproto's own code (the server, as ``attach(serve=True)`` runs it, in a training
+    process, changes nothing module-wide either)."""
     built: list[int] = []
     serialize = masking.QuickMaskingFrames._serialize_frame
 
@@ -88,6 +120,15 @@ async def test_the_writer_masks_its_own_connection_only(tmp_path, monkeypatch):
         return serialize(self, opcode, payload, fin)
 
     monkeypatch.setattr(masking.QuickMaskingFrames, "_serialize_frame", counted)
+    unmasked = 0
+    process = masking.QuickMasker.process
+
+    def unmasking(self, data):  # type: ignore[no-untyped-def]
+        nonlocal unmasked
+        unmasked += len(data)
+        return process(self, data)
+
+    monkeypatch.setattr(masking.QuickMasker, "process", unmasking)
     wsprotos = FrameProtocol._serialize_frame
     rng = np.random.default_rng(16)
     steps = np.arange(20_000, dtype=np.int64)
@@ -103,6 +144,9 @@ async def test_the_writer_masks_its_own_connection_only(tmp_path, monkeypatch):
                 await sender.wait_acked(1)
                 assert type(other._wsproto.connection._proto) is FrameProtocol
             assert FrameProtocol._serialize_frame is wsprotos
+            assert frame_protocol.XorMaskerSimple is masking._WSPROTO_MASKER
+            # Through it twice: the writer's masking and the server's unmasking.
+            assert unmasked >= 2 * len(codec.encode_batch(batch))
             assert max(built) >= len(codec.encode_batch(batch)) > 400_000
             got = await broker.read_scalars("r", "loss", start=None, end=None, max_points=None)
             assert got.steps.tolist() == steps.tolist()

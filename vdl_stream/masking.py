@@ -5,14 +5,14 @@ it in pure Python, with four strided slices, byte translations and assignments, 
 payload several times around it: 156 us for a writer's 127 kB batch at 1M events/s and 3.4 ms for
 an 800 kB image, holding the GIL (docs/performance.md, "The writer's socket path").
 
-- The server unmasks what clients send with :class:`QuickMasker`, installed in its own process as
-  wsproto's ``XorMaskerSimple`` (``server.serve_dashboard``), the way ``QuickDeflate`` replaces
-  hypercorn's deflate.
-- A writer masks what it sends with :func:`mask_connection`, on its own connection only: it runs
-  in the user's training process, where other code may use wsproto too, so wsproto's module
-  stays as it is there; only the frames of the one connection given are built here.
+- A writer masks what it sends with :func:`mask_connection`, on its own connection only.
+- The server unmasks what a ``/ws/live`` or ``/ws/ingest`` client sends with
+  :func:`unmask_connection`, on that connection only.
 
-Both give the bytes wsproto gives, for any key, payload and split of a payload into parts.
+Both are installed one connection at a time, never as wsproto's module-wide masker: a writer runs
+in the user's training process, and so does a server started by ``attach(serve=True)``, where
+other code may use wsproto too; that code keeps wsproto's own. Both give the bytes wsproto gives,
+for any key, payload and split of a payload into parts.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import struct
 from typing import Any
 
 import numpy as np
-from wsproto.frame_protocol import FrameProtocol, Opcode, RsvBits, XorMaskerSimple
+from wsproto.frame_protocol import (
+    FrameDecoder,
+    FrameProtocol,
+    Opcode,
+    RsvBits,
+    XorMaskerSimple,
+)
 
 #: Payloads shorter than this are masked by wsproto's own code: below it, setting up the numpy
 #: arrays costs more than the four byte translations it replaces.
@@ -116,4 +122,40 @@ def mask_connection(connection: Any) -> bool:
     if type(frames) is not FrameProtocol or not frames.client:
         return False
     frames.__class__ = QuickMaskingFrames
+    return True
+
+
+class QuickUnmaskingFrames(FrameDecoder):
+    """wsproto's server-side ``FrameDecoder``, unmasking each frame with :class:`QuickMasker`
+    instead of wsproto's ``XorMaskerSimple`` (the same bytes).
+
+    wsproto makes a frame's masker when it reads the frame's header; this one is put in its
+    place there, before any of the frame's payload is unmasked.
+    """
+
+    def parse_header(self) -> bool:
+        """Read a frame's header as wsproto does, then give the frame a :class:`QuickMasker`."""
+        done = super().parse_header()
+        masker = self.masker
+        if done and type(masker) is XorMaskerSimple:
+            self.masker = QuickMasker(masker._masking_key)  # type: ignore[assignment]
+        return done
+
+
+def unmask_connection(connection: Any) -> bool:
+    """Unmask the frames one server-side wsproto connection receives with
+    :class:`QuickUnmaskingFrames`; return whether it could (False leaves it as it was).
+
+    Only that connection changes, as with :func:`mask_connection`. Found only on the shape it was
+    written for (a ``wsproto.connection.Connection`` on the server's side, with wsproto's own
+    ``FrameDecoder``).
+
+    Args:
+        connection: an open server-side ``wsproto.connection.Connection`` (hypercorn's
+            ``WSStream.connection``).
+    """
+    decoder = getattr(getattr(connection, "_proto", None), "_frame_decoder", None)
+    if type(decoder) is not FrameDecoder or decoder.client:
+        return False
+    decoder.__class__ = QuickUnmaskingFrames
     return True

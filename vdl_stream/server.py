@@ -48,7 +48,6 @@ from hypercorn.trio import serve as hypercorn_serve
 from quart import Blueprint, Response, jsonify, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
-from wsproto import frame_protocol
 from wsproto.connection import ConnectionState
 from wsproto.events import BytesMessage
 from wsproto.extensions import PerMessageDeflate
@@ -56,7 +55,7 @@ from wsproto.frame_protocol import Opcode
 
 from recorder import RecorderError
 
-from . import __version__, codec, embeddings, storage, telemetry
+from . import __version__, codec, embeddings, masking, storage, telemetry
 from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError, default_read_processes
 from .errors import InsecureBindError, PortInUseError, RefusedError
@@ -69,7 +68,6 @@ from .interop import (
     stream_export,
     stream_export_process,
 )
-from .masking import QuickMasker
 from .run_summary import summaries_table_frame
 from .webhooks import WebhookNotifier
 
@@ -875,6 +873,12 @@ class WebSocketSession:
             self.accepted = True
             await self._send({"type": "websocket.accept"})
             self._wire = _Wire.find(self._send) if WRITE_DIRECT else None
+            # The client's frames unmasked with numpy: this connection's only, as this server
+            # may run in a training process (attach(serve=True)) whose other wsproto users keep
+            # wsproto's own masker (vdl_stream.masking).
+            stream = getattr(self._send, "__self__", None)
+            if type(stream) is ws_stream.WSStream:
+                masking.unmask_connection(getattr(stream, "connection", None))
 
     async def send(self, data: bytes) -> None:
         """Send one binary message (dropped by the server once the connection is closed)."""
@@ -1805,9 +1809,6 @@ async def serve_dashboard(
     config.graceful_timeout = 2.0
     # hypercorn offers its WebSockets this extension by name; it has no setting for the level.
     ws_stream.PerMessageDeflate = QuickDeflate
-    # wsproto unmasks every client frame with the masker of this name (vdl_stream.masking); its
-    # bytes are wsproto's, for any connection of the process.
-    frame_protocol.XorMaskerSimple = QuickMasker
     accept_log = logging.getLogger("trio.serve_listeners")
     once = _AcceptErrorsOnce()
     accept_log.addFilter(once)
