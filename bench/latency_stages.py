@@ -1302,7 +1302,12 @@ def report(
     behind = sum(any(a < w and b > i for a, b in spans) for _, i, w in slow)
     calls = sum(r[1] for rows in writers for r in rows if r[0] == "calls")
     points = sum(r[6] for r in ingest.values())
-    events = sum(r[8] for r in ingest.values() if len(r) > 8)
+    from vdl_stream.alerts import ALERTS_WRITER
+
+    # Events: each writer's run status markers (running, closed), and the alerts the server's
+    # detectors raise (batches of their own, ingested like a writer's).
+    events = sum(r[8] for r in ingest.values() if len(r) > 8 and r[1] != ALERTS_WRITER)
+    alerts = sum(r[8] for r in ingest.values() if len(r) > 8 and r[1] == ALERTS_WRITER)
     load = Path("/proc/loadavg").read_text().split()[0]
     print(
         f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s)"
@@ -1327,7 +1332,7 @@ def report(
     print(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
-        f" (and {events:,} events: the runs' status markers)"
+        f" (and {events:,} status markers, {alerts:,} alerts)"
     )
     at_offer = sum(r[0] == "at offer" for r in server)
     offers = sum(r[0] == "offer" for r in server)
