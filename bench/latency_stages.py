@@ -84,6 +84,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,30 @@ def _dump(path: str) -> None:
     _record("cpu", *_thread_cpu())
     with open(path, "w") as f:
         json.dump(_rows, f)
+
+
+#: A writer's CPU seconds in each of its stages, in the thread that ran it (``_trace_writer``).
+_stage_cpu: dict[str, float] = {}
+
+
+def _timed_stage(name: str, fn: Any) -> Any:
+    """``fn`` (a plain function or method), adding its thread's CPU to ``_stage_cpu[name]``."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        cpu = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _stage_cpu[name] = _stage_cpu.get(name, 0.0) + time.thread_time() - cpu
+
+    return wrapped
+
+
+def _task_cpu(tid: int) -> tuple[float, float]:
+    """User and system CPU seconds of this process's thread ``tid`` (a native thread id)."""
+    fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _thread_cpu() -> tuple[float, float]:
@@ -142,8 +167,12 @@ def _trace_server() -> None:
             seq,
             t,
             time.time(),
-            batch.count(),
+            # Scalar points only: Batch.count() adds the events, and every writer's run gets
+            # two (its status markers: running, then closed), which read as 2 points more
+            # ingested than logged per writer.
+            sum(len(c) for c in batch.scalars),
             time.thread_time(),
+            len(batch.events),
         )
         return seq
 
@@ -312,6 +341,36 @@ def _trace_writer() -> None:
     codec.encode_batch = transport.codec.encode_batch = traced_encode
     codec.decode_message = transport.codec.decode_message = traced_decode
     _trace_writer_cycle(w, transport)
+    _trace_writer_cpu(w, codec)
+
+
+def _trace_writer_cpu(w: Any, codec: Any) -> None:
+    """Count the CPU of the writer's background stages that run without a checkpoint (so that
+    no other task's work falls inside): the batch cut, msgpack, the WebSocket framing and
+    masking (wsproto's ``send``), and the answers' parsing (wsproto) and decoding (msgpack)."""
+    import wsproto
+
+    w.Writer._take_columns = _timed_stage("cut: buffers -> columns", w.Writer._take_columns)
+    codec.encode_batch = _timed_stage("encode_batch (msgpack)", codec.encode_batch)
+    codec.decode_message = _timed_stage("answers: msgpack decode", codec.decode_message)
+    send, receive = wsproto.WSConnection.send, wsproto.WSConnection.receive_data
+    wsproto.WSConnection.send = _timed_stage("framing and masking (wsproto)", send)
+    wsproto.WSConnection.receive_data = _timed_stage("answers: wsproto parse", receive)
+    events = wsproto.WSConnection.events
+
+    def timed_events(self):  # type: ignore[no-untyped-def]
+        # A generator: only the steps into it are counted, not what trio-websocket does with
+        # each event between them.
+        parse = _timed_stage("answers: wsproto parse", next)
+        it = events(self)
+        while True:
+            try:
+                event = parse(it)
+            except StopIteration:
+                return
+            yield event
+
+    wsproto.WSConnection.events = timed_events
 
 
 def _trace_writer_cycle(w: Any, transport: Any) -> None:
@@ -411,9 +470,25 @@ def _writer_main(url: str, run: str, rate: int, seconds: float, ntags: int, wind
         sys.stdin.readline()  # the subscribers are ready
     else:
         writer = attach(url=url, run=run, telemetry=False, **options)
+    # The training thread (the hot path) and the writer's background thread, apart.
+    threads = {"training": threading.get_native_id(), "background": writer._thread.native_id}
+    _stage_cpu.clear()  # from the first call on, as the process's CPU
     _record("cpu0", *_thread_cpu(), time.time())
-    _record("calls", log_paced(writer.add_scalar, tags, rate, seconds))
+    _record("threads0", {k: _task_cpu(t) for k, t in threads.items()})
+    add = writer.add_scalar
+    image = os.environ.get("LATENCY_IMAGE")  # see --image
+    if image is not None:
+        size = int(image)
+        pixels = np.random.default_rng(0).integers(0, 256, (size, size, 3), dtype=np.uint8)
+
+        def add(tag: str, value: float, step: int) -> None:
+            writer.add_image(tag, pixels, step)
+
+    _record("calls", log_paced(add, tags, rate, seconds))
     writer.flush(timeout=60)
+    # Read before close: the background thread ends with it.
+    _record("threads", {k: _task_cpu(t) for k, t in threads.items()})
+    _record("stage cpu", dict(_stage_cpu))
     writer.close(timeout=30)
     _record("end", time.time())
     _dump(os.environ["TRACE_OUT"])
@@ -926,6 +1001,14 @@ def main() -> None:
         "written (acknowledged); default: transport.TAKEN",
     )
     parser.add_argument(
+        "--image",
+        type=int,
+        metavar="SIZE",
+        help="each call logs a SIZE x SIZE RGB image (add_image: random uint8, a PNG of about"
+        " 3 x SIZE^2 bytes) instead of a scalar; --rate is then images/s. For the writers' CPU"
+        " per image (the stages' rows follow scalar points, and read n/a)",
+    )
+    parser.add_argument(
         "--run-per-writer",
         action="store_true",
         help="each writer logs a run of its own (live-0, live-1, ...: separate jobs, or ranks "
@@ -955,6 +1038,8 @@ def main() -> None:
         os.environ["LATENCY_WRITE_AT_OFFER"] = args.write_at_offer
     if args.window_counts is not None:  # read by the writers' processes
         os.environ["LATENCY_WINDOW_COUNTS"] = args.window_counts
+    if args.image is not None:  # read by the writers' processes
+        os.environ["LATENCY_IMAGE"] = str(args.image)
     if args.serve is not None:
         return _serve_main(args.serve)
     if args.subscriber is not None:
@@ -983,8 +1068,6 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1))
         return None
-
-    import threading
 
     tmp = Path(tempfile.mkdtemp(prefix="vdl-stages-"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
@@ -1219,6 +1302,12 @@ def report(
     behind = sum(any(a < w and b > i for a, b in spans) for _, i, w in slow)
     calls = sum(r[1] for rows in writers for r in rows if r[0] == "calls")
     points = sum(r[6] for r in ingest.values())
+    from vdl_stream.alerts import ALERTS_WRITER
+
+    # Events: each writer's run status markers (running, closed), and the alerts the server's
+    # detectors raise (batches of their own, ingested like a writer's).
+    events = sum(r[8] for r in ingest.values() if len(r) > 8 and r[1] != ALERTS_WRITER)
+    alerts = sum(r[8] for r in ingest.values() if len(r) > 8 and r[1] == ALERTS_WRITER)
     load = Path("/proc/loadavg").read_text().split()[0]
     print(
         f"add_scalar -> /ws/live by stage: {args.rate:,} events/s from {args.writers} writer(s)"
@@ -1243,6 +1332,7 @@ def report(
     print(
         f"  the slowest 1% of ingest -> written: {behind} of {len(slow)} waited for housekeeping"
         f" (fsync, compaction, rotation); points ingested {points:,} of {calls:,} logged"
+        f" (and {events:,} status markers, {alerts:,} alerts)"
     )
     at_offer = sum(r[0] == "at offer" for r in server)
     offers = sum(r[0] == "offer" for r in server)
@@ -1262,6 +1352,7 @@ def report(
     if sub_cpu and arrivals:
         per_frame = sum(end - begin for begin, end in sub_cpu) / len(arrivals) * 1e6
         print(f"  subscribers' CPU a data frame received: {per_frame:6.0f} us ({_how(args)})")
+    _writer_split(writers, calls)
     cpu = _cpu_shares(server, writers, sub_cpu, _how(args))
     wall = cpu.pop("wall")
     print(f"CPU in cores over the writers' {wall:.1f} s ({os.cpu_count()} cores here):")
@@ -1361,6 +1452,45 @@ def _writer_cycle(
 def _how(args: argparse.Namespace) -> str:
     """How the subscribers ran, for the report's lines."""
     return "one process" if args.subscribers_in_process else f"{args.subscribers} processes"
+
+
+def _writer_split(writers: list[list], calls: int) -> None:
+    """Print the writers' CPU a call in us (s per M calls), all writers together: the whole
+    process (from its first call through its close), and from the first call through its last
+    flush split by thread (user / system) and by the background thread's stages."""
+
+    def row(rows: list, kind: str) -> list | None:
+        return next((r for r in rows if r[0] == kind), None)
+
+    if not calls or any(row(w, "threads") is None for w in writers):
+        return  # --in-process, or a writer that did not get that far
+    per_m = 1e6 / calls
+    whole = sum(row(w, "cpu")[1] - row(w, "cpu0")[1] for w in writers)  # type: ignore[index]
+    threads: dict[str, list[float]] = {}
+    for w in writers:
+        before, after = row(w, "threads0")[1], row(w, "threads")[1]  # type: ignore[index]
+        for name, (user, system) in after.items():
+            got = threads.setdefault(name, [0.0, 0.0])
+            got[0] += user - before[name][0]
+            got[1] += system - before[name][1]
+    stages: dict[str, float] = {}
+    for w in writers:
+        for name, seconds in row(w, "stage cpu")[1].items():  # type: ignore[index]
+            stages[name] = stages.get(name, 0.0) + seconds
+    print(
+        f"writers' CPU a call: {whole * per_m:.3f} us (s per M calls) through close; through"
+        " the last flush (the threads' in ticks of 10 ms):"
+    )
+    for name, (user, system) in threads.items():
+        print(
+            f"  {name + ' thread':28s} {(user + system) * per_m:8.3f} us"
+            f" (user {user * per_m:.3f}, system {system * per_m:.3f})"
+        )
+    background = sum(threads.get("background", (0.0, 0.0)))
+    for name, seconds in stages.items():
+        print(f"    {name:32s} {seconds * per_m:8.3f} us")
+    rest = background - sum(stages.values())
+    print(f"    {'the rest (pump, trio, sockets)':32s} {rest * per_m:8.3f} us")
 
 
 def _cpu_shares(

@@ -48,7 +48,6 @@ from hypercorn.trio import serve as hypercorn_serve
 from quart import Blueprint, Response, jsonify, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
-from wsproto import frame_protocol
 from wsproto.connection import ConnectionState
 from wsproto.events import BytesMessage
 from wsproto.extensions import PerMessageDeflate
@@ -56,7 +55,7 @@ from wsproto.frame_protocol import Opcode
 
 from recorder import RecorderError
 
-from . import __version__, codec, embeddings, storage, telemetry
+from . import __version__, codec, embeddings, masking, storage, telemetry
 from .alerts import AlertEngine
 from .broker import DEFAULT_CACHE_BYTES, Broker, SubscriberLimitError, default_read_processes
 from .errors import InsecureBindError, PortInUseError, RefusedError
@@ -874,6 +873,12 @@ class WebSocketSession:
             self.accepted = True
             await self._send({"type": "websocket.accept"})
             self._wire = _Wire.find(self._send) if WRITE_DIRECT else None
+            # The client's frames unmasked with numpy: this connection's only, as this server
+            # may run in a training process (attach(serve=True)) whose other wsproto users keep
+            # wsproto's own masker (vdl_stream.masking).
+            stream = getattr(self._send, "__self__", None)
+            if type(stream) is ws_stream.WSStream:
+                masking.unmask_connection(getattr(stream, "connection", None))
 
     async def send(self, data: bytes) -> None:
         """Send one binary message (dropped by the server once the connection is closed)."""
@@ -948,6 +953,22 @@ def _frame_header(size: int) -> bytes:
     return struct.pack("!BBQ", _BINARY, 127, size)
 
 
+def _untaken(parts: Sequence[bytes], written: int) -> bytes | memoryview:
+    """What is left of ``parts`` once the socket took their first ``written`` bytes.
+
+    Copied at most once, and only the rest: a view of the one part it lies in (usually the
+    tail of a large frame, the header long written), or the untaken tail of one part joined
+    with the parts after it. (``b"".join(parts)[written:]`` copied the whole frame, then the
+    rest again: two copies of up to a megabyte on the event loop for each partial write.)
+    """
+    for i, part in enumerate(parts):
+        if written < len(part):
+            head = memoryview(part)[written:]
+            return head if i == len(parts) - 1 else b"".join((head, *parts[i + 1 :]))
+        written -= len(part)
+    return b""
+
+
 class _Wire:
     """The socket under one of hypercorn's HTTP/1.1 WebSockets, written without its send chain.
 
@@ -1016,7 +1037,7 @@ class _Wire:
             except OSError:  # the peer is gone: the read side sees it and ends the connection
                 return True
             if written < size:
-                rest = b"".join(parts)[written:]
+                rest = _untaken(parts, written)
                 # A frame goes whole, or not at all: shielded from the session's cancellation,
                 # but not waiting for ever on a peer that takes nothing (a hung or hostile
                 # browser would hold its pool place and this task for good). Past the deadline
@@ -1788,8 +1809,6 @@ async def serve_dashboard(
     config.graceful_timeout = 2.0
     # hypercorn offers its WebSockets this extension by name; it has no setting for the level.
     ws_stream.PerMessageDeflate = QuickDeflate
-    # wsproto unmasks every client frame with the masker of this name (QuickMasker's doc).
-    frame_protocol.XorMaskerSimple = QuickMasker
     accept_log = logging.getLogger("trio.serve_listeners")
     once = _AcceptErrorsOnce()
     accept_log.addFilter(once)
@@ -1828,52 +1847,6 @@ class QuickDeflate(PerMessageDeflate):
             bits = self.client_max_window_bits if proto.client else self.server_max_window_bits
             self._compressor = zlib.compressobj(1, zlib.DEFLATED, -int(bits))
         return super().frame_outbound(proto, opcode, rsv, data, fin)
-
-
-#: Payloads shorter than this are unmasked by wsproto's own masker (:class:`QuickMasker`): below
-#: it, setting up the numpy arrays costs more than the four byte translations it replaces.
-NUMPY_UNMASK_FROM = 1024
-
-_WSPROTO_MASKER = frame_protocol.XorMaskerSimple
-
-
-class QuickMasker:
-    """wsproto's ``XorMaskerSimple`` with the same results, XORing a large payload four bytes
-    at a time with numpy.
-
-    Every frame a client sends is masked (RFC 6455 5.3), and wsproto unmasks it with four
-    strided slices, byte translations and assignments: 0.5 ms of the event loop's CPU for a
-    128 kB batch from a writer at 1M events/s, one pass here (about 10 us). It keeps wsproto's
-    contract: ``process`` may be called on successive parts of one payload, each part continuing
-    with the key where the previous one stopped, and returns a new ``bytearray``.
-
-    Args:
-        masking_key: the frame's 4-byte masking key.
-    """
-
-    __slots__ = ("_key",)
-
-    def __init__(self, masking_key: bytes | bytearray) -> None:
-        self._key = bytes(masking_key)
-
-    def process(self, data: bytes | bytearray) -> bytearray:
-        """Return ``data`` XORed with the key, continuing from the previous call's position."""
-        key, n = self._key, len(data)
-        if n < NUMPY_UNMASK_FROM:
-            out = _WSPROTO_MASKER(key).process(data)
-        else:
-            out = bytearray(n)
-            words = n // 4
-            np.bitwise_xor(
-                np.frombuffer(data, np.uint32, words),
-                np.frombuffer(key, np.uint32)[0],
-                out=np.frombuffer(out, np.uint32, words),
-            )
-            for i in range(4 * words, n):  # at most three bytes left
-                out[i] = data[i] ^ key[i - 4 * words]
-        turn = n % 4
-        self._key = key[turn:] + key[:turn]
-        return out
 
 
 async def _until_closed(

@@ -74,7 +74,7 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from . import codec
+from . import codec, masking
 from .codec import Batch
 from .errors import RefusedError
 
@@ -744,6 +744,10 @@ class WebSocketTransport:
                         connect_timeout=5,
                         disconnect_timeout=DISCONNECT_TIMEOUT,
                     ) as ws:
+                        # Its frames masked with numpy, not wsproto's pure Python (this
+                        # connection's only: the training process's other wsproto users keep
+                        # wsproto's own code).
+                        masking.mask_connection(ws)
                         delay = 0.05
                         tried = 0
                         self._warned = False
