@@ -2591,12 +2591,11 @@ class Broker:
             return
         run.shared_by.add(pair)
         text = (
-            f"run {run.name!r}: two writers log {tag!r} at once (writers {other} and {writer}); "
-            "each numbers its own steps, so a read keeps only the newest points after each "
-            "restart of the steps and hides most of both; give each job its own run "
-            "(attach(run=...))"
+            f"run {run.name!r}: two writers log {tag!r} at once; each numbers its own steps, so "
+            "a read keeps only the newest points after each restart of the steps and hides "
+            "most of both; give each job its own run (attach(run=...))"
         )
-        log.warning("%s", text)
+        log.warning("%s (writers %s and %s)", text, other, writer)
         for one in (writer, other):
             notices = self._notices.pop(one, [])
             if len(notices) < NOTICES_PER_WRITER:
