@@ -15,7 +15,7 @@ import pytest
 
 import recorder
 from tests import fake_pynvml
-from tests.conftest import stop_serve, wait_for
+from tests.conftest import http_get, stop_serve, wait_for
 from vdl_stream import LogWriter, SummaryWriter, attach, codec
 
 
@@ -389,6 +389,16 @@ def test_two_jobs_logging_one_series_of_a_served_run_are_both_warned(serve_proce
     assert all("run 'exp1'" in s and "'loss'" in s and "its own run" in s for s in said)
     a.close(timeout=10)
     b.close(timeout=10)
+
+    def writers_alerts() -> list:
+        status, body = http_get(f"{serve_process.url}/api/alerts?run=exp1")
+        assert status == 200
+        return [x for x in body["alerts"] if x["rule"] == "writers"]
+
+    # The page hears of it as well: one alert of the series, recorded in the run.
+    wait_for(writers_alerts, 20, "the writers alert")
+    (alert,) = writers_alerts()
+    assert alert["title"] == "Two writers: loss" and alert["level"] == "warn"
     stop_serve(serve_process)
     log = serve_process.proc.stderr.read()
     assert log.count("two writers log 'loss' at once") == 1, log

@@ -2558,8 +2558,9 @@ class Broker:
         ranks"): most of both writers' points are hidden once the run is read back, though the
         live view showed them. A series that goes from writer A to B and back to A is written by
         both at once; a resumed job (A, then B for good) is not, nor are ranks that each log
-        series of their own (telemetry). Both writers hear of it (:meth:`take_notices`) and the
-        server logs it, once per pair of writers in a run."""
+        series of their own (telemetry). Both writers hear of it (:meth:`take_notices`), the
+        server logs it, once per pair of writers in a run, and the alert engine raises its
+        ``writers`` alert (docs/alerts.md)."""
         writer = batch.writer
         owners = run.series_writers
         shared = None
@@ -2570,7 +2571,7 @@ class Broker:
             elif owner[0] != writer:
                 owners[columns.tag] = (writer, owner[0])
                 if owner[1] == writer and shared is None:
-                    shared = (columns.tag, owner[0])
+                    shared = (columns.tag, owner[0], int(columns.steps[0]))
         for event in batch.events:
             tag = event.get("tag")
             if tag is None or event.get("step") is None:
@@ -2582,10 +2583,10 @@ class Broker:
             elif owner[0] != writer:
                 owners[key] = (writer, owner[0])
                 if owner[1] == writer and shared is None:
-                    shared = (tag, owner[0])
+                    shared = (tag, owner[0], event["step"])
         if shared is None:
             return
-        tag, other = shared
+        tag, other, step = shared
         pair = frozenset((writer, other))
         if pair in run.shared_by:
             return
@@ -2596,6 +2597,8 @@ class Broker:
             "most of both; give each job its own run (attach(run=...))"
         )
         log.warning("%s (writers %s and %s)", text, other, writer)
+        if self.alerts is not None:  # alerts block: the page shows it too, at the step
+            self.alerts.shared_series(run.name, tag, step, text)
         for one in (writer, other):
             notices = self._notices.pop(one, [])
             if len(notices) < NOTICES_PER_WRITER:
