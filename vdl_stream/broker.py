@@ -2591,12 +2591,13 @@ class Broker:
         if pair in run.shared_by:
             return
         run.shared_by.add(pair)
+        # Said in the run's own context (a writer's warning, an alert of the run): no run name.
         text = (
-            f"run {run.name!r}: two writers log {tag!r} at once; each numbers its own steps, so "
-            "a read keeps only the newest points after each restart of the steps and hides "
-            "most of both; give each job its own run (attach(run=...))"
+            f"two writers log {tag!r} at once; each numbers its own steps, so a read keeps only "
+            "the newest points after each restart of the steps and hides most of both; give "
+            "each job its own run (attach(run=...))"
         )
-        log.warning("%s (writers %s and %s)", text, other, writer)
+        log.warning("run %r: %s (writers %s and %s)", run.name, text, other, writer)
         if self.alerts is not None:  # alerts block: the page shows it too, at the step
             self.alerts.shared_series(run.name, tag, step, text)
         for one in (writer, other):
