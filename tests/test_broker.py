@@ -93,6 +93,15 @@ async def test_writers_taking_turns_on_one_series_are_told_once_and_others_are_n
                 await send("b", "r2", [], [hist("h", 5 + step)])
                 await send("a", "r2", [], [hist("h", 5 + step)])
             assert broker.take_notices("a") == broker.take_notices("b") == []
+            # Past WATCHED_SERIES series a run's new ones are not watched: bounded memory.
+            broker_module.WATCHED_SERIES = 2
+            try:
+                for who in "aba":
+                    await send(who, "r3", ["x", "y", "z"])
+            finally:
+                broker_module.WATCHED_SERIES = 4096
+            assert list(broker._runs["r3"].series_writers) == ["x", "y"]
+            assert len(broker.take_notices("a")) == 1  # for x, which is watched
             broker.close()
             await broker.wait_closed()
 

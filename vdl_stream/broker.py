@@ -126,6 +126,10 @@ REFUSALS_KEPT = 65536
 #: this many writers, the oldest dropped first, and :data:`NOTICES_PER_WRITER` a writer.
 NOTICE_WRITERS = 1024
 NOTICES_PER_WRITER = 8
+#: Series of a run whose writers are watched for two at once (:meth:`Broker._check_shared`); the
+#: series a run gets past this many are not watched, so a hostile writer's endless new tags
+#: cost a bounded memory (about 100 bytes a series).
+WATCHED_SERIES = 4096
 #: Changed run summaries are published to every subscriber at most this often, in seconds.
 SUMMARY_INTERVAL = 1.0
 #: Seconds an ingested batch waits for room in the persist queue even when its connection
@@ -2567,7 +2571,8 @@ class Broker:
         for columns in batch.scalars:
             owner = owners.get(columns.tag)
             if owner is None:
-                owners[columns.tag] = (writer, None)
+                if len(owners) < WATCHED_SERIES:
+                    owners[columns.tag] = (writer, None)
             elif owner[0] != writer:
                 owners[columns.tag] = (writer, owner[0])
                 if owner[1] == writer and shared is None:
@@ -2579,7 +2584,8 @@ class Broker:
             key = (event.get("kind", ""), tag)
             owner = owners.get(key)
             if owner is None:
-                owners[key] = (writer, None)
+                if len(owners) < WATCHED_SERIES:
+                    owners[key] = (writer, None)
             elif owner[0] != writer:
                 owners[key] = (writer, owner[0])
                 if owner[1] == writer and shared is None:
