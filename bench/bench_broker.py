@@ -204,7 +204,8 @@ class Bench:
             wall = time.perf_counter() - wall0
             if prof:
                 prof.stop()
-            stats = server.stats()["broker"]
+            every = server.stats()
+            stats = every["broker"]
         finally:
             rc = server.stop()
         errors = [w.error for w in writers if w.error]
@@ -219,6 +220,9 @@ class Bench:
             "acked": acked,
             "on_disk": on_disk,
             "stats_events": stats["events"],
+            # The broker counts the alert events it ingests too (the detectors watch the
+            # synthetic series): raised by the time of /api/stats, so at least those ingested.
+            "alerts_raised": (every.get("alerts") or {}).get("raised", 0),
             "written_seq": stats["written_seq"],
             "seq": stats["seq"],
             "ack_p50_ms": percentile(lat, 50) * 1e3,
@@ -238,7 +242,9 @@ class Bench:
             "events_per_s_median": statistics.median(rates),
             "events_per_s_all": rates,
             "lossless": all(
-                r["acked"] == r["sent"] == r["on_disk"] == r["stats_events"] for r in runs
+                r["acked"] == r["sent"] == r["on_disk"]
+                and 0 <= r["stats_events"] - r["sent"] <= r["alerts_raised"]
+                for r in runs
             ),
             "runs": runs,
         }
@@ -704,7 +710,7 @@ def report(results: dict, settings: Settings, args: argparse.Namespace) -> None:
         )
         rows.append(
             (
-                "  acked == sent == on disk == /api/stats",
+                "  acked == sent == on disk == /api/stats (less the alerts it raised)",
                 str(r["lossless"]),
                 "True",
                 verdict(r["lossless"]),

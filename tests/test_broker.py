@@ -51,6 +51,61 @@ async def test_ingest_persists_durably_and_reads_back(tmp_path):
         assert [r.data["text"] for r in texts] == ["hi"]
 
 
+async def test_writers_taking_turns_on_one_series_are_told_once_and_others_are_not(tmp_path):
+    def hist(tag: str, step: int) -> dict:
+        return {"kind": "histogram", "tag": tag, "step": step, "wall": 1.7e9, "count": 0}
+
+    def text(tag: str, step: int) -> dict:
+        return {"kind": "text", "tag": tag, "step": step, "wall": 1.7e9, "text": "t"}
+
+    with trio.fail_after(20):
+        broker = Broker(tmp_path)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            seqs = {"a": 0, "b": 0, "c": 0}
+
+            async def send(writer: str, run: str, scalar_tags=(), events=()) -> None:
+                seqs[writer] += 1
+                columns = [scalars(t, range(seqs[writer], seqs[writer] + 1)) for t in scalar_tags]
+                await broker.ingest(Batch(writer, seqs[writer], run, columns, list(events)))
+
+            # One series each (the same tag of another kind is another series), meta events
+            # with no tag, and a resumed job: a, then c for good.
+            for step in range(3):
+                await send("a", "r", ["loss"], [text("w", step)])
+                await send("b", "r", ["rank1/loss"], [hist("w", step)])
+                await send(
+                    "b", "r", [], [{"kind": "meta", "tag": None, "step": None, "wall": 1.7e9}]
+                )
+            await send("c", "r", ["loss"], [text("w", 9)])
+            await send("c", "r", ["loss"])
+            assert broker.take_notices("a") == broker.take_notices("c") == []
+            # A histogram series that goes a, b, a: told, to both, once.
+            await send("a", "r2", [], [hist("h", 0)])
+            await send("b", "r2", [], [hist("h", 0)])
+            assert broker.take_notices("a") == []
+            await send("a", "r2", [], [hist("h", 1)])
+            told = broker.take_notices("a")
+            assert len(told) == 1 and told[0].startswith("two writers log 'h' at once")
+            assert broker.take_notices("b") == told
+            assert broker.take_notices("b") == []  # each once
+            for step in range(3):
+                await send("b", "r2", [], [hist("h", 5 + step)])
+                await send("a", "r2", [], [hist("h", 5 + step)])
+            assert broker.take_notices("a") == broker.take_notices("b") == []
+            # Past WATCHED_SERIES series a run's new ones are not watched: bounded memory.
+            broker_module.WATCHED_SERIES = 2
+            try:
+                for who in "aba":
+                    await send(who, "r3", ["x", "y", "z"])
+            finally:
+                broker_module.WATCHED_SERIES = 4096
+            assert list(broker._runs["r3"].series_writers) == ["x", "y"]
+            assert len(broker.take_notices("a")) == 1  # for x, which is watched
+            broker.close()
+            await broker.wait_closed()
+
+
 async def test_duplicate_batches_are_dropped_even_after_a_restart(tmp_path):
     with trio.fail_after(20):
         for attempt in range(2):

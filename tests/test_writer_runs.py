@@ -15,7 +15,7 @@ import pytest
 
 import recorder
 from tests import fake_pynvml
-from tests.conftest import wait_for
+from tests.conftest import http_get, stop_serve, wait_for
 from vdl_stream import LogWriter, SummaryWriter, attach, codec
 
 
@@ -357,3 +357,89 @@ def test_a_refusal_of_the_remote_server_is_reported_and_fails_the_flush(serve_pr
         w.add_scalar("x", 2.0, 1)
     assert w._thread.is_alive()
     w.close(timeout=5)
+
+
+def _log_in_turns(writers, rounds: int, *, tag: str = "loss") -> None:
+    """Each writer logs ``tag`` at its own steps and flushes, one writer after the other."""
+    for step in range(rounds):
+        for w in writers:
+            w.add_scalar(tag, float(step), step)
+            assert w.flush(timeout=20)
+
+
+def _warnings_about_sharing(caught) -> list[str]:
+    return [str(w.message) for w in caught if "two writers log" in str(w.message)]
+
+
+def test_two_jobs_logging_one_series_of_a_served_run_are_both_warned(serve_process):
+    a = attach(url=serve_process.ws_url, run="exp1", telemetry=False)
+    b = attach(url=serve_process.ws_url, run="exp1", telemetry=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _log_in_turns([a, b], 3)
+        # Each hears it at a call after the notice came (the pump passes it on, then the
+        # next call warns): log on until both did, within a deadline.
+        deadline = time.monotonic() + 20
+        step = 3
+        while len(_warnings_about_sharing(caught)) < 2 and time.monotonic() < deadline:
+            _log_in_turns([a, b], 1)
+            step += 1
+    said = _warnings_about_sharing(caught)
+    assert len(said) == 2, said
+    assert all(s.startswith("vdl-stream: run 'exp1': the broker warns: two writers") for s in said)
+    assert all("'loss'" in s and "its own run" in s for s in said)
+    a.close(timeout=10)
+    b.close(timeout=10)
+
+    def writers_alerts() -> list:
+        status, body = http_get(f"{serve_process.url}/api/alerts?run=exp1")
+        assert status == 200
+        return [x for x in body["alerts"] if x["rule"] == "writers"]
+
+    # The page hears of it as well: one alert of the series, recorded in the run.
+    wait_for(writers_alerts, 20, "the writers alert")
+    (alert,) = writers_alerts()
+    assert alert["title"] == "Two writers: loss" and alert["level"] == "warn"
+    stop_serve(serve_process)
+    log = serve_process.proc.stderr.read()
+    assert log.count("two writers log 'loss' at once") == 1, log
+
+
+def test_a_job_logging_into_the_run_of_a_serving_writer_warns_both(tmp_path):
+    # The in-process broker of a writer that serves its dashboard takes batches over /ws/ingest
+    # too: a second job logging the same series there is told, and so is the serving writer.
+    own = attach(tmp_path, run="exp1", serve=True, port=0, telemetry=False)
+    other = attach(url="ws" + own.url.removeprefix("http"), run="exp1", telemetry=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        deadline = time.monotonic() + 20
+        while len(_warnings_about_sharing(caught)) < 2 and time.monotonic() < deadline:
+            _log_in_turns([own, other], 1)
+    said = _warnings_about_sharing(caught)
+    assert len(said) == 2, said
+    other.close(timeout=10)
+    own.close(timeout=10)
+
+
+def test_a_resumed_run_and_ranks_with_series_of_their_own_are_not_warned(serve_process):
+    first = attach(url=serve_process.ws_url, run="exp1", telemetry=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _log_in_turns([first], 3)
+        first.close(timeout=10)
+        # A resumed job: the same series again, after the first writer is done.
+        resumed = attach(url=serve_process.ws_url, run="exp1", telemetry=False)
+        _log_in_turns([resumed], 3)
+        # Another writer of the run at once, with series of its own (as a rank's telemetry).
+        rank = attach(url=serve_process.ws_url, run="exp1", telemetry=False)
+        for step in range(4):
+            resumed.add_scalar("loss", float(step), 10 + step)
+            rank.add_scalar("rank1/loss", float(step), step)
+            assert resumed.flush(timeout=20) and rank.flush(timeout=20)
+        # What a warning would need to reach the calls: a pump round and a call after it.
+        _log_in_turns([resumed], 2)
+    assert _warnings_about_sharing(caught) == []
+    resumed.close(timeout=10)
+    rank.close(timeout=10)
+    stop_serve(serve_process)
+    assert "two writers log" not in serve_process.proc.stderr.read()

@@ -169,6 +169,7 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     },
     "stall": {"enabled": True, "level": "warn", "factor": 20.0, "min_seconds": 120.0},
     "crash": {"enabled": True, "level": "error", "grace": 3.0},
+    "writers": {"enabled": True, "level": "warn"},
     "gpu_underuse": {"enabled": True, "level": "warn", "util": 30.0, "seconds": 120.0},
     "gpu_memory": {"enabled": True, "level": "warn", "fraction": 0.98, "seconds": 10.0},
     "gradients": {
@@ -1095,6 +1096,17 @@ class AlertEngine:
         the run's first batch is observed."""
         self._state(run).first_steps = dict(first_steps)
 
+    def shared_series(self, run: str, series: str, step: int | None, message: str) -> None:
+        """Two writers log ``series`` of ``run`` at once (the broker saw them take turns on it,
+        :meth:`Broker._check_shared`): raise the ``writers`` alert at ``step``, once per series
+        while the engine remembers the run."""
+        params = self.rules.params("writers")
+        if params["enabled"]:
+            state = self._state(run)
+            self._fire(
+                run, state, "writers", series, params, step, time.time(), None, message, hold=True
+            )
+
     def writer_lost(self, runs: Iterable[str]) -> None:
         """A writer's connection of each of ``runs`` ended; one that was not closed and hears
         nothing within the crash rule's ``grace`` seconds is reported as crashed."""
@@ -1896,6 +1908,7 @@ TITLES = {
     "plateau": "Plateau",
     "stall": "Run stalled",
     "crash": "Run crashed",
+    "writers": "Two writers",
     "gpu_underuse": "GPU underused",
     "gpu_memory": "GPU memory nearly full",
     "gradient_explode": "Exploding gradients",

@@ -122,6 +122,14 @@ LOG_INTERVAL = 10.0
 COMPACT_TURN = 0.25
 #: Refusals remembered for waiters that ask after the fact, by broker seq (oldest forgotten).
 REFUSALS_KEPT = 65536
+#: Notices kept for writers that have not sent a batch since (each was logged as well): at most
+#: this many writers, the oldest dropped first, and :data:`NOTICES_PER_WRITER` a writer.
+NOTICE_WRITERS = 1024
+NOTICES_PER_WRITER = 8
+#: Series of a run whose writers are watched for two at once (:meth:`Broker._check_shared`); the
+#: series a run gets past this many are not watched, so a hostile writer's endless new tags
+#: cost a bounded memory (about 100 bytes a series).
+WATCHED_SERIES = 4096
 #: Changed run summaries are published to every subscriber at most this often, in seconds.
 SUMMARY_INTERVAL = 1.0
 #: Seconds an ingested batch waits for room in the persist queue even when its connection
@@ -668,6 +676,11 @@ class _Run:
         # The same, on the persist side (worker thread): batches queued behind a refused one.
         self.blocked: dict[str, tuple[int, RefusedError, int]] = {}
         self.rotating = False  # the writer is open with a segment limit to start a new segment
+        # Series key (a scalar's tag, or an event's (kind, tag)) -> (the writer that logged it
+        # last, the one before that), for :meth:`Broker._check_shared`; and the pairs of writers
+        # already told that they log one series at once.
+        self.series_writers: dict[str | tuple[str, str], tuple[str, str | None]] = {}
+        self.shared_by: set[frozenset[str]] = set()
         # The run's summary (run_summary.py); ``summary_exact``: it covers everything the run
         # held when it was set (else a placeholder until a reader computes it);
         # ``summary_files``: the data files a summary taken from the recorder's digest describes.
@@ -884,6 +897,8 @@ class Broker:
         self._refusal_count = self._subscribers_refused = 0
         self._refused: OrderedDict[int, RefusedError] = OrderedDict()  # broker seq -> refusal
         self._logged: dict[tuple[str, str], float] = {}  # (run, reason) -> when last logged
+        # writer id -> what the broker has to tell it (take_notices), oldest writer first
+        self._notices: OrderedDict[str, list[str]] = OrderedDict()
         self._open_writers: OrderedDict[str, _Run] = OrderedDict()  # LRU, persist thread only
         self._limiter = trio.CapacityLimiter(1)
         # Runs whose writer has compaction waiting: added by the persist thread after a flush,
@@ -984,6 +999,8 @@ class Broker:
             return self._seq
         run.last_seq[batch.writer] = batch.seq
         run.local = True
+        if batch.writer != ALERTS_WRITER:
+            self._check_shared(run, batch)
         # Telemetry columns as the telemetry events the summary and the detectors read (one
         # conversion, vdl_stream/telemetry.py): never training data to either.
         view = legacy_view(batch.scalars, batch.events)
@@ -2536,6 +2553,74 @@ class Broker:
         if run.summary is None:  # not expected: discovery and load_ingest_state set one
             run.summary = RunSummary(name, time.time())
         run.summary.add(scalars, events, time.time())
+
+    def _check_shared(self, run: _Run, batch: Batch) -> None:
+        """Notice two writers logging one series of ``run`` at once.
+
+        Each writer numbers its own steps, so their batches interleave two step sequences in one
+        series, and every read applies the restart rule (docs/guide.md, "Runs, restarts and
+        ranks"): most of both writers' points are hidden once the run is read back, though the
+        live view showed them. A series that goes from writer A to B and back to A is written by
+        both at once; a resumed job (A, then B for good) is not, nor are ranks that each log
+        series of their own (telemetry). Both writers hear of it (:meth:`take_notices`), the
+        server logs it, once per pair of writers in a run, and the alert engine raises its
+        ``writers`` alert (docs/alerts.md)."""
+        writer = batch.writer
+        owners = run.series_writers
+        shared = None
+        for columns in batch.scalars:
+            owner = owners.get(columns.tag)
+            if owner is None:
+                if len(owners) < WATCHED_SERIES:
+                    owners[columns.tag] = (writer, None)
+            elif owner[0] != writer:
+                owners[columns.tag] = (writer, owner[0])
+                if owner[1] == writer and shared is None:
+                    shared = (columns.tag, owner[0], int(columns.steps[0]))
+        for event in batch.events:
+            tag = event.get("tag")
+            if tag is None or event.get("step") is None:
+                continue  # not a series: meta (status), hparams, a run's graph
+            key = (event.get("kind", ""), tag)
+            owner = owners.get(key)
+            if owner is None:
+                if len(owners) < WATCHED_SERIES:
+                    owners[key] = (writer, None)
+            elif owner[0] != writer:
+                owners[key] = (writer, owner[0])
+                if owner[1] == writer and shared is None:
+                    shared = (tag, owner[0], event["step"])
+        if shared is None:
+            return
+        tag, other, step = shared
+        pair = frozenset((writer, other))
+        if pair in run.shared_by:
+            return
+        run.shared_by.add(pair)
+        # Said in the run's own context (a writer's warning, an alert of the run): no run name.
+        text = (
+            f"two writers log {tag!r} at once; each numbers its own steps, so a read keeps only "
+            "the newest points after each restart of the steps and hides most of both; give "
+            "each job its own run (attach(run=...))"
+        )
+        log.warning("run %r: %s (writers %s and %s)", run.name, text, other, writer)
+        if self.alerts is not None:  # alerts block: the page shows it too, at the step
+            self.alerts.shared_series(run.name, tag, step, text)
+        for one in (writer, other):
+            notices = self._notices.pop(one, [])
+            if len(notices) < NOTICES_PER_WRITER:
+                notices.append(text)
+            self._notices[one] = notices
+        while len(self._notices) > NOTICE_WRITERS:
+            self._notices.popitem(last=False)
+
+    def take_notices(self, writer: str) -> list[str]:
+        """What the broker has to tell ``writer`` (each once), e.g. that another writer logs
+        one of its series at once: the server sends each as a ``notice`` (docs/protocol.md),
+        and the writer warns in the training thread."""
+        if not self._notices:
+            return []
+        return self._notices.pop(writer, [])
 
     def writer_lost(self, runs: Iterable[str]) -> None:
         """The writer of ``runs`` is gone (its connection ended, or its process): each of them

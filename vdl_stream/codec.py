@@ -317,6 +317,12 @@ def encode_ack(writer: str, seq: int) -> bytes:
     return _packb({"type": "ack", "writer": writer, "seq": seq})
 
 
+def encode_notice(writer: str, message: str) -> bytes:
+    """Encode something the broker tells ``writer`` that is not about one batch, e.g. that
+    another writer logs one of its series at once; the writer warns with ``message``."""
+    return _packb({"type": "notice", "writer": writer, "message": message})
+
+
 def encode_taken(writer: str, seq: int) -> bytes:
     """Encode the broker's word that it took (ingested and fanned out) every batch of ``writer``
     up to ``seq``; sent only to a writer that asked (``/ws/ingest?taken=1``, docs/protocol.md).

@@ -1717,6 +1717,8 @@ async def _ingest_batches(
                     # First: with the direct writes it leaves before this task yields again (to
                     # the subscribers' sends the fan-out woke), and it frees the writer's window.
                     await ws.send(codec.encode_taken(batch.writer, batch.seq))
+                for notice in broker.take_notices(batch.writer):
+                    await ws.send(codec.encode_notice(batch.writer, notice))
                 await send.send((batch.writer, batch.seq, broker_seq, batch.sync, None))
                 data = await ws.receive()
         nursery.cancel_scope.cancel()

@@ -190,6 +190,10 @@ class Transport(Protocol):
     def take_errors(self) -> list[RefusedError]:
         """Return the refusals received since the last call, each once, oldest first."""
 
+    def take_notices(self) -> list[str]:
+        """Return what the broker told the writer since the last call (``notice``, e.g. another
+        writer logs one of its series at once), each once, oldest first."""
+
     def statistics(self) -> TransportStatistics:
         """Return queue depths and counters (see :class:`TransportStatistics`)."""
 
@@ -252,10 +256,12 @@ class InProcessTransport:
         self._refusals = _Refusals()
         self._retries = 0
         self._last = 0
+        self._writer: str | None = None  # the id of the writer whose batches these are
         self._confirmed = 0  # the highest broker seq of a batch written
 
     async def send(self, batch: Batch) -> None:
         self._last = max(self._last, batch.seq)
+        self._writer = batch.writer
         self._harvest()
         if len(self._backlog):
             self._backlog.put(batch.seq, codec.encode_batch(batch))
@@ -382,6 +388,9 @@ class InProcessTransport:
 
     def take_errors(self) -> list[RefusedError]:
         return self._refusals.take()
+
+    def take_notices(self) -> list[str]:
+        return [] if self._writer is None else self._broker.take_notices(self._writer)
 
     def statistics(self) -> TransportStatistics:
         return TransportStatistics(
@@ -649,6 +658,7 @@ class WebSocketTransport:
         self._changed = trio.Event()
         self._warned = False
         self._refusals = _Refusals()
+        self._notices: list[str] = []  # the broker's notices not taken yet, at most MAX_ERRORS
         self._backoff = _Backoff()
         self._resend_from: int | None = None  # a retryable refusal: send again from this seq
         self._connections = self._retries = 0
@@ -711,6 +721,10 @@ class WebSocketTransport:
 
     def take_errors(self) -> list[RefusedError]:
         return self._refusals.take()
+
+    def take_notices(self) -> list[str]:
+        taken, self._notices = self._notices, []
+        return taken
 
     def statistics(self) -> TransportStatistics:
         return TransportStatistics(
@@ -837,6 +851,8 @@ class WebSocketTransport:
                     self._on_refused(message)
                     if self._move:
                         return  # the finally closes this connection; the next URL follows
+                elif kind == "notice" and len(self._notices) < MAX_ERRORS:
+                    self._notices.append(str(message.get("message") or "")[:400])
         except (ConnectionClosed, codec.ProtocolError, KeyError, TypeError, ValueError):
             pass
         finally:

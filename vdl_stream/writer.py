@@ -1240,7 +1240,11 @@ class Writer:
             await self._sent_changed.wait()
 
     def _take_refusals(self, transport: Transport) -> None:
-        """Report the broker's refusals that the transport collected (each once)."""
+        """Report the broker's refusals and notices that the transport collected (each once)."""
+        notices = getattr(transport, "take_notices", None)
+        if notices is not None:
+            for notice in notices():
+                self._report(f"the broker warns: {notice}", problem=False)
         take = getattr(transport, "take_errors", None)
         if take is None:
             return
