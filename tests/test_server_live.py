@@ -340,8 +340,10 @@ async def test_answers_written_in_one_round_go_to_the_writer_in_one_send(
 
 def _one_point(writer: str, seq: int) -> bytes:
     steps = np.array([seq], dtype=np.int64)
-    columns = [ScalarColumns("loss", steps, 1.7e9 + steps, steps * 0.5)]
-    # One run for both writers: a second run would be opened behind the held write.
+    # One run for both writers (a second run would be opened behind the held write), each
+    # logging a series of its own: two writers taking turns on one series are told so with a
+    # ``notice`` (Broker._check_shared), which this test does not expect.
+    columns = [ScalarColumns(f"{writer}/loss", steps, 1.7e9 + steps, steps * 0.5)]
     return codec.encode_batch(Batch(writer, seq, "r", columns))
 
 
