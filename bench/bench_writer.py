@@ -43,6 +43,7 @@ The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -51,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -209,8 +211,6 @@ THREAD_ROLES = ("main", "writer", "other")
 def thread_cpu() -> dict[str, float]:
     """CPU seconds each role's live threads have used (``THREAD_ROLES``; the thread's own
     clock, so other processes on the machine do not change it, as they do wall times)."""
-    import threading
-
     used = dict.fromkeys(THREAD_ROLES, 0.0)
     main = threading.main_thread()
     for thread in threading.enumerate():
@@ -355,7 +355,9 @@ def measure_stages(what: str, n: int, size: int) -> dict:
     and by thread role (``THREAD_ROLES``, through ``flush()``), for ``n`` histograms of
     ``size`` float32 (one burst) or ``n`` scalars over 10 tags. The timers cost about 0.3 us
     a timed call: the per-call stages of a histogram (its four on the training thread and
-    ``append_record``) carry that, the per-batch ones do not."""
+    ``append_record``) carry that, the per-batch ones do not. Besides: the share of the calls
+    whose histogram the training thread binned itself (``SPARE_BYTES`` of copies waiting), and
+    the garbage collector's thread CPU by generation (``GC_LABELS``)."""
     import importlib
     from collections import defaultdict
 
@@ -381,6 +383,19 @@ def measure_stages(what: str, n: int, size: int) -> dict:
         fn = getattr(owner, name, None)
         if fn is not None:
             setattr(owner, name, timed(fn, label))
+    # The histograms the training thread binned itself (the spare arrays full: a burst past
+    # SPARE_BYTES of copies waiting), as a share of the calls: bin_histogram there is the loop's.
+    summaries = importlib.import_module("vdl_stream.summaries")
+    main_thread = threading.main_thread()
+    bin_alone = summaries.bin_histogram
+
+    def counted(*args, **kwargs):
+        if threading.current_thread() is main_thread:
+            used[IN_LOOP] += 1
+        return bin_alone(*args, **kwargs)
+
+    summaries.bin_histogram = counted
+    gc.callbacks.append(gc_timer(used))
     rng = np.random.default_rng(0)
     data = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -398,13 +413,38 @@ def measure_stages(what: str, n: int, size: int) -> dict:
         threads = thread_cpu()
         writer.close()
         cpu = time.process_time() - cpu0
+    calls = used.pop(IN_LOOP, 0.0)
     return {
+        "training: share of calls binned in the loop (%)": calls / n * 100,
         "process CPU, attach through close": cpu / n * 1e6,
         **{
             f"thread role: {r}": (threads[r] - threads0.get(r, 0.0)) / n * 1e6 for r in THREAD_ROLES
         },
         **{label: used[label] / n * 1e6 for *_, label in STAGES if label in used},
+        **{label: used[label] / n * 1e6 for label in GC_LABELS},
     }
+
+
+IN_LOOP = "binned in the loop"
+#: The cyclic garbage collector's work, by generation, on whichever thread allocated when a
+#: collection fell due (so inside the stages above, in any of them): a full collection
+#: (generation 2) traverses every tracked object of the process, the imports' included.
+GC_LABELS = tuple(f"gc: generation {g} collections, any thread" for g in range(3))
+
+
+def gc_timer(used: dict[str, float]):
+    """A ``gc.callbacks`` entry that adds each collection's thread CPU time to ``used``, under
+    its generation's label in ``GC_LABELS``."""
+    started: dict[int, float] = {}
+
+    def callback(phase: str, info: dict) -> None:
+        ident = threading.get_ident()
+        if phase == "start":
+            started[ident] = time.thread_time()
+        elif ident in started:
+            used[GC_LABELS[info["generation"]]] += time.thread_time() - started.pop(ident)
+
+    return callback
 
 
 def binning_pairs(before: str, trials: int, n: int = 400, size: int = 10_000) -> None:
