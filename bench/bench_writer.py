@@ -30,7 +30,8 @@ Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-
                                     [--histogram-rounds R] [--repeat R] [--before TREE]
        python bench/bench_writer.py --binning [--repeat R] [--before TREE]
        python bench/bench_writer.py --persist [--repeat R] [--before TREE]
-       python bench/bench_writer.py --stages [--scalars N] [--histograms N] [--repeat R] [--before TREE]
+       python bench/bench_writer.py --stages [--scalars N] [--histograms N] [--histogram-rounds R]
+                                    [--repeat R] [--before TREE]
        python bench/bench_writer.py --binning-pairs TREE [--repeat R]
 (the second: the histogram binning alone, CPU per histogram of 1k to 1M values; the third: the
 in-process broker's persist path alone, thread CPU per binned histogram event; the fourth: where
@@ -350,10 +351,11 @@ STAGES = (
 )
 
 
-def measure_stages(what: str, n: int, size: int) -> dict:
+def measure_stages(what: str, n: int, size: int, rounds: int = 1) -> dict:
     """vdl-stream's process CPU per call, attach through close, split by stage (``STAGES``)
     and by thread role (``THREAD_ROLES``, through ``flush()``), for ``n`` histograms of
-    ``size`` float32 (one burst) or ``n`` scalars over 10 tags. The timers cost about 0.3 us
+    ``size`` float32 (one burst; ``rounds`` bursts, each flushed, all measured) or ``n``
+    scalars over 10 tags. The timers cost about 0.3 us
     a timed call: the per-call stages of a histogram (its four on the training thread and
     ``append_record``) carry that, the per-batch ones do not. Besides: the share of the calls
     whose histogram the training thread binned itself (``SPARE_BYTES`` of copies waiting), and
@@ -403,8 +405,11 @@ def measure_stages(what: str, n: int, size: int) -> dict:
         writer = open_writer("vdl-stream", Path(tmp))
         threads0 = thread_cpu()
         if what == "histograms":
-            for i in range(n):
+            for i in range(n * rounds):
                 writer.add_histogram("weights", data[i % 20], i)
+                if i % n == n - 1:
+                    writer.flush()
+            n *= rounds
         else:
             add, tags = writer.add_scalar, TAGS
             for i in range(n):
@@ -496,7 +501,7 @@ def binning_pairs(before: str, trials: int, n: int = 400, size: int = 10_000) ->
 
 def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
     if what in ("stages-histograms", "stages-scalars"):
-        print(json.dumps(measure_stages(what.removeprefix("stages-"), n, size)))
+        print(json.dumps(measure_stages(what.removeprefix("stages-"), n, size, rounds)))
         return
     if what == "binning":
         print(json.dumps(measure_binning(lib)))
@@ -546,7 +551,8 @@ def main() -> None:
         "--histogram-rounds",
         type=int,
         default=1,
-        help="bursts of --histograms histograms per writer, each flushed; the last is measured",
+        help="bursts of --histograms histograms per writer, each flushed; the last is measured "
+        "(with --stages: all of them, the garbage collector's work over a longer run)",
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per library; medians reported")
     parser.add_argument(
@@ -597,7 +603,14 @@ def main() -> None:
         binning_pairs(args.binning_pairs, max(2, args.repeat))
         return
     if args.stages:
-        stages(args.before, args.repeat, args.histograms, args.histogram_size, args.scalars)
+        stages(
+            args.before,
+            args.repeat,
+            args.histograms,
+            args.histogram_size,
+            args.scalars,
+            args.histogram_rounds,
+        )
         return
     # (column, library, source tree); each repeat runs every column once, in turn.
     columns = [("null", "null", None), ("floor", "floor", None), ("vdl-stream", "vdl-stream", None)]
@@ -658,7 +671,9 @@ def persist(before: str | None, repeat: int, size: int) -> None:
             print(f"{name:12} {key:18} {cells}")
 
 
-def stages(before: str | None, repeat: int, histograms: int, size: int, scalars: int) -> None:
+def stages(
+    before: str | None, repeat: int, histograms: int, size: int, scalars: int, rounds: int = 1
+) -> None:
     """Print the split of the process CPU per call, stage by stage: medians of ``repeat`` fresh
     processes per column, the columns in turn, their order reversed every other repeat (a
     process's figures depend on the one that ran before it: docs/performance.md, "Writer
@@ -670,10 +685,15 @@ def stages(before: str | None, repeat: int, histograms: int, size: int, scalars:
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in columns}
         for r in range(repeat):
             for name, tree in columns[:: -1 if r % 2 else 1]:
-                runs[name].append(run_child("vdl-stream", f"stages-{what}", n, size, tree))
+                runs[name].append(run_child("vdl-stream", f"stages-{what}", n, size, tree, rounds))
         print(
             f"{what}: {n:,}"
-            + (f" of {size:,} float32, one burst" if what == "histograms" else " over 10 tags")
+            + (
+                f" of {size:,} float32, "
+                + ("one burst" if rounds == 1 else f"{rounds} bursts, each flushed")
+                if what == "histograms"
+                else " over 10 tags"
+            )
             + f"; us of thread CPU per call, median of {repeat} processes; "
             f"load average {os.getloadavg()[0]:.1f}"
         )
