@@ -650,6 +650,20 @@ def main() -> None:
         ratio = anchor[key] / ours[key] if ours[key] else float("inf")
         cells = "".join(f"{results[name][key]:14.3f}" for name in names)
         print(f"{key:28}{cells}{ratio:8.1f}x")
+    # Each run's histogram figures, in the order run: on this machine one process in a few
+    # reads 2 to 6 times the training thread's CPU of the next (fresh memory costs that much
+    # more at times, docs/performance.md, "Histograms: the process CPU per call"), and a
+    # median of three can land on either side; the runs show which.
+    print("each run, in order:")
+    for key in RUN_KEYS:
+        for name in names:
+            if key in runs[name][0]:
+                cells = ", ".join(f"{r[key]:.1f}" for r in runs[name])
+                print(f"  {key:28}{name:>14}: {cells}")
+
+
+#: The figures printed run by run after the medians' table.
+RUN_KEYS = ("add_histogram_loop_us", "cpu_per_histogram_us", "add_histogram_main_cpu_us")
 
 
 def persist(before: str | None, repeat: int, size: int) -> None:
