@@ -30,7 +30,8 @@ Usage: python bench/bench_writer.py [--scalars N] [--histograms N] [--histogram-
                                     [--histogram-rounds R] [--repeat R] [--before TREE]
        python bench/bench_writer.py --binning [--repeat R] [--before TREE]
        python bench/bench_writer.py --persist [--repeat R] [--before TREE]
-       python bench/bench_writer.py --stages [--scalars N] [--histograms N] [--repeat R] [--before TREE]
+       python bench/bench_writer.py --stages [--scalars N] [--histograms N] [--histogram-rounds R]
+                                    [--repeat R] [--before TREE]
        python bench/bench_writer.py --binning-pairs TREE [--repeat R]
 (the second: the histogram binning alone, CPU per histogram of 1k to 1M values; the third: the
 in-process broker's persist path alone, thread CPU per binned histogram event; the fourth: where
@@ -43,6 +44,7 @@ The ratio is tensorboardX / vdl-stream (higher is better for vdl-stream).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -51,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -209,8 +212,6 @@ THREAD_ROLES = ("main", "writer", "other")
 def thread_cpu() -> dict[str, float]:
     """CPU seconds each role's live threads have used (``THREAD_ROLES``; the thread's own
     clock, so other processes on the machine do not change it, as they do wall times)."""
-    import threading
-
     used = dict.fromkeys(THREAD_ROLES, 0.0)
     main = threading.main_thread()
     for thread in threading.enumerate():
@@ -350,12 +351,15 @@ STAGES = (
 )
 
 
-def measure_stages(what: str, n: int, size: int) -> dict:
+def measure_stages(what: str, n: int, size: int, rounds: int = 1) -> dict:
     """vdl-stream's process CPU per call, attach through close, split by stage (``STAGES``)
     and by thread role (``THREAD_ROLES``, through ``flush()``), for ``n`` histograms of
-    ``size`` float32 (one burst) or ``n`` scalars over 10 tags. The timers cost about 0.3 us
+    ``size`` float32 (one burst; ``rounds`` bursts, each flushed, all measured) or ``n``
+    scalars over 10 tags. The timers cost about 0.3 us
     a timed call: the per-call stages of a histogram (its four on the training thread and
-    ``append_record``) carry that, the per-batch ones do not."""
+    ``append_record``) carry that, the per-batch ones do not. Besides: the share of the calls
+    whose histogram the training thread binned itself (``SPARE_BYTES`` of copies waiting), and
+    the garbage collector's thread CPU by generation (``GC_LABELS``)."""
     import importlib
     from collections import defaultdict
 
@@ -381,6 +385,19 @@ def measure_stages(what: str, n: int, size: int) -> dict:
         fn = getattr(owner, name, None)
         if fn is not None:
             setattr(owner, name, timed(fn, label))
+    # The histograms the training thread binned itself (the spare arrays full: a burst past
+    # SPARE_BYTES of copies waiting), as a share of the calls: bin_histogram there is the loop's.
+    summaries = importlib.import_module("vdl_stream.summaries")
+    main_thread = threading.main_thread()
+    bin_alone = summaries.bin_histogram
+
+    def counted(*args, **kwargs):
+        if threading.current_thread() is main_thread:
+            used[IN_LOOP] += 1
+        return bin_alone(*args, **kwargs)
+
+    summaries.bin_histogram = counted
+    gc.callbacks.append(gc_timer(used))
     rng = np.random.default_rng(0)
     data = [rng.normal(size=size).astype(np.float32) for _ in range(20)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -388,8 +405,11 @@ def measure_stages(what: str, n: int, size: int) -> dict:
         writer = open_writer("vdl-stream", Path(tmp))
         threads0 = thread_cpu()
         if what == "histograms":
-            for i in range(n):
+            for i in range(n * rounds):
                 writer.add_histogram("weights", data[i % 20], i)
+                if i % n == n - 1:
+                    writer.flush()
+            n *= rounds
         else:
             add, tags = writer.add_scalar, TAGS
             for i in range(n):
@@ -398,13 +418,38 @@ def measure_stages(what: str, n: int, size: int) -> dict:
         threads = thread_cpu()
         writer.close()
         cpu = time.process_time() - cpu0
+    calls = used.pop(IN_LOOP, 0.0)
     return {
+        "training: share of calls binned in the loop (%)": calls / n * 100,
         "process CPU, attach through close": cpu / n * 1e6,
         **{
             f"thread role: {r}": (threads[r] - threads0.get(r, 0.0)) / n * 1e6 for r in THREAD_ROLES
         },
         **{label: used[label] / n * 1e6 for *_, label in STAGES if label in used},
+        **{label: used[label] / n * 1e6 for label in GC_LABELS},
     }
+
+
+IN_LOOP = "binned in the loop"
+#: The cyclic garbage collector's work, by generation, on whichever thread allocated when a
+#: collection fell due (so inside the stages above, in any of them): a full collection
+#: (generation 2) traverses every tracked object of the process, the imports' included.
+GC_LABELS = tuple(f"gc: generation {g} collections, any thread" for g in range(3))
+
+
+def gc_timer(used: dict[str, float]):
+    """A ``gc.callbacks`` entry that adds each collection's thread CPU time to ``used``, under
+    its generation's label in ``GC_LABELS``."""
+    started: dict[int, float] = {}
+
+    def callback(phase: str, info: dict) -> None:
+        ident = threading.get_ident()
+        if phase == "start":
+            started[ident] = time.thread_time()
+        elif ident in started:
+            used[GC_LABELS[info["generation"]]] += time.thread_time() - started.pop(ident)
+
+    return callback
 
 
 def binning_pairs(before: str, trials: int, n: int = 400, size: int = 10_000) -> None:
@@ -456,7 +501,7 @@ def binning_pairs(before: str, trials: int, n: int = 400, size: int = 10_000) ->
 
 def child(lib: str, what: str, n: int, size: int, rounds: int = 1) -> None:
     if what in ("stages-histograms", "stages-scalars"):
-        print(json.dumps(measure_stages(what.removeprefix("stages-"), n, size)))
+        print(json.dumps(measure_stages(what.removeprefix("stages-"), n, size, rounds)))
         return
     if what == "binning":
         print(json.dumps(measure_binning(lib)))
@@ -506,7 +551,8 @@ def main() -> None:
         "--histogram-rounds",
         type=int,
         default=1,
-        help="bursts of --histograms histograms per writer, each flushed; the last is measured",
+        help="bursts of --histograms histograms per writer, each flushed; the last is measured "
+        "(with --stages: all of them, the garbage collector's work over a longer run)",
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per library; medians reported")
     parser.add_argument(
@@ -557,7 +603,14 @@ def main() -> None:
         binning_pairs(args.binning_pairs, max(2, args.repeat))
         return
     if args.stages:
-        stages(args.before, args.repeat, args.histograms, args.histogram_size, args.scalars)
+        stages(
+            args.before,
+            args.repeat,
+            args.histograms,
+            args.histogram_size,
+            args.scalars,
+            args.histogram_rounds,
+        )
         return
     # (column, library, source tree); each repeat runs every column once, in turn.
     columns = [("null", "null", None), ("floor", "floor", None), ("vdl-stream", "vdl-stream", None)]
@@ -597,6 +650,20 @@ def main() -> None:
         ratio = anchor[key] / ours[key] if ours[key] else float("inf")
         cells = "".join(f"{results[name][key]:14.3f}" for name in names)
         print(f"{key:28}{cells}{ratio:8.1f}x")
+    # Each run's histogram figures, in the order run: on this machine one process in a few
+    # reads 2 to 6 times the training thread's CPU of the next (fresh memory costs that much
+    # more at times, docs/performance.md, "Histograms: the process CPU per call"), and a
+    # median of three can land on either side; the runs show which.
+    print("each run, in order:")
+    for key in RUN_KEYS:
+        for name in names:
+            if key in runs[name][0]:
+                cells = ", ".join(f"{r[key]:.1f}" for r in runs[name])
+                print(f"  {key:28}{name:>14}: {cells}")
+
+
+#: The figures printed run by run after the medians' table.
+RUN_KEYS = ("add_histogram_loop_us", "cpu_per_histogram_us", "add_histogram_main_cpu_us")
 
 
 def persist(before: str | None, repeat: int, size: int) -> None:
@@ -618,7 +685,9 @@ def persist(before: str | None, repeat: int, size: int) -> None:
             print(f"{name:12} {key:18} {cells}")
 
 
-def stages(before: str | None, repeat: int, histograms: int, size: int, scalars: int) -> None:
+def stages(
+    before: str | None, repeat: int, histograms: int, size: int, scalars: int, rounds: int = 1
+) -> None:
     """Print the split of the process CPU per call, stage by stage: medians of ``repeat`` fresh
     processes per column, the columns in turn, their order reversed every other repeat (a
     process's figures depend on the one that ran before it: docs/performance.md, "Writer
@@ -630,10 +699,15 @@ def stages(before: str | None, repeat: int, histograms: int, size: int, scalars:
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in columns}
         for r in range(repeat):
             for name, tree in columns[:: -1 if r % 2 else 1]:
-                runs[name].append(run_child("vdl-stream", f"stages-{what}", n, size, tree))
+                runs[name].append(run_child("vdl-stream", f"stages-{what}", n, size, tree, rounds))
         print(
             f"{what}: {n:,}"
-            + (f" of {size:,} float32, one burst" if what == "histograms" else " over 10 tags")
+            + (
+                f" of {size:,} float32, "
+                + ("one burst" if rounds == 1 else f"{rounds} bursts, each flushed")
+                if what == "histograms"
+                else " over 10 tags"
+            )
             + f"; us of thread CPU per call, median of {repeat} processes; "
             f"load average {os.getloadavg()[0]:.1f}"
         )

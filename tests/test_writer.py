@@ -124,6 +124,36 @@ def test_histogram_copies_reuse_binned_arrays_and_stay_private(tmp_path):
             assert record.data[key] == want[key], (record.step, key)
 
 
+def test_a_histogram_waiting_to_be_binned_is_not_tracked_by_the_garbage_collector(
+    tmp_path, monkeypatch
+):
+    # A burst of histograms waits in the hot path's list while the background thread bins: an
+    # event the cyclic GC tracks is traversed by every collection meanwhile and promoted to the
+    # oldest generation. Its values and bins wait under two keys, not in a fresh tuple, so
+    # the event holds only strs, numbers and an array, and the GC leaves it untracked.
+    import gc
+
+    from vdl_stream.writer import _BIN, Writer
+
+    seen: list[bool] = []
+    bin_events = Writer._bin
+
+    def spy(self, events):
+        seen.extend(gc.is_tracked(e) for e in events if _BIN in e)
+        return bin_events(self, events)
+
+    monkeypatch.setattr(Writer, "_bin", spy)
+    values = np.random.default_rng(3).normal(size=1000).astype(np.float32)
+    with attach(tmp_path, run="untracked", telemetry=False) as w:
+        for step in range(20):
+            w.add_histogram("w", values, step)
+        assert w.flush()
+    assert len(seen) == 20
+    assert not any(seen)
+    with recorder.RunReader(tmp_path / "untracked") as reader:
+        assert len(reader.read_records(kind="histogram")) == 20
+
+
 def test_spare_arrays_are_reused_by_dtype_and_size_within_their_bound():
     from vdl_stream.writer import _SpareArrays
 
@@ -798,7 +828,7 @@ def test_event_size_estimate_counts_payloads_and_waiting_copies():
     # The bound on held and pending events rests on this estimate: str and bytes by length (str
     # subclasses too), maps and lists by entries, a histogram's copy waiting to be binned by
     # its bytes; numbers, bools and None cost nothing beyond the event's own 96.
-    from vdl_stream.writer import _BIN, _event_bytes
+    from vdl_stream.writer import _BIN, _BUCKETS, _event_bytes
 
     class Name(str):
         pass
@@ -808,7 +838,7 @@ def test_event_size_estimate_counts_payloads_and_waiting_copies():
     assert _event_bytes({**base, "text": "x" * 1000}) == 96 + 4 + 1000
     assert _event_bytes({**base, "blob": b"\0" * 500, "name": Name("abc")}) == 96 + 4 + 503
     assert _event_bytes({**base, "meta": {"a": 1, "b": 2}, "rows": [1, 2, 3]}) == 96 + 4 + 320
-    waiting = {**base, _BIN: (np.zeros(10_000, np.float32), 10)}
+    waiting = {**base, _BIN: np.zeros(10_000, np.float32), _BUCKETS: 10}
     assert _event_bytes(waiting) == 96 + 4 + 40_000
 
 

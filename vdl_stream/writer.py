@@ -72,9 +72,14 @@ from .transport import WINDOW, Spool, Transport, TransportStatistics
 log = logging.getLogger("vdl_stream.writer")
 
 
-#: The key under which a histogram event waits, until the background thread bins it, with its
-#: values and number of bins (never sent: binned before a batch is made).
+#: The keys under which a histogram event waits, until the background thread bins it: the copy
+#: of its values and its number of bins (never sent: binned before a batch is made). Two keys,
+#: not one tuple: a dict holding only strs, numbers, None and arrays is left untracked by the
+#: cyclic garbage collector, a fresh tuple makes it tracked. So the events of a burst, waiting
+#: to be binned, are not traversed by every collection meanwhile, nor promoted to the oldest
+#: generation (docs/performance.md, "Histograms: the process CPU per call").
 _BIN = "_bin"
+_BUCKETS = "_buckets"
 
 #: The public logging calls; a rank that does not log replaces them all with a no-op.
 LOGGING_METHODS = (
@@ -136,7 +141,7 @@ def _event_bytes(event: dict[str, Any]) -> int:
             size += 64 * len(value)
     waiting = event.get(_BIN)
     if waiting is not None:
-        size += waiting[0].nbytes
+        size += waiting.nbytes
     return size
 
 
@@ -583,7 +588,8 @@ class Writer:
         else:
             # Binned by the background thread (_take_pending) from a copy: the loop may change
             # its array right after the call (a weight updated in place).
-            event[_BIN] = (self._spares.copy(arr), n)
+            event[_BIN] = self._spares.copy(arr)
+            event[_BUCKETS] = n
         self._add_event(event)
 
     def add_scalars(
@@ -1147,7 +1153,7 @@ class Writer:
                 size += _event_bytes(event)
         if not waiting:
             return size
-        jobs = [event.pop(_BIN) for event in waiting]
+        jobs = [(event.pop(_BIN), event.pop(_BUCKETS)) for event in waiting]
 
         def done(j: int, binned: dict[str, Any]) -> None:
             # Each copy goes back as soon as it is binned, not after the whole batch: the
