@@ -13,7 +13,8 @@ Printed at the end (one JSON line with ``--json``):
 - per collection generation: how many collections, their total and largest pause in wall time
   and in the collecting thread's CPU (a ``gc.callbacks`` entry), and which threads ran them;
 - the training loop's largest stalls: the largest gaps between two consecutive iterations of
-  its loop (a call or a compute slice of a few microseconds each);
+  its loop (a call or a compute slice of a few microseconds each), and how much of each the
+  collections (in any thread) took;
 - the objects the collector tracks per record kept: tracked objects by type at half the run and
   at its end, before close, the growth divided by the records written between the two, and for
   the types that grew most, what holds a sample of them (``gc.get_referrers``).
@@ -92,6 +93,11 @@ class Collections:
                 "threads": dict(Counter(r[1] for r in rows)),
             }
         return out
+
+
+def overlap(done: list, lo: float, hi: float) -> float:
+    """Seconds of the collections in ``done`` that fall between ``lo`` and ``hi``."""
+    return sum(max(0.0, min(hi, start + wall) - max(lo, start)) for _, _, start, wall, _ in done)
 
 
 def type_name(obj: object) -> str:
@@ -198,7 +204,7 @@ def main() -> None:
             gap = now - last
             if gap > smallest:
                 k = int(np.argmin(gaps))
-                gaps[k], gap_at[k] = gap, now - t0
+                gaps[k], gap_at[k] = gap, now
                 smallest = float(gaps.min())
             last = now
             if now >= end:
@@ -226,7 +232,12 @@ def main() -> None:
         "seconds": round(elapsed, 1),
         "collections": timer.summary(),
         "stalls_ms": [round(float(gaps[k]) * 1e3, 2) for k in order[: args.top]],
-        "stalls_at_s": [round(float(gap_at[k]), 1) for k in order[: args.top]],
+        "stalls_at_s": [round(float(gap_at[k] - t0), 1) for k in order[: args.top]],
+        # Of each stall, the time collections (in any thread) ran inside it.
+        "stalls_gc_ms": [
+            round(overlap(timer.done, gap_at[k] - gaps[k], gap_at[k]) * 1e3, 2)
+            for k in order[: args.top]
+        ],
         "tracked_per_record": round(
             (sum(end_types.values()) - sum(mid[1].values())) / max(1, records - mid[0]), 3
         ),
