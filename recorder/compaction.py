@@ -69,18 +69,46 @@ PROCESS_NICE = 10
 
 
 class SegmentCapture:
-    """What a writer wrote into one segment, kept for compacting it without reading it back."""
+    """What a writer wrote into one segment, kept for compacting it without reading it back.
 
-    __slots__ = ("complete", "items", "number")
+    A segment's capture lives until the segment is compacted, thousands of records later, so
+    it keeps nothing per record that the cyclic garbage collector tracks: each event is one
+    tuple of atoms (which the collector stops tracking at its first pass), and the scalar
+    chunks' points go into flat columns (lists of strs and ints, and NumPy arrays, which are
+    not tracked). A tuple of lists per chunk, as it was, was tracked until compaction and
+    promoted to the oldest generation, whose growth is what sets off full collections.
+    """
+
+    __slots__ = ("complete", "counts", "ends", "events", "number", "parts", "points", "tags")
 
     def __init__(self, number: int, complete: bool = True) -> None:
         self.number = number
         self.complete = complete  # False: the segment holds records of an earlier writer
-        self.items: list = []  # (end offset, entry fields, payload or [(tag, s, w, v)])
+        self.events: list[tuple] = []  # (end offset, kind, tag, step, wall, payload)
+        # Scalar chunks: each one's end offset and number of parts; each part's tag and count;
+        # the points' three columns, one array of each per chunk.
+        self.ends: list[int] = []
+        self.parts: list[int] = []
+        self.tags: list[str] = []
+        self.counts: list[int] = []
+        self.points: tuple[list, list, list] = ([], [], [])
 
     def add(self, items: list) -> None:
-        """Keep the records just written."""
-        self.items.extend(items)
+        """Keep the records just written: ``(end offset, entry fields, payload)`` for an event,
+        ``(end offset, entry fields or None, (tags, counts, steps, walls, values))`` for a
+        scalar chunk."""
+        for end, fields, data in items:
+            if isinstance(data, tuple):
+                tags, counts, *columns = data
+                self.ends.append(end)
+                self.parts.append(len(tags))
+                self.tags.extend(tags)
+                self.counts.extend(counts)
+                for col, arr in zip(self.points, columns, strict=True):
+                    col.append(arr)
+            else:
+                kind, tag, step, wall = fields[:4]
+                self.events.append((end, kind, tag, step, wall, data))
 
 
 class Compactor:
@@ -821,25 +849,14 @@ def _first_indexes(footers: list) -> list[int]:
 
 
 def _feed_capture(builder: blocks.BlockBuilder, capture: SegmentCapture) -> None:
-    tags: list[str] = []
-    counts: list[list[int]] = []
-    ends: list[int] = []
-    cols: tuple[list, list, list] = ([], [], [])
-    for end, fields, data in capture.items:
-        if isinstance(data, tuple):  # scalar points: (tags, counts, steps, walls, values)
-            tags.extend(data[0])
-            counts.append(data[1])
-            ends.append(end)
-            for col, arr in zip(cols, data[2:], strict=True):
-                col.append(arr)
-        else:
-            kind, tag, step, wall = fields[:4]
-            builder.add_event(kind, tag, step, wall, data, end)
+    for end, kind, tag, step, wall, payload in capture.events:
+        builder.add_event(kind, tag, step, wall, payload, end)
+    tags = capture.tags
     if not tags:
         return
-    part_counts = np.fromiter((c for cs in counts for c in cs), np.int64, len(tags))
-    part_ends = np.repeat(np.array(ends, np.int64), [len(cs) for cs in counts])
-    steps, walls, values = (np.concatenate(col) for col in cols)
+    part_counts = np.array(capture.counts, np.int64)
+    part_ends = np.repeat(np.array(capture.ends, np.int64), capture.parts)
+    steps, walls, values = (np.concatenate(col) for col in capture.points)
     names = sorted(set(tags))
     index = {name: i for i, name in enumerate(names)}
     part_tags = np.fromiter((index[t] for t in tags), np.int64, len(tags))
@@ -869,7 +886,7 @@ def _feed_segment(builder: blocks.BlockBuilder, path: str, size: int) -> bool:
     # Gathered as a writer's capture would hold them, then fed the same way: the points of every
     # record joined once and split by tag with numpy, not sliced record by record.
     capture = SegmentCapture(-1)
-    items = capture.items
+    items = []
     for offset, length in scan.frames:
         payload = framing.payload_of(data, offset, length)
         end = offset + framing.FRAME_OVERHEAD + length
@@ -883,6 +900,7 @@ def _feed_segment(builder: blocks.BlockBuilder, path: str, size: int) -> bool:
                 items.append((end, (kind, tag, step, wall), bytes(payload)))
         except codec.PayloadError:
             return False
+    capture.add(items)
     _feed_capture(builder, capture)
     return True
 

@@ -37,7 +37,7 @@ import numpy as np
 import recorder
 from recorder.digest import Digest
 
-from .codec import EVENT_KINDS, RESERVED_TAG_PREFIX, ScalarColumns, concat_columns
+from .codec import EVENT_KINDS, RESERVED_TAG_PREFIX, ScalarColumns
 
 #: Seconds without news after which a run that was not closed is ``crashed``.
 CRASH_AFTER = 120.0
@@ -90,6 +90,8 @@ class RunSummary:
 
     __slots__ = (
         "_cache",
+        "_kept_columns",
+        "_kept_events",
         "_pending",
         "_pending_points",
         "closed",
@@ -120,8 +122,12 @@ class RunSummary:
         self.disconnected = False
         self.version = next(_versions)
         self._cache: tuple[int, str, bytes, dict, bytes] | None = None
-        # Batches taken in and not folded yet (at most FOLD_BATCHES).
-        self._pending: list[tuple[list[ScalarColumns], Iterable[dict[str, Any]]]] = []
+        # What the batches taken in and not folded yet hold (see add): their columns, each as
+        # (tag, steps, walls, values), and their events, in order; and how many batches (at
+        # most FOLD_BATCHES) and points they are.
+        self._kept_columns: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._kept_events: list[dict[str, Any]] = []
+        self._pending = 0
         self._pending_points = 0
 
     # -- building -------------------------------------------------------------------------------
@@ -149,33 +155,42 @@ class RunSummary:
         tag over all of them) when the summary is next read, or once ``FOLD_BATCHES`` batches or
         ``FOLD_POINTS`` points are kept.
         """
-        scalars = list(scalars)
-        self._pending.append((scalars, events))
-        self._pending_points += sum(len(c.steps) for c in scalars)
+        # Kept in two flat lists, each column as a tuple of its tag and arrays, not as the
+        # batch's ScalarColumns in a list in a tuple: kept batches live until the next fold,
+        # long enough in a live run to be promoted to the collector's oldest generation, and
+        # promotions are what set off its full collections (each a pause of every thread of a
+        # training process that logs through attach()). A tuple of a str and NumPy arrays is
+        # no longer tracked once a collection has seen it; ScalarColumns stay tracked.
+        kept = self._kept_columns
+        for c in scalars:
+            kept.append((c.tag, c.steps, c.walls, c.values))
+            self._pending_points += len(c.steps)
+        self._kept_events.extend(events)
+        self._pending += 1
         self.heard = max(self.heard, now)
         self.disconnected = False
         self.version = next(_versions)
-        if len(self._pending) >= FOLD_BATCHES or self._pending_points >= FOLD_POINTS:
+        if self._pending >= FOLD_BATCHES or self._pending_points >= FOLD_POINTS:
             self._fold()
 
     def _fold(self) -> None:
         """Fold the kept batches into the summary, in their order."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
-        self._pending_points = 0
-        by_tag: dict[str, list[ScalarColumns]] = {}
-        for scalars, events in pending:
-            for col in scalars:
-                if len(col.steps):
-                    by_tag.setdefault(col.tag, []).append(col)
-            self._fold_events(events)
+        columns, self._kept_columns = self._kept_columns, []
+        events, self._kept_events = self._kept_events, []
+        self._pending = self._pending_points = 0
+        by_tag: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        for tag, steps, walls, values in columns:
+            if len(steps):
+                by_tag.setdefault(tag, []).append((steps, walls, values))
+        self._fold_events(events)
         for tag, cols in by_tag.items():
-            if len(cols) > 1 and sum(len(c.steps) for c in cols) <= CONCAT_POINTS:
+            if len(cols) > 1 and sum(len(c[0]) for c in cols) <= CONCAT_POINTS:
                 # Many small columns (live writers' flushes): one reduction over all of them.
-                cols = [concat_columns(tag, cols)]
-            for col in cols:  # large columns one by one: no copy of them
-                self._fold_column(tag, col.steps, col.walls, col.values)
+                cols = [tuple(np.concatenate(col) for col in zip(*cols, strict=True))]
+            for steps, walls, values in cols:  # large columns one by one: no copy of them
+                self._fold_column(tag, steps, walls, values)
 
     def _fold_column(
         self, tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray
