@@ -321,6 +321,59 @@ def test_a_view_asked_for_at_the_pages_end_is_the_one_marked(serve_process, brow
         page.close()
 
 
+def test_a_page_scrolled_away_while_the_later_views_load_is_not_pulled_back(serve_process, browser):
+    """A view pressed before the later views are in is scrolled to again once they load, but
+    not when the user scrolled elsewhere meanwhile: a page back at its top stays there. (It was
+    pulled back down to the view when laterviews.js came in, and at the end of the user's own
+    scroll by the smooth scroll's re-landing: the page-end test above failed in CI on that.)"""
+    # Charts of 12 tags: a page whose top is far from the later views.
+    with attach(url=serve_process.ws_url, run="tall", telemetry=False) as writer:
+        for step in range(20):
+            for k in range(12):
+                writer.add_scalar(f"train/m{k}", step * 0.1 * k, step)
+        assert writer.flush(timeout=20)
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    held = []
+    context.route("**/static/laterviews.js", lambda route: held.append(route))
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(serve_process.url + "/")
+        page.wait_for_function(CONNECTED, timeout=15_000)
+        page.wait_for_function(
+            "() => document.querySelectorAll('section.chart').length === 12", timeout=15_000
+        )
+        page.locator('.tabs button[data-view="hparams"]').click()
+        for _ in range(200):  # the route's handler runs while Playwright waits: 10 s at most
+            if held:
+                break
+            page.wait_for_timeout(50)
+        assert len(held) == 1
+        # The smooth scroll to the view done (an instant scroll does not cancel one under way):
+        # the page down and still over 100 ms.
+        page.wait_for_function(
+            "() => { const y = scrollY, still = y > 0 && y === window.__y; window.__y = y;"
+            " return still; }",
+            polling=100,
+            timeout=10_000,
+        )
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.wait_for_function("() => scrollY === 0", timeout=5_000)
+        page.wait_for_function(ASKED_VIEW_MARKED, arg="scalars", timeout=5_000)
+        held[0].continue_()
+        page.wait_for_function("() => window.vdl.laterViews.state === 'loaded'", timeout=15_000)
+        # Two frames after the load: where a pull-back would have started its scroll.
+        page.evaluate(
+            "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+        )
+        assert page.evaluate("() => scrollY") == 0
+        page.wait_for_function(ASKED_VIEW_MARKED, arg="scalars", timeout=5_000)
+        assert errors == []
+    finally:
+        context.close()
+
+
 #: Records the page's reads of element positions and sizes made by its module script's evaluation,
 #: that is while it builds the page: each forces a style and layout of everything built
 #: so far, which the first frame lays out again.

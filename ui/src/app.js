@@ -171,14 +171,21 @@ new ResizeObserver(() => document.documentElement.style.setProperty("--header-h"
 
 /** Scroll the page to a view (showing it first if `vdl.showView` hid it). */
 function goToView(name) {
-  // A view not loaded yet shows its loading note meanwhile, and is scrolled to again once loaded.
-  if (views[name] instanceof PendingView) loadLaterViews().then(() => goToView(name));
+  // A view not loaded yet shows its loading note meanwhile, and is scrolled to again once loaded:
+  // only if it is still the view last asked for and the page is still where it was taken (one
+  // the user scrolled elsewhere meanwhile must not be pulled back when the views come in).
+  if (views[name] instanceof PendingView) {
+    loadLaterViews().then(() => {
+      if (askedView === name && landing !== null && Math.abs(window.scrollY - landing) <= 2) goToView(name);
+    });
+  }
   if (!state.views.has(name)) {
     state.views.add(name);
     showViews();
   }
   document.body.classList.remove("show-side");
   askedView = name;
+  landing = null;
   spySoon(); // at the page's end the page may not scroll at all
   const target = views[name].element;
   const root = document.documentElement;
@@ -186,12 +193,18 @@ function goToView(name) {
   const end = Math.max(0, Math.min(wanted, root.scrollHeight - window.innerHeight));
   // Already there (a last view at the page's end): no scroll, so no scroll's end to wait for,
   // and a later scroll of the user's must not bring the page back.
-  if (Math.abs(end - window.scrollY) <= 2) return;
+  if (Math.abs(end - window.scrollY) <= 2) {
+    landing = end;
+    return;
+  }
   target.scrollIntoView({ behavior: "smooth", block: "start" });
-  // Charts drawn for the first time on the way may move the target: land on it once more.
+  landing = end;
+  // Charts drawn for the first time on the way may move the target: land on it once more, unless
+  // the scroll that ended is the user's, elsewhere (it ends the smooth one too, or comes after).
   window.addEventListener(
     "scrollend",
     () => {
+      if (Math.abs(window.scrollY - end) > 2) return;
       if (Math.abs(target.getBoundingClientRect().top - header.offsetHeight - 8) > 2) target.scrollIntoView({ block: "start" });
     },
     { once: true },
@@ -212,6 +225,8 @@ function goToView(name) {
 const SPY_IDLE_TIMEOUT_MS = 2000;
 /** The view whose button was last pressed (`goToView`). */
 let askedView = null;
+/** Where `goToView` took the page (its scroll's end), or null before it computed that. */
+let landing = null;
 let spyPending = false;
 let spyIdlePending = false;
 function spySoon() {
@@ -234,6 +249,11 @@ function whenIdle(fn, timeoutMs) {
   if (typeof requestIdleCallback === "function") requestIdleCallback(fn, { timeout: timeoutMs });
   else setTimeout(fn, 0);
 }
+/** Whether some of `element` is in sight, below `below` px from the top. */
+function inSight(element, below) {
+  const box = element.getBoundingClientRect();
+  return box.height > 0 && box.top < window.innerHeight && box.bottom > below;
+}
 function spyViews() {
   spyPending = false;
   const top = header.offsetHeight + 24; // views scroll to 8 px under the header
@@ -244,13 +264,9 @@ function spyViews() {
   }
   const root = document.documentElement;
   if (shown.length && window.scrollY > 0 && window.innerHeight + window.scrollY >= root.scrollHeight - 2) {
-    const inSight = (view) => {
-      const box = view.element.getBoundingClientRect();
-      return box.height > 0 && box.top < window.innerHeight && box.bottom > top;
-    };
     const asked = shown.find(([name]) => name === askedView);
-    const last = shown.findLast(([, view]) => inSight(view));
-    if (asked && inSight(asked[1])) current = askedView;
+    const last = shown.findLast(([, view]) => inSight(view.element, top));
+    if (asked && inSight(asked[1].element, top)) current = askedView;
     else if (last) current = last[0];
   }
   for (const b of tabs.children) {
