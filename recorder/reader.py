@@ -123,7 +123,7 @@ class _TagSeries:
         held before them) to every point held, in one pass over the points whatever the number
         of restarts."""
         limits = superseded_from(firsts, smaxs, top)
-        if limits[0] == _I64_MAX:  # (the smallest: no restart at all)
+        if limits[0] == NOT_SUPERSEDED:  # (the smallest: no restart at all)
             return
         keep = self.steps[: self.n] < np.repeat(limits, [start, *counts.tolist()])
         self._resize(len(self.steps), keep)  # new arrays: a series handed out stays as it was

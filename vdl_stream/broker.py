@@ -27,7 +27,7 @@ import resource
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -735,6 +735,20 @@ def _out_of_files(exc: BaseException) -> bool:
 #: skips at once (most of a histogram's or a curve's values): set lookups, not isinstance calls.
 _SIZED = frozenset((bytes, str))
 _UNSIZED = frozenset((float, int, bool, type(None)))
+
+
+def _series(
+    batch: Batch,
+) -> Iterator[tuple[str | tuple[str, str], str, ScalarColumns | dict[str, Any]]]:
+    """Each series ``batch`` logs into, as (its key in ``_Run.series_writers``, its tag, what
+    of the batch is in it): a scalar column by its tag, an event with a tag and a step by its
+    kind and tag. Meta (status), hparams and a run's graph are not series."""
+    for columns in batch.scalars:
+        yield columns.tag, columns.tag, columns
+    for event in batch.events:
+        tag = event.get("tag")
+        if tag is not None and event.get("step") is not None:
+            yield (event.get("kind", ""), tag), tag, event
 
 
 def _batch_bytes(batch: Batch) -> int:
@@ -2568,20 +2582,7 @@ class Broker:
         writer = batch.writer
         owners = run.series_writers
         shared = None
-        for columns in batch.scalars:
-            owner = owners.get(columns.tag)
-            if owner is None:
-                if len(owners) < WATCHED_SERIES:
-                    owners[columns.tag] = (writer, None)
-            elif owner[0] != writer:
-                owners[columns.tag] = (writer, owner[0])
-                if owner[1] == writer and shared is None:
-                    shared = (columns.tag, owner[0], int(columns.steps[0]))
-        for event in batch.events:
-            tag = event.get("tag")
-            if tag is None or event.get("step") is None:
-                continue  # not a series: meta (status), hparams, a run's graph
-            key = (event.get("kind", ""), tag)
+        for key, tag, part in _series(batch):
             owner = owners.get(key)
             if owner is None:
                 if len(owners) < WATCHED_SERIES:
@@ -2589,10 +2590,11 @@ class Broker:
             elif owner[0] != writer:
                 owners[key] = (writer, owner[0])
                 if owner[1] == writer and shared is None:
-                    shared = (tag, owner[0], event["step"])
+                    shared = (tag, owner[0], part)
         if shared is None:
             return
-        tag, other, step = shared
+        tag, other, part = shared
+        step = int(part.steps[0]) if isinstance(part, ScalarColumns) else part["step"]
         pair = frozenset((writer, other))
         if pair in run.shared_by:
             return
